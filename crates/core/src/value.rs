@@ -1,0 +1,262 @@
+//! Data point values and their flag bits.
+//!
+//! The low 4 bits of a data point qualifier are its flags:
+//!
+//! ```text
+//! | bit 3: float | bits 2..0: value length - 1 |
+//! ```
+//!
+//! Integers are written on the fewest of 1, 2, 4 or 8 bytes that hold them (two's complement,
+//! big-endian); floats on 4 bytes (IEEE 754 single) when the decimal text fits a float exactly,
+//! else on 8 bytes (double).
+
+use crate::{Error, Result};
+
+pub const FLAG_FLOAT: u8 = 0x8;
+pub const LENGTH_MASK: u8 = 0x7;
+pub const FLAGS_MASK: u8 = 0xF;
+
+/// A data point value as stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    Int(i64),
+    Float(f32),
+    Double(f64),
+}
+
+impl Value {
+    /// The 4 flag bits this value is written with.
+    pub fn flags(self) -> u8 {
+        match self {
+            Value::Int(v) => (int_width(v) - 1) as u8,
+            Value::Float(_) => FLAG_FLOAT | 0x3,
+            Value::Double(_) => FLAG_FLOAT | 0x7,
+        }
+    }
+
+    /// The value right-aligned in a u64, ready to be written on `flags`' length.
+    pub fn to_bits(self) -> u64 {
+        match self {
+            Value::Int(v) => v as u64,
+            Value::Float(f) => u64::from(f.to_bits()),
+            Value::Double(d) => d.to_bits(),
+        }
+    }
+
+    /// Appends the value's bytes (length per [`Value::flags`]).
+    pub fn write(self, out: &mut Vec<u8>) {
+        write_bits(self.to_bits(), self.flags(), out);
+    }
+
+    pub fn is_integer(self) -> bool {
+        matches!(self, Value::Int(_))
+    }
+
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Value::Int(v) => v as f64,
+            Value::Float(f) => f64::from(f),
+            Value::Double(d) => d,
+        }
+    }
+
+    /// Rebuilds a value from its flags and right-aligned bits.
+    pub fn from_bits(flags: u8, bits: u64) -> Value {
+        let len = value_len(flags);
+        if flags & FLAG_FLOAT != 0 {
+            if len == 4 {
+                Value::Float(f32::from_bits(bits as u32))
+            } else {
+                Value::Double(f64::from_bits(bits))
+            }
+        } else {
+            // Sign-extend from `len` bytes.
+            let shift = 64 - 8 * len as u32;
+            Value::Int(((bits << shift) as i64) >> shift)
+        }
+    }
+
+    /// Decodes the value bytes of one data point with `flags`.
+    pub fn decode(flags: u8, bytes: &[u8]) -> Result<Value> {
+        Ok(Value::from_bits(flags, decode_bits(flags, bytes)?))
+    }
+}
+
+/// The fewest bytes (1, 2, 4 or 8) that hold `v`.
+pub fn int_width(v: i64) -> usize {
+    if i64::from(v as i8) == v {
+        1
+    } else if i64::from(v as i16) == v {
+        2
+    } else if i64::from(v as i32) == v {
+        4
+    } else {
+        8
+    }
+}
+
+/// Value length in bytes encoded in `flags`.
+pub fn value_len(flags: u8) -> usize {
+    (flags & LENGTH_MASK) as usize + 1
+}
+
+/// Appends the low `value_len(flags)` bytes of `bits`, big-endian.
+pub fn write_bits(bits: u64, flags: u8, out: &mut Vec<u8>) {
+    let len = value_len(flags);
+    out.extend_from_slice(&bits.to_be_bytes()[8 - len..]);
+}
+
+/// Reads the value bits of one point. Besides the exact length, accepts the 8-byte cells
+/// that old writers produced for 4-byte floats (high 4 bytes zero).
+pub fn decode_bits(flags: u8, bytes: &[u8]) -> Result<u64> {
+    let len = value_len(flags);
+    let valid_int_len = matches!(len, 1 | 2 | 4 | 8);
+    let is_float = flags & FLAG_FLOAT != 0;
+    if is_float && len != 4 && len != 8 || !is_float && !valid_int_len {
+        return Err(Error::corrupt(format!(
+            "invalid value flags. flags=0x{flags:X}"
+        )));
+    }
+    let bytes = if is_float && len == 4 && bytes.len() == 8 && bytes[..4] == [0, 0, 0, 0] {
+        &bytes[4..]
+    } else {
+        bytes
+    };
+    if bytes.len() != len {
+        return Err(Error::corrupt(format!(
+            "value length does not match flags. flags=0x{flags:X} length={}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+}
+
+/// Parses a value as OpenTSDB's `put` does: an integer when the text looks like one,
+/// else a 4-byte float when the number survives the round trip through `f32`, else a double.
+/// NaN and infinities are refused.
+pub fn parse_value(text: &str) -> Result<Value> {
+    if text.is_empty() {
+        return Err(Error::invalid("empty value"));
+    }
+    if looks_like_integer(text) {
+        return text
+            .parse::<i64>()
+            .map(Value::Int)
+            .map_err(|_| Error::invalid(format!("Invalid value: {text}")));
+    }
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("nan") || lower.contains("inf") {
+        return Err(Error::invalid(format!("value is NaN or Infinite: {text}")));
+    }
+    let d: f64 = text
+        .parse()
+        .map_err(|_| Error::invalid(format!("Invalid value: {text}")))?;
+    if !d.is_finite() {
+        return Err(Error::invalid(format!("value is NaN or Infinite: {text}")));
+    }
+    Ok(float_value(d))
+}
+
+/// A finite floating point number on 4 bytes when that loses nothing, else on 8.
+pub fn float_value(d: f64) -> Value {
+    let f = d as f32;
+    if f64::from(f) == d {
+        Value::Float(f)
+    } else {
+        Value::Double(d)
+    }
+}
+
+/// OpenTSDB's `Tags.looksLikeInteger`: no `.`, `e`/`E`, and not a NaN/Infinity word.
+pub fn looks_like_integer(text: &str) -> bool {
+    !text
+        .bytes()
+        .any(|b| matches!(b, b'.' | b'e' | b'E' | b'N' | b'n' | b'I' | b'i'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn integers_take_the_fewest_bytes() {
+        let cases: &[(i64, u8, &[u8])] = &[
+            (0, 0x0, &[0x00]),
+            (42, 0x0, &[0x2A]),
+            (-1, 0x0, &[0xFF]),
+            (127, 0x0, &[0x7F]),
+            (128, 0x1, &[0x00, 0x80]),
+            (-32768, 0x1, &[0x80, 0x00]),
+            (476, 0x1, &[0x01, 0xDC]),
+            (65536, 0x3, &[0x00, 0x01, 0x00, 0x00]),
+            (1 << 40, 0x7, &[0, 0, 0x01, 0, 0, 0, 0, 0]),
+            (i64::MIN, 0x7, &[0x80, 0, 0, 0, 0, 0, 0, 0]),
+        ];
+        for (v, flags, bytes) in cases {
+            let value = Value::Int(*v);
+            assert_eq!(value.flags(), *flags, "{v}");
+            let mut out = Vec::new();
+            value.write(&mut out);
+            assert_eq!(&out, bytes, "{v}");
+            assert_eq!(Value::decode(*flags, bytes), Ok(value));
+        }
+    }
+
+    #[test]
+    fn floats_use_four_bytes_when_exact() {
+        assert_eq!(parse_value("42.5"), Ok(Value::Float(42.5)));
+        assert_eq!(Value::Float(42.5).flags(), 0xB);
+        assert_eq!(parse_value("0.1"), Ok(Value::Double(0.1)));
+        assert_eq!(Value::Double(0.1).flags(), 0xF);
+        let mut out = Vec::new();
+        Value::Float(42.5).write(&mut out);
+        assert_eq!(out, 42.5f32.to_be_bytes());
+    }
+
+    #[test]
+    fn parse_follows_put_rules() {
+        assert_eq!(parse_value("42"), Ok(Value::Int(42)));
+        assert_eq!(parse_value("-7"), Ok(Value::Int(-7)));
+        assert_eq!(parse_value("1e3"), Ok(Value::Float(1000.0)));
+        assert!(parse_value("NaN").is_err());
+        assert!(parse_value("-Infinity").is_err());
+        assert!(parse_value("1e400").is_err());
+        assert!(parse_value("abc").is_err());
+        assert!(parse_value("").is_err());
+        assert!(parse_value("99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn legacy_eight_byte_float_cells_decode() {
+        let mut bytes = vec![0, 0, 0, 0];
+        bytes.extend_from_slice(&1.5f32.to_be_bytes());
+        assert_eq!(Value::decode(0xB, &bytes), Ok(Value::Float(1.5)));
+    }
+
+    #[test]
+    fn bad_lengths_are_corrupt_not_panics() {
+        assert!(Value::decode(0x7, &[1, 2]).is_err());
+        assert!(Value::decode(0x2, &[1, 2, 3]).is_err());
+        assert!(Value::decode(0x9, &[1, 2]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn int_round_trip(v in any::<i64>()) {
+            let value = Value::Int(v);
+            let mut out = Vec::new();
+            value.write(&mut out);
+            prop_assert_eq!(out.len(), int_width(v));
+            prop_assert_eq!(Value::decode(value.flags(), &out), Ok(value));
+        }
+
+        #[test]
+        fn double_round_trip(d in any::<f64>().prop_filter("finite", |d| d.is_finite())) {
+            let value = float_value(d);
+            let mut out = Vec::new();
+            value.write(&mut out);
+            prop_assert_eq!(Value::decode(value.flags(), &out).map(Value::as_f64), Ok(d));
+        }
+    }
+}
