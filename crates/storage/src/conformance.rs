@@ -1,0 +1,721 @@
+//! The behaviour every [`Store`] backend must have. Each backend's tests call
+//! [`conformance_tests!`](crate::conformance_tests) with a function that makes a fresh, empty store.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::sync::Arc;
+
+use crate::{
+    Check, FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, Store, TableSpec,
+    TimeRange,
+};
+
+/// Expands to one `#[test]` per conformance case, each on a store made by `$make()`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@cases $make;
+            tables_are_created_idempotently,
+            unknown_tables_and_families_are_errors,
+            cells_round_trip_with_families_and_versions,
+            rows_sort_in_unsigned_byte_order,
+            scan_bounds_and_limit,
+            scan_prefix_and_open_end,
+            key_regex_is_full_match_and_byte_oriented,
+            family_filter,
+            time_shifting_reads_in_one_request,
+            max_versions_keeps_newest,
+            deletes_cells_families_and_rows,
+            row_mutation_is_all_or_nothing,
+            batched_mutations,
+            increment_counts_from_zero_and_checks_width,
+            concurrent_increments_lose_nothing,
+            check_and_mutate_is_compare_and_set,
+            concurrent_check_and_mutate_has_one_winner,
+            large_rows_and_values
+        );
+    };
+    (@cases $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                let store: ::std::sync::Arc<dyn $crate::Store> = $make();
+                $crate::conformance::$name(&store);
+            }
+        )*
+    };
+}
+
+const T: &str = "tbl";
+
+fn setup(store: &Arc<dyn Store>) {
+    store
+        .create_table(&TableSpec {
+            name: T.into(),
+            families: vec![
+                FamilySpec::new("a", None),
+                FamilySpec::new("b", None),
+                FamilySpec::new("one", Some(1)),
+            ],
+        })
+        .unwrap();
+}
+
+fn put(store: &Arc<dyn Store>, key: &[u8], q: &[u8], v: &[u8]) {
+    store
+        .mutate_row(T, key, &[Mutation::set("a", q.to_vec(), v.to_vec())])
+        .unwrap();
+}
+
+fn keys(store: &Arc<dyn Store>, req: &ScanRequest) -> Vec<Vec<u8>> {
+    store
+        .scan(T, req)
+        .unwrap()
+        .map(|r| r.unwrap().key)
+        .collect()
+}
+
+fn get(store: &Arc<dyn Store>, key: &[u8]) -> Option<Row> {
+    store.get(T, key, &ReadOptions::default()).unwrap()
+}
+
+pub fn tables_are_created_idempotently(store: &Arc<dyn Store>) {
+    assert!(!store.table_exists(T).unwrap());
+    setup(store);
+    put(store, b"r", b"q", b"v");
+    setup(store);
+    assert!(store.table_exists(T).unwrap());
+    assert_eq!(
+        get(store, b"r").unwrap().value("a", b"q"),
+        Some(&b"v"[..]),
+        "re-creating keeps data"
+    );
+    store
+        .create_table(&TableSpec {
+            name: T.into(),
+            families: vec![FamilySpec::new("c", None)],
+        })
+        .unwrap();
+    store
+        .mutate_row(T, b"r", &[Mutation::set("c", b"q".to_vec(), b"w".to_vec())])
+        .unwrap();
+    assert_eq!(get(store, b"r").unwrap().value("c", b"q"), Some(&b"w"[..]));
+}
+
+pub fn unknown_tables_and_families_are_errors(store: &Arc<dyn Store>) {
+    setup(store);
+    assert!(store.get("nope", b"r", &ReadOptions::default()).is_err());
+    assert!(
+        store
+            .mutate_row(
+                "nope",
+                b"r",
+                &[Mutation::set("a", b"q".to_vec(), b"v".to_vec())]
+            )
+            .is_err()
+    );
+    assert!(store.scan("nope", &ScanRequest::default()).is_err());
+    let err = store
+        .mutate_row(
+            T,
+            b"r",
+            &[Mutation::set("zz", b"q".to_vec(), b"v".to_vec())],
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+}
+
+pub fn cells_round_trip_with_families_and_versions(store: &Arc<dyn Store>) {
+    setup(store);
+    assert_eq!(get(store, b"row"), None);
+    store
+        .mutate_row(
+            T,
+            b"row",
+            &[
+                Mutation::set_at("a", b"q1".to_vec(), 10, b"old".to_vec()),
+                Mutation::set_at("a", b"q1".to_vec(), 20, b"new".to_vec()),
+                Mutation::set_at("b", b"".to_vec(), 5, vec![0, 0xFF]),
+                Mutation::set_at("a", vec![0xFF, 0], 7, b"x".to_vec()),
+            ],
+        )
+        .unwrap();
+    let row = get(store, b"row").unwrap();
+    let cells: Vec<(&str, &[u8], i64, &[u8])> = row
+        .cells
+        .iter()
+        .map(|c| {
+            (
+                c.family.as_str(),
+                c.qualifier.as_slice(),
+                c.timestamp,
+                c.value.as_slice(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        cells,
+        vec![
+            ("a", &b"q1"[..], 20, &b"new"[..]),
+            ("a", &b"q1"[..], 10, &b"old"[..]),
+            ("a", &[0xFF, 0][..], 7, &b"x"[..]),
+            ("b", &b""[..], 5, &[0, 0xFF][..]),
+        ]
+    );
+    assert_eq!(row.value("a", b"q1"), Some(&b"new"[..]));
+    let latest = store
+        .get(T, b"row", &ReadOptions::latest())
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.cells.len(), 3);
+    // Same coordinates overwrite.
+    store
+        .mutate_row(
+            T,
+            b"row",
+            &[Mutation::set_at("a", b"q1".to_vec(), 20, b"newer".to_vec())],
+        )
+        .unwrap();
+    assert_eq!(
+        get(store, b"row").unwrap().value("a", b"q1"),
+        Some(&b"newer"[..])
+    );
+    // Server-assigned timestamps are recent wall-clock milliseconds.
+    store
+        .mutate_row(
+            T,
+            b"row2",
+            &[Mutation::set("a", b"q".to_vec(), b"v".to_vec())],
+        )
+        .unwrap();
+    let ts = get(store, b"row2").unwrap().cells[0].timestamp;
+    assert!(
+        ts > 1_600_000_000_000,
+        "timestamp {ts} should be wall-clock ms"
+    );
+}
+
+pub fn rows_sort_in_unsigned_byte_order(store: &Arc<dyn Store>) {
+    setup(store);
+    let mut want: Vec<Vec<u8>> = vec![
+        vec![0x00],
+        vec![0x00, 0x00],
+        vec![0x00, 0x01],
+        vec![0x01],
+        vec![0x7F, 0xFF],
+        vec![0x80],
+        vec![0x80, 0x00],
+        vec![0xFF],
+        vec![0xFF, 0x00],
+        vec![0xFF, 0xFF, 0xFF],
+        b"a".to_vec(),
+        b"ab".to_vec(),
+    ];
+    for k in want.iter().rev() {
+        put(store, k, b"q", b"v");
+    }
+    want.sort();
+    assert_eq!(keys(store, &ScanRequest::default()), want);
+}
+
+pub fn scan_bounds_and_limit(store: &Arc<dyn Store>) {
+    setup(store);
+    for i in 0u8..10 {
+        put(store, &[b'k', i], b"q", &[i]);
+    }
+    let got = keys(
+        store,
+        &ScanRequest::range(vec![b'k', 3], Some(vec![b'k', 7])),
+    );
+    assert_eq!(got, (3u8..7).map(|i| vec![b'k', i]).collect::<Vec<_>>());
+    let limited = keys(
+        store,
+        &ScanRequest {
+            limit: Some(2),
+            ..ScanRequest::range(vec![b'k', 5], None)
+        },
+    );
+    assert_eq!(limited, vec![vec![b'k', 5], vec![b'k', 6]]);
+    assert!(keys(store, &ScanRequest::range(vec![b'z'], None)).is_empty());
+    assert!(
+        keys(
+            store,
+            &ScanRequest::range(vec![b'k', 5], Some(vec![b'k', 5]))
+        )
+        .is_empty()
+    );
+}
+
+pub fn scan_prefix_and_open_end(store: &Arc<dyn Store>) {
+    setup(store);
+    for k in [
+        &[1u8, 0xFF][..],
+        &[1, 0xFF, 0xFF],
+        &[2],
+        &[0xFF, 0xFF],
+        &[0xFF, 0xFF, 1],
+    ] {
+        put(store, k, b"q", b"v");
+    }
+    assert_eq!(
+        keys(store, &ScanRequest::prefix(&[1, 0xFF])),
+        vec![vec![1, 0xFF], vec![1, 0xFF, 0xFF]]
+    );
+    assert_eq!(
+        keys(store, &ScanRequest::prefix(&[0xFF, 0xFF])),
+        vec![vec![0xFF, 0xFF], vec![0xFF, 0xFF, 1]]
+    );
+    assert_eq!(keys(store, &ScanRequest::prefix(&[])).len(), 5);
+}
+
+pub fn key_regex_is_full_match_and_byte_oriented(store: &Arc<dyn Store>) {
+    setup(store);
+    let rows: [&[u8]; 5] = [
+        b"abc",
+        b"xabcx",
+        &[0x00, 0x0A, 0xFF],
+        &[0x00, 0x80, 0x01],
+        b"ab\ncd",
+    ];
+    for k in rows {
+        put(store, k, b"q", b"v");
+    }
+    let matching = |re: &str| {
+        keys(
+            store,
+            &ScanRequest {
+                key_regex: Some(re.into()),
+                ..Default::default()
+            },
+        )
+    };
+    assert_eq!(matching("abc"), vec![b"abc".to_vec()], "full match only");
+    assert_eq!(
+        matching(".*abc.*"),
+        vec![b"abc".to_vec(), b"xabcx".to_vec()]
+    );
+    assert_eq!(matching(r"\x00(?s:.)\xFF"), vec![vec![0x00, 0x0A, 0xFF]]);
+    assert_eq!(
+        matching(r"\x00[\x80-\xFF]\x01"),
+        vec![vec![0x00, 0x80, 0x01]]
+    );
+    assert_eq!(
+        matching("ab.cd"),
+        Vec::<Vec<u8>>::new(),
+        "'.' excludes newline by default"
+    );
+    assert_eq!(matching("(?s)ab.cd"), vec![b"ab\ncd".to_vec()]);
+    let err = store
+        .scan(
+            T,
+            &ScanRequest {
+                key_regex: Some("(".into()),
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap();
+    assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+}
+
+pub fn family_filter(store: &Arc<dyn Store>) {
+    setup(store);
+    store
+        .mutate_row(
+            T,
+            b"r1",
+            &[
+                Mutation::set("a", b"q".to_vec(), b"1".to_vec()),
+                Mutation::set("b", b"q".to_vec(), b"2".to_vec()),
+            ],
+        )
+        .unwrap();
+    store
+        .mutate_row(
+            T,
+            b"r2",
+            &[Mutation::set("a", b"q".to_vec(), b"3".to_vec())],
+        )
+        .unwrap();
+    let rows: Vec<Row> = store
+        .scan(
+            T,
+            &ScanRequest {
+                read: ReadOptions::family("b"),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows.len(),
+        1,
+        "rows without cells in the family are skipped"
+    );
+    assert_eq!(rows[0].cells.len(), 1);
+    assert_eq!(rows[0].value("b", b"q"), Some(&b"2"[..]));
+    assert_eq!(
+        store.get(T, b"r2", &ReadOptions::family("b")).unwrap(),
+        None
+    );
+}
+
+/// Seed 002: series values at logical timestamps 2009..2013 and a metadata cell shifted
+/// 50,000 years; one read over [2012, max) returns the recent values and the metadata.
+pub fn time_shifting_reads_in_one_request(store: &Arc<dyn Store>) {
+    setup(store);
+    let mut m = Vec::new();
+    for (year, v) in [
+        (2013, "1.09"),
+        (2012, "0.87"),
+        (2011, "0.93"),
+        (2010, "1.02"),
+        (2009, "0.98"),
+    ] {
+        m.push(Mutation::set_at(
+            "a",
+            b"timeseries".to_vec(),
+            year,
+            v.as_bytes().to_vec(),
+        ));
+    }
+    m.push(Mutation::set_at(
+        "b",
+        b"metadata".to_vec(),
+        52011,
+        b"house".to_vec(),
+    ));
+    store.mutate_row(T, b"entity", &m).unwrap();
+    let read = ReadOptions {
+        time_range: TimeRange::new(2012, None),
+        ..Default::default()
+    };
+    let row = store.get(T, b"entity", &read).unwrap().unwrap();
+    let got: Vec<(i64, &[u8])> = row
+        .cells
+        .iter()
+        .map(|c| (c.timestamp, c.value.as_slice()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (2013, &b"1.09"[..]),
+            (2012, &b"0.87"[..]),
+            (52011, &b"house"[..])
+        ]
+    );
+    let bounded = ReadOptions {
+        time_range: TimeRange::new(2009, Some(2011)),
+        ..Default::default()
+    };
+    let row = store.get(T, b"entity", &bounded).unwrap().unwrap();
+    assert_eq!(
+        row.cells.iter().map(|c| c.timestamp).collect::<Vec<_>>(),
+        vec![2010, 2009]
+    );
+    let scanned: Vec<Row> = store
+        .scan(
+            T,
+            &ScanRequest {
+                read: read.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(scanned.len(), 1);
+    assert_eq!(scanned[0].cells.len(), 3);
+    let none = ReadOptions {
+        time_range: TimeRange::new(60000, None),
+        ..Default::default()
+    };
+    assert_eq!(store.get(T, b"entity", &none).unwrap(), None);
+}
+
+pub fn max_versions_keeps_newest(store: &Arc<dyn Store>) {
+    setup(store);
+    for ts in [5, 9, 7] {
+        store
+            .mutate_row(
+                T,
+                b"r",
+                &[Mutation::set_at(
+                    "one",
+                    b"q".to_vec(),
+                    ts,
+                    ts.to_string().into_bytes(),
+                )],
+            )
+            .unwrap();
+    }
+    let row = get(store, b"r").unwrap();
+    assert_eq!(row.cells.len(), 1);
+    assert_eq!(
+        (row.cells[0].timestamp, row.cells[0].value.as_slice()),
+        (9, &b"9"[..])
+    );
+}
+
+pub fn deletes_cells_families_and_rows(store: &Arc<dyn Store>) {
+    setup(store);
+    store
+        .mutate_row(
+            T,
+            b"r",
+            &[
+                Mutation::set_at("a", b"q".to_vec(), 1, b"1".to_vec()),
+                Mutation::set_at("a", b"q".to_vec(), 2, b"2".to_vec()),
+                Mutation::set_at("a", b"q".to_vec(), 3, b"3".to_vec()),
+                Mutation::set_at("a", b"p".to_vec(), 1, b"p".to_vec()),
+                Mutation::set_at("b", b"q".to_vec(), 1, b"b".to_vec()),
+            ],
+        )
+        .unwrap();
+    store
+        .mutate_row(
+            T,
+            b"r",
+            &[Mutation::DeleteCells {
+                family: "a".into(),
+                qualifier: b"q".to_vec(),
+                range: TimeRange::new(2, Some(3)),
+            }],
+        )
+        .unwrap();
+    let ts: Vec<i64> = get(store, b"r")
+        .unwrap()
+        .cells
+        .iter()
+        .filter(|c| c.qualifier == b"q" && c.family == "a")
+        .map(|c| c.timestamp)
+        .collect();
+    assert_eq!(ts, vec![3, 1]);
+    store
+        .mutate_row(T, b"r", &[Mutation::delete("a", b"q".to_vec())])
+        .unwrap();
+    assert_eq!(get(store, b"r").unwrap().value("a", b"q"), None);
+    store
+        .mutate_row(T, b"r", &[Mutation::DeleteFamily { family: "a".into() }])
+        .unwrap();
+    assert_eq!(get(store, b"r").unwrap().cells.len(), 1);
+    put(store, b"s", b"q", b"v");
+    store.mutate_row(T, b"r", &[Mutation::DeleteRow]).unwrap();
+    assert_eq!(get(store, b"r"), None);
+    assert_eq!(
+        keys(store, &ScanRequest::default()),
+        vec![b"s".to_vec()],
+        "an empty row disappears from scans"
+    );
+    store
+        .mutate_row(T, b"s", &[Mutation::delete("a", b"q".to_vec())])
+        .unwrap();
+    assert!(keys(store, &ScanRequest::default()).is_empty());
+}
+
+pub fn row_mutation_is_all_or_nothing(store: &Arc<dyn Store>) {
+    setup(store);
+    put(store, b"r", b"q", b"before");
+    let result = store.mutate_row(
+        T,
+        b"r",
+        &[
+            Mutation::set("a", b"q".to_vec(), b"after".to_vec()),
+            Mutation::set("missing", b"q".to_vec(), b"x".to_vec()),
+        ],
+    );
+    assert!(result.is_err());
+    assert_eq!(
+        get(store, b"r").unwrap().value("a", b"q"),
+        Some(&b"before"[..])
+    );
+    // Set then delete in one mutation applies in order.
+    store
+        .mutate_row(
+            T,
+            b"r",
+            &[
+                Mutation::set("a", b"z".to_vec(), b"1".to_vec()),
+                Mutation::delete("a", b"q".to_vec()),
+            ],
+        )
+        .unwrap();
+    let row = get(store, b"r").unwrap();
+    assert_eq!(
+        (row.value("a", b"q"), row.value("a", b"z")),
+        (None, Some(&b"1"[..]))
+    );
+}
+
+pub fn batched_mutations(store: &Arc<dyn Store>) {
+    setup(store);
+    let batch: Vec<RowMutation> = (0u32..500)
+        .map(|i| RowMutation {
+            key: i.to_be_bytes().to_vec(),
+            mutations: vec![Mutation::set("a", b"q".to_vec(), i.to_le_bytes().to_vec())],
+        })
+        .collect();
+    store.mutate_rows(T, &batch).unwrap();
+    let rows: Vec<Row> = store
+        .scan(T, &ScanRequest::default())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 500);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.key, (i as u32).to_be_bytes());
+        assert_eq!(row.value("a", b"q"), Some(&(i as u32).to_le_bytes()[..]));
+    }
+}
+
+pub fn increment_counts_from_zero_and_checks_width(store: &Arc<dyn Store>) {
+    setup(store);
+    assert_eq!(store.increment(T, &[0], "a", b"metrics", 1).unwrap(), 1);
+    assert_eq!(store.increment(T, &[0], "a", b"metrics", 1).unwrap(), 2);
+    assert_eq!(store.increment(T, &[0], "a", b"metrics", 40).unwrap(), 42);
+    assert_eq!(store.increment(T, &[0], "a", b"tagk", 1).unwrap(), 1);
+    assert_eq!(
+        get(store, &[0]).unwrap().value("a", b"metrics"),
+        Some(&42i64.to_be_bytes()[..])
+    );
+    put(store, b"bad", b"c", b"abc");
+    let err = store.increment(T, b"bad", "a", b"c", 1).unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+}
+
+pub fn concurrent_increments_lose_nothing(store: &Arc<dyn Store>) {
+    setup(store);
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let s = Arc::clone(store);
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                for _ in 0..100 {
+                    seen.push(s.increment(T, b"ctr", "a", b"n", 1).unwrap());
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut all: Vec<i64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (1..=800).collect::<Vec<i64>>(),
+        "every increment returns a distinct value"
+    );
+}
+
+pub fn check_and_mutate_is_compare_and_set(store: &Arc<dyn Store>) {
+    setup(store);
+    let absent = Check {
+        family: "a".into(),
+        qualifier: b"q".to_vec(),
+        expected: None,
+    };
+    let set = |v: &[u8]| vec![Mutation::set("a", b"q".to_vec(), v.to_vec())];
+    assert!(
+        store
+            .check_and_mutate(T, b"r", &absent, &set(b"first"))
+            .unwrap()
+    );
+    assert!(
+        !store
+            .check_and_mutate(T, b"r", &absent, &set(b"second"))
+            .unwrap()
+    );
+    assert_eq!(
+        get(store, b"r").unwrap().value("a", b"q"),
+        Some(&b"first"[..])
+    );
+    let wrong = Check {
+        expected: Some(b"nope".to_vec()),
+        ..absent.clone()
+    };
+    assert!(
+        !store
+            .check_and_mutate(T, b"r", &wrong, &set(b"third"))
+            .unwrap()
+    );
+    let right = Check {
+        expected: Some(b"first".to_vec()),
+        ..absent.clone()
+    };
+    assert!(
+        store
+            .check_and_mutate(T, b"r", &right, &set(b"third"))
+            .unwrap()
+    );
+    assert_eq!(
+        get(store, b"r").unwrap().value("a", b"q"),
+        Some(&b"third"[..])
+    );
+    // A check on an absent row with an expected value fails.
+    assert!(
+        !store
+            .check_and_mutate(T, b"other", &right, &set(b"x"))
+            .unwrap()
+    );
+    assert_eq!(get(store, b"other"), None);
+}
+
+pub fn concurrent_check_and_mutate_has_one_winner(store: &Arc<dyn Store>) {
+    setup(store);
+    let threads: Vec<_> = (0..8u8)
+        .map(|i| {
+            let s = Arc::clone(store);
+            std::thread::spawn(move || {
+                let mut wins = 0;
+                for k in 0..50u8 {
+                    let check = Check {
+                        family: "a".into(),
+                        qualifier: b"q".to_vec(),
+                        expected: None,
+                    };
+                    if s.check_and_mutate(
+                        T,
+                        &[k],
+                        &check,
+                        &[Mutation::set("a", b"q".to_vec(), vec![i])],
+                    )
+                    .unwrap()
+                    {
+                        wins += 1;
+                    }
+                }
+                wins
+            })
+        })
+        .collect();
+    let wins: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(wins, 50, "exactly one writer wins each row");
+    for k in 0..50u8 {
+        assert_eq!(get(store, &[k]).unwrap().cells.len(), 1);
+    }
+}
+
+pub fn large_rows_and_values(store: &Arc<dyn Store>) {
+    setup(store);
+    let muts: Vec<Mutation> = (0u16..3600)
+        .map(|i| Mutation::set_at("a", i.to_be_bytes().to_vec(), 1, vec![i as u8; 8]))
+        .collect();
+    store.mutate_row(T, b"wide", &muts).unwrap();
+    store
+        .mutate_row(
+            T,
+            b"big",
+            &[Mutation::set("a", b"q".to_vec(), vec![7u8; 4 << 20])],
+        )
+        .unwrap();
+    assert_eq!(get(store, b"wide").unwrap().cells.len(), 3600);
+    assert_eq!(
+        get(store, b"big")
+            .unwrap()
+            .value("a", b"q")
+            .map(<[u8]>::len),
+        Some(4 << 20)
+    );
+}

@@ -1,0 +1,68 @@
+//! The storage model: tables of rows in unsigned byte order of their keys; each row holds
+//! cells `(family, qualifier, timestamp) -> value`. This is the part of Bigtable's (and
+//! HBase's) data model that OpenTSDB uses, and every backend implements [`Store`].
+//!
+//! Cell timestamps are milliseconds chosen by the writer (or the store's clock when left
+//! out) and are filterable, so logical-time patterns such as time shifting work.
+
+pub mod conformance;
+mod error;
+pub mod memory;
+pub mod model;
+mod regex_filter;
+mod types;
+
+pub use error::{Error, ErrorKind, Result};
+pub use regex_filter::KeyRegex;
+pub use types::*;
+
+use std::fmt::Debug;
+
+/// Rows of a scan, in key order.
+pub type RowIter = Box<dyn Iterator<Item = Result<Row>> + Send>;
+
+/// A wide-column store. Implementations are internally synchronized; a row mutation is atomic.
+pub trait Store: Send + Sync + Debug {
+    /// Short name of the backend for logs and stats (`memory`, `embedded`, `bigtable`).
+    fn backend(&self) -> &'static str;
+
+    /// Creates a table, or adds the families it lacks. Idempotent.
+    fn create_table(&self, spec: &TableSpec) -> Result<()>;
+
+    fn table_exists(&self, table: &str) -> Result<bool>;
+
+    /// One row, filtered by `read`; `None` when no cell passes.
+    fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>>;
+
+    /// Applies mutations to one row atomically.
+    fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()>;
+
+    /// Applies mutations to many rows; each row's mutations are atomic, the batch is not.
+    fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()>;
+
+    /// Rows with `start <= key < end` (no end: to the last row) passing the filters, in order.
+    fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter>;
+
+    /// Adds `delta` to an 8-byte big-endian counter (absent counts as 0); returns the new value.
+    fn increment(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        delta: i64,
+    ) -> Result<i64>;
+
+    /// Applies `mutations` only when `check` holds, atomically with the check.
+    /// Returns whether it held.
+    fn check_and_mutate(
+        &self,
+        table: &str,
+        key: &[u8],
+        check: &Check,
+        mutations: &[Mutation],
+    ) -> Result<bool>;
+
+    /// Makes every write acknowledged so far durable against power loss.
+    fn sync(&self) -> Result<()>;
+}

@@ -1,0 +1,372 @@
+//! The semantics of one row, shared by backends that keep rows themselves (memory, embedded):
+//! applying mutations, version garbage collection, read filters, and a compact encoding.
+//!
+//! Encoded row (version 1):
+//!
+//! ```text
+//! | 0x01 | cell count (varint) | cells... |
+//! cell: | family len (varint) | family | qualifier len (varint) | qualifier |
+//!       | timestamp (zigzag varint) | value len (varint) | value |
+//! ```
+
+use crate::{Cell, Check, Error, Mutation, ReadOptions, Result, Row, TableSpec};
+
+const ROW_FORMAT: u8 = 1;
+
+/// The cells of one row, sorted by family, qualifier, then newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowData {
+    cells: Vec<Cell>,
+}
+
+impl RowData {
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    pub fn cells(&self) -> &[Cell] {
+        &self.cells
+    }
+
+    /// Checks every family first, then applies all mutations: all or nothing.
+    pub fn apply(&mut self, spec: &TableSpec, mutations: &[Mutation], now_ms: i64) -> Result<()> {
+        for m in mutations {
+            if let Some(family) = m.family() {
+                family_of(spec, family)?;
+            }
+        }
+        for m in mutations {
+            match m {
+                Mutation::SetCell {
+                    family,
+                    qualifier,
+                    timestamp,
+                    value,
+                } => {
+                    let ts = timestamp.unwrap_or(now_ms);
+                    self.set(family, qualifier, ts, value.clone());
+                    let max = family_of(spec, family)?.max_versions;
+                    if let Some(max) = max {
+                        self.keep_versions(family, qualifier, max as usize);
+                    }
+                }
+                Mutation::DeleteCells {
+                    family,
+                    qualifier,
+                    range,
+                } => self.cells.retain(|c| {
+                    !(c.family == *family
+                        && c.qualifier == *qualifier
+                        && range.contains(c.timestamp))
+                }),
+                Mutation::DeleteFamily { family } => self.cells.retain(|c| c.family != *family),
+                Mutation::DeleteRow => self.cells.clear(),
+            }
+        }
+        Ok(())
+    }
+
+    fn position(
+        &self,
+        family: &str,
+        qualifier: &[u8],
+        ts: i64,
+    ) -> std::result::Result<usize, usize> {
+        self.cells.binary_search_by(|c| {
+            (
+                c.family.as_str(),
+                c.qualifier.as_slice(),
+                std::cmp::Reverse(c.timestamp),
+            )
+                .cmp(&(family, qualifier, std::cmp::Reverse(ts)))
+        })
+    }
+
+    fn set(&mut self, family: &str, qualifier: &[u8], timestamp: i64, value: Vec<u8>) {
+        match self.position(family, qualifier, timestamp) {
+            Ok(i) => self.cells[i].value = value,
+            Err(i) => self.cells.insert(
+                i,
+                Cell {
+                    family: family.to_string(),
+                    qualifier: qualifier.to_vec(),
+                    timestamp,
+                    value,
+                },
+            ),
+        }
+    }
+
+    fn keep_versions(&mut self, family: &str, qualifier: &[u8], max: usize) {
+        let first = match self.position(family, qualifier, i64::MAX) {
+            Ok(i) | Err(i) => i,
+        };
+        let mut n = 0;
+        while first + n < self.cells.len()
+            && self.cells[first + n].family == family
+            && self.cells[first + n].qualifier == qualifier
+        {
+            n += 1;
+        }
+        if n > max {
+            self.cells.drain(first + max..first + n);
+        }
+    }
+
+    /// Newest cell of a column.
+    pub fn newest(&self, family: &str, qualifier: &[u8]) -> Option<&Cell> {
+        let i = match self.position(family, qualifier, i64::MAX) {
+            Ok(i) | Err(i) => i,
+        };
+        self.cells
+            .get(i)
+            .filter(|c| c.family == family && c.qualifier == qualifier)
+    }
+
+    pub fn check(&self, check: &Check) -> bool {
+        let newest = self.newest(&check.family, &check.qualifier);
+        match (&check.expected, newest) {
+            (None, None) => true,
+            (Some(want), Some(cell)) => cell.value == *want,
+            _ => false,
+        }
+    }
+
+    /// Adds `delta` to the newest value of an 8-byte counter column and writes the sum.
+    pub fn increment(
+        &mut self,
+        spec: &TableSpec,
+        family: &str,
+        qualifier: &[u8],
+        delta: i64,
+        now_ms: i64,
+    ) -> Result<i64> {
+        let current = match self.newest(family, qualifier) {
+            None => 0,
+            Some(cell) => {
+                let bytes: [u8; 8] = cell.value.as_slice().try_into().map_err(|_| {
+                    Error::InvalidRequest(format!(
+                        "counter is not an 8-byte big-endian integer. length={}",
+                        cell.value.len()
+                    ))
+                })?;
+                i64::from_be_bytes(bytes)
+            }
+        };
+        let next = current.wrapping_add(delta);
+        let ts = self
+            .newest(family, qualifier)
+            .map_or(now_ms, |c| c.timestamp.max(now_ms));
+        self.apply(
+            spec,
+            &[Mutation::set_at(family, qualifier, ts, next.to_be_bytes())],
+            now_ms,
+        )?;
+        Ok(next)
+    }
+
+    /// The row as a reader sees it through `read`; `None` when no cell passes.
+    pub fn read(&self, key: &[u8], read: &ReadOptions) -> Option<Row> {
+        let mut cells = Vec::new();
+        for c in &self.cells {
+            if !read.wants_family(&c.family) || !read.time_range.contains(c.timestamp) {
+                continue;
+            }
+            if read.latest_only {
+                if let Some(prev) = cells.last() {
+                    let prev: &Cell = prev;
+                    if prev.family == c.family && prev.qualifier == c.qualifier {
+                        continue;
+                    }
+                }
+            }
+            cells.push(c.clone());
+        }
+        if cells.is_empty() {
+            None
+        } else {
+            Some(Row {
+                key: key.to_vec(),
+                cells,
+            })
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self
+            .cells
+            .iter()
+            .map(|c| c.family.len() + c.qualifier.len() + c.value.len() + 16)
+            .sum();
+        let mut out = Vec::with_capacity(size + 4);
+        out.push(ROW_FORMAT);
+        put_varint(&mut out, self.cells.len() as u64);
+        for c in &self.cells {
+            put_varint(&mut out, c.family.len() as u64);
+            out.extend_from_slice(c.family.as_bytes());
+            put_varint(&mut out, c.qualifier.len() as u64);
+            out.extend_from_slice(&c.qualifier);
+            put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
+            put_varint(&mut out, c.value.len() as u64);
+            out.extend_from_slice(&c.value);
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<RowData> {
+        let mut r = Reader { bytes, pos: 0 };
+        if r.byte()? != ROW_FORMAT {
+            return Err(Error::Corrupt("unknown row format".into()));
+        }
+        let n = r.varint()? as usize;
+        let mut cells = Vec::with_capacity(n.min(bytes.len()));
+        for _ in 0..n {
+            let family = String::from_utf8(r.chunk()?.to_vec())
+                .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+            let qualifier = r.chunk()?.to_vec();
+            let z = r.varint()?;
+            let timestamp = ((z >> 1) as i64) ^ -((z & 1) as i64);
+            let value = r.chunk()?.to_vec();
+            cells.push(Cell {
+                family,
+                qualifier,
+                timestamp,
+                value,
+            });
+        }
+        if r.pos != bytes.len() {
+            return Err(Error::Corrupt("trailing bytes after row".into()));
+        }
+        Ok(RowData { cells })
+    }
+}
+
+fn family_of<'a>(spec: &'a TableSpec, family: &str) -> Result<&'a crate::FamilySpec> {
+    spec.families
+        .iter()
+        .find(|f| f.name == family)
+        .ok_or_else(|| Error::FamilyNotFound {
+            table: spec.name.clone(),
+            family: family.to_string(),
+        })
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Result<u8> {
+        let b = *self
+            .bytes
+            .get(self.pos)
+            .ok_or_else(|| Error::Corrupt("truncated row".into()))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7F) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err(Error::Corrupt("varint too long".into()))
+    }
+
+    fn chunk(&mut self) -> Result<&'a [u8]> {
+        let len = self.varint()? as usize;
+        let end = self.pos.checked_add(len).filter(|e| *e <= self.bytes.len());
+        let end = end.ok_or_else(|| Error::Corrupt("truncated row".into()))?;
+        let out = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FamilySpec;
+
+    #[test]
+    fn encoding_round_trips_and_rejects_garbage() {
+        let spec = TableSpec {
+            name: "t".into(),
+            families: vec![FamilySpec::new("f", None)],
+        };
+        let mut row = RowData::default();
+        row.apply(
+            &spec,
+            &[
+                Mutation::set_at("f", b"q".to_vec(), -5, b"v".to_vec()),
+                Mutation::set_at("f", vec![], i64::MAX, vec![0; 300]),
+            ],
+            0,
+        )
+        .unwrap();
+        let bytes = row.encode();
+        assert_eq!(RowData::decode(&bytes), Ok(row));
+        for cut in 0..bytes.len() {
+            assert!(RowData::decode(&bytes[..cut]).is_err());
+        }
+        assert!(
+            RowData::decode(&[
+                1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01
+            ])
+            .is_err()
+        );
+    }
+}
+
+/// The per-row part of a scan: key regex, cell filters and the row limit.
+#[derive(Debug)]
+pub struct ScanFilter {
+    regex: Option<crate::KeyRegex>,
+    read: ReadOptions,
+    limit: Option<usize>,
+}
+
+impl ScanFilter {
+    pub fn new(request: &crate::ScanRequest) -> Result<ScanFilter> {
+        let regex = request
+            .key_regex
+            .as_deref()
+            .map(crate::KeyRegex::new)
+            .transpose()?;
+        Ok(ScanFilter {
+            regex,
+            read: request.read.clone(),
+            limit: request.limit,
+        })
+    }
+
+    /// Whether a row key passes the regex (check before decoding the row).
+    pub fn key_matches(&self, key: &[u8]) -> bool {
+        self.regex.as_ref().is_none_or(|r| r.is_match(key))
+    }
+
+    pub fn accept(&self, key: &[u8], row: &RowData) -> Option<Row> {
+        if !self.key_matches(key) {
+            return None;
+        }
+        row.read(key, &self.read)
+    }
+
+    /// True once `returned` rows reach the limit.
+    pub fn is_full(&self, returned: usize) -> bool {
+        self.limit.is_some_and(|l| returned >= l)
+    }
+}

@@ -1,0 +1,238 @@
+/// One cell: a value at `(family, qualifier, timestamp)` in a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell {
+    pub family: String,
+    pub qualifier: Vec<u8>,
+    /// Milliseconds; meaning is the writer's (wall clock by default, logical if it chooses).
+    pub timestamp: i64,
+    pub value: Vec<u8>,
+}
+
+/// A row as read: cells sorted by family, then qualifier (byte order), then newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub key: Vec<u8>,
+    pub cells: Vec<Cell>,
+}
+
+impl Row {
+    /// Newest value of a cell.
+    pub fn value(&self, family: &str, qualifier: &[u8]) -> Option<&[u8]> {
+        self.cells
+            .iter()
+            .find(|c| c.family == family && c.qualifier == qualifier)
+            .map(|c| c.value.as_slice())
+    }
+}
+
+/// A change to one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mutation {
+    /// Writes a cell version; `timestamp: None` takes the store's clock (ms).
+    /// Writing an existing `(family, qualifier, timestamp)` replaces its value.
+    SetCell {
+        family: String,
+        qualifier: Vec<u8>,
+        timestamp: Option<i64>,
+        value: Vec<u8>,
+    },
+    /// Deletes the versions of one column within `range`.
+    DeleteCells {
+        family: String,
+        qualifier: Vec<u8>,
+        range: TimeRange,
+    },
+    /// Deletes every cell of a family in the row.
+    DeleteFamily { family: String },
+    /// Deletes the whole row.
+    DeleteRow,
+}
+
+impl Mutation {
+    pub fn set(family: &str, qualifier: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
+        Mutation::SetCell {
+            family: family.to_string(),
+            qualifier: qualifier.into(),
+            timestamp: None,
+            value: value.into(),
+        }
+    }
+
+    pub fn set_at(
+        family: &str,
+        qualifier: impl Into<Vec<u8>>,
+        timestamp: i64,
+        value: impl Into<Vec<u8>>,
+    ) -> Self {
+        Mutation::SetCell {
+            family: family.to_string(),
+            qualifier: qualifier.into(),
+            timestamp: Some(timestamp),
+            value: value.into(),
+        }
+    }
+
+    /// Deletes every version of one column.
+    pub fn delete(family: &str, qualifier: impl Into<Vec<u8>>) -> Self {
+        Mutation::DeleteCells {
+            family: family.to_string(),
+            qualifier: qualifier.into(),
+            range: TimeRange::ALL,
+        }
+    }
+
+    pub fn family(&self) -> Option<&str> {
+        match self {
+            Mutation::SetCell { family, .. }
+            | Mutation::DeleteCells { family, .. }
+            | Mutation::DeleteFamily { family } => Some(family),
+            Mutation::DeleteRow => None,
+        }
+    }
+}
+
+/// Mutations of one row in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowMutation {
+    pub key: Vec<u8>,
+    pub mutations: Vec<Mutation>,
+}
+
+/// Cell timestamps `start <= t < end` (no end: unbounded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    pub start: i64,
+    pub end: Option<i64>,
+}
+
+impl TimeRange {
+    pub const ALL: TimeRange = TimeRange {
+        start: i64::MIN,
+        end: None,
+    };
+
+    pub fn new(start: i64, end: Option<i64>) -> Self {
+        TimeRange { start, end }
+    }
+
+    pub fn contains(&self, t: i64) -> bool {
+        t >= self.start && self.end.is_none_or(|e| t < e)
+    }
+
+    pub fn is_all(&self) -> bool {
+        *self == TimeRange::ALL
+    }
+}
+
+impl Default for TimeRange {
+    fn default() -> Self {
+        TimeRange::ALL
+    }
+}
+
+/// Which cells of a row to return.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Only these families (all when `None`).
+    pub families: Option<Vec<String>>,
+    pub time_range: TimeRange,
+    /// Only the newest version of each column (after the time filter).
+    pub latest_only: bool,
+}
+
+impl ReadOptions {
+    pub fn latest() -> Self {
+        ReadOptions {
+            latest_only: true,
+            ..Default::default()
+        }
+    }
+
+    pub fn family(family: &str) -> Self {
+        ReadOptions {
+            families: Some(vec![family.to_string()]),
+            ..Default::default()
+        }
+    }
+
+    pub fn wants_family(&self, family: &str) -> bool {
+        self.families
+            .as_ref()
+            .is_none_or(|f| f.iter().any(|x| x == family))
+    }
+}
+
+/// A range scan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanRequest {
+    /// First key (inclusive).
+    pub start: Vec<u8>,
+    /// Key to stop before (exclusive); `None` scans to the end.
+    pub end: Option<Vec<u8>>,
+    /// RE2-style regex that must match the whole row key, byte-wise: write bytes
+    /// above 0x7F as `\xHH` escapes. `.` matches `\n` only under `(?s)`.
+    pub key_regex: Option<String>,
+    pub read: ReadOptions,
+    /// Maximum number of rows.
+    pub limit: Option<usize>,
+}
+
+impl ScanRequest {
+    pub fn range(start: impl Into<Vec<u8>>, end: Option<Vec<u8>>) -> Self {
+        ScanRequest {
+            start: start.into(),
+            end,
+            ..Default::default()
+        }
+    }
+
+    /// All rows starting with `prefix`.
+    pub fn prefix(prefix: &[u8]) -> Self {
+        ScanRequest::range(prefix.to_vec(), prefix_end(prefix))
+    }
+}
+
+/// The first key after every key starting with `prefix` (`None` if there is none).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// Condition of a check-and-mutate on one column's newest version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub family: String,
+    pub qualifier: Vec<u8>,
+    /// `None`: the column must have no cell. `Some(v)`: its newest value must equal `v`.
+    pub expected: Option<Vec<u8>>,
+}
+
+/// A table and its column families.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    pub name: String,
+    pub families: Vec<FamilySpec>,
+}
+
+/// A column family and its garbage-collection rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilySpec {
+    pub name: String,
+    /// Versions kept per column (`None`: all).
+    pub max_versions: Option<u32>,
+}
+
+impl FamilySpec {
+    pub fn new(name: &str, max_versions: Option<u32>) -> Self {
+        FamilySpec {
+            name: name.to_string(),
+            max_versions,
+        }
+    }
+}

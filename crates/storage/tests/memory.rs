@@ -1,0 +1,9 @@
+use std::sync::Arc;
+
+use hourglass_storage::memory::MemoryStore;
+
+fn make() -> Arc<dyn hourglass_storage::Store> {
+    Arc::new(MemoryStore::new())
+}
+
+hourglass_storage::conformance_tests!(make);
