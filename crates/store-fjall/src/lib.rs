@@ -1,0 +1,368 @@
+//! The embedded backend: each table is a fjall keyspace; each row is one key whose value is
+//! the row's cells ([`hourglass_storage::model::RowData`] encoding), so a row mutation is a
+//! single atomic insert and a scan reads rows in key order.
+//!
+//! One process owns a data dir: a lock file (`LOCK`) is held while the store is open, and a
+//! second process gets a "data dir in use" error. Every write reaches the journal in OS buffers
+//! before it returns, so a killed process loses nothing it acknowledged; [`Store::sync`]
+//! adds an fsync for power loss.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use hourglass_storage::model::{RowData, ScanFilter};
+use hourglass_storage::{
+    Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
+    ScanRequest, Store, TableSpec,
+};
+use parking_lot::{Mutex, RwLock};
+
+const TABLES_KEYSPACE: &str = "_tables";
+const TABLE_PREFIX: &str = "t:";
+
+#[derive(Clone)]
+struct Table {
+    spec: Arc<TableSpec>,
+    rows: Keyspace,
+}
+
+/// The embedded store.
+pub struct FjallStore {
+    path: PathBuf,
+    db: Database,
+    catalog: Keyspace,
+    tables: RwLock<HashMap<String, Table>>,
+    /// Serializes read-modify-write of rows. Readers never take it.
+    write_lock: Mutex<()>,
+    _lock_file: File,
+}
+
+impl std::fmt::Debug for FjallStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_err(context: &str, e: impl std::fmt::Display) -> Error {
+    Error::Internal(format!("{context}: {e}"))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl FjallStore {
+    /// Opens (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<FjallStore> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| io_err(&format!("cannot create data dir {}", dir.display()), e))?;
+        let lock_path = dir.join("LOCK");
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_err(&format!("cannot open {}", lock_path.display()), e))?;
+        match lock_file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Unavailable(format!(
+                    "data dir in use: {} is held by another process (stop it, or talk to it over HTTP)",
+                    dir.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err("cannot lock data dir", e)),
+        }
+        let db = Database::builder(dir.join("store"))
+            .open()
+            .map_err(|e| io_err("cannot open embedded store", e))?;
+        let catalog = db
+            .keyspace(TABLES_KEYSPACE, KeyspaceCreateOptions::default)
+            .map_err(|e| io_err("cannot open table catalog", e))?;
+        let store = FjallStore {
+            path: dir.to_path_buf(),
+            db,
+            catalog,
+            tables: RwLock::new(HashMap::new()),
+            write_lock: Mutex::new(()),
+            _lock_file: lock_file,
+        };
+        store.load_tables()?;
+        Ok(store)
+    }
+
+    fn load_tables(&self) -> Result<()> {
+        let mut tables = self.tables.write();
+        for guard in self.catalog.iter() {
+            let (name, spec) = guard
+                .into_inner()
+                .map_err(|e| io_err("cannot read table catalog", e))?;
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| Error::Corrupt("table name is not UTF-8".into()))?;
+            let spec = decode_spec(&name, &spec)?;
+            let rows = self.open_keyspace(&name)?;
+            tables.insert(
+                name,
+                Table {
+                    spec: Arc::new(spec),
+                    rows,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn open_keyspace(&self, table: &str) -> Result<Keyspace> {
+        self.db
+            .keyspace(
+                &format!("{TABLE_PREFIX}{table}"),
+                KeyspaceCreateOptions::default,
+            )
+            .map_err(|e| io_err(&format!("cannot open table {table}"), e))
+    }
+
+    fn table(&self, name: &str) -> Result<Table> {
+        self.tables
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))
+    }
+
+    fn load_row(table: &Table, key: &[u8]) -> Result<RowData> {
+        match table.rows.get(key).map_err(|e| io_err("read failed", e))? {
+            Some(bytes) => RowData::decode(&bytes),
+            None => Ok(RowData::default()),
+        }
+    }
+
+    /// Disk space used by the store's files, in bytes.
+    pub fn disk_space(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+
+    /// Flushes memtables and compacts every table fully (for benchmarks and tools that
+    /// measure the settled size on disk).
+    pub fn major_compact(&self) -> Result<()> {
+        let tables: Vec<Table> = self.tables.read().values().cloned().collect();
+        for t in tables {
+            t.rows
+                .rotate_memtable_and_wait()
+                .map_err(|e| io_err("flush failed", e))?;
+            t.rows
+                .major_compact()
+                .map_err(|e| io_err("compaction failed", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Table spec in the catalog: `name:max_versions` per family, one per line (0 = unlimited).
+fn encode_spec(spec: &TableSpec) -> Vec<u8> {
+    spec.families
+        .iter()
+        .map(|f| format!("{}:{}\n", f.name, f.max_versions.unwrap_or(0)))
+        .collect::<String>()
+        .into_bytes()
+}
+
+fn decode_spec(name: &str, bytes: &[u8]) -> Result<TableSpec> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| Error::Corrupt(format!("table spec is not UTF-8. table={name}")))?;
+    let families = text
+        .lines()
+        .map(|line| {
+            let (family, versions) = line
+                .rsplit_once(':')
+                .ok_or_else(|| Error::Corrupt(format!("bad table spec. table={name}")))?;
+            let versions: u32 = versions
+                .parse()
+                .map_err(|_| Error::Corrupt(format!("bad table spec. table={name}")))?;
+            Ok(FamilySpec::new(family, (versions > 0).then_some(versions)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(TableSpec {
+        name: name.to_string(),
+        families,
+    })
+}
+
+impl Store for FjallStore {
+    fn backend(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn create_table(&self, spec: &TableSpec) -> Result<()> {
+        let _w = self.write_lock.lock();
+        let existing = self.tables.read().get(&spec.name).cloned();
+        let mut merged = existing.as_ref().map_or_else(
+            || TableSpec {
+                name: spec.name.clone(),
+                families: Vec::new(),
+            },
+            |t| (*t.spec).clone(),
+        );
+        for f in &spec.families {
+            if !merged.families.iter().any(|have| have.name == f.name) {
+                merged.families.push(f.clone());
+            }
+        }
+        if existing.as_ref().is_some_and(|t| *t.spec == merged) {
+            return Ok(());
+        }
+        let rows = match existing {
+            Some(t) => t.rows,
+            None => self.open_keyspace(&spec.name)?,
+        };
+        self.catalog
+            .insert(spec.name.as_bytes(), encode_spec(&merged))
+            .map_err(|e| io_err("cannot write table catalog", e))?;
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| io_err("cannot sync", e))?;
+        self.tables.write().insert(
+            spec.name.clone(),
+            Table {
+                spec: Arc::new(merged),
+                rows,
+            },
+        );
+        Ok(())
+    }
+
+    fn table_exists(&self, table: &str) -> Result<bool> {
+        Ok(self.tables.read().contains_key(table))
+    }
+
+    fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
+        let t = self.table(table)?;
+        Ok(Self::load_row(&t, key)?.read(key, read))
+    }
+
+    fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
+        self.mutate_rows(
+            table,
+            &[RowMutation {
+                key: key.to_vec(),
+                mutations: mutations.to_vec(),
+            }],
+        )
+    }
+
+    fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
+        let t = self.table(table)?;
+        let now = now_ms();
+        let _w = self.write_lock.lock();
+        let mut batch = self.db.batch();
+        // Rows repeated in one batch apply in order on the pending state.
+        let mut pending: HashMap<&[u8], RowData> = HashMap::new();
+        for r in rows {
+            let row = match pending.remove(r.key.as_slice()) {
+                Some(row) => row,
+                None => Self::load_row(&t, &r.key)?,
+            };
+            let mut row = row;
+            row.apply(&t.spec, &r.mutations, now)?;
+            pending.insert(&r.key, row);
+        }
+        for (key, row) in pending {
+            if row.is_empty() {
+                batch.remove(&t.rows, key);
+            } else {
+                batch.insert(&t.rows, key, row.encode());
+            }
+        }
+        batch.commit().map_err(|e| io_err("write failed", e))
+    }
+
+    fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
+        let t = self.table(table)?;
+        let filter = ScanFilter::new(request)?;
+        let upper = match &request.end {
+            Some(end) => Bound::Excluded(end.clone()),
+            None => Bound::Unbounded,
+        };
+        let iter = t
+            .rows
+            .range::<Vec<u8>, _>((Bound::Included(request.start.clone()), upper));
+        let mut returned = 0usize;
+        let rows = iter.filter_map(move |guard| {
+            if filter.is_full(returned) {
+                return None;
+            }
+            let (key, value) = match guard.into_inner() {
+                Ok(kv) => kv,
+                Err(e) => return Some(Err(io_err("scan failed", e))),
+            };
+            if !filter.key_matches(&key) {
+                return None;
+            }
+            let row = match RowData::decode(&value) {
+                Ok(row) => row,
+                Err(e) => return Some(Err(e)),
+            };
+            let out = filter.accept(&key, &row)?;
+            returned += 1;
+            Some(Ok(out))
+        });
+        // Stop pulling from the tree once the limit is reached.
+        let limit = request.limit.unwrap_or(usize::MAX);
+        Ok(Box::new(rows.take(limit)))
+    }
+
+    fn increment(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        delta: i64,
+    ) -> Result<i64> {
+        let t = self.table(table)?;
+        let _w = self.write_lock.lock();
+        let mut row = Self::load_row(&t, key)?;
+        let v = row.increment(&t.spec, family, qualifier, delta, now_ms())?;
+        t.rows
+            .insert(key, row.encode())
+            .map_err(|e| io_err("write failed", e))?;
+        Ok(v)
+    }
+
+    fn check_and_mutate(
+        &self,
+        table: &str,
+        key: &[u8],
+        check: &Check,
+        mutations: &[Mutation],
+    ) -> Result<bool> {
+        let t = self.table(table)?;
+        let _w = self.write_lock.lock();
+        let mut row = Self::load_row(&t, key)?;
+        if !row.check(check) {
+            return Ok(false);
+        }
+        row.apply(&t.spec, mutations, now_ms())?;
+        if row.is_empty() {
+            t.rows.remove(key).map_err(|e| io_err("write failed", e))?;
+        } else {
+            t.rows
+                .insert(key, row.encode())
+                .map_err(|e| io_err("write failed", e))?;
+        }
+        Ok(true)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.db
+            .persist(PersistMode::SyncData)
+            .map_err(|e| io_err("sync failed", e))
+    }
+}

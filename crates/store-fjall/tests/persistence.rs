@@ -1,0 +1,73 @@
+use hourglass_storage::{FamilySpec, Mutation, ReadOptions, ScanRequest, Store, TableSpec};
+use hourglass_store_fjall::FjallStore;
+
+fn spec() -> TableSpec {
+    TableSpec {
+        name: "tsdb".into(),
+        families: vec![FamilySpec::new("t", Some(1))],
+    }
+}
+
+#[test]
+fn data_and_tables_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = FjallStore::open(dir.path()).unwrap();
+        store.create_table(&spec()).unwrap();
+        for i in 0u32..1000 {
+            store
+                .mutate_row(
+                    "tsdb",
+                    &i.to_be_bytes(),
+                    &[Mutation::set("t", b"q".to_vec(), i.to_le_bytes().to_vec())],
+                )
+                .unwrap();
+        }
+        store.increment("tsdb", &[0], "t", b"ctr", 5).unwrap();
+    }
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert!(store.table_exists("tsdb").unwrap());
+    // 1000 rows plus the counter row.
+    assert_eq!(
+        store.scan("tsdb", &ScanRequest::default()).unwrap().count(),
+        1001
+    );
+    let row = store
+        .get("tsdb", &7u32.to_be_bytes(), &ReadOptions::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.value("t", b"q"), Some(&7u32.to_le_bytes()[..]));
+    assert_eq!(store.increment("tsdb", &[0], "t", b"ctr", 1).unwrap(), 6);
+    // The family's max_versions came back from the catalog.
+    store
+        .mutate_row(
+            "tsdb",
+            b"v",
+            &[Mutation::set_at("t", b"q".to_vec(), 1, b"a".to_vec())],
+        )
+        .unwrap();
+    store
+        .mutate_row(
+            "tsdb",
+            b"v",
+            &[Mutation::set_at("t", b"q".to_vec(), 2, b"b".to_vec())],
+        )
+        .unwrap();
+    assert_eq!(
+        store
+            .get("tsdb", b"v", &ReadOptions::default())
+            .unwrap()
+            .unwrap()
+            .cells
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn second_open_of_a_data_dir_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = FjallStore::open(dir.path()).unwrap();
+    let err = FjallStore::open(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("data dir in use"), "{err}");
+}
