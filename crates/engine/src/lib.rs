@@ -1,0 +1,16 @@
+//! The database engine over a [`hourglass_storage::Store`]: UID assignment, the write path
+//! and compaction. It speaks OpenTSDB's schema through `hourglass-core`'s codecs.
+
+mod error;
+pub mod rows;
+pub mod settings;
+pub mod tables;
+mod tsdb;
+pub mod uid;
+mod wal;
+pub mod write;
+
+pub use error::{Error, ErrorKind, Result};
+pub use settings::Settings;
+pub use tsdb::Tsdb;
+pub use write::{BatchOutcome, IncomingPoint};

@@ -1,0 +1,78 @@
+//! Engine settings, read from OpenTSDB's configuration keys (and a few of our own).
+
+use std::time::Duration;
+
+use hourglass_core::config::Config;
+use hourglass_core::schema::Schema;
+
+use crate::Result;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub schema: Schema,
+    /// `tsd.core.auto_create_metrics` (default false).
+    pub auto_create_metrics: bool,
+    /// `tsd.core.auto_create_tagks` (default true).
+    pub auto_create_tagks: bool,
+    /// `tsd.core.auto_create_tagvs` (default true).
+    pub auto_create_tagvs: bool,
+    /// `tsd.core.tag.allow_specialchars`: extra characters allowed in names.
+    pub allow_special_chars: String,
+    /// `tsd.storage.fix_duplicates` (default false).
+    pub fix_duplicates: bool,
+    /// `tsd.storage.enable_compaction` (default true).
+    pub enable_compaction: bool,
+    /// `tsd.storage.flush_interval` in ms: buffered points reach the store within this time.
+    pub flush_interval: Duration,
+    /// `tsd.storage.max_buffered_points`: a flush starts when this many points are buffered.
+    pub max_buffered_points: usize,
+    /// `tsd.storage.wal.enable`: log each batch before acknowledging it (default true).
+    pub wal: bool,
+    /// `tsd.storage.wal.sync`: fsync the log for each batch (power-loss safety; default false).
+    pub wal_sync: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            schema: Schema::default(),
+            auto_create_metrics: false,
+            auto_create_tagks: true,
+            auto_create_tagvs: true,
+            allow_special_chars: String::new(),
+            fix_duplicates: false,
+            enable_compaction: true,
+            flush_interval: Duration::from_secs(60),
+            max_buffered_points: 4_000_000,
+            wal: true,
+            wal_sync: false,
+        }
+    }
+}
+
+impl Settings {
+    pub fn from_config(c: &Config) -> Result<Settings> {
+        let d = Settings::default();
+        let flush_ms = c.get_int(
+            "tsd.storage.flush_interval",
+            d.flush_interval.as_millis() as i64,
+        )?;
+        let max_points = c.get_int(
+            "tsd.storage.max_buffered_points",
+            d.max_buffered_points as i64,
+        )?;
+        Ok(Settings {
+            schema: Schema::from_config(c)?,
+            auto_create_metrics: c.get_bool("tsd.core.auto_create_metrics", d.auto_create_metrics),
+            auto_create_tagks: c.get_bool("tsd.core.auto_create_tagks", d.auto_create_tagks),
+            auto_create_tagvs: c.get_bool("tsd.core.auto_create_tagvs", d.auto_create_tagvs),
+            allow_special_chars: c.get_str("tsd.core.tag.allow_specialchars", "").to_string(),
+            fix_duplicates: c.get_bool("tsd.storage.fix_duplicates", d.fix_duplicates),
+            enable_compaction: c.get_bool("tsd.storage.enable_compaction", d.enable_compaction),
+            flush_interval: Duration::from_millis(flush_ms.max(1) as u64),
+            max_buffered_points: max_points.max(1) as usize,
+            wal: c.get_bool("tsd.storage.wal.enable", d.wal),
+            wal_sync: c.get_bool("tsd.storage.wal.sync", d.wal_sync),
+        })
+    }
+}

@@ -1,0 +1,125 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hourglass_storage::Store;
+use parking_lot::Mutex;
+
+use crate::uid::UidRegistry;
+use crate::write::{BatchOutcome, IncomingPoint, WriteStats, Writer};
+use crate::{Result, Settings, tables};
+
+/// A database: schema, UIDs and the write path over one store.
+#[derive(Debug)]
+pub struct Tsdb {
+    store: Arc<dyn Store>,
+    settings: Settings,
+    uids: Arc<UidRegistry>,
+    writer: Writer,
+    stop: AtomicBool,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Tsdb {
+    /// Opens a database: creates missing tables, replays the write-ahead log and flushes it.
+    pub fn open(store: Arc<dyn Store>, settings: Settings) -> Result<Arc<Tsdb>> {
+        tables::create_tables(store.as_ref(), &settings.schema)?;
+        let uids = Arc::new(UidRegistry::new(
+            Arc::clone(&store),
+            settings.schema.clone(),
+        ));
+        let writer = Writer::new(Arc::clone(&store), settings.clone(), Arc::clone(&uids))?;
+        let replayed = writer.recover()?;
+        if replayed > 0 {
+            tracing::info!(points = replayed, "replayed the write-ahead log");
+            writer.flush()?;
+        }
+        Ok(Arc::new(Tsdb {
+            store,
+            settings,
+            uids,
+            writer,
+            stop: AtomicBool::new(false),
+            flusher: Mutex::new(None),
+        }))
+    }
+
+    /// Starts the thread that flushes buffered rows when the flush interval or buffer
+    /// size says so, and compacts rows whose hour has closed.
+    pub fn start_background(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let handle = std::thread::Builder::new()
+            .name("hourglass-flush".into())
+            .spawn(move || {
+                loop {
+                    std::thread::park_timeout(Duration::from_millis(100));
+                    let Some(db) = weak.upgrade() else { return };
+                    if db.stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if db.writer.flush_due() {
+                        if let Err(e) = db.writer.flush() {
+                            tracing::error!(error = %e, "flush failed; points stay buffered and logged");
+                        }
+                    }
+                }
+            });
+        match handle {
+            Ok(h) => *self.flusher.lock() = Some(h),
+            Err(e) => tracing::error!(error = %e, "cannot start the flush thread"),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn uids(&self) -> &UidRegistry {
+        &self.uids
+    }
+
+    pub fn write_stats(&self) -> &WriteStats {
+        &self.writer.stats
+    }
+
+    /// Stores a batch of points; acknowledged points are in the write-ahead log.
+    pub fn add_points(&self, points: &[IncomingPoint<'_>]) -> BatchOutcome {
+        let outcome = self.writer.add_points(points);
+        if self.writer.buffered_points() >= self.settings.max_buffered_points {
+            if let Some(h) = self.flusher.lock().as_ref() {
+                h.thread().unpark();
+            } else if let Err(e) = self.writer.flush() {
+                tracing::error!(error = %e, "flush failed; points stay buffered and logged");
+            }
+        }
+        outcome
+    }
+
+    /// Writes every buffered point to the data table now.
+    pub fn flush(&self) -> Result<usize> {
+        self.writer.flush()
+    }
+
+    pub fn buffered_points(&self) -> usize {
+        self.writer.buffered_points()
+    }
+
+    /// Stops the flush thread, flushes, and syncs the store.
+    pub fn close(&self) -> Result<()> {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.flusher.lock().take() {
+            h.thread().unpark();
+            if h.join().is_err() {
+                tracing::error!("flush thread panicked");
+            }
+        }
+        self.writer.flush()?;
+        self.store.sync()?;
+        Ok(())
+    }
+}

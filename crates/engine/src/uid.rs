@@ -1,0 +1,380 @@
+//! The UID registry: names to fixed-width UIDs and back, in the `tsdb-uid` table.
+//!
+//! Assignment follows OpenTSDB: increment the kind's MAXID counter, write the reverse
+//! mapping (UID -> name), then create the forward mapping (name -> UID) with
+//! check-and-mutate. Racing writers — threads or processes — agree on one UID per name:
+//! the loser of the forward check-and-mutate wastes its UID (its reverse row stays, as in
+//! OpenTSDB) and takes the winner's. Both directions are cached; mappings never change
+//! except through `rename` and `delete`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hourglass_core::schema::{MAXID_ROW, Schema, UID_ID_FAMILY, UID_NAME_FAMILY};
+use hourglass_core::uid::{Uid, UidKind};
+use hourglass_storage::{Check, KeyRegex, Mutation, ReadOptions, ScanRequest, Store};
+use parking_lot::{Mutex, RwLock};
+
+use crate::{Error, Result};
+
+const MAX_ATTEMPTS: usize = 3;
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+#[derive(Debug, Default)]
+struct KindCache {
+    by_name: RwLock<Map<String, Uid>>,
+    by_uid: RwLock<Map<Uid, String>>,
+    /// Serializes assignments of this kind within the process (processes race via CAS).
+    assign: Mutex<()>,
+}
+
+/// Cache counters, for `/api/stats`.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+/// One name/UID mapping found by [`UidRegistry::grep`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UidMapping {
+    pub kind: String,
+    pub name: String,
+    pub uid: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct UidRegistry {
+    store: Arc<dyn Store>,
+    schema: Schema,
+    caches: [KindCache; 3],
+    pub stats: CacheStats,
+}
+
+impl UidRegistry {
+    pub fn new(store: Arc<dyn Store>, schema: Schema) -> Self {
+        UidRegistry {
+            store,
+            schema,
+            caches: Default::default(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    fn table(&self) -> &str {
+        &self.schema.uid_table
+    }
+
+    fn width(&self, kind: UidKind) -> u8 {
+        self.schema.uid_width(kind)
+    }
+
+    fn cached(&self, kind: UidKind, name: &str) -> Option<Uid> {
+        self.caches[kind.index()].by_name.read().get(name).copied()
+    }
+
+    fn remember(&self, kind: UidKind, name: &str, uid: Uid) {
+        let c = &self.caches[kind.index()];
+        c.by_name.write().insert(name.to_string(), uid);
+        c.by_uid.write().insert(uid, name.to_string());
+    }
+
+    /// The UID of `name`, from cache or storage.
+    pub fn get_id(&self, kind: UidKind, name: &str) -> Result<Uid> {
+        if let Some(uid) = self.cached(kind, name) {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(uid);
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        match self.read_forward(kind, name)? {
+            Some(uid) => {
+                self.remember(kind, name, uid);
+                Ok(uid)
+            }
+            None => Err(Error::NoSuchName {
+                kind,
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    fn read_forward(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
+        let row = self.store.get(
+            self.table(),
+            name.as_bytes(),
+            &ReadOptions::family(UID_ID_FAMILY),
+        )?;
+        let Some(bytes) = row
+            .as_ref()
+            .and_then(|r| r.value(UID_ID_FAMILY, kind.qualifier().as_bytes()))
+        else {
+            return Ok(None);
+        };
+        if bytes.len() != usize::from(self.width(kind)) {
+            return Err(Error::Corrupt(format!(
+                "Found id.length = {} which is != {} required for '{kind}'",
+                bytes.len(),
+                self.width(kind)
+            )));
+        }
+        Ok(Some(Uid::from_bytes(bytes)?))
+    }
+
+    /// The name of `uid`, from cache or storage.
+    pub fn get_name(&self, kind: UidKind, uid: Uid) -> Result<String> {
+        if let Some(name) = self.caches[kind.index()].by_uid.read().get(&uid) {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(name.clone());
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        let key = uid.to_bytes(self.width(kind));
+        let row = self
+            .store
+            .get(self.table(), &key, &ReadOptions::family(UID_NAME_FAMILY))?;
+        match row
+            .as_ref()
+            .and_then(|r| r.value(UID_NAME_FAMILY, kind.qualifier().as_bytes()))
+        {
+            Some(name) => {
+                let name = String::from_utf8_lossy(name).into_owned();
+                self.remember(kind, &name, uid);
+                Ok(name)
+            }
+            None => Err(Error::NoSuchId {
+                kind,
+                uid: format_signed_bytes(&key),
+            }),
+        }
+    }
+
+    /// The UID of `name`, assigning a new one if it has none.
+    pub fn get_or_create_id(&self, kind: UidKind, name: &str) -> Result<Uid> {
+        match self.get_id(kind, name) {
+            Err(Error::NoSuchName { .. }) => {}
+            other => return other,
+        }
+        let cache = &self.caches[kind.index()];
+        let _guard = cache.assign.lock();
+        // Another thread may have assigned it while we waited.
+        if let Some(uid) = self.cached(kind, name) {
+            return Ok(uid);
+        }
+        if let Some(uid) = self.read_forward(kind, name)? {
+            self.remember(kind, name, uid);
+            return Ok(uid);
+        }
+        self.assign(kind, name)
+    }
+
+    fn assign(&self, kind: UidKind, name: &str) -> Result<Uid> {
+        let width = self.width(kind);
+        let qualifier = kind.qualifier().as_bytes();
+        for _ in 0..MAX_ATTEMPTS {
+            let id = self
+                .store
+                .increment(self.table(), MAXID_ROW, UID_ID_FAMILY, qualifier, 1)?;
+            if id <= 0 {
+                return Err(Error::Corrupt(format!(
+                    "Got a negative ID from storage: {id}"
+                )));
+            }
+            if id as u64 > Uid::max_for_width(width) {
+                return Err(Error::UidsExhausted { kind, width });
+            }
+            let uid = Uid(id as u64);
+            let uid_bytes = uid.to_bytes(width);
+            let reverse_free = Check {
+                family: UID_NAME_FAMILY.into(),
+                qualifier: qualifier.to_vec(),
+                expected: None,
+            };
+            let reverse = [Mutation::set(
+                UID_NAME_FAMILY,
+                qualifier.to_vec(),
+                name.as_bytes().to_vec(),
+            )];
+            if !self
+                .store
+                .check_and_mutate(self.table(), &uid_bytes, &reverse_free, &reverse)?
+            {
+                tracing::error!(kind = %kind, uid = %uid.to_hex(width), "reverse mapping already taken: MAXID is behind the table; run uid fsck");
+                continue;
+            }
+            let forward_free = Check {
+                family: UID_ID_FAMILY.into(),
+                qualifier: qualifier.to_vec(),
+                expected: None,
+            };
+            let forward = [Mutation::set(
+                UID_ID_FAMILY,
+                qualifier.to_vec(),
+                uid_bytes.clone(),
+            )];
+            if self.store.check_and_mutate(
+                self.table(),
+                name.as_bytes(),
+                &forward_free,
+                &forward,
+            )? {
+                self.remember(kind, name, uid);
+                return Ok(uid);
+            }
+            // Lost the race to another writer: use its UID; ours is wasted.
+            tracing::warn!(kind = %kind, name, uid = %uid.to_hex(width), "race on UID assignment: UID leaked");
+            return match self.read_forward(kind, name)? {
+                Some(winner) => {
+                    self.remember(kind, name, winner);
+                    Ok(winner)
+                }
+                None => Err(Error::Internal(format!(
+                    "forward mapping for {kind} {name} vanished during assignment"
+                ))),
+            };
+        }
+        Err(Error::Internal(format!(
+            "failed to assign a UID for {kind} {name} after {MAX_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// Gives `old`'s UID to `new`: reverse mapping rewritten, new forward mapping written,
+    /// old forward mapping deleted.
+    pub fn rename(&self, kind: UidKind, old: &str, new: &str) -> Result<Uid> {
+        let uid = self.get_id(kind, old)?;
+        if let Some(taken) = self.read_forward(kind, new)? {
+            return Err(Error::invalid(format!(
+                "When trying rename(\"{old}\", \"{new}\") on {kind}: new name already assigned ID={}",
+                format_signed_bytes(&taken.to_bytes(self.width(kind)))
+            )));
+        }
+        let width = self.width(kind);
+        let q = kind.qualifier().as_bytes().to_vec();
+        self.store.mutate_row(
+            self.table(),
+            &uid.to_bytes(width),
+            &[Mutation::set(
+                UID_NAME_FAMILY,
+                q.clone(),
+                new.as_bytes().to_vec(),
+            )],
+        )?;
+        self.store.mutate_row(
+            self.table(),
+            new.as_bytes(),
+            &[Mutation::set(UID_ID_FAMILY, q.clone(), uid.to_bytes(width))],
+        )?;
+        self.store.mutate_row(
+            self.table(),
+            old.as_bytes(),
+            &[Mutation::delete(UID_ID_FAMILY, q)],
+        )?;
+        let c = &self.caches[kind.index()];
+        c.by_name.write().remove(old);
+        self.remember(kind, new, uid);
+        Ok(uid)
+    }
+
+    /// Removes both mappings of `name` (and its UID meta cell). Data rows using the UID stay.
+    pub fn delete(&self, kind: UidKind, name: &str) -> Result<Uid> {
+        let uid = self.get_id(kind, name)?;
+        let width = self.width(kind);
+        let q = kind.qualifier().as_bytes().to_vec();
+        let meta = format!("{}_meta", kind_word(kind)).into_bytes();
+        self.store.mutate_row(
+            self.table(),
+            name.as_bytes(),
+            &[Mutation::delete(UID_ID_FAMILY, q.clone())],
+        )?;
+        self.store.mutate_row(
+            self.table(),
+            &uid.to_bytes(width),
+            &[
+                Mutation::delete(UID_NAME_FAMILY, q),
+                Mutation::delete(UID_NAME_FAMILY, meta),
+            ],
+        )?;
+        let c = &self.caches[kind.index()];
+        c.by_name.write().remove(name);
+        c.by_uid.write().remove(&uid);
+        Ok(uid)
+    }
+
+    /// Forward mappings whose name contains a match of `pattern` (a partial match, as
+    /// OpenTSDB's `uid grep`), optionally of one kind.
+    pub fn grep(
+        &self,
+        kind: Option<UidKind>,
+        pattern: &str,
+        ignore_case: bool,
+    ) -> Result<Vec<UidMapping>> {
+        let flags = if ignore_case { "(?i)" } else { "" };
+        let regex = regex_for_grep(&format!("{flags}{pattern}"))?;
+        let mut out = Vec::new();
+        let request = ScanRequest {
+            read: ReadOptions::family(UID_ID_FAMILY),
+            ..Default::default()
+        };
+        for row in self.store.scan(self.table(), &request)? {
+            let row = row?;
+            if row.key == MAXID_ROW || !regex.is_match(&row.key) {
+                continue;
+            }
+            for cell in &row.cells {
+                let kind_word = String::from_utf8_lossy(&cell.qualifier).into_owned();
+                if kind.is_some_and(|k| k.qualifier() != kind_word) {
+                    continue;
+                }
+                out.push(UidMapping {
+                    kind: kind_word,
+                    name: String::from_utf8_lossy(&row.key).into_owned(),
+                    uid: cell.value.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The current MAXID counter of a kind (0 when none was assigned).
+    pub fn max_id(&self, kind: UidKind) -> Result<u64> {
+        let row = self
+            .store
+            .get(self.table(), MAXID_ROW, &ReadOptions::family(UID_ID_FAMILY))?;
+        Ok(row
+            .as_ref()
+            .and_then(|r| r.value(UID_ID_FAMILY, kind.qualifier().as_bytes()))
+            .and_then(|v| <[u8; 8]>::try_from(v).ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    pub fn drop_caches(&self) {
+        for c in &self.caches {
+            c.by_name.write().clear();
+            c.by_uid.write().clear();
+        }
+    }
+
+    /// Number of cached names per kind (metrics, tagk, tagv).
+    pub fn cache_sizes(&self) -> [usize; 3] {
+        [0, 1, 2].map(|i| self.caches[i].by_name.read().len())
+    }
+}
+
+fn kind_word(kind: UidKind) -> &'static str {
+    match kind {
+        UidKind::Metric => "metric",
+        UidKind::TagKey => "tagk",
+        UidKind::TagValue => "tagv",
+    }
+}
+
+fn regex_for_grep(pattern: &str) -> Result<KeyRegex> {
+    // A partial match anywhere in the name, like HBase's RegexStringComparator.
+    KeyRegex::new(&format!("(?s).*(?:{pattern}).*")).map_err(|e| Error::invalid(e.to_string()))
+}
+
+/// Java's `Arrays.toString(byte[])`: signed bytes, e.g. `[0, 0, -1]`.
+pub fn format_signed_bytes(bytes: &[u8]) -> String {
+    let parts: Vec<String> = bytes.iter().map(|b| (*b as i8).to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}

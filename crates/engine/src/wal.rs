@@ -1,0 +1,162 @@
+//! The write-ahead log: one entry per acknowledged batch, in a table of the store, keyed by
+//! an 8-byte big-endian sequence number. An entry is self-contained:
+//!
+//! ```text
+//! | 0x01 | row count (varint) | rows: key len (varint) key |
+//! | point count (varint) | points: row index (varint) | qualifier (4, BE u32) | value bits (varint) |
+//! ```
+//!
+//! Entries are deleted once a flush has written their points to the data table.
+
+use hourglass_core::compact::Point;
+use hourglass_core::qualifier::Qualifier;
+use hourglass_storage::{Mutation, ReadOptions, RowMutation, ScanRequest, Store};
+
+use crate::tables::{WAL_FAMILY, WAL_TABLE};
+use crate::{Error, Result};
+
+const FORMAT: u8 = 1;
+
+/// Builds one entry.
+#[derive(Debug, Default)]
+pub(crate) struct EntryBuilder {
+    rows: Vec<u8>,
+    row_count: u64,
+    points: Vec<u8>,
+    point_count: u64,
+}
+
+impl EntryBuilder {
+    pub(crate) fn add_row(&mut self, key: &[u8]) -> u64 {
+        put_varint(&mut self.rows, key.len() as u64);
+        self.rows.extend_from_slice(key);
+        self.row_count += 1;
+        self.row_count - 1
+    }
+
+    pub(crate) fn add_point(&mut self, row: u64, point: Point) {
+        put_varint(&mut self.points, row);
+        self.points
+            .extend_from_slice(&point.qualifier.raw().to_be_bytes());
+        put_varint(&mut self.points, point.bits);
+        self.point_count += 1;
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.point_count == 0
+    }
+
+    pub(crate) fn finish(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.rows.len() + self.points.len() + 21);
+        out.push(FORMAT);
+        put_varint(&mut out, self.row_count);
+        out.extend_from_slice(&self.rows);
+        put_varint(&mut out, self.point_count);
+        out.extend_from_slice(&self.points);
+        out
+    }
+}
+
+/// Decodes an entry into (row key, point) pairs.
+pub(crate) fn decode_entry(bytes: &[u8], mut each: impl FnMut(&[u8], Point)) -> Result<()> {
+    let corrupt = || Error::Corrupt("write-ahead log entry is damaged".into());
+    let mut pos = 0usize;
+    let byte = |pos: &mut usize| -> Result<u8> {
+        let b = *bytes.get(*pos).ok_or_else(corrupt)?;
+        *pos += 1;
+        Ok(b)
+    };
+    let varint = |pos: &mut usize| -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = byte(pos)?;
+            v |= u64::from(b & 0x7F) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt())
+    };
+    if byte(&mut pos)? != FORMAT {
+        return Err(corrupt());
+    }
+    let row_count = varint(&mut pos)?;
+    let mut rows: Vec<&[u8]> = Vec::new();
+    for _ in 0..row_count {
+        let len = varint(&mut pos)? as usize;
+        let end = pos
+            .checked_add(len)
+            .filter(|e| *e <= bytes.len())
+            .ok_or_else(corrupt)?;
+        rows.push(&bytes[pos..end]);
+        pos = end;
+    }
+    let point_count = varint(&mut pos)?;
+    for _ in 0..point_count {
+        let row = *rows.get(varint(&mut pos)? as usize).ok_or_else(corrupt)?;
+        let q = bytes.get(pos..pos + 4).ok_or_else(corrupt)?;
+        pos += 4;
+        let qualifier = Qualifier::from_raw(u32::from_be_bytes([q[0], q[1], q[2], q[3]]))?;
+        let bits = varint(&mut pos)?;
+        each(row, Point::new(qualifier, bits));
+    }
+    if pos != bytes.len() {
+        return Err(corrupt());
+    }
+    Ok(())
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub(crate) fn append(store: &dyn Store, seq: u64, entry: Vec<u8>) -> Result<()> {
+    store.mutate_row(
+        WAL_TABLE,
+        &seq.to_be_bytes(),
+        &[Mutation::set_at(WAL_FAMILY, Vec::new(), 0, entry)],
+    )?;
+    Ok(())
+}
+
+/// Every entry in sequence order.
+pub(crate) fn read_all(store: &dyn Store) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for row in store.scan(
+        WAL_TABLE,
+        &ScanRequest {
+            read: ReadOptions::latest(),
+            ..Default::default()
+        },
+    )? {
+        let row = row?;
+        let seq = <[u8; 8]>::try_from(row.key.as_slice())
+            .map(u64::from_be_bytes)
+            .map_err(|_| Error::Corrupt("write-ahead log key is not 8 bytes".into()))?;
+        if let Some(cell) = row.cells.into_iter().next() {
+            out.push((seq, cell.value));
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes entries `first..=last`.
+pub(crate) fn truncate(store: &dyn Store, first: u64, last: u64) -> Result<()> {
+    if first > last {
+        return Ok(());
+    }
+    let rows: Vec<RowMutation> = (first..=last)
+        .map(|seq| RowMutation {
+            key: seq.to_be_bytes().to_vec(),
+            mutations: vec![Mutation::DeleteRow],
+        })
+        .collect();
+    for chunk in rows.chunks(4096) {
+        store.mutate_rows(WAL_TABLE, chunk)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,625 @@
+//! The write path. A batch of points is validated and resolved to row keys, logged as one
+//! write-ahead-log entry, and added to in-memory row buffers; then it is acknowledged. A
+//! flush turns each buffered row into one cell: a compacted cell merged with what the row
+//! already holds when its hour is over, else a partial compacted cell (OpenTSDB readers
+//! handle several data cells per row). After the flush the log entries it covered are
+//! deleted. So the store sees about one write per row per flush, not one per point.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Instant;
+
+use hourglass_core::compact::{self, Point};
+use hourglass_core::names::validate_name;
+use hourglass_core::qualifier::Qualifier;
+use hourglass_core::rowkey::{self, SeriesKey};
+use hourglass_core::schema::DATA_FAMILY;
+use hourglass_core::time::MAX_TIMESPAN;
+use hourglass_core::uid::UidKind;
+use hourglass_core::value::Value;
+use hourglass_storage::{Mutation, ReadOptions, RowMutation, Store};
+use parking_lot::{Mutex, RwLock};
+
+use crate::uid::{UidRegistry, format_signed_bytes};
+use crate::{Error, Result, Settings, rows, wal};
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Rows per storage batch during a flush.
+const FLUSH_BATCH_ROWS: usize = 1000;
+/// Seconds after an hour ends before its rows are compacted (late points still arrive).
+const COMPACTION_GRACE_SECS: i64 = 1;
+
+/// A point as a client sends it.
+#[derive(Debug, Clone, Copy)]
+pub struct IncomingPoint<'a> {
+    pub metric: &'a str,
+    /// Seconds, or milliseconds when it does not fit 32 bits.
+    pub timestamp: i64,
+    pub value: Value,
+    pub tags: &'a [(&'a str, &'a str)],
+}
+
+/// What became of a batch: points stored and the errors of the others, by index.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    pub stored: usize,
+    pub errors: Vec<(usize, Error)>,
+}
+
+/// Counters of the write path, for `/api/stats`.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    pub points_stored: AtomicU64,
+    pub points_rejected: AtomicU64,
+    pub flushes: AtomicU64,
+    pub rows_written: AtomicU64,
+    pub rows_compacted: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub compaction_errors: AtomicU64,
+}
+
+/// Interned series: row-key templates (salted, base hour zero) by id.
+#[derive(Debug, Default)]
+struct SeriesCache {
+    by_text: Map<Box<str>, u32>,
+    by_template: Map<Box<[u8]>, u32>,
+    templates: Vec<Box<[u8]>>,
+}
+
+impl SeriesCache {
+    fn intern(&mut self, template: Vec<u8>) -> u32 {
+        if let Some(id) = self.by_template.get(template.as_slice()) {
+            return *id;
+        }
+        let id = self.templates.len() as u32;
+        let template: Box<[u8]> = template.into();
+        self.by_template.insert(template.clone(), id);
+        self.templates.push(template);
+        id
+    }
+}
+
+#[derive(Debug, Default)]
+struct Buffer {
+    /// (series id << 32 | base hour) -> points in arrival order.
+    rows: Map<u64, Vec<Point>>,
+    points: usize,
+    oldest: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct LogState {
+    buffer: Buffer,
+    next_seq: u64,
+    /// First log entry not yet covered by a flush.
+    first_unflushed: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Writer {
+    store: Arc<dyn Store>,
+    settings: Settings,
+    uids: Arc<UidRegistry>,
+    series: RwLock<SeriesCache>,
+    state: Mutex<LogState>,
+    flush_lock: Mutex<()>,
+    /// Rows written while their hour was open: compacted once it closes.
+    open_rows: Mutex<HashSet<Vec<u8>>>,
+    last_cell_ts: AtomicI64,
+    pub(crate) stats: WriteStats,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn tags_text(tags: &[(&str, &str)]) -> String {
+    let inner: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", inner.join(", "))
+}
+
+impl Writer {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        settings: Settings,
+        uids: Arc<UidRegistry>,
+    ) -> Result<Writer> {
+        let writer = Writer {
+            store,
+            settings,
+            uids,
+            series: RwLock::new(SeriesCache::default()),
+            state: Mutex::new(LogState {
+                buffer: Buffer::default(),
+                next_seq: 1,
+                first_unflushed: 1,
+            }),
+            flush_lock: Mutex::new(()),
+            open_rows: Mutex::new(HashSet::new()),
+            last_cell_ts: AtomicI64::new(0),
+            stats: WriteStats::default(),
+        };
+        Ok(writer)
+    }
+
+    /// Replays log entries left by a previous process into the buffer.
+    pub(crate) fn recover(&self) -> Result<usize> {
+        let entries = wal::read_all(self.store.as_ref())?;
+        let mut state = self.state.lock();
+        let mut series = self.series.write();
+        let mut replayed = 0usize;
+        for (seq, entry) in &entries {
+            let mut points = Vec::new();
+            wal::decode_entry(entry, |key, p| points.push((key.to_vec(), p)))?;
+            for (key, p) in points {
+                let Some(base) = rowkey::base_time_of(&self.settings.schema, &key) else {
+                    return Err(Error::Corrupt(
+                        "write-ahead log holds a short row key".into(),
+                    ));
+                };
+                let mut template = key;
+                let at = self.settings.schema.timestamp_offset();
+                template[at..at + 4].fill(0);
+                let id = series.intern(template);
+                push_point(
+                    &mut state.buffer,
+                    (u64::from(id) << 32) | u64::from(base),
+                    p,
+                );
+                replayed += 1;
+            }
+            state.first_unflushed = state.first_unflushed.min(*seq);
+            state.next_seq = state.next_seq.max(seq + 1);
+        }
+        if let Some((first, _)) = entries.first() {
+            state.first_unflushed = *first;
+        }
+        Ok(replayed)
+    }
+
+    /// Resolves a point's series to an interned id, creating UIDs as the settings allow.
+    fn resolve_series(&self, p: &IncomingPoint<'_>, text: &str) -> Result<u32> {
+        if let Some(id) = self.series.read().by_text.get(text) {
+            return Ok(*id);
+        }
+        let s = &self.settings;
+        if p.tags.is_empty() {
+            return Err(Error::invalid(format!(
+                "Need at least one tag (metric={}, tags={{}})",
+                p.metric
+            )));
+        }
+        if p.tags.len() > s.schema.max_tags {
+            return Err(Error::invalid(format!(
+                "Too many tags: {} maximum allowed: {}, tags: {}",
+                p.tags.len(),
+                s.schema.max_tags,
+                tags_text(p.tags)
+            )));
+        }
+        validate_name("metric name", p.metric, &s.allow_special_chars)?;
+        for (k, v) in p.tags {
+            validate_name(
+                &format!("tag name with value [{v}]"),
+                k,
+                &s.allow_special_chars,
+            )?;
+            validate_name(
+                &format!("tag value with key [{k}]"),
+                v,
+                &s.allow_special_chars,
+            )?;
+        }
+        for (i, (k, _)) in p.tags.iter().enumerate() {
+            if p.tags[..i].iter().any(|(other, _)| other == k) {
+                return Err(Error::invalid(format!(
+                    "duplicate tag: {k}, tags={}",
+                    tags_text(p.tags)
+                )));
+            }
+        }
+        let metric = if s.auto_create_metrics {
+            self.uids.get_or_create_id(UidKind::Metric, p.metric)?
+        } else {
+            self.uids.get_id(UidKind::Metric, p.metric)?
+        };
+        let mut tags = Vec::with_capacity(p.tags.len());
+        for (k, v) in p.tags {
+            let k = if s.auto_create_tagks {
+                self.uids.get_or_create_id(UidKind::TagKey, k)?
+            } else {
+                self.uids.get_id(UidKind::TagKey, k)?
+            };
+            let v = if s.auto_create_tagvs {
+                self.uids.get_or_create_id(UidKind::TagValue, v)?
+            } else {
+                self.uids.get_id(UidKind::TagValue, v)?
+            };
+            tags.push((k, v));
+        }
+        let template = rowkey::encode_row_key(&s.schema, &SeriesKey::new(metric, tags), 0);
+        let mut series = self.series.write();
+        let id = series.intern(template);
+        series.by_text.insert(text.into(), id);
+        Ok(id)
+    }
+
+    fn check_point(&self, p: &IncomingPoint<'_>) -> Result<(u32, Qualifier)> {
+        if let Value::Float(_) | Value::Double(_) = p.value {
+            let f = p.value.as_f64();
+            if !f.is_finite() {
+                return Err(Error::invalid(format!(
+                    "value is NaN or Infinite: {f} for metric={} timestamp={}",
+                    p.metric, p.timestamp
+                )));
+            }
+        }
+        Qualifier::for_timestamp(p.timestamp, p.value.flags()).map_err(|_| {
+            let mut bytes = Vec::new();
+            p.value.write(&mut bytes);
+            Error::invalid(format!(
+                "{} timestamp={} when trying to add value={}/{} to metric={}, tags={}",
+                if p.timestamp < 0 { "negative " } else { "bad" },
+                p.timestamp,
+                format_signed_bytes(&bytes),
+                p.value.flags(),
+                p.metric,
+                tags_text(p.tags)
+            ))
+        })
+    }
+
+    /// Validates, logs and buffers a batch. Good points are stored even when others fail.
+    pub(crate) fn add_points(&self, points: &[IncomingPoint<'_>]) -> BatchOutcome {
+        let mut outcome = BatchOutcome::default();
+        let mut resolved: Vec<(u64, Point)> = Vec::with_capacity(points.len());
+        let mut text = String::new();
+        for (i, p) in points.iter().enumerate() {
+            text.clear();
+            text.push_str(p.metric);
+            for (k, v) in p.tags {
+                text.push('\0');
+                text.push_str(k);
+                text.push('\0');
+                text.push_str(v);
+            }
+            let result = self
+                .check_point(p)
+                .and_then(|(base, q)| Ok((self.resolve_series(p, &text)?, base, q)));
+            match result {
+                Ok((id, base, q)) => resolved.push((
+                    (u64::from(id) << 32) | u64::from(base),
+                    Point::new(q, p.value.to_bits()),
+                )),
+                Err(e) => outcome.errors.push((i, e)),
+            }
+        }
+        if let Err(e) = self.log_and_buffer(&resolved) {
+            tracing::error!(error = %e, "write-ahead log append failed");
+            let n = outcome.errors.len();
+            outcome
+                .errors
+                .extend(points.iter().enumerate().map(|(i, _)| (i, e.clone())));
+            outcome.errors.sort_by_key(|(i, _)| *i);
+            outcome.errors.dedup_by_key(|(i, _)| *i);
+            debug_assert!(outcome.errors.len() >= n);
+            self.stats
+                .points_rejected
+                .fetch_add(points.len() as u64, Ordering::Relaxed);
+            return outcome;
+        }
+        outcome.stored = resolved.len();
+        self.stats
+            .points_stored
+            .fetch_add(resolved.len() as u64, Ordering::Relaxed);
+        self.stats
+            .points_rejected
+            .fetch_add(outcome.errors.len() as u64, Ordering::Relaxed);
+        outcome
+    }
+
+    fn log_and_buffer(&self, resolved: &[(u64, Point)]) -> Result<()> {
+        if resolved.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.state.lock();
+        if self.settings.wal {
+            let mut entry = wal::EntryBuilder::default();
+            let mut row_index: Map<u64, u64> = Map::default();
+            let series = self.series.read();
+            let at = self.settings.schema.timestamp_offset();
+            let mut key = Vec::new();
+            for (row, p) in resolved {
+                let idx = match row_index.get(row) {
+                    Some(i) => *i,
+                    None => {
+                        key.clear();
+                        key.extend_from_slice(&series.templates[(row >> 32) as usize]);
+                        key[at..at + 4].copy_from_slice(&(*row as u32).to_be_bytes());
+                        let i = entry.add_row(&key);
+                        row_index.insert(*row, i);
+                        i
+                    }
+                };
+                entry.add_point(idx, *p);
+            }
+            drop(series);
+            if !entry.is_empty() {
+                let seq = state.next_seq;
+                wal::append(self.store.as_ref(), seq, entry.finish())?;
+                if self.settings.wal_sync {
+                    self.store.sync()?;
+                }
+                state.next_seq += 1;
+            }
+        }
+        for (row, p) in resolved {
+            push_point(&mut state.buffer, *row, *p);
+        }
+        Ok(())
+    }
+
+    /// Whether the buffer should be flushed now.
+    pub(crate) fn flush_due(&self) -> bool {
+        let state = self.state.lock();
+        state.buffer.points >= self.settings.max_buffered_points
+            || state
+                .buffer
+                .oldest
+                .is_some_and(|t| t.elapsed() >= self.settings.flush_interval)
+            || (!self.open_rows.lock().is_empty() && state.buffer.points == 0)
+    }
+
+    pub(crate) fn buffered_points(&self) -> usize {
+        self.state.lock().buffer.points
+    }
+
+    fn cell_timestamp(&self) -> i64 {
+        let now = now_ms();
+        let prev = self.last_cell_ts.fetch_max(now, Ordering::AcqRel);
+        if prev >= now {
+            self.last_cell_ts.fetch_add(1, Ordering::AcqRel) + 1
+        } else {
+            now
+        }
+    }
+
+    /// Writes every buffered row to the data table, compacts rows whose hour is over, and
+    /// deletes the log entries covered. Returns the number of points flushed.
+    pub(crate) fn flush(&self) -> Result<usize> {
+        let _one = self.flush_lock.lock();
+        let (buffer, first, last) = {
+            let mut state = self.state.lock();
+            let buffer = std::mem::take(&mut state.buffer);
+            let first = state.first_unflushed;
+            let last = state.next_seq - 1;
+            state.first_unflushed = state.next_seq;
+            (buffer, first, last)
+        };
+        let flushed = buffer.points;
+        let rows = self.materialize(buffer);
+        if let Err(e) = self.write_rows(&rows) {
+            // Put the points back (older than anything buffered since) and keep the log.
+            let mut state = self.state.lock();
+            state.first_unflushed = first;
+            let series = self.series.read();
+            drop(series);
+            let mut restored = Buffer::default();
+            for (key, points) in rows {
+                let mut template = key;
+                let at = self.settings.schema.timestamp_offset();
+                let base = u32::from_be_bytes([
+                    template[at],
+                    template[at + 1],
+                    template[at + 2],
+                    template[at + 3],
+                ]);
+                template[at..at + 4].fill(0);
+                let id = self.series.write().intern(template);
+                for p in points {
+                    push_point(&mut restored, (u64::from(id) << 32) | u64::from(base), p);
+                }
+            }
+            for (row, points) in std::mem::take(&mut state.buffer.rows) {
+                for p in points {
+                    push_point(&mut restored, row, p);
+                }
+            }
+            state.buffer = restored;
+            return Err(e);
+        }
+        if self.settings.wal {
+            wal::truncate(self.store.as_ref(), first, last)?;
+        }
+        self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(flushed)
+    }
+
+    /// Row keys and their points, sorted, duplicates within the buffer resolved newest-first.
+    fn materialize(&self, buffer: Buffer) -> Vec<(Vec<u8>, Vec<Point>)> {
+        let series = self.series.read();
+        let at = self.settings.schema.timestamp_offset();
+        let mut rows: Vec<(Vec<u8>, Vec<Point>)> = buffer
+            .rows
+            .into_iter()
+            .map(|(row, mut points)| {
+                let mut key = series.templates[(row >> 32) as usize].to_vec();
+                key[at..at + 4].copy_from_slice(&(row as u32).to_be_bytes());
+                if let Err(d) = compact::sort_and_dedupe(&mut points, true) {
+                    self.note_duplicate(&key, &d);
+                }
+                (key, points)
+            })
+            .collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
+    fn note_duplicate(&self, key: &[u8], d: &compact::Duplicate) {
+        self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            key = %format_signed_bytes(key),
+            ms_offset = d.offset_ms,
+            "duplicate timestamp: kept the newest point"
+        );
+    }
+
+    fn hour_closed(&self, base_time: u32, now_secs: i64) -> bool {
+        i64::from(base_time) + i64::from(MAX_TIMESPAN) + COMPACTION_GRACE_SECS <= now_secs
+    }
+
+    fn write_rows(&self, rows: &[(Vec<u8>, Vec<Point>)]) -> Result<()> {
+        let schema = &self.settings.schema;
+        let now_secs = now_ms() / 1000;
+        let mut batch: Vec<RowMutation> = Vec::with_capacity(FLUSH_BATCH_ROWS);
+        let mut newly_open = Vec::new();
+        for (key, points) in rows {
+            let base = rowkey::base_time_of(schema, key).unwrap_or(0);
+            let closed = self.hour_closed(base, now_secs);
+            let mutations = if self.settings.enable_compaction && closed {
+                self.compaction_mutations(key, points)?
+            } else {
+                if self.settings.enable_compaction {
+                    newly_open.push(key.clone());
+                }
+                let (q, v) = compact::encode_cell(points);
+                Some(vec![Mutation::set_at(
+                    DATA_FAMILY,
+                    q,
+                    self.cell_timestamp(),
+                    v,
+                )])
+            };
+            if let Some(mutations) = mutations {
+                batch.push(RowMutation {
+                    key: key.clone(),
+                    mutations,
+                });
+            }
+            if batch.len() >= FLUSH_BATCH_ROWS {
+                self.store.mutate_rows(&schema.data_table, &batch)?;
+                self.stats
+                    .rows_written
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            self.store.mutate_rows(&schema.data_table, &batch)?;
+            self.stats
+                .rows_written
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        }
+        self.open_rows.lock().extend(newly_open);
+        self.compact_closed_rows(now_secs)
+    }
+
+    /// Compacts rows written while their hour was open, once it has closed.
+    fn compact_closed_rows(&self, now_secs: i64) -> Result<()> {
+        if !self.settings.enable_compaction {
+            return Ok(());
+        }
+        let schema = &self.settings.schema;
+        let due: Vec<Vec<u8>> = {
+            let mut open = self.open_rows.lock();
+            let due: Vec<Vec<u8>> = open
+                .iter()
+                .filter(|k| {
+                    rowkey::base_time_of(schema, k).is_some_and(|b| self.hour_closed(b, now_secs))
+                })
+                .cloned()
+                .collect();
+            for k in &due {
+                open.remove(k);
+            }
+            due
+        };
+        let mut batch = Vec::new();
+        for key in due {
+            if let Some(mutations) = self.compaction_mutations(&key, &[])? {
+                batch.push(RowMutation { key, mutations });
+            }
+            if batch.len() >= FLUSH_BATCH_ROWS {
+                self.store.mutate_rows(&schema.data_table, &batch)?;
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            self.store.mutate_rows(&schema.data_table, &batch)?;
+        }
+        Ok(())
+    }
+
+    /// The mutations that leave `key` with one compacted cell holding its stored points and
+    /// `new_points`. `None` when nothing needs writing. On conflicting duplicates without
+    /// `fix_duplicates`, the stored cells stay as they are (as OpenTSDB's compaction aborts)
+    /// and only the new points are written, in a cell of their own.
+    pub(crate) fn compaction_mutations(
+        &self,
+        key: &[u8],
+        new_points: &[Point],
+    ) -> Result<Option<Vec<Mutation>>> {
+        let row = self.store.get(
+            &self.settings.schema.data_table,
+            key,
+            &ReadOptions::family(DATA_FAMILY),
+        )?;
+        let decoded = rows::decode_row(row.as_ref(), new_points)?;
+        if let Some(d) = &decoded.duplicate {
+            if !self.settings.fix_duplicates {
+                self.stats.compaction_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    "Duplicate timestamp for key={}, ms_offset={}, older={}, newer={}; set tsd.storage.fix_duplicates=true to fix automatically or run Fsck",
+                    format_signed_bytes(key),
+                    d.offset_ms,
+                    d.older.bits,
+                    d.newer.bits
+                );
+                if new_points.is_empty() {
+                    return Ok(None);
+                }
+                let (q, v) = compact::encode_cell(new_points);
+                return Ok(Some(vec![Mutation::set_at(
+                    DATA_FAMILY,
+                    q,
+                    self.cell_timestamp(),
+                    v,
+                )]));
+            }
+            self.note_duplicate(key, d);
+        }
+        if decoded.points.is_empty() {
+            return Ok(None);
+        }
+        let (q, v) = compact::encode_cell(&decoded.points);
+        if decoded.data_qualifiers.len() == 1
+            && decoded.data_qualifiers[0] == q
+            && new_points.is_empty()
+        {
+            return Ok(None); // already one cell holding exactly these points
+        }
+        let mut mutations = vec![Mutation::set_at(
+            DATA_FAMILY,
+            q.clone(),
+            self.cell_timestamp(),
+            v,
+        )];
+        for old in decoded.data_qualifiers {
+            if old != q {
+                mutations.push(Mutation::delete(DATA_FAMILY, old));
+            }
+        }
+        self.stats.rows_compacted.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(mutations))
+    }
+}
+
+fn push_point(buffer: &mut Buffer, row: u64, p: Point) {
+    buffer.rows.entry(row).or_default().push(p);
+    buffer.points += 1;
+    buffer.oldest.get_or_insert_with(Instant::now);
+}
