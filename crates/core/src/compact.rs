@@ -98,15 +98,34 @@ fn decode_cell_into(qualifier: &[u8], val: &[u8], out: &mut Vec<Point>) -> Resul
         return Ok(());
     }
     let (mut qi, mut vi) = (0usize, 0usize);
+    out.reserve(qualifier.len() / 2);
     while qi < qualifier.len() {
-        let width = if qualifier[qi] & 0xF0 == 0xF0 { 4 } else { 2 };
-        let qbytes = qualifier
-            .get(qi..qi + width)
-            .ok_or_else(|| truncated(qualifier))?;
-        let q = Qualifier::parse(qbytes)?;
+        let b0 = qualifier[qi];
+        let (raw, width) = if b0 & 0xF0 == 0xF0 {
+            let b = qualifier
+                .get(qi..qi + 4)
+                .ok_or_else(|| truncated(qualifier))?;
+            (u32::from_be_bytes([b[0], b[1], b[2], b[3]]), 4)
+        } else {
+            let b1 = *qualifier.get(qi + 1).ok_or_else(|| truncated(qualifier))?;
+            (u32::from(u16::from_be_bytes([b0, b1])), 2)
+        };
+        let q = Qualifier::from_raw(raw)?;
+        let flags = q.flags();
         let len = q.value_len();
         let vbytes = val.get(vi..vi + len).ok_or_else(|| truncated(qualifier))?;
-        out.push(Point::new(q, value::decode_bits(q.flags(), vbytes)?));
+        let bits = match (flags & value::FLAG_FLOAT != 0, vbytes) {
+            (false, [a]) => u64::from(*a),
+            (false, [a, b]) => u64::from(u16::from_be_bytes([*a, *b])),
+            (_, [a, b, c, d]) => u64::from(u32::from_be_bytes([*a, *b, *c, *d])),
+            (_, [a, b, c, d, e, f, g, h]) => u64::from_be_bytes([*a, *b, *c, *d, *e, *f, *g, *h]),
+            _ => {
+                return Err(Error::corrupt(format!(
+                    "invalid value flags. flags=0x{flags:X}"
+                )));
+            }
+        };
+        out.push(Point { qualifier: q, bits });
         qi += width;
         vi += len;
     }

@@ -11,7 +11,12 @@ fn count_points(store: &Arc<dyn Store>) -> usize {
     store
         .scan("tsdb", &ScanRequest::default())
         .unwrap()
-        .map(|r| hourglass_engine::rows::decode_row(Some(&r.unwrap()), &[]).unwrap().points.len())
+        .map(|r| {
+            hourglass_engine::rows::decode_row(Some(&r.unwrap()), &[])
+                .unwrap()
+                .points
+                .len()
+        })
         .sum()
 }
 
@@ -24,7 +29,12 @@ fn unflushed_batches_are_replayed_from_the_log() {
         let tags = [("host", "a")];
         for batch in 0..10i64 {
             let pts: Vec<IncomingPoint<'_>> = (0..100)
-                .map(|i| IncomingPoint { metric: "m", timestamp: 1356998400 + batch * 100 + i, value: Value::Int(i), tags: &tags })
+                .map(|i| IncomingPoint {
+                    metric: "m",
+                    timestamp: 1356998400 + batch * 100 + i,
+                    value: Value::Int(i),
+                    tags: &tags,
+                })
                 .collect();
             assert_eq!(db.add_points(&pts).stored, 100);
         }
@@ -34,11 +44,26 @@ fn unflushed_batches_are_replayed_from_the_log() {
     }
     let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
     let db = common::open(Arc::clone(&store), common::auto_create());
-    assert_eq!(count_points(&store), 1000, "every acknowledged point is back");
+    assert_eq!(
+        count_points(&store),
+        1000,
+        "every acknowledged point is back"
+    );
     assert_eq!(db.buffered_points(), 0);
-    assert_eq!(store.scan("hourglass-wal", &ScanRequest::default()).unwrap().count(), 0, "log truncated after the flush");
+    assert_eq!(
+        store
+            .scan("hourglass-wal", &ScanRequest::default())
+            .unwrap()
+            .count(),
+        0,
+        "log truncated after the flush"
+    );
     // The replay compacted the closed hour into one cell.
-    let rows: Vec<_> = store.scan("tsdb", &ScanRequest::default()).unwrap().map(Result::unwrap).collect();
+    let rows: Vec<_> = store
+        .scan("tsdb", &ScanRequest::default())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].cells.len(), 1);
 }

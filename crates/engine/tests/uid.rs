@@ -14,7 +14,8 @@ fn racing_assigners_agree_on_one_uid_per_name() {
     for (backend, store) in common::backends() {
         let db = common::open(store.clone(), common::auto_create());
         drop(db);
-        let names: Arc<Vec<String>> = Arc::new((0..1000).map(|i| format!("race.metric.{i}")).collect());
+        let names: Arc<Vec<String>> =
+            Arc::new((0..1000).map(|i| format!("race.metric.{i}")).collect());
         // Eight registries with their own caches, as eight processes would have.
         let handles: Vec<_> = (0..8)
             .map(|t| {
@@ -26,14 +27,26 @@ fn racing_assigners_agree_on_one_uid_per_name() {
                     if t % 2 == 1 {
                         order.reverse();
                     }
-                    order.iter().map(|n| ((*n).clone(), reg.get_or_create_id(UidKind::Metric, n).unwrap())).collect::<HashMap<_, _>>()
+                    order
+                        .iter()
+                        .map(|n| {
+                            (
+                                (*n).clone(),
+                                reg.get_or_create_id(UidKind::Metric, n).unwrap(),
+                            )
+                        })
+                        .collect::<HashMap<_, _>>()
                 })
             })
             .collect();
-        let results: Vec<HashMap<String, Uid>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let results: Vec<HashMap<String, Uid>> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
         for name in names.iter() {
             let uid = results[0][name];
-            assert!(results.iter().all(|r| r[name] == uid), "{backend}: {name} got different UIDs");
+            assert!(
+                results.iter().all(|r| r[name] == uid),
+                "{backend}: {name} got different UIDs"
+            );
         }
         let mut uids: Vec<Uid> = results[0].values().copied().collect();
         uids.sort();
@@ -43,11 +56,24 @@ fn racing_assigners_agree_on_one_uid_per_name() {
         let fresh = UidRegistry::new(Arc::clone(&store), Schema::default());
         for name in names.iter() {
             let uid = fresh.get_id(UidKind::Metric, name).unwrap();
-            let row = store.get("tsdb-uid", &uid.to_bytes(3), &ReadOptions::default()).unwrap().unwrap();
-            assert_eq!(row.value("name", b"metrics"), Some(name.as_bytes()), "{backend}");
+            let row = store
+                .get("tsdb-uid", &uid.to_bytes(3), &ReadOptions::default())
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                row.value("name", b"metrics"),
+                Some(name.as_bytes()),
+                "{backend}"
+            );
         }
         let forward = store
-            .scan("tsdb-uid", &ScanRequest { read: ReadOptions::family("id"), ..Default::default() })
+            .scan(
+                "tsdb-uid",
+                &ScanRequest {
+                    read: ReadOptions::family("id"),
+                    ..Default::default()
+                },
+            )
             .unwrap()
             .filter(|r| r.as_ref().unwrap().key != [0])
             .count();
@@ -59,13 +85,22 @@ fn racing_assigners_agree_on_one_uid_per_name() {
 fn exhausted_uid_space_is_a_clear_error() {
     let (_, store) = common::backends().remove(0);
     common::open(store.clone(), common::auto_create());
-    let schema = Schema { metric_width: 1, ..Schema::default() };
+    let schema = Schema {
+        metric_width: 1,
+        ..Schema::default()
+    };
     let reg = UidRegistry::new(store, schema);
     for i in 0..255 {
-        reg.get_or_create_id(UidKind::Metric, &format!("m{i}")).unwrap();
+        reg.get_or_create_id(UidKind::Metric, &format!("m{i}"))
+            .unwrap();
     }
-    let err = reg.get_or_create_id(UidKind::Metric, "one.too.many").unwrap_err();
-    assert_eq!(err.to_string(), "All Unique IDs for metrics on 1 bytes are already assigned!");
+    let err = reg
+        .get_or_create_id(UidKind::Metric, "one.too.many")
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "All Unique IDs for metrics on 1 bytes are already assigned!"
+    );
     // Existing names still resolve.
     assert_eq!(reg.get_id(UidKind::Metric, "m0").unwrap(), Uid(1));
 }
@@ -88,25 +123,68 @@ fn rename_delete_and_grep() {
     let (_, store) = common::backends().remove(0);
     common::open(store.clone(), common::auto_create());
     let reg = UidRegistry::new(Arc::clone(&store), Schema::default());
-    let cpu = reg.get_or_create_id(UidKind::Metric, "sys.cpu.user").unwrap();
-    reg.get_or_create_id(UidKind::Metric, "sys.mem.free").unwrap();
+    let cpu = reg
+        .get_or_create_id(UidKind::Metric, "sys.cpu.user")
+        .unwrap();
+    reg.get_or_create_id(UidKind::Metric, "sys.mem.free")
+        .unwrap();
     reg.get_or_create_id(UidKind::TagKey, "cpu").unwrap();
-    let found: Vec<(String, String)> = reg.grep(None, "cpu", false).unwrap().into_iter().map(|m| (m.kind, m.name)).collect();
-    assert_eq!(found, vec![("tagk".into(), "cpu".into()), ("metrics".into(), "sys.cpu.user".into())]);
-    assert_eq!(reg.grep(Some(UidKind::Metric), "^sys", false).unwrap().len(), 2);
+    let found: Vec<(String, String)> = reg
+        .grep(None, "cpu", false)
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.kind, m.name))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("tagk".into(), "cpu".into()),
+            ("metrics".into(), "sys.cpu.user".into())
+        ]
+    );
+    assert_eq!(
+        reg.grep(Some(UidKind::Metric), "^sys", false)
+            .unwrap()
+            .len(),
+        2
+    );
 
-    assert_eq!(reg.rename(UidKind::Metric, "sys.cpu.user", "cpu.user").unwrap(), cpu);
+    assert_eq!(
+        reg.rename(UidKind::Metric, "sys.cpu.user", "cpu.user")
+            .unwrap(),
+        cpu
+    );
     let fresh = UidRegistry::new(Arc::clone(&store), Schema::default());
     assert_eq!(fresh.get_id(UidKind::Metric, "cpu.user").unwrap(), cpu);
     assert_eq!(fresh.get_name(UidKind::Metric, cpu).unwrap(), "cpu.user");
-    assert!(matches!(fresh.get_id(UidKind::Metric, "sys.cpu.user"), Err(Error::NoSuchName { .. })));
-    let err = reg.rename(UidKind::Metric, "cpu.user", "sys.mem.free").unwrap_err();
+    assert!(matches!(
+        fresh.get_id(UidKind::Metric, "sys.cpu.user"),
+        Err(Error::NoSuchName { .. })
+    ));
+    let err = reg
+        .rename(UidKind::Metric, "cpu.user", "sys.mem.free")
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 
     reg.delete(UidKind::Metric, "cpu.user").unwrap();
     let fresh = UidRegistry::new(store, Schema::default());
-    assert_eq!(fresh.get_id(UidKind::Metric, "cpu.user").unwrap_err().to_string(), "No such name for 'metrics': 'cpu.user'");
-    assert_eq!(fresh.get_name(UidKind::Metric, cpu).unwrap_err().to_string(), "No such unique ID for 'metrics': [0, 0, 1]");
+    assert_eq!(
+        fresh
+            .get_id(UidKind::Metric, "cpu.user")
+            .unwrap_err()
+            .to_string(),
+        "No such name for 'metrics': 'cpu.user'"
+    );
+    assert_eq!(
+        fresh
+            .get_name(UidKind::Metric, cpu)
+            .unwrap_err()
+            .to_string(),
+        "No such unique ID for 'metrics': [0, 0, 1]"
+    );
     // The MAXID counter does not go back: a new name gets a fresh UID.
-    assert_eq!(fresh.get_or_create_id(UidKind::Metric, "new").unwrap(), Uid(3));
+    assert_eq!(
+        fresh.get_or_create_id(UidKind::Metric, "new").unwrap(),
+        Uid(3)
+    );
 }
