@@ -3,6 +3,7 @@
 
 mod error;
 pub mod rows;
+pub mod scan;
 pub mod settings;
 pub mod tables;
 mod tsdb;

@@ -1,0 +1,4 @@
+pub(crate) mod create_tables;
+pub(crate) mod debug_ingest;
+pub(crate) mod scan;
+pub(crate) mod uid;

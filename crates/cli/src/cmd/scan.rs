@@ -1,0 +1,281 @@
+//! `tsdb scan [--import] START [END] AGG [rate] [counter...] [downsample N FUNC] METRIC
+//! [TAGK=TAGV...] [more queries]`: every stored row of the matching series, either as
+//! OpenTSDB prints them (row key, then each cell's qualifier and value bytes with the
+//! decoded offset, type, time and date) or, with `--import`, as import-format lines.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use hourglass_core::annotation;
+use hourglass_core::compact::{self, Point};
+use hourglass_core::rowkey::decode_row_key;
+use hourglass_core::schema::{DATA_FAMILY, Schema};
+use hourglass_core::time::parse_time;
+use hourglass_core::uid::UidKind;
+use hourglass_core::value::Value;
+use hourglass_engine::Tsdb;
+use hourglass_engine::scan::{RowQuery, scan_rows};
+use hourglass_engine::uid::format_signed_bytes;
+use hourglass_storage::Row;
+
+use crate::open::StoreArgs;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ScanArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Print import-format lines (`metric timestamp value tagk=tagv...`).
+    #[arg(long)]
+    import: bool,
+    /// START [END] AGG [rate] [downsample N FUNC] METRIC [TAGK=TAGV...] ...
+    #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+    query: Vec<String>,
+}
+
+#[derive(Debug)]
+struct CliQuery {
+    metric: String,
+    tags: Vec<(String, String)>,
+}
+
+/// Splits OpenTSDB's command-line query syntax into a time range and sub-queries.
+fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<CliQuery>)> {
+    if words.len() < 3 {
+        bail!("Not enough arguments.");
+    }
+    let start = parse_time(&words[0], now_ms)?;
+    let mut i = 1;
+    let mut end = now_ms;
+    let w = &words[1];
+    let looks_like_end = !w.starts_with('+')
+        && (w.contains([':', '/', '-']) || w.parse::<i64>().is_ok_and(|v| v > 0));
+    if words.len() > 3 && looks_like_end {
+        end = parse_time(w, now_ms)?;
+        i = 2;
+    }
+    let mut queries = Vec::new();
+    while i < words.len() {
+        i += 1; // aggregator
+        if words.get(i).is_some_and(|w| w == "rate") {
+            i += 1;
+            if words.get(i).is_some_and(|w| w.starts_with("counter")) {
+                i += 1;
+            }
+        }
+        if words.get(i).is_some_and(|w| w == "downsample") {
+            i += 3;
+        }
+        let metric = words.get(i).context("missing metric")?.clone();
+        i += 1;
+        let mut tags = Vec::new();
+        while let Some(w) = words.get(i).filter(|w| w.contains('=')) {
+            let (k, v) = w
+                .split_once('=')
+                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+                .with_context(|| format!("invalid tag: {w}"))?;
+            tags.push((k.to_string(), v.to_string()));
+            i += 1;
+        }
+        queries.push(CliQuery { metric, tags });
+    }
+    Ok((start, end, queries))
+}
+
+pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let (start, end, queries) = match parse_query(&args.query, now_ms) {
+        Ok(q) => q,
+        Err(e) => {
+            eprintln!("{e}\nUsage: scan [--import] START-DATE [END-DATE] query [queries...]");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let db = args.store.open_tsdb(args.store.settings()?)?;
+    let schema = db.settings().schema.clone();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for q in &queries {
+        let metric = db.uids().get_id(UidKind::Metric, &q.metric)?;
+        let mut tags = Vec::new();
+        for (k, v) in &q.tags {
+            tags.push((
+                db.uids().get_id(UidKind::TagKey, k)?,
+                db.uids().get_id(UidKind::TagValue, v)?,
+            ));
+        }
+        let query = RowQuery {
+            metric,
+            start_secs: start.div_euclid(1000),
+            end_secs: end.div_euclid(1000),
+            tags,
+        };
+        for row in scan_rows(db.store().as_ref(), &schema, &query)? {
+            if args.import {
+                print_import(&mut out, &db, &schema, &row)?;
+            } else {
+                print_row(&mut out, &db, &schema, &row)?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `java.util.Date.toString()` in UTC.
+fn date(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |d| d.format("%a %b %d %H:%M:%S UTC %Y").to_string(),
+    )
+}
+
+fn names(
+    db: &Tsdb,
+    schema: &Schema,
+    key: &[u8],
+) -> anyhow::Result<(String, u32, Vec<(String, String)>)> {
+    let rk = decode_row_key(schema, key)?;
+    let metric = db.uids().get_name(UidKind::Metric, rk.series.metric)?;
+    let mut tags = Vec::new();
+    for (k, v) in rk.series.tags {
+        tags.push((
+            db.uids().get_name(UidKind::TagKey, k)?,
+            db.uids().get_name(UidKind::TagValue, v)?,
+        ));
+    }
+    Ok((metric, rk.base_time, tags))
+}
+
+fn value_text(v: Value) -> String {
+    match v {
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => format!("{:?}", f64::from(f)),
+        Value::Double(d) => format!("{d:?}"),
+    }
+}
+
+fn point_line(p: &Point, base: u32) -> String {
+    let q = p.qualifier;
+    let ts_ms = q.timestamp_ms(base);
+    let (offset, ts) = if q.is_millis() {
+        (q.offset_ms(), ts_ms)
+    } else {
+        (q.offset_ms() / 1000, ts_ms / 1000)
+    };
+    let mut value = Vec::new();
+    hourglass_core::value::write_bits(p.bits, q.flags(), &mut value);
+    format!(
+        "{}\t{}\t{}\t{}\t{}\t({})",
+        format_signed_bytes(&q.to_bytes()),
+        format_signed_bytes(&value),
+        offset,
+        if q.is_float() { 'f' } else { 'l' },
+        ts,
+        date(ts_ms)
+    )
+}
+
+fn print_row(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> anyhow::Result<()> {
+    let (metric, base, tags) = names(db, schema, &row.key)?;
+    let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    writeln!(
+        out,
+        "{} {metric} {base} ({}) {{{}}}",
+        format_signed_bytes(&row.key),
+        date(i64::from(base) * 1000),
+        tags.join(", ")
+    )?;
+    for cell in row.cells.iter().filter(|c| c.family == DATA_FAMILY) {
+        let (q, v) = (&cell.qualifier, &cell.value);
+        if compact::is_data_qualifier(q) {
+            let mut points = Vec::new();
+            if let Err(e) = compact::decode_cell(q, v, &mut points) {
+                writeln!(
+                    out,
+                    "  {}\t{}\t[Corrupt: {e}]",
+                    format_signed_bytes(q),
+                    format_signed_bytes(v)
+                )?;
+            } else if compact::is_compacted(q) {
+                write!(
+                    out,
+                    "  {}\t{} = {} values:",
+                    format_signed_bytes(q),
+                    format_signed_bytes(v),
+                    points.len()
+                )?;
+                for p in &points {
+                    write!(out, "\n    {}", point_line(p, base))?;
+                }
+                writeln!(out)?;
+            } else if let Some(p) = points.first() {
+                writeln!(out, "  {}", point_line(p, base))?;
+            }
+        } else if annotation::is_annotation_qualifier(q) {
+            let ts = annotation::decode_qualifier(base, q)?;
+            let offset = ts - i64::from(base) * 1000;
+            let offset = if q.len() == 3 { offset / 1000 } else { offset };
+            let shown = if q.len() == 3 { ts / 1000 } else { ts };
+            writeln!(
+                out,
+                "  {}\t{}\t{offset}\t{}\t{shown}\t({})",
+                format_signed_bytes(q),
+                format_signed_bytes(v),
+                String::from_utf8_lossy(v),
+                date(ts)
+            )?;
+        } else {
+            writeln!(out, "  {}\t[Not a data point]", format_signed_bytes(v))?;
+        }
+    }
+    Ok(())
+}
+
+fn print_import(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> anyhow::Result<()> {
+    let (metric, base, tags) = names(db, schema, &row.key)?;
+    let tags: String = tags.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+    let decoded = hourglass_engine::rows::decode_row(Some(row), &[])?;
+    for p in decoded.points {
+        let ms = p.qualifier.timestamp_ms(base);
+        let ts = if p.qualifier.is_millis() {
+            ms
+        } else {
+            ms / 1000
+        };
+        writeln!(out, "{metric} {ts} {}{tags}", value_text(p.value()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(' ').map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_opentsdb_cli_queries() {
+        let now = 1_400_000_000_000;
+        let (s, e, q) = parse_query(&words("1356998400 sum sys.cpu host=a"), now).unwrap();
+        assert_eq!((s, e), (1_356_998_400_000, now));
+        assert_eq!(q[0].metric, "sys.cpu");
+        assert_eq!(q[0].tags, vec![("host".into(), "a".into())]);
+        let (_, e, q) = parse_query(
+            &words("1h-ago 2014/05/13-16:00 sum rate downsample 60000 avg m x=y sum n"),
+            now,
+        )
+        .unwrap();
+        assert_eq!(e, 1_399_996_800_000);
+        assert_eq!(q.len(), 2);
+        assert_eq!((q[0].metric.as_str(), q[1].metric.as_str()), ("m", "n"));
+        assert!(parse_query(&words("1h-ago sum"), now).is_err());
+        assert!(parse_query(&words("1h-ago sum m =x"), now).is_err());
+    }
+
+    #[test]
+    fn dates_print_like_java() {
+        assert_eq!(date(1_356_998_400_000), "Tue Jan 01 00:00:00 UTC 2013");
+    }
+}

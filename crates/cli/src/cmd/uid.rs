@@ -1,0 +1,249 @@
+//! `tsdb uid` and `tsdb mkmetric`, with OpenTSDB's syntax and output
+//! (`metrics sys.cpu.user: [0, 0, 1]`, UIDs as signed byte lists).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use hourglass_core::names::validate_name;
+use hourglass_core::uid::{Uid, UidKind};
+use hourglass_engine::uid::{UidRegistry, format_signed_bytes};
+use hourglass_engine::{Error, Settings};
+
+use crate::open::StoreArgs;
+
+const USAGE: &str = "Usage: uid <subcommand> args
+Sub commands:
+  grep [kind] <RE>: Finds matching IDs.
+  assign <kind> <name> [names]: Assign an ID for the given name(s).
+  rename <kind> <name> <newname>: Renames this UID.
+  delete <kind> <name>: Deletes this UID.
+
+  [kind] <name>: Lookup the ID of this name.
+  [kind] <ID>: Lookup the name of this ID.
+
+Example values for [kind]: metrics, tagk (tag name), tagv (tag value).";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct UidArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Case-insensitive grep.
+    #[arg(short, long)]
+    ignore_case: bool,
+    /// Subcommand and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = false)]
+    args: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct MkmetricArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Metric names.
+    #[arg(required = true)]
+    names: Vec<String>,
+}
+
+pub(crate) fn mkmetric(args: &MkmetricArgs) -> anyhow::Result<ExitCode> {
+    let settings = args.store.settings()?;
+    let db = args.store.open_tsdb(settings.clone())?;
+    assign(db.uids(), &settings, UidKind::Metric, &args.names)
+}
+
+fn usage(msg: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("{msg}\n{USAGE}");
+    Ok(ExitCode::from(2))
+}
+
+pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
+    let Some(sub) = args.args.first() else {
+        return usage("Not enough arguments");
+    };
+    let settings = args.store.settings()?;
+    let db = args.store.open_tsdb(settings.clone())?;
+    let uids = db.uids();
+    let rest = &args.args[1..];
+    match sub.as_str() {
+        "assign" => {
+            if rest.len() < 2 {
+                return usage("Wrong number of arguments");
+            }
+            assign(
+                uids,
+                &settings,
+                UidKind::parse(&rest[0].to_ascii_lowercase())?,
+                &rest[1..],
+            )
+        }
+        "grep" => match rest {
+            [re] => grep(uids, None, re, args.ignore_case),
+            [kind, re] => grep(
+                uids,
+                Some(UidKind::parse(&kind.to_ascii_lowercase())?),
+                re,
+                args.ignore_case,
+            ),
+            _ => usage("Wrong number of arguments"),
+        },
+        "rename" => {
+            let [kind, old, new] = rest else {
+                return usage("Wrong number of arguments");
+            };
+            let kind = UidKind::parse(&kind.to_ascii_lowercase())?;
+            validate_name(kind_what(kind), new, &settings.allow_special_chars)?;
+            match uids.rename(kind, old, new) {
+                Ok(_) => {
+                    writeln!(std::io::stdout(), "{kind} {old} -> {new}")?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e @ Error::NoSuchName { .. }) => {
+                    eprintln!("{e}");
+                    Ok(ExitCode::from(1))
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        "delete" => {
+            let [kind, name] = rest else {
+                return usage("Wrong number of arguments");
+            };
+            let kind = UidKind::parse(&kind.to_ascii_lowercase())?;
+            match uids.delete(kind, name) {
+                Ok(_) => {
+                    tracing::info!("UID {kind} {name} deleted.");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e @ Error::NoSuchName { .. }) => {
+                    eprintln!("{e}");
+                    Ok(ExitCode::from(1))
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        _ => {
+            let words = &args.args;
+            let (kinds, target): (Vec<UidKind>, &str) = match words.as_slice() {
+                [target] => (UidKind::ALL.to_vec(), target),
+                [kind, target] => (vec![UidKind::parse(&kind.to_ascii_lowercase())?], target),
+                _ => return usage("Wrong number of arguments"),
+            };
+            lookup(uids, &settings, &kinds, target)
+        }
+    }
+}
+
+fn kind_what(kind: UidKind) -> &'static str {
+    match kind {
+        UidKind::Metric => "metric name",
+        UidKind::TagKey => "tag name",
+        UidKind::TagValue => "tag value",
+    }
+}
+
+fn assign(
+    uids: &UidRegistry,
+    settings: &Settings,
+    kind: UidKind,
+    names: &[String],
+) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let width = settings.schema.uid_width(kind);
+    let mut code = ExitCode::SUCCESS;
+    for name in names {
+        if let Err(e) = validate_name(kind_what(kind), name, &settings.allow_special_chars) {
+            eprintln!("{e}");
+            code = ExitCode::from(1);
+            continue;
+        }
+        let uid = uids.get_or_create_id(kind, name)?;
+        writeln!(
+            out,
+            "{kind} {name}: {}",
+            format_signed_bytes(&uid.to_bytes(width))
+        )?;
+    }
+    Ok(code)
+}
+
+fn grep(
+    uids: &UidRegistry,
+    kind: Option<UidKind>,
+    re: &str,
+    ignore_case: bool,
+) -> anyhow::Result<ExitCode> {
+    let found = uids.grep(kind, re, ignore_case)?;
+    let mut out = std::io::stdout().lock();
+    for m in &found {
+        writeln!(
+            out,
+            "{} {}: {}",
+            m.kind,
+            m.name,
+            format_signed_bytes(&m.uid)
+        )?;
+    }
+    Ok(if found.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn lookup(
+    uids: &UidRegistry,
+    settings: &Settings,
+    kinds: &[UidKind],
+    target: &str,
+) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let mut found = false;
+    // As OpenTSDB: a word that parses as an integer is a UID, anything else a name.
+    if let Ok(id) = target.parse::<i64>() {
+        if id < 0 {
+            bail!("{id} is not a valid UID");
+        }
+        for kind in kinds {
+            let width = settings.schema.uid_width(*kind);
+            if id as u64 > Uid::max_for_width(width) {
+                eprintln!("{id} is too large to fit on {width} bytes.");
+                return Ok(ExitCode::from(1));
+            }
+            match uids.get_name(*kind, Uid(id as u64)) {
+                Ok(name) => {
+                    found = true;
+                    writeln!(
+                        out,
+                        "{kind} {name}: {}",
+                        format_signed_bytes(&Uid(id as u64).to_bytes(width))
+                    )?;
+                }
+                Err(e @ Error::NoSuchId { .. }) if kinds.len() == 1 => eprintln!("{e}"),
+                Err(Error::NoSuchId { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    } else {
+        for kind in kinds {
+            match uids.get_id(*kind, target) {
+                Ok(uid) => {
+                    found = true;
+                    let width = settings.schema.uid_width(*kind);
+                    writeln!(
+                        out,
+                        "{kind} {target}: {}",
+                        format_signed_bytes(&uid.to_bytes(width))
+                    )?;
+                }
+                Err(e @ Error::NoSuchName { .. }) if kinds.len() == 1 => eprintln!("{e}"),
+                Err(Error::NoSuchName { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(if found {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,64 @@
+//! `tsdb`: OpenTSDB's command line, one subcommand per file under `cmd/`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod open;
+
+/// Hourglass: OpenTSDB's schema, protocols and tools.
+#[derive(Debug, Parser)]
+#[command(name = "tsdb", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create the tables and column families (idempotent).
+    CreateTables(open::StoreArgs),
+    /// Assign UIDs to metric names: same as `uid assign metrics NAME...`.
+    Mkmetric(cmd::uid::MkmetricArgs),
+    /// Look up, assign, grep, rename and delete UIDs.
+    Uid(cmd::uid::UidArgs),
+    /// Dump the stored rows of a metric over a time range.
+    Scan(cmd::scan::ScanArgs),
+    /// Write points forever and report each acknowledged batch (crash-safety tests).
+    #[command(hide = true)]
+    DebugIngest(cmd::debug_ingest::DebugIngestArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let verbose = match &cli.command {
+        Command::Uid(a) => a.store.verbose,
+        Command::Mkmetric(a) => a.store.verbose,
+        Command::Scan(a) => a.store.verbose,
+        Command::CreateTables(a) => a.verbose,
+        Command::DebugIngest(a) => a.store.verbose,
+    };
+    let level = if verbose { "info" } else { "warn" };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::CreateTables(a) => cmd::create_tables::run(&a),
+        Command::Mkmetric(a) => cmd::uid::mkmetric(&a),
+        Command::Uid(a) => cmd::uid::run(&a),
+        Command::Scan(a) => cmd::scan::run(&a),
+        Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tsdb: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
