@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The `tsdb` binary end to end: real processes on a real data dir.
 
 use std::collections::HashSet;

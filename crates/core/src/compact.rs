@@ -48,7 +48,7 @@ impl Point {
 
 /// True when a qualifier names data points (single or compacted), not an annotation.
 pub fn is_data_qualifier(qualifier: &[u8]) -> bool {
-    !qualifier.is_empty() && qualifier.len() % 2 == 0
+    !qualifier.is_empty() && qualifier.len().is_multiple_of(2)
 }
 
 /// True when a data qualifier holds more than one point.

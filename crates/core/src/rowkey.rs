@@ -54,7 +54,7 @@ pub fn encode_row_key(schema: &Schema, series: &SeriesKey, base_time: u32) -> Ve
 pub fn decode_row_key(schema: &Schema, key: &[u8]) -> Result<RowKey> {
     let tags_at = schema.tags_offset();
     let pair = schema.tag_pair_width();
-    if key.len() < tags_at || (key.len() - tags_at) % pair != 0 {
+    if key.len() < tags_at || !(key.len() - tags_at).is_multiple_of(pair) {
         return Err(Error::corrupt(format!(
             "row key has an invalid length. length={} key={}",
             key.len(),

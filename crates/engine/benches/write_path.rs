@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Write-path and decode benchmarks.
 //!
 //! `ingest`: 1,000,000 points in batches of 1,000 over 10,000 series (UIDs cached), then a

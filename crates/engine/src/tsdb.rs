@@ -58,11 +58,10 @@ impl Tsdb {
                     if db.stop.load(Ordering::Acquire) {
                         return;
                     }
-                    if db.writer.flush_due() {
-                        if let Err(e) = db.writer.flush() {
+                    if db.writer.flush_due()
+                        && let Err(e) = db.writer.flush() {
                             tracing::error!(error = %e, "flush failed; points stay buffered and logged");
                         }
-                    }
                 }
             });
         match handle {

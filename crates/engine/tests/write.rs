@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 mod common;
 
 use hourglass_core::schema::DATA_FAMILY;

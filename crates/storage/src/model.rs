@@ -172,13 +172,9 @@ impl RowData {
             if !read.wants_family(&c.family) || !read.time_range.contains(c.timestamp) {
                 continue;
             }
-            if read.latest_only {
-                if let Some(prev) = cells.last() {
-                    let prev: &Cell = prev;
-                    if prev.family == c.family && prev.qualifier == c.qualifier {
-                        continue;
-                    }
-                }
+            let repeats = |prev: &Cell| prev.family == c.family && prev.qualifier == c.qualifier;
+            if read.latest_only && cells.last().is_some_and(repeats) {
+                continue;
             }
             cells.push(c.clone());
         }

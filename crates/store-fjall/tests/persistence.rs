@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use hourglass_storage::{FamilySpec, Mutation, ReadOptions, ScanRequest, Store, TableSpec};
 use hourglass_store_fjall::FjallStore;
 

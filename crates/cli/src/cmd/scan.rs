@@ -28,8 +28,12 @@ pub(crate) struct ScanArgs {
     /// Print import-format lines (`metric timestamp value tagk=tagv...`).
     #[arg(long)]
     import: bool,
-    /// START [END] AGG [rate] [downsample N FUNC] METRIC [TAGK=TAGV...] ...
-    #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+    #[arg(
+        required = true,
+        num_args = 1..,
+        allow_hyphen_values = true,
+        help = "START [END] AGG [rate] [downsample N FUNC] METRIC [TAGK=TAGV...] ..."
+    )]
     query: Vec<String>,
 }
 
@@ -129,11 +133,10 @@ fn date(ms: i64) -> String {
     )
 }
 
-fn names(
-    db: &Tsdb,
-    schema: &Schema,
-    key: &[u8],
-) -> anyhow::Result<(String, u32, Vec<(String, String)>)> {
+/// Metric name, base hour and tag names of a row key.
+type RowNames = (String, u32, Vec<(String, String)>);
+
+fn names(db: &Tsdb, schema: &Schema, key: &[u8]) -> anyhow::Result<RowNames> {
     let rk = decode_row_key(schema, key)?;
     let metric = db.uids().get_name(UidKind::Metric, rk.series.metric)?;
     let mut tags = Vec::new();
