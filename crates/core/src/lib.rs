@@ -9,6 +9,7 @@ pub mod compact;
 pub mod config;
 mod error;
 pub mod names;
+pub mod put;
 pub mod qualifier;
 pub mod rowkey;
 pub mod schema;

@@ -131,30 +131,72 @@ pub fn decode_bits(flags: u8, bytes: &[u8]) -> Result<u64> {
     Ok(bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
 }
 
-/// Parses a value as OpenTSDB's `put` does: an integer when the text looks like one,
+/// Parses a value as OpenTSDB's `put` does: an integer when the text has no `.`, `e` or `E`,
 /// else a 4-byte float when the number survives the round trip through `f32`, else a double.
-/// NaN and infinities are refused.
+/// Malformed numbers are errors with Java's messages; `1e999` parses to infinity, which the
+/// write path then refuses (`value is NaN or Infinite`).
 pub fn parse_value(text: &str) -> Result<Value> {
-    if text.is_empty() {
-        return Err(Error::invalid("empty value"));
-    }
     if looks_like_integer(text) {
-        return text
-            .parse::<i64>()
-            .map(Value::Int)
-            .map_err(|_| Error::invalid(format!("Invalid value: {text}")));
-    }
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("nan") || lower.contains("inf") {
-        return Err(Error::invalid(format!("value is NaN or Infinite: {text}")));
+        return parse_long(text).map(Value::Int);
     }
     let d: f64 = text
         .parse()
-        .map_err(|_| Error::invalid(format!("Invalid value: {text}")))?;
-    if !d.is_finite() {
-        return Err(Error::invalid(format!("value is NaN or Infinite: {text}")));
-    }
+        .ok()
+        .filter(|_| {
+            !text
+                .bytes()
+                .any(|b| b.is_ascii_alphabetic() && !matches!(b, b'e' | b'E'))
+        })
+        .ok_or_else(|| Error::invalid(format!("For input string: \"{text}\"")))?;
     Ok(float_value(d))
+}
+
+/// OpenTSDB's `Tags.parseLong`, with its messages.
+pub fn parse_long(text: &str) -> Result<i64> {
+    let (negative, digits) = match text.as_bytes().first() {
+        None => return Err(Error::invalid("Empty string")),
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        Some(_) => (false, text),
+    };
+    if digits.is_empty() {
+        return Err(Error::invalid(format!("Just a sign, no value: {text}")));
+    }
+    if digits.len() > 19 {
+        return Err(Error::invalid(format!("Value too long: {text}")));
+    }
+    let mut v: i64 = 0;
+    for c in digits.chars() {
+        let Some(d) = c.to_digit(10) else {
+            return Err(Error::invalid(format!("Invalid character '{c}' in {text}")));
+        };
+        v = v
+            .checked_mul(10)
+            .and_then(|v| {
+                if negative {
+                    v.checked_sub(i64::from(d))
+                } else {
+                    v.checked_add(i64::from(d))
+                }
+            })
+            .ok_or_else(|| Error::invalid(format!("Overflow in {text}")))?;
+    }
+    Ok(v)
+}
+
+/// Java's `Double.toString` words for the non-finite values, Rust's digits otherwise.
+pub fn java_double_text(d: f64) -> String {
+    if d.is_nan() {
+        "NaN".into()
+    } else if d.is_infinite() {
+        if d > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        }
+    } else {
+        format!("{d:?}")
+    }
 }
 
 /// A finite floating point number on 4 bytes when that loses nothing, else on 8.
@@ -167,11 +209,9 @@ pub fn float_value(d: f64) -> Value {
     }
 }
 
-/// OpenTSDB's `Tags.looksLikeInteger`: no `.`, `e`/`E`, and not a NaN/Infinity word.
+/// OpenTSDB's `Tags.looksLikeInteger`: no `.`, `e` or `E`.
 pub fn looks_like_integer(text: &str) -> bool {
-    !text
-        .bytes()
-        .any(|b| matches!(b, b'.' | b'e' | b'E' | b'N' | b'n' | b'I' | b'i'))
+    !text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
 }
 
 #[cfg(test)]
@@ -219,12 +259,26 @@ mod tests {
         assert_eq!(parse_value("42"), Ok(Value::Int(42)));
         assert_eq!(parse_value("-7"), Ok(Value::Int(-7)));
         assert_eq!(parse_value("1e3"), Ok(Value::Float(1000.0)));
-        assert!(parse_value("NaN").is_err());
-        assert!(parse_value("-Infinity").is_err());
-        assert!(parse_value("1e400").is_err());
-        assert!(parse_value("abc").is_err());
-        assert!(parse_value("").is_err());
-        assert!(parse_value("99999999999999999999").is_err());
+        assert_eq!(parse_value("+5"), Ok(Value::Int(5)));
+        let err = |t: &str| parse_value(t).unwrap_err().to_string();
+        assert_eq!(err("NaN"), "Invalid character 'N' in NaN");
+        assert_eq!(err("-Infinity"), "Invalid character 'I' in -Infinity");
+        assert_eq!(err("abc"), "Invalid character 'a' in abc");
+        assert_eq!(err(""), "Empty string");
+        assert_eq!(err("-"), "Just a sign, no value: -");
+        assert_eq!(
+            err("99999999999999999999"),
+            "Value too long: 99999999999999999999"
+        );
+        assert_eq!(
+            err("9999999999999999999"),
+            "Overflow in 9999999999999999999"
+        );
+        assert_eq!(err("1.2.3"), "For input string: \"1.2.3\"");
+        assert_eq!(err("1.5x"), "For input string: \"1.5x\"");
+        assert_eq!(parse_long("-9223372036854775808"), Ok(i64::MIN));
+        assert!(parse_value("1e400").is_ok_and(|v| v.as_f64().is_infinite()));
+        assert_eq!(java_double_text(f64::INFINITY), "Infinity");
     }
 
     #[test]

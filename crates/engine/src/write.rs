@@ -253,8 +253,10 @@ impl Writer {
             let f = p.value.as_f64();
             if !f.is_finite() {
                 return Err(Error::invalid(format!(
-                    "value is NaN or Infinite: {f} for metric={} timestamp={}",
-                    p.metric, p.timestamp
+                    "value is NaN or Infinite: {} for metric={} timestamp={}",
+                    hourglass_core::value::java_double_text(f),
+                    p.metric,
+                    p.timestamp
                 )));
             }
         }
