@@ -1,4 +1,5 @@
 pub(crate) mod create_tables;
 pub(crate) mod debug_ingest;
 pub(crate) mod scan;
+pub(crate) mod tsd;
 pub(crate) mod uid;

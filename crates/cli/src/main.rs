@@ -17,6 +17,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the TSD: telnet-style `put` and the HTTP API on one port.
+    Tsd(cmd::tsd::TsdArgs),
     /// Create the tables and column families (idempotent).
     CreateTables(open::StoreArgs),
     /// Assign UIDs to metric names: same as `uid assign metrics NAME...`.
@@ -33,21 +35,28 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = match &cli.command {
+        Command::Tsd(_) => true,
         Command::Uid(a) => a.store.verbose,
         Command::Mkmetric(a) => a.store.verbose,
         Command::Scan(a) => a.store.verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
     };
-    let level = if verbose { "info" } else { "warn" };
+    let level = if verbose {
+        "info,fjall=warn,lsm_tree=warn"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
+        Command::Tsd(a) => cmd::tsd::run(&a),
         Command::CreateTables(a) => cmd::create_tables::run(&a),
         Command::Mkmetric(a) => cmd::uid::mkmetric(&a),
         Command::Uid(a) => cmd::uid::run(&a),

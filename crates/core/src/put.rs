@@ -145,7 +145,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn parse(line: &str) -> Result<(String, i64, Value, Vec<(String, String)>), PutError> {
+    type Owned = (String, i64, Value, Vec<(String, String)>);
+
+    fn parse(line: &str) -> Result<Owned, PutError> {
         let mut tags = Vec::new();
         let p = parse_put(line, &mut tags)?;
         let t = tags[p.tags.clone()]

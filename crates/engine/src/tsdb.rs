@@ -104,6 +104,16 @@ impl Tsdb {
         self.writer.flush()
     }
 
+    /// Makes every acknowledged point durable against power loss: fsyncs the log, or (with
+    /// the log off) flushes the buffers to the data table and syncs it.
+    pub fn sync_writes(&self) -> Result<()> {
+        if !self.settings.wal {
+            self.writer.flush()?;
+        }
+        self.store.sync()?;
+        Ok(())
+    }
+
     pub fn buffered_points(&self) -> usize {
         self.writer.buffered_points()
     }

@@ -58,6 +58,10 @@ pub struct WriteStats {
     pub rows_compacted: AtomicU64,
     pub duplicates: AtomicU64,
     pub compaction_errors: AtomicU64,
+    /// Duration of the last flush, in microseconds.
+    pub last_flush_micros: AtomicU64,
+    /// Longest flush so far, in microseconds.
+    pub max_flush_micros: AtomicU64,
 }
 
 /// Interned series: row-key templates (salted, base hour zero) by id.
@@ -394,6 +398,19 @@ impl Writer {
     /// deletes the log entries covered. Returns the number of points flushed.
     pub(crate) fn flush(&self) -> Result<usize> {
         let _one = self.flush_lock.lock();
+        let started = Instant::now();
+        let result = self.flush_locked();
+        let micros = started.elapsed().as_micros() as u64;
+        self.stats
+            .last_flush_micros
+            .store(micros, Ordering::Relaxed);
+        self.stats
+            .max_flush_micros
+            .fetch_max(micros, Ordering::Relaxed);
+        result
+    }
+
+    fn flush_locked(&self) -> Result<usize> {
         let (buffer, first, last) = {
             let mut state = self.state.lock();
             let buffer = std::mem::take(&mut state.buffer);

@@ -1,0 +1,58 @@
+//! The HTTP API: `/api/*` endpoints with OpenTSDB's request and response shapes. Errors
+//! always have OpenTSDB's shape `{"error":{"code":…,"message":…,"details":…}}`.
+
+mod error;
+mod misc;
+mod put;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::any;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tower_http::decompression::RequestDecompressionLayer;
+
+use crate::State;
+pub(crate) use error::ApiError;
+
+pub(crate) fn router(state: Arc<State>) -> Router {
+    let max_body = state.settings.max_body_bytes;
+    Router::new()
+        .route("/api/put", any(put::handle))
+        .route("/api/version", any(misc::version))
+        .route("/api/aggregators", any(misc::aggregators))
+        .route("/api/config", any(misc::config))
+        .route("/api/stats", any(misc::stats))
+        .route("/api/dropcaches", any(misc::dropcaches))
+        .route("/api/metadata/put", any(misc::metadata_put))
+        .fallback(misc::not_found)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(RequestDecompressionLayer::new())
+        .with_state(state)
+}
+
+/// Serves HTTP/1.1 (keep-alive, chunked bodies) on one connection until it closes or the
+/// server shuts down (then the request in flight finishes first).
+pub(crate) async fn serve(
+    stream: TcpStream,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let service = TowerToHyperService::new(router);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    result.map_err(std::io::Error::other)
+}

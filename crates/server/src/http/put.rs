@@ -1,0 +1,312 @@
+//! `POST /api/put`: one point object or an array of them. `?summary` and `?details` answer
+//! with counts (and each failed point with its error); `?sync` answers once the batch is
+//! durable against power loss, `sync_timeout` (ms) bounding the wait.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State as Extract};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hourglass_core::value::{self, Value};
+use hourglass_engine::{ErrorKind, IncomingPoint};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::ApiError;
+use super::error::json_response;
+use crate::State;
+
+/// A JSON scalar where OpenTSDB (Jackson) accepts either a string or a number.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Str(String),
+    Num(serde_json::Number),
+    Bool(bool),
+}
+
+impl Scalar {
+    fn text(&self) -> String {
+        match self {
+            Scalar::Str(s) => s.clone(),
+            Scalar::Num(n) => n.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RawPoint {
+    metric: Option<Scalar>,
+    timestamp: Option<Scalar>,
+    value: Option<Scalar>,
+    tags: Option<BTreeMap<String, Scalar>>,
+}
+
+impl RawPoint {
+    fn echo(&self) -> serde_json::Value {
+        let mut dp = serde_json::Map::new();
+        if let Some(m) = &self.metric {
+            dp.insert("metric".into(), json!(m.text()));
+        }
+        if let Some(t) = &self.timestamp {
+            dp.insert(
+                "timestamp".into(),
+                self::timestamp(t).map_or_else(|| json!(t.text()), |t| json!(t)),
+            );
+        }
+        if let Some(v) = &self.value {
+            dp.insert("value".into(), json!(v.text()));
+        }
+        if let Some(tags) = &self.tags {
+            let tags: serde_json::Map<String, serde_json::Value> = tags
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v.text())))
+                .collect();
+            dp.insert("tags".into(), serde_json::Value::Object(tags));
+        }
+        serde_json::Value::Object(dp)
+    }
+}
+
+fn timestamp(t: &Scalar) -> Option<i64> {
+    match t {
+        Scalar::Num(n) => n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.is_finite() && f.abs() < 9.2e18)
+                .map(|f| f as i64)
+        }),
+        Scalar::Str(s) => value::parse_long(s).ok(),
+        Scalar::Bool(_) => None,
+    }
+}
+
+/// A point checked as OpenTSDB's `IncomingDataPoint.validate` does, before the write path.
+struct Checked {
+    metric: String,
+    timestamp: i64,
+    value: Value,
+    tags: Vec<(String, String)>,
+}
+
+fn check(p: &RawPoint) -> Result<Checked, String> {
+    let metric = p.metric.as_ref().map(Scalar::text).unwrap_or_default();
+    if metric.is_empty() {
+        return Err("Metric name was empty".into());
+    }
+    let ts = p
+        .timestamp
+        .as_ref()
+        .and_then(timestamp)
+        .filter(|t| *t > 0)
+        .ok_or("Invalid timestamp")?;
+    let text = p.value.as_ref().map(Scalar::text).unwrap_or_default();
+    if text.is_empty() {
+        return Err("Empty value".into());
+    }
+    let tags: Vec<(String, String)> = p
+        .tags
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.text()))
+        .collect();
+    if tags.is_empty() {
+        return Err("Missing tags".into());
+    }
+    let value =
+        value::parse_value(&text).map_err(|_| "Unable to parse value to a number".to_string())?;
+    Ok(Checked {
+        metric,
+        timestamp: ts,
+        value,
+        tags,
+    })
+}
+
+fn parse_body(body: &[u8]) -> Result<Vec<RawPoint>, ApiError> {
+    let start = body.iter().position(|b| !b.is_ascii_whitespace());
+    let Some(start) = start else {
+        return Err(ApiError::bad_request("Missing request content"));
+    };
+    let parsed = match body[start] {
+        b'{' => serde_json::from_slice::<RawPoint>(body).map(|p| vec![p]),
+        b'[' => serde_json::from_slice::<Vec<RawPoint>>(body),
+        _ => {
+            return Err(ApiError::bad_request(
+                "The JSON must start as an object or an array",
+            ));
+        }
+    };
+    let points = parsed.map_err(|e| {
+        ApiError::bad_request("Unable to parse the given JSON").with_details(e.to_string())
+    })?;
+    if points.is_empty() {
+        return Err(ApiError::bad_request("No datapoints found in content"));
+    }
+    Ok(points)
+}
+
+struct PutResult {
+    success: usize,
+    errors: Vec<(usize, String)>,
+}
+
+fn store(state: &State, raw: &[RawPoint]) -> PutResult {
+    let mut errors = Vec::new();
+    let mut checked = Vec::with_capacity(raw.len());
+    for (i, p) in raw.iter().enumerate() {
+        match check(p) {
+            Ok(c) => checked.push((i, c)),
+            Err(e) => errors.push((i, e)),
+        }
+    }
+    let tag_refs: Vec<Vec<(&str, &str)>> = checked
+        .iter()
+        .map(|(_, c)| {
+            c.tags
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect()
+        })
+        .collect();
+    let points: Vec<IncomingPoint<'_>> = checked
+        .iter()
+        .zip(&tag_refs)
+        .map(|((_, c), tags)| IncomingPoint {
+            metric: &c.metric,
+            timestamp: c.timestamp,
+            value: c.value,
+            tags,
+        })
+        .collect();
+    let outcome = state.tsdb.add_points(&points);
+    for (idx, e) in outcome.errors {
+        state.stats.count_error(&e);
+        let msg = match e.kind() {
+            ErrorKind::NotFound => "Unknown metric".to_string(),
+            ErrorKind::InvalidInput => e.to_string(),
+            _ => format!("Storage exception: {e}"),
+        };
+        errors.push((checked[idx].0, msg));
+    }
+    errors.sort_by_key(|(i, _)| *i);
+    PutResult {
+        success: outcome.stored,
+        errors,
+    }
+}
+
+pub(crate) async fn handle(
+    method: Method,
+    Query(params): Query<HashMap<String, String>>,
+    Extract(state): Extract<Arc<State>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if state.settings.read_only {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "Endpoint not found"));
+    }
+    if method != Method::POST {
+        return Err(ApiError::method_not_allowed(&method));
+    }
+    let show_details = params.contains_key("details");
+    let show_summary = params.contains_key("summary");
+    let sync = params.contains_key("sync");
+    let sync_timeout = match params.get("sync_timeout") {
+        None => 0,
+        Some(t) => t
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request(format!("Invalid sync_timeout: {t}")))?,
+    };
+    state
+        .stats
+        .http_rpcs
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let worker = Arc::clone(&state);
+    let (raw, result) = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+        let raw = parse_body(&body)?;
+        let result = store(&worker, &raw);
+        Ok((raw, result))
+    })
+    .await
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("put failed: {e}"),
+        )
+    })??;
+    state
+        .stats
+        .put_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    state
+        .stats
+        .points_received
+        .fetch_add(raw.len() as u64, std::sync::atomic::Ordering::Relaxed);
+
+    let mut timeouts = 0usize;
+    if sync && result.success > 0 {
+        let db = Arc::clone(&state.tsdb);
+        let job = tokio::task::spawn_blocking(move || db.sync_writes());
+        let synced = if sync_timeout > 0 {
+            tokio::time::timeout(Duration::from_millis(sync_timeout), job)
+                .await
+                .ok()
+        } else {
+            Some(job.await)
+        };
+        match synced {
+            None => timeouts = result.success,
+            Some(Ok(Ok(()))) => {}
+            Some(Ok(Err(e))) => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("Storage exception: {e}"),
+                ));
+            }
+            Some(Err(e)) => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("sync failed: {e}"),
+                ));
+            }
+        }
+    }
+    let failed = result.errors.len();
+    let success = result.success - timeouts;
+    if show_details || show_summary {
+        let mut body = serde_json::Map::new();
+        body.insert("success".into(), json!(success));
+        if sync_timeout > 0 {
+            body.insert("timeouts".into(), json!(timeouts));
+        }
+        body.insert("failed".into(), json!(failed));
+        if show_details {
+            let errors: Vec<serde_json::Value> = result
+                .errors
+                .iter()
+                .map(|(i, e)| json!({ "datapoint": raw[*i].echo(), "error": e }))
+                .collect();
+            body.insert("errors".into(), serde_json::Value::Array(errors));
+        }
+        let status = if failed > 0 || timeouts > 0 {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::OK
+        };
+        return Ok(json_response(status, &serde_json::Value::Object(body)));
+    }
+    if timeouts > 0 {
+        return Err(ApiError::bad_request(format!(
+            "The put call has timedout with {success} successful writes, {failed} failed writes and {timeouts} timed out writes."
+        ))
+        .with_details("Please see the TSD logs or append \"details\" to the put request"));
+    }
+    if failed > 0 {
+        return Err(ApiError::bad_request("One or more data points had errors")
+            .with_details("Please see the TSD logs or append \"details\" to the put request"));
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

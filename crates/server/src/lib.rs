@@ -1,0 +1,97 @@
+//! The TSD server: one TCP port, two protocols. The first byte of a connection decides, as in
+//! OpenTSDB: an upper-case letter starts an HTTP request (`GET`, `POST`, ...), anything else
+//! is the telnet-style line protocol (`put`, `version`, ...).
+//!
+//! [`run`] serves a bound listener until `shutdown` resolves (or `diediedie`), then stops
+//! accepting, lets in-flight requests finish, and returns; the caller flushes the database.
+
+mod http;
+mod state;
+mod stats;
+mod telnet;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use state::{ServerSettings, State};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// How long connections get to finish after shutdown starts.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves connections on `listener` until `shutdown` completes.
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<State>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut stop = state.subscribe_shutdown();
+    let router = http::router(Arc::clone(&state));
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "Ready to serve on {addr}");
+    }
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let state = Arc::clone(&state);
+                    let router = router.clone();
+                    let stop = state.subscribe_shutdown();
+                    connections.spawn(async move {
+                        state.stats.connection_opened();
+                        if let Err(e) = serve_connection(stream, &state, router, stop).await {
+                            tracing::debug!(%peer, error = %e, "connection ended with an error");
+                        }
+                        state.stats.connection_closed();
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = &mut shutdown => break,
+            _ = stop.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    tracing::info!("shutting down: no new connections, draining open ones");
+    state.begin_shutdown();
+    drop(listener);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still open after the drain timeout; closing them"
+        );
+        connections.abort_all();
+    }
+    Ok(())
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    state: &Arc<State>,
+    router: axum::Router,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut first = [0u8; 1];
+    let n = stream.peek(&mut first).await?;
+    if n == 0 {
+        return Ok(());
+    }
+    if first[0].is_ascii_uppercase() {
+        http::serve(stream, router, stop).await
+    } else {
+        telnet::serve(stream, state, stop).await
+    }
+}

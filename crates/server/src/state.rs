@@ -1,0 +1,82 @@
+use std::sync::Arc;
+use std::time::Instant;
+
+use hourglass_core::config::Config;
+use hourglass_engine::Tsdb;
+use tokio::sync::watch;
+
+use crate::stats::ServerStats;
+
+/// Server options from flags and `tsd.*` keys.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// `--read-only` / `tsd.mode = ro`: no writes accepted.
+    pub read_only: bool,
+    /// `tsd.no_diediedie = false` enables the `diediedie` command (off by default here).
+    pub diediedie: bool,
+    /// `tsd.network.max_line_length`: longest telnet line, in bytes (OpenTSDB: 1024).
+    pub max_line_length: usize,
+    /// `tsd.http.request.max_body`: largest HTTP request body, in bytes, after decompression.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            read_only: false,
+            diediedie: false,
+            max_line_length: 1024,
+            max_body_bytes: 256 << 20,
+        }
+    }
+}
+
+impl ServerSettings {
+    pub fn from_config(c: &Config) -> Result<Self, hourglass_core::Error> {
+        let d = ServerSettings::default();
+        Ok(ServerSettings {
+            read_only: c.get_str("tsd.mode", "rw").eq_ignore_ascii_case("ro"),
+            diediedie: !c.get_bool("tsd.no_diediedie", true),
+            max_line_length: c
+                .get_int("tsd.network.max_line_length", d.max_line_length as i64)?
+                .max(16) as usize,
+            max_body_bytes: c
+                .get_int("tsd.http.request.max_body", d.max_body_bytes as i64)?
+                .max(1024) as usize,
+        })
+    }
+}
+
+/// What every connection shares.
+#[derive(Debug)]
+pub struct State {
+    pub tsdb: Arc<Tsdb>,
+    pub config: Config,
+    pub settings: ServerSettings,
+    pub(crate) stats: ServerStats,
+    pub(crate) started: Instant,
+    shutdown: watch::Sender<bool>,
+}
+
+impl State {
+    pub fn new(tsdb: Arc<Tsdb>, config: Config, settings: ServerSettings) -> Arc<State> {
+        let (shutdown, _) = watch::channel(false);
+        Arc::new(State {
+            tsdb,
+            config,
+            settings,
+            stats: ServerStats::default(),
+            started: Instant::now(),
+            shutdown,
+        })
+    }
+
+    pub(crate) fn subscribe_shutdown(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Asks the server to stop (as `diediedie` does).
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+}

@@ -1,0 +1,239 @@
+//! The line protocol: `put` lines and a few commands, one per line (`\n` or `\r\n`).
+//!
+//! Lines are processed a buffer at a time: consecutive `put` lines become one batch for the
+//! write path, so a busy connection costs one log entry per read, not one per point. Only
+//! errors are answered, in line order, in OpenTSDB's words.
+
+mod commands;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use hourglass_core::put::{PutError, PutLine, parse_put};
+use hourglass_engine::{ErrorKind, IncomingPoint};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::State;
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// What the connection does after a buffer of lines.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    Continue,
+    Close,
+}
+
+pub(crate) async fn serve(
+    mut stream: TcpStream,
+    state: &Arc<State>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut discarding = false;
+    let mut out = Vec::new();
+    loop {
+        let before = buf.len();
+        buf.resize(before + READ_CHUNK, 0);
+        let read = tokio::select! {
+            r = stream.read(&mut buf[before..]) => r,
+            _ = stop.changed() => {
+                buf.truncate(before);
+                // Shutting down: what was read is processed, then the connection closes.
+                process(state, &mut buf, &mut discarding, &mut out, true);
+                stream.write_all(&out).await?;
+                return Ok(());
+            }
+        };
+        let n = match read {
+            Ok(n) => n,
+            Err(e) => {
+                buf.truncate(before);
+                return Err(e);
+            }
+        };
+        buf.truncate(before + n);
+        let eof = n == 0;
+        let next = process(state, &mut buf, &mut discarding, &mut out, eof);
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+        if eof || next == Next::Close {
+            let _ = stream.shutdown().await;
+            return Ok(());
+        }
+    }
+}
+
+/// Decodes a line: UTF-8, or ISO-8859-1 (as OpenTSDB reads every line) when it is not UTF-8.
+fn decode(line: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(line) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(line.iter().map(|b| char::from(*b)).collect()),
+    }
+}
+
+/// Handles every complete line in `buf` (and the rest too at end of stream), leaving a
+/// partial line in place. Replies are appended to `out`.
+fn process(
+    state: &State,
+    buf: &mut Vec<u8>,
+    discarding: &mut bool,
+    out: &mut Vec<u8>,
+    eof: bool,
+) -> Next {
+    let max = state.settings.max_line_length;
+    let mut lines: Vec<Cow<'_, str>> = Vec::new();
+    let mut consumed = 0usize;
+    let mut too_long = Vec::new();
+    while let Some(nl) = buf[consumed..].iter().position(|b| *b == b'\n') {
+        let mut line = &buf[consumed..consumed + nl];
+        consumed += nl + 1;
+        if std::mem::take(discarding) {
+            continue; // the tail of an overlong line
+        }
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
+        }
+        if line.len() > max {
+            too_long.push((lines.len(), line.len()));
+            lines.push(Cow::Borrowed(""));
+            continue;
+        }
+        lines.push(decode(line));
+    }
+    let rest = buf.len() - consumed;
+    if eof && rest > 0 && !*discarding && rest <= max {
+        lines.push(decode(&buf[consumed..]));
+        consumed = buf.len();
+    } else if rest > max {
+        if !*discarding {
+            too_long.push((lines.len(), rest));
+            lines.push(Cow::Borrowed(""));
+        }
+        *discarding = true;
+        consumed = buf.len();
+    }
+    let next = handle_lines(state, &lines, &too_long, out);
+    drop(lines);
+    buf.drain(..consumed);
+    next
+}
+
+fn handle_lines(
+    state: &State,
+    lines: &[Cow<'_, str>],
+    too_long: &[(usize, usize)],
+    out: &mut Vec<u8>,
+) -> Next {
+    let mut batch = PutBatch::default();
+    for (i, line) in lines.iter().enumerate() {
+        if let Some((_, len)) = too_long.iter().find(|(at, _)| *at == i) {
+            batch.submit(state, out);
+            out.extend_from_slice(
+                format!(
+                    "put: illegal argument: line too long: {len} bytes, the limit is {} (tsd.network.max_line_length)\n",
+                    state.settings.max_line_length
+                )
+                .as_bytes(),
+            );
+            continue;
+        }
+        let line = line.as_ref().trim_start_matches([' ', '\t']);
+        if line.is_empty() {
+            continue;
+        }
+        let (cmd, args) = line.split_once([' ', '\t']).unwrap_or((line, ""));
+        state.stats.telnet_rpcs.fetch_add(1, Ordering::Relaxed);
+        if cmd == "put" && !state.settings.read_only {
+            batch.add(args);
+            continue;
+        }
+        batch.submit(state, out);
+        if commands::run(state, cmd, out) == Next::Close {
+            return Next::Close;
+        }
+    }
+    batch.submit(state, out);
+    Next::Continue
+}
+
+/// Consecutive `put` lines waiting to be written as one batch.
+#[derive(Debug, Default)]
+struct PutBatch<'a> {
+    lines: Vec<Result<PutLine<'a>, PutError>>,
+    tags: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> PutBatch<'a> {
+    fn add(&mut self, args: &'a str) {
+        let parsed = parse_put(args, &mut self.tags);
+        self.lines.push(parsed);
+    }
+
+    fn submit(&mut self, state: &State, out: &mut Vec<u8>) {
+        if self.lines.is_empty() {
+            return;
+        }
+        let stats = &state.stats;
+        stats
+            .put_requests
+            .fetch_add(self.lines.len() as u64, Ordering::Relaxed);
+        stats
+            .points_received
+            .fetch_add(self.lines.len() as u64, Ordering::Relaxed);
+        let mut points = Vec::with_capacity(self.lines.len());
+        let mut origin = Vec::with_capacity(self.lines.len());
+        for (i, line) in self.lines.iter().enumerate() {
+            if let Ok(p) = line {
+                points.push(IncomingPoint {
+                    metric: p.metric,
+                    timestamp: p.timestamp,
+                    value: p.value,
+                    tags: &self.tags[p.tags.clone()],
+                });
+                origin.push(i);
+            }
+        }
+        let outcome = state.tsdb.add_points(&points);
+        let mut engine_errors = outcome.errors.into_iter().peekable();
+        for (i, line) in self.lines.iter().enumerate() {
+            match line {
+                Err(PutError::InvalidValue(m)) => {
+                    stats.invalid_values.fetch_add(1, Ordering::Relaxed);
+                    reply(out, "put: invalid value: ", m);
+                }
+                Err(PutError::IllegalArgument(m)) => {
+                    stats.illegal_arguments.fetch_add(1, Ordering::Relaxed);
+                    reply(out, "put: illegal argument: ", m);
+                }
+                Ok(_) => {
+                    while let Some((idx, e)) = engine_errors.next_if(|(idx, _)| origin[*idx] <= i) {
+                        if origin[idx] != i {
+                            continue;
+                        }
+                        stats.count_error(&e);
+                        let prefix = match e.kind() {
+                            ErrorKind::NotFound => "put: unknown metric: ",
+                            ErrorKind::InvalidInput => "put: illegal argument: ",
+                            _ => "put: storage error: ",
+                        };
+                        reply(out, prefix, &e.to_string());
+                    }
+                }
+            }
+        }
+        self.lines.clear();
+        self.tags.clear();
+    }
+}
+
+fn reply(out: &mut Vec<u8>, prefix: &str, msg: &str) {
+    out.extend_from_slice(prefix.as_bytes());
+    out.extend_from_slice(msg.as_bytes());
+    out.push(b'\n');
+}

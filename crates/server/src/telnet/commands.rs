@@ -1,0 +1,66 @@
+//! Telnet commands other than `put`.
+
+use super::Next;
+use crate::State;
+use crate::stats::{collect, hostname};
+
+pub(super) const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub(super) fn run(state: &State, cmd: &str, out: &mut Vec<u8>) -> Next {
+    match cmd {
+        "version" => out.extend_from_slice(version_text().as_bytes()),
+        "stats" => out.extend_from_slice(stats_text(state).as_bytes()),
+        "help" => {
+            let mut text = String::from("available commands: stats dropcaches version exit help ");
+            if !state.settings.read_only {
+                text.push_str("put ");
+            }
+            if state.settings.diediedie {
+                text.push_str("diediedie ");
+            }
+            text.push('\n');
+            out.extend_from_slice(text.as_bytes());
+        }
+        "dropcaches" => {
+            state.tsdb.uids().drop_caches();
+            out.extend_from_slice(b"Caches dropped.\n");
+        }
+        "exit" => return Next::Close,
+        "diediedie" if state.settings.diediedie => {
+            tracing::warn!("shutdown requested over telnet");
+            out.extend_from_slice(b"Cleaning up and exiting now.\n");
+            state.begin_shutdown();
+            return Next::Close;
+        }
+        other => {
+            out.extend_from_slice(format!("unknown command: {other}.  Try `help'.\n").as_bytes())
+        }
+    }
+    Next::Continue
+}
+
+/// Two lines, as OpenTSDB's `version`: what this is, and its API level.
+pub(crate) fn version_text() -> String {
+    format!(
+        "hourglass {VERSION} built at revision {VERSION} (OpenTSDB 2.4.0 API)\nBuilt for {} {}\n",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// `tsd.metric timestamp value [tag=value] host=NAME` lines.
+fn stats_text(state: &State) -> String {
+    let host = hostname();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut text = String::new();
+    for s in collect(state) {
+        text.push_str(&format!("{} {now} {}", s.metric, s.value));
+        if let Some((k, v)) = &s.tag {
+            text.push_str(&format!(" {k}={v}"));
+        }
+        text.push_str(&format!(" host={host}\n"));
+    }
+    text
+}
