@@ -1,0 +1,173 @@
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! A real server on port 0 and raw-socket clients for it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hourglass_core::config::Config;
+use hourglass_core::uid::UidKind;
+use hourglass_core::value::Value;
+use hourglass_engine::scan::{RowQuery, scan_rows};
+use hourglass_engine::{Settings, Tsdb};
+use hourglass_server::{ServerSettings, State};
+use hourglass_storage::Store;
+use hourglass_storage::memory::MemoryStore;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub(crate) struct TestServer {
+    pub(crate) addr: SocketAddr,
+    pub(crate) state: Arc<State>,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+pub(crate) async fn start_with(config: Config) -> TestServer {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    start_on(store, config).await
+}
+
+pub(crate) async fn start_on(store: Arc<dyn Store>, config: Config) -> TestServer {
+    let settings = Settings::from_config(&config).unwrap();
+    let tsdb = Tsdb::open(store, settings).unwrap();
+    let state = State::new(tsdb, config.clone(), ServerSettings::from_config(&config).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    let handle = tokio::spawn(hourglass_server::run(listener, Arc::clone(&state), async {
+        let _ = rx.await;
+    }));
+    TestServer { addr, state, stop: Some(tx), handle: Some(handle) }
+}
+
+/// A server with `tsd.core.auto_create_metrics = true`.
+pub(crate) async fn start() -> TestServer {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    start_with(c).await
+}
+
+impl TestServer {
+    pub(crate) async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            h.await.unwrap().unwrap();
+        }
+    }
+
+    /// Stored points of `metric` as (ms, value, sorted tags), after flushing the buffers.
+    pub(crate) fn points(&self, metric: &str) -> Vec<(i64, Value, Vec<(String, String)>)> {
+        let db = &self.state.tsdb;
+        db.flush().unwrap();
+        let Ok(uid) = db.uids().get_id(UidKind::Metric, metric) else { return Vec::new() };
+        let schema = &db.settings().schema;
+        let query = RowQuery { metric: uid, start_secs: 0, end_secs: i64::from(u32::MAX) - 3600, tags: vec![] };
+        let mut out = Vec::new();
+        for row in scan_rows(db.store().as_ref(), schema, &query).unwrap() {
+            let key = hourglass_core::rowkey::decode_row_key(schema, &row.key).unwrap();
+            let mut tags: Vec<(String, String)> = key
+                .series
+                .tags
+                .iter()
+                .map(|(k, v)| (db.uids().get_name(UidKind::TagKey, *k).unwrap(), db.uids().get_name(UidKind::TagValue, *v).unwrap()))
+                .collect();
+            tags.sort();
+            for p in hourglass_engine::rows::decode_row(Some(&row), &[]).unwrap().points {
+                out.push((p.qualifier.timestamp_ms(key.base_time), p.value(), tags.clone()));
+            }
+        }
+        out.sort_by(|a, b| (a.0, &a.2).cmp(&(b.0, &b.2)));
+        out
+    }
+}
+
+/// Sends telnet lines, then `version` as a fence, and returns every reply line before the
+/// version text.
+pub(crate) async fn telnet(addr: SocketAddr, text: &str) -> Vec<String> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(text.as_bytes()).await.unwrap();
+    s.write_all(b"version\n").await.unwrap();
+    let mut reader = BufReader::new(s);
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line)).await.unwrap().unwrap();
+        assert!(n > 0, "connection closed before the version fence; got {lines:?}");
+        if line.starts_with("hourglass ") {
+            let mut second = String::new();
+            reader.read_line(&mut second).await.unwrap();
+            return lines;
+        }
+        lines.push(line.trim_end_matches('\n').to_string());
+    }
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Response {
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// An HTTP/1.1 connection that can carry several requests (keep-alive).
+pub(crate) struct HttpConn {
+    reader: BufReader<TcpStream>,
+}
+
+impl HttpConn {
+    pub(crate) async fn open(addr: SocketAddr) -> Self {
+        HttpConn { reader: BufReader::new(TcpStream::connect(addr).await.unwrap()) }
+    }
+
+    pub(crate) async fn send_raw(&mut self, head: &str, body: &[u8]) -> Response {
+        self.reader.get_mut().write_all(head.as_bytes()).await.unwrap();
+        self.reader.get_mut().write_all(body).await.unwrap();
+        self.read_response().await
+    }
+
+    pub(crate) async fn request(&mut self, method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Response {
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n{extra_headers}\r\n", body.len());
+        self.send_raw(&head, body).await
+    }
+
+    async fn read_response(&mut self) -> Response {
+        let mut status_line = String::new();
+        tokio::time::timeout(Duration::from_secs(10), self.reader.read_line(&mut status_line)).await.unwrap().unwrap();
+        let status: u16 = status_line.split(' ').nth(1).unwrap_or_else(|| panic!("bad status line {status_line:?}")).parse().unwrap();
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).await.unwrap();
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (k, v) = line.split_once(':').unwrap();
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+        let len: usize = headers.iter().find(|(k, _)| k == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+        let mut body = vec![0; len];
+        self.reader.read_exact(&mut body).await.unwrap();
+        Response { status, headers, body }
+    }
+}
+
+pub(crate) async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
+    HttpConn::open(addr).await.request(method, path, "", body.as_bytes()).await
+}
