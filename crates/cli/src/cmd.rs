@@ -1,5 +1,6 @@
 pub(crate) mod create_tables;
 pub(crate) mod debug_ingest;
+pub(crate) mod import;
 pub(crate) mod scan;
 pub(crate) mod tsd;
 pub(crate) mod uid;

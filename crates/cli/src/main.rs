@@ -25,6 +25,8 @@ enum Command {
     Mkmetric(cmd::uid::MkmetricArgs),
     /// Look up, assign, grep, rename and delete UIDs.
     Uid(cmd::uid::UidArgs),
+    /// Import points from files in OpenTSDB's import format.
+    Import(cmd::import::ImportArgs),
     /// Dump the stored rows of a metric over a time range.
     Scan(cmd::scan::ScanArgs),
     /// Write points forever and report each acknowledged batch (crash-safety tests).
@@ -35,7 +37,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = match &cli.command {
-        Command::Tsd(_) => true,
+        Command::Tsd(_) | Command::Import(_) => true,
         Command::Uid(a) => a.store.verbose,
         Command::Mkmetric(a) => a.store.verbose,
         Command::Scan(a) => a.store.verbose,
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Tsd(a) => cmd::tsd::run(&a),
+        Command::Import(a) => cmd::import::run(&a),
         Command::CreateTables(a) => cmd::create_tables::run(&a),
         Command::Mkmetric(a) => cmd::uid::mkmetric(&a),
         Command::Uid(a) => cmd::uid::run(&a),

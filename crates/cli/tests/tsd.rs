@@ -9,14 +9,25 @@ use std::time::Duration;
 
 fn spawn_tsd(dir: &Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .args(["tsd", "--port", "0", "--bind", "127.0.0.1", "--auto-metric", "--data-dir"])
+        .args([
+            "tsd",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--auto-metric",
+            "--data-dir",
+        ])
         .arg(dir)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = loop {
-        let line = lines.next().expect("tsd exited before it was ready").unwrap();
+        let line = lines
+            .next()
+            .expect("tsd exited before it was ready")
+            .unwrap();
         if let Some(rest) = line.split("Ready to serve on ").nth(1) {
             break rest.split_whitespace().next().unwrap().to_string();
         }
@@ -44,7 +55,11 @@ fn scan(dir: &Path, metric: &str) -> Vec<String> {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).unwrap().lines().map(String::from).collect()
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
 }
 
 #[test]
@@ -53,11 +68,18 @@ fn sigterm_drains_flushes_and_exits_zero() {
     let (mut child, addr) = spawn_tsd(dir.path());
     let mut text = String::new();
     for i in 0..5000 {
-        text.push_str(&format!("put graceful.metric {} {i} host=h{}\n", 1356998400 + i / 10, i % 10));
+        text.push_str(&format!(
+            "put graceful.metric {} {i} host=h{}\n",
+            1356998400 + i / 10,
+            i % 10
+        ));
     }
     let replies = telnet_fenced(&addr, &text);
     assert!(replies.starts_with("hourglass "), "{replies}");
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     assert_eq!(scan(dir.path(), "graceful.metric").len(), 5000);
@@ -67,13 +89,22 @@ fn sigterm_drains_flushes_and_exits_zero() {
 fn sigkill_right_after_sync_put_keeps_the_point() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, addr) = spawn_tsd(dir.path());
-    let body = r#"{"metric":"synced.metric","timestamp":1356998400,"value":42,"tags":{"host":"a"}}"#;
+    let body =
+        r#"{"metric":"synced.metric","timestamp":1356998400,"value":42,"tags":{"host":"a"}}"#;
     let mut s = TcpStream::connect(&addr).unwrap();
-    write!(s, "POST /api/put?sync HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    write!(
+        s,
+        "POST /api/put?sync HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
     let mut status = [0u8; 12];
     s.read_exact(&mut status).unwrap();
     assert_eq!(&status, b"HTTP/1.1 204");
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(scan(dir.path(), "synced.metric"), vec!["synced.metric 1356998400 42 host=a".to_string()]);
+    assert_eq!(
+        scan(dir.path(), "synced.metric"),
+        vec!["synced.metric 1356998400 42 host=a".to_string()]
+    );
 }

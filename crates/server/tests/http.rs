@@ -19,8 +19,19 @@ async fn put_single_and_array_answer_204_and_store() {
     let arr = r#"[{"metric":"sys.cpu.nice","timestamp":1356998401,"value":"19.5","tags":{"host":"web01","dc":"lga"}},
                   {"metric":"sys.cpu.nice","timestamp":1356998402000,"value":-3,"tags":{"host":"web01","dc":"lga"}}]"#;
     assert_eq!(http(srv.addr, "POST", "/api/put", arr).await.status, 204);
-    let values: Vec<(i64, Value)> = srv.points("sys.cpu.nice").into_iter().map(|p| (p.0, p.1)).collect();
-    assert_eq!(values, vec![(1356998400000, Value::Int(18)), (1356998401000, Value::Float(19.5)), (1356998402000, Value::Int(-3))]);
+    let values: Vec<(i64, Value)> = srv
+        .points("sys.cpu.nice")
+        .into_iter()
+        .map(|p| (p.0, p.1))
+        .collect();
+    assert_eq!(
+        values,
+        vec![
+            (1356998400000, Value::Int(18)),
+            (1356998401000, Value::Float(19.5)),
+            (1356998402000, Value::Int(-3))
+        ]
+    );
     srv.stop().await;
 }
 
@@ -29,7 +40,11 @@ async fn put_errors_summary_and_details() {
     let mut c = Config::default();
     c.set("tsd.core.auto_create_metrics", "false");
     let srv = start_with(c).await;
-    srv.state.tsdb.uids().get_or_create_id(hourglass_core::uid::UidKind::Metric, "sys.cpu.nice").unwrap();
+    srv.state
+        .tsdb
+        .uids()
+        .get_or_create_id(hourglass_core::uid::UidKind::Metric, "sys.cpu.nice")
+        .unwrap();
     let body = r#"[
         {"metric":"sys.cpu.nice","timestamp":1356998400,"value":1,"tags":{"host":"a"}},
         {"metric":"nope","timestamp":1356998400,"value":1,"tags":{"host":"a"}},
@@ -55,7 +70,12 @@ async fn put_errors_summary_and_details() {
     let d = details.json();
     assert_eq!(d["success"], 2);
     assert_eq!(d["failed"], 7);
-    let errors: Vec<&str> = d["errors"].as_array().unwrap().iter().map(|e| e["error"].as_str().unwrap()).collect();
+    let errors: Vec<&str> = d["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["error"].as_str().unwrap())
+        .collect();
     assert_eq!(
         errors,
         vec![
@@ -68,10 +88,26 @@ async fn put_errors_summary_and_details() {
             "Invalid tag name with value [a] (\"h o\"): illegal character:  ",
         ]
     );
-    assert_eq!(d["errors"][0]["datapoint"], json!({"metric":"nope","timestamp":1356998400,"value":"1","tags":{"host":"a"}}));
-    let ok_summary = http(srv.addr, "POST", "/api/put?summary", r#"{"metric":"sys.cpu.nice","timestamp":1356998402,"value":3,"tags":{"host":"a"}}"#).await;
-    assert_eq!((ok_summary.status, ok_summary.text()), (200, r#"{"success":1,"failed":0}"#.to_string()));
-    assert_eq!(srv.points("sys.cpu.nice").len(), 3, "good points beside bad ones are stored");
+    assert_eq!(
+        d["errors"][0]["datapoint"],
+        json!({"metric":"nope","timestamp":1356998400,"value":"1","tags":{"host":"a"}})
+    );
+    let ok_summary = http(
+        srv.addr,
+        "POST",
+        "/api/put?summary",
+        r#"{"metric":"sys.cpu.nice","timestamp":1356998402,"value":3,"tags":{"host":"a"}}"#,
+    )
+    .await;
+    assert_eq!(
+        (ok_summary.status, ok_summary.text()),
+        (200, r#"{"success":1,"failed":0}"#.to_string())
+    );
+    assert_eq!(
+        srv.points("sys.cpu.nice").len(),
+        3,
+        "good points beside bad ones are stored"
+    );
     srv.stop().await;
 }
 
@@ -84,7 +120,10 @@ async fn malformed_bodies_and_methods() {
         ("metric=x", "The JSON must start as an object or an array"),
         ("{\"metric\":", "Unable to parse the given JSON"),
         ("[1,2]", "Unable to parse the given JSON"),
-        (r#"{"metric":"m","timestamp":1,"value":1,"tags":{"a":{"b":1}}}"#, "Unable to parse the given JSON"),
+        (
+            r#"{"metric":"m","timestamp":1,"value":1,"tags":{"a":{"b":1}}}"#,
+            "Unable to parse the given JSON",
+        ),
         ("[]", "No datapoints found in content"),
     ];
     for (body, message) in cases {
@@ -92,7 +131,11 @@ async fn malformed_bodies_and_methods() {
         assert_eq!(r.status, 400, "{body}");
         assert_eq!(r.json()["error"]["message"], *message, "{body}");
         assert_eq!(r.json()["error"]["code"], 400);
-        assert!(r.headers.iter().any(|(k, v)| k == "content-type" && v.starts_with("application/json")));
+        assert!(
+            r.headers
+                .iter()
+                .any(|(k, v)| k == "content-type" && v.starts_with("application/json"))
+        );
     }
     let r = http(srv.addr, "GET", "/api/put", "").await;
     assert_eq!(r.status, 405);
@@ -101,7 +144,13 @@ async fn malformed_bodies_and_methods() {
         json!({"error":{"code":405,"message":"Method not allowed","details":"The HTTP method [GET] is not permitted for this endpoint"}})
     );
     let r = http(srv.addr, "GET", "/api/nothing", "").await;
-    assert_eq!((r.status, r.json()), (404, json!({"error":{"code":404,"message":"Endpoint not found"}})));
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            404,
+            json!({"error":{"code":404,"message":"Endpoint not found"}})
+        )
+    );
     srv.stop().await;
 }
 
@@ -118,15 +167,28 @@ async fn gzip_deflate_chunked_and_large_bodies() {
     gz.write_all(&body).unwrap();
     let gz = gz.finish().unwrap();
     let mut conn = HttpConn::open(srv.addr).await;
-    let r = conn.request("POST", "/api/put", "Content-Encoding: gzip\r\n", &gz).await;
+    let r = conn
+        .request("POST", "/api/put", "Content-Encoding: gzip\r\n", &gz)
+        .await;
     assert_eq!(r.status, 204, "{}", r.text());
     // Deflate (zlib) on the same keep-alive connection.
     let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-    z.write_all(br#"{"metric":"small.metric","timestamp":1356998400,"value":1,"tags":{"host":"a"}}"#).unwrap();
-    let r = conn.request("POST", "/api/put", "Content-Encoding: deflate\r\n", &z.finish().unwrap()).await;
+    z.write_all(
+        br#"{"metric":"small.metric","timestamp":1356998400,"value":1,"tags":{"host":"a"}}"#,
+    )
+    .unwrap();
+    let r = conn
+        .request(
+            "POST",
+            "/api/put",
+            "Content-Encoding: deflate\r\n",
+            &z.finish().unwrap(),
+        )
+        .await;
     assert_eq!(r.status, 204, "{}", r.text());
     // Chunked transfer encoding in small chunks (OpenTSDB's chunk limit does not apply).
-    let chunked_body = br#"[{"metric":"small.metric","timestamp":1356998401,"value":2,"tags":{"host":"a"}}]"#;
+    let chunked_body =
+        br#"[{"metric":"small.metric","timestamp":1356998401,"value":2,"tags":{"host":"a"}}]"#;
     let mut raw = Vec::new();
     for chunk in chunked_body.chunks(7) {
         raw.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
@@ -134,7 +196,12 @@ async fn gzip_deflate_chunked_and_large_bodies() {
         raw.extend_from_slice(b"\r\n");
     }
     raw.extend_from_slice(b"0\r\n\r\n");
-    let r = conn.send_raw("POST /api/put HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", &raw).await;
+    let r = conn
+        .send_raw(
+            "POST /api/put HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
+            &raw,
+        )
+        .await;
     assert_eq!(r.status, 204, "{}", r.text());
     assert_eq!(srv.points("big.metric").len(), 50_000);
     assert_eq!(srv.points("small.metric").len(), 2);
@@ -148,19 +215,35 @@ async fn small_endpoints() {
     assert_eq!(v.status, 200);
     assert_eq!(v.json()["version"], "2.4.0");
     let aggs = http(srv.addr, "GET", "/api/aggregators", "").await.json();
-    for name in ["sum", "zimsum", "avg", "mimmax", "p99", "ep999r7", "count", "none"] {
+    for name in [
+        "sum", "zimsum", "avg", "mimmax", "p99", "ep999r7", "count", "none",
+    ] {
         assert!(aggs.as_array().unwrap().iter().any(|a| a == name), "{name}");
     }
     let cfg = http(srv.addr, "GET", "/api/config", "").await.json();
     assert_eq!(cfg["tsd.core.auto_create_metrics"], "true");
     let stats = http(srv.addr, "GET", "/api/stats", "").await.json();
     let list = stats.as_array().unwrap();
-    assert!(list.iter().all(|s| s["metric"].is_string() && s["timestamp"].is_u64() && s["value"].is_string() && s["tags"]["host"].is_string()));
+    assert!(list.iter().all(|s| s["metric"].is_string()
+        && s["timestamp"].is_u64()
+        && s["value"].is_string()
+        && s["tags"]["host"].is_string()));
     assert!(list.iter().any(|s| s["metric"] == "tsd.uid.cache-hit"));
     let drop = http(srv.addr, "POST", "/api/dropcaches", "").await;
-    assert_eq!(drop.json(), json!({"status":"200","message":"Caches dropped"}));
-    assert_eq!(http(srv.addr, "POST", "/api/metadata/put", "[]").await.status, 204);
-    assert_eq!(http(srv.addr, "DELETE", "/api/version", "").await.status, 405);
+    assert_eq!(
+        drop.json(),
+        json!({"status":"200","message":"Caches dropped"})
+    );
+    assert_eq!(
+        http(srv.addr, "POST", "/api/metadata/put", "[]")
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        http(srv.addr, "DELETE", "/api/version", "").await.status,
+        405
+    );
     srv.stop().await;
 }
 
@@ -169,11 +252,28 @@ async fn sync_put_and_keep_alive() {
     let srv = start().await;
     let mut conn = HttpConn::open(srv.addr).await;
     for i in 0..5 {
-        let body = format!(r#"{{"metric":"ka","timestamp":{},"value":{i},"tags":{{"host":"a"}}}}"#, 1356998400 + i);
-        let r = conn.request("POST", "/api/put?sync&sync_timeout=5000", "", body.as_bytes()).await;
+        let body = format!(
+            r#"{{"metric":"ka","timestamp":{},"value":{i},"tags":{{"host":"a"}}}}"#,
+            1356998400 + i
+        );
+        let r = conn
+            .request(
+                "POST",
+                "/api/put?sync&sync_timeout=5000",
+                "",
+                body.as_bytes(),
+            )
+            .await;
         assert_eq!(r.status, 204, "{}", r.text());
     }
-    let r = conn.request("POST", "/api/put?sync&summary&sync_timeout=5000", "", GOOD.as_bytes()).await;
+    let r = conn
+        .request(
+            "POST",
+            "/api/put?sync&summary&sync_timeout=5000",
+            "",
+            GOOD.as_bytes(),
+        )
+        .await;
     assert_eq!(r.text(), r#"{"success":1,"timeouts":0,"failed":0}"#);
     assert_eq!(srv.points("ka").len(), 5);
     srv.stop().await;

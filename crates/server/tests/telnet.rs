@@ -10,7 +10,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,7 +46,11 @@ async fn every_put_error_in_opentsdb_words_good_points_kept() {
     let mut c = Config::default();
     c.set("tsd.core.auto_create_metrics", "false");
     let srv = start_with(c).await;
-    srv.state.tsdb.uids().get_or_create_id(hourglass_core::uid::UidKind::Metric, "known").unwrap();
+    srv.state
+        .tsdb
+        .uids()
+        .get_or_create_id(hourglass_core::uid::UidKind::Metric, "known")
+        .unwrap();
     let nine: String = (0..9).map(|i| format!(" k{i}=v")).collect();
     let long_line = format!("put known 1356998400 1 host={}\n", "x".repeat(2000));
     let input = format!(
@@ -85,7 +92,11 @@ async fn every_put_error_in_opentsdb_words_good_points_kept() {
         ]
     );
     let stored: Vec<i64> = srv.points("known").iter().map(|p| p.0).collect();
-    assert_eq!(stored, vec![1356998400000, 1356998411000], "good points beside bad ones are stored");
+    assert_eq!(
+        stored,
+        vec![1356998400000, 1356998411000],
+        "good points beside bad ones are stored"
+    );
     srv.stop().await;
 }
 
@@ -103,19 +114,40 @@ async fn commands_answer_like_opentsdb() {
         ]
     );
     let stats = telnet(srv.addr, "stats\n").await;
-    assert!(stats.iter().any(|l| l.starts_with("tsd.connectionmgr.connections ") && l.contains("type=open") && l.contains(" host=")), "{stats:?}");
-    assert!(stats.iter().any(|l| l.starts_with("tsd.uid.cache-size ") && l.contains("kind=metrics")));
+    assert!(
+        stats
+            .iter()
+            .any(|l| l.starts_with("tsd.connectionmgr.connections ")
+                && l.contains("type=open")
+                && l.contains(" host=")),
+        "{stats:?}"
+    );
+    assert!(
+        stats
+            .iter()
+            .any(|l| l.starts_with("tsd.uid.cache-size ") && l.contains("kind=metrics"))
+    );
     for l in &stats {
         let words: Vec<&str> = l.split(' ').collect();
         assert!(words.len() >= 4, "{l}");
-        assert!(words[1].parse::<u64>().is_ok() && words[2].parse::<u64>().is_ok(), "{l}");
+        assert!(
+            words[1].parse::<u64>().is_ok() && words[2].parse::<u64>().is_ok(),
+            "{l}"
+        );
     }
     // exit closes the connection.
     let mut s = TcpStream::connect(srv.addr).await.unwrap();
     s.write_all(b"exit\nversion\n").await.unwrap();
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await.unwrap().unwrap();
-    assert!(buf.is_empty(), "nothing after exit: {:?}", String::from_utf8_lossy(&buf));
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        buf.is_empty(),
+        "nothing after exit: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
     srv.stop().await;
 }
 
@@ -127,7 +159,10 @@ async fn diediedie_only_when_enabled() {
     let mut s = TcpStream::connect(srv.addr).await.unwrap();
     s.write_all(b"help\ndiediedie\n").await.unwrap();
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
     let text = String::from_utf8(buf).unwrap();
     assert!(text.contains("diediedie "), "{text}");
     assert!(text.ends_with("Cleaning up and exiting now.\n"), "{text}");
@@ -145,7 +180,10 @@ async fn read_only_refuses_put() {
     let replies = telnet(srv.addr, "put m 1356998400 1 h=a\nhelp\n").await;
     assert_eq!(
         replies,
-        vec!["unknown command: put.  Try `help'.".to_string(), "available commands: stats dropcaches version exit help ".into()]
+        vec![
+            "unknown command: put.  Try `help'.".to_string(),
+            "available commands: stats dropcaches version exit help ".into()
+        ]
     );
     srv.stop().await;
 }
@@ -155,20 +193,32 @@ async fn concurrent_connections_all_land_and_a_stalled_client_blocks_nobody() {
     let srv = start().await;
     // A client that sends half a line and stalls.
     let mut stalled = TcpStream::connect(srv.addr).await.unwrap();
-    stalled.write_all(b"put stall.metric 13569984").await.unwrap();
+    stalled
+        .write_all(b"put stall.metric 13569984")
+        .await
+        .unwrap();
     let mut tasks = Vec::new();
     for c in 0..8 {
         let addr = srv.addr;
         tasks.push(tokio::spawn(async move {
             let mut text = String::new();
             for i in 0..2000 {
-                text.push_str(&format!("put conc.metric {} {i} conn={c}\n", 1356998400 + i));
+                text.push_str(&format!(
+                    "put conc.metric {} {i} conn={c}\n",
+                    1356998400 + i
+                ));
             }
             telnet(addr, &text).await
         }));
     }
     for t in tasks {
-        assert_eq!(tokio::time::timeout(Duration::from_secs(30), t).await.unwrap().unwrap(), Vec::<String>::new());
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .unwrap()
+                .unwrap(),
+            Vec::<String>::new()
+        );
     }
     let points = srv.points("conc.metric");
     assert_eq!(points.len(), 16000);
@@ -184,9 +234,14 @@ async fn concurrent_connections_all_land_and_a_stalled_client_blocks_nobody() {
 async fn latin1_lines_are_read_as_opentsdb_reads_them() {
     let srv = start().await;
     let mut s = TcpStream::connect(srv.addr).await.unwrap();
-    s.write_all(b"put temp 1356998400 1 city=M\xfcnchen\nversion\n").await.unwrap();
+    s.write_all(b"put temp 1356998400 1 city=M\xfcnchen\nversion\n")
+        .await
+        .unwrap();
     let mut buf = vec![0; 200];
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.unwrap().unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
     let pts = srv.points("temp");
     assert_eq!(pts[0].2, tags(&[("city", "München")]));
     srv.stop().await;

@@ -18,6 +18,9 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// A stored point: time in ms, value, sorted tag pairs.
+pub(crate) type StoredPoint = (i64, Value, Vec<(String, String)>);
+
 pub(crate) struct TestServer {
     pub(crate) addr: SocketAddr,
     pub(crate) state: Arc<State>,
@@ -33,14 +36,23 @@ pub(crate) async fn start_with(config: Config) -> TestServer {
 pub(crate) async fn start_on(store: Arc<dyn Store>, config: Config) -> TestServer {
     let settings = Settings::from_config(&config).unwrap();
     let tsdb = Tsdb::open(store, settings).unwrap();
-    let state = State::new(tsdb, config.clone(), ServerSettings::from_config(&config).unwrap());
+    let state = State::new(
+        tsdb,
+        config.clone(),
+        ServerSettings::from_config(&config).unwrap(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel();
     let handle = tokio::spawn(hourglass_server::run(listener, Arc::clone(&state), async {
         let _ = rx.await;
     }));
-    TestServer { addr, state, stop: Some(tx), handle: Some(handle) }
+    TestServer {
+        addr,
+        state,
+        stop: Some(tx),
+        handle: Some(handle),
+    }
 }
 
 /// A server with `tsd.core.auto_create_metrics = true`.
@@ -61,12 +73,19 @@ impl TestServer {
     }
 
     /// Stored points of `metric` as (ms, value, sorted tags), after flushing the buffers.
-    pub(crate) fn points(&self, metric: &str) -> Vec<(i64, Value, Vec<(String, String)>)> {
+    pub(crate) fn points(&self, metric: &str) -> Vec<StoredPoint> {
         let db = &self.state.tsdb;
         db.flush().unwrap();
-        let Ok(uid) = db.uids().get_id(UidKind::Metric, metric) else { return Vec::new() };
+        let Ok(uid) = db.uids().get_id(UidKind::Metric, metric) else {
+            return Vec::new();
+        };
         let schema = &db.settings().schema;
-        let query = RowQuery { metric: uid, start_secs: 0, end_secs: i64::from(u32::MAX) - 3600, tags: vec![] };
+        let query = RowQuery {
+            metric: uid,
+            start_secs: 0,
+            end_secs: i64::from(u32::MAX) - 3600,
+            tags: vec![],
+        };
         let mut out = Vec::new();
         for row in scan_rows(db.store().as_ref(), schema, &query).unwrap() {
             let key = hourglass_core::rowkey::decode_row_key(schema, &row.key).unwrap();
@@ -74,11 +93,23 @@ impl TestServer {
                 .series
                 .tags
                 .iter()
-                .map(|(k, v)| (db.uids().get_name(UidKind::TagKey, *k).unwrap(), db.uids().get_name(UidKind::TagValue, *v).unwrap()))
+                .map(|(k, v)| {
+                    (
+                        db.uids().get_name(UidKind::TagKey, *k).unwrap(),
+                        db.uids().get_name(UidKind::TagValue, *v).unwrap(),
+                    )
+                })
                 .collect();
             tags.sort();
-            for p in hourglass_engine::rows::decode_row(Some(&row), &[]).unwrap().points {
-                out.push((p.qualifier.timestamp_ms(key.base_time), p.value(), tags.clone()));
+            for p in hourglass_engine::rows::decode_row(Some(&row), &[])
+                .unwrap()
+                .points
+            {
+                out.push((
+                    p.qualifier.timestamp_ms(key.base_time),
+                    p.value(),
+                    tags.clone(),
+                ));
             }
         }
         out.sort_by(|a, b| (a.0, &a.2).cmp(&(b.0, &b.2)));
@@ -96,8 +127,14 @@ pub(crate) async fn telnet(addr: SocketAddr, text: &str) -> Vec<String> {
     let mut lines = Vec::new();
     loop {
         let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line)).await.unwrap().unwrap();
-        assert!(n > 0, "connection closed before the version fence; got {lines:?}");
+        let n = tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            n > 0,
+            "connection closed before the version fence; got {lines:?}"
+        );
         if line.starts_with("hourglass ") {
             let mut second = String::new();
             reader.read_line(&mut second).await.unwrap();
@@ -117,7 +154,8 @@ pub(crate) struct Response {
 
 impl Response {
     pub(crate) fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
     pub(crate) fn text(&self) -> String {
@@ -132,24 +170,50 @@ pub(crate) struct HttpConn {
 
 impl HttpConn {
     pub(crate) async fn open(addr: SocketAddr) -> Self {
-        HttpConn { reader: BufReader::new(TcpStream::connect(addr).await.unwrap()) }
+        HttpConn {
+            reader: BufReader::new(TcpStream::connect(addr).await.unwrap()),
+        }
     }
 
     pub(crate) async fn send_raw(&mut self, head: &str, body: &[u8]) -> Response {
-        self.reader.get_mut().write_all(head.as_bytes()).await.unwrap();
+        self.reader
+            .get_mut()
+            .write_all(head.as_bytes())
+            .await
+            .unwrap();
         self.reader.get_mut().write_all(body).await.unwrap();
         self.read_response().await
     }
 
-    pub(crate) async fn request(&mut self, method: &str, path: &str, extra_headers: &str, body: &[u8]) -> Response {
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n{extra_headers}\r\n", body.len());
+    pub(crate) async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        extra_headers: &str,
+        body: &[u8],
+    ) -> Response {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n{extra_headers}\r\n",
+            body.len()
+        );
         self.send_raw(&head, body).await
     }
 
     async fn read_response(&mut self) -> Response {
         let mut status_line = String::new();
-        tokio::time::timeout(Duration::from_secs(10), self.reader.read_line(&mut status_line)).await.unwrap().unwrap();
-        let status: u16 = status_line.split(' ').nth(1).unwrap_or_else(|| panic!("bad status line {status_line:?}")).parse().unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            self.reader.read_line(&mut status_line),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let status: u16 = status_line
+            .split(' ')
+            .nth(1)
+            .unwrap_or_else(|| panic!("bad status line {status_line:?}"))
+            .parse()
+            .unwrap();
         let mut headers = Vec::new();
         loop {
             let mut line = String::new();
@@ -161,13 +225,23 @@ impl HttpConn {
             let (k, v) = line.split_once(':').unwrap();
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
-        let len: usize = headers.iter().find(|(k, _)| k == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .map_or(0, |(_, v)| v.parse().unwrap());
         let mut body = vec![0; len];
         self.reader.read_exact(&mut body).await.unwrap();
-        Response { status, headers, body }
+        Response {
+            status,
+            headers,
+            body,
+        }
     }
 }
 
 pub(crate) async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
-    HttpConn::open(addr).await.request(method, path, "", body.as_bytes()).await
+    HttpConn::open(addr)
+        .await
+        .request(method, path, "", body.as_bytes())
+        .await
 }

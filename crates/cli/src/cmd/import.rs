@@ -1,0 +1,237 @@
+//! `tsdb import [--auto-metric] [--url URL] FILE...`: OpenTSDB's import format, one point per
+//! line (`metric timestamp value tagk=tagv ...`), plain or gzipped, `-` for stdin. Bad lines
+//! are reported with file and line number and skipped; the good ones are stored. Without
+//! `--url` the data dir is written directly; with it, points go to a running TSD's
+//! `/api/put`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use hourglass_core::put::{PutError, PutLine, parse_put};
+use hourglass_engine::{IncomingPoint, Tsdb};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::open::StoreArgs;
+
+const BATCH_LINES: usize = 10_000;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ImportArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Create metrics that do not exist yet.
+    #[arg(long)]
+    auto_metric: bool,
+    /// Send to a running TSD (e.g. http://localhost:4242) instead of opening the data dir.
+    #[arg(long)]
+    url: Option<String>,
+    /// Files to import (`.gz` is decompressed; `-` reads standard input).
+    #[arg(required = true)]
+    files: Vec<String>,
+}
+
+/// Where batches go.
+enum Sink {
+    Local(std::sync::Arc<Tsdb>),
+    Remote { agent: ureq::Agent, url: String },
+}
+
+#[derive(Default)]
+struct Totals {
+    points: u64,
+    bad: u64,
+}
+
+pub(crate) fn run(args: &ImportArgs) -> anyhow::Result<ExitCode> {
+    let sink = match &args.url {
+        Some(url) => Sink::Remote {
+            agent: ureq::Agent::new_with_defaults(),
+            url: format!("{}/api/put?details", url.trim_end_matches('/')),
+        },
+        None => {
+            let mut settings = args.store.settings()?;
+            settings.auto_create_metrics |= args.auto_metric;
+            Sink::Local(args.store.open_tsdb(settings)?)
+        }
+    };
+    let total_bytes: u64 = args
+        .files
+        .iter()
+        .filter(|f| *f != "-")
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let bar = ProgressBar::new(total_bytes);
+    bar.set_style(
+        ProgressStyle::with_template("{bytes}/{total_bytes} [{wide_bar}] {msg} ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    for file in &args.files {
+        import_file(file, &sink, &bar, started, &mut totals)?;
+    }
+    if let Sink::Local(db) = &sink {
+        db.close()?;
+    }
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "imported {} points from {} file(s) in {secs:.1} s ({:.0} points/s); {} bad line(s) skipped",
+        totals.points,
+        args.files.len(),
+        totals.points as f64 / secs.max(1e-9),
+        totals.bad
+    );
+    Ok(if totals.bad > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn open_input(file: &str, bar: &ProgressBar) -> anyhow::Result<Box<dyn BufRead>> {
+    let raw: Box<dyn Read> = if file == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(bar.wrap_read(File::open(file).with_context(|| format!("cannot open {file}"))?))
+    };
+    let gz = Path::new(file).extension().is_some_and(|e| e == "gz");
+    Ok(if gz {
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(raw)))
+    } else {
+        Box::new(BufReader::new(raw))
+    })
+}
+
+fn import_file(
+    file: &str,
+    sink: &Sink,
+    bar: &ProgressBar,
+    started: Instant,
+    totals: &mut Totals,
+) -> anyhow::Result<()> {
+    let mut input = open_input(file, bar)?;
+    let mut lines: Vec<(usize, String)> = Vec::with_capacity(BATCH_LINES);
+    let mut line_no = 0usize;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("cannot read {file}"))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let text = String::from_utf8_lossy(&buf)
+            .trim_end_matches(['\n', '\r'])
+            .to_string();
+        if text.trim().is_empty() {
+            continue;
+        }
+        lines.push((line_no, text));
+        if lines.len() >= BATCH_LINES {
+            send_batch(file, &lines, sink, totals)?;
+            lines.clear();
+            let rate = totals.points as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("{} points, {rate:.0} points/s", totals.points));
+        }
+    }
+    send_batch(file, &lines, sink, totals)
+}
+
+fn report(file: &str, line: usize, msg: &str, totals: &mut Totals) {
+    totals.bad += 1;
+    eprintln!("{file}:{line}: {msg}");
+}
+
+fn send_batch(
+    file: &str,
+    lines: &[(usize, String)],
+    sink: &Sink,
+    totals: &mut Totals,
+) -> anyhow::Result<()> {
+    let mut tags = Vec::new();
+    let parsed: Vec<(usize, Result<PutLine<'_>, PutError>)> = lines
+        .iter()
+        .map(|(n, l)| (*n, parse_put(l, &mut tags)))
+        .collect();
+    let mut good: Vec<(usize, &PutLine<'_>)> = Vec::with_capacity(parsed.len());
+    for (n, p) in &parsed {
+        match p {
+            Ok(p) => good.push((*n, p)),
+            Err(e) => report(file, *n, &e.to_string(), totals),
+        }
+    }
+    match sink {
+        Sink::Local(db) => {
+            let points: Vec<IncomingPoint<'_>> = good
+                .iter()
+                .map(|(_, p)| IncomingPoint {
+                    metric: p.metric,
+                    timestamp: p.timestamp,
+                    value: p.value,
+                    tags: &tags[p.tags.clone()],
+                })
+                .collect();
+            let outcome = db.add_points(&points);
+            for (i, e) in &outcome.errors {
+                report(file, good[*i].0, &e.to_string(), totals);
+            }
+            totals.points += outcome.stored as u64;
+        }
+        Sink::Remote { agent, url } => {
+            let body: Vec<serde_json::Value> = good
+                .iter()
+                .map(|(_, p)| {
+                    let t: serde_json::Map<String, serde_json::Value> = tags[p.tags.clone()].iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+                    json!({"metric": p.metric, "timestamp": p.timestamp, "value": value_text(p.value), "tags": t})
+                })
+                .collect();
+            if body.is_empty() {
+                return Ok(());
+            }
+            let mut resp = agent
+                .post(url.as_str())
+                .config()
+                .http_status_as_error(false)
+                .build()
+                .send_json(&body)
+                .with_context(|| format!("cannot reach {url}"))?;
+            let answer: serde_json::Value = resp
+                .body_mut()
+                .read_json()
+                .context("the TSD's answer is not JSON")?;
+            let success = answer["success"].as_u64().unwrap_or(0);
+            // Errors come in input order, each echoing its point: match them to lines.
+            let mut next = 0usize;
+            for err in answer["errors"].as_array().into_iter().flatten() {
+                let dp = &err["datapoint"];
+                while next < body.len()
+                    && (body[next]["metric"] != dp["metric"]
+                        || body[next]["timestamp"] != dp["timestamp"])
+                {
+                    next += 1;
+                }
+                let line = good.get(next).map_or(0, |g| g.0);
+                report(file, line, err["error"].as_str().unwrap_or("error"), totals);
+                next += 1;
+            }
+            totals.points += success;
+        }
+    }
+    Ok(())
+}
+
+fn value_text(v: hourglass_core::value::Value) -> String {
+    match v {
+        hourglass_core::value::Value::Int(i) => i.to_string(),
+        other => hourglass_core::value::java_double_text(other.as_f64()),
+    }
+}

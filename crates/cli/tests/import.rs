@@ -1,0 +1,154 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `tsdb import`: plain, gzipped and stdin input, bad lines reported and skipped, and the
+//! same through a running TSD with `--url`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const GOOD_AND_BAD: &str = "sys.cpu.user 1356998400 42 host=web01 cpu=0
+sys.cpu.user 1356998410 43.5 host=web01 cpu=0
+
+sys.cpu.user 1356998420 oops host=web01 cpu=0
+sys.cpu.user 1356998430 44 host=web01
+sys.cpu.user 1356998440 45
+sys.cpu.user 1356998450000 46 host=web02
+";
+
+fn tsdb(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .arg(args[0])
+        .arg("--data-dir")
+        .arg(dir)
+        .args(&args[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn scan(dir: &Path) -> Vec<String> {
+    let o = tsdb(
+        dir,
+        &[
+            "scan",
+            "--import",
+            "2013/01/01",
+            "2014/01/01",
+            "sum",
+            "sys.cpu.user",
+        ],
+        None,
+    );
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn imports_files_reports_bad_lines_and_keeps_good_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("points.txt");
+    std::fs::write(&plain, GOOD_AND_BAD).unwrap();
+    let gz = dir.path().join("more.txt.gz");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(b"sys.cpu.user 1356998460 47 host=web01 cpu=0\n")
+        .unwrap();
+    std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+    let data = dir.path().join("data");
+    let o = tsdb(
+        &data,
+        &[
+            "import",
+            "--auto-metric",
+            plain.to_str().unwrap(),
+            gz.to_str().unwrap(),
+            "-",
+        ],
+        Some(b"sys.cpu.user 1356998470 48 host=web01 cpu=0\n"),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "bad lines make the exit code 1: {err}"
+    );
+    let file = plain.to_str().unwrap();
+    assert!(
+        err.contains(&format!("{file}:4: Invalid character 'o' in oops")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{file}:6: not enough arguments (need least 4, got 3)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("imported 6 points from 3 file(s)"), "{err}");
+    assert_eq!(
+        scan(&data),
+        vec![
+            // Rows in key order: tag pairs sorted by tag key UID (host=1, cpu=2).
+            "sys.cpu.user 1356998430 44 host=web01",
+            "sys.cpu.user 1356998400 42 host=web01 cpu=0",
+            "sys.cpu.user 1356998410 43.5 host=web01 cpu=0",
+            "sys.cpu.user 1356998460 47 host=web01 cpu=0",
+            "sys.cpu.user 1356998470 48 host=web01 cpu=0",
+            "sys.cpu.user 1356998450000 46 host=web02",
+        ]
+    );
+}
+
+#[test]
+fn imports_through_a_running_tsd() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("points.txt");
+    std::fs::write(&plain, GOOD_AND_BAD).unwrap();
+    let data = dir.path().join("data");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args([
+            "tsd",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--auto-metric",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(rest) = line.split("Ready to serve on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let url = format!("http://{addr}");
+    let o = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["import", "--url", &url, plain.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(":4: Invalid character 'o' in oops"), "{err}");
+    assert!(err.contains("imported 4 points"), "{err}");
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(server.wait().unwrap().success());
+    assert_eq!(scan(&data).len(), 4);
+}
