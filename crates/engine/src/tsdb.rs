@@ -129,6 +129,7 @@ impl Tsdb {
         }
         self.writer.flush()?;
         self.store.sync()?;
+        self.store.checkpoint()?;
         Ok(())
     }
 }

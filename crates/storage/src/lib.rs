@@ -65,4 +65,10 @@ pub trait Store: Send + Sync + Debug {
 
     /// Makes every write acknowledged so far durable against power loss.
     fn sync(&self) -> Result<()>;
+
+    /// Moves buffered state into the store's long-term files so recovery logs can be
+    /// dropped (at shutdown). Backends without such state do nothing.
+    fn checkpoint(&self) -> Result<()> {
+        Ok(())
+    }
 }

@@ -365,4 +365,16 @@ impl Store for FjallStore {
             .persist(PersistMode::SyncData)
             .map_err(|e| io_err("sync failed", e))
     }
+
+    fn checkpoint(&self) -> Result<()> {
+        let tables: Vec<Table> = self.tables.read().values().cloned().collect();
+        for t in tables {
+            t.rows
+                .rotate_memtable_and_wait()
+                .map_err(|e| io_err("flush failed", e))?;
+        }
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| io_err("sync failed", e))
+    }
 }

@@ -1,0 +1,170 @@
+//! `hourglass-bench ingest`: streams the same `put` lines (thousands of series, several tags)
+//! over 1 and 8 connections to Hourglass, VictoriaMetrics and InfluxDB 1.x, one after the
+//! other on this machine, and prints for each: points/s until every point is durable, server
+//! CPU time per point (ingest through graceful shutdown), peak RSS, and bytes on disk per
+//! point after shutdown; then the ratios to Hourglass.
+#![allow(clippy::print_stdout)]
+
+mod dataset;
+mod proc;
+mod targets;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+
+use targets::Target;
+
+#[derive(Debug, Parser)]
+#[command(name = "hourglass-bench")]
+enum Cli {
+    /// Ingest benchmark over the telnet `put` protocol.
+    Ingest(IngestArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct IngestArgs {
+    /// Points to send per run.
+    #[arg(long, default_value_t = 5_000_000)]
+    points: usize,
+    /// Series (metric × tag combinations).
+    #[arg(long, default_value_t = 10_000)]
+    series: usize,
+    /// Connection counts to run, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    connections: Vec<usize>,
+    /// Targets, comma separated: hourglass, victoriametrics, influxdb.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "hourglass,victoriametrics,influxdb"
+    )]
+    targets: Vec<String>,
+    /// The tsdb binary (default: next to this one).
+    #[arg(long)]
+    tsdb: Option<std::path::PathBuf>,
+}
+
+/// One measured run.
+#[derive(Debug)]
+struct Run {
+    target: String,
+    connections: usize,
+    points_per_sec: f64,
+    cpu_us_per_point: f64,
+    peak_rss_mib: f64,
+    disk_bytes_per_point: f64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let Cli::Ingest(args) = Cli::parse();
+    let tsdb = match &args.tsdb {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("tsdb"),
+    };
+    println!(
+        "generating {} points over {} series ...",
+        args.points, args.series
+    );
+    let data = dataset::generate(args.points, args.series);
+    println!(
+        "{} bytes of put lines ({:.1} bytes/line)",
+        data.total_bytes(),
+        data.total_bytes() as f64 / args.points as f64
+    );
+    let mut runs = Vec::new();
+    for &conns in &args.connections {
+        let streams = data.split(conns);
+        for name in &args.targets {
+            let target = Target::parse(name, &tsdb)?;
+            print!("{name} over {conns} connection(s): ");
+            std::io::stdout().flush()?;
+            let run = measure(&target, &streams, args.points, conns)
+                .with_context(|| format!("{name} run failed"))?;
+            println!(
+                "{:.0} points/s, {:.2} µs CPU/point, {:.0} MiB peak RSS, {:.2} bytes/point on disk",
+                run.points_per_sec,
+                run.cpu_us_per_point,
+                run.peak_rss_mib,
+                run.disk_bytes_per_point
+            );
+            runs.push(run);
+        }
+    }
+    print_table(&runs);
+    Ok(())
+}
+
+fn measure(
+    target: &Target,
+    streams: &[Vec<u8>],
+    points: usize,
+    conns: usize,
+) -> anyhow::Result<Run> {
+    let dir = tempfile::tempdir()?;
+    let mut server = target.start(dir.path())?;
+    let cpu_before = proc::cpu_seconds(server.pid())?;
+    let started = Instant::now();
+    let senders: Vec<_> = streams
+        .iter()
+        .map(|bytes| {
+            let addr = server.put_addr.clone();
+            let bytes = bytes.clone();
+            std::thread::spawn(move || -> anyhow::Result<TcpStream> {
+                let mut s = TcpStream::connect(&addr)?;
+                s.write_all(&bytes)?;
+                Ok(s)
+            })
+        })
+        .collect();
+    let mut sockets = Vec::new();
+    for s in senders {
+        sockets.push(s.join().map_err(|_| anyhow::anyhow!("sender panicked"))??);
+    }
+    target.wait_durable(&mut server, &mut sockets, points)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let peak_rss = proc::peak_rss_bytes(server.pid())?;
+    drop(sockets);
+    let cpu_total = server.stop(Duration::from_secs(600))? - cpu_before;
+    let disk = proc::dir_bytes(dir.path());
+    Ok(Run {
+        target: target.name().to_string(),
+        connections: conns,
+        points_per_sec: points as f64 / elapsed,
+        cpu_us_per_point: cpu_total * 1e6 / points as f64,
+        peak_rss_mib: peak_rss as f64 / (1 << 20) as f64,
+        disk_bytes_per_point: disk as f64 / points as f64,
+    })
+}
+
+fn print_table(runs: &[Run]) {
+    println!(
+        "\n| target | conns | points/s | CPU µs/point | peak RSS MiB | disk B/point | points/s vs hourglass | CPU/point vs hourglass |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in runs {
+        let base = runs
+            .iter()
+            .find(|b| b.target == "hourglass" && b.connections == r.connections);
+        let (speed, cpu) = base.map_or((f64::NAN, f64::NAN), |b| {
+            (
+                r.points_per_sec / b.points_per_sec,
+                r.cpu_us_per_point / b.cpu_us_per_point,
+            )
+        });
+        println!(
+            "| {} | {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2}x | {:.2}x |",
+            r.target,
+            r.connections,
+            r.points_per_sec,
+            r.cpu_us_per_point,
+            r.peak_rss_mib,
+            r.disk_bytes_per_point,
+            speed,
+            cpu
+        );
+    }
+}
