@@ -160,3 +160,50 @@ pub(crate) fn truncate(store: &dyn Store, first: u64, last: u64) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hourglass_core::value::Value;
+
+    #[test]
+    fn entries_round_trip() {
+        let mut b = EntryBuilder::default();
+        let r0 = b.add_row(b"row-a");
+        let r1 = b.add_row(b"");
+        let p =
+            |off, v: Value| Point::new(Qualifier::seconds(off, v.flags()).unwrap(), v.to_bits());
+        let points = [
+            (r0, p(1, Value::Int(-5))),
+            (r1, p(2, Value::Double(0.1))),
+            (r0, p(3, Value::Int(i64::MAX))),
+        ];
+        for (r, pt) in points {
+            b.add_point(r, pt);
+        }
+        let bytes = b.finish();
+        let mut out = Vec::new();
+        decode_entry(&bytes, |k, pt| out.push((k.to_vec(), pt))).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                (b"row-a".to_vec(), points[0].1),
+                (Vec::new(), points[1].1),
+                (b"row-a".to_vec(), points[2].1)
+            ]
+        );
+        for cut in 0..bytes.len() {
+            assert!(
+                decode_entry(&bytes[..cut], |_, _| {}).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = decode_entry(&bytes, |_, _| {});
+        }
+    }
+}

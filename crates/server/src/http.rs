@@ -18,6 +18,7 @@ use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::State;
 pub(crate) use error::ApiError;
+pub use put::check_put_body;
 
 pub(crate) fn router(state: Arc<State>) -> Router {
     let max_body = state.settings.max_body_bytes;

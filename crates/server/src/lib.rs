@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use http::check_put_body;
 pub use state::{ServerSettings, State};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;

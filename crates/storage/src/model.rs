@@ -366,3 +366,15 @@ impl ScanFilter {
         self.limit.is_some_and(|l| returned >= l)
     }
 }
+
+#[cfg(test)]
+mod fuzz_tests {
+    use super::RowData;
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = RowData::decode(&bytes);
+        }
+    }
+}

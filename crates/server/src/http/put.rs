@@ -149,6 +149,13 @@ fn parse_body(body: &[u8]) -> Result<Vec<RawPoint>, ApiError> {
     Ok(points)
 }
 
+/// Parses and checks an `/api/put` body without storing it: the number of points that
+/// pass OpenTSDB's per-point checks, or the request's error message. For fuzzing and tests.
+pub fn check_put_body(body: &[u8]) -> Result<usize, String> {
+    let raw = parse_body(body).map_err(|e| e.message)?;
+    Ok(raw.iter().filter(|p| check(p).is_ok()).count())
+}
+
 struct PutResult {
     success: usize,
     errors: Vec<(usize, String)>,
@@ -309,4 +316,45 @@ pub(crate) async fn handle(
             .with_details("Please see the TSD logs or append \"details\" to the put request"));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_put_body;
+
+    #[test]
+    fn body_checks() {
+        assert_eq!(
+            check_put_body(br#"{"metric":"m","timestamp":1,"value":"1.5","tags":{"a":"b"}}"#),
+            Ok(1)
+        );
+        assert_eq!(
+            check_put_body(
+                br#"[{"metric":"m","timestamp":"17","value":2,"tags":{"a":3}},{"metric":"m"}]"#
+            ),
+            Ok(1)
+        );
+        assert_eq!(check_put_body(b"  "), Err("Missing request content".into()));
+        assert_eq!(
+            check_put_body(b"[]"),
+            Err("No datapoints found in content".into())
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_bytes(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = check_put_body(&body);
+        }
+
+        #[test]
+        fn never_panics_on_json_shapes(
+            metric in "[a-z.]{0,4}",
+            ts in proptest::prelude::prop_oneof!["-?[0-9]{1,20}", "\"[0-9a-z.]{0,6}\"", "1e9", "null", "true"],
+            value in proptest::prelude::prop_oneof!["-?[0-9.eE+]{1,8}", "\"[0-9a-zA-Z.]{0,6}\"", "null", "\\[\\]"],
+        ) {
+            let body = format!(r#"{{"metric":"{metric}","timestamp":{ts},"value":{value},"tags":{{"h":"a"}}}}"#);
+            let _ = check_put_body(body.as_bytes());
+        }
+    }
 }
