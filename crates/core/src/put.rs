@@ -1,6 +1,6 @@
 //! The `put` line: `put <metric> <timestamp> <value> <tagk=tagv> [<tagk=tagv> ...]`.
 //!
-//! Words are separated by runs of spaces or tabs (OpenTSDB splits on single spaces; runs of
+//! Words are separated by runs of ASCII white space (OpenTSDB splits on single spaces; runs of
 //! spaces and trailing spaces are tolerated here). Timestamps are seconds, milliseconds, or
 //! seconds with a fraction (`1292148123.5` is 1292148123500 ms). Errors come in OpenTSDB's two
 //! kinds, which its telnet replies prefix with `put: invalid value:` and
@@ -43,9 +43,9 @@ pub fn parse_put<'a>(
     args: &'a str,
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<PutLine<'a>, PutError> {
-    let mut words = args.split([' ', '\t']).filter(|w| !w.is_empty());
+    let mut words = args.split_ascii_whitespace();
     let (Some(metric), Some(ts), Some(val)) = (words.next(), words.next(), words.next()) else {
-        let got = args.split([' ', '\t']).filter(|w| !w.is_empty()).count();
+        let got = args.split_ascii_whitespace().count();
         return Err(illegal(format!(
             "not enough arguments (need least 4, got {got})"
         )));
@@ -54,12 +54,11 @@ pub fn parse_put<'a>(
     let mut any_tag = false;
     for w in words {
         any_tag = true;
-        let mut kv = w.split('=');
-        let (Some(k), Some(v), None) = (kv.next(), kv.next(), kv.next()) else {
+        let Some((k, v)) = w.split_once('=') else {
             tags.truncate(start);
             return Err(illegal(format!("invalid tag: {w}")));
         };
-        if k.is_empty() || v.is_empty() {
+        if k.is_empty() || v.is_empty() || v.contains('=') {
             tags.truncate(start);
             return Err(illegal(format!("invalid tag: {w}")));
         }

@@ -85,12 +85,46 @@ impl SeriesCache {
     }
 }
 
+/// Points waiting for a flush, by row, in arrival order. A row is `series id << 32 | base
+/// hour`. Each series' current hour sits in a dense slot indexed by series id (no hashing on
+/// the hot path); points for any other hour of the series go to a map.
 #[derive(Debug, Default)]
 struct Buffer {
-    /// (series id << 32 | base hour) -> points in arrival order.
-    rows: Map<u64, Vec<Point>>,
+    current: Vec<(u32, Vec<Point>)>,
+    other: Map<u64, Vec<Point>>,
     points: usize,
     oldest: Option<Instant>,
+}
+
+impl Buffer {
+    fn push(&mut self, row: u64, p: Point) {
+        let (series, base) = ((row >> 32) as usize, row as u32);
+        if series >= self.current.len() {
+            self.current.resize_with(series + 1, Default::default);
+        }
+        let slot = &mut self.current[series];
+        if slot.1.is_empty() {
+            slot.0 = base;
+        }
+        if slot.0 == base {
+            slot.1.push(p);
+        } else {
+            self.other.entry(row).or_default().push(p);
+        }
+        self.points += 1;
+        self.oldest.get_or_insert_with(Instant::now);
+    }
+
+    /// Every buffered row with its points.
+    fn into_rows(self) -> impl Iterator<Item = (u64, Vec<Point>)> {
+        let current = self
+            .current
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (_, points))| !points.is_empty())
+            .map(|(series, (base, points))| (((series as u64) << 32) | u64::from(base), points));
+        current.chain(self.other)
+    }
 }
 
 #[derive(Debug)]
@@ -169,11 +203,9 @@ impl Writer {
                 let at = self.settings.schema.timestamp_offset();
                 template[at..at + 4].fill(0);
                 let id = series.intern(template);
-                push_point(
-                    &mut state.buffer,
-                    (u64::from(id) << 32) | u64::from(base),
-                    p,
-                );
+                state
+                    .buffer
+                    .push((u64::from(id) << 32) | u64::from(base), p);
                 replayed += 1;
             }
             state.first_unflushed = state.first_unflushed.min(*seq);
@@ -364,7 +396,7 @@ impl Writer {
             }
         }
         for (row, p) in resolved {
-            push_point(&mut state.buffer, *row, *p);
+            state.buffer.push(*row, *p);
         }
         Ok(())
     }
@@ -425,8 +457,6 @@ impl Writer {
             // Put the points back (older than anything buffered since) and keep the log.
             let mut state = self.state.lock();
             state.first_unflushed = first;
-            let series = self.series.read();
-            drop(series);
             let mut restored = Buffer::default();
             for (key, points) in rows {
                 let mut template = key;
@@ -440,12 +470,12 @@ impl Writer {
                 template[at..at + 4].fill(0);
                 let id = self.series.write().intern(template);
                 for p in points {
-                    push_point(&mut restored, (u64::from(id) << 32) | u64::from(base), p);
+                    restored.push((u64::from(id) << 32) | u64::from(base), p);
                 }
             }
-            for (row, points) in std::mem::take(&mut state.buffer.rows) {
+            for (row, points) in std::mem::take(&mut state.buffer).into_rows() {
                 for p in points {
-                    push_point(&mut restored, row, p);
+                    restored.push(row, p);
                 }
             }
             state.buffer = restored;
@@ -463,8 +493,7 @@ impl Writer {
         let series = self.series.read();
         let at = self.settings.schema.timestamp_offset();
         let mut rows: Vec<(Vec<u8>, Vec<Point>)> = buffer
-            .rows
-            .into_iter()
+            .into_rows()
             .map(|(row, mut points)| {
                 let mut key = series.templates[(row >> 32) as usize].to_vec();
                 key[at..at + 4].copy_from_slice(&(row as u32).to_be_bytes());
@@ -635,10 +664,4 @@ impl Writer {
         self.stats.rows_compacted.fetch_add(1, Ordering::Relaxed);
         Ok(Some(mutations))
     }
-}
-
-fn push_point(buffer: &mut Buffer, row: u64, p: Point) {
-    buffer.rows.entry(row).or_default().push(p);
-    buffer.points += 1;
-    buffer.oldest.get_or_insert_with(Instant::now);
 }

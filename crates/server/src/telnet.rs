@@ -147,7 +147,10 @@ fn handle_lines(
         if line.is_empty() {
             continue;
         }
-        let (cmd, args) = line.split_once([' ', '\t']).unwrap_or((line, ""));
+        let (cmd, args) = match line.bytes().position(|b| b == b' ' || b == b'\t') {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => (line, ""),
+        };
         state.stats.telnet_rpcs.fetch_add(1, Ordering::Relaxed);
         if cmd == "put" && !state.settings.read_only {
             batch.add(args);
