@@ -11,5 +11,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = hourglass_core::compact::decode_cell(q, v, &mut points);
     let _ = hourglass_core::rowkey::decode_row_key(&Schema::default(), data);
     let _ = hourglass_core::annotation::decode_qualifier(0, data);
-    let _ = hourglass_storage::model::RowData::decode(data);
+    let _ = hourglass_storage::model::RowData::decode(data, None);
 });

@@ -68,6 +68,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // A closed pipe (`tsdb scan ... | head`) is the reader's choice, not an error.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("tsdb: error: {e:#}");
             ExitCode::from(1)

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use hourglass_core::config::Config;
+use hourglass_engine::cell_codec::DataCellCodec;
 use hourglass_engine::{Settings, Tsdb};
 use hourglass_storage::Store;
 use hourglass_store_fjall::FjallStore;
@@ -51,8 +52,11 @@ impl StoreArgs {
         Ok(Settings::from_config(&self.config()?)?)
     }
 
+    /// Opens the embedded store; compacted data cells are kept in their compact form.
     pub(crate) fn open_store(&self) -> anyhow::Result<Arc<dyn Store>> {
-        let store = FjallStore::open(&self.data_dir)?;
+        let schema = self.settings()?.schema;
+        let store = FjallStore::open(&self.data_dir)?
+            .with_cell_codec(&schema.data_table, Arc::new(DataCellCodec));
         Ok(Arc::new(store))
     }
 

@@ -1,6 +1,7 @@
 //! The database engine over a [`hourglass_storage::Store`]: UID assignment, the write path
 //! and compaction. It speaks OpenTSDB's schema through `hourglass-core`'s codecs.
 
+pub mod cell_codec;
 mod error;
 pub mod rows;
 pub mod scan;

@@ -13,6 +13,7 @@ mod regex_filter;
 mod types;
 
 pub use error::{Error, ErrorKind, Result};
+pub use model::CellCodec;
 pub use regex_filter::KeyRegex;
 pub use types::*;
 

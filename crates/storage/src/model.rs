@@ -11,7 +11,19 @@
 
 use crate::{Cell, Check, Error, Mutation, ReadOptions, Result, Row, TableSpec};
 
-const ROW_FORMAT: u8 = 1;
+/// Cells stored as they are.
+const ROW_FORMAT_PLAIN: u8 = 1;
+/// Each cell starts with a byte saying whether a [`CellCodec`] encoded it.
+const ROW_FORMAT_CODED: u8 = 2;
+
+/// A compact stored form for some cells (e.g. compacted time series cells), chosen by the
+/// backend's user. It must be lossless: `decode(encode(q, v)) == (q, v)`.
+pub trait CellCodec: Send + Sync + std::fmt::Debug {
+    /// The compact form of a cell's qualifier and value, or `None` to store them as they are.
+    fn encode(&self, family: &str, qualifier: &[u8], value: &[u8]) -> Option<Vec<u8>>;
+    /// The qualifier and value of an encoded cell.
+    fn decode(&self, family: &str, encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)>;
+}
 
 /// The cells of one row, sorted by family, qualifier, then newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -188,41 +200,75 @@ impl RowData {
         }
     }
 
-    pub fn encode(&self) -> Vec<u8> {
+    /// The stored bytes of the row; cells the codec takes are stored in its form.
+    pub fn encode(&self, codec: Option<&dyn CellCodec>) -> Vec<u8> {
         let size: usize = self
             .cells
             .iter()
             .map(|c| c.family.len() + c.qualifier.len() + c.value.len() + 16)
             .sum();
         let mut out = Vec::with_capacity(size + 4);
-        out.push(ROW_FORMAT);
+        out.push(if codec.is_some() {
+            ROW_FORMAT_CODED
+        } else {
+            ROW_FORMAT_PLAIN
+        });
         put_varint(&mut out, self.cells.len() as u64);
         for c in &self.cells {
+            let coded = codec.and_then(|k| k.encode(&c.family, &c.qualifier, &c.value));
+            if codec.is_some() {
+                out.push(u8::from(coded.is_some()));
+            }
             put_varint(&mut out, c.family.len() as u64);
             out.extend_from_slice(c.family.as_bytes());
-            put_varint(&mut out, c.qualifier.len() as u64);
-            out.extend_from_slice(&c.qualifier);
-            put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
-            put_varint(&mut out, c.value.len() as u64);
-            out.extend_from_slice(&c.value);
+            match &coded {
+                Some(blob) => {
+                    put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
+                    put_varint(&mut out, blob.len() as u64);
+                    out.extend_from_slice(blob);
+                }
+                None => {
+                    put_varint(&mut out, c.qualifier.len() as u64);
+                    out.extend_from_slice(&c.qualifier);
+                    put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
+                    put_varint(&mut out, c.value.len() as u64);
+                    out.extend_from_slice(&c.value);
+                }
+            }
         }
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<RowData> {
+    pub fn decode(bytes: &[u8], codec: Option<&dyn CellCodec>) -> Result<RowData> {
         let mut r = Reader { bytes, pos: 0 };
-        if r.byte()? != ROW_FORMAT {
-            return Err(Error::Corrupt("unknown row format".into()));
-        }
+        let coded_format = match r.byte()? {
+            ROW_FORMAT_PLAIN => false,
+            ROW_FORMAT_CODED => true,
+            _ => return Err(Error::Corrupt("unknown row format".into())),
+        };
         let n = r.varint()? as usize;
         let mut cells = Vec::with_capacity(n.min(bytes.len()));
         for _ in 0..n {
+            let coded = coded_format && r.byte()? == 1;
             let family = String::from_utf8(r.chunk()?.to_vec())
                 .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
-            let qualifier = r.chunk()?.to_vec();
-            let z = r.varint()?;
-            let timestamp = ((z >> 1) as i64) ^ -((z & 1) as i64);
-            let value = r.chunk()?.to_vec();
+            let (qualifier, timestamp, value) = if coded {
+                let z = r.varint()?;
+                let blob = r.chunk()?;
+                let codec = codec.ok_or_else(|| {
+                    Error::Corrupt("cell was stored with a codec this store was not given".into())
+                })?;
+                let (q, v) = codec.decode(&family, blob)?;
+                (q, ((z >> 1) as i64) ^ -((z & 1) as i64), v)
+            } else {
+                let qualifier = r.chunk()?.to_vec();
+                let z = r.varint()?;
+                (
+                    qualifier,
+                    ((z >> 1) as i64) ^ -((z & 1) as i64),
+                    r.chunk()?.to_vec(),
+                )
+            };
             cells.push(Cell {
                 family,
                 qualifier,
@@ -313,15 +359,18 @@ mod tests {
             0,
         )
         .unwrap();
-        let bytes = row.encode();
-        assert_eq!(RowData::decode(&bytes), Ok(row));
+        let bytes = row.encode(None);
+        assert_eq!(RowData::decode(&bytes, None), Ok(row));
         for cut in 0..bytes.len() {
-            assert!(RowData::decode(&bytes[..cut]).is_err());
+            assert!(RowData::decode(&bytes[..cut], None).is_err());
         }
         assert!(
-            RowData::decode(&[
-                1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01
-            ])
+            RowData::decode(
+                &[
+                    1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01
+                ],
+                None
+            )
             .is_err()
         );
     }
@@ -374,7 +423,7 @@ mod fuzz_tests {
     proptest::proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-            let _ = RowData::decode(&bytes);
+            let _ = RowData::decode(&bytes, None);
         }
     }
 }

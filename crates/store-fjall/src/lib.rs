@@ -13,10 +13,11 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::config::CompressionPolicy;
+use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use hourglass_storage::model::{RowData, ScanFilter};
 use hourglass_storage::{
-    Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
+    CellCodec, Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
     ScanRequest, Store, TableSpec,
 };
 use parking_lot::{Mutex, RwLock};
@@ -28,6 +29,7 @@ const TABLE_PREFIX: &str = "t:";
 struct Table {
     spec: Arc<TableSpec>,
     rows: Keyspace,
+    codec: Option<Arc<dyn CellCodec>>,
 }
 
 /// The embedded store.
@@ -36,6 +38,7 @@ pub struct FjallStore {
     db: Database,
     catalog: Keyspace,
     tables: RwLock<HashMap<String, Table>>,
+    codecs: RwLock<HashMap<String, Arc<dyn CellCodec>>>,
     /// Serializes read-modify-write of rows. Readers never take it.
     write_lock: Mutex<()>,
     _lock_file: File,
@@ -92,6 +95,7 @@ impl FjallStore {
             db,
             catalog,
             tables: RwLock::new(HashMap::new()),
+            codecs: RwLock::new(HashMap::new()),
             write_lock: Mutex::new(()),
             _lock_file: lock_file,
         };
@@ -114,6 +118,7 @@ impl FjallStore {
                 Table {
                     spec: Arc::new(spec),
                     rows,
+                    codec: None,
                 },
             );
         }
@@ -121,11 +126,13 @@ impl FjallStore {
     }
 
     fn open_keyspace(&self, table: &str) -> Result<Keyspace> {
+        // LZ4 on every level: rows are written once and read many times.
+        let options = || {
+            KeyspaceCreateOptions::default()
+                .data_block_compression_policy(CompressionPolicy::all(CompressionType::Lz4))
+        };
         self.db
-            .keyspace(
-                &format!("{TABLE_PREFIX}{table}"),
-                KeyspaceCreateOptions::default,
-            )
+            .keyspace(&format!("{TABLE_PREFIX}{table}"), options)
             .map_err(|e| io_err(&format!("cannot open table {table}"), e))
     }
 
@@ -139,9 +146,21 @@ impl FjallStore {
 
     fn load_row(table: &Table, key: &[u8]) -> Result<RowData> {
         match table.rows.get(key).map_err(|e| io_err("read failed", e))? {
-            Some(bytes) => RowData::decode(&bytes),
+            Some(bytes) => RowData::decode(&bytes, table.codec.as_deref()),
             None => Ok(RowData::default()),
         }
+    }
+
+    /// Stores the cells of `table` through `codec` from now on (reads decode either form).
+    /// A data dir written with a codec must be opened with it.
+    pub fn with_cell_codec(self, table: &str, codec: Arc<dyn CellCodec>) -> Self {
+        self.codecs
+            .write()
+            .insert(table.to_string(), Arc::clone(&codec));
+        if let Some(t) = self.tables.write().get_mut(table) {
+            t.codec = Some(codec);
+        }
+        self
     }
 
     /// Disk space used by the store's files, in bytes.
@@ -233,6 +252,7 @@ impl Store for FjallStore {
             Table {
                 spec: Arc::new(merged),
                 rows,
+                codec: self.codecs.read().get(&spec.name).cloned(),
             },
         );
         Ok(())
@@ -277,7 +297,7 @@ impl Store for FjallStore {
             if row.is_empty() {
                 batch.remove(&t.rows, key);
             } else {
-                batch.insert(&t.rows, key, row.encode());
+                batch.insert(&t.rows, key, row.encode(t.codec.as_deref()));
             }
         }
         batch.commit().map_err(|e| io_err("write failed", e))
@@ -285,6 +305,7 @@ impl Store for FjallStore {
 
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         let t = self.table(table)?;
+        let codec = t.codec.clone();
         let filter = ScanFilter::new(request)?;
         let upper = match &request.end {
             Some(end) => Bound::Excluded(end.clone()),
@@ -305,7 +326,7 @@ impl Store for FjallStore {
             if !filter.key_matches(&key) {
                 return None;
             }
-            let row = match RowData::decode(&value) {
+            let row = match RowData::decode(&value, codec.as_deref()) {
                 Ok(row) => row,
                 Err(e) => return Some(Err(e)),
             };
@@ -331,7 +352,7 @@ impl Store for FjallStore {
         let mut row = Self::load_row(&t, key)?;
         let v = row.increment(&t.spec, family, qualifier, delta, now_ms())?;
         t.rows
-            .insert(key, row.encode())
+            .insert(key, row.encode(t.codec.as_deref()))
             .map_err(|e| io_err("write failed", e))?;
         Ok(v)
     }
@@ -354,7 +375,7 @@ impl Store for FjallStore {
             t.rows.remove(key).map_err(|e| io_err("write failed", e))?;
         } else {
             t.rows
-                .insert(key, row.encode())
+                .insert(key, row.encode(t.codec.as_deref()))
                 .map_err(|e| io_err("write failed", e))?;
         }
         Ok(true)
