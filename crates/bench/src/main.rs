@@ -130,6 +130,9 @@ fn measure(
     drop(sockets);
     let cpu_total = server.stop(Duration::from_secs(600))? - cpu_before;
     let disk = proc::dir_bytes(dir.path());
+    if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
+        println!("(data kept in {})", dir.keep().display());
+    }
     Ok(Run {
         target: target.name().to_string(),
         connections: conns,

@@ -48,8 +48,13 @@ impl StoreArgs {
         Ok(config)
     }
 
+    /// Engine settings; the write-ahead log lives in `<data dir>/wal` unless configured.
     pub(crate) fn settings(&self) -> anyhow::Result<Settings> {
-        Ok(Settings::from_config(&self.config()?)?)
+        let mut settings = Settings::from_config(&self.config()?)?;
+        if settings.wal_dir.is_none() {
+            settings.wal_dir = Some(self.data_dir.join("wal"));
+        }
+        Ok(settings)
     }
 
     /// Opens the embedded store; compacted data cells are kept in their compact form.

@@ -28,6 +28,9 @@ pub struct Settings {
     pub max_buffered_points: usize,
     /// `tsd.storage.wal.enable`: log each batch before acknowledging it (default true).
     pub wal: bool,
+    /// `tsd.storage.wal.dir`: where the log's segment files live (the embedded store puts
+    /// them in `<data dir>/wal`). Without a directory there is no log.
+    pub wal_dir: Option<std::path::PathBuf>,
     /// `tsd.storage.wal.sync`: fsync the log for each batch (power-loss safety; default false).
     pub wal_sync: bool,
 }
@@ -45,6 +48,7 @@ impl Default for Settings {
             flush_interval: Duration::from_secs(60),
             max_buffered_points: 4_000_000,
             wal: true,
+            wal_dir: None,
             wal_sync: false,
         }
     }
@@ -72,6 +76,7 @@ impl Settings {
             flush_interval: Duration::from_millis(flush_ms.max(1) as u64),
             max_buffered_points: max_points.max(1) as usize,
             wal: c.get_bool("tsd.storage.wal.enable", d.wal),
+            wal_dir: c.get("tsd.storage.wal.dir").map(std::path::PathBuf::from),
             wal_sync: c.get_bool("tsd.storage.wal.sync", d.wal_sync),
         })
     }

@@ -5,11 +5,7 @@ use hourglass_storage::{FamilySpec, Store, TableSpec};
 
 use crate::Result;
 
-/// Table holding the write-ahead log of batches not yet flushed (embedded deployments).
-pub const WAL_TABLE: &str = "hourglass-wal";
-pub const WAL_FAMILY: &str = "w";
-
-/// OpenTSDB's four tables (one version per cell, as OpenTSDB creates them) and the log.
+/// OpenTSDB's four tables (one version per cell, as OpenTSDB creates them).
 pub fn table_specs(schema: &Schema) -> Vec<TableSpec> {
     let one = Some(1);
     vec![
@@ -31,10 +27,6 @@ pub fn table_specs(schema: &Schema) -> Vec<TableSpec> {
         TableSpec {
             name: schema.tree_table.clone(),
             families: vec![FamilySpec::new(schema::TREE_FAMILY, one)],
-        },
-        TableSpec {
-            name: WAL_TABLE.into(),
-            families: vec![FamilySpec::new(WAL_FAMILY, one)],
         },
     ]
 }

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use crate::uid::UidRegistry;
 use crate::write::{BatchOutcome, IncomingPoint, WriteStats, Writer};
-use crate::{Result, Settings, tables};
+use crate::{Result, Settings, tables, wal};
 
 /// A database: schema, UIDs and the write path over one store.
 #[derive(Debug)]
@@ -29,8 +29,15 @@ impl Tsdb {
             Arc::clone(&store),
             settings.schema.clone(),
         ));
-        let writer = Writer::new(Arc::clone(&store), settings.clone(), Arc::clone(&uids))?;
-        let replayed = writer.recover()?;
+        let (log, entries) = match (&settings.wal_dir, settings.wal) {
+            (Some(dir), true) => {
+                let (log, entries) = wal::Log::open(dir)?;
+                (Some(log), entries)
+            }
+            _ => (None, Vec::new()),
+        };
+        let writer = Writer::new(Arc::clone(&store), settings.clone(), Arc::clone(&uids), log)?;
+        let replayed = writer.recover(&entries)?;
         if replayed > 0 {
             tracing::info!(points = replayed, "replayed the write-ahead log");
             writer.flush()?;
@@ -107,11 +114,13 @@ impl Tsdb {
     /// Makes every acknowledged point durable against power loss: fsyncs the log, or (with
     /// the log off) flushes the buffers to the data table and syncs it.
     pub fn sync_writes(&self) -> Result<()> {
-        if !self.settings.wal {
+        if self.writer.has_log() {
+            self.writer.sync_log()
+        } else {
             self.writer.flush()?;
+            self.store.sync()?;
+            Ok(())
         }
-        self.store.sync()?;
-        Ok(())
     }
 
     pub fn buffered_points(&self) -> usize {

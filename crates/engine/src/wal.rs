@@ -1,18 +1,20 @@
-//! The write-ahead log: one entry per acknowledged batch, in a table of the store, keyed by
-//! an 8-byte big-endian sequence number. An entry is self-contained:
+//! The write-ahead log: one entry per acknowledged batch, appended to segment files in the
+//! log directory (next to the embedded store's data). An entry is self-contained:
 //!
 //! ```text
 //! | 0x01 | row count (varint) | rows: key len (varint) key |
 //! | point count (varint) | points: row index (varint) | qualifier (4, BE u32) | value bits (varint) |
 //! ```
 //!
-//! Entries are deleted once a flush has written their points to the data table.
+//! Segments are deleted once a flush has written all their points to the data table.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use hourglass_core::compact::Point;
 use hourglass_core::qualifier::Qualifier;
-use hourglass_storage::{Mutation, ReadOptions, RowMutation, ScanRequest, Store};
 
-use crate::tables::{WAL_FAMILY, WAL_TABLE};
 use crate::{Error, Result};
 
 const FORMAT: u8 = 1;
@@ -114,51 +116,160 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-pub(crate) fn append(store: &dyn Store, seq: u64, entry: Vec<u8>) -> Result<()> {
-    store.mutate_row(
-        WAL_TABLE,
-        &seq.to_be_bytes(),
-        &[Mutation::set_at(WAL_FAMILY, Vec::new(), 0, entry)],
-    )?;
-    Ok(())
+/// Segment files past this size are closed and a new one started.
+const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// The log on disk: numbered segment files of frames
+/// `| payload len (4, LE) | crc32 of seq+payload (4, LE) | seq (8, LE) | payload |`.
+/// A frame is handed to the OS before the batch is acknowledged; a torn frame at the end of
+/// a segment (a crash mid-write) ends its replay.
+#[derive(Debug)]
+pub(crate) struct Log {
+    dir: PathBuf,
+    file: File,
+    file_id: u64,
+    file_bytes: u64,
+    /// Last sequence number in the open segment (0: none yet).
+    file_last_seq: u64,
+    /// Closed segments: (file id, last sequence number).
+    closed: Vec<(u64, u64)>,
 }
 
-/// Every entry in sequence order.
-pub(crate) fn read_all(store: &dyn Store) -> Result<Vec<(u64, Vec<u8>)>> {
-    let mut out = Vec::new();
-    for row in store.scan(
-        WAL_TABLE,
-        &ScanRequest {
-            read: ReadOptions::latest(),
-            ..Default::default()
-        },
-    )? {
-        let row = row?;
-        let seq = <[u8; 8]>::try_from(row.key.as_slice())
-            .map(u64::from_be_bytes)
-            .map_err(|_| Error::Corrupt("write-ahead log key is not 8 bytes".into()))?;
-        if let Some(cell) = row.cells.into_iter().next() {
-            out.push((seq, cell.value));
+fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.log"))
+}
+
+fn io(context: &str, e: std::io::Error) -> Error {
+    Error::Internal(format!("write-ahead log: {context}: {e}"))
+}
+
+impl Log {
+    /// Opens the log in `dir`, returning it and every entry a previous process left, in order.
+    pub(crate) fn open(dir: &Path) -> Result<(Log, Vec<(u64, Vec<u8>)>)> {
+        std::fs::create_dir_all(dir).map_err(|e| io("cannot create the log dir", e))?;
+        let mut ids: Vec<u64> = std::fs::read_dir(dir)
+            .map_err(|e| io("cannot list the log dir", e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        let mut entries = Vec::new();
+        let mut closed = Vec::new();
+        for id in &ids {
+            let bytes = std::fs::read(segment_path(dir, *id))
+                .map_err(|e| io("cannot read a segment", e))?;
+            let mut last = 0;
+            let mut pos = 0usize;
+            while let Some((seq, payload, next)) = read_frame(&bytes, pos) {
+                entries.push((seq, payload.to_vec()));
+                last = seq;
+                pos = next;
+            }
+            if pos != bytes.len() {
+                tracing::warn!(
+                    segment = id,
+                    offset = pos,
+                    "write-ahead log segment ends in a torn frame; its tail was never acknowledged"
+                );
+            }
+            closed.push((*id, last));
         }
+        let file_id = ids.last().map_or(1, |l| l + 1);
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(segment_path(dir, file_id))
+            .map_err(|e| io("cannot create a segment", e))?;
+        let log = Log {
+            dir: dir.to_path_buf(),
+            file,
+            file_id,
+            file_bytes: 0,
+            file_last_seq: 0,
+            closed,
+        };
+        Ok((log, entries))
     }
-    Ok(out)
+
+    /// Appends one entry (to OS buffers; `sync` adds an fsync).
+    pub(crate) fn append(&mut self, seq: u64, payload: &[u8], sync: bool) -> Result<()> {
+        if self.file_bytes >= SEGMENT_BYTES {
+            self.rotate()?;
+        }
+        let mut frame = Vec::with_capacity(payload.len() + 16);
+        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&seq.to_le_bytes());
+        crc.update(payload);
+        frame.extend_from_slice(&crc.finalize().to_le_bytes());
+        frame.extend_from_slice(&seq.to_le_bytes());
+        frame.extend_from_slice(payload);
+        self.file
+            .write_all(&frame)
+            .map_err(|e| io("append failed", e))?;
+        if sync {
+            self.sync()?;
+        }
+        self.file_bytes += frame.len() as u64;
+        self.file_last_seq = seq;
+        Ok(())
+    }
+
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| io("fsync failed", e))
+    }
+
+    fn rotate(&mut self) -> Result<()> {
+        self.sync()?;
+        let next = self.file_id + 1;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(segment_path(&self.dir, next))
+            .map_err(|e| io("cannot create a segment", e))?;
+        self.closed.push((self.file_id, self.file_last_seq));
+        self.file = file;
+        self.file_id = next;
+        self.file_bytes = 0;
+        self.file_last_seq = 0;
+        Ok(())
+    }
+
+    /// Deletes every segment whose entries are all at or below `seq` (flushed).
+    pub(crate) fn release(&mut self, seq: u64) -> Result<()> {
+        if self.file_bytes > 0 && self.file_last_seq <= seq {
+            self.rotate()?;
+        }
+        let dir = self.dir.clone();
+        let mut result = Ok(());
+        self.closed.retain(|(id, last)| {
+            if *last > seq {
+                return true;
+            }
+            if let Err(e) = std::fs::remove_file(segment_path(&dir, *id)) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    result = Err(io("cannot delete a segment", e));
+                    return true;
+                }
+            }
+            false
+        });
+        result
+    }
 }
 
-/// Deletes entries `first..=last`.
-pub(crate) fn truncate(store: &dyn Store, first: u64, last: u64) -> Result<()> {
-    if first > last {
-        return Ok(());
-    }
-    let rows: Vec<RowMutation> = (first..=last)
-        .map(|seq| RowMutation {
-            key: seq.to_be_bytes().to_vec(),
-            mutations: vec![Mutation::DeleteRow],
-        })
-        .collect();
-    for chunk in rows.chunks(4096) {
-        store.mutate_rows(WAL_TABLE, chunk)?;
-    }
-    Ok(())
+fn read_frame(bytes: &[u8], pos: usize) -> Option<(u64, &[u8], usize)> {
+    let head = bytes.get(pos..pos + 16)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let seq = u64::from_le_bytes([
+        head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15],
+    ]);
+    let payload = bytes.get(pos + 16..(pos + 16).checked_add(len)?)?;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(payload);
+    (h.finalize() == crc).then_some((seq, payload, pos + 16 + len))
 }
 
 #[cfg(test)]
@@ -198,6 +309,33 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn segments_replay_rotate_release_and_survive_torn_tails() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut log, old) = Log::open(dir.path()).unwrap();
+            assert!(old.is_empty());
+            for seq in 1..=3u64 {
+                log.append(seq, &[seq as u8; 10], false).unwrap();
+            }
+        }
+        // A torn frame at the end, as a crash mid-write leaves.
+        let first = segment_path(dir.path(), 1);
+        let mut f = OpenOptions::new().append(true).open(&first).unwrap();
+        f.write_all(&[5, 0, 0, 0, 1, 2]).unwrap();
+        drop(f);
+        let (mut log, old) = Log::open(dir.path()).unwrap();
+        assert_eq!(
+            old,
+            vec![(1, vec![1; 10]), (2, vec![2; 10]), (3, vec![3; 10])]
+        );
+        log.append(4, b"four", false).unwrap();
+        log.release(3).unwrap();
+        assert!(!first.exists(), "a flushed segment is deleted");
+        let (_, old) = Log::open(dir.path()).unwrap();
+        assert_eq!(old, vec![(4, b"four".to_vec())]);
     }
 
     proptest::proptest! {

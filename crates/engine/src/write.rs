@@ -130,6 +130,7 @@ impl Buffer {
 #[derive(Debug)]
 struct LogState {
     buffer: Buffer,
+    log: Option<wal::Log>,
     next_seq: u64,
     /// First log entry not yet covered by a flush.
     first_unflushed: u64,
@@ -165,6 +166,7 @@ impl Writer {
         store: Arc<dyn Store>,
         settings: Settings,
         uids: Arc<UidRegistry>,
+        log: Option<wal::Log>,
     ) -> Result<Writer> {
         let writer = Writer {
             store,
@@ -173,6 +175,7 @@ impl Writer {
             series: RwLock::new(SeriesCache::default()),
             state: Mutex::new(LogState {
                 buffer: Buffer::default(),
+                log,
                 next_seq: 1,
                 first_unflushed: 1,
             }),
@@ -185,12 +188,11 @@ impl Writer {
     }
 
     /// Replays log entries left by a previous process into the buffer.
-    pub(crate) fn recover(&self) -> Result<usize> {
-        let entries = wal::read_all(self.store.as_ref())?;
+    pub(crate) fn recover(&self, entries: &[(u64, Vec<u8>)]) -> Result<usize> {
         let mut state = self.state.lock();
         let mut series = self.series.write();
         let mut replayed = 0usize;
-        for (seq, entry) in &entries {
+        for (seq, entry) in entries {
             let mut points = Vec::new();
             wal::decode_entry(entry, |key, p| points.push((key.to_vec(), p)))?;
             for (key, p) in points {
@@ -365,7 +367,7 @@ impl Writer {
             return Ok(());
         }
         let mut state = self.state.lock();
-        if self.settings.wal {
+        if state.log.is_some() {
             let mut entry = wal::EntryBuilder::default();
             let mut row_index: Map<u64, u64> = Map::default();
             let series = self.series.read();
@@ -388,9 +390,8 @@ impl Writer {
             drop(series);
             if !entry.is_empty() {
                 let seq = state.next_seq;
-                wal::append(self.store.as_ref(), seq, entry.finish())?;
-                if self.settings.wal_sync {
-                    self.store.sync()?;
+                if let Some(log) = state.log.as_mut() {
+                    log.append(seq, &entry.finish(), self.settings.wal_sync)?;
                 }
                 state.next_seq += 1;
             }
@@ -410,6 +411,19 @@ impl Writer {
                 .oldest
                 .is_some_and(|t| t.elapsed() >= self.settings.flush_interval)
             || (!self.open_rows.lock().is_empty() && state.buffer.points == 0)
+    }
+
+    /// Whether acknowledged points are logged (else they live only in the buffers).
+    pub(crate) fn has_log(&self) -> bool {
+        self.state.lock().log.is_some()
+    }
+
+    /// Fsyncs the log.
+    pub(crate) fn sync_log(&self) -> Result<()> {
+        match self.state.lock().log.as_ref() {
+            Some(log) => log.sync(),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn buffered_points(&self) -> usize {
@@ -481,8 +495,9 @@ impl Writer {
             state.buffer = restored;
             return Err(e);
         }
-        if self.settings.wal {
-            wal::truncate(self.store.as_ref(), first, last)?;
+        let _ = first;
+        if let Some(log) = self.state.lock().log.as_mut() {
+            log.release(last)?;
         }
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(flushed)
