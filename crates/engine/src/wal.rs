@@ -116,6 +116,9 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// A logged entry: sequence number and payload.
+pub(crate) type Entry = (u64, Vec<u8>);
+
 /// Segment files past this size are closed and a new one started.
 const SEGMENT_BYTES: u64 = 64 << 20;
 
@@ -145,7 +148,7 @@ fn io(context: &str, e: std::io::Error) -> Error {
 
 impl Log {
     /// Opens the log in `dir`, returning it and every entry a previous process left, in order.
-    pub(crate) fn open(dir: &Path) -> Result<(Log, Vec<(u64, Vec<u8>)>)> {
+    pub(crate) fn open(dir: &Path) -> Result<(Log, Vec<Entry>)> {
         std::fs::create_dir_all(dir).map_err(|e| io("cannot create the log dir", e))?;
         let mut ids: Vec<u64> = std::fs::read_dir(dir)
             .map_err(|e| io("cannot list the log dir", e))?
@@ -246,11 +249,11 @@ impl Log {
             if *last > seq {
                 return true;
             }
-            if let Err(e) = std::fs::remove_file(segment_path(&dir, *id)) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    result = Err(io("cannot delete a segment", e));
-                    return true;
-                }
+            if let Err(e) = std::fs::remove_file(segment_path(&dir, *id))
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                result = Err(io("cannot delete a segment", e));
+                return true;
             }
             false
         });
