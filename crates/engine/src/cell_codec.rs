@@ -7,9 +7,10 @@
 //! | resolution runs: count (varint), first is-ms (1), run lengths (varint)... |
 //! | first offset ms (varint) | offset delta runs: count (varint), (zigzag delta, length)... |
 //! | flag runs: count (varint), (flags (1), length (varint))... |
-//! | integers: first (zigzag varint), then zigzag deltas bit-packed (width (1), bits) |
+//! | integers: first (zigzag varint), gcd of the deltas (varint), least delta / gcd (zigzag |
+//! |           varint), then each delta / gcd minus that least, bit-packed (width (1), bits) |
 //! | floats: 0x00 k (1) then decimal mantissas x 10^k packed as the integers |
-//! |       or 0x01 then each value's bits XOR the previous float's, varint |
+//! |       or 0x01 then each value's bytes as stored |
 //! ```
 //!
 //! Regular intervals collapse to one delta run, and slowly changing values to a few bits each.
@@ -86,20 +87,33 @@ fn runs<T: PartialEq + Copy>(items: impl Iterator<Item = T>) -> Vec<(T, u64)> {
     out
 }
 
-/// Zigzag deltas of a sequence: the first as a varint, the rest bit-packed.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// A sequence as its first value (zigzag varint), the greatest common divisor of its deltas
+/// (varint; counters often step in fixed multiples), the smallest quotient (zigzag varint),
+/// then each quotient above it, bit-packed: constant steps cost no bits.
 fn pack_deltas(values: &[i64], out: &mut Vec<u8>) {
-    let mut prev = values.first().copied().unwrap_or(0);
-    put_varint(out, zigzag(prev));
-    let deltas: Vec<u64> = values
+    let first = values.first().copied().unwrap_or(0);
+    put_varint(out, zigzag(first));
+    let deltas: Vec<i64> = values.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    let divisor = deltas
         .iter()
-        .skip(1)
-        .map(|v| {
-            let d = zigzag(v.wrapping_sub(prev));
-            prev = *v;
-            d
-        })
+        .fold(0u64, |g, d| gcd(g, d.unsigned_abs()))
+        .max(1);
+    put_varint(out, divisor);
+    let quotients: Vec<i64> = deltas.iter().map(|d| d / divisor as i64).collect();
+    let floor = quotients.iter().copied().min().unwrap_or(0);
+    put_varint(out, zigzag(floor));
+    let packed: Vec<u64> = quotients
+        .iter()
+        .map(|q| q.wrapping_sub(floor) as u64)
         .collect();
-    pack(&deltas, out);
+    pack(&packed, out);
 }
 
 fn pack(values: &[u64], out: &mut Vec<u8>) {
@@ -214,10 +228,8 @@ fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
         }
         None => {
             out.push(1);
-            let mut prev = 0u64;
             for p in floats {
-                put_varint(&mut out, p.bits ^ prev);
-                prev = p.bits;
+                write_bits(p.bits, p.qualifier.flags(), &mut out);
             }
         }
     }
@@ -251,13 +263,15 @@ impl Reader<'_> {
     /// The `n` values written by `pack_deltas`.
     fn unpack_deltas(&mut self, n: usize) -> Result<Vec<i64>, &'static str> {
         let mut v = unzigzag(self.varint()?);
+        let divisor = self.varint()? as i64;
+        let floor = unzigzag(self.varint()?);
         let deltas = self.unpack(n.saturating_sub(1))?;
         let mut out = Vec::with_capacity(n);
         if n > 0 {
             out.push(v);
         }
         for d in deltas {
-            v = v.wrapping_add(unzigzag(d));
+            v = v.wrapping_add((d as i64).wrapping_add(floor).wrapping_mul(divisor));
             out.push(v);
         }
         Ok(out)
@@ -373,10 +387,10 @@ fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
             }
         }
         1 => {
-            let mut prev = 0u64;
-            for _ in 0..float_count {
-                prev ^= r.varint()?;
-                float_bits_out.push(prev);
+            for len in &float_lens {
+                let b = r.bytes.get(r.pos..r.pos + len).ok_or("truncated")?;
+                r.pos += len;
+                float_bits_out.push(b.iter().fold(0u64, |a, x| (a << 8) | u64::from(*x)));
             }
         }
         _ => return Err("bad float mode"),
@@ -456,18 +470,43 @@ mod tests {
 
     #[test]
     fn decimal_floats_and_mixed_cells_round_trip() {
-        let points = vec![
-            (false, 0, Value::Double(12.34)),
-            (true, 500, Value::Float(1.5)),
-            (false, 1000, Value::Int(-7)),
-            (false, 2000, Value::Double(12.35)),
-            (true, 2500, Value::Int(70000)),
-            (false, 3000, Value::Int(70001)),
-            (false, 4000, Value::Double(12.36)),
-        ];
+        // Seconds then milliseconds; decimal doubles, floats and integers.
+        let points: Vec<(bool, u32, Value)> = (0..60u32)
+            .map(|i| match i {
+                0..20 => (false, i * 1000, Value::Double(f64::from(1234 + i) / 100.0)),
+                20..30 => (false, i * 1000, Value::Float(1.5 + i as f32)),
+                _ => (true, i * 1000 + 250, Value::Int(70000 - i64::from(i) * 3)),
+            })
+            .collect();
         let (q, v) = cell(&points);
         let blob = DataCellCodec.encode("t", &q, &v).unwrap();
         assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
+    }
+
+    #[test]
+    fn counters_stepping_in_multiples_pack_small() {
+        let points: Vec<(bool, u32, Value)> = (0..360)
+            .map(|i| {
+                (
+                    false,
+                    i * 10_000,
+                    Value::Int(1_000_000 + i64::from(i % 5) * 1500 * i64::from(i)),
+                )
+            })
+            .collect();
+        let (q, v) = cell(&points);
+        let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+        assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
+        let steps: Vec<(bool, u32, Value)> = (0..360)
+            .map(|i| (false, i * 10_000, Value::Int(5000 + i64::from(i) * 300)))
+            .collect();
+        let (q, v) = cell(&steps);
+        let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+        assert!(
+            blob.len() < 40,
+            "a constant step costs nothing per point: {}",
+            blob.len()
+        );
     }
 
     #[test]
