@@ -2,8 +2,9 @@
 //! Write-path and decode benchmarks.
 //!
 //! `ingest`: 1,000,000 points in batches of 1,000 over 10,000 series (UIDs cached), then a
-//! flush, on the embedded store: points per second through validation, the write-ahead log,
-//! row buffers and compacted-cell writes.
+//! flush, on the embedded store as `tsdb tsd` runs it (log segments, compact cell form):
+//! points per second through validation, the write-ahead log, row buffers and compacted-cell
+//! writes.
 //! `decode`: points per second decoding compacted one-hour rows of 360 points.
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hourglass_core::compact::{self, Point};
 use hourglass_core::qualifier::Qualifier;
 use hourglass_core::value::Value;
+use hourglass_engine::cell_codec::DataCellCodec;
 use hourglass_engine::{IncomingPoint, Settings, Tsdb};
 use hourglass_storage::Store;
 use hourglass_store_fjall::FjallStore;

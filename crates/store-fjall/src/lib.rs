@@ -24,6 +24,8 @@ use parking_lot::{Mutex, RwLock};
 
 const TABLES_KEYSPACE: &str = "_tables";
 const TABLE_PREFIX: &str = "t:";
+/// Batches of at least this many rows are written as a new table (bulk ingestion).
+const INGEST_MIN_ROWS: usize = 256;
 
 #[derive(Clone)]
 struct Table {
@@ -281,7 +283,6 @@ impl Store for FjallStore {
         let t = self.table(table)?;
         let now = now_ms();
         let _w = self.write_lock.lock();
-        let mut batch = self.db.batch();
         // Rows repeated in one batch apply in order on the pending state.
         let mut pending: HashMap<&[u8], RowData> = HashMap::new();
         for r in rows {
@@ -293,6 +294,26 @@ impl Store for FjallStore {
             row.apply(&t.spec, &r.mutations, now)?;
             pending.insert(&r.key, row);
         }
+        if pending.len() >= INGEST_MIN_ROWS {
+            // Large batches (flushes of many rows) become a new table directly: no journal
+            // copy, no memtable, no memtable flush. The table is registered atomically.
+            let mut sorted: Vec<(&[u8], RowData)> = pending.into_iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let mut ingestion = t
+                .rows
+                .start_ingestion()
+                .map_err(|e| io_err("write failed", e))?;
+            for (key, row) in sorted {
+                if row.is_empty() {
+                    ingestion.write_tombstone(key)
+                } else {
+                    ingestion.write(key, row.encode(t.codec.as_deref()))
+                }
+                .map_err(|e| io_err("write failed", e))?;
+            }
+            return ingestion.finish().map_err(|e| io_err("write failed", e));
+        }
+        let mut batch = self.db.batch();
         for (key, row) in pending {
             if row.is_empty() {
                 batch.remove(&t.rows, key);
