@@ -156,6 +156,18 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The series cache key of a point: metric and tags as sent, `\0`-separated.
+fn series_text(p: &IncomingPoint<'_>, text: &mut String) {
+    text.clear();
+    text.push_str(p.metric);
+    for (k, v) in p.tags {
+        text.push('\0');
+        text.push_str(k);
+        text.push('\0');
+        text.push_str(v);
+    }
+}
+
 fn tags_text(tags: &[(&str, &str)]) -> String {
     let inner: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{{{}}}", inner.join(", "))
@@ -318,18 +330,28 @@ impl Writer {
         let mut outcome = BatchOutcome::default();
         let mut resolved: Vec<(u64, Point)> = Vec::with_capacity(points.len());
         let mut text = String::new();
+        // Known series under one read lock for the whole batch.
+        let known: Vec<Option<u32>> = {
+            let series = self.series.read();
+            points
+                .iter()
+                .map(|p| {
+                    series_text(p, &mut text);
+                    series.by_text.get(text.as_str()).copied()
+                })
+                .collect()
+        };
         for (i, p) in points.iter().enumerate() {
-            text.clear();
-            text.push_str(p.metric);
-            for (k, v) in p.tags {
-                text.push('\0');
-                text.push_str(k);
-                text.push('\0');
-                text.push_str(v);
-            }
-            let result = self
-                .check_point(p)
-                .and_then(|(base, q)| Ok((self.resolve_series(p, &text)?, base, q)));
+            let result = self.check_point(p).and_then(|(base, q)| {
+                let id = match known[i] {
+                    Some(id) => id,
+                    None => {
+                        series_text(p, &mut text);
+                        self.resolve_series(p, &text)?
+                    }
+                };
+                Ok((id, base, q))
+            });
             match result {
                 Ok((id, base, q)) => resolved.push((
                     (u64::from(id) << 32) | u64::from(base),

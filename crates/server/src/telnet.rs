@@ -90,7 +90,10 @@ fn process(
     let mut lines: Vec<Cow<'_, str>> = Vec::new();
     let mut consumed = 0usize;
     let mut too_long = Vec::new();
-    while let Some(nl) = buf[consumed..].iter().position(|b| *b == b'\n') {
+    // Most reads are valid UTF-8 throughout: check once, not per line.
+    let text = std::str::from_utf8(buf).ok();
+    while let Some(nl) = memchr::memchr(b'\n', &buf[consumed..]) {
+        let start = consumed;
         let mut line = &buf[consumed..consumed + nl];
         consumed += nl + 1;
         if std::mem::take(discarding) {
@@ -104,7 +107,12 @@ fn process(
             lines.push(Cow::Borrowed(""));
             continue;
         }
-        lines.push(decode(line));
+        let end = start + line.len();
+        lines.push(match text {
+            // Slicing at ASCII `\n`/`\r` keeps char boundaries.
+            Some(t) => Cow::Borrowed(t.get(start..end).unwrap_or_default()),
+            None => decode(line),
+        });
     }
     let rest = buf.len() - consumed;
     if eof && rest > 0 && !*discarding && rest <= max {
