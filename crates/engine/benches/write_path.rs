@@ -44,10 +44,15 @@ fn ingest(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let dir = tempfile::tempdir().expect("temp dir");
-                let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).expect("open"));
+                let store: Arc<dyn Store> = Arc::new(
+                    FjallStore::open(dir.path())
+                        .expect("open")
+                        .with_cell_codec("tsdb", Arc::new(DataCellCodec)),
+                );
                 let settings = Settings {
                     auto_create_metrics: true,
                     max_buffered_points: 2 * POINTS,
+                    wal_dir: Some(dir.path().join("wal")),
                     ..Settings::default()
                 };
                 let db = Tsdb::open(store, settings).expect("open tsdb");
