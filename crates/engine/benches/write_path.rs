@@ -16,6 +16,7 @@ use hourglass_core::qualifier::Qualifier;
 use hourglass_core::value::Value;
 use hourglass_engine::cell_codec::DataCellCodec;
 use hourglass_engine::{IncomingPoint, Settings, Tsdb};
+use hourglass_storage::CellCodec;
 use hourglass_storage::Store;
 use hourglass_store_fjall::FjallStore;
 
@@ -116,6 +117,25 @@ fn decode(c: &mut Criterion) {
                 out.clear();
                 compact::decode_cell(std::hint::black_box(&q), std::hint::black_box(&v), &mut out)
                     .expect("decode");
+                n += out.len();
+            }
+            n
+        })
+    });
+    // The embedded store's compact form, back to OpenTSDB's bytes, then to points.
+    let blob = DataCellCodec
+        .encode("t", &q, &v)
+        .expect("codec takes a regular row");
+    group.bench_function("stored_form_rows_360_points", |b| {
+        let mut out = Vec::with_capacity(points.len());
+        b.iter(|| {
+            let mut n = 0;
+            for _ in 0..rows {
+                out.clear();
+                let (q, v) = DataCellCodec
+                    .decode("t", std::hint::black_box(&blob))
+                    .expect("decode");
+                compact::decode_cell(&q, &v, &mut out).expect("decode");
                 n += out.len();
             }
             n
