@@ -143,3 +143,42 @@ fn sigkill_mid_ingest_keeps_every_acknowledged_batch() {
         );
     }
 }
+
+#[test]
+fn scan_compact_rewrites_open_rows_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let base = now - now % 3600;
+    let file = dir.path().join("pts.txt");
+    // Points of the current hour: written as a partial cell per import, not yet compacted.
+    std::fs::write(
+        &file,
+        format!("m.open {base} 1 host=a\nm.open {} 2 host=a\n", base + 1),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let import = |f: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_tsdb"))
+            .args(["import", "--auto-metric", "--data-dir"])
+            .arg(&data)
+            .arg(f)
+            .output()
+            .unwrap()
+    };
+    assert!(import(&file).status.success());
+    std::fs::write(&file, format!("m.open {} 3 host=a\n", base + 2)).unwrap();
+    assert!(import(&file).status.success());
+    let cells = |d: &Path| {
+        let o = tsdb(d, &["scan", "1h-ago", "sum", "m.open"]);
+        stdout(&o).lines().filter(|l| l.starts_with("  [")).count()
+    };
+    assert_eq!(cells(&data), 2, "two partial cells before");
+    let o = tsdb(&data, &["scan", "--compact", "1h-ago", "sum", "m.open"]);
+    assert_eq!(stdout(&o), "m.open: 1 of 1 row(s) rewritten\n");
+    assert_eq!(cells(&data), 1, "one compacted cell after");
+    let o = tsdb(&data, &["scan", "--import", "1h-ago", "sum", "m.open"]);
+    assert_eq!(stdout(&o).lines().count(), 3);
+}

@@ -111,6 +111,27 @@ impl Tsdb {
         self.writer.flush()
     }
 
+    /// Compacts the given data rows now (on demand), whatever their hour: each ends with one
+    /// compacted cell, except rows whose duplicates `fix_duplicates` forbids resolving.
+    /// Returns how many rows were rewritten.
+    pub fn compact_rows(&self, keys: &[Vec<u8>]) -> Result<usize> {
+        self.writer.flush()?;
+        let mut batch = Vec::new();
+        for key in keys {
+            if let Some(mutations) = self.writer.compaction_mutations(key, &[])? {
+                batch.push(hourglass_storage::RowMutation {
+                    key: key.clone(),
+                    mutations,
+                });
+            }
+        }
+        for chunk in batch.chunks(1000) {
+            self.store
+                .mutate_rows(&self.settings.schema.data_table, chunk)?;
+        }
+        Ok(batch.len())
+    }
+
     /// Makes every acknowledged point durable against power loss: fsyncs the log, or (with
     /// the log off) flushes the buffers to the data table and syncs it.
     pub fn sync_writes(&self) -> Result<()> {

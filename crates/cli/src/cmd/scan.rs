@@ -1,7 +1,8 @@
-//! `tsdb scan [--import] START [END] AGG [rate] [counter...] [downsample N FUNC] METRIC
-//! [TAGK=TAGV...] [more queries]`: every stored row of the matching series, either as
+//! `tsdb scan [--import|--compact] START [END] AGG [rate] [counter...] [downsample N FUNC]
+//! METRIC [TAGK=TAGV...] [more queries]`: every stored row of the matching series, either as
 //! OpenTSDB prints them (row key, then each cell's qualifier and value bytes with the
-//! decoded offset, type, time and date) or, with `--import`, as import-format lines.
+//! decoded offset, type, time and date) or, with `--import`, as import-format lines. With
+//! `--compact` the rows are compacted on demand instead.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -28,6 +29,9 @@ pub(crate) struct ScanArgs {
     /// Print import-format lines (`metric timestamp value tagk=tagv...`).
     #[arg(long)]
     import: bool,
+    /// Compact every matching row now (one compacted cell per row) instead of printing it.
+    #[arg(long, conflicts_with = "import")]
+    compact: bool,
     #[arg(
         required = true,
         num_args = 1..,
@@ -113,7 +117,19 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
             end_secs: end.div_euclid(1000),
             tags,
         };
-        for row in scan_rows(db.store().as_ref(), &schema, &query)? {
+        let rows = scan_rows(db.store().as_ref(), &schema, &query)?;
+        if args.compact {
+            let keys: Vec<Vec<u8>> = rows.into_iter().map(|r| r.key).collect();
+            let rewritten = db.compact_rows(&keys)?;
+            writeln!(
+                out,
+                "{}: {rewritten} of {} row(s) rewritten",
+                q.metric,
+                keys.len()
+            )?;
+            continue;
+        }
+        for row in rows {
             if args.import {
                 print_import(&mut out, &db, &schema, &row)?;
             } else {
