@@ -2,7 +2,10 @@
 //! `tsdb import`: plain, gzipped and stdin input, bad lines reported and skipped, and the
 //! same through a running TSD with `--url`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
+
+mod common;
+use common::spawn_tsd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -114,28 +117,7 @@ fn imports_through_a_running_tsd() {
     let plain = dir.path().join("points.txt");
     std::fs::write(&plain, GOOD_AND_BAD).unwrap();
     let data = dir.path().join("data");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .args([
-            "tsd",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--auto-metric",
-            "--data-dir",
-        ])
-        .arg(&data)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().unwrap().unwrap();
-        if let Some(rest) = line.split("Ready to serve on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (mut server, addr) = spawn_tsd(&data);
     let url = format!("http://{addr}");
     let o = Command::new(env!("CARGO_BIN_EXE_tsdb"))
         .args(["import", "--url", &url, plain.to_str().unwrap()])

@@ -1,0 +1,38 @@
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Helpers shared by the binary's tests.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Starts `tsdb tsd` on a free loopback port over `dir`; returns it and its address once it
+/// is ready.
+pub(crate) fn spawn_tsd(dir: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args([
+            "tsd",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--auto-metric",
+            "--data-dir",
+        ])
+        .arg(dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("tsd exited before it was ready")
+            .unwrap();
+        if let Some(rest) = line.split("Ready to serve on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining the log so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
