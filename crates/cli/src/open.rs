@@ -8,6 +8,7 @@ use hourglass_core::config::Config;
 use hourglass_engine::cell_codec::DataCellCodec;
 use hourglass_engine::{Settings, Tsdb};
 use hourglass_storage::Store;
+use hourglass_store_bigtable::{BigtableConfig, BigtableStore};
 use hourglass_store_fjall::FjallStore;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -24,6 +25,9 @@ pub(crate) struct StoreArgs {
     /// UID table name (`tsd.storage.hbase.uid_table`).
     #[arg(long)]
     pub(crate) uidtable: Option<String>,
+    /// Storage backend: `embedded` (default) or `bigtable` (`tsd.storage.backend`).
+    #[arg(long)]
+    pub(crate) backend: Option<String>,
     /// Log what happens.
     #[arg(short, long)]
     pub(crate) verbose: bool,
@@ -45,24 +49,55 @@ impl StoreArgs {
         if let Some(t) = &self.uidtable {
             config.set("tsd.storage.hbase.uid_table", t);
         }
+        if let Some(b) = &self.backend {
+            config.set("tsd.storage.backend", b);
+        }
         Ok(config)
     }
 
-    /// Engine settings; the write-ahead log lives in `<data dir>/wal` unless configured.
+    /// Engine settings; the write-ahead log lives in `<data dir>/wal` unless configured. On
+    /// Bigtable, where other TSDs read the data, buffered points reach it within a second
+    /// unless `tsd.storage.flush_interval` says otherwise.
     pub(crate) fn settings(&self) -> anyhow::Result<Settings> {
-        let mut settings = Settings::from_config(&self.config()?)?;
+        let config = self.config()?;
+        let mut settings = Settings::from_config(&config)?;
+        if config.get_str("tsd.storage.backend", "embedded") == "bigtable"
+            && config.get("tsd.storage.flush_interval").is_none()
+        {
+            settings.flush_interval = std::time::Duration::from_secs(1);
+        }
         if settings.wal_dir.is_none() {
             settings.wal_dir = Some(self.data_dir.join("wal"));
         }
         Ok(settings)
     }
 
-    /// Opens the embedded store; compacted data cells are kept in their compact form.
+    /// Opens the configured store. The embedded one keeps compacted data cells in their
+    /// compact form; Bigtable gets OpenTSDB's bytes as they are (its tables stay readable by
+    /// OpenTSDB's own TSDs).
     pub(crate) fn open_store(&self) -> anyhow::Result<Arc<dyn Store>> {
+        let config = self.config()?;
         let schema = self.settings()?.schema;
-        let store = FjallStore::open(&self.data_dir)?
-            .with_cell_codec(&schema.data_table, Arc::new(DataCellCodec));
-        Ok(Arc::new(store))
+        match config.get_str("tsd.storage.backend", "embedded") {
+            "embedded" => {
+                let store = FjallStore::open(&self.data_dir)?
+                    .with_cell_codec(&schema.data_table, Arc::new(DataCellCodec));
+                Ok(Arc::new(store))
+            }
+            "bigtable" => {
+                let mut bt = BigtableConfig::new(
+                    config.get_str("google.bigtable.project.id", "hourglass"),
+                    config.get_str("google.bigtable.instance.id", "hourglass"),
+                );
+                bt.emulator_host = config
+                    .get("google.bigtable.emulator.host")
+                    .map(str::to_string);
+                let timeout = config.get_int("google.bigtable.timeout_ms", 30_000)?;
+                bt.timeout = std::time::Duration::from_millis(timeout.max(1) as u64);
+                Ok(Arc::new(BigtableStore::connect(bt)?))
+            }
+            other => anyhow::bail!("unknown storage backend {other:?}: use embedded or bigtable"),
+        }
     }
 
     /// Opens the database; buffered points of a previous run are replayed and flushed.

@@ -129,6 +129,8 @@ const SEGMENT_BYTES: u64 = 64 << 20;
 #[derive(Debug)]
 pub(crate) struct Log {
     dir: PathBuf,
+    /// Held while the log is open: one process per log directory.
+    _lock: File,
     file: File,
     file_id: u64,
     file_bytes: u64,
@@ -150,6 +152,18 @@ impl Log {
     /// Opens the log in `dir`, returning it and every entry a previous process left, in order.
     pub(crate) fn open(dir: &Path) -> Result<(Log, Vec<Entry>)> {
         std::fs::create_dir_all(dir).map_err(|e| io("cannot create the log dir", e))?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("LOCK"))
+            .map_err(|e| io("cannot open the log lock", e))?;
+        if lock.try_lock().is_err() {
+            return Err(Error::InvalidInput(format!(
+                "write-ahead log dir in use: {} belongs to another running TSD (give each TSD its own --data-dir)",
+                dir.display()
+            )));
+        }
         let mut ids: Vec<u64> = std::fs::read_dir(dir)
             .map_err(|e| io("cannot list the log dir", e))?
             .filter_map(|e| e.ok())
@@ -185,6 +199,7 @@ impl Log {
             .map_err(|e| io("cannot create a segment", e))?;
         let log = Log {
             dir: dir.to_path_buf(),
+            _lock: lock,
             file,
             file_id,
             file_bytes: 0,
