@@ -352,6 +352,8 @@ mod tests {
         log.append(4, b"four", false).unwrap();
         log.release(3).unwrap();
         assert!(!first.exists(), "a flushed segment is deleted");
+        assert!(Log::open(dir.path()).is_err(), "one process per log dir");
+        drop(log);
         let (_, old) = Log::open(dir.path()).unwrap();
         assert_eq!(old, vec![(4, b"four".to_vec())]);
     }

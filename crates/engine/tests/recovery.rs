@@ -58,7 +58,16 @@ fn unflushed_batches_are_replayed_from_the_log() {
         "every acknowledged point is back"
     );
     assert_eq!(db.buffered_points(), 0);
-    let segments: Vec<_> = std::fs::read_dir(dir.path().join("wal")).unwrap().collect();
+    let segments: Vec<_> = std::fs::read_dir(dir.path().join("wal"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .collect();
     assert_eq!(
         segments.len(),
         1,

@@ -108,7 +108,10 @@ fn exhausted_uid_space_is_a_clear_error() {
 
 #[test]
 fn names_round_trip_including_non_latin() {
-    let (_, store) = common::backends().remove(1);
+    let (_, store) = common::backends()
+        .into_iter()
+        .find(|(n, _)| *n == "embedded")
+        .unwrap();
     common::open(store.clone(), common::auto_create());
     let reg = UidRegistry::new(Arc::clone(&store), Schema::default());
     let a = reg.get_or_create_id(UidKind::TagValue, "温度").unwrap();

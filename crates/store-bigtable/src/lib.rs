@@ -13,6 +13,7 @@
 //! multi-threaded Tokio runtime blocks in place.
 
 mod convert;
+pub mod emulator;
 
 use std::collections::HashMap;
 use std::future::Future;

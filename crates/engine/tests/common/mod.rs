@@ -14,6 +14,10 @@ pub(crate) fn backends() -> Vec<(&'static str, Arc<dyn Store>)> {
     vec![
         ("memory", Arc::new(MemoryStore::new()) as Arc<dyn Store>),
         (
+            "bigtable",
+            Arc::new(hourglass_store_bigtable::emulator::fresh_store()) as Arc<dyn Store>,
+        ),
+        (
             "embedded",
             Arc::new(FjallStore::open(&dir).expect("open fjall")) as Arc<dyn Store>,
         ),

@@ -1,6 +1,7 @@
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-//! Google's Bigtable emulator for tests: started once per test process on a free port, and
-//! stopped when the process ends. Missing emulator = failing tests, never skipped ones.
+//! Google's Bigtable emulator for tests and benchmarks: started once per process on a free
+//! loopback port, and stopped when the process ends. A missing emulator panics with what to
+//! install: tests that need it fail, they are never skipped.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -8,7 +9,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use hourglass_store_bigtable::{BigtableConfig, BigtableStore};
+use crate::{BigtableConfig, BigtableStore};
 
 const KNOWN_PATHS: &[&str] = &[
     "/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator",
@@ -33,7 +34,7 @@ fn emulator_binary() -> String {
 }
 
 /// `host:port` of this process's emulator.
-pub(crate) fn host() -> &'static str {
+pub fn host() -> &'static str {
     static HOST: OnceLock<(String, std::sync::Mutex<std::process::Child>)> = OnceLock::new();
     &HOST
         .get_or_init(|| {
@@ -69,7 +70,7 @@ pub(crate) fn host() -> &'static str {
 }
 
 /// A store on a fresh instance of the shared emulator (instances are isolated).
-pub(crate) fn fresh_store() -> BigtableStore {
+pub fn fresh_store() -> BigtableStore {
     static N: AtomicUsize = AtomicUsize::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
     let mut config = BigtableConfig::new("hourglass-test", &format!("instance-{n}"));
