@@ -58,7 +58,9 @@ impl BigtableConfig {
 
 pub struct BigtableStore {
     config: BigtableConfig,
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until drop, which shuts it down without blocking (drop may happen on
+    /// another runtime's worker).
+    runtime: Option<tokio::runtime::Runtime>,
     data: BigTable,
     admin: AdminClient,
     /// Families of each known table (and their version limits).
@@ -88,7 +90,9 @@ impl BigtableStore {
             .emulator_host
             .clone()
             .or_else(|| std::env::var("BIGTABLE_EMULATOR_HOST").ok());
-        let (data, admin) = runtime.block_on(async {
+        let (config_for_setup, emulator_for_setup) = (config.clone(), emulator.clone());
+        let setup = async move {
+            let (config, emulator) = (config_for_setup, emulator_for_setup);
             let connection = match &emulator {
                 Some(host) => BigTableConnection::new_with_emulator(
                     host,
@@ -125,7 +129,14 @@ impl BigtableStore {
                     .max_encoding_message_size(256 << 20)
             });
             Ok::<_, Error>((data, AdminClient::new(channel)))
-        })?;
+        };
+        // Not `block_on`: the caller may itself be on a Tokio runtime.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = tx.send(setup.await);
+        });
+        let (data, admin) = wait(|| rx.recv())
+            .map_err(|_| Error::Internal("bigtable setup was abandoned".into()))??;
         if emulator.is_none() {
             tracing::warn!(
                 "table administration (create-tables) needs the emulator or tables made with cbt; data access uses application default credentials"
@@ -133,11 +144,18 @@ impl BigtableStore {
         }
         Ok(BigtableStore {
             config,
-            runtime,
+            runtime: Some(runtime),
             data,
             admin,
             tables: RwLock::new(HashMap::new()),
         })
+    }
+
+    fn handle(&self) -> Result<&tokio::runtime::Handle> {
+        self.runtime
+            .as_ref()
+            .map(|r| r.handle())
+            .ok_or_else(|| Error::Internal("bigtable store is closed".into()))
     }
 
     fn instance_name(&self) -> String {
@@ -154,7 +172,7 @@ impl BigtableStore {
     /// Runs a future on this store's runtime and waits for it, from any thread.
     fn run<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.runtime.spawn(async move {
+        self.handle()?.spawn(async move {
             let _ = tx.send(fut.await);
         });
         wait(|| rx.recv()).map_err(|_| Error::Internal("bigtable call was abandoned".into()))
@@ -221,6 +239,14 @@ impl BigtableStore {
             }
         }
         Err(Error::Unavailable("bigtable retries exhausted".into()))
+    }
+}
+
+impl Drop for BigtableStore {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -453,7 +479,7 @@ impl Store for BigtableStore {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Row>>(256);
         let mut client = self.data.clone();
         let read = request.read.clone();
-        self.runtime.spawn(async move {
+        self.handle()?.spawn(async move {
             use futures_util::StreamExt;
             let stream = match client.stream_rows(req).await {
                 Ok(s) => s,
