@@ -3,8 +3,8 @@
 //! Assignment follows OpenTSDB: increment the kind's MAXID counter, write the reverse
 //! mapping (UID -> name), then create the forward mapping (name -> UID) with
 //! check-and-mutate. Racing writers — threads or processes — agree on one UID per name:
-//! the loser of the forward check-and-mutate wastes its UID (its reverse row stays, as in
-//! OpenTSDB) and takes the winner's. Both directions are cached; mappings never change
+//! the loser of the forward check-and-mutate wastes its UID, withdraws that UID's reverse
+//! mapping (OpenTSDB leaves it dangling) and takes the winner's. Both directions are cached; mappings never change
 //! except through `rename` and `delete`.
 
 use std::collections::HashMap;
@@ -221,8 +221,21 @@ impl UidRegistry {
                 self.remember(kind, name, uid);
                 return Ok(uid);
             }
-            // Lost the race to another writer: use its UID; ours is wasted.
-            tracing::warn!(kind = %kind, name, uid = %uid.to_hex(width), "race on UID assignment: UID leaked");
+            // Lost the race to another writer: use its UID. Ours is wasted, and its reverse
+            // mapping is withdrawn (only if it still names us) so that each name keeps exactly
+            // one mapping each way.
+            tracing::warn!(kind = %kind, name, uid = %uid.to_hex(width), "race on UID assignment: UID wasted");
+            let ours = Check {
+                family: UID_NAME_FAMILY.into(),
+                qualifier: qualifier.to_vec(),
+                expected: Some(name.as_bytes().to_vec()),
+            };
+            self.store.check_and_mutate(
+                self.table(),
+                &uid_bytes,
+                &ours,
+                &[Mutation::delete(UID_NAME_FAMILY, qualifier.to_vec())],
+            )?;
             return match self.read_forward(kind, name)? {
                 Some(winner) => {
                     self.remember(kind, name, winner);

@@ -79,6 +79,21 @@ fn racing_assigners_agree_on_one_uid_per_name() {
             .filter(|r| r.as_ref().unwrap().key != [0])
             .count();
         assert_eq!(forward, 1000, "{backend}: exactly one forward row per name");
+        let reverse = store
+            .scan(
+                "tsdb-uid",
+                &ScanRequest {
+                    read: ReadOptions::family("name"),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .filter(|r| r.as_ref().unwrap().value("name", b"metrics").is_some())
+            .count();
+        assert_eq!(
+            reverse, 1000,
+            "{backend}: exactly one reverse row per name, wasted UIDs withdrawn"
+        );
     }
 }
 
