@@ -1,0 +1,192 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Three `tsdb tsd` processes on one Bigtable (emulator) writing the same new names at the
+//! same time: one UID per name, one mapping each way, and every point stored.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hourglass_storage::{ReadOptions, ScanRequest, Store};
+
+const NAMES: usize = 2000;
+
+fn write_config(dir: &Path, emulator: &str) -> std::path::PathBuf {
+    let path = dir.join("bigtable.conf");
+    std::fs::write(
+        &path,
+        format!(
+            "tsd.storage.backend = bigtable\ngoogle.bigtable.emulator.host = {emulator}\n\
+             google.bigtable.project.id = multi\ngoogle.bigtable.instance.id = tsd\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn spawn_tsd(config: &Path, data_dir: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args([
+            "tsd",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--auto-metric",
+            "--config",
+        ])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("tsd exited before it was ready")
+            .unwrap();
+        if let Some(rest) = line.split("Ready to serve on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+#[test]
+fn three_tsds_share_one_bigtable() {
+    let emulator = hourglass_store_bigtable::emulator::host();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), emulator);
+    let created = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["create-tables", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let tsds: Vec<(Child, String)> = (0..3)
+        .map(|i| spawn_tsd(&config, &dir.path().join(format!("tsd{i}"))))
+        .collect();
+    // Every TSD writes one point for each of the same 2,000 new metric and tag value names.
+    let writers: Vec<_> = tsds
+        .iter()
+        .enumerate()
+        .map(|(t, (_, addr))| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+                let text: String = (0..NAMES)
+                    .map(|i| format!("put multi.m{i} {} {t} host=h{i} tsd=t{t}\n", 1356998400 + t))
+                    .collect();
+                s.write_all(text.as_bytes()).unwrap();
+                s.write_all(b"version\nexit\n").unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).unwrap();
+                out
+            })
+        })
+        .collect();
+    for w in writers {
+        let out = w.join().unwrap();
+        assert!(out.starts_with("hourglass "), "errors: {out}");
+    }
+    for (mut child, _) in tsds {
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+    // Straight from Bigtable: one forward and one reverse mapping per name, agreeing.
+    let mut bt = hourglass_store_bigtable::BigtableConfig::new("multi", "tsd");
+    bt.emulator_host = Some(emulator.to_string());
+    let store = hourglass_store_bigtable::BigtableStore::connect(bt).unwrap();
+    let mut forward: HashMap<(String, String), Vec<u8>> = HashMap::new();
+    let mut reverse: HashMap<(String, Vec<u8>), String> = HashMap::new();
+    for row in store
+        .scan(
+            "tsdb-uid",
+            &ScanRequest {
+                read: ReadOptions::latest(),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    {
+        let row = row.unwrap();
+        if row.key == [0] {
+            continue;
+        }
+        for c in &row.cells {
+            let kind = String::from_utf8(c.qualifier.clone()).unwrap();
+            match c.family.as_str() {
+                "id" => assert!(
+                    forward
+                        .insert(
+                            (kind, String::from_utf8(row.key.clone()).unwrap()),
+                            c.value.clone()
+                        )
+                        .is_none()
+                ),
+                "name" => assert!(
+                    reverse
+                        .insert(
+                            (kind, row.key.clone()),
+                            String::from_utf8(c.value.clone()).unwrap()
+                        )
+                        .is_none()
+                ),
+                _ => {}
+            }
+        }
+    }
+    let metrics: Vec<_> = forward
+        .iter()
+        .filter(|((k, n), _)| k == "metrics" && n.starts_with("multi.m"))
+        .collect();
+    assert_eq!(metrics.len(), NAMES);
+    for ((kind, name), uid) in &forward {
+        assert_eq!(
+            reverse.get(&(kind.clone(), uid.clone())),
+            Some(name),
+            "{kind} {name}"
+        );
+    }
+    assert_eq!(
+        forward.len(),
+        reverse.len(),
+        "no reverse mapping without its forward one"
+    );
+    let uids: HashSet<_> = metrics.iter().map(|(_, u)| u.to_vec()).collect();
+    assert_eq!(uids.len(), NAMES, "no two names share a UID");
+    // Every point from every TSD is stored, readable by another process.
+    let scan = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["scan", "--import", "--config"])
+        .arg(&config)
+        .args(["--data-dir"])
+        .arg(dir.path().join("reader"))
+        .args(["2013/01/01", "2014/01/01", "sum", "multi.m7"])
+        .output()
+        .unwrap();
+    let lines = String::from_utf8(scan.stdout).unwrap();
+    assert_eq!(lines.lines().count(), 3, "{lines}");
+    let rows = store
+        .scan("tsdb", &ScanRequest::default())
+        .unwrap()
+        .map(|r| r.unwrap().cells.len())
+        .sum::<usize>();
+    assert_eq!(
+        rows,
+        3 * NAMES,
+        "one cell per point: every TSD's points are in Bigtable"
+    );
+}
