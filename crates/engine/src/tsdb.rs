@@ -116,20 +116,7 @@ impl Tsdb {
     /// Returns how many rows were rewritten.
     pub fn compact_rows(&self, keys: &[Vec<u8>]) -> Result<usize> {
         self.writer.flush()?;
-        let mut batch = Vec::new();
-        for key in keys {
-            if let Some(mutations) = self.writer.compaction_mutations(key, &[])? {
-                batch.push(hourglass_storage::RowMutation {
-                    key: key.clone(),
-                    mutations,
-                });
-            }
-        }
-        for chunk in batch.chunks(1000) {
-            self.store
-                .mutate_rows(&self.settings.schema.data_table, chunk)?;
-        }
-        Ok(batch.len())
+        self.writer.compact_keys(keys)
     }
 
     /// Makes every acknowledged point durable against power loss: fsyncs the log, or (with

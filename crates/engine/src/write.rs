@@ -560,44 +560,54 @@ impl Writer {
     fn write_rows(&self, rows: &[(Vec<u8>, Vec<Point>)]) -> Result<()> {
         let schema = &self.settings.schema;
         let now_secs = now_ms() / 1000;
-        let mut batch: Vec<RowMutation> = Vec::with_capacity(FLUSH_BATCH_ROWS);
         let mut newly_open = Vec::new();
-        for (key, points) in rows {
-            let base = rowkey::base_time_of(schema, key).unwrap_or(0);
-            let closed = self.hour_closed(base, now_secs);
-            let mutations = if self.settings.enable_compaction && closed {
-                self.compaction_mutations(key, points)?
-            } else {
-                if self.settings.enable_compaction {
-                    newly_open.push(key.clone());
+        for chunk in rows.chunks(FLUSH_BATCH_ROWS) {
+            // Rows of closed hours are merged with what they hold: read them in one go.
+            let closed: Vec<Vec<u8>> = chunk
+                .iter()
+                .filter(|(key, _)| {
+                    self.settings.enable_compaction
+                        && self
+                            .hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            let stored = self.store.get_rows(
+                &schema.data_table,
+                &closed,
+                &ReadOptions::family(DATA_FAMILY),
+            )?;
+            let mut stored = closed.iter().zip(stored).peekable();
+            let mut batch: Vec<RowMutation> = Vec::with_capacity(chunk.len());
+            for (key, points) in chunk {
+                let mutations = match stored.next_if(|(k, _)| *k == key) {
+                    Some((_, row)) => self.compaction_mutations(key, row.as_ref(), points)?,
+                    None => {
+                        if self.settings.enable_compaction {
+                            newly_open.push(key.clone());
+                        }
+                        let (q, v) = compact::encode_cell(points);
+                        Some(vec![Mutation::set_at(
+                            DATA_FAMILY,
+                            q,
+                            self.cell_timestamp(),
+                            v,
+                        )])
+                    }
+                };
+                if let Some(mutations) = mutations {
+                    batch.push(RowMutation {
+                        key: key.clone(),
+                        mutations,
+                    });
                 }
-                let (q, v) = compact::encode_cell(points);
-                Some(vec![Mutation::set_at(
-                    DATA_FAMILY,
-                    q,
-                    self.cell_timestamp(),
-                    v,
-                )])
-            };
-            if let Some(mutations) = mutations {
-                batch.push(RowMutation {
-                    key: key.clone(),
-                    mutations,
-                });
             }
-            if batch.len() >= FLUSH_BATCH_ROWS {
+            if !batch.is_empty() {
                 self.store.mutate_rows(&schema.data_table, &batch)?;
                 self.stats
                     .rows_written
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                batch.clear();
             }
-        }
-        if !batch.is_empty() {
-            self.store.mutate_rows(&schema.data_table, &batch)?;
-            self.stats
-                .rows_written
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
         self.open_rows.lock().extend(newly_open);
         self.compact_closed_rows(now_secs)
@@ -623,20 +633,33 @@ impl Writer {
             }
             due
         };
-        let mut batch = Vec::new();
-        for key in due {
-            if let Some(mutations) = self.compaction_mutations(&key, &[])? {
-                batch.push(RowMutation { key, mutations });
+        self.compact_keys(&due).map(|_| ())
+    }
+
+    /// Rewrites each row of `keys` as one compacted cell (reading rows a batch at a time).
+    /// Returns how many rows were rewritten.
+    pub(crate) fn compact_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
+        let table = &self.settings.schema.data_table;
+        let mut rewritten = 0;
+        for chunk in keys.chunks(FLUSH_BATCH_ROWS) {
+            let stored = self
+                .store
+                .get_rows(table, chunk, &ReadOptions::family(DATA_FAMILY))?;
+            let mut batch = Vec::with_capacity(chunk.len());
+            for (key, row) in chunk.iter().zip(stored) {
+                if let Some(mutations) = self.compaction_mutations(key, row.as_ref(), &[])? {
+                    batch.push(RowMutation {
+                        key: key.clone(),
+                        mutations,
+                    });
+                }
             }
-            if batch.len() >= FLUSH_BATCH_ROWS {
-                self.store.mutate_rows(&schema.data_table, &batch)?;
-                batch.clear();
+            if !batch.is_empty() {
+                self.store.mutate_rows(table, &batch)?;
+                rewritten += batch.len();
             }
         }
-        if !batch.is_empty() {
-            self.store.mutate_rows(&schema.data_table, &batch)?;
-        }
-        Ok(())
+        Ok(rewritten)
     }
 
     /// The mutations that leave `key` with one compacted cell holding its stored points and
@@ -646,14 +669,10 @@ impl Writer {
     pub(crate) fn compaction_mutations(
         &self,
         key: &[u8],
+        row: Option<&hourglass_storage::Row>,
         new_points: &[Point],
     ) -> Result<Option<Vec<Mutation>>> {
-        let row = self.store.get(
-            &self.settings.schema.data_table,
-            key,
-            &ReadOptions::family(DATA_FAMILY),
-        )?;
-        let decoded = rows::decode_row(row.as_ref(), new_points)?;
+        let decoded = rows::decode_row(row, new_points)?;
         if let Some(d) = &decoded.duplicate {
             if !self.settings.fix_duplicates {
                 self.stats.compaction_errors.fetch_add(1, Ordering::Relaxed);

@@ -35,6 +35,17 @@ pub trait Store: Send + Sync + Debug {
     /// One row, filtered by `read`; `None` when no cell passes.
     fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>>;
 
+    /// Several rows at once (`None` where a row has no cell passing `read`), in `keys` order.
+    /// Backends with a round trip per call override this with one multi-row read.
+    fn get_rows(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        read: &ReadOptions,
+    ) -> Result<Vec<Option<Row>>> {
+        keys.iter().map(|k| self.get(table, k, read)).collect()
+    }
+
     /// Applies mutations to one row atomically.
     fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()>;
 

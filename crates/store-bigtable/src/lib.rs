@@ -386,6 +386,36 @@ impl Store for BigtableStore {
             .and_then(|(k, cells)| to_row(&spec, read, k, cells)))
     }
 
+    fn get_rows(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        read: &ReadOptions,
+    ) -> Result<Vec<Option<Row>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let spec = self.spec(table)?;
+        let mut req = self.read_request(
+            table,
+            &ScanRequest {
+                read: read.clone(),
+                ..Default::default()
+            },
+        )?;
+        req.rows = Some(data::RowSet {
+            row_keys: keys.to_vec(),
+            row_ranges: Vec::new(),
+        });
+        let mut found: HashMap<Vec<u8>, Row> = HashMap::new();
+        for (k, cells) in self.read_all(req)? {
+            if let Some(row) = to_row(&spec, read, k.clone(), cells) {
+                found.insert(k, row);
+            }
+        }
+        Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
+    }
+
     fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
         let spec = self.spec(table)?;
         self.check_families(&spec, mutations.iter().filter_map(Mutation::family))?;
