@@ -31,7 +31,8 @@ macro_rules! conformance_tests {
             concurrent_increments_lose_nothing,
             check_and_mutate_is_compare_and_set,
             concurrent_check_and_mutate_has_one_winner,
-            large_rows_and_values
+            large_rows_and_values,
+            get_rows_reads_many_keys_in_order
         );
     };
     (@cases $make:expr; $($name:ident),* $(,)?) => {
@@ -717,5 +718,44 @@ pub fn large_rows_and_values(store: &Arc<dyn Store>) {
             .value("a", b"q")
             .map(<[u8]>::len),
         Some(4 << 20)
+    );
+}
+
+pub fn get_rows_reads_many_keys_in_order(store: &Arc<dyn Store>) {
+    setup(store);
+    put(store, b"k1", b"q", b"1");
+    put(store, b"k3", b"q", b"3");
+    store
+        .mutate_row(
+            T,
+            b"k4",
+            &[Mutation::set("b", b"q".to_vec(), b"4".to_vec())],
+        )
+        .unwrap();
+    let keys = vec![
+        b"k3".to_vec(),
+        b"k2".to_vec(),
+        b"k1".to_vec(),
+        b"k4".to_vec(),
+    ];
+    let rows = store.get_rows(T, &keys, &ReadOptions::family("a")).unwrap();
+    let values: Vec<Option<Vec<u8>>> = rows
+        .iter()
+        .map(|r| {
+            r.as_ref()
+                .and_then(|r| r.value("a", b"q"))
+                .map(<[u8]>::to_vec)
+        })
+        .collect();
+    assert_eq!(
+        values,
+        vec![Some(b"3".to_vec()), None, Some(b"1".to_vec()), None],
+        "k4 has no cell in family a"
+    );
+    assert!(
+        store
+            .get_rows(T, &[], &ReadOptions::default())
+            .unwrap()
+            .is_empty()
     );
 }
