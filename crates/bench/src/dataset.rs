@@ -2,6 +2,30 @@
 //! one point per series every 10 s, recent times (so every peer's retention accepts them);
 //! values like real gauges and counters (slow random walks, a third of them floats).
 
+/// The 20 metric names of the stream.
+pub(crate) const METRICS: [&str; 20] = [
+    "sys.cpu.user",
+    "sys.cpu.system",
+    "sys.cpu.iowait",
+    "sys.mem.free",
+    "sys.mem.cached",
+    "sys.load.1m",
+    "net.bytes.in",
+    "net.bytes.out",
+    "net.packets.in",
+    "net.packets.out",
+    "disk.read.bytes",
+    "disk.write.bytes",
+    "disk.used.pct",
+    "proc.count",
+    "proc.threads",
+    "app.requests",
+    "app.errors",
+    "app.latency.p99",
+    "app.queue.depth",
+    "app.gc.pause",
+];
+
 /// The put lines of one run, series by series within each timestamp.
 #[derive(Debug)]
 pub(crate) struct Dataset {
@@ -29,28 +53,7 @@ pub(crate) fn generate(points: usize, series: usize) -> Dataset {
     let start = now - (per as u64) * 10 - 3600;
     let start = start - start % 3600;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let metrics = [
-        "sys.cpu.user",
-        "sys.cpu.system",
-        "sys.cpu.iowait",
-        "sys.mem.free",
-        "sys.mem.cached",
-        "sys.load.1m",
-        "net.bytes.in",
-        "net.bytes.out",
-        "net.packets.in",
-        "net.packets.out",
-        "disk.read.bytes",
-        "disk.write.bytes",
-        "disk.used.pct",
-        "proc.count",
-        "proc.threads",
-        "app.requests",
-        "app.errors",
-        "app.latency.p99",
-        "app.queue.depth",
-        "app.gc.pause",
-    ];
+    let metrics = METRICS;
     let mut per_series = Vec::with_capacity(series);
     let mut emitted = 0usize;
     for s in 0..series {

@@ -8,6 +8,7 @@
 
 mod dataset;
 mod proc;
+mod scaling;
 mod targets;
 
 use std::io::Write;
@@ -24,6 +25,8 @@ use targets::Target;
 enum Cli {
     /// Ingest benchmark over the telnet `put` protocol.
     Ingest(IngestArgs),
+    /// Scaling on Bigtable: 1, 2, 3 ... TSDs sharing one Bigtable emulator.
+    Bigtable(scaling::ScalingArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -64,7 +67,10 @@ struct Run {
 }
 
 fn main() -> anyhow::Result<()> {
-    let Cli::Ingest(args) = Cli::parse();
+    let args = match Cli::parse() {
+        Cli::Ingest(args) => args,
+        Cli::Bigtable(args) => return scaling::run(&args),
+    };
     let tsdb = match &args.tsdb {
         Some(p) => p.clone(),
         None => std::env::current_exe()?.with_file_name("tsdb"),

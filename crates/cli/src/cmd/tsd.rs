@@ -72,7 +72,15 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     tracing::info!("flushing buffered points");
     db.close()?;
     served?;
-    tracing::info!("stopped");
+    let w = db.write_stats();
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        points_stored = get(&w.points_stored),
+        rows_written = get(&w.rows_written),
+        rows_compacted = get(&w.rows_compacted),
+        flushes = get(&w.flushes),
+        "stopped"
+    );
     Ok(ExitCode::SUCCESS)
 }
 
