@@ -190,3 +190,35 @@ fn three_tsds_share_one_bigtable() {
         "one cell per point: every TSD's points are in Bigtable"
     );
 }
+
+#[test]
+fn tsd_stays_up_and_says_so_when_bigtable_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on this port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("down.conf");
+    std::fs::write(
+        &config,
+        format!("tsd.storage.backend = bigtable\ngoogle.bigtable.emulator.host = 127.0.0.1:{port}\ngoogle.bigtable.timeout_ms = 2000\n"),
+    )
+    .unwrap();
+    let (mut child, addr) = spawn_tsd(&config, &dir.path().join("tsd"));
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(b"put down.metric 1356998400 1 host=a\nversion\nexit\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("put: storage error: storage unavailable"),
+        "{out}"
+    );
+    assert!(out.contains("hourglass "), "the TSD still answers: {out}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

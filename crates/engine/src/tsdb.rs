@@ -24,7 +24,16 @@ pub struct Tsdb {
 impl Tsdb {
     /// Opens a database: creates missing tables, replays the write-ahead log and flushes it.
     pub fn open(store: Arc<dyn Store>, settings: Settings) -> Result<Arc<Tsdb>> {
-        tables::create_tables(store.as_ref(), &settings.schema)?;
+        // An unreachable store must not keep the TSD down: it starts, answers what it can and
+        // reports storage errors until the store is back.
+        match tables::create_tables(store.as_ref(), &settings.schema) {
+            Err(e) if e.kind() == crate::ErrorKind::Unavailable => {
+                tracing::error!(error = %e, "storage unreachable at start; tables not checked, retrying on use");
+            }
+            other => {
+                other?;
+            }
+        }
         let uids = Arc::new(UidRegistry::new(
             Arc::clone(&store),
             settings.schema.clone(),
@@ -40,7 +49,14 @@ impl Tsdb {
         let replayed = writer.recover(&entries)?;
         if replayed > 0 {
             tracing::info!(points = replayed, "replayed the write-ahead log");
-            writer.flush()?;
+            match writer.flush() {
+                Err(e) if e.kind() == crate::ErrorKind::Unavailable => {
+                    tracing::error!(error = %e, "storage unreachable: replayed points stay logged and buffered");
+                }
+                other => {
+                    other?;
+                }
+            }
         }
         Ok(Arc::new(Tsdb {
             store,
