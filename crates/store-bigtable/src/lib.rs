@@ -63,6 +63,8 @@ pub struct BigtableStore {
     runtime: Option<tokio::runtime::Runtime>,
     data: BigTable,
     admin: AdminClient,
+    /// Real Bigtable: admin calls carry an OAuth token (application default credentials).
+    admin_auth: bool,
     /// Families of each known table (and their version limits).
     tables: RwLock<HashMap<String, Arc<TableSpec>>>,
 }
@@ -76,6 +78,7 @@ impl std::fmt::Debug for BigtableStore {
 }
 
 const RETRIES: usize = 4;
+const ADMIN_SCOPE: &str = "https://www.googleapis.com/auth/bigtable.admin.table";
 
 impl BigtableStore {
     /// Connects (lazily: an unreachable instance shows up as `Unavailable` errors on use).
@@ -118,10 +121,15 @@ impl BigtableStore {
                 Some(host) => format!("http://{host}"),
                 None => "https://bigtableadmin.googleapis.com".to_string(),
             };
-            let channel = tonic::transport::Channel::from_shared(endpoint)
+            let mut endpoint = tonic::transport::Channel::from_shared(endpoint)
                 .map_err(|e| Error::InvalidRequest(format!("bad bigtable endpoint: {e}")))?
-                .timeout(config.timeout)
-                .connect_lazy();
+                .timeout(config.timeout);
+            if emulator.is_none() {
+                endpoint = endpoint
+                    .tls_config(tonic::transport::ClientTlsConfig::new().with_webpki_roots())
+                    .map_err(|e| Error::Internal(format!("bigtable admin TLS: {e}")))?;
+            }
+            let channel = endpoint.connect_lazy();
             let mut data = connection.client();
             // Cells may hold up to 100 MiB in Bigtable; tonic's default limit is 4 MiB.
             data.configure_inner_client(|c| {
@@ -137,12 +145,8 @@ impl BigtableStore {
         });
         let (data, admin) = wait(|| rx.recv())
             .map_err(|_| Error::Internal("bigtable setup was abandoned".into()))??;
-        if emulator.is_none() {
-            tracing::warn!(
-                "table administration (create-tables) needs the emulator or tables made with cbt; data access uses application default credentials"
-            );
-        }
         Ok(BigtableStore {
+            admin_auth: emulator.is_none(),
             config,
             runtime: Some(runtime),
             data,
@@ -156,6 +160,36 @@ impl BigtableStore {
             .as_ref()
             .map(|r| r.handle())
             .ok_or_else(|| Error::Internal("bigtable store is closed".into()))
+    }
+
+    /// An admin request with routing metadata and, on real Bigtable, a bearer token.
+    fn admin_request<T: Send + 'static>(
+        &self,
+        message: T,
+        routing: String,
+    ) -> Result<tonic::Request<T>> {
+        let token = if self.admin_auth {
+            let fetched = self.run(async {
+                let provider = gcp_auth::provider().await?;
+                provider.token(&[ADMIN_SCOPE]).await
+            })?;
+            Some(fetched.map_err(|e| {
+                Error::Unavailable(format!("no credentials for bigtable admin: {e}"))
+            })?)
+        } else {
+            None
+        };
+        let mut request = tonic::Request::new(message);
+        let meta = request.metadata_mut();
+        if let Ok(v) = routing.parse() {
+            meta.insert("x-goog-request-params", v);
+        }
+        if let Some(t) = token
+            && let Ok(v) = format!("Bearer {}", t.as_str()).parse()
+        {
+            meta.insert("authorization", v);
+        }
+        Ok(request)
     }
 
     fn instance_name(&self) -> String {
@@ -185,11 +219,14 @@ impl BigtableStore {
         }
         let mut admin = self.admin.clone();
         let name = self.table_name(table);
-        let got = self.run(async move {
-            admin
-                .get_table(admin::GetTableRequest { name, view: 0 })
-                .await
-        })?;
+        let request = self.admin_request(
+            admin::GetTableRequest {
+                name: name.clone(),
+                view: 0,
+            },
+            format!("name={name}"),
+        )?;
+        let got = self.run(async move { admin.get_table(request).await })?;
         match got {
             Ok(resp) => {
                 let spec = Arc::new(spec_of(table, &resp.into_inner()));
@@ -317,6 +354,8 @@ impl Store for BigtableStore {
                     }),
                     initial_splits: Vec::new(),
                 };
+                let request =
+                    self.admin_request(request, format!("parent={}", self.instance_name()))?;
                 let created = self.run(async move { admin.create_table(request).await })?;
                 match created {
                     Ok(_) => {}
@@ -348,6 +387,8 @@ impl Store for BigtableStore {
                         modifications: missing,
                         ignore_warnings: true,
                     };
+                    let request = self
+                        .admin_request(request, format!("name={}", self.table_name(&spec.name)))?;
                     self.run(async move { admin.modify_column_families(request).await })?
                         .map_err(|s| status_error(&s))?;
                 }
