@@ -10,9 +10,8 @@ use serde_json::json;
 
 const GOOD: &str = r#"{"metric":"sys.cpu.nice","timestamp":1356998400,"value":18,"tags":{"host":"web01","dc":"lga"}}"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn put_single_and_array_answer_204_and_store() {
-    let srv = start().await;
+async fn put_single_and_array_answer_204_and_store(backend: &str) {
+    let srv = start(backend).await;
     let r = http(srv.addr, "POST", "/api/put", GOOD).await;
     assert_eq!(r.status, 204, "{}", r.text());
     assert!(r.body.is_empty());
@@ -35,11 +34,10 @@ async fn put_single_and_array_answer_204_and_store() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn put_errors_summary_and_details() {
+async fn put_errors_summary_and_details(backend: &str) {
     let mut c = Config::default();
     c.set("tsd.core.auto_create_metrics", "false");
-    let srv = start_with(c).await;
+    let srv = start_with(backend, c).await;
     srv.state
         .tsdb
         .uids()
@@ -111,9 +109,8 @@ async fn put_errors_summary_and_details() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_bodies_and_methods() {
-    let srv = start().await;
+async fn malformed_bodies_and_methods(backend: &str) {
+    let srv = start(backend).await;
     let cases: &[(&str, &str)] = &[
         ("", "Missing request content"),
         ("   ", "Missing request content"),
@@ -154,9 +151,8 @@ async fn malformed_bodies_and_methods() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gzip_deflate_chunked_and_large_bodies() {
-    let srv = start().await;
+async fn gzip_deflate_chunked_and_large_bodies(backend: &str) {
+    let srv = start(backend).await;
     let mut points = Vec::new();
     for i in 0..50_000 {
         points.push(json!({"metric":"big.metric","timestamp":1356998400 + i,"value":i,"tags":{"host":"web01"}}));
@@ -208,9 +204,8 @@ async fn gzip_deflate_chunked_and_large_bodies() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn small_endpoints() {
-    let srv = start().await;
+async fn small_endpoints(backend: &str) {
+    let srv = start(backend).await;
     let v = http(srv.addr, "GET", "/api/version", "").await;
     assert_eq!(v.status, 200);
     assert_eq!(v.json()["version"], "2.4.0");
@@ -247,9 +242,8 @@ async fn small_endpoints() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sync_put_and_keep_alive() {
-    let srv = start().await;
+async fn sync_put_and_keep_alive(backend: &str) {
+    let srv = start(backend).await;
     let mut conn = HttpConn::open(srv.addr).await;
     for i in 0..5 {
         let body = format!(
@@ -278,3 +272,39 @@ async fn sync_put_and_keep_alive() {
     assert_eq!(srv.points("ka").len(), 5);
     srv.stop().await;
 }
+
+/// Every test above, once per storage backend.
+macro_rules! on_every_backend {
+    ($($backend:ident),*) => {
+        $(
+            mod $backend {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn put_single_and_array_answer_204_and_store() {
+                    super::put_single_and_array_answer_204_and_store(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn put_errors_summary_and_details() {
+                    super::put_errors_summary_and_details(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn malformed_bodies_and_methods() {
+                    super::malformed_bodies_and_methods(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn gzip_deflate_chunked_and_large_bodies() {
+                    super::gzip_deflate_chunked_and_large_bodies(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn small_endpoints() {
+                    super::small_endpoints(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sync_put_and_keep_alive() {
+                    super::sync_put_and_keep_alive(stringify!($backend)).await;
+                }
+            }
+        )*
+    };
+}
+
+on_every_backend!(memory, embedded, bigtable);

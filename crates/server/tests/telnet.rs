@@ -16,9 +16,8 @@ fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn put_stores_points_and_tolerates_spacing() {
-    let srv = start().await;
+async fn put_stores_points_and_tolerates_spacing(backend: &str) {
+    let srv = start(backend).await;
     let replies = telnet(
         srv.addr,
         "put sys.cpu.user 1356998400 42 host=web01 cpu=0\r\n\
@@ -41,11 +40,10 @@ async fn put_stores_points_and_tolerates_spacing() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_put_error_in_opentsdb_words_good_points_kept() {
+async fn every_put_error_in_opentsdb_words_good_points_kept(backend: &str) {
     let mut c = Config::default();
     c.set("tsd.core.auto_create_metrics", "false");
-    let srv = start_with(c).await;
+    let srv = start_with(backend, c).await;
     srv.state
         .tsdb
         .uids()
@@ -100,9 +98,8 @@ async fn every_put_error_in_opentsdb_words_good_points_kept() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commands_answer_like_opentsdb() {
-    let srv = start().await;
+async fn commands_answer_like_opentsdb(backend: &str) {
+    let srv = start(backend).await;
     let replies = telnet(srv.addr, "help\ndropcaches\nfoo bar\ndiediedie\n\n   \n").await;
     assert_eq!(
         replies,
@@ -151,11 +148,10 @@ async fn commands_answer_like_opentsdb() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn diediedie_only_when_enabled() {
+async fn diediedie_only_when_enabled(backend: &str) {
     let mut c = Config::default();
     c.set("tsd.no_diediedie", "false");
-    let srv = start_with(c).await;
+    let srv = start_with(backend, c).await;
     let mut s = TcpStream::connect(srv.addr).await.unwrap();
     s.write_all(b"help\ndiediedie\n").await.unwrap();
     let mut buf = Vec::new();
@@ -172,11 +168,10 @@ async fn diediedie_only_when_enabled() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_only_refuses_put() {
+async fn read_only_refuses_put(backend: &str) {
     let mut c = Config::default();
     c.set("tsd.mode", "ro");
-    let srv = start_with(c).await;
+    let srv = start_with(backend, c).await;
     let replies = telnet(srv.addr, "put m 1356998400 1 h=a\nhelp\n").await;
     assert_eq!(
         replies,
@@ -188,9 +183,8 @@ async fn read_only_refuses_put() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_connections_all_land_and_a_stalled_client_blocks_nobody() {
-    let srv = start().await;
+async fn concurrent_connections_all_land_and_a_stalled_client_blocks_nobody(backend: &str) {
+    let srv = start(backend).await;
     // A client that sends half a line and stalls.
     let mut stalled = TcpStream::connect(srv.addr).await.unwrap();
     stalled
@@ -230,9 +224,8 @@ async fn concurrent_connections_all_land_and_a_stalled_client_blocks_nobody() {
     srv.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn latin1_lines_are_read_as_opentsdb_reads_them() {
-    let srv = start().await;
+async fn latin1_lines_are_read_as_opentsdb_reads_them(backend: &str) {
+    let srv = start(backend).await;
     let mut s = TcpStream::connect(srv.addr).await.unwrap();
     s.write_all(b"put temp 1356998400 1 city=M\xfcnchen\nversion\n")
         .await
@@ -246,3 +239,43 @@ async fn latin1_lines_are_read_as_opentsdb_reads_them() {
     assert_eq!(pts[0].2, tags(&[("city", "München")]));
     srv.stop().await;
 }
+
+/// Every test above, once per storage backend.
+macro_rules! on_every_backend {
+    ($($backend:ident),*) => {
+        $(
+            mod $backend {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn put_stores_points_and_tolerates_spacing() {
+                    super::put_stores_points_and_tolerates_spacing(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn every_put_error_in_opentsdb_words_good_points_kept() {
+                    super::every_put_error_in_opentsdb_words_good_points_kept(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn commands_answer_like_opentsdb() {
+                    super::commands_answer_like_opentsdb(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn diediedie_only_when_enabled() {
+                    super::diediedie_only_when_enabled(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn read_only_refuses_put() {
+                    super::read_only_refuses_put(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn concurrent_connections_all_land_and_a_stalled_client_blocks_nobody() {
+                    super::concurrent_connections_all_land_and_a_stalled_client_blocks_nobody(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn latin1_lines_are_read_as_opentsdb_reads_them() {
+                    super::latin1_lines_are_read_as_opentsdb_reads_them(stringify!($backend)).await;
+                }
+            }
+        )*
+    };
+}
+
+on_every_backend!(memory, embedded, bigtable);

@@ -28,9 +28,21 @@ pub(crate) struct TestServer {
     handle: Option<JoinHandle<std::io::Result<()>>>,
 }
 
-pub(crate) async fn start_with(config: Config) -> TestServer {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    start_on(store, config).await
+/// A fresh store of the named backend: `memory`, `embedded` or `bigtable` (emulator).
+pub(crate) fn store_for(backend: &str) -> Arc<dyn Store> {
+    match backend {
+        "memory" => Arc::new(MemoryStore::new()),
+        "embedded" => {
+            let dir = tempfile::tempdir().unwrap().keep();
+            Arc::new(hourglass_store_fjall::FjallStore::open(&dir).unwrap())
+        }
+        "bigtable" => Arc::new(hourglass_store_bigtable::emulator::fresh_store()),
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+pub(crate) async fn start_with(backend: &str, config: Config) -> TestServer {
+    start_on(store_for(backend), config).await
 }
 
 pub(crate) async fn start_on(store: Arc<dyn Store>, config: Config) -> TestServer {
@@ -55,11 +67,11 @@ pub(crate) async fn start_on(store: Arc<dyn Store>, config: Config) -> TestServe
     }
 }
 
-/// A server with `tsd.core.auto_create_metrics = true`.
-pub(crate) async fn start() -> TestServer {
+/// A server with `tsd.core.auto_create_metrics = true` on the named backend.
+pub(crate) async fn start(backend: &str) -> TestServer {
     let mut c = Config::default();
     c.set("tsd.core.auto_create_metrics", "true");
-    start_with(c).await
+    start_with(backend, c).await
 }
 
 impl TestServer {
