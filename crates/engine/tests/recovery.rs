@@ -82,3 +82,30 @@ fn unflushed_batches_are_replayed_from_the_log() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].cells.len(), 1);
 }
+
+#[test]
+fn unflushed_batches_are_replayed_into_bigtable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(hourglass_store_bigtable::emulator::fresh_store());
+    {
+        let db = common::open(Arc::clone(&store), with_log(dir.path()));
+        let tags = [("host", "a")];
+        let pts: Vec<IncomingPoint<'_>> = (0..500)
+            .map(|i| IncomingPoint {
+                metric: "m",
+                timestamp: 1356998400 + i,
+                value: Value::Int(i),
+                tags: &tags,
+            })
+            .collect();
+        assert_eq!(db.add_points(&pts).stored, 500);
+        assert_eq!(count_points(&store), 0, "nothing flushed yet");
+        // Dropped without close(): the TSD died; Bigtable lives on.
+    }
+    let _db = common::open(Arc::clone(&store), with_log(dir.path()));
+    assert_eq!(
+        count_points(&store),
+        500,
+        "the restarted TSD wrote the logged points"
+    );
+}

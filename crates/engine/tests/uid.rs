@@ -99,111 +99,111 @@ fn racing_assigners_agree_on_one_uid_per_name() {
 
 #[test]
 fn exhausted_uid_space_is_a_clear_error() {
-    let (_, store) = common::backends().remove(0);
-    common::open(store.clone(), common::auto_create());
-    let schema = Schema {
-        metric_width: 1,
-        ..Schema::default()
-    };
-    let reg = UidRegistry::new(store, schema);
-    for i in 0..255 {
-        reg.get_or_create_id(UidKind::Metric, &format!("m{i}"))
-            .unwrap();
+    for (_backend, store) in common::backends() {
+        common::open(store.clone(), common::auto_create());
+        let schema = Schema {
+            metric_width: 1,
+            ..Schema::default()
+        };
+        let reg = UidRegistry::new(store, schema);
+        for i in 0..255 {
+            reg.get_or_create_id(UidKind::Metric, &format!("m{i}"))
+                .unwrap();
+        }
+        let err = reg
+            .get_or_create_id(UidKind::Metric, "one.too.many")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "All Unique IDs for metrics on 1 bytes are already assigned!"
+        );
+        // Existing names still resolve.
+        assert_eq!(reg.get_id(UidKind::Metric, "m0").unwrap(), Uid(1));
     }
-    let err = reg
-        .get_or_create_id(UidKind::Metric, "one.too.many")
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "All Unique IDs for metrics on 1 bytes are already assigned!"
-    );
-    // Existing names still resolve.
-    assert_eq!(reg.get_id(UidKind::Metric, "m0").unwrap(), Uid(1));
 }
 
 #[test]
 fn names_round_trip_including_non_latin() {
-    let (_, store) = common::backends()
-        .into_iter()
-        .find(|(n, _)| *n == "embedded")
-        .unwrap();
-    common::open(store.clone(), common::auto_create());
-    let reg = UidRegistry::new(Arc::clone(&store), Schema::default());
-    let a = reg.get_or_create_id(UidKind::TagValue, "温度").unwrap();
-    let b = reg.get_or_create_id(UidKind::TagValue, "湿度").unwrap();
-    assert_ne!(a, b, "non-Latin names must not collide");
-    let fresh = UidRegistry::new(store, Schema::default());
-    assert_eq!(fresh.get_name(UidKind::TagValue, a).unwrap(), "温度");
-    assert_eq!(fresh.get_id(UidKind::TagValue, "湿度").unwrap(), b);
+    for (_backend, store) in common::backends() {
+        common::open(store.clone(), common::auto_create());
+        let reg = UidRegistry::new(Arc::clone(&store), Schema::default());
+        let a = reg.get_or_create_id(UidKind::TagValue, "温度").unwrap();
+        let b = reg.get_or_create_id(UidKind::TagValue, "湿度").unwrap();
+        assert_ne!(a, b, "non-Latin names must not collide");
+        let fresh = UidRegistry::new(store, Schema::default());
+        assert_eq!(fresh.get_name(UidKind::TagValue, a).unwrap(), "温度");
+        assert_eq!(fresh.get_id(UidKind::TagValue, "湿度").unwrap(), b);
+    }
 }
 
 #[test]
 fn rename_delete_and_grep() {
-    let (_, store) = common::backends().remove(0);
-    common::open(store.clone(), common::auto_create());
-    let reg = UidRegistry::new(Arc::clone(&store), Schema::default());
-    let cpu = reg
-        .get_or_create_id(UidKind::Metric, "sys.cpu.user")
-        .unwrap();
-    reg.get_or_create_id(UidKind::Metric, "sys.mem.free")
-        .unwrap();
-    reg.get_or_create_id(UidKind::TagKey, "cpu").unwrap();
-    let found: Vec<(String, String)> = reg
-        .grep(None, "cpu", false)
-        .unwrap()
-        .into_iter()
-        .map(|m| (m.kind, m.name))
-        .collect();
-    assert_eq!(
-        found,
-        vec![
-            ("tagk".into(), "cpu".into()),
-            ("metrics".into(), "sys.cpu.user".into())
-        ]
-    );
-    assert_eq!(
-        reg.grep(Some(UidKind::Metric), "^sys", false)
+    for (_backend, store) in common::backends() {
+        common::open(store.clone(), common::auto_create());
+        let reg = UidRegistry::new(Arc::clone(&store), Schema::default());
+        let cpu = reg
+            .get_or_create_id(UidKind::Metric, "sys.cpu.user")
+            .unwrap();
+        reg.get_or_create_id(UidKind::Metric, "sys.mem.free")
+            .unwrap();
+        reg.get_or_create_id(UidKind::TagKey, "cpu").unwrap();
+        let found: Vec<(String, String)> = reg
+            .grep(None, "cpu", false)
             .unwrap()
-            .len(),
-        2
-    );
+            .into_iter()
+            .map(|m| (m.kind, m.name))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("tagk".into(), "cpu".into()),
+                ("metrics".into(), "sys.cpu.user".into())
+            ]
+        );
+        assert_eq!(
+            reg.grep(Some(UidKind::Metric), "^sys", false)
+                .unwrap()
+                .len(),
+            2
+        );
 
-    assert_eq!(
-        reg.rename(UidKind::Metric, "sys.cpu.user", "cpu.user")
-            .unwrap(),
-        cpu
-    );
-    let fresh = UidRegistry::new(Arc::clone(&store), Schema::default());
-    assert_eq!(fresh.get_id(UidKind::Metric, "cpu.user").unwrap(), cpu);
-    assert_eq!(fresh.get_name(UidKind::Metric, cpu).unwrap(), "cpu.user");
-    assert!(matches!(
-        fresh.get_id(UidKind::Metric, "sys.cpu.user"),
-        Err(Error::NoSuchName { .. })
-    ));
-    let err = reg
-        .rename(UidKind::Metric, "cpu.user", "sys.mem.free")
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(
+            reg.rename(UidKind::Metric, "sys.cpu.user", "cpu.user")
+                .unwrap(),
+            cpu
+        );
+        let fresh = UidRegistry::new(Arc::clone(&store), Schema::default());
+        assert_eq!(fresh.get_id(UidKind::Metric, "cpu.user").unwrap(), cpu);
+        assert_eq!(fresh.get_name(UidKind::Metric, cpu).unwrap(), "cpu.user");
+        assert!(matches!(
+            fresh.get_id(UidKind::Metric, "sys.cpu.user"),
+            Err(Error::NoSuchName { .. })
+        ));
+        let err = reg
+            .rename(UidKind::Metric, "cpu.user", "sys.mem.free")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
 
-    reg.delete(UidKind::Metric, "cpu.user").unwrap();
-    let fresh = UidRegistry::new(store, Schema::default());
-    assert_eq!(
-        fresh
-            .get_id(UidKind::Metric, "cpu.user")
-            .unwrap_err()
-            .to_string(),
-        "No such name for 'metrics': 'cpu.user'"
-    );
-    assert_eq!(
-        fresh
-            .get_name(UidKind::Metric, cpu)
-            .unwrap_err()
-            .to_string(),
-        "No such unique ID for 'metrics': [0, 0, 1]"
-    );
-    // The MAXID counter does not go back: a new name gets a fresh UID.
-    assert_eq!(
-        fresh.get_or_create_id(UidKind::Metric, "new").unwrap(),
-        Uid(3)
-    );
+        reg.delete(UidKind::Metric, "cpu.user").unwrap();
+        let fresh = UidRegistry::new(store, Schema::default());
+        assert_eq!(
+            fresh
+                .get_id(UidKind::Metric, "cpu.user")
+                .unwrap_err()
+                .to_string(),
+            "No such name for 'metrics': 'cpu.user'"
+        );
+        assert_eq!(
+            fresh
+                .get_name(UidKind::Metric, cpu)
+                .unwrap_err()
+                .to_string(),
+            "No such unique ID for 'metrics': [0, 0, 1]"
+        );
+        // The MAXID counter does not go back: a new name gets a fresh UID.
+        assert_eq!(
+            fresh.get_or_create_id(UidKind::Metric, "new").unwrap(),
+            Uid(3)
+        );
+    }
 }

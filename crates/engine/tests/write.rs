@@ -149,125 +149,129 @@ fn open_hours_get_partial_cells_readers_can_merge() {
 
 #[test]
 fn validation_errors_use_opentsdb_words_and_spare_good_points() {
-    let (_, store) = common::backends().remove(0);
-    let db = common::open(store.clone(), Settings::default());
-    db.uids()
-        .get_or_create_id(UidKind::Metric, "known")
-        .unwrap();
-    let nine: Vec<(String, String)> = (0..9).map(|i| (format!("k{i}"), "v".to_string())).collect();
-    let nine: Vec<(&str, &str)> = nine.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let host = [("host", "a")];
-    let pts = [
-        point("known", 1356998400, Value::Int(1), &host),
-        point("known", 1356998400, Value::Int(1), &[]),
-        point("known", 1356998400, Value::Int(1), &nine),
-        point("unknown", 1356998400, Value::Int(1), &host),
-        point("bad name", 1356998400, Value::Int(1), &host),
-        point("known", 1356998400, Value::Int(1), &[("ho$t", "a")]),
-        point("known", -1, Value::Int(42), &host),
-        point("known", 1356998401, Value::Double(f64::NAN), &host),
-        point("known", 1356998402, Value::Int(2), &host),
-    ];
-    let out = db.add_points(&pts);
-    assert_eq!(out.stored, 2);
-    let msgs: Vec<(usize, String)> = out
-        .errors
-        .iter()
-        .map(|(i, e)| (*i, e.to_string()))
-        .collect();
-    assert_eq!(
-        msgs,
-        vec![
-            (1, "Need at least one tag (metric=known, tags={})".to_string()),
-            (2, "Too many tags: 9 maximum allowed: 8, tags: {k0=v, k1=v, k2=v, k3=v, k4=v, k5=v, k6=v, k7=v, k8=v}".to_string()),
-            (3, "No such name for 'metrics': 'unknown'".to_string()),
-            (4, "Invalid metric name (\"bad name\"): illegal character:  ".to_string()),
-            (5, "Invalid tag name with value [a] (\"ho$t\"): illegal character: $".to_string()),
-            (6, "negative  timestamp=-1 when trying to add value=[42]/0 to metric=known, tags={host=a}".to_string()),
-            (7, "value is NaN or Infinite: NaN for metric=known timestamp=1356998401".to_string()),
-        ]
-    );
-    assert_eq!(out.errors[2].1.kind(), ErrorKind::NotFound);
-    assert_eq!(out.errors[0].1.kind(), ErrorKind::InvalidInput);
-    db.flush().unwrap();
-    let rows: Vec<_> = store
-        .scan("tsdb", &ScanRequest::default())
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    assert_eq!(rows.len(), 1);
-    let decoded = hourglass_engine::rows::decode_row(Some(&rows[0]), &[]).unwrap();
-    assert_eq!(decoded.points.len(), 2, "both good points stored");
-}
-
-#[test]
-fn duplicates_follow_fix_duplicates() {
-    for fix in [false, true] {
-        let (_, store) = common::backends().remove(0);
-        let settings = Settings {
-            fix_duplicates: fix,
-            ..common::auto_create()
-        };
-        let db = common::open(store.clone(), settings);
-        let tags = [("host", "a")];
-        db.add_points(&[
-            point("m", 1356998400, Value::Int(1), &tags),
-            point("m", 1356998410, Value::Int(5), &tags),
-        ]);
-        db.flush().unwrap();
-        db.add_points(&[point("m", 1356998400, Value::Float(2.5), &tags)]);
+    for (_backend, store) in common::backends() {
+        let db = common::open(store.clone(), Settings::default());
+        db.uids()
+            .get_or_create_id(UidKind::Metric, "known")
+            .unwrap();
+        let nine: Vec<(String, String)> =
+            (0..9).map(|i| (format!("k{i}"), "v".to_string())).collect();
+        let nine: Vec<(&str, &str)> = nine.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let host = [("host", "a")];
+        let pts = [
+            point("known", 1356998400, Value::Int(1), &host),
+            point("known", 1356998400, Value::Int(1), &[]),
+            point("known", 1356998400, Value::Int(1), &nine),
+            point("unknown", 1356998400, Value::Int(1), &host),
+            point("bad name", 1356998400, Value::Int(1), &host),
+            point("known", 1356998400, Value::Int(1), &[("ho$t", "a")]),
+            point("known", -1, Value::Int(42), &host),
+            point("known", 1356998401, Value::Double(f64::NAN), &host),
+            point("known", 1356998402, Value::Int(2), &host),
+        ];
+        let out = db.add_points(&pts);
+        assert_eq!(out.stored, 2);
+        let msgs: Vec<(usize, String)> = out
+            .errors
+            .iter()
+            .map(|(i, e)| (*i, e.to_string()))
+            .collect();
+        assert_eq!(
+            msgs,
+            vec![
+                (1, "Need at least one tag (metric=known, tags={})".to_string()),
+                (2, "Too many tags: 9 maximum allowed: 8, tags: {k0=v, k1=v, k2=v, k3=v, k4=v, k5=v, k6=v, k7=v, k8=v}".to_string()),
+                (3, "No such name for 'metrics': 'unknown'".to_string()),
+                (4, "Invalid metric name (\"bad name\"): illegal character:  ".to_string()),
+                (5, "Invalid tag name with value [a] (\"ho$t\"): illegal character: $".to_string()),
+                (6, "negative  timestamp=-1 when trying to add value=[42]/0 to metric=known, tags={host=a}".to_string()),
+                (7, "value is NaN or Infinite: NaN for metric=known timestamp=1356998401".to_string()),
+            ]
+        );
+        assert_eq!(out.errors[2].1.kind(), ErrorKind::NotFound);
+        assert_eq!(out.errors[0].1.kind(), ErrorKind::InvalidInput);
         db.flush().unwrap();
         let rows: Vec<_> = store
             .scan("tsdb", &ScanRequest::default())
             .unwrap()
             .map(Result::unwrap)
             .collect();
+        assert_eq!(rows.len(), 1);
         let decoded = hourglass_engine::rows::decode_row(Some(&rows[0]), &[]).unwrap();
-        assert_eq!(
-            decoded.points[0].value(),
-            Value::Float(2.5),
-            "readers keep the newest write"
-        );
-        if fix {
-            assert_eq!(rows[0].cells.len(), 1, "fixed into one compacted cell");
-            assert!(decoded.duplicate.is_none());
-        } else {
+        assert_eq!(decoded.points.len(), 2, "both good points stored");
+    }
+}
+
+#[test]
+fn duplicates_follow_fix_duplicates() {
+    for fix in [false, true] {
+        for (_backend, store) in common::backends() {
+            let settings = Settings {
+                fix_duplicates: fix,
+                ..common::auto_create()
+            };
+            let db = common::open(store.clone(), settings);
+            let tags = [("host", "a")];
+            db.add_points(&[
+                point("m", 1356998400, Value::Int(1), &tags),
+                point("m", 1356998410, Value::Int(5), &tags),
+            ]);
+            db.flush().unwrap();
+            db.add_points(&[point("m", 1356998400, Value::Float(2.5), &tags)]);
+            db.flush().unwrap();
+            let rows: Vec<_> = store
+                .scan("tsdb", &ScanRequest::default())
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let decoded = hourglass_engine::rows::decode_row(Some(&rows[0]), &[]).unwrap();
             assert_eq!(
-                rows[0].cells.len(),
-                2,
-                "compaction refuses; stored cells untouched"
+                decoded.points[0].value(),
+                Value::Float(2.5),
+                "readers keep the newest write"
             );
-            assert!(decoded.duplicate.is_some());
-            assert_eq!(
-                db.write_stats()
-                    .compaction_errors
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                1
-            );
+            if fix {
+                assert_eq!(rows[0].cells.len(), 1, "fixed into one compacted cell");
+                assert!(decoded.duplicate.is_none());
+            } else {
+                assert_eq!(
+                    rows[0].cells.len(),
+                    2,
+                    "compaction refuses; stored cells untouched"
+                );
+                assert!(decoded.duplicate.is_some());
+                assert_eq!(
+                    db.write_stats()
+                        .compaction_errors
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    1
+                );
+            }
         }
     }
 }
 
 #[test]
 fn auto_create_switches_are_honoured() {
-    let (_, store) = common::backends().remove(0);
-    let settings = Settings {
-        auto_create_metrics: true,
-        auto_create_tagvs: false,
-        ..Settings::default()
-    };
-    let db = common::open(store, settings);
-    let out = db.add_points(&[point("m", 1356998400, Value::Int(1), &[("host", "new")])]);
-    assert_eq!(
-        out.errors[0].1.to_string(),
-        "No such name for 'tagv': 'new'"
-    );
-    db.uids()
-        .get_or_create_id(UidKind::TagValue, "new")
-        .unwrap();
-    assert_eq!(
-        db.add_points(&[point("m", 1356998400, Value::Int(1), &[("host", "new")])])
-            .stored,
-        1
-    );
+    for (_backend, store) in common::backends() {
+        let settings = Settings {
+            auto_create_metrics: true,
+            auto_create_tagvs: false,
+            ..Settings::default()
+        };
+        let db = common::open(store, settings);
+        let out = db.add_points(&[point("m", 1356998400, Value::Int(1), &[("host", "new")])]);
+        assert_eq!(
+            out.errors[0].1.to_string(),
+            "No such name for 'tagv': 'new'"
+        );
+        db.uids()
+            .get_or_create_id(UidKind::TagValue, "new")
+            .unwrap();
+        assert_eq!(
+            db.add_points(&[point("m", 1356998400, Value::Int(1), &[("host", "new")])])
+                .stored,
+            1
+        );
+    }
 }
