@@ -3,13 +3,15 @@
 //! same time: one UID per name, one mapping each way, and every point stored.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use hourglass_storage::{ReadOptions, ScanRequest, Store};
+
+mod common;
 
 const NAMES: usize = 2000;
 
@@ -27,34 +29,7 @@ fn write_config(dir: &Path, emulator: &str) -> std::path::PathBuf {
 }
 
 fn spawn_tsd(config: &Path, data_dir: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .args([
-            "tsd",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--auto-metric",
-            "--config",
-        ])
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("tsd exited before it was ready")
-            .unwrap();
-        if let Some(rest) = line.split("Ready to serve on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    common::spawn_tsd_with(Some(config), data_dir)
 }
 
 #[test]

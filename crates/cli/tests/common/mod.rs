@@ -8,20 +8,26 @@ use std::process::{Child, Command, Stdio};
 /// Starts `tsdb tsd` on a free loopback port over `dir`; returns it and its address once it
 /// is ready.
 pub(crate) fn spawn_tsd(dir: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .args([
-            "tsd",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--auto-metric",
-            "--data-dir",
-        ])
-        .arg(dir)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    spawn_tsd_with(None, dir)
+}
+
+/// [`spawn_tsd`] with a config file.
+pub(crate) fn spawn_tsd_with(config: Option<&Path>, dir: &Path) -> (Child, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tsdb"));
+    cmd.args([
+        "tsd",
+        "--port",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        "--auto-metric",
+        "--data-dir",
+    ])
+    .arg(dir);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = loop {
         let line = lines
