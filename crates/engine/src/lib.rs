@@ -3,6 +3,7 @@
 
 pub mod cell_codec;
 mod error;
+mod read;
 pub mod rows;
 pub mod scan;
 pub mod settings;
@@ -13,6 +14,7 @@ mod wal;
 pub mod write;
 
 pub use error::{Error, ErrorKind, Result};
+pub use read::SeriesPoints;
 pub use settings::Settings;
 pub use tsdb::Tsdb;
 pub use write::{BatchOutcome, IncomingPoint};

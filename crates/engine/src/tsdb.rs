@@ -105,6 +105,10 @@ impl Tsdb {
         &self.uids
     }
 
+    pub(crate) fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
     pub fn write_stats(&self) -> &WriteStats {
         &self.writer.stats
     }

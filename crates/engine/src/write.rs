@@ -452,6 +452,39 @@ impl Writer {
         self.state.lock().buffer.points
     }
 
+    /// Copies of the buffered (not yet flushed) rows whose key satisfies `wanted`, with their
+    /// points in arrival order. Queries merge these with the stored rows.
+    pub(crate) fn buffered_rows(
+        &self,
+        wanted: impl Fn(&[u8]) -> bool,
+    ) -> Vec<(Vec<u8>, Vec<Point>)> {
+        let state = self.state.lock();
+        let series = self.series.read();
+        let at = self.settings.schema.timestamp_offset();
+        let mut out = Vec::new();
+        let mut key = Vec::new();
+        let mut visit = |row: u64, points: &Vec<Point>| {
+            let Some(template) = series.templates.get((row >> 32) as usize) else {
+                return;
+            };
+            key.clear();
+            key.extend_from_slice(template);
+            key[at..at + 4].copy_from_slice(&(row as u32).to_be_bytes());
+            if wanted(&key) {
+                out.push((key.clone(), points.clone()));
+            }
+        };
+        for (id, (base, points)) in state.buffer.current.iter().enumerate() {
+            if !points.is_empty() {
+                visit(((id as u64) << 32) | u64::from(*base), points);
+            }
+        }
+        for (row, points) in &state.buffer.other {
+            visit(*row, points);
+        }
+        out
+    }
+
     fn cell_timestamp(&self) -> i64 {
         let now = now_ms();
         let prev = self.last_cell_ts.fetch_max(now, Ordering::AcqRel);
