@@ -153,8 +153,11 @@ fn float_f64(p: &Point) -> f64 {
     }
 }
 
+/// Exact powers of ten for the decimal scales.
+const POW10: [f64; MAX_DECIMALS as usize + 1] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
+
 fn float_bits(m: i64, k: u32, len: usize) -> u64 {
-    let f = m as f64 / 10f64.powi(k as i32);
+    let f = m as f64 / POW10[k as usize];
     if len == 4 {
         u64::from((f as f32).to_bits())
     } else {
@@ -165,7 +168,7 @@ fn float_bits(m: i64, k: u32, len: usize) -> u64 {
 /// The fewest decimals that write every float exactly as an integer mantissa.
 fn decimal_scale(floats: &[&Point]) -> Option<(u32, Vec<i64>)> {
     'k: for k in 0..=MAX_DECIMALS {
-        let scale = 10f64.powi(k as i32);
+        let scale = POW10[k as usize];
         let mut mantissas = Vec::with_capacity(floats.len());
         for p in floats {
             let m = (float_f64(p) * scale).round();
