@@ -165,6 +165,13 @@ pub fn parse_long(text: &str) -> Result<i64> {
     if digits.len() > 19 {
         return Err(Error::invalid(format!("Value too long: {text}")));
     }
+    if digits.len() <= 18 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        // At most 18 digits: no overflow possible.
+        let v = digits
+            .bytes()
+            .fold(0i64, |acc, b| acc * 10 + i64::from(b - b'0'));
+        return Ok(if negative { -v } else { v });
+    }
     let mut v: i64 = 0;
     for c in digits.chars() {
         let Some(d) = c.to_digit(10) else {
