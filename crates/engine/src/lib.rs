@@ -3,6 +3,7 @@
 
 pub mod cell_codec;
 mod error;
+pub mod query;
 mod read;
 pub mod rows;
 pub mod scan;

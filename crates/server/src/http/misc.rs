@@ -40,48 +40,12 @@ pub(crate) async fn version(method: Method) -> Result<Response, ApiError> {
     ))
 }
 
-/// OpenTSDB 2.4's aggregator names.
-pub(crate) const AGGREGATORS: &[&str] = &[
-    "mult",
-    "p90",
-    "zimsum",
-    "mimmax",
-    "sum",
-    "p50",
-    "none",
-    "p95",
-    "ep99r7",
-    "p75",
-    "p99",
-    "ep99r3",
-    "ep95r7",
-    "min",
-    "avg",
-    "ep75r7",
-    "dev",
-    "ep95r3",
-    "ep75r3",
-    "ep50r7",
-    "ep90r7",
-    "mimmin",
-    "p999",
-    "ep50r3",
-    "ep90r3",
-    "ep999r7",
-    "last",
-    "max",
-    "count",
-    "ep999r3",
-    "first",
-    "median",
-    "diff",
-    "pfsum",
-    "squareSum",
-];
-
 pub(crate) async fn aggregators(method: Method) -> Result<Response, ApiError> {
     get_or_post(&method)?;
-    Ok(json_response(StatusCode::OK, &json!(AGGREGATORS)))
+    Ok(json_response(
+        StatusCode::OK,
+        &json!(hourglass_engine::query::aggregator::NAMES),
+    ))
 }
 
 pub(crate) async fn config(

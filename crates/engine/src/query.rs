@@ -1,0 +1,4 @@
+//! Query math: aggregators now; downsampling, rate and cross-series aggregation follow
+//! (docs/reference/opentsdb-query.md holds the rules they implement).
+
+pub mod aggregator;
