@@ -2,3 +2,4 @@
 //! (docs/reference/opentsdb-query.md holds the rules they implement).
 
 pub mod aggregator;
+pub mod downsample;

@@ -1,0 +1,321 @@
+//! Downsampling: `interval-function[-fill]` specifications and fixed-interval buckets aligned
+//! to the Unix epoch (OpenTSDB's rules: bucket timestamp = bucket start, values reduced with
+//! the function's floating-point path, fill policies for empty buckets).
+
+use super::aggregator::Aggregator;
+use crate::{Error, Result};
+
+/// What an empty bucket becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillPolicy {
+    /// Not emitted (cross-series interpolation fills it).
+    None,
+    Zero,
+    /// NaN, written `"NaN"`.
+    Nan,
+    /// NaN, written `null`.
+    Null,
+    /// Accepted, as OpenTSDB does, but fails when an empty bucket needs it.
+    Scalar,
+}
+
+impl FillPolicy {
+    pub fn parse(name: &str) -> Result<FillPolicy> {
+        match name.to_ascii_lowercase().as_str() {
+            "none" => Ok(FillPolicy::None),
+            "zero" => Ok(FillPolicy::Zero),
+            "nan" => Ok(FillPolicy::Nan),
+            "null" => Ok(FillPolicy::Null),
+            "scalar" => Ok(FillPolicy::Scalar),
+            _ => Err(Error::invalid(format!("Unrecognized fill policy: {name}"))),
+        }
+    }
+}
+
+/// A parsed downsampling specification.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DownsampleSpec {
+    /// Bucket width in ms; 0 reduces the whole query range to one point (`0all`).
+    pub interval_ms: i64,
+    /// Calendar buckets in the query's time zone (`1dc`).
+    pub calendar: bool,
+    pub function: Aggregator,
+    pub fill: FillPolicy,
+}
+
+/// OpenTSDB's `DateTime.parseDuration`: leading digits, then a unit taken from the last
+/// character only (`ms` when the one before it is `m`); in milliseconds.
+pub fn parse_duration(text: &str) -> Result<i64> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == text.len() {
+        return Err(Error::invalid(format!(
+            "Invalid duration, must have an integer and unit: {text}"
+        )));
+    }
+    if digits == 0 {
+        return Err(Error::invalid(format!("Invalid duration (number): {text}")));
+    }
+    let n: i64 = text[..digits]
+        .parse()
+        .map_err(|_| Error::invalid(format!("Invalid duration (number): {text}")))?;
+    if n <= 0 {
+        return Err(Error::invalid(format!("Zero or negative duration: {text}")));
+    }
+    let bytes = text.as_bytes();
+    let last = bytes[bytes.len() - 1].to_ascii_lowercase();
+    let before_last = bytes
+        .len()
+        .checked_sub(2)
+        .map(|i| bytes[i].to_ascii_lowercase());
+    let unit: i64 = match last {
+        b's' if before_last == Some(b'm') && bytes.len() - 2 >= digits => 1,
+        b's' => 1000,
+        b'm' => 60_000,
+        b'h' => 3_600_000,
+        b'd' => 86_400_000,
+        b'w' => 604_800_000,
+        b'n' => 2_592_000_000,
+        b'y' => 31_536_000_000,
+        _ => return Err(Error::invalid(format!("Invalid duration (suffix): {text}"))),
+    };
+    n.checked_mul(unit)
+        .ok_or_else(|| Error::invalid(format!("Invalid duration (number): {text}")))
+}
+
+impl DownsampleSpec {
+    pub fn parse(spec: &str) -> Result<DownsampleSpec> {
+        // Java's split drops trailing empty parts.
+        let mut parts: Vec<&str> = spec.split('-').collect();
+        while parts.last() == Some(&"") {
+            parts.pop();
+        }
+        if parts.len() < 2 {
+            return Err(Error::invalid(format!(
+                "Invalid downsampling specifier '{spec}': must provide at least interval and function"
+            )));
+        }
+        if parts.len() > 3 {
+            return Err(Error::invalid(format!(
+                "Invalid downsampling specifier '{spec}': must consist of interval, function, and optional fill policy"
+            )));
+        }
+        let (interval_ms, calendar) = if parts[0].contains("all") {
+            (0, false)
+        } else if let Some(d) = parts[0].strip_suffix('c') {
+            (parse_duration(d)?, true)
+        } else {
+            (parse_duration(parts[0])?, false)
+        };
+        let function = Aggregator::parse(parts[1])
+            .map_err(|_| Error::invalid(format!("No such downsampling function: {}", parts[1])))?;
+        if function == Aggregator::None {
+            return Err(Error::invalid(
+                "cannot use the NONE aggregator for downsampling",
+            ));
+        }
+        let fill = match parts.get(2) {
+            Some(f) => FillPolicy::parse(f)?,
+            None => FillPolicy::None,
+        };
+        Ok(DownsampleSpec {
+            interval_ms,
+            calendar,
+            function,
+            fill,
+        })
+    }
+
+    /// Downsamples one series' points (time-ordered, ms) with fixed epoch-aligned buckets.
+    /// `window` is the scan window `[start, end)` in ms over which fill policies emit every
+    /// bucket; `query` is the user's `[start, end)` used by `0all`.
+    pub fn apply(
+        &self,
+        points: &[(i64, f64)],
+        window: (i64, i64),
+        query: (i64, i64),
+    ) -> Result<Vec<(i64, f64)>> {
+        if self.interval_ms == 0 {
+            let values: Vec<f64> = points
+                .iter()
+                .filter(|(t, _)| *t >= query.0 && *t < query.1)
+                .map(|(_, v)| *v)
+                .collect();
+            return Ok(if values.is_empty() {
+                Vec::new()
+            } else {
+                vec![(query.0, self.function.run_double(&values))]
+            });
+        }
+        let align = |t: i64| t - t.rem_euclid(self.interval_ms);
+        let mut out: Vec<(i64, f64)> = Vec::new();
+        let mut i = 0;
+        let mut values = Vec::new();
+        let fill_value = |out: &mut Vec<(i64, f64)>, bucket: i64| -> Result<()> {
+            match self.fill {
+                FillPolicy::None => {}
+                FillPolicy::Zero => out.push((bucket, 0.0)),
+                FillPolicy::Nan | FillPolicy::Null => out.push((bucket, f64::NAN)),
+                FillPolicy::Scalar => return Err(Error::invalid("unhandled fill policy")),
+            }
+            Ok(())
+        };
+        let mut next_fill = align(window.0);
+        while i < points.len() {
+            let bucket = align(points[i].0);
+            values.clear();
+            while i < points.len() && align(points[i].0) == bucket {
+                values.push(points[i].1);
+                i += 1;
+            }
+            while next_fill < bucket {
+                fill_value(&mut out, next_fill)?;
+                next_fill += self.interval_ms;
+            }
+            out.push((bucket, self.function.run_double(&values)));
+            next_fill = bucket + self.interval_ms;
+        }
+        if self.fill != FillPolicy::None {
+            while next_fill < align(window.1) {
+                fill_value(&mut out, next_fill)?;
+                next_fill += self.interval_ms;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_specs_with_opentsdb_messages() {
+        let s = DownsampleSpec::parse("1m-avg").unwrap();
+        assert_eq!(
+            (s.interval_ms, s.calendar, s.function, s.fill),
+            (60_000, false, Aggregator::Avg, FillPolicy::None)
+        );
+        assert_eq!(
+            DownsampleSpec::parse("1m-avg-").unwrap().fill,
+            FillPolicy::None
+        );
+        assert_eq!(
+            DownsampleSpec::parse("1dc-sum-NaN").unwrap().fill,
+            FillPolicy::Nan
+        );
+        assert!(DownsampleSpec::parse("1dc-sum").unwrap().calendar);
+        assert_eq!(DownsampleSpec::parse("0all-max").unwrap().interval_ms, 0);
+        assert_eq!(DownsampleSpec::parse("500ms-min").unwrap().interval_ms, 500);
+        assert_eq!(
+            DownsampleSpec::parse("1xm-sum").unwrap().interval_ms,
+            60_000,
+            "only the last char is the unit"
+        );
+        let err = |s: &str| DownsampleSpec::parse(s).unwrap_err().to_string();
+        assert_eq!(
+            err("1m"),
+            "Invalid downsampling specifier '1m': must provide at least interval and function"
+        );
+        assert_eq!(
+            err("1m-avg-zero-x"),
+            "Invalid downsampling specifier '1m-avg-zero-x': must consist of interval, function, and optional fill policy"
+        );
+        assert_eq!(err("1m-foo"), "No such downsampling function: foo");
+        assert_eq!(
+            err("1m-none"),
+            "cannot use the NONE aggregator for downsampling"
+        );
+        assert_eq!(err("1m-avg-bogus"), "Unrecognized fill policy: bogus");
+        assert_eq!(
+            err("60-avg"),
+            "Invalid duration, must have an integer and unit: 60"
+        );
+        assert_eq!(err("m-avg"), "Invalid duration (number): m");
+        assert_eq!(err("0m-avg"), "Zero or negative duration: 0m");
+        assert_eq!(err("1q-avg"), "Invalid duration (suffix): 1q");
+    }
+
+    #[test]
+    fn buckets_align_to_the_epoch_and_reduce_as_doubles() {
+        let s = DownsampleSpec::parse("1m-avg").unwrap();
+        let pts = [
+            (1356998430000, 1.0),
+            (1356998459000, 2.0),
+            (1356998460000, 4.0),
+            (1356998580000, 8.0),
+        ];
+        let out = s
+            .apply(
+                &pts,
+                (1356998400000, 1357002000000),
+                (1356998400000, 1357002000000),
+            )
+            .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                (1356998400000, 1.5),
+                (1356998460000, 4.0),
+                (1356998580000, 8.0)
+            ],
+            "empty minute not emitted"
+        );
+        let week = DownsampleSpec::parse("1w-sum").unwrap();
+        let out = week
+            .apply(&[(1356998400000, 1.0)], (0, i64::MAX), (0, i64::MAX))
+            .unwrap();
+        assert_eq!(out[0].0 % 604_800_000, 0);
+        assert_eq!(
+            out[0].0, 1356566400000,
+            "weeks start on Thursdays (the epoch's weekday)"
+        );
+    }
+
+    #[test]
+    fn fill_policies_emit_every_bucket_of_the_window() {
+        // OpenTSDB's example: 10:30..11:15 with 10m-avg-zero, scan window 10:00..12:00.
+        let ten = 1356998400000 + 10 * 3_600_000;
+        let s = DownsampleSpec::parse("10m-avg-zero").unwrap();
+        let out = s
+            .apply(
+                &[(ten + 35 * 60_000, 5.0)],
+                (ten, ten + 2 * 3_600_000),
+                (ten + 30 * 60_000, ten + 75 * 60_000),
+            )
+            .unwrap();
+        assert_eq!(out.len(), 12);
+        assert_eq!(out[3], (ten + 30 * 60_000, 5.0));
+        assert!(
+            out.iter()
+                .enumerate()
+                .all(|(i, (t, v))| *t == ten + i as i64 * 600_000 && (i == 3 || *v == 0.0))
+        );
+        let nan = DownsampleSpec::parse("10m-avg-nan").unwrap();
+        assert!(
+            nan.apply(&[], (ten, ten + 1_200_000), (ten, ten))
+                .unwrap()
+                .iter()
+                .all(|(_, v)| v.is_nan())
+        );
+        let scalar = DownsampleSpec::parse("10m-avg-scalar").unwrap();
+        assert_eq!(
+            scalar
+                .apply(&[], (ten, ten + 1_200_000), (ten, ten))
+                .unwrap_err()
+                .to_string(),
+            "unhandled fill policy"
+        );
+    }
+
+    #[test]
+    fn run_all_reduces_the_query_range_to_its_start() {
+        let s = DownsampleSpec::parse("0all-sum").unwrap();
+        let pts = [(100, 1.0), (200, 2.0), (300, 4.0)];
+        assert_eq!(
+            s.apply(&pts, (0, 1000), (150, 300)).unwrap(),
+            vec![(150, 2.0)],
+            "end exclusive"
+        );
+        assert!(s.apply(&pts, (0, 1000), (400, 500)).unwrap().is_empty());
+    }
+}
