@@ -3,3 +3,4 @@
 
 pub mod aggregator;
 pub mod downsample;
+pub mod rate;

@@ -1,0 +1,204 @@
+//! Rate of change per second, with OpenTSDB's counter options.
+
+use crate::{Error, Result};
+
+/// `rateOptions`: counter handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateOptions {
+    pub counter: bool,
+    pub counter_max: i64,
+    /// A counter rate above this (when > 0) is reported as 0 (a reset, not real growth).
+    pub reset_value: i64,
+    /// Drop the rate point at a counter reset instead of computing a wrapped one.
+    pub drop_resets: bool,
+}
+
+impl Default for RateOptions {
+    fn default() -> Self {
+        RateOptions {
+            counter: false,
+            counter_max: i64::MAX,
+            reset_value: 0,
+            drop_resets: false,
+        }
+    }
+}
+
+impl RateOptions {
+    /// Parses the `rate{counter[,max[,reset]]}` token of a GET query (`rate` alone: defaults;
+    /// `dropcounter` also drops resets).
+    pub fn parse_token(spec: &str) -> Result<RateOptions> {
+        if spec == "rate" {
+            return Ok(RateOptions::default());
+        }
+        if spec.len() < 6 || !spec.starts_with("rate{") || !spec.ends_with('}') {
+            return Err(Error::invalid(format!(
+                "Invalid rate options specification: {spec}"
+            )));
+        }
+        let inner = &spec[5..spec.len() - 1];
+        let parts: Vec<&str> = inner.split(',').collect();
+        if parts.len() > 3 {
+            return Err(Error::invalid(format!(
+                "Incorrect number of values in rate options specification, must be counter[,counter max value,reset value], recieved: {} parts",
+                parts.len()
+            )));
+        }
+        let mut o = RateOptions {
+            counter: parts[0].ends_with("counter"),
+            drop_resets: parts[0] == "dropcounter",
+            ..Default::default()
+        };
+        if let Some(max) = parts.get(1).filter(|m| !m.is_empty()) {
+            o.counter_max = max.parse().map_err(|_| {
+                Error::invalid(format!(
+                    "Max value of counter was not a number, received '{max}'"
+                ))
+            })?;
+        }
+        if let Some(reset) = parts.get(2).filter(|r| !r.is_empty()) {
+            o.reset_value = reset.parse().map_err(|_| {
+                Error::invalid(format!(
+                    "Reset value of counter was not a number, received '{reset}'"
+                ))
+            })?;
+        }
+        Ok(o)
+    }
+}
+
+/// A value as stored: integer math is kept where OpenTSDB keeps it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+impl Num {
+    fn as_f64(self) -> f64 {
+        match self {
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+        }
+    }
+}
+
+/// Per-second rates of one series' points (time-ordered, ms). Each rate carries the later
+/// point's time; the first point yields none (OpenTSDB computes a hidden one against (0, 0)).
+pub fn rates(points: &[(i64, Num)], options: &RateOptions) -> Vec<(i64, f64)> {
+    let mut out = Vec::with_capacity(points.len().saturating_sub(1));
+    let mut prev: Option<(i64, Num)> = None;
+    for &(t1, v1) in points {
+        let Some((t0, v0)) = prev else {
+            prev = Some((t1, v1));
+            continue;
+        };
+        if t1 <= t0 {
+            prev = Some((t1, v1));
+            continue; // not strictly increasing: no rate (OpenTSDB fails the query)
+        }
+        let dt = (t1 - t0) as f64 / 1000.0;
+        let diff = match (v0, v1) {
+            (Num::Int(a), Num::Int(b)) => b.wrapping_sub(a) as f64,
+            _ => v1.as_f64() - v0.as_f64(),
+        };
+        prev = Some((t1, v1));
+        if options.counter && diff < 0.0 {
+            if options.drop_resets {
+                continue;
+            }
+            let wrapped = match (v0, v1) {
+                (Num::Int(a), Num::Int(b)) => {
+                    options.counter_max.wrapping_sub(a).wrapping_add(b) as f64
+                }
+                _ => options.counter_max as f64 - v0.as_f64() + v1.as_f64(),
+            };
+            let rate = wrapped / dt;
+            out.push((
+                t1,
+                if options.reset_value > 0 && rate > options.reset_value as f64 {
+                    0.0
+                } else {
+                    rate
+                },
+            ));
+            continue;
+        }
+        out.push((t1, diff / dt));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_examples_from_opentsdb() {
+        let pts = [
+            (10_000, Num::Int(100)),
+            (20_000, Num::Int(150)),
+            (30_000, Num::Int(20)),
+            (40_000, Num::Int(40)),
+        ];
+        let max200 = RateOptions {
+            counter: true,
+            counter_max: 200,
+            ..Default::default()
+        };
+        assert_eq!(
+            rates(&pts, &max200),
+            vec![(20_000, 5.0), (30_000, 7.0), (40_000, 2.0)]
+        );
+        let reset = RateOptions {
+            reset_value: 5,
+            ..max200
+        };
+        assert_eq!(rates(&pts, &reset)[1], (30_000, 0.0));
+        let drop = RateOptions {
+            drop_resets: true,
+            ..max200
+        };
+        assert_eq!(
+            rates(&pts, &drop),
+            vec![(20_000, 5.0), (40_000, 2.0)],
+            "next rate is from the post-reset point"
+        );
+        let gauge = RateOptions::default();
+        assert_eq!(
+            rates(&pts, &gauge)[1],
+            (30_000, -13.0),
+            "negative rates pass without counter"
+        );
+        let ms = [(1000, Num::Float(1.0)), (1500, Num::Float(2.0))];
+        assert_eq!(rates(&ms, &gauge), vec![(1500, 2.0)], "always per second");
+    }
+
+    #[test]
+    fn parses_get_rate_tokens() {
+        assert_eq!(
+            RateOptions::parse_token("rate").unwrap(),
+            RateOptions::default()
+        );
+        let o = RateOptions::parse_token("rate{counter,,1000}").unwrap();
+        assert_eq!(
+            (o.counter, o.counter_max, o.reset_value, o.drop_resets),
+            (true, i64::MAX, 1000, false)
+        );
+        let o = RateOptions::parse_token("rate{dropcounter}").unwrap();
+        assert!(o.counter && o.drop_resets);
+        let o = RateOptions::parse_token("rate{counter,65535}").unwrap();
+        assert_eq!(o.counter_max, 65535);
+        let err = |s: &str| RateOptions::parse_token(s).unwrap_err().to_string();
+        assert_eq!(err("rate{"), "Invalid rate options specification: rate{");
+        assert_eq!(
+            err("rate{counter,x}"),
+            "Max value of counter was not a number, received 'x'"
+        );
+        assert_eq!(
+            err("rate{counter,1,y}"),
+            "Reset value of counter was not a number, received 'y'"
+        );
+        assert!(err("rate{a,b,c,d}").starts_with("Incorrect number of values"));
+    }
+}
