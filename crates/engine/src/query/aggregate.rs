@@ -297,3 +297,53 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn series_strategy() -> impl Strategy<Value = Vec<Vec<(i64, Num)>>> {
+        prop::collection::vec(
+            prop::collection::btree_map(0i64..200, -1000i64..1000, 1..30),
+            1..6,
+        )
+        .prop_map(|all| {
+            all.into_iter()
+                .map(|m| {
+                    m.into_iter()
+                        .map(|(t, v)| (t * 1000, Num::Int(v)))
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// zimsum fills gaps with zero, so at each time it is the sum of the points exactly there.
+        #[test]
+        fn zimsum_is_the_sum_of_points_at_each_time(series in series_strategy()) {
+            let out = aggregate(&series, Aggregator::ZimSum).unwrap();
+            let mut naive = std::collections::BTreeMap::<i64, i64>::new();
+            for s in &series {
+                for (t, v) in s {
+                    if let Num::Int(v) = v {
+                        *naive.entry(*t).or_default() += v;
+                    }
+                }
+            }
+            let got: Vec<(i64, i64)> = out.iter().map(|(t, v)| (*t, match v { Num::Int(i) => *i, Num::Float(f) => *f as i64 })).collect();
+            prop_assert_eq!(got, naive.into_iter().collect::<Vec<_>>());
+        }
+
+        /// count counts every series that has started and not ended.
+        #[test]
+        fn count_counts_active_series(series in series_strategy()) {
+            let out = aggregate(&series, Aggregator::Count).unwrap();
+            for (x, v) in out {
+                let active = series.iter().filter(|s| s[0].0 <= x && x <= s[s.len() - 1].0).count() as i64;
+                prop_assert_eq!(v, Num::Int(active));
+            }
+        }
+    }
+}

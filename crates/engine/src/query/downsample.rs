@@ -319,3 +319,29 @@ mod tests {
         assert!(s.apply(&pts, (0, 1000), (400, 500)).unwrap().is_empty());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Fixed buckets equal a naive group-by of floor(t / interval) reduced with the function.
+        #[test]
+        fn buckets_match_a_naive_group_by(
+            points in prop::collection::btree_map(0i64..10_000_000, -1e6f64..1e6, 0..200),
+            interval in 1i64..600_000,
+            func in prop::sample::select(vec!["sum", "avg", "min", "max", "count", "dev", "p90"]),
+        ) {
+            let pts: Vec<(i64, f64)> = points.into_iter().collect();
+            let spec = DownsampleSpec { interval_ms: interval, calendar: false, function: Aggregator::parse(func).unwrap(), fill: FillPolicy::None };
+            let out = spec.apply(&pts, (0, 10_000_000), (0, 10_000_000)).unwrap();
+            let mut naive = std::collections::BTreeMap::<i64, Vec<f64>>::new();
+            for (t, v) in &pts {
+                naive.entry(t / interval * interval).or_default().push(*v);
+            }
+            let want: Vec<(i64, f64)> = naive.into_iter().map(|(b, vs)| (b, spec.function.run_double(&vs))).collect();
+            prop_assert_eq!(out, want);
+        }
+    }
+}
