@@ -4,4 +4,5 @@
 pub mod aggregate;
 pub mod aggregator;
 pub mod downsample;
+pub mod filter;
 pub mod rate;

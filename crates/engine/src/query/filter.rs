@@ -1,0 +1,266 @@
+//! Tag value filters: literal_or, iliteral_or, not_literal_or, not_iliteral_or, wildcard,
+//! iwildcard, regexp, and the legacy `tagk=value` forms (`*`, `a|b`, `web*`).
+
+use regex::Regex;
+
+use crate::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub enum FilterKind {
+    /// Any of the literals (lower-cased when case-insensitive); `negate` for the not_* types.
+    Literals {
+        values: Vec<String>,
+        case_insensitive: bool,
+        negate: bool,
+    },
+    /// A glob with `*`.
+    Wildcard {
+        pattern: String,
+        case_insensitive: bool,
+    },
+    /// An unanchored regular expression.
+    Regexp(Regex),
+}
+
+#[derive(Debug, Clone)]
+pub struct TagFilter {
+    pub tagk: String,
+    pub kind: FilterKind,
+    pub group_by: bool,
+    /// The filter's type name and expression, as clients see them.
+    pub type_name: String,
+    pub expression: String,
+}
+
+/// The filter type names, as `/api/config/filters` lists them.
+pub const TYPES: &[&str] = &[
+    "regexp",
+    "iwildcard",
+    "iliteral_or",
+    "not_iliteral_or",
+    "not_literal_or",
+    "literal_or",
+    "wildcard",
+];
+
+impl TagFilter {
+    /// A filter from its type name and expression.
+    pub fn new(type_name: &str, tagk: &str, expression: &str, group_by: bool) -> Result<TagFilter> {
+        if tagk.is_empty() {
+            return Err(Error::invalid("Filter must have a tagk"));
+        }
+        if expression.is_empty() {
+            return Err(Error::invalid("Filter cannot be null or empty"));
+        }
+        let literals = |ci: bool| -> Result<Vec<String>> {
+            if expression == "|" {
+                return Err(Error::invalid("Filter must contain more than just a pipe"));
+            }
+            Ok(expression
+                .split('|')
+                .map(|v| if ci { v.to_lowercase() } else { v.to_string() })
+                .collect())
+        };
+        let kind = match type_name.to_ascii_lowercase().as_str() {
+            "literal_or" => FilterKind::Literals {
+                values: literals(false)?,
+                case_insensitive: false,
+                negate: false,
+            },
+            "iliteral_or" => FilterKind::Literals {
+                values: literals(true)?,
+                case_insensitive: true,
+                negate: false,
+            },
+            "not_literal_or" => FilterKind::Literals {
+                values: literals(false)?,
+                case_insensitive: false,
+                negate: true,
+            },
+            "not_iliteral_or" => FilterKind::Literals {
+                values: literals(true)?,
+                case_insensitive: true,
+                negate: true,
+            },
+            t @ ("wildcard" | "iwildcard") => {
+                if !expression.contains('*') {
+                    return Err(Error::invalid("Filter must contain an asterisk"));
+                }
+                let ci = t == "iwildcard";
+                FilterKind::Wildcard {
+                    pattern: if ci {
+                        expression.to_lowercase()
+                    } else {
+                        expression.to_string()
+                    },
+                    case_insensitive: ci,
+                }
+            }
+            "regexp" => FilterKind::Regexp(
+                Regex::new(expression).map_err(|e| Error::invalid(e.to_string()))?,
+            ),
+            "" => return Err(Error::invalid("The filter type cannot be null or empty")),
+            other => {
+                return Err(Error::invalid(format!(
+                    "Could not find a tag value filter of the type: {other}"
+                )));
+            }
+        };
+        Ok(TagFilter {
+            tagk: tagk.to_string(),
+            kind,
+            group_by,
+            type_name: type_name.to_ascii_lowercase(),
+            expression: expression.to_string(),
+        })
+    }
+
+    /// The legacy `tagk=value` form: `type(expr)`, `*` and other globs (case-insensitive),
+    /// else literals (`a|b`).
+    pub fn from_legacy(tagk: &str, value: &str, group_by: bool) -> Result<TagFilter> {
+        if let Some(open) = value.find('(') {
+            let Some(expr) = value[open + 1..].strip_suffix(')') else {
+                return Err(Error::invalid(format!(
+                    "Missing closing parenthesis in filter: {value}"
+                )));
+            };
+            return TagFilter::new(&value[..open], tagk, expr, group_by);
+        }
+        if value.contains('*') {
+            let mut f = TagFilter::new("wildcard", tagk, value, group_by)?;
+            f.kind = FilterKind::Wildcard {
+                pattern: value.to_lowercase(),
+                case_insensitive: true,
+            };
+            return Ok(f);
+        }
+        TagFilter::new("literal_or", tagk, value, group_by)
+    }
+
+    /// Whether a series whose value for `tagk` is `value` (`None`: no such tag) passes.
+    pub fn matches(&self, value: Option<&str>) -> bool {
+        let Some(v) = value else {
+            return matches!(self.kind, FilterKind::Literals { negate: true, .. });
+        };
+        match &self.kind {
+            FilterKind::Literals {
+                values,
+                case_insensitive,
+                negate,
+            } => {
+                let hit = if *case_insensitive {
+                    let lv = v.to_lowercase();
+                    values.iter().any(|x| *x == lv)
+                } else {
+                    values.iter().any(|x| x == v)
+                };
+                hit != *negate
+            }
+            FilterKind::Wildcard {
+                pattern,
+                case_insensitive,
+            } => {
+                if *case_insensitive {
+                    glob(pattern, &v.to_lowercase())
+                } else {
+                    glob(pattern, v)
+                }
+            }
+            FilterKind::Regexp(re) => re.is_match(v),
+        }
+    }
+
+    /// The single exact literal of a case-sensitive literal_or (pushable into the row scan).
+    pub fn exact_literals(&self) -> Option<&[String]> {
+        match &self.kind {
+            FilterKind::Literals {
+                values,
+                case_insensitive: false,
+                negate: false,
+            } => Some(values),
+            _ => None,
+        }
+    }
+}
+
+/// OpenTSDB's glob: a leading `*` means "ends with the last part", a trailing one "starts with
+/// the first part"; every part must be found searching from the summed lengths of the parts
+/// before it (so infix-only globs are loose, as in OpenTSDB).
+fn glob(pattern: &str, value: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').filter(|p| !p.is_empty()).collect();
+    if parts.is_empty() {
+        return true; // `*` alone
+    }
+    let has_postfix = pattern.starts_with('*');
+    let has_prefix = pattern.ends_with('*');
+    if has_prefix && !has_postfix && !value.starts_with(parts[0]) {
+        return false;
+    }
+    if has_postfix && !has_prefix && !value.ends_with(parts[parts.len() - 1]) {
+        return false;
+    }
+    let mut idx = 0usize;
+    for part in &parts {
+        let from = idx.min(value.len());
+        if !value.is_char_boundary(from) || !value[from..].contains(part) {
+            return false;
+        }
+        idx += part.len();
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_matches_as_opentsdb() {
+        let f = |t: &str, e: &str| TagFilter::new(t, "host", e, false).unwrap();
+        assert!(f("literal_or", "web01|web02").matches(Some("web02")));
+        assert!(!f("literal_or", "web01").matches(Some("WEB01")));
+        assert!(f("iliteral_or", "WEB01").matches(Some("web01")));
+        assert!(f("not_literal_or", "web01").matches(Some("web02")));
+        assert!(
+            f("not_literal_or", "web01").matches(None),
+            "missing tag passes not_* here; the scan requires the tag"
+        );
+        assert!(!f("not_iliteral_or", "web01").matches(Some("WEB01")));
+        assert!(f("wildcard", "web*").matches(Some("web01")));
+        assert!(!f("wildcard", "web*").matches(Some("WEB01")));
+        assert!(f("iwildcard", "WEB*").matches(Some("web01")));
+        assert!(f("wildcard", "*01").matches(Some("web01")));
+        assert!(
+            f("wildcard", "a*b").matches(Some("xxbxxa")),
+            "infix globs are loose, as in OpenTSDB"
+        );
+        assert!(f("wildcard", "*").matches(Some("anything")));
+        assert!(f("regexp", "eb.1").matches(Some("web01")), "unanchored");
+        assert!(!f("literal_or", "a").matches(None));
+    }
+
+    #[test]
+    fn legacy_forms_and_errors() {
+        let l = |v: &str| TagFilter::from_legacy("host", v, true).unwrap();
+        assert_eq!(l("*").type_name, "wildcard");
+        assert!(
+            l("Web*").matches(Some("web01")),
+            "legacy globs are case-insensitive"
+        );
+        assert_eq!(l("a|b").type_name, "literal_or");
+        assert_eq!(l("regexp(web.*)").type_name, "regexp");
+        assert_eq!(l("a|b").exact_literals().map(<[String]>::len), Some(2));
+        let err = |t: &str, e: &str| TagFilter::new(t, "host", e, false).unwrap_err().to_string();
+        assert_eq!(
+            err("literal_or", "|"),
+            "Filter must contain more than just a pipe"
+        );
+        assert_eq!(err("wildcard", "web"), "Filter must contain an asterisk");
+        assert_eq!(
+            err("bogus", "x"),
+            "Could not find a tag value filter of the type: bogus"
+        );
+        assert_eq!(err("literal_or", ""), "Filter cannot be null or empty");
+        assert!(TagFilter::new("regexp", "host", "(", false).is_err());
+    }
+}
