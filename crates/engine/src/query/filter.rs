@@ -150,7 +150,7 @@ impl TagFilter {
             } => {
                 let hit = if *case_insensitive {
                     let lv = v.to_lowercase();
-                    values.iter().any(|x| *x == lv)
+                    values.contains(&lv)
                 } else {
                     values.iter().any(|x| x == v)
                 };
