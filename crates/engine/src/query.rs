@@ -5,4 +5,5 @@ pub mod aggregate;
 pub mod aggregator;
 pub mod downsample;
 pub mod filter;
+pub mod plan;
 pub mod rate;
