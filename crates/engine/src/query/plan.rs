@@ -203,14 +203,11 @@ pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<
         let mut seen: BTreeMap<Uid, (String, Option<String>)> = BTreeMap::new();
         for s in &members {
             for (k, _, kn, vn) in &s.tags {
-                match seen.get_mut(k) {
-                    None => {
-                        seen.insert(*k, (kn.clone(), Some(vn.clone())));
-                    }
-                    Some((_, Some(existing))) if existing != vn => {
-                        seen.get_mut(k).map(|e| e.1 = None);
-                    }
-                    Some(_) => {}
+                let entry = seen
+                    .entry(*k)
+                    .or_insert_with(|| (kn.clone(), Some(vn.clone())));
+                if entry.1.as_ref().is_some_and(|existing| existing != vn) {
+                    entry.1 = None;
                 }
             }
         }
