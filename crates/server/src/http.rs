@@ -4,6 +4,7 @@
 mod error;
 mod misc;
 mod put;
+mod query;
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ pub(crate) fn router(state: Arc<State>) -> Router {
     let max_body = state.settings.max_body_bytes;
     Router::new()
         .route("/api/put", any(put::handle))
+        .route("/api/query", any(query::handle))
         .route("/api/version", any(misc::version))
         .route("/api/aggregators", any(misc::aggregators))
         .route("/api/config", any(misc::config))

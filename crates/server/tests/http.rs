@@ -273,6 +273,98 @@ async fn sync_put_and_keep_alive(backend: &str) {
     srv.stop().await;
 }
 
+async fn query_answers_opentsdb_fixture(backend: &str) {
+    let srv = start(backend).await;
+    let mut lines = String::new();
+    for i in 0..300 {
+        lines.push_str(&format!(
+            "put sys.cpu.user {} {} host=web01\n",
+            1356998430 + i * 30,
+            i + 1
+        ));
+        lines.push_str(&format!(
+            "put sys.cpu.user {} {} host=web02\n",
+            1356998430 + i * 30,
+            300 - i
+        ));
+    }
+    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&m=sum:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    assert_eq!(body.as_array().unwrap().len(), 1);
+    assert_eq!(body[0]["metric"], "sys.cpu.user");
+    assert_eq!(body[0]["aggregateTags"], json!(["host"]));
+    let dps = body[0]["dps"].as_object().unwrap();
+    assert_eq!(dps.len(), 300);
+    assert_eq!(dps["1356998430"], json!(301));
+    let grouped = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&m=sum:1m-avg:sys.cpu.user%7Bhost=*%7D",
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(grouped.as_array().unwrap().len(), 2);
+    assert_eq!(grouped[0]["tags"], json!({"host": "web01"}));
+    assert_eq!(grouped[0]["dps"].as_object().unwrap().len(), 151);
+    let post = r#"{"start":1356998400,"end":1357041600,"queries":[{"aggregator":"sum","metric":"sys.cpu.user","rate":true,"filters":[{"type":"literal_or","tagk":"host","filter":"web01","groupBy":false}]}]}"#;
+    let rate = http(srv.addr, "POST", "/api/query", post).await.json();
+    let dps = rate[0]["dps"].as_object().unwrap();
+    assert_eq!(dps.len(), 299);
+    assert!(
+        dps.values()
+            .all(|v| (v.as_f64().unwrap() - 1.0 / 30.0).abs() < 1e-12)
+    );
+    let missing = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:nope",
+        "",
+    )
+    .await;
+    assert_eq!(missing.status, 400);
+    assert_eq!(
+        missing.json()["error"]["message"],
+        "No such name for 'metrics': 'nope'"
+    );
+    let bad_agg = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=foo:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(
+        bad_agg.json()["error"]["message"],
+        "No such aggregation function: foo"
+    );
+    let no_start = http(srv.addr, "GET", "/api/query?m=sum:sys.cpu.user", "").await;
+    assert_eq!(
+        no_start.json()["error"]["message"],
+        "Missing parameter <code>start</code>"
+    );
+    let fill = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&m=sum:1m-avg-bogus:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(
+        fill.json()["error"]["message"],
+        "Unrecognized fill policy: bogus"
+    );
+    srv.stop().await;
+}
+
 /// Every test above, once per storage backend.
 macro_rules! on_every_backend {
     ($($backend:ident),*) => {
@@ -301,6 +393,10 @@ macro_rules! on_every_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sync_put_and_keep_alive() {
                     super::sync_put_and_keep_alive(stringify!($backend)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn query_answers_opentsdb_fixture() {
+                    super::query_answers_opentsdb_fixture(stringify!($backend)).await;
                 }
             }
         )*
