@@ -59,8 +59,12 @@ impl StoreArgs {
     /// Bigtable, where other TSDs read the data, buffered points reach it within a second
     /// unless `tsd.storage.flush_interval` says otherwise.
     pub(crate) fn settings(&self) -> anyhow::Result<Settings> {
-        let config = self.config()?;
-        let mut settings = Settings::from_config(&config)?;
+        self.settings_from(&self.config()?)
+    }
+
+    /// [`StoreArgs::settings`] from an already layered config (flags applied on top).
+    pub(crate) fn settings_from(&self, config: &Config) -> anyhow::Result<Settings> {
+        let mut settings = Settings::from_config(config)?;
         if config.get_str("tsd.storage.backend", "embedded") == "bigtable"
             && config.get("tsd.storage.flush_interval").is_none()
         {

@@ -32,6 +32,20 @@ fn spawn_tsd(config: &Path, data_dir: &Path) -> (Child, String) {
     common::spawn_tsd_with(Some(config), data_dir)
 }
 
+fn query(addr: &str, path: &str) -> serde_json::Value {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 #[test]
 fn three_tsds_share_one_bigtable() {
     let emulator = hourglass_store_bigtable::emulator::host();
@@ -62,6 +76,11 @@ fn three_tsds_share_one_bigtable() {
                 let text: String = (0..NAMES)
                     .map(|i| format!("put multi.m{i} {} {t} host=h{i} tsd=t{t}\n", 1356998400 + t))
                     .collect();
+                // Plus one shared metric, 100 points per TSD, for whole-range queries.
+                let text: String = text
+                    + &(0..100)
+                        .map(|i| format!("put multi.all {} {i} tsd=t{t}\n", 1356998400 + i))
+                        .collect::<String>();
                 s.write_all(text.as_bytes()).unwrap();
                 s.write_all(b"version\nexit\n").unwrap();
                 let mut out = String::new();
@@ -73,6 +92,43 @@ fn three_tsds_share_one_bigtable() {
     for w in writers {
         let out = w.join().unwrap();
         assert!(out.starts_with("hourglass "), "errors: {out}");
+    }
+    // Any TSD answers any query with every TSD's points (flushes reach Bigtable within 1 s).
+    for (_, addr) in &tsds {
+        let mut body = serde_json::Value::Null;
+        for _ in 0..100 {
+            body = query(
+                addr,
+                "/api/query?start=1356998400&end=1356998600&m=none:multi.all",
+            );
+            if body.as_array().is_some_and(|a| {
+                a.len() == 3
+                    && a.iter()
+                        .all(|s| s["dps"].as_object().is_some_and(|d| d.len() == 100))
+            }) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let series = body.as_array().unwrap_or_else(|| panic!("{body}"));
+        assert_eq!(series.len(), 3, "{addr}: {body}");
+        assert!(
+            series
+                .iter()
+                .all(|s| s["dps"].as_object().unwrap().len() == 100),
+            "{addr}: {body}"
+        );
+        for i in (0..NAMES).step_by(97) {
+            let one = query(
+                addr,
+                &format!("/api/query?start=1356998400&end=1356998600&m=sum:multi.m{i}"),
+            );
+            assert_eq!(
+                one[0]["dps"].as_object().map(|d| d.len()),
+                Some(3),
+                "{addr} multi.m{i}: {one}"
+            );
+        }
     }
     for (mut child, _) in tsds {
         Command::new("kill")
@@ -161,8 +217,8 @@ fn three_tsds_share_one_bigtable() {
         .sum::<usize>();
     assert_eq!(
         rows,
-        3 * NAMES,
-        "one cell per point: every TSD's points are in Bigtable"
+        3 * NAMES + 3,
+        "every TSD's points are in Bigtable (one cell per point, one per multi.all row)"
     );
 }
 

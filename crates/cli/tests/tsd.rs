@@ -81,3 +81,24 @@ fn sigkill_right_after_sync_put_keeps_the_point() {
         vec!["synced.metric 1356998400 42 host=a".to_string()]
     );
 }
+
+#[test]
+fn sigkill_keeps_every_acknowledged_telnet_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = spawn_tsd(dir.path());
+    let text: String = (0..3000)
+        .map(|i| {
+            format!(
+                "put killed.metric {} {i} host=h{}\n",
+                1356998400 + i / 10,
+                i % 10
+            )
+        })
+        .collect();
+    // The `version` answer comes after every earlier put was acknowledged (logged).
+    let replies = telnet_fenced(&addr, &text);
+    assert!(replies.starts_with("hourglass "), "{replies}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(scan(dir.path(), "killed.metric").len(), 3000);
+}

@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use hourglass_engine::Settings;
 use hourglass_server::{ServerSettings, State};
 
 use crate::open::StoreArgs;
@@ -47,7 +46,8 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     if args.read_only {
         config.set("tsd.mode", "ro");
     }
-    let settings = Settings::from_config(&config)?;
+    // The same settings every tool uses (log in <data dir>/wal, 1 s flushes on Bigtable).
+    let settings = args.store.settings_from(&config)?;
     let server_settings = ServerSettings::from_config(&config)?;
     let port = config.get_int("tsd.network.port", 4242)?;
     let bind = config.get_str("tsd.network.bind", "0.0.0.0").to_string();
