@@ -48,13 +48,29 @@ impl EntryBuilder {
         self.point_count == 0
     }
 
+    #[cfg(test)]
     pub(crate) fn finish(self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.rows.len() + self.points.len() + 21);
+        let mut frame = self.finish_framed(0);
+        frame.drain(..16);
+        frame
+    }
+
+    /// The entry as a complete log frame for `seq` (header included), built in one buffer.
+    pub(crate) fn finish_framed(self, seq: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.rows.len() + self.points.len() + 21);
+        out.resize(16, 0);
         out.push(FORMAT);
         put_varint(&mut out, self.row_count);
         out.extend_from_slice(&self.rows);
         put_varint(&mut out, self.point_count);
         out.extend_from_slice(&self.points);
+        let len = (out.len() - 16) as u32;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&seq.to_le_bytes());
+        crc.update(&out[16..]);
+        out[0..4].copy_from_slice(&len.to_le_bytes());
+        out[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
+        out[8..16].copy_from_slice(&seq.to_le_bytes());
         out
     }
 }
@@ -209,21 +225,28 @@ impl Log {
         Ok((log, entries))
     }
 
-    /// Appends one entry (to OS buffers; `sync` adds an fsync).
+    /// Appends one entry's payload (tests; the write path appends whole frames).
+    #[cfg(test)]
     pub(crate) fn append(&mut self, seq: u64, payload: &[u8], sync: bool) -> Result<()> {
-        if self.file_bytes >= SEGMENT_BYTES {
-            self.rotate()?;
-        }
-        let mut frame = Vec::with_capacity(payload.len() + 16);
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let mut frame = vec![0u8; 16];
+        frame.extend_from_slice(payload);
         let mut crc = crc32fast::Hasher::new();
         crc.update(&seq.to_le_bytes());
         crc.update(payload);
-        frame.extend_from_slice(&crc.finalize().to_le_bytes());
-        frame.extend_from_slice(&seq.to_le_bytes());
-        frame.extend_from_slice(payload);
+        frame[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        frame[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
+        frame[8..16].copy_from_slice(&seq.to_le_bytes());
+        self.append_frame(seq, &frame, sync)
+    }
+
+    /// Appends a frame made by [`EntryBuilder::finish_framed`] for `seq`, to OS buffers
+    /// (`sync` adds an fsync).
+    pub(crate) fn append_frame(&mut self, seq: u64, frame: &[u8], sync: bool) -> Result<()> {
+        if self.file_bytes >= SEGMENT_BYTES {
+            self.rotate()?;
+        }
         self.file
-            .write_all(&frame)
+            .write_all(frame)
             .map_err(|e| io("append failed", e))?;
         if sync {
             self.sync()?;

@@ -391,19 +391,20 @@ impl Writer {
         let mut state = self.state.lock();
         if state.log.is_some() {
             let mut entry = wal::EntryBuilder::default();
-            let mut row_index: Map<u64, u64> = Map::default();
             let series = self.series.read();
             let at = self.settings.schema.timestamp_offset();
             let mut key = Vec::new();
+            // Consecutive points of one row share its entry; no hashing on this path.
+            let mut last: Option<(u64, u64)> = None;
             for (row, p) in resolved {
-                let idx = match row_index.get(row) {
-                    Some(i) => *i,
-                    None => {
+                let idx = match last {
+                    Some((r, i)) if r == *row => i,
+                    _ => {
                         key.clear();
                         key.extend_from_slice(&series.templates[(row >> 32) as usize]);
                         key[at..at + 4].copy_from_slice(&(*row as u32).to_be_bytes());
                         let i = entry.add_row(&key);
-                        row_index.insert(*row, i);
+                        last = Some((*row, i));
                         i
                     }
                 };
@@ -412,8 +413,9 @@ impl Writer {
             drop(series);
             if !entry.is_empty() {
                 let seq = state.next_seq;
+                let frame = entry.finish_framed(seq);
                 if let Some(log) = state.log.as_mut() {
-                    log.append(seq, &entry.finish(), self.settings.wal_sync)?;
+                    log.append_frame(seq, &frame, self.settings.wal_sync)?;
                 }
                 state.next_seq += 1;
             }
