@@ -18,7 +18,7 @@ use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::time::MAX_TIMESPAN;
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
-use hourglass_storage::{Mutation, ReadOptions, RowMutation, Store};
+use hourglass_storage::{Mutation, ReadOptions, RowMutation, Store, now_ms};
 use parking_lot::{Mutex, RwLock};
 
 use crate::uid::{UidRegistry, format_signed_bytes};
@@ -132,8 +132,6 @@ struct LogState {
     buffer: Buffer,
     log: Option<wal::Log>,
     next_seq: u64,
-    /// First log entry not yet covered by a flush.
-    first_unflushed: u64,
 }
 
 #[derive(Debug)]
@@ -148,12 +146,6 @@ pub(crate) struct Writer {
     open_rows: Mutex<HashSet<Vec<u8>>>,
     last_cell_ts: AtomicI64,
     pub(crate) stats: WriteStats,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The series cache key of a point: metric and tags as sent, `\0`-separated.
@@ -189,7 +181,6 @@ impl Writer {
                 buffer: Buffer::default(),
                 log,
                 next_seq: 1,
-                first_unflushed: 1,
             }),
             flush_lock: Mutex::new(()),
             open_rows: Mutex::new(HashSet::new()),
@@ -222,11 +213,7 @@ impl Writer {
                     .push((u64::from(id) << 32) | u64::from(base), p);
                 replayed += 1;
             }
-            state.first_unflushed = state.first_unflushed.min(*seq);
             state.next_seq = state.next_seq.max(seq + 1);
-        }
-        if let Some((first, _)) = entries.first() {
-            state.first_unflushed = *first;
         }
         Ok(replayed)
     }
@@ -514,34 +501,19 @@ impl Writer {
     }
 
     fn flush_locked(&self) -> Result<usize> {
-        let (buffer, first, last) = {
+        let (buffer, last) = {
             let mut state = self.state.lock();
-            let buffer = std::mem::take(&mut state.buffer);
-            let first = state.first_unflushed;
-            let last = state.next_seq - 1;
-            state.first_unflushed = state.next_seq;
-            (buffer, first, last)
+            (std::mem::take(&mut state.buffer), state.next_seq - 1)
         };
         let flushed = buffer.points;
         let rows = self.materialize(buffer);
         if let Err(e) = self.write_rows(&rows) {
             // Put the points back (older than anything buffered since) and keep the log.
             let mut state = self.state.lock();
-            state.first_unflushed = first;
             let mut restored = Buffer::default();
-            for (key, points) in rows {
-                let mut template = key;
-                let at = self.settings.schema.timestamp_offset();
-                let base = u32::from_be_bytes([
-                    template[at],
-                    template[at + 1],
-                    template[at + 2],
-                    template[at + 3],
-                ]);
-                template[at..at + 4].fill(0);
-                let id = self.series.write().intern(template);
+            for (row, _, points) in rows {
                 for p in points {
-                    restored.push((u64::from(id) << 32) | u64::from(base), p);
+                    restored.push(row, p);
                 }
             }
             for (row, points) in std::mem::take(&mut state.buffer).into_rows() {
@@ -552,7 +524,6 @@ impl Writer {
             state.buffer = restored;
             return Err(e);
         }
-        let _ = first;
         if let Some(log) = self.state.lock().log.as_mut() {
             log.release(last)?;
         }
@@ -560,11 +531,12 @@ impl Writer {
         Ok(flushed)
     }
 
-    /// Row keys and their points, sorted, duplicates within the buffer resolved newest-first.
-    fn materialize(&self, buffer: Buffer) -> Vec<(Vec<u8>, Vec<Point>)> {
+    /// Buffered rows (id, key, points) sorted by key, duplicates within the buffer resolved
+    /// newest-first.
+    fn materialize(&self, buffer: Buffer) -> Vec<(u64, Vec<u8>, Vec<Point>)> {
         let series = self.series.read();
         let at = self.settings.schema.timestamp_offset();
-        let mut rows: Vec<(Vec<u8>, Vec<Point>)> = buffer
+        let mut rows: Vec<(u64, Vec<u8>, Vec<Point>)> = buffer
             .into_rows()
             .map(|(row, mut points)| {
                 let mut key = series.templates[(row >> 32) as usize].to_vec();
@@ -572,10 +544,10 @@ impl Writer {
                 if let Err(d) = compact::sort_and_dedupe(&mut points, true) {
                     self.note_duplicate(&key, &d);
                 }
-                (key, points)
+                (row, key, points)
             })
             .collect();
-        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        rows.sort_unstable_by(|a, b| a.1.cmp(&b.1));
         rows
     }
 
@@ -592,7 +564,7 @@ impl Writer {
         i64::from(base_time) + i64::from(MAX_TIMESPAN) + COMPACTION_GRACE_SECS <= now_secs
     }
 
-    fn write_rows(&self, rows: &[(Vec<u8>, Vec<Point>)]) -> Result<()> {
+    fn write_rows(&self, rows: &[(u64, Vec<u8>, Vec<Point>)]) -> Result<()> {
         let schema = &self.settings.schema;
         let now_secs = now_ms() / 1000;
         let mut newly_open = Vec::new();
@@ -600,12 +572,12 @@ impl Writer {
             // Rows of closed hours are merged with what they hold: read them in one go.
             let closed: Vec<Vec<u8>> = chunk
                 .iter()
-                .filter(|(key, _)| {
+                .filter(|(_, key, _)| {
                     self.settings.enable_compaction
                         && self
                             .hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
                 })
-                .map(|(key, _)| key.clone())
+                .map(|(_, key, _)| key.clone())
                 .collect();
             let stored = self.store.get_rows(
                 &schema.data_table,
@@ -614,7 +586,7 @@ impl Writer {
             )?;
             let mut stored = closed.iter().zip(stored).peekable();
             let mut batch: Vec<RowMutation> = Vec::with_capacity(chunk.len());
-            for (key, points) in chunk {
+            for (_, key, points) in chunk {
                 let mutations = match stored.next_if(|(k, _)| *k == key) {
                     Some((_, row)) => self.compaction_mutations(key, row.as_ref(), points)?,
                     None => {

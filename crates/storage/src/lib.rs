@@ -19,6 +19,13 @@ pub use types::*;
 
 use std::fmt::Debug;
 
+/// Wall-clock milliseconds: the cell timestamp of writes that do not choose one.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Rows of a scan, in key order.
 pub type RowIter = Box<dyn Iterator<Item = Result<Row>> + Send>;
 

@@ -8,7 +8,7 @@ use parking_lot::RwLock;
 use crate::model::RowData;
 use crate::{
     Check, Error, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, Store,
-    TableSpec, model::ScanFilter,
+    TableSpec, model::ScanFilter, now_ms,
 };
 
 #[derive(Debug)]
@@ -26,12 +26,6 @@ impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn table_mut<'a>(tables: &'a mut HashMap<String, Table>, name: &str) -> Result<&'a mut Table> {

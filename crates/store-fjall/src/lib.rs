@@ -18,7 +18,7 @@ use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistM
 use hourglass_storage::model::{RowData, ScanFilter};
 use hourglass_storage::{
     CellCodec, Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
-    ScanRequest, Store, TableSpec,
+    ScanRequest, Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -56,12 +56,6 @@ impl std::fmt::Debug for FjallStore {
 
 fn io_err(context: &str, e: impl std::fmt::Display) -> Error {
     Error::Internal(format!("{context}: {e}"))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl FjallStore {
