@@ -5,6 +5,7 @@
 //! readable by the other — so every codec pins its layout in a doc comment and in tests.
 
 pub mod annotation;
+pub mod calendar;
 pub mod compact;
 pub mod config;
 mod error;

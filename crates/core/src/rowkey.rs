@@ -77,6 +77,22 @@ pub fn decode_row_key(schema: &Schema, key: &[u8]) -> Result<RowKey> {
     })
 }
 
+/// Decodes a TSUID (metric and tag UIDs, no salt, no base hour) into its series.
+pub fn decode_tsuid(schema: &Schema, tsuid: &[u8]) -> Result<SeriesKey> {
+    let mw = usize::from(schema.metric_width);
+    if tsuid.len() < mw || !(tsuid.len() - mw).is_multiple_of(schema.tag_pair_width()) {
+        return Err(Error::invalid(format!(
+            "Invalid TSUID: {}",
+            crate::uid::hex_upper(tsuid)
+        )));
+    }
+    let mut key = vec![0u8; usize::from(schema.salt_width)];
+    key.extend_from_slice(&tsuid[..mw]);
+    key.extend_from_slice(&[0; 4]);
+    key.extend_from_slice(&tsuid[mw..]);
+    Ok(decode_row_key(schema, &key)?.series)
+}
+
 /// Base hour of a row key, without decoding the rest.
 pub fn base_time_of(schema: &Schema, key: &[u8]) -> Option<u32> {
     let at = schema.timestamp_offset();

@@ -1,6 +1,7 @@
 //! Time rules: row hours, second vs millisecond timestamps, and OpenTSDB's date strings.
 
 use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
+pub use chrono_tz::Tz;
 
 use crate::{Error, Result};
 
@@ -50,6 +51,11 @@ pub fn base_time_of_ms(ms: i64) -> i64 {
 /// `yyyy/MM/dd[-HH:mm[:ss]]` (or a space instead of `-`), Unix seconds (up to 10 digits),
 /// `seconds.millis`, or milliseconds.
 pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
+    parse_time_in(text, now_ms, Tz::UTC)
+}
+
+/// [`parse_time`] with absolute dates read in the time zone `tz`.
+pub fn parse_time_in(text: &str, now_ms: i64, tz: Tz) -> Result<i64> {
     let text = text.trim();
     if text.is_empty() {
         return Err(Error::invalid("Missing time"));
@@ -61,7 +67,7 @@ pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
         return Ok(now_ms - parse_duration_ms(rel)?);
     }
     if text.contains('/') || text.contains(':') {
-        return parse_absolute(text);
+        return parse_absolute(text, tz);
     }
     let (digits, has_fraction) = if text.contains('.') {
         if text.len() != 14 || text.as_bytes().get(10) != Some(&b'.') {
@@ -116,7 +122,13 @@ pub fn parse_duration_ms(text: &str) -> Result<i64> {
         .ok_or_else(|| Error::invalid(format!("Duration too large: {text}")))
 }
 
-fn parse_absolute(text: &str) -> Result<i64> {
+/// A time zone by its IANA name (`America/Denver`, `UTC`), as OpenTSDB's `timezone` field.
+pub fn parse_timezone(name: &str) -> Result<Tz> {
+    name.parse::<Tz>()
+        .map_err(|_| Error::invalid("The timezone specification could not be found"))
+}
+
+fn parse_absolute(text: &str, tz: Tz) -> Result<i64> {
     let bad = || Error::invalid(format!("Invalid date: {text}"));
     let (date, clock) = match text.find(['-', ' ']) {
         Some(i) => (&text[..i], Some(&text[i + 1..])),
@@ -129,7 +141,7 @@ fn parse_absolute(text: &str) -> Result<i64> {
             .or_else(|_| NaiveTime::parse_from_str(c, "%H:%M"))
             .map_err(|_| bad())?,
     };
-    Ok(NaiveDateTime::new(date, clock).and_utc().timestamp_millis())
+    crate::calendar::local_to_ms(tz, NaiveDateTime::new(date, clock)).ok_or_else(bad)
 }
 
 #[cfg(test)]
@@ -167,6 +179,13 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(parse_time(text, now), Ok(*want), "{text}");
         }
+        let denver = parse_timezone("America/Denver").unwrap();
+        assert_eq!(
+            parse_time_in("2013/01/01", now, denver),
+            Ok(1_357_023_600_000),
+            "local midnight, UTC-7 in winter"
+        );
+        assert!(parse_timezone("Mars/Olympus").is_err());
         for bad in ["", "1x-ago", "abc", "2010/13/45", "12.34", "-5"] {
             assert!(parse_time(bad, now).is_err(), "{bad}");
         }

@@ -191,18 +191,27 @@ pub fn parse_long(text: &str) -> Result<i64> {
     Ok(v)
 }
 
-/// Java's `Double.toString` words for the non-finite values, Rust's digits otherwise.
+/// Java's `Double.toString`: the shortest digits that read back as `d`, in plain notation
+/// (`0.001`, `42.5`, `1234567.0`) for magnitudes in [10^-3, 10^7), otherwise as
+/// `d.dddE±n` (`1.0E7`, `1.2345E-5`); `NaN`, `Infinity`, `-Infinity`.
 pub fn java_double_text(d: f64) -> String {
     if d.is_nan() {
-        "NaN".into()
-    } else if d.is_infinite() {
-        if d > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        }
+        return "NaN".into();
+    }
+    if d.is_infinite() {
+        return if d > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    let magnitude = d.abs();
+    if d == 0.0 || (1e-3..1e7).contains(&magnitude) {
+        // Rust's shortest round-trip digits, plain with at least one decimal, in this range.
+        return format!("{d:?}");
+    }
+    let sci = format!("{d:e}"); // shortest digits: "1.2345e-5", "1e7"
+    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+    if mantissa.contains('.') {
+        format!("{mantissa}E{exponent}")
     } else {
-        format!("{d:?}")
+        format!("{mantissa}.0E{exponent}")
     }
 }
 
@@ -224,6 +233,28 @@ pub fn looks_like_integer(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doubles_print_as_java_does() {
+        for (d, want) in [
+            (1.0, "1.0"),
+            (42.5, "42.5"),
+            (0.001, "0.001"),
+            (1234567.0, "1234567.0"),
+            (1e7, "1.0E7"),
+            (12345678.9, "1.23456789E7"),
+            (1e-4, "1.0E-4"),
+            (-2.5e-5, "-2.5E-5"),
+            (f64::from(42.1f32), "42.099998474121094"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-Infinity"),
+            (1.7976931348623157e308, "1.7976931348623157E308"),
+        ] {
+            assert_eq!(java_double_text(d), want, "{d}");
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

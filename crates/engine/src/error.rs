@@ -11,6 +11,8 @@ pub enum ErrorKind {
     Unavailable,
     /// Stored data is damaged or inconsistent.
     Corrupt,
+    /// A query went past one of its limits (points, bytes, series, memory or time).
+    LimitExceeded,
     /// Anything else.
     Internal,
 }
@@ -31,6 +33,8 @@ pub enum Error {
     Storage(#[from] hourglass_storage::Error),
     #[error("{0}")]
     Internal(String),
+    #[error("{0}")]
+    LimitExceeded(String),
 }
 
 impl Error {
@@ -40,6 +44,7 @@ impl Error {
             Error::InvalidInput(_) => ErrorKind::InvalidInput,
             Error::UidsExhausted { .. } | Error::Internal(_) => ErrorKind::Internal,
             Error::Corrupt(_) => ErrorKind::Corrupt,
+            Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::Storage(e) => match e.kind() {
                 hourglass_storage::ErrorKind::Unavailable => ErrorKind::Unavailable,
                 hourglass_storage::ErrorKind::Corrupt => ErrorKind::Corrupt,

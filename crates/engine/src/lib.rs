@@ -4,7 +4,7 @@
 pub mod cell_codec;
 mod error;
 pub mod query;
-mod read;
+pub mod read;
 pub mod rows;
 pub mod scan;
 pub mod settings;

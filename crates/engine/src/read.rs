@@ -1,13 +1,20 @@
 //! Reading series: stored rows of a metric over a time range merged with the points still
 //! buffered in memory, so a query sees every acknowledged point at once.
+//!
+//! [`Tsdb::visit_rows`] streams rows in key order, one at a time: nothing but the current
+//! row is held, so a reader that reduces as it goes (downsampling, counting) runs in memory
+//! bounded by its output, whatever the range.
 
 use std::collections::BTreeMap;
 
-use hourglass_core::compact::Point;
+use hourglass_core::annotation::is_annotation_qualifier;
+use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::{SeriesKey, decode_row_key};
+use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::Value;
+use hourglass_storage::Row;
 
-use crate::scan::{RowQuery, scan_rows};
+use crate::scan::{RowQuery, scan_requests};
 use crate::{Result, Tsdb, rows};
 
 /// One series' points in time order.
@@ -18,13 +25,45 @@ pub struct SeriesPoints {
     pub points: Vec<(i64, Value)>,
 }
 
+/// One row as [`Tsdb::visit_rows`] hands it over.
+#[derive(Debug)]
+pub struct RowView<'a> {
+    pub key: &'a [u8],
+    /// Data points sorted by time, one per time (newest write kept).
+    pub points: &'a [Point],
+    /// Annotation cells: (qualifier, JSON value).
+    pub annotations: Vec<(&'a [u8], &'a [u8])>,
+    /// Bytes read from storage for this row (key, qualifiers and values).
+    pub stored_bytes: usize,
+}
+
+/// Whether decoded points are already strictly ordered by time (the normal case for a
+/// compacted cell), so no sort or duplicate check is needed.
+fn strictly_ordered(points: &[Point]) -> bool {
+    points
+        .windows(2)
+        .all(|w| w[0].offset_ms() < w[1].offset_ms())
+}
+
+fn stored_bytes(row: &Row) -> usize {
+    row.key.len()
+        + row
+            .cells
+            .iter()
+            .map(|c| c.qualifier.len() + c.value.len())
+            .sum::<usize>()
+}
+
 impl Tsdb {
-    /// Every series of `query.metric` having all of `query.tags`, with its points between
-    /// `query.start_secs` and `query.end_secs` (inclusive, in seconds), stored or buffered.
-    pub fn read_series(&self, query: &RowQuery) -> Result<Vec<SeriesPoints>> {
+    /// Calls `visit` for every row of `query.metric` between `query.start_secs` and
+    /// `query.end_secs` (hours overlapping the range) having all of `query.tags`, stored or
+    /// buffered, in row-key order. Points outside the range are included; callers trim.
+    pub fn visit_rows(
+        &self,
+        query: &RowQuery,
+        mut visit: impl FnMut(RowView<'_>) -> Result<()>,
+    ) -> Result<()> {
         let schema = &self.settings().schema;
-        let start_ms = query.start_secs.saturating_mul(1000);
-        let end_ms = query.end_secs.saturating_mul(1000).saturating_add(999);
         let first_hour = query.start_secs - query.start_secs.rem_euclid(3600);
         let metric_at = usize::from(schema.salt_width);
         let metric = query.metric.to_bytes(schema.metric_width);
@@ -38,27 +77,92 @@ impl Tsdb {
                 && query.tags.iter().all(|t| row.series.tags.contains(t))
         });
         let mut buffered: BTreeMap<Vec<u8>, Vec<Point>> = buffered.into_iter().collect();
+        let mut scratch: Vec<Point> = Vec::new();
+        let visit_buffered = |key: &[u8],
+                              points: &[Point],
+                              visit: &mut dyn FnMut(RowView<'_>) -> Result<()>|
+         -> Result<()> {
+            let decoded = rows::decode_row(None, points)?;
+            visit(RowView {
+                key,
+                points: &decoded.points,
+                annotations: Vec::new(),
+                stored_bytes: 0,
+            })
+        };
+        for request in scan_requests(schema, query) {
+            for row in self.store().scan(&schema.data_table, &request)? {
+                let row = row?;
+                // Buffered rows sorting before this one (not stored yet) go first.
+                while let Some(entry) = buffered.first_entry() {
+                    if entry.key().as_slice() >= row.key.as_slice() {
+                        break;
+                    }
+                    let (key, points) = entry.remove_entry();
+                    visit_buffered(&key, &points, &mut visit)?;
+                }
+                let extra = buffered.remove(&row.key);
+                let annotations: Vec<(&[u8], &[u8])> = row
+                    .cells
+                    .iter()
+                    .filter(|c| c.family == DATA_FAMILY && is_annotation_qualifier(&c.qualifier))
+                    .map(|c| (c.qualifier.as_slice(), c.value.as_slice()))
+                    .collect();
+                let mut data = row.cells.iter().filter(|c| {
+                    c.family == DATA_FAMILY && compact::is_data_qualifier(&c.qualifier)
+                });
+                let stored_bytes = stored_bytes(&row);
+                // Fast path: one cell (the compacted form), already in order.
+                let single = match (data.next(), data.next(), &extra) {
+                    (Some(cell), None, None) => {
+                        scratch.clear();
+                        compact::decode_cell(&cell.qualifier, &cell.value, &mut scratch)?;
+                        strictly_ordered(&scratch)
+                    }
+                    _ => false,
+                };
+                if single {
+                    visit(RowView {
+                        key: &row.key,
+                        points: &scratch,
+                        annotations,
+                        stored_bytes,
+                    })?;
+                } else {
+                    let decoded = rows::decode_row(Some(&row), extra.as_deref().unwrap_or(&[]))?;
+                    visit(RowView {
+                        key: &row.key,
+                        points: &decoded.points,
+                        annotations,
+                        stored_bytes,
+                    })?;
+                }
+            }
+        }
+        for (key, points) in buffered {
+            visit_buffered(&key, &points, &mut visit)?;
+        }
+        Ok(())
+    }
+
+    /// Every series of `query.metric` having all of `query.tags`, with its points between
+    /// `query.start_secs` and `query.end_secs` (inclusive, in seconds), stored or buffered.
+    pub fn read_series(&self, query: &RowQuery) -> Result<Vec<SeriesPoints>> {
+        let schema = &self.settings().schema;
+        let start_ms = query.start_secs.saturating_mul(1000);
+        let end_ms = query.end_secs.saturating_mul(1000).saturating_add(999);
         let mut by_series: BTreeMap<SeriesKey, Vec<(i64, Value)>> = BTreeMap::new();
-        let mut add = |key: &[u8], points: Vec<Point>| -> Result<()> {
-            let row = decode_row_key(schema, key)?;
-            let out = by_series.entry(row.series).or_default();
-            for p in points {
-                let t = p.qualifier.timestamp_ms(row.base_time);
+        self.visit_rows(query, |row| {
+            let key = decode_row_key(schema, row.key)?;
+            let out = by_series.entry(key.series).or_default();
+            for p in row.points {
+                let t = p.qualifier.timestamp_ms(key.base_time);
                 if t >= start_ms && t <= end_ms {
                     out.push((t, p.value()));
                 }
             }
             Ok(())
-        };
-        for row in scan_rows(self.store().as_ref(), schema, query)? {
-            let extra = buffered.remove(&row.key).unwrap_or_default();
-            let decoded = rows::decode_row(Some(&row), &extra)?;
-            add(&row.key, decoded.points)?;
-        }
-        for (key, points) in buffered {
-            let decoded = rows::decode_row(None, &points)?;
-            add(&key, decoded.points)?;
-        }
+        })?;
         Ok(by_series
             .into_iter()
             .filter(|(_, p)| !p.is_empty())

@@ -5,11 +5,12 @@ mod common;
 
 use hourglass_core::value::Value;
 use hourglass_engine::IncomingPoint;
+use hourglass_engine::Tsdb;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::DownsampleSpec;
 use hourglass_engine::query::filter::TagFilter;
-use hourglass_engine::query::plan::{SubQuery, run};
-use hourglass_engine::query::rate::{Num, RateOptions};
+use hourglass_engine::query::plan::{GroupResult, Limits, RunOptions, SubQuery, run};
+use hourglass_engine::query::rate::Num;
 
 const START: i64 = 1356998400000;
 const END: i64 = 1357041600000;
@@ -36,15 +37,13 @@ fn load(db: &hourglass_engine::Tsdb) {
 }
 
 fn sub(agg: &str) -> SubQuery {
-    SubQuery {
-        aggregator: Aggregator::parse(agg).unwrap(),
-        metric: "sys.cpu.user".into(),
-        downsample: None,
-        rate: false,
-        rate_options: RateOptions::default(),
-        filters: vec![],
-        explicit_tags: false,
-    }
+    SubQuery::new(Aggregator::parse(agg).unwrap(), "sys.cpu.user")
+}
+
+fn go(db: &Tsdb, q: &SubQuery) -> Vec<GroupResult> {
+    run(db, START, END, q, &RunOptions::default())
+        .unwrap()
+        .groups
 }
 
 #[test]
@@ -53,7 +52,7 @@ fn standard_fixture_through_the_pipeline() {
         let db = common::open(store, common::auto_create());
         load(&db);
         // Half of it flushed, half still buffered: queries see both.
-        let sum = run(&db, START, END, &sub("sum")).unwrap();
+        let sum = go(&db, &sub("sum"));
         assert_eq!(sum.len(), 1, "{backend}");
         assert_eq!(sum[0].dps.len(), 300, "{backend}");
         assert!(
@@ -66,7 +65,7 @@ fn standard_fixture_through_the_pipeline() {
 
         let mut by_host = sub("sum");
         by_host.filters = vec![TagFilter::from_legacy("host", "*", true).unwrap()];
-        let groups = run(&db, START, END, &by_host).unwrap();
+        let groups = go(&db, &by_host);
         assert_eq!(groups.len(), 2, "{backend}");
         assert_eq!(
             groups[0].tags.get("host").map(String::as_str),
@@ -76,7 +75,7 @@ fn standard_fixture_through_the_pipeline() {
 
         let mut rate = sub("sum");
         rate.rate = true;
-        let r = run(&db, START, END, &rate).unwrap();
+        let r = go(&db, &rate);
         assert_eq!(r[0].dps.len(), 299, "{backend}");
         assert!(
             r[0].dps.iter().all(|(_, v)| *v == Num::Float(0.0)),
@@ -85,12 +84,12 @@ fn standard_fixture_through_the_pipeline() {
 
         let mut ds = sub("sum");
         ds.downsample = Some(DownsampleSpec::parse("1m-avg").unwrap());
-        let d = run(&db, START, END, &ds).unwrap();
+        let d = go(&db, &ds);
         assert_eq!(d[0].dps.len(), 151, "{backend}");
 
         let mut only = sub("sum");
         only.filters = vec![TagFilter::new("literal_or", "host", "web02", false).unwrap()];
-        let o = run(&db, START, END, &only).unwrap();
+        let o = go(&db, &only);
         assert_eq!(o[0].dps[0], (1356998430000, Num::Int(300)));
         assert_eq!(o[0].tags.get("host").map(String::as_str), Some("web02"));
 
@@ -102,8 +101,198 @@ fn standard_fixture_through_the_pipeline() {
                 metric: "nope".into(),
                 ..sub("sum")
             },
+            &RunOptions::default(),
         )
         .unwrap_err();
         assert_eq!(err.to_string(), "No such name for 'metrics': 'nope'");
+    }
+}
+
+fn limited(limits: Limits) -> RunOptions {
+    RunOptions {
+        limits,
+        ..RunOptions::default()
+    }
+}
+
+#[test]
+fn limits_stop_queries_with_the_limit_named() {
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        load(&db);
+        db.flush().unwrap();
+        let err = |limits: Limits| {
+            run(&db, START, END, &sub("sum"), &limited(limits))
+                .unwrap_err()
+                .to_string()
+        };
+        let points = err(Limits {
+            max_points: 100,
+            ..Limits::default()
+        });
+        assert_eq!(
+            points,
+            "Sorry, you have attempted to fetch more than our limit of 100 data points. \
+             Please try filtering using more tags or decrease your time range.",
+            "{backend}"
+        );
+        assert!(
+            err(Limits {
+                max_series: 1,
+                ..Limits::default()
+            })
+            .contains("limit of 1 time series"),
+            "{backend}"
+        );
+        assert!(
+            err(Limits {
+                max_bytes: 100,
+                ..Limits::default()
+            })
+            .contains("MB from storage"),
+            "{backend}"
+        );
+        assert!(
+            err(Limits {
+                max_held_points: 500,
+                ..Limits::default()
+            })
+            .contains("hold more than 500 data points in memory"),
+            "{backend}"
+        );
+        // Downsampling holds buckets, not points: the same cap lets a 1h-avg through.
+        let mut hourly = sub("sum");
+        hourly.downsample = Some(DownsampleSpec::parse("1h-avg").unwrap());
+        let tight = limited(Limits {
+            max_held_points: 500,
+            ..Limits::default()
+        });
+        let groups = run(&db, START, END, &hourly, &tight).unwrap().groups;
+        assert_eq!(groups[0].dps.len(), 3, "{backend}");
+        let timeout = run(
+            &db,
+            START,
+            END,
+            &sub("sum"),
+            &RunOptions {
+                limits: Limits {
+                    timeout: Some(std::time::Duration::ZERO),
+                    ..Limits::default()
+                },
+                started: std::time::Instant::now() - std::time::Duration::from_millis(5),
+                delete: false,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            timeout.kind(),
+            hourglass_engine::ErrorKind::LimitExceeded,
+            "{backend}"
+        );
+        // Within limits the same query answers in full.
+        let ok = run(
+            &db,
+            START,
+            END,
+            &sub("sum"),
+            &limited(Limits {
+                max_points: 600,
+                max_series: 2,
+                ..Limits::default()
+            }),
+        )
+        .unwrap();
+        assert_eq!(ok.groups[0].dps.len(), 300, "{backend}");
+        assert_eq!(ok.stats.points, 600, "{backend}");
+        assert_eq!(ok.stats.series, 2, "{backend}");
+    }
+}
+
+#[test]
+fn tsuid_queries_and_deletes() {
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        load(&db);
+        let mut by_host = sub("sum");
+        by_host.filters = vec![TagFilter::from_legacy("host", "*", true).unwrap()];
+        let groups = go(&db, &by_host);
+        let web02 = groups[1].tsuids[0].clone();
+        let mut q = sub("sum");
+        q.metric.clear();
+        q.tsuids = vec![web02.clone()];
+        let g = go(&db, &q);
+        assert_eq!(g.len(), 1, "{backend}");
+        assert_eq!(g[0].metric, "sys.cpu.user");
+        assert_eq!(g[0].dps[0], (1356998430000, Num::Int(300)), "{backend}");
+        assert_eq!(g[0].tsuids, vec![web02.clone()]);
+
+        // Delete web02's points in the first hour but one minute: the row is rewritten.
+        let mut del = sub("sum");
+        del.filters = vec![TagFilter::new("literal_or", "host", "web02", false).unwrap()];
+        let cut = 1356998430000 + 60_000;
+        let deleted = run(
+            &db,
+            START,
+            cut,
+            &del,
+            &RunOptions {
+                delete: true,
+                ..RunOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            deleted.groups[0].dps.len(),
+            3,
+            "{backend}: answers what it deletes"
+        );
+        let left = go(&db, &del);
+        assert_eq!(left[0].dps.len(), 297, "{backend}");
+        assert_eq!(left[0].dps[0].0, cut + 30_000, "{backend}");
+        let web01 = go(&db, &by_host);
+        assert_eq!(web01[0].dps.len(), 300, "{backend}: other series untouched");
+    }
+}
+
+#[test]
+fn calendar_days_in_a_time_zone() {
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        let tags = [("host", "a")];
+        // One point per hour for three days from 2013-01-01T00:00Z.
+        let pts: Vec<IncomingPoint> = (0..72i64)
+            .map(|h| IncomingPoint {
+                metric: "m",
+                timestamp: 1356998400 + h * 3600,
+                value: Value::Int(1),
+                tags: &tags,
+            })
+            .collect();
+        db.add_points(&pts);
+        let denver: hourglass_core::time::Tz = "America/Denver".parse().unwrap();
+        let mut q = SubQuery::new(Aggregator::Sum, "m");
+        q.downsample = Some(
+            DownsampleSpec::parse("1dc-sum")
+                .unwrap()
+                .in_zone(denver, false)
+                .unwrap(),
+        );
+        let g = run(
+            &db,
+            1356998400000,
+            1356998400000 + 72 * 3_600_000 - 1,
+            &q,
+            &RunOptions::default(),
+        )
+        .unwrap()
+        .groups;
+        // Denver is UTC-7: local midnights are at 07:00Z. The first bucket (Dec 31 local,
+        // 7 points) starts before the query and is dropped.
+        let want = vec![
+            (1357023600000, Num::Float(24.0)),
+            (1357110000000, Num::Float(24.0)),
+            (1357196400000, Num::Float(17.0)),
+        ];
+        assert_eq!(g[0].dps, want, "{backend}");
     }
 }

@@ -2,6 +2,7 @@
 //! always have OpenTSDB's shape `{"error":{"code":…,"message":…,"details":…}}`.
 
 mod error;
+mod last;
 mod misc;
 mod put;
 mod query;
@@ -26,6 +27,8 @@ pub(crate) fn router(state: Arc<State>) -> Router {
     Router::new()
         .route("/api/put", any(put::handle))
         .route("/api/query", any(query::handle))
+        .route("/api/query/last", any(last::handle))
+        .route("/api/config/filters", any(misc::filters))
         .route("/api/version", any(misc::version))
         .route("/api/aggregators", any(misc::aggregators))
         .route("/api/config", any(misc::config))

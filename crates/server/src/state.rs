@@ -1,8 +1,9 @@
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hourglass_core::config::Config;
 use hourglass_engine::Tsdb;
+use hourglass_engine::query::plan::Limits;
 use tokio::sync::watch;
 
 use crate::stats::ServerStats;
@@ -18,6 +19,15 @@ pub struct ServerSettings {
     pub max_line_length: usize,
     /// `tsd.http.request.max_body`: largest HTTP request body, in bytes, after decompression.
     pub max_body_bytes: usize,
+    /// Per-query limits: `tsd.query.limits.data_points.default`, `…bytes.default`,
+    /// `…series.default`, `…memory_points` and `tsd.query.timeout` (ms); 0 turns one off.
+    pub query_limits: Limits,
+    /// `tsd.query.limits.bytes.allow_override`: a request's `overrideByteLimit` is honoured.
+    pub allow_byte_limit_override: bool,
+    /// `tsd.query.limits.data_points.allow_override`: `overrideDataPointLimit` is honoured.
+    pub allow_point_limit_override: bool,
+    /// `tsd.http.query.allow_delete`: queries may delete what they match.
+    pub allow_delete: bool,
 }
 
 impl Default for ServerSettings {
@@ -27,6 +37,10 @@ impl Default for ServerSettings {
             diediedie: false,
             max_line_length: 1024,
             max_body_bytes: 256 << 20,
+            query_limits: Limits::default(),
+            allow_byte_limit_override: false,
+            allow_point_limit_override: false,
+            allow_delete: false,
         }
     }
 }
@@ -43,6 +57,24 @@ impl ServerSettings {
             max_body_bytes: c
                 .get_int("tsd.http.request.max_body", d.max_body_bytes as i64)?
                 .max(1024) as usize,
+            query_limits: {
+                let q = d.query_limits;
+                let count = |key: &str, default: u64| -> Result<u64, hourglass_core::Error> {
+                    Ok(c.get_int(key, default as i64)?.max(0) as u64)
+                };
+                let timeout_ms = count("tsd.query.timeout", 0)?;
+                Limits {
+                    max_points: count("tsd.query.limits.data_points.default", q.max_points)?,
+                    max_bytes: count("tsd.query.limits.bytes.default", q.max_bytes)?,
+                    max_series: count("tsd.query.limits.series.default", q.max_series)?,
+                    max_held_points: count("tsd.query.limits.memory_points", q.max_held_points)?,
+                    timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms)),
+                }
+            },
+            allow_byte_limit_override: c.get_bool("tsd.query.limits.bytes.allow_override", false),
+            allow_point_limit_override: c
+                .get_bool("tsd.query.limits.data_points.allow_override", false),
+            allow_delete: c.get_bool("tsd.http.query.allow_delete", false),
         })
     }
 }

@@ -112,6 +112,15 @@ fn percentile_of(name: &str) -> Option<Aggregator> {
 }
 
 impl Aggregator {
+    /// The registered name.
+    pub fn name(self) -> &'static str {
+        NAMES
+            .iter()
+            .copied()
+            .find(|n| Aggregator::parse(n).is_ok_and(|a| a == self))
+            .unwrap_or("none")
+    }
+
     /// Looks an aggregator up by its registered (case-sensitive) name.
     pub fn parse(name: &str) -> Result<Aggregator> {
         let a = match name {

@@ -1,6 +1,10 @@
-//! Downsampling: `interval-function[-fill]` specifications and fixed-interval buckets aligned
-//! to the Unix epoch (OpenTSDB's rules: bucket timestamp = bucket start, values reduced with
-//! the function's floating-point path, fill policies for empty buckets).
+//! Downsampling: `interval-function[-fill]` specifications; fixed-interval buckets aligned
+//! to the Unix epoch or calendar buckets in a time zone (OpenTSDB's rules: bucket timestamp =
+//! bucket start, values reduced with the function's floating-point path, fill policies for
+//! empty buckets).
+
+use hourglass_core::calendar::CalendarInterval;
+use hourglass_core::time::Tz;
 
 use super::aggregator::Aggregator;
 use crate::{Error, Result};
@@ -37,8 +41,10 @@ impl FillPolicy {
 pub struct DownsampleSpec {
     /// Bucket width in ms; 0 reduces the whole query range to one point (`0all`).
     pub interval_ms: i64,
-    /// Calendar buckets in the query's time zone (`1dc`).
-    pub calendar: bool,
+    /// Calendar buckets (`1dc`, or `useCalendar`) in the query's time zone.
+    pub calendar: Option<CalendarInterval>,
+    /// The interval in calendar units, when it reads as one (what `useCalendar` switches to).
+    units: Option<CalendarInterval>,
     pub function: Aggregator,
     pub fill: FillPolicy,
 }
@@ -99,12 +105,14 @@ impl DownsampleSpec {
                 "Invalid downsampling specifier '{spec}': must consist of interval, function, and optional fill policy"
             )));
         }
-        let (interval_ms, calendar) = if parts[0].contains("all") {
-            (0, false)
+        let (interval_ms, calendar, units) = if parts[0].contains("all") {
+            (0, false, None)
         } else if let Some(d) = parts[0].strip_suffix('c') {
-            (parse_duration(d)?, true)
+            let ms = parse_duration(d)?;
+            (ms, true, Some(CalendarInterval::parse(d, Tz::UTC)?))
         } else {
-            (parse_duration(parts[0])?, false)
+            let units = CalendarInterval::parse(parts[0], Tz::UTC).ok();
+            (parse_duration(parts[0])?, false, units)
         };
         let function = Aggregator::parse(parts[1])
             .map_err(|_| Error::invalid(format!("No such downsampling function: {}", parts[1])))?;
@@ -119,68 +127,203 @@ impl DownsampleSpec {
         };
         Ok(DownsampleSpec {
             interval_ms,
-            calendar,
+            calendar: if calendar { units } else { None },
+            units,
             function,
             fill,
         })
     }
 
-    /// Downsamples one series' points (time-ordered, ms) with fixed epoch-aligned buckets.
-    /// `window` is the scan window `[start, end)` in ms over which fill policies emit every
-    /// bucket; `query` is the user's `[start, end)` used by `0all`.
+    /// Fixed buckets of `interval_ms` aligned to the epoch.
+    pub fn fixed(interval_ms: i64, function: Aggregator, fill: FillPolicy) -> DownsampleSpec {
+        DownsampleSpec {
+            interval_ms,
+            calendar: None,
+            units: None,
+            function,
+            fill,
+        }
+    }
+
+    /// Places calendar buckets in `tz`; `use_calendar` (the request's `useCalendar`) turns
+    /// them on for a spec written without `c`.
+    pub fn in_zone(mut self, tz: Tz, use_calendar: bool) -> Result<DownsampleSpec> {
+        if self.interval_ms == 0 {
+            return Ok(self);
+        }
+        if self.calendar.is_some() || use_calendar {
+            let mut units = self.units.ok_or_else(|| {
+                Error::invalid(format!(
+                    "Invalid calendar interval: {} ms",
+                    self.interval_ms
+                ))
+            })?;
+            units.tz = tz;
+            self.calendar = Some(units);
+        }
+        Ok(self)
+    }
+
+    /// Downsamples one series' points (time-ordered, ms). `window` is the scan window
+    /// `[start, end)` in ms over which fill policies emit every bucket; `query` is the
+    /// user's `[start, end)` used by `0all`.
     pub fn apply(
         &self,
         points: &[(i64, f64)],
         window: (i64, i64),
         query: (i64, i64),
     ) -> Result<Vec<(i64, f64)>> {
-        if self.interval_ms == 0 {
-            let values: Vec<f64> = points
-                .iter()
-                .filter(|(t, _)| *t >= query.0 && *t < query.1)
-                .map(|(_, v)| *v)
-                .collect();
-            return Ok(if values.is_empty() {
+        let mut d = Downsampler::new(*self, query);
+        for (t, v) in points {
+            d.push(*t, *v);
+        }
+        d.finish(window, u64::MAX)
+    }
+}
+
+/// Downsampling one series as its points arrive (in time order): only the current bucket's
+/// values and the finished buckets are held.
+#[derive(Debug)]
+pub struct Downsampler {
+    spec: DownsampleSpec,
+    query: (i64, i64),
+    /// The current bucket, `[start, end)`.
+    bucket: Option<(i64, i64)>,
+    values: Vec<f64>,
+    out: Vec<(i64, f64)>,
+}
+
+impl Downsampler {
+    pub fn new(spec: DownsampleSpec, query: (i64, i64)) -> Downsampler {
+        Downsampler {
+            spec,
+            query,
+            bucket: None,
+            values: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Adds the next point (times must not go back); returns how many buckets it closed.
+    pub fn push(&mut self, t: i64, v: f64) -> usize {
+        if self.spec.interval_ms == 0 {
+            if t >= self.query.0 && t < self.query.1 {
+                self.values.push(v);
+            }
+            return 0;
+        }
+        let mut closed = 0;
+        match self.bucket {
+            Some((_, end)) if t < end => {}
+            previous => {
+                closed = self.close();
+                self.bucket = Some(self.bucket_of(t, previous));
+            }
+        }
+        self.values.push(v);
+        closed
+    }
+
+    fn bucket_of(&self, t: i64, previous: Option<(i64, i64)>) -> (i64, i64) {
+        match (&self.spec.calendar, previous) {
+            (Some(cal), Some((_, mut end))) if t >= end => {
+                // Step on from the last bucket, as OpenTSDB does.
+                let mut start = end;
+                while t >= end {
+                    start = end;
+                    let next = cal.next(end);
+                    if next <= end {
+                        break;
+                    }
+                    end = next;
+                }
+                (start, end)
+            }
+            (Some(cal), _) => {
+                let start = cal.floor(t);
+                (start, cal.next(start).max(start + 1))
+            }
+            (None, _) => {
+                let start = t - t.rem_euclid(self.spec.interval_ms);
+                (start, start + self.spec.interval_ms)
+            }
+        }
+    }
+
+    fn close(&mut self) -> usize {
+        match self.bucket {
+            Some((start, _)) if !self.values.is_empty() => {
+                self.out
+                    .push((start, self.spec.function.run_double(&self.values)));
+                self.values.clear();
+                1
+            }
+            _ => 0,
+        }
+    }
+
+    fn align(&self, t: i64) -> i64 {
+        match &self.spec.calendar {
+            Some(cal) => cal.floor(t),
+            None => t - t.rem_euclid(self.spec.interval_ms),
+        }
+    }
+
+    fn next_bucket(&self, start: i64) -> i64 {
+        match &self.spec.calendar {
+            Some(cal) => cal.next(start),
+            None => start + self.spec.interval_ms,
+        }
+    }
+
+    /// The buckets. With a fill policy every bucket of the scan `window` `[start, end)` is
+    /// present, empty ones filled; more than `max_buckets` of them is an error.
+    pub fn finish(mut self, window: (i64, i64), max_buckets: u64) -> Result<Vec<(i64, f64)>> {
+        if self.spec.interval_ms == 0 {
+            return Ok(if self.values.is_empty() {
                 Vec::new()
             } else {
-                vec![(query.0, self.function.run_double(&values))]
+                vec![(self.query.0, self.spec.function.run_double(&self.values))]
             });
         }
-        let align = |t: i64| t - t.rem_euclid(self.interval_ms);
-        let mut out: Vec<(i64, f64)> = Vec::new();
-        let mut i = 0;
-        let mut values = Vec::new();
-        let fill_value = |out: &mut Vec<(i64, f64)>, bucket: i64| -> Result<()> {
-            match self.fill {
-                FillPolicy::None => {}
-                FillPolicy::Zero => out.push((bucket, 0.0)),
-                FillPolicy::Nan | FillPolicy::Null => out.push((bucket, f64::NAN)),
-                FillPolicy::Scalar => return Err(Error::invalid("unhandled fill policy")),
-            }
-            Ok(())
+        self.close();
+        let fill = match self.spec.fill {
+            FillPolicy::None => return Ok(self.out),
+            FillPolicy::Zero => 0.0,
+            FillPolicy::Nan | FillPolicy::Null => f64::NAN,
+            FillPolicy::Scalar => f64::NAN,
         };
-        let mut next_fill = align(window.0);
-        while i < points.len() {
-            let bucket = align(points[i].0);
-            values.clear();
-            while i < points.len() && align(points[i].0) == bucket {
-                values.push(points[i].1);
-                i += 1;
+        let mut filled = Vec::with_capacity(self.out.len());
+        let mut have = self.out.iter().copied().peekable();
+        let stop = self.align(window.1);
+        let mut bucket = self.align(window.0);
+        let mut count = 0u64;
+        while bucket < stop {
+            while let Some(p) = have.next_if(|p| p.0 < bucket) {
+                filled.push(p);
             }
-            while next_fill < bucket {
-                fill_value(&mut out, next_fill)?;
-                next_fill += self.interval_ms;
+            match have.next_if(|p| p.0 == bucket) {
+                Some(p) => filled.push(p),
+                None if self.spec.fill == FillPolicy::Scalar => {
+                    return Err(Error::invalid("unhandled fill policy"));
+                }
+                None => filled.push((bucket, fill)),
             }
-            out.push((bucket, self.function.run_double(&values)));
-            next_fill = bucket + self.interval_ms;
+            count += 1;
+            if count > max_buckets {
+                return Err(Error::LimitExceeded(format!(
+                    "Sorry, this query would fill more than {max_buckets} downsampling buckets. \
+                     Please use a wider interval or decrease your time range."
+                )));
+            }
+            let next = self.next_bucket(bucket);
+            if next <= bucket {
+                break;
+            }
+            bucket = next;
         }
-        if self.fill != FillPolicy::None {
-            while next_fill < align(window.1) {
-                fill_value(&mut out, next_fill)?;
-                next_fill += self.interval_ms;
-            }
-        }
-        Ok(out)
+        filled.extend(have);
+        Ok(filled)
     }
 }
 
@@ -192,7 +335,7 @@ mod tests {
     fn parses_specs_with_opentsdb_messages() {
         let s = DownsampleSpec::parse("1m-avg").unwrap();
         assert_eq!(
-            (s.interval_ms, s.calendar, s.function, s.fill),
+            (s.interval_ms, s.calendar.is_some(), s.function, s.fill),
             (60_000, false, Aggregator::Avg, FillPolicy::None)
         );
         assert_eq!(
@@ -203,7 +346,7 @@ mod tests {
             DownsampleSpec::parse("1dc-sum-NaN").unwrap().fill,
             FillPolicy::Nan
         );
-        assert!(DownsampleSpec::parse("1dc-sum").unwrap().calendar);
+        assert!(DownsampleSpec::parse("1dc-sum").unwrap().calendar.is_some());
         assert_eq!(DownsampleSpec::parse("0all-max").unwrap().interval_ms, 0);
         assert_eq!(DownsampleSpec::parse("500ms-min").unwrap().interval_ms, 500);
         assert_eq!(
@@ -334,7 +477,7 @@ mod properties {
             func in prop::sample::select(vec!["sum", "avg", "min", "max", "count", "dev", "p90"]),
         ) {
             let pts: Vec<(i64, f64)> = points.into_iter().collect();
-            let spec = DownsampleSpec { interval_ms: interval, calendar: false, function: Aggregator::parse(func).unwrap(), fill: FillPolicy::None };
+            let spec = DownsampleSpec::fixed(interval, Aggregator::parse(func).unwrap(), FillPolicy::None);
             let out = spec.apply(&pts, (0, 10_000_000), (0, 10_000_000)).unwrap();
             let mut naive = std::collections::BTreeMap::<i64, Vec<f64>>::new();
             for (t, v) in &pts {

@@ -43,6 +43,41 @@ pub const TYPES: &[&str] = &[
     "wildcard",
 ];
 
+/// What `/api/config/filters` says of a filter type: (description, examples), OpenTSDB's
+/// texts.
+pub fn describe(type_name: &str) -> Option<(&'static str, String)> {
+    const LITERAL: &str = "Accepts one or more exact values and matches if the series contains any of them. Multiple values can be included and must be separated by the | (pipe) character. The filter is case sensitive and will not allow characters that TSDB does not allow at write time.";
+    const ILITERAL: &str = "Accepts one or more exact values and matches if the series contains any of them. Multiple values can be included and must be separated by the | (pipe) character. The filter is case insensitive and will not allow characters that TSDB does not allow at write time.";
+    const NOT_LITERAL: &str = "Accepts one or more exact values and matches if the series does NOT contain any of them. Multiple values can be included and must be separated by the | (pipe) character. The filter is case sensitive and will not allow characters that TSDB does not allow at write time.";
+    const NOT_ILITERAL: &str = "Accepts one or more exact values and matches if the series does NOT contain any of them. Multiple values can be included and must be separated by the | (pipe) character. The filter is case insensitive and will not allow characters that TSDB does not allow at write time.";
+    const REGEXP: &str = "Provides full, POSIX compliant regular expression using the built in Java Pattern class. Note that an expression containing curly braces {} will not parse properly in URLs. If the pattern is not a valid regular expression then an exception will be raised.";
+    const WILDCARD: &str = "Performs pre, post and in-fix glob matching of values. The globs are case sensitive and multiple wildcards can be used. The wildcard character is the * (asterisk). At least one wildcard must be present in the filter value. A wildcard by itself can be used as well to match on any value for the tag key.";
+    const IWILDCARD: &str = "Performs pre, post and in-fix glob matching of values. The globs are case insensitive and multiple wildcards can be used. The wildcard character is the * (asterisk). Case insensitivity is achieved by dropping all values to lower case. At least one wildcard must be present in the filter value. A wildcard by itself can be used as well to match on any value for the tag key.";
+    let literal_examples = |t: &str| {
+        format!(
+            "host={t}(web01),  host={t}(web01|web02|web03)  {{\"type\":\"{t}\",\"tagk\":\"host\",\"filter\":\"web01|web02|web03\",\"groupBy\":false}}"
+        )
+    };
+    let wildcard_examples = |t: &str| {
+        format!(
+            "host={t}(web*),  host={t}(web*.tsdb.net)  {{\"type\":\"{t}\",\"tagk\":\"host\",\"filter\":\"web*.tsdb.net\",\"groupBy\":false}}"
+        )
+    };
+    Some(match type_name {
+        "literal_or" => (LITERAL, literal_examples(type_name)),
+        "iliteral_or" => (ILITERAL, literal_examples(type_name)),
+        "not_literal_or" => (NOT_LITERAL, literal_examples(type_name)),
+        "not_iliteral_or" => (NOT_ILITERAL, literal_examples(type_name)),
+        "wildcard" => (WILDCARD, wildcard_examples(type_name)),
+        "iwildcard" => (IWILDCARD, wildcard_examples(type_name)),
+        "regexp" => (
+            REGEXP,
+            "host=regexp(.*)  {\"type\":\"regexp\",\"tagk\":\"host\",\"filter\":\".*\",\"groupBy\":false}".to_string(),
+        ),
+        _ => return None,
+    })
+}
+
 impl TagFilter {
     /// A filter from its type name and expression.
     pub fn new(type_name: &str, tagk: &str, expression: &str, group_by: bool) -> Result<TagFilter> {

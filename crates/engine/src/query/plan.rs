@@ -1,30 +1,165 @@
-//! Running one sub-query: resolve names, read the metric's series (stored and buffered),
-//! filter, group, then per series downsample and rate, then aggregate each group.
+//! Running one sub-query: resolve names, stream the metric's rows (stored and buffered)
+//! through per-series state (raw points, or downsampling as they arrive), filter and group,
+//! then per series rate, then aggregate each group. Limits on points, bytes, series, memory
+//! and time are checked as rows arrive, so a runaway query stops early.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
-use hourglass_core::uid::{Uid, UidKind};
+use hourglass_core::annotation::decode_qualifier;
+use hourglass_core::compact::{self, Point};
+use hourglass_core::rowkey::decode_row_key;
+use hourglass_core::schema::DATA_FAMILY;
+use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
 use hourglass_core::value::Value;
+use hourglass_storage::{Mutation, RowMutation, ScanRequest};
 
 use super::aggregate::{aggregate, aggregate_rates};
 use super::aggregator::Aggregator;
-use super::downsample::{DownsampleSpec, FillPolicy};
+use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
 use super::rate::{Num, RateOptions, rates};
+use crate::read::RowView;
 use crate::scan::RowQuery;
-use crate::{Result, Tsdb};
+use crate::{Error, Result, Tsdb};
 
 /// One sub-query of a request.
 #[derive(Debug, Clone)]
 pub struct SubQuery {
     pub aggregator: Aggregator,
+    /// The metric's name; empty when `tsuids` names the series.
     pub metric: String,
+    /// Series by TSUID (hex); all must share one metric.
+    pub tsuids: Vec<String>,
     pub downsample: Option<DownsampleSpec>,
+    /// The downsampling specification as written.
+    pub downsample_text: Option<String>,
     pub rate: bool,
     pub rate_options: RateOptions,
     pub filters: Vec<TagFilter>,
     /// Only series with exactly the filtered tag keys.
     pub explicit_tags: bool,
+}
+
+impl SubQuery {
+    /// A sub-query of `metric` with the aggregator and nothing else.
+    pub fn new(aggregator: Aggregator, metric: &str) -> SubQuery {
+        SubQuery {
+            aggregator,
+            metric: metric.to_string(),
+            tsuids: Vec::new(),
+            downsample: None,
+            downsample_text: None,
+            rate: false,
+            rate_options: RateOptions::default(),
+            filters: Vec::new(),
+            explicit_tags: false,
+        }
+    }
+}
+
+/// What one query may consume; 0 means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Data points read from storage (`tsd.query.limits.data_points.default`).
+    pub max_points: u64,
+    /// Bytes read from storage (`tsd.query.limits.bytes.default`).
+    pub max_bytes: u64,
+    /// Series matched (`tsd.query.limits.series.default`).
+    pub max_series: u64,
+    /// Points held in memory at once: raw points kept for aggregation plus downsampled
+    /// buckets (`tsd.query.limits.memory_points`); this is what bounds a query's heap.
+    pub max_held_points: u64,
+    /// Wall time (`tsd.query.timeout`, ms).
+    pub timeout: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_points: 0,
+            max_bytes: 0,
+            max_series: 0,
+            max_held_points: 50_000_000,
+            timeout: None,
+        }
+    }
+}
+
+const TRY_LESS: &str = "Please try filtering using more tags or decrease your time range.";
+
+impl Limits {
+    /// The same limits measured from a query's start.
+    pub fn deadline(&self, started: Instant) -> Option<Instant> {
+        self.timeout.map(|t| started + t)
+    }
+
+    fn check(&self, stats: &QueryStats, held: u64, deadline: Option<Instant>) -> Result<()> {
+        let exceeded = |m: String| Err(Error::LimitExceeded(m));
+        if self.max_points > 0 && stats.points > self.max_points {
+            return exceeded(format!(
+                "Sorry, you have attempted to fetch more than our limit of {} data points. {TRY_LESS}",
+                self.max_points
+            ));
+        }
+        if self.max_bytes > 0 && stats.bytes > self.max_bytes {
+            let mb = self.max_bytes / 1024 / 1024;
+            let mb = if mb > 0 {
+                mb.to_string()
+            } else {
+                format!("{:?}", self.max_bytes as f64 / 1024.0 / 1024.0)
+            };
+            return exceeded(format!(
+                "Sorry, you have attempted to fetch more than our maximum amount of {mb}MB from storage. {TRY_LESS}"
+            ));
+        }
+        if self.max_series > 0 && stats.series > self.max_series {
+            return exceeded(format!(
+                "Sorry, you have attempted to fetch more than our limit of {} time series. {TRY_LESS}",
+                self.max_series
+            ));
+        }
+        if self.max_held_points > 0 && held > self.max_held_points {
+            return exceeded(format!(
+                "Sorry, this query would hold more than {} data points in memory. \
+                 Please downsample, filter using more tags or decrease your time range.",
+                self.max_held_points
+            ));
+        }
+        if let (Some(deadline), Some(timeout)) = (deadline, self.timeout)
+            && Instant::now() > deadline
+        {
+            return exceeded(format!(
+                "Sorry, the query ran longer than the limit of {} ms. {TRY_LESS}",
+                timeout.as_millis()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a sub-query read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QueryStats {
+    /// Rows visited (stored or buffered).
+    pub rows: u64,
+    /// Data points decoded from those rows.
+    pub points: u64,
+    /// Bytes read from storage.
+    pub bytes: u64,
+    /// Series that passed the filters.
+    pub series: u64,
+    /// Time spent reading rows (decode and per-series work included).
+    pub scan_time: Duration,
+    /// Time spent on rate and cross-series aggregation.
+    pub aggregation_time: Duration,
+}
+
+/// An annotation as stored: its time and its JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAnnotation {
+    pub time_ms: i64,
+    pub json: Vec<u8>,
 }
 
 /// One output series (a group).
@@ -34,14 +169,29 @@ pub struct GroupResult {
     pub tags: BTreeMap<String, String>,
     pub aggregate_tags: Vec<String>,
     pub tsuids: Vec<String>,
+    /// The annotations of the group's series within the query range, by time.
+    pub annotations: Vec<StoredAnnotation>,
     /// Points within the query range (ms).
     pub dps: Vec<(i64, Num)>,
 }
 
-struct NamedSeries {
+/// A sub-query's groups and what it read.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub groups: Vec<GroupResult>,
+    pub stats: QueryStats,
+}
+
+enum Points {
+    Raw(Vec<(i64, Num)>),
+    Downsampled(Downsampler),
+}
+
+struct SeriesState {
     tags: Vec<(Uid, Uid, String, String)>,
     tsuid: String,
-    points: Vec<(i64, Num)>,
+    points: Points,
+    annotations: Vec<StoredAnnotation>,
 }
 
 fn num(v: Value) -> Num {
@@ -51,11 +201,75 @@ fn num(v: Value) -> Num {
     }
 }
 
+/// How a sub-query runs.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    pub limits: Limits,
+    /// When the request began: the timeout counts from here.
+    pub started: Instant,
+    /// Delete the points the query matched, once read (OpenTSDB's `delete`). Rows wholly
+    /// inside `[start, end]` are removed; a row reaching outside keeps its other points.
+    pub delete: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            limits: Limits::default(),
+            started: Instant::now(),
+            delete: false,
+        }
+    }
+}
+
 /// Runs `q` over `[start_ms, end_ms]`.
-pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<GroupResult>> {
+pub fn run(
+    tsdb: &Tsdb,
+    start_ms: i64,
+    end_ms: i64,
+    q: &SubQuery,
+    options: &RunOptions,
+) -> Result<Outcome> {
+    let limits = &options.limits;
+    let deadline = limits.deadline(options.started);
+    if options.delete {
+        // Points still in memory reach the store first, so they are deleted too.
+        tsdb.flush()?;
+    }
+    let mut deletions: Vec<RowMutation> = Vec::new();
+    let scan_started = Instant::now();
     let uids = tsdb.uids();
     let schema = &tsdb.settings().schema;
-    let metric = uids.get_id(UidKind::Metric, &q.metric)?;
+    // Series named by TSUID: one metric, an exact set of tag pairs each.
+    let mut wanted_tsuids: Option<std::collections::HashSet<Vec<u8>>> = None;
+    let (metric, metric_name) = if q.tsuids.is_empty() {
+        (uids.get_id(UidKind::Metric, &q.metric)?, q.metric.clone())
+    } else {
+        let mw = usize::from(schema.metric_width);
+        let mut set = std::collections::HashSet::new();
+        let mut first_metric: Option<Vec<u8>> = None;
+        for t in &q.tsuids {
+            let bytes = parse_hex(t)
+                .ok()
+                .filter(|b| b.len() >= mw && (b.len() - mw) % schema.tag_pair_width() == 0);
+            let bytes = bytes.ok_or_else(|| Error::invalid(format!("Invalid TSUID: {t}")))?;
+            match &first_metric {
+                None => first_metric = Some(bytes[..mw].to_vec()),
+                Some(m) if m.as_slice() != &bytes[..mw] => {
+                    return Err(Error::invalid(format!(
+                        "One or more TSUIDs did not share the same metric [{}] [{}]",
+                        hex_upper(m),
+                        hex_upper(&bytes[..mw])
+                    )));
+                }
+                Some(_) => {}
+            }
+            set.insert(bytes[mw..].to_vec());
+        }
+        let metric = Uid::from_bytes(first_metric.as_deref().unwrap_or_default())?;
+        wanted_tsuids = Some(set);
+        (metric, uids.get_name(UidKind::Metric, metric)?)
+    };
     // Every filtered tag key must exist; literal values are resolved (unknown ones are errors,
     // as in OpenTSDB) and a tag key with a single literal is pushed into the row scan.
     let mut tagk_uids: HashMap<&str, Uid> = HashMap::new();
@@ -82,29 +296,14 @@ pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<
     let scan_start = scan_start - scan_start.rem_euclid(3600);
     let scan_end = (end_ms + interval_ms).div_euclid(1000);
     let scan_end = scan_end - scan_end.rem_euclid(3600) + 3599;
-    let read = tsdb.read_series(&RowQuery {
-        metric,
-        start_secs: scan_start,
-        end_secs: scan_end,
-        tags: pushed,
-    })?;
+    let window = (scan_start * 1000, (scan_end + 1) * 1000);
 
     // Filters on one tag key: literal_or ones are ORed together, the others ANDed.
     let mut by_tagk: BTreeMap<&str, Vec<&TagFilter>> = BTreeMap::new();
     for f in &q.filters {
         by_tagk.entry(f.tagk.as_str()).or_default().push(f);
     }
-    let mut series = Vec::new();
-    for s in read {
-        let mut tags = Vec::with_capacity(s.series.tags.len());
-        for (k, v) in &s.series.tags {
-            tags.push((
-                *k,
-                *v,
-                uids.get_name(UidKind::TagKey, *k)?,
-                uids.get_name(UidKind::TagValue, *v)?,
-            ));
-        }
+    let passes = |tags: &[(Uid, Uid, String, String)]| {
         let value_of = |k: &str| tags.iter().find(|t| t.2 == k).map(|t| t.3.as_str());
         let pass = by_tagk.iter().all(|(k, fs)| {
             let v = value_of(k);
@@ -116,23 +315,114 @@ pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<
             (lits.is_empty() || lits.iter().any(|f| f.matches(v)))
                 && others.iter().all(|f| f.matches(v))
         });
-        if !pass || (q.explicit_tags && tags.len() != by_tagk.len()) {
-            continue;
-        }
-        let mut tsuid = metric.to_bytes(schema.metric_width);
-        for (k, v, _, _) in &tags {
-            k.write(schema.tagk_width, &mut tsuid);
-            v.write(schema.tagv_width, &mut tsuid);
-        }
-        let points = s.points.into_iter().map(|(t, v)| (t, num(v))).collect();
-        series.push(NamedSeries {
-            tags,
-            tsuid: hourglass_core::uid::hex_upper(&tsuid),
-            points,
-        });
-    }
+        pass && !(q.explicit_tags && tags.len() != by_tagk.len())
+    };
 
-    // Groups by the values of the group-by tag keys (ordered by UID), or one per series for `none`.
+    let tags_at = schema.tags_offset();
+    let mut index: HashMap<Vec<u8>, Option<usize>, foldhash::fast::RandomState> =
+        HashMap::default();
+    let mut series: Vec<SeriesState> = Vec::new();
+    let mut stats = QueryStats::default();
+    let mut held: u64 = 0;
+    tsdb.visit_rows(
+        &RowQuery {
+            metric,
+            start_secs: scan_start,
+            end_secs: scan_end,
+            tags: pushed,
+        },
+        |row| {
+            stats.rows += 1;
+            stats.points += row.points.len() as u64;
+            stats.bytes += row.stored_bytes as u64;
+            let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
+            let slot = match index.get(tag_bytes) {
+                Some(slot) => *slot,
+                None => {
+                    let key = decode_row_key(schema, row.key)?;
+                    let wanted = wanted_tsuids
+                        .as_ref()
+                        .is_none_or(|set| set.contains(tag_bytes));
+                    let mut tags = Vec::with_capacity(key.series.tags.len());
+                    if wanted {
+                        for (k, v) in &key.series.tags {
+                            tags.push((
+                                *k,
+                                *v,
+                                uids.get_name(UidKind::TagKey, *k)?,
+                                uids.get_name(UidKind::TagValue, *v)?,
+                            ));
+                        }
+                    }
+                    let slot = (wanted && passes(&tags)).then(|| {
+                        let mut tsuid = metric.to_bytes(schema.metric_width);
+                        tsuid.extend_from_slice(tag_bytes);
+                        series.push(SeriesState {
+                            tags,
+                            tsuid: hex_upper(&tsuid),
+                            points: match q.downsample {
+                                Some(ds) => {
+                                    Points::Downsampled(Downsampler::new(ds, (start_ms, end_ms)))
+                                }
+                                None => Points::Raw(Vec::new()),
+                            },
+                            annotations: Vec::new(),
+                        });
+                        series.len() - 1
+                    });
+                    stats.series += u64::from(slot.is_some());
+                    index.insert(tag_bytes.to_vec(), slot);
+                    slot
+                }
+            };
+            if let Some(i) = slot {
+                let base_time = hourglass_core::rowkey::base_time_of(schema, row.key).unwrap_or(0);
+                let s = &mut series[i];
+                let (lo, hi) = (window.0, window.1 - 1);
+                match &mut s.points {
+                    Points::Raw(out) => {
+                        let before = out.len();
+                        out.extend(row.points.iter().filter_map(|p| {
+                            let t = p.qualifier.timestamp_ms(base_time);
+                            (t >= lo && t <= hi).then(|| (t, num(p.value())))
+                        }));
+                        held += (out.len() - before) as u64;
+                    }
+                    Points::Downsampled(d) => {
+                        for p in row.points {
+                            let t = p.qualifier.timestamp_ms(base_time);
+                            if t >= lo && t <= hi {
+                                held += d.push(t, p.value().as_f64()) as u64;
+                            }
+                        }
+                    }
+                }
+                for (qualifier, json) in &row.annotations {
+                    if let Ok(time_ms) = decode_qualifier(base_time, qualifier) {
+                        s.annotations.push(StoredAnnotation {
+                            time_ms,
+                            json: json.to_vec(),
+                        });
+                    }
+                }
+                if options.delete {
+                    deletions.push(RowMutation {
+                        key: row.key.to_vec(),
+                        mutations: deletion(&row, base_time, start_ms, end_ms),
+                    });
+                }
+            }
+            limits.check(&stats, held, deadline)
+        },
+    )?;
+    stats.scan_time = scan_started.elapsed();
+    if !deletions.is_empty() {
+        tsdb.store().mutate_rows(&schema.data_table, &deletions)?;
+    }
+    let aggregation_started = Instant::now();
+
+    // Groups by the values of the group-by tag keys (ordered by UID), or one per series for
+    // `none`; TSUID sub-queries form one group.
     let group_keys: Vec<Uid> = {
         let mut ks: Vec<Uid> = q
             .filters
@@ -144,8 +434,21 @@ pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<
         ks.dedup();
         ks
     };
-    let mut groups: BTreeMap<Vec<Uid>, Vec<NamedSeries>> = BTreeMap::new();
-    for (i, s) in series.into_iter().enumerate() {
+    let budget = if limits.max_held_points == 0 {
+        u64::MAX
+    } else {
+        limits.max_held_points.saturating_sub(held).max(1)
+    };
+    let mut groups: BTreeMap<Vec<Uid>, Vec<(SeriesState, Vec<(i64, Num)>)>> = BTreeMap::new();
+    for (i, mut s) in series.into_iter().enumerate() {
+        let points = match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
+            Points::Raw(p) => p,
+            Points::Downsampled(d) => d
+                .finish(window, budget)?
+                .into_iter()
+                .map(|(t, v)| (t, Num::Float(v)))
+                .collect(),
+        };
         let key = if q.aggregator == Aggregator::None {
             vec![Uid(i as u64)]
         } else {
@@ -154,26 +457,13 @@ pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<
                 .filter_map(|k| s.tags.iter().find(|t| t.0 == *k).map(|t| t.1))
                 .collect()
         };
-        groups.entry(key).or_default().push(s);
+        groups.entry(key).or_default().push((s, points));
     }
 
     let mut out = Vec::with_capacity(groups.len());
     for members in groups.into_values() {
-        let mut processed: Vec<Vec<(i64, Num)>> = Vec::with_capacity(members.len());
-        for s in &members {
-            let mut points = s.points.clone();
-            if let Some(ds) = &q.downsample {
-                let doubles: Vec<(i64, f64)> =
-                    points.iter().map(|(t, v)| (*t, num_f64(*v))).collect();
-                let window = (scan_start * 1000, (scan_end + 1) * 1000);
-                points = ds
-                    .apply(&doubles, window, (start_ms, end_ms))?
-                    .into_iter()
-                    .map(|(t, v)| (t, Num::Float(v)))
-                    .collect();
-            }
-            processed.push(points);
-        }
+        let (members, processed): (Vec<SeriesState>, Vec<Vec<(i64, Num)>>) =
+            members.into_iter().unzip();
         let dps = if q.rate {
             let rate_series: Vec<(f64, Vec<(i64, f64)>)> = processed
                 .iter()
@@ -195,6 +485,7 @@ pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<
         } else {
             aggregate(&processed, q.aggregator)?
         };
+        drop(processed);
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
             .filter(|(t, _)| *t >= start_ms && *t <= end_ms)
@@ -223,15 +514,48 @@ pub fn run(tsdb: &Tsdb, start_ms: i64, end_ms: i64, q: &SubQuery) -> Result<Vec<
         }
         let mut tsuids: Vec<String> = members.iter().map(|s| s.tsuid.clone()).collect();
         tsuids.sort();
+        let mut annotations: Vec<StoredAnnotation> = members
+            .into_iter()
+            .flat_map(|s| s.annotations)
+            .filter(|a| a.time_ms >= start_ms && a.time_ms <= end_ms)
+            .collect();
+        annotations.sort_by_key(|a| a.time_ms);
         out.push(GroupResult {
-            metric: q.metric.clone(),
+            metric: metric_name.clone(),
             tags,
             aggregate_tags,
             tsuids,
+            annotations,
             dps,
         });
     }
-    Ok(out)
+    stats.aggregation_time = aggregation_started.elapsed();
+    Ok(Outcome { groups: out, stats })
+}
+
+/// The mutations deleting a row's points and annotations within `[start_ms, end_ms]`.
+fn deletion(row: &RowView<'_>, base_time: u32, start_ms: i64, end_ms: i64) -> Vec<Mutation> {
+    let inside = |t: i64| t >= start_ms && t <= end_ms;
+    let kept: Vec<Point> = row
+        .points
+        .iter()
+        .copied()
+        .filter(|p| !inside(p.qualifier.timestamp_ms(base_time)))
+        .collect();
+    let kept_annotations: Vec<&(&[u8], &[u8])> = row
+        .annotations
+        .iter()
+        .filter(|(q, _)| decode_qualifier(base_time, q).is_ok_and(|t| !inside(t)))
+        .collect();
+    let mut mutations = vec![Mutation::DeleteRow];
+    if !kept.is_empty() {
+        let (qualifier, value) = compact::encode_cell(&kept);
+        mutations.push(Mutation::set(DATA_FAMILY, qualifier, value));
+    }
+    for (q, v) in kept_annotations {
+        mutations.push(Mutation::set(DATA_FAMILY, q.to_vec(), v.to_vec()));
+    }
+    mutations
 }
 
 fn num_f64(n: Num) -> f64 {
@@ -244,4 +568,54 @@ fn num_f64(n: Num) -> f64 {
 /// Whether a sub-query writes missing values as JSON `null` (fill policy `null`).
 pub fn writes_null(q: &SubQuery) -> bool {
     q.downsample.is_some_and(|d| d.fill == FillPolicy::Null)
+}
+
+/// The global annotations (not tied to a series) between `start_ms` and `end_ms`, by time.
+pub fn global_annotations(
+    tsdb: &Tsdb,
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<Vec<StoredAnnotation>> {
+    let schema = &tsdb.settings().schema;
+    let hour = |ms: i64| {
+        let s = ms.div_euclid(1000);
+        (s - s.rem_euclid(3600)).clamp(0, i64::from(u32::MAX)) as u32
+    };
+    let zero = vec![0u8; usize::from(schema.metric_width)];
+    let mut start = zero.clone();
+    start.extend_from_slice(&hour(start_ms).to_be_bytes());
+    let mut end = zero.clone();
+    match hour(end_ms).checked_add(3600) {
+        Some(stop) => end.extend_from_slice(&stop.to_be_bytes()),
+        None => end.extend_from_slice(&[0xFF; 5]),
+    }
+    let request = ScanRequest {
+        start,
+        end: Some(end),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    for row in tsdb.store().scan(&schema.data_table, &request)? {
+        let row = row?;
+        let Some(base) = row.key.get(zero.len()..zero.len() + 4) else {
+            continue;
+        };
+        if row.key.len() != zero.len() + 4 {
+            continue;
+        }
+        let base_time = u32::from_be_bytes([base[0], base[1], base[2], base[3]]);
+        for c in &row.cells {
+            if let Ok(time_ms) = decode_qualifier(base_time, &c.qualifier)
+                && time_ms >= start_ms
+                && time_ms <= end_ms
+            {
+                out.push(StoredAnnotation {
+                    time_ms,
+                    json: c.value.clone(),
+                });
+            }
+        }
+    }
+    out.sort_by_key(|a| a.time_ms);
+    Ok(out)
 }

@@ -47,7 +47,12 @@ impl IntoResponse for ApiError {
 
 /// A JSON body with OpenTSDB's content type.
 pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
-    let mut resp = (status, body.to_string()).into_response();
+    json_text_response(status, body.to_string())
+}
+
+/// An already serialized JSON body with OpenTSDB's content type.
+pub(crate) fn json_text_response(status: StatusCode, body: String) -> Response {
+    let mut resp = (status, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json; charset=UTF-8"),

@@ -48,6 +48,21 @@ pub(crate) async fn aggregators(method: Method) -> Result<Response, ApiError> {
     ))
 }
 
+pub(crate) async fn filters(method: Method) -> Result<Response, ApiError> {
+    use hourglass_engine::query::filter::{TYPES, describe};
+    get_or_post(&method)?;
+    let mut map = Map::new();
+    for t in TYPES {
+        if let Some((description, examples)) = describe(t) {
+            map.insert(
+                (*t).to_string(),
+                json!({ "examples": examples, "description": description }),
+            );
+        }
+    }
+    Ok(json_response(StatusCode::OK, &Value::Object(map)))
+}
+
 pub(crate) async fn config(
     method: Method,
     Extract(state): Extract<Arc<State>>,

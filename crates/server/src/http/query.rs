@@ -8,18 +8,22 @@ use axum::body::Bytes;
 use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use hourglass_core::time::parse_time;
+use hourglass_core::time::{Tz, parse_time_in, parse_timezone};
+use hourglass_core::value::java_double_text;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::DownsampleSpec;
 use hourglass_engine::query::filter::TagFilter;
-use hourglass_engine::query::plan::{GroupResult, SubQuery, run, writes_null};
+use hourglass_engine::query::plan::{
+    GroupResult, Outcome, RunOptions, StoredAnnotation, SubQuery, global_annotations, run,
+    writes_null,
+};
 use hourglass_engine::query::rate::{Num, RateOptions};
 use hourglass_engine::{Error as EngineError, ErrorKind};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
-use super::error::json_response;
+use super::error::json_text_response;
 use crate::State;
 
 #[derive(Debug, Default, Deserialize)]
@@ -27,10 +31,20 @@ use crate::State;
 struct QueryRequest {
     start: Option<Value>,
     end: Option<Value>,
+    timezone: Option<String>,
+    use_calendar: bool,
     queries: Option<Vec<SubQueryRequest>>,
     ms_resolution: bool,
     #[serde(rename = "showTSUIDs")]
     show_tsuids: bool,
+    no_annotations: bool,
+    global_annotations: bool,
+    show_query: bool,
+    show_stats: bool,
+    show_summary: bool,
+    delete: bool,
+    override_byte_limit: bool,
+    override_data_point_limit: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -38,6 +52,7 @@ struct QueryRequest {
 struct SubQueryRequest {
     aggregator: Option<String>,
     metric: Option<String>,
+    tsuids: Option<Vec<String>>,
     downsample: Option<String>,
     rate: bool,
     rate_options: Option<RateOptionsRequest>,
@@ -69,23 +84,25 @@ fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
 }
 
-fn engine_error(e: EngineError) -> ApiError {
+pub(crate) fn engine_error(e: EngineError) -> ApiError {
     let msg = e.to_string();
     match e.kind() {
         ErrorKind::NotFound | ErrorKind::InvalidInput => {
             ApiError::bad_request(msg.clone()).with_details(msg)
         }
+        ErrorKind::LimitExceeded => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg),
+        ErrorKind::Unavailable => ApiError::new(StatusCode::FAILED_DEPENDENCY, msg),
         _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg),
     }
 }
 
-fn time_of(v: &Value, now_ms: i64) -> Result<i64, ApiError> {
+fn time_of(v: &Value, now_ms: i64, tz: Tz) -> Result<i64, ApiError> {
     let text = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
         _ => return Err(bad("Invalid time")),
     };
-    parse_time(&text, now_ms).map_err(|e| bad(e.to_string()))
+    parse_time_in(&text, now_ms, tz).map_err(|e| bad(e.to_string()))
 }
 
 impl SubQueryRequest {
@@ -96,14 +113,20 @@ impl SubQueryRequest {
             .ok_or_else(|| bad("Missing the aggregation function"))?;
         let aggregator = Aggregator::parse(&agg)
             .map_err(|_| bad(format!("No such aggregation function: {agg}")))?;
-        let metric = self
-            .metric
-            .filter(|m| !m.is_empty())
-            .ok_or_else(|| bad("Missing the metric or tsuids, provide at least one"))?;
-        let downsample = self
-            .downsample
-            .filter(|d| !d.is_empty())
-            .map(|d| DownsampleSpec::parse(&d))
+        let tsuids: Vec<String> = self
+            .tsuids
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .collect();
+        let metric = self.metric.filter(|m| !m.is_empty()).unwrap_or_default();
+        if metric.is_empty() && tsuids.is_empty() {
+            return Err(bad("Missing the metric or tsuids, provide at least one"));
+        }
+        let downsample_text = self.downsample.filter(|d| !d.is_empty());
+        let downsample = downsample_text
+            .as_deref()
+            .map(DownsampleSpec::parse)
             .transpose()
             .map_err(|e| bad(e.to_string()))?;
         let mut filters = Vec::new();
@@ -126,7 +149,9 @@ impl SubQueryRequest {
         Ok(SubQuery {
             aggregator,
             metric,
+            tsuids,
             downsample,
+            downsample_text,
             rate: self.rate,
             rate_options,
             filters,
@@ -163,6 +188,9 @@ fn parse_metric_and_filters(text: &str) -> Result<(String, Vec<TagFilter>), ApiE
 }
 
 fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
+    if m.is_empty() {
+        return Err(bad("The query string was empty"));
+    }
     let parts: Vec<&str> = m.split(':').collect();
     if parts.len() < 2 {
         return Err(bad(format!(
@@ -177,16 +205,16 @@ fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
     let aggregator = Aggregator::parse(parts[0])
         .map_err(|_| bad(format!("No such aggregation function: {}", parts[0])))?;
     let (metric, filters) = parse_metric_and_filters(parts[parts.len() - 1])?;
-    let mut q = SubQuery {
-        aggregator,
-        metric,
-        downsample: None,
-        rate: false,
-        rate_options: RateOptions::default(),
-        filters,
-        explicit_tags: false,
-    };
-    for token in &parts[1..parts.len() - 1] {
+    let mut q = SubQuery::new(aggregator, &metric);
+    q.filters = filters;
+    apply_tokens(&mut q, &parts[1..parts.len() - 1])?;
+    Ok(q)
+}
+
+/// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, explicit_tags
+/// (anything else is ignored, as OpenTSDB does).
+fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
+    for token in tokens {
         if token.to_ascii_lowercase().starts_with("rate") {
             q.rate = true;
             if token.contains('{') {
@@ -194,52 +222,223 @@ fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
             }
         } else if token.starts_with(|c: char| c.is_ascii_digit()) {
             q.downsample = Some(DownsampleSpec::parse(token).map_err(|e| bad(e.to_string()))?);
+            q.downsample_text = Some(token.to_string());
         } else if *token == "explicit_tags" {
             q.explicit_tags = true;
         }
     }
+    Ok(())
+}
+
+/// A GET `tsuid=AGG:[tokens:]TSUID[,TSUID...]` sub-query.
+fn parse_tsuid_param(text: &str) -> Result<SubQuery, ApiError> {
+    if text.is_empty() {
+        return Err(bad("The tsuid query string was empty"));
+    }
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() < 2 {
+        return Err(bad(format!(
+            "Invalid parameter m={text} (not enough :-separated parts)"
+        )));
+    }
+    if parts.len() > 4 {
+        return Err(bad(format!(
+            "Invalid parameter m={text} (too many :-separated parts)"
+        )));
+    }
+    let aggregator = Aggregator::parse(parts[0])
+        .map_err(|_| bad(format!("No such aggregation function: {}", parts[0])))?;
+    let mut q = SubQuery::new(aggregator, "");
+    q.tsuids = parts[parts.len() - 1]
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect();
+    apply_tokens(&mut q, &parts[1..parts.len() - 1])?;
     Ok(q)
 }
 
-fn value_json(v: Num, null_for_nan: bool) -> Value {
+/// What a request asks for besides its sub-queries.
+#[derive(Debug, Default, Clone)]
+struct Flags {
+    ms: bool,
+    arrays: bool,
+    show_tsuids: bool,
+    no_annotations: bool,
+    global_annotations: bool,
+    show_query: bool,
+    show_stats: bool,
+    show_summary: bool,
+    delete: bool,
+    override_bytes: bool,
+    override_points: bool,
+    jsonp: Option<String>,
+}
+
+/// A JSON string literal.
+pub(crate) fn push_str_json(out: &mut String, s: &str) {
+    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+}
+
+/// A value as OpenTSDB writes it: integers as they are, doubles as Java's
+/// `Double.toString`, NaN as `"NaN"` (or `null` under fill policy `null`).
+pub(crate) fn push_num(out: &mut String, v: Num, null_for_nan: bool) {
+    use std::fmt::Write;
     match v {
-        Num::Int(i) => json!(i),
-        Num::Float(f) if f.is_nan() => {
-            if null_for_nan {
-                Value::Null
-            } else {
-                json!("NaN")
-            }
+        Num::Int(i) => {
+            let _ = write!(out, "{i}");
         }
-        Num::Float(f) => json!(f),
+        Num::Float(f) if f.is_nan() && null_for_nan => out.push_str("null"),
+        Num::Float(f) if !f.is_finite() => {
+            out.push('"');
+            out.push_str(&java_double_text(f));
+            out.push('"');
+        }
+        Num::Float(f) => out.push_str(&java_double_text(f)),
     }
 }
 
-fn group_json(g: &GroupResult, ms: bool, arrays: bool, tsuids: bool, null_for_nan: bool) -> Value {
-    let mut o = Map::new();
-    o.insert("metric".into(), json!(g.metric));
-    o.insert("tags".into(), json!(g.tags));
-    o.insert("aggregateTags".into(), json!(g.aggregate_tags));
-    if tsuids {
-        o.insert("tsuids".into(), json!(g.tsuids));
-    }
-    let key = |t: i64| if ms { t } else { t / 1000 };
-    let dps = if arrays {
-        Value::Array(
-            g.dps
-                .iter()
-                .map(|(t, v)| json!([key(*t), value_json(*v, null_for_nan)]))
-                .collect(),
-        )
-    } else {
-        let mut m = Map::new();
-        for (t, v) in &g.dps {
-            m.insert(key(*t).to_string(), value_json(*v, null_for_nan));
+fn annotations_json(list: &[StoredAnnotation]) -> Value {
+    Value::Array(
+        list.iter()
+            .filter_map(|a| serde_json::from_slice::<Value>(&a.json).ok())
+            .collect(),
+    )
+}
+
+/// The `query` object of showQuery: the sub-query as OpenTSDB describes it.
+fn sub_query_json(q: &SubQuery, index: usize) -> Value {
+    let filters: Vec<Value> = q
+        .filters
+        .iter()
+        .map(|f| {
+            json!({
+                "tagk": f.tagk,
+                "filter": f.expression,
+                "group_by": f.group_by,
+                "type": f.type_name,
+            })
+        })
+        .collect();
+    let tags: Map<String, Value> = q
+        .filters
+        .iter()
+        .filter(|f| f.group_by)
+        .map(|f| {
+            (
+                f.tagk.clone(),
+                json!(format!("{}({})", f.type_name, f.expression)),
+            )
+        })
+        .collect();
+    json!({
+        "aggregator": q.aggregator.name(),
+        "metric": q.metric,
+        "tsuids": if q.tsuids.is_empty() { Value::Null } else { json!(q.tsuids) },
+        "downsample": q.downsample_text,
+        "rate": q.rate,
+        "filters": filters,
+        "explicitTags": q.explicit_tags,
+        "index": index,
+        "tags": tags,
+        "rateOptions": if q.rate {
+            json!({
+                "counter": q.rate_options.counter,
+                "counterMax": q.rate_options.counter_max,
+                "resetValue": q.rate_options.reset_value,
+                "dropResets": q.rate_options.drop_resets,
+            })
+        } else {
+            Value::Null
+        },
+    })
+}
+
+fn millis(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+struct Serialized<'a> {
+    flags: &'a Flags,
+    start: i64,
+    end: i64,
+    global: Option<Value>,
+}
+
+impl Serialized<'_> {
+    fn group(&self, out: &mut String, q: &SubQuery, index: usize, o: &Outcome, g: &GroupResult) {
+        let flags = self.flags;
+        out.push_str("{\"metric\":");
+        push_str_json(out, &g.metric);
+        out.push_str(",\"tags\":");
+        out.push_str(&json!(g.tags).to_string());
+        out.push_str(",\"aggregateTags\":");
+        out.push_str(&json!(g.aggregate_tags).to_string());
+        if flags.show_query {
+            out.push_str(",\"query\":");
+            out.push_str(&sub_query_json(q, index).to_string());
         }
-        Value::Object(m)
-    };
-    o.insert("dps".into(), dps);
-    Value::Object(o)
+        if flags.show_tsuids {
+            out.push_str(",\"tsuids\":");
+            out.push_str(&json!(g.tsuids).to_string());
+        }
+        if !flags.no_annotations && !g.annotations.is_empty() {
+            out.push_str(",\"annotations\":");
+            out.push_str(&annotations_json(&g.annotations).to_string());
+        }
+        if let Some(global) = &self.global {
+            out.push_str(",\"globalAnnotations\":");
+            out.push_str(&global.to_string());
+        }
+        out.push_str(",\"dps\":");
+        let null_for_nan = writes_null(q);
+        let key = |t: i64| if flags.ms { t } else { t / 1000 };
+        use std::fmt::Write;
+        if flags.arrays {
+            out.push('[');
+            for (i, (t, v)) in g.dps.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "[{},", key(*t));
+                push_num(out, *v, null_for_nan);
+                out.push(']');
+            }
+            out.push(']');
+        } else {
+            out.push('{');
+            for (i, (t, v)) in g.dps.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "\"{}\":", key(*t));
+                push_num(out, *v, null_for_nan);
+            }
+            out.push('}');
+        }
+        if flags.show_stats {
+            let s = &o.stats;
+            let stats = json!({
+                "queryIndex": index,
+                "rowsPreFilter": s.rows,
+                "dpsPreFilter": s.points,
+                "bytesFetched": s.bytes,
+                "seriesMatched": s.series,
+                "emittedDPs": g.dps.len(),
+                "queryScanTime": millis(s.scan_time),
+                "aggregationTime": millis(s.aggregation_time),
+            });
+            out.push_str(",\"stats\":");
+            out.push_str(&stats.to_string());
+        }
+        out.push('}');
+        let _ = (self.start, self.end);
+    }
+}
+
+/// Query parameters of the URL, in order.
+fn url_params(raw: Option<&str>) -> Vec<(String, String)> {
+    serde_urlencoded::from_str(raw.unwrap_or("")).unwrap_or_default()
 }
 
 pub(crate) async fn handle(
@@ -248,43 +447,66 @@ pub(crate) async fn handle(
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let params: Vec<(String, String)> =
-        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).unwrap_or_default();
+    let params = url_params(raw.as_deref());
     let has = |k: &str| params.iter().any(|(p, _)| p == k);
     let get = |k: &str| params.iter().find(|(p, _)| p == k).map(|(_, v)| v.clone());
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let (start, end, subs, ms, tsuids) = match method {
-        Method::GET => {
+    let now_ms = hourglass_storage::now_ms();
+    let mut flags = Flags {
+        ms: has("ms"),
+        arrays: has("arrays"),
+        show_tsuids: has("show_tsuids"),
+        no_annotations: has("no_annotations"),
+        global_annotations: has("global_annotations"),
+        show_query: has("show_query"),
+        show_stats: has("show_stats"),
+        show_summary: has("show_summary"),
+        delete: method == Method::DELETE,
+        jsonp: get("jsonp").filter(|j| !j.is_empty()),
+        ..Flags::default()
+    };
+    let mut tz = Tz::UTC;
+    let mut use_calendar = false;
+    let (start, end, mut subs) = match method {
+        Method::GET | Method::DELETE if body.iter().all(u8::is_ascii_whitespace) => {
             let start = get("start").ok_or_else(|| bad("Missing parameter <code>start</code>"))?;
-            let start = parse_time(&start, now_ms).map_err(|e| bad(e.to_string()))?;
+            let start = parse_time_in(&start, now_ms, tz).map_err(|e| bad(e.to_string()))?;
             let end = get("end")
-                .map(|e| parse_time(&e, now_ms))
+                .map(|e| parse_time_in(&e, now_ms, tz))
                 .transpose()
                 .map_err(|e| bad(e.to_string()))?;
-            let subs = params
-                .iter()
-                .filter(|(k, _)| k == "m")
-                .map(|(_, m)| parse_m(m))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut subs = Vec::new();
+            for (k, v) in &params {
+                match k.as_str() {
+                    "m" => subs.push(parse_m(v)?),
+                    "tsuid" => subs.push(parse_tsuid_param(v)?),
+                    _ => {}
+                }
+            }
             if subs.is_empty() {
                 return Err(bad("Missing sub queries"));
             }
-            (start, end, subs, has("ms"), has("show_tsuids"))
+            (start, end, subs)
         }
-        Method::POST => {
+        Method::POST | Method::DELETE => {
             if body.iter().all(u8::is_ascii_whitespace) {
                 return Err(bad("Missing message content"));
             }
             let req: QueryRequest = serde_json::from_slice(&body)
                 .map_err(|e| bad("Unable to parse the given JSON").with_details(e.to_string()))?;
+            if let Some(name) = req.timezone.as_deref().filter(|n| !n.is_empty()) {
+                tz = parse_timezone(name).map_err(|e| bad(e.to_string()))?;
+            }
+            use_calendar = req.use_calendar;
             let start = req
                 .start
                 .as_ref()
                 .ok_or_else(|| bad("Missing start time"))?;
-            let start = time_of(start, now_ms)?;
-            let end = req.end.as_ref().map(|e| time_of(e, now_ms)).transpose()?;
+            let start = time_of(start, now_ms, tz)?;
+            let end = req
+                .end
+                .as_ref()
+                .map(|e| time_of(e, now_ms, tz))
+                .transpose()?;
             let queries = req.queries.unwrap_or_default();
             if queries.is_empty() {
                 return Err(bad("Missing queries"));
@@ -293,34 +515,109 @@ pub(crate) async fn handle(
                 .into_iter()
                 .map(SubQueryRequest::into_sub)
                 .collect::<Result<Vec<_>, _>>()?;
-            (
-                start,
-                end,
-                subs,
-                req.ms_resolution || has("ms"),
-                req.show_tsuids || has("show_tsuids"),
-            )
+            flags.ms |= req.ms_resolution;
+            flags.show_tsuids |= req.show_tsuids;
+            flags.no_annotations |= req.no_annotations;
+            flags.global_annotations |= req.global_annotations;
+            flags.show_query |= req.show_query;
+            flags.show_stats |= req.show_stats;
+            flags.show_summary |= req.show_summary;
+            flags.delete |= req.delete;
+            flags.override_bytes = req.override_byte_limit;
+            flags.override_points = req.override_data_point_limit;
+            (start, end, subs)
         }
         other => return Err(ApiError::method_not_allowed(&other)),
     };
+    if flags.delete && !state.settings.allow_delete {
+        return Err(bad("Bad request")
+            .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
+    }
     let end = end.unwrap_or(now_ms);
     if end <= start {
         return Err(bad(format!(
             "End time [{end}] must be greater than the start time [{start}]"
         )));
     }
-    let arrays = has("arrays");
+    for q in &mut subs {
+        if let Some(ds) = q.downsample {
+            q.downsample = Some(ds.in_zone(tz, use_calendar).map_err(engine_error)?);
+        }
+    }
+    // Duplicate sub-queries are answered once, as OpenTSDB does.
+    let mut unique: Vec<SubQuery> = Vec::with_capacity(subs.len());
+    for q in subs {
+        if !unique.iter().any(|u| same_query(u, &q)) {
+            unique.push(q);
+        }
+    }
+    let mut limits = state.settings.query_limits;
+    if flags.override_bytes && state.settings.allow_byte_limit_override {
+        limits.max_bytes = 0;
+    }
+    if flags.override_points && state.settings.allow_point_limit_override {
+        limits.max_points = 0;
+    }
+    let options = RunOptions {
+        limits,
+        started: std::time::Instant::now(),
+        delete: flags.delete,
+    };
     let tsdb = Arc::clone(&state.tsdb);
-    let results = tokio::task::spawn_blocking(move || -> Result<Vec<Value>, ApiError> {
-        let mut out = Vec::new();
-        for q in &subs {
-            let groups = run(&tsdb, start, end, q).map_err(engine_error)?;
-            let null_for_nan = writes_null(q);
-            out.extend(
-                groups
-                    .iter()
-                    .map(|g| group_json(g, ms, arrays, tsuids, null_for_nan)),
-            );
+    let body = tokio::task::spawn_blocking(move || -> Result<String, ApiError> {
+        let global = if flags.global_annotations && !flags.no_annotations {
+            let list = global_annotations(&tsdb, start, end).map_err(engine_error)?;
+            (!list.is_empty()).then(|| annotations_json(&list))
+        } else {
+            None
+        };
+        let ser = Serialized {
+            flags: &flags,
+            start,
+            end,
+            global,
+        };
+        let mut out = String::with_capacity(4096);
+        if let Some(f) = &flags.jsonp {
+            out.push_str(f);
+            out.push('(');
+        }
+        out.push('[');
+        let mut first = true;
+        let (mut points, mut raw) = (0u64, 0u64);
+        let (mut storage, mut aggregation) = (0.0, 0.0);
+        for (index, q) in unique.iter().enumerate() {
+            let outcome = run(&tsdb, start, end, q, &options).map_err(engine_error)?;
+            raw += outcome.stats.points;
+            storage += millis(outcome.stats.scan_time);
+            aggregation += millis(outcome.stats.aggregation_time);
+            for g in &outcome.groups {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                points += g.dps.len() as u64;
+                ser.group(&mut out, q, index, &outcome, g);
+            }
+        }
+        if flags.show_summary {
+            if !first {
+                out.push(',');
+            }
+            let total = millis(options.started.elapsed());
+            let summary = json!({"statsSummary": {
+                "datapoints": points,
+                "rawDatapoints": raw,
+                "aggregationTime": aggregation,
+                "storageTime": storage,
+                "serializationTime": (total - storage - aggregation).max(0.0),
+                "timeTotal": total,
+            }});
+            out.push_str(&summary.to_string());
+        }
+        out.push(']');
+        if flags.jsonp.is_some() {
+            out.push(')');
         }
         Ok(out)
     })
@@ -331,5 +628,10 @@ pub(crate) async fn handle(
             format!("query failed: {e}"),
         )
     })??;
-    Ok(json_response(StatusCode::OK, &Value::Array(results)))
+    Ok(json_text_response(StatusCode::OK, body))
+}
+
+/// Whether two sub-queries ask for the same thing.
+fn same_query(a: &SubQuery, b: &SubQuery) -> bool {
+    format!("{a:?}") == format!("{b:?}")
 }

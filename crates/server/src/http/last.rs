@@ -1,0 +1,298 @@
+//! `/api/query/last`: the newest point of series named by metric and tags (every series
+//! having those tags) or by TSUID, looking back `backScan` hours from now.
+//!
+//! OpenTSDB answers `backScan: 0` from its meta-data counters; without them it finds nothing.
+//! Here `backScan: 0` looks back [`DEFAULT_BACK_SCAN_HOURS`] instead, so the endpoint works
+//! without meta tracking.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State as Extract};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use hourglass_core::rowkey::base_time_of;
+use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
+use hourglass_core::value::{Value as Stored, java_double_text};
+use hourglass_engine::Tsdb;
+use hourglass_engine::scan::RowQuery;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::ApiError;
+use super::error::json_response;
+use super::query::engine_error;
+use crate::State;
+
+/// How far `backScan: 0` looks back, in hours.
+pub(crate) const DEFAULT_BACK_SCAN_HOURS: i64 = 24;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+struct LastRequest {
+    queries: Vec<LastSubQuery>,
+    resolve_names: bool,
+    back_scan: i64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct LastSubQuery {
+    metric: Option<String>,
+    tags: HashMap<String, String>,
+    tsuids: Vec<String>,
+}
+
+/// What to look for: a metric and tag pairs every series must have, or exact series.
+enum Wanted {
+    Tags {
+        metric: String,
+        tags: HashMap<String, String>,
+    },
+    Tsuid(String),
+}
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::bad_request(msg)
+}
+
+/// `metric{k=v,...}` of a GET `timeseries=` parameter.
+fn parse_timeseries(text: &str) -> Result<Wanted, ApiError> {
+    let (metric, tags) = match text.split_once('{') {
+        None => (text, ""),
+        Some((m, rest)) => (
+            m,
+            rest.strip_suffix('}')
+                .ok_or_else(|| bad(format!("Missing '}}' at the end of: {text}")))?,
+        ),
+    };
+    let mut map = HashMap::new();
+    for pair in tags.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| bad(format!("invalid tag: {pair}")))?;
+        map.insert(k.to_string(), v.to_string());
+    }
+    Ok(Wanted::Tags {
+        metric: metric.to_string(),
+        tags: map,
+    })
+}
+
+struct Found {
+    tsuid: Vec<u8>,
+    time_ms: i64,
+    value: Stored,
+}
+
+/// The newest point of every series of `metric` having `pairs` (and exactly those tag bytes
+/// when `exact` is given), over the hours `[from_secs, to_secs]`.
+fn newest(
+    tsdb: &Tsdb,
+    metric: Uid,
+    pairs: Vec<(Uid, Uid)>,
+    exact: Option<&[u8]>,
+    from_secs: i64,
+    to_secs: i64,
+) -> hourglass_engine::Result<Vec<Found>> {
+    let schema = &tsdb.settings().schema;
+    let tags_at = schema.tags_offset();
+    let mut latest: BTreeMap<Vec<u8>, (i64, Stored)> = BTreeMap::new();
+    tsdb.visit_rows(
+        &RowQuery {
+            metric,
+            start_secs: from_secs,
+            end_secs: to_secs,
+            tags: pairs,
+        },
+        |row| {
+            let tags = row.key.get(tags_at..).unwrap_or_default();
+            if exact.is_some_and(|e| e != tags) {
+                return Ok(());
+            }
+            let (Some(base), Some(last)) = (base_time_of(schema, row.key), row.points.last())
+            else {
+                return Ok(());
+            };
+            let t = last.qualifier.timestamp_ms(base);
+            let entry = latest.entry(tags.to_vec()).or_insert((t, last.value()));
+            if t >= entry.0 {
+                *entry = (t, last.value());
+            }
+            Ok(())
+        },
+    )?;
+    Ok(latest
+        .into_iter()
+        .map(|(tags, (time_ms, value))| {
+            let mut tsuid = metric.to_bytes(schema.metric_width);
+            tsuid.extend_from_slice(&tags);
+            Found {
+                tsuid,
+                time_ms,
+                value,
+            }
+        })
+        .collect())
+}
+
+fn answer(tsdb: &Tsdb, found: &Found, resolve: bool) -> hourglass_engine::Result<Value> {
+    let mut o = Map::new();
+    let value = match found.value {
+        Stored::Int(i) => i.to_string(),
+        other => java_double_text(other.as_f64()),
+    };
+    if resolve {
+        let schema = &tsdb.settings().schema;
+        let key = hourglass_core::rowkey::decode_tsuid(schema, &found.tsuid)?;
+        let uids = tsdb.uids();
+        o.insert(
+            "metric".into(),
+            json!(uids.get_name(UidKind::Metric, key.metric)?),
+        );
+        o.insert("timestamp".into(), json!(found.time_ms));
+        o.insert("value".into(), json!(value));
+        let mut tags = Map::new();
+        for (k, v) in &key.tags {
+            tags.insert(
+                uids.get_name(UidKind::TagKey, *k)?,
+                json!(uids.get_name(UidKind::TagValue, *v)?),
+            );
+        }
+        o.insert("tags".into(), Value::Object(tags));
+    } else {
+        o.insert("timestamp".into(), json!(found.time_ms));
+        o.insert("value".into(), json!(value));
+    }
+    o.insert("tsuid".into(), json!(hex_upper(&found.tsuid)));
+    Ok(Value::Object(o))
+}
+
+fn run(
+    tsdb: &Tsdb,
+    wanted: &[Wanted],
+    resolve: bool,
+    back_scan: i64,
+    now_ms: i64,
+) -> Result<Vec<Value>, ApiError> {
+    let schema = &tsdb.settings().schema;
+    let uids = tsdb.uids();
+    let now_secs = now_ms.div_euclid(1000);
+    let hours = if back_scan == 0 {
+        DEFAULT_BACK_SCAN_HOURS
+    } else {
+        back_scan
+    };
+    let from = now_secs - hours.saturating_mul(3600);
+    let mut out = Vec::new();
+    for w in wanted {
+        let found = match w {
+            Wanted::Tags { metric, tags } => {
+                let metric = uids.get_id(UidKind::Metric, metric).map_err(engine_error)?;
+                let mut pairs = Vec::with_capacity(tags.len());
+                for (k, v) in tags {
+                    pairs.push((
+                        uids.get_id(UidKind::TagKey, k).map_err(engine_error)?,
+                        uids.get_id(UidKind::TagValue, v).map_err(engine_error)?,
+                    ));
+                }
+                newest(tsdb, metric, pairs, None, from, now_secs)
+            }
+            Wanted::Tsuid(text) => {
+                let bytes = parse_hex(text).map_err(|e| bad(e.to_string()))?;
+                let key = hourglass_core::rowkey::decode_tsuid(schema, &bytes)
+                    .map_err(|e| bad(e.to_string()))?;
+                let tags_len = bytes.len() - usize::from(schema.metric_width);
+                newest(
+                    tsdb,
+                    key.metric,
+                    key.tags.clone(),
+                    Some(&bytes[bytes.len() - tags_len..]),
+                    from,
+                    now_secs,
+                )
+            }
+        }
+        .map_err(engine_error)?;
+        for f in &found {
+            out.push(answer(tsdb, f, resolve).map_err(engine_error)?);
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) async fn handle(
+    method: Method,
+    RawQuery(raw): RawQuery,
+    Extract(state): Extract<Arc<State>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let params: Vec<(String, String)> =
+        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).unwrap_or_default();
+    let (wanted, resolve, back_scan) = match method {
+        Method::GET => {
+            let mut wanted = Vec::new();
+            for (k, v) in &params {
+                match k.as_str() {
+                    "timeseries" => wanted.push(parse_timeseries(v)?),
+                    "tsuids" => wanted.extend(
+                        v.split(',')
+                            .filter(|t| !t.is_empty())
+                            .map(|t| Wanted::Tsuid(t.to_string())),
+                    ),
+                    _ => {}
+                }
+            }
+            let back_scan = match params.iter().find(|(k, _)| k == "back_scan") {
+                None => 0,
+                Some((_, v)) => v
+                    .parse::<i64>()
+                    .map_err(|_| bad("Unable to parse back_scan parameter"))?,
+            };
+            (
+                wanted,
+                params.iter().any(|(k, _)| k == "resolve"),
+                back_scan,
+            )
+        }
+        Method::POST => {
+            if body.iter().all(u8::is_ascii_whitespace) {
+                return Err(bad("Missing message content"));
+            }
+            let req: LastRequest = serde_json::from_slice(&body)
+                .map_err(|e| bad("Unable to parse the given JSON").with_details(e.to_string()))?;
+            let mut wanted = Vec::new();
+            for q in req.queries {
+                if q.tsuids.is_empty() {
+                    wanted.push(Wanted::Tags {
+                        metric: q.metric.unwrap_or_default(),
+                        tags: q.tags,
+                    });
+                } else {
+                    wanted.extend(q.tsuids.into_iter().map(Wanted::Tsuid));
+                }
+            }
+            (wanted, req.resolve_names, req.back_scan)
+        }
+        other => return Err(ApiError::method_not_allowed(&other)),
+    };
+    if wanted.is_empty() {
+        return Err(bad("Missing sub queries"));
+    }
+    if back_scan < 0 {
+        return Err(bad("Backscan must be zero or a positive number"));
+    }
+    let tsdb = Arc::clone(&state.tsdb);
+    let now_ms = hourglass_storage::now_ms();
+    let results =
+        tokio::task::spawn_blocking(move || run(&tsdb, &wanted, resolve, back_scan, now_ms))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("query failed: {e}"),
+                )
+            })??;
+    Ok(json_response(StatusCode::OK, &Value::Array(results)))
+}
