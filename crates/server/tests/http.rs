@@ -365,42 +365,12 @@ async fn query_answers_opentsdb_fixture(backend: &str) {
     srv.stop().await;
 }
 
-/// Every test above, once per storage backend.
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {
-        $(
-            mod $backend {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn put_single_and_array_answer_204_and_store() {
-                    super::put_single_and_array_answer_204_and_store(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn put_errors_summary_and_details() {
-                    super::put_errors_summary_and_details(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn malformed_bodies_and_methods() {
-                    super::malformed_bodies_and_methods(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn gzip_deflate_chunked_and_large_bodies() {
-                    super::gzip_deflate_chunked_and_large_bodies(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn small_endpoints() {
-                    super::small_endpoints(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sync_put_and_keep_alive() {
-                    super::sync_put_and_keep_alive(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn query_answers_opentsdb_fixture() {
-                    super::query_answers_opentsdb_fixture(stringify!($backend)).await;
-                }
-            }
-        )*
-    };
-}
-
-on_every_backend!(memory, embedded, bigtable);
+on_every_backend!(
+    put_single_and_array_answer_204_and_store,
+    put_errors_summary_and_details,
+    malformed_bodies_and_methods,
+    gzip_deflate_chunked_and_large_bodies,
+    small_endpoints,
+    sync_put_and_keep_alive,
+    query_answers_opentsdb_fixture,
+);

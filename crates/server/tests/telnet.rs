@@ -240,42 +240,12 @@ async fn latin1_lines_are_read_as_opentsdb_reads_them(backend: &str) {
     srv.stop().await;
 }
 
-/// Every test above, once per storage backend.
-macro_rules! on_every_backend {
-    ($($backend:ident),*) => {
-        $(
-            mod $backend {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn put_stores_points_and_tolerates_spacing() {
-                    super::put_stores_points_and_tolerates_spacing(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn every_put_error_in_opentsdb_words_good_points_kept() {
-                    super::every_put_error_in_opentsdb_words_good_points_kept(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn commands_answer_like_opentsdb() {
-                    super::commands_answer_like_opentsdb(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn diediedie_only_when_enabled() {
-                    super::diediedie_only_when_enabled(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn read_only_refuses_put() {
-                    super::read_only_refuses_put(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn concurrent_connections_all_land_and_a_stalled_client_blocks_nobody() {
-                    super::concurrent_connections_all_land_and_a_stalled_client_blocks_nobody(stringify!($backend)).await;
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn latin1_lines_are_read_as_opentsdb_reads_them() {
-                    super::latin1_lines_are_read_as_opentsdb_reads_them(stringify!($backend)).await;
-                }
-            }
-        )*
-    };
-}
-
-on_every_backend!(memory, embedded, bigtable);
+on_every_backend!(
+    put_stores_points_and_tolerates_spacing,
+    every_put_error_in_opentsdb_words_good_points_kept,
+    commands_answer_like_opentsdb,
+    diediedie_only_when_enabled,
+    read_only_refuses_put,
+    concurrent_connections_all_land_and_a_stalled_client_blocks_nobody,
+    latin1_lines_are_read_as_opentsdb_reads_them,
+);

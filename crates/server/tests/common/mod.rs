@@ -257,3 +257,24 @@ pub(crate) async fn http(addr: SocketAddr, method: &str, path: &str, body: &str)
         .request(method, path, "", body.as_bytes())
         .await
 }
+
+/// Runs each named `async fn name(backend: &str)` of the calling file once per backend
+/// (memory, embedded, Bigtable on the emulator), as `memory::name` and so on.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($test:ident),* $(,)?) => {
+        $crate::on_every_backend!(@backend memory; $($test),*);
+        $crate::on_every_backend!(@backend embedded; $($test),*);
+        $crate::on_every_backend!(@backend bigtable; $($test),*);
+    };
+    (@backend $backend:ident; $($test:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(stringify!($backend)).await;
+                }
+            )*
+        }
+    };
+}

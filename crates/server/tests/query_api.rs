@@ -1,0 +1,345 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `/api/query` beyond the basics, `/api/query/last` and `/api/config/filters`, over real
+//! sockets on every backend: time zones and calendar buckets, show* options, TSUID
+//! sub-queries, limits (413), delete, and the request shapes Grafana's data source sends.
+mod common;
+
+use common::{TestServer, http, start, start_with};
+use hourglass_core::config::Config;
+use serde_json::{Value, json};
+
+/// OpenTSDB's fixture: 1..300 (web01) and 300..1 (web02) every 30 s from 1356998430.
+async fn load_fixture(srv: &TestServer) {
+    let mut lines = String::new();
+    for i in 0..300 {
+        let t = 1356998430 + i * 30;
+        lines.push_str(&format!("put sys.cpu.user {t} {} host=web01\n", i + 1));
+        lines.push_str(&format!("put sys.cpu.user {t} {} host=web02\n", 300 - i));
+    }
+    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
+}
+
+async fn post(srv: &TestServer, path: &str, body: Value) -> common::Response {
+    http(srv.addr, "POST", path, &body.to_string()).await
+}
+
+async fn show_options_and_output_forms(backend: &str) {
+    let srv = start(backend).await;
+    load_fixture(&srv).await;
+    let body = json!({
+        "start": 1356998400, "end": 1357041600,
+        "showQuery": true, "showStats": true, "showSummary": true, "showTSUIDs": true,
+        "queries": [{"aggregator": "sum", "metric": "sys.cpu.user", "downsample": "10m-max",
+                     "filters": [{"type": "wildcard", "tagk": "host", "filter": "web*", "groupBy": true}]}]
+    });
+    let r = post(&srv, "/api/query", body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 3, "two groups and the summary");
+    let keys: Vec<&str> = arr[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "metric",
+            "tags",
+            "aggregateTags",
+            "query",
+            "tsuids",
+            "dps",
+            "stats"
+        ]
+    );
+    assert_eq!(arr[0]["query"]["index"], 0);
+    assert_eq!(arr[0]["query"]["downsample"], "10m-max");
+    assert_eq!(arr[0]["query"]["filters"][0]["type"], "wildcard");
+    assert_eq!(arr[0]["tsuids"].as_array().unwrap().len(), 1);
+    // 10-minute maxima of web01: 20 points per bucket, the first starting at 00:00:30.
+    assert_eq!(arr[0]["dps"]["1356998400"], json!(19.0));
+    assert_eq!(arr[0]["dps"]["1356999000"], json!(39.0));
+    assert_eq!(arr[0]["stats"]["dpsPreFilter"], 600);
+    assert_eq!(arr[2]["statsSummary"]["rawDatapoints"], 600);
+    // Doubles are written as Java does (`19.0`), not `19`.
+    assert!(r.text().contains("\"1356998400\":19.0"), "{}", r.text());
+
+    // GET forms: arrays, ms, jsonp, tsuid=.
+    let tsuid = arr[1]["tsuids"][0].as_str().unwrap().to_string();
+    let r = http(
+        srv.addr,
+        "GET",
+        &format!("/api/query?start=1356998400&end=1356998500&tsuid=sum:{tsuid}&arrays&ms"),
+        "",
+    )
+    .await;
+    let v = r.json();
+    assert_eq!(
+        v[0]["dps"],
+        json!([
+            [1356998430000i64, 300],
+            [1356998460000i64, 299],
+            [1356998490000i64, 298]
+        ])
+    );
+    assert_eq!(v[0]["tags"], json!({"host": "web02"}));
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1356998440&m=sum:sys.cpu.user&jsonp=cb",
+        "",
+    )
+    .await;
+    assert!(
+        r.text().starts_with("cb([{") && r.text().ends_with("])"),
+        "{}",
+        r.text()
+    );
+    srv.stop().await;
+}
+
+async fn time_zones_and_calendar_buckets(backend: &str) {
+    let srv = start(backend).await;
+    let mut lines = String::new();
+    // One point per hour for two days from 2013-01-01T00:00Z.
+    for h in 0..48 {
+        lines.push_str(&format!("put m {} 1 host=a\n", 1356998400 + h * 3600));
+    }
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    let query = |tz: &str, ds: &str, cal: bool| {
+        json!({"start": "2013/01/01", "end": "2013/01/02-23:59", "timezone": tz, "useCalendar": cal,
+               "queries": [{"aggregator": "sum", "metric": "m", "downsample": ds}]})
+    };
+    // In Asia/Kolkata (UTC+5:30), 2013/01/01 is 2012-12-31T18:30Z; the day buckets start at
+    // local midnight.
+    let v = post(&srv, "/api/query", query("Asia/Kolkata", "1dc-sum", false))
+        .await
+        .json();
+    let dps = v[0]["dps"].as_object().unwrap();
+    assert_eq!(dps.keys().collect::<Vec<_>>(), ["1356978600", "1357065000"]);
+    assert_eq!(dps["1356978600"], json!(19.0), "00:00Z..18:00Z of the 1st");
+    // useCalendar turns a plain spec into calendar buckets too.
+    let v = post(&srv, "/api/query", query("Asia/Kolkata", "1d-sum", true))
+        .await
+        .json();
+    assert!(v[0]["dps"].get("1356978600").is_some(), "{v}");
+    // Without the calendar, days are UTC-aligned.
+    let v = post(&srv, "/api/query", query("Asia/Kolkata", "1d-sum", false))
+        .await
+        .json();
+    assert!(v[0]["dps"].get("1357084800").is_some(), "{v}");
+    let bad = post(
+        &srv,
+        "/api/query",
+        query("Nowhere/Atlantis", "1dc-sum", false),
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.json()["error"]["message"],
+        "The timezone specification could not be found"
+    );
+    srv.stop().await;
+}
+
+async fn limits_answer_413(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.query.limits.data_points.default", "100");
+    c.set("tsd.query.limits.data_points.allow_override", "true");
+    c.set("tsd.query.limits.series.default", "5");
+    let srv = start_with(backend, c).await;
+    load_fixture(&srv).await;
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&m=sum:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Sorry, you have attempted to fetch more than our limit of 100 data points. \
+         Please try filtering using more tags or decrease your time range."
+    );
+    let over = post(
+        &srv,
+        "/api/query",
+        json!({"start": 1356998400, "end": 1357041600, "overrideDataPointLimit": true,
+               "queries": [{"aggregator": "sum", "metric": "sys.cpu.user"}]}),
+    )
+    .await;
+    assert_eq!(over.status, 200, "{}", over.text());
+    // The server still answers everything else.
+    assert_eq!(http(srv.addr, "GET", "/api/version", "").await.status, 200);
+    srv.stop().await;
+}
+
+async fn delete_needs_permission(backend: &str) {
+    let srv = start(backend).await;
+    load_fixture(&srv).await;
+    let q = json!({"start": 1356998400, "end": 1357041600, "delete": true,
+                   "queries": [{"aggregator": "sum", "metric": "sys.cpu.user", "tags": {"host": "web01"}}]});
+    let r = post(&srv, "/api/query", q.clone()).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["error"]["details"],
+        "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
+    );
+    srv.stop().await;
+
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.http.query.allow_delete", "true");
+    let srv = start_with(backend, c).await;
+    load_fixture(&srv).await;
+    let r = post(&srv, "/api/query", q).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()[0]["dps"].as_object().unwrap().len(), 300);
+    let after = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&m=sum:sys.cpu.user%7Bhost=*%7D",
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(after.as_array().unwrap().len(), 1, "web01 is gone: {after}");
+    assert_eq!(after[0]["tags"]["host"], "web02");
+    srv.stop().await;
+}
+
+async fn last_points(backend: &str) {
+    let srv = start(backend).await;
+    let now = hourglass_storage::now_ms() / 1000;
+    let lines = format!(
+        "put last.m {} 1 host=a dc=x\nput last.m {} 2.5 host=a dc=x\nput last.m {} 7 host=b dc=x\n",
+        now - 120,
+        now - 60,
+        now - 30
+    );
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    let v = http(
+        srv.addr,
+        "GET",
+        "/api/query/last?timeseries=last.m%7Bdc=x%7D&resolve",
+        "",
+    )
+    .await
+    .json();
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 2, "{v}");
+    let a = arr.iter().find(|o| o["tags"]["host"] == "a").unwrap();
+    assert_eq!(a["value"], "2.5");
+    assert_eq!(a["timestamp"], json!((now - 60) * 1000));
+    assert_eq!(a["metric"], "last.m");
+    let tsuid = a["tsuid"].as_str().unwrap().to_string();
+    let v = post(
+        &srv,
+        "/api/query/last",
+        json!({"queries": [{"tsuids": [tsuid]}], "backScan": 2}),
+    )
+    .await
+    .json();
+    let keys: Vec<&str> = v[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["timestamp", "value", "tsuid"], "unresolved: {v}");
+    let missing = http(srv.addr, "GET", "/api/query/last?timeseries=nope", "").await;
+    assert_eq!(missing.status, 400);
+    assert_eq!(
+        missing.json()["error"]["message"],
+        "No such name for 'metrics': 'nope'"
+    );
+    assert_eq!(
+        http(srv.addr, "GET", "/api/query/last", "").await.json()["error"]["message"],
+        "Missing sub queries"
+    );
+    srv.stop().await;
+}
+
+/// The bodies Grafana's OpenTSDB data source posts (2.1 style with `tags`, 2.2+ with
+/// `filters`, 2.3 with `showQuery` and relative times), and its lookups.
+async fn grafana_requests(backend: &str) {
+    let srv = start(backend).await;
+    load_fixture(&srv).await;
+    let older = json!({
+        "start": 1356998400000i64, "end": 1357041600000i64,
+        "queries": [{"metric": "sys.cpu.user", "aggregator": "avg", "downsample": "1m-avg",
+                     "tags": {"host": "*"}}],
+        "msResolution": false, "globalAnnotations": true
+    });
+    let v = post(&srv, "/api/query", older).await.json();
+    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v[0]["dps"].as_object().unwrap().len(), 151);
+    let current = json!({
+        "start": 1356998400000i64, "end": 1357041600000i64,
+        "queries": [
+            {"metric": "sys.cpu.user", "aggregator": "sum", "downsample": "5m-avg-nan",
+             "filters": [{"type": "literal_or", "tagk": "host", "filter": "web01|web02", "groupBy": false}]},
+            {"metric": "sys.cpu.user", "aggregator": "sum", "rate": true,
+             "rateOptions": {"counter": true, "counterMax": 1000, "resetValue": 0, "dropResets": false},
+             "filters": [{"type": "wildcard", "tagk": "host", "filter": "*", "groupBy": true}],
+             "explicitTags": false}
+        ],
+        "msResolution": false, "globalAnnotations": true, "showQuery": true
+    });
+    let v = post(&srv, "/api/query", current).await.json();
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 3);
+    assert_eq!(arr[0]["query"]["index"], 0);
+    assert_eq!(arr[1]["query"]["index"], 1);
+    assert_eq!(arr[2]["query"]["index"], 1);
+    // web02 falls by 1 every 30 s: a counter wrapping at 1000.
+    let first = arr[2]["dps"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .cloned()
+        .unwrap();
+    assert!(
+        (first.as_f64().unwrap() - 999.0 / 30.0).abs() < 1e-9,
+        "{first}"
+    );
+    let relative =
+        json!({"start": "10y-ago", "queries": [{"metric": "sys.cpu.user", "aggregator": "sum"}]});
+    assert_eq!(post(&srv, "/api/query", relative).await.status, 200);
+    let filters = http(srv.addr, "GET", "/api/config/filters", "")
+        .await
+        .json();
+    for t in [
+        "literal_or",
+        "iliteral_or",
+        "not_literal_or",
+        "not_iliteral_or",
+        "wildcard",
+        "iwildcard",
+        "regexp",
+    ] {
+        assert!(
+            filters[t]["description"].as_str().unwrap().len() > 50,
+            "{t}"
+        );
+        assert!(filters[t]["examples"].as_str().unwrap().contains(t), "{t}");
+    }
+    let aggs = http(srv.addr, "GET", "/api/aggregators", "").await.json();
+    assert!(aggs.as_array().unwrap().contains(&json!("sum")));
+    srv.stop().await;
+}
+
+on_every_backend!(
+    show_options_and_output_forms,
+    time_zones_and_calendar_buckets,
+    limits_answer_413,
+    delete_needs_permission,
+    last_points,
+    grafana_requests,
+);
