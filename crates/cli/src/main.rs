@@ -29,6 +29,8 @@ enum Command {
     Import(cmd::import::ImportArgs),
     /// Dump the stored rows of a metric over a time range.
     Scan(cmd::scan::ScanArgs),
+    /// Query: OpenTSDB's command-line syntax, one line per point.
+    Query(cmd::query::QueryArgs),
     /// Write points forever and report each acknowledged batch (crash-safety tests).
     #[command(hide = true)]
     DebugIngest(cmd::debug_ingest::DebugIngestArgs),
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Uid(a) => a.store.verbose,
         Command::Mkmetric(a) => a.store.verbose,
         Command::Scan(a) => a.store.verbose,
+        Command::Query(a) => a.store.verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
     };
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Command::Mkmetric(a) => cmd::uid::mkmetric(&a),
         Command::Uid(a) => cmd::uid::run(&a),
         Command::Scan(a) => cmd::scan::run(&a),
+        Command::Query(a) => cmd::query::run_query(&a),
         Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
     };
     match result {

@@ -1,0 +1,290 @@
+//! `tsdb query [--url URL] START [END] AGG [rate [counter[,MAX[,RESET]]]] [downsample N FUNC]
+//! METRIC [TAGK=TAGV...] [more queries]`: OpenTSDB's command-line query. `N` is in
+//! milliseconds, as in OpenTSDB. Each point prints as `metric timestamp_ms value {tags}`,
+//! integers as they are and doubles with six decimals. Without `--url` the data dir is read
+//! directly; with it, a running TSD answers through `/api/query`.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use hourglass_core::time::parse_time;
+use hourglass_engine::query::aggregator::{Aggregator, NAMES};
+use hourglass_engine::query::downsample::{DownsampleSpec, FillPolicy};
+use hourglass_engine::query::filter::TagFilter;
+use hourglass_engine::query::plan::{RunOptions, SubQuery, run};
+use hourglass_engine::query::rate::{Num, RateOptions};
+
+use crate::open::StoreArgs;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct QueryArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Ask a running TSD (e.g. http://localhost:4242) instead of reading the data dir.
+    #[arg(long)]
+    url: Option<String>,
+    #[arg(
+        required = true,
+        num_args = 1..,
+        allow_hyphen_values = true,
+        help = "START [END] AGG [rate [counter[,MAX[,RESET]]]] [downsample N FUNC] METRIC [TAGK=TAGV...] ..."
+    )]
+    query: Vec<String>,
+}
+
+/// One command-line sub-query, with the `m=` text that asks a TSD the same thing.
+#[derive(Debug)]
+struct Parsed {
+    sub: SubQuery,
+    m_param: String,
+}
+
+fn usage() -> String {
+    format!(
+        "Usage: query [--url URL] START-DATE [END-DATE] <aggregator> [rate] [counter,max,reset] \
+         [downsample N FUNC] <metric> [<tagk=tagv>] [...<tagk=tagv>] [...queries]\n\
+         Supported values for FUNC: {}",
+        NAMES.join(" ")
+    )
+}
+
+fn parse(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<Parsed>)> {
+    if words.len() < 3 {
+        bail!("Not enough arguments.");
+    }
+    let start = parse_time(&words[0], now_ms)?;
+    let mut i = 1;
+    let mut end = now_ms;
+    let w = &words[1];
+    let looks_like_end = !w.starts_with('+')
+        && (w.contains([':', '/', '-']) || w.parse::<i64>().is_ok_and(|v| v > 0));
+    if words.len() > 3 && looks_like_end {
+        end = parse_time(w, now_ms)?;
+        i = 2;
+    }
+    let mut out = Vec::new();
+    while i < words.len() {
+        let agg_name = &words[i];
+        let aggregator = Aggregator::parse(agg_name)
+            .map_err(|_| anyhow::anyhow!("No such aggregator: {agg_name}"))?;
+        let mut m_param = agg_name.clone();
+        i += 1;
+        let mut rate = false;
+        let mut rate_options = RateOptions::default();
+        if words.get(i).is_some_and(|w| w == "rate") {
+            rate = true;
+            i += 1;
+            match words.get(i).filter(|w| w.starts_with("counter")) {
+                Some(spec) => {
+                    rate_options = RateOptions::parse_token(&format!("rate{{{spec}}}"))?;
+                    m_param.push_str(&format!(":rate{{{spec}}}"));
+                    i += 1;
+                }
+                None => m_param.push_str(":rate"),
+            }
+        }
+        let mut downsample = None;
+        if words.get(i).is_some_and(|w| w == "downsample") {
+            let interval: i64 = words
+                .get(i + 1)
+                .and_then(|n| n.parse().ok())
+                .filter(|n| *n > 0)
+                .context("downsample needs an interval in milliseconds")?;
+            let func_name = words.get(i + 2).context("downsample needs a function")?;
+            let function = Aggregator::parse(func_name)
+                .map_err(|_| anyhow::anyhow!("No such aggregator: {func_name}"))?;
+            if function == Aggregator::None {
+                bail!("cannot use the NONE aggregator for downsampling");
+            }
+            downsample = Some(DownsampleSpec::fixed(interval, function, FillPolicy::None));
+            m_param = format!("{m_param}:{interval}ms-{func_name}");
+            i += 3;
+        }
+        let metric = words
+            .get(i)
+            .context("Not enough arguments, need a metric.")?;
+        i += 1;
+        let mut filters = Vec::new();
+        let mut tag_text = Vec::new();
+        while let Some(w) = words.get(i).filter(|w| w.contains('=') && !w.contains(' ')) {
+            let (k, v) = w
+                .split_once('=')
+                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+                .with_context(|| format!("invalid tag: {w}"))?;
+            filters.push(TagFilter::from_legacy(k, v, true)?);
+            tag_text.push(w.clone());
+            i += 1;
+        }
+        // A word with a space is a per-query plot option in OpenTSDB; there are no plots here.
+        while words.get(i).is_some_and(|w| w.contains(' ')) {
+            i += 1;
+        }
+        m_param = format!("{m_param}:{metric}");
+        if !tag_text.is_empty() {
+            m_param = format!("{m_param}{{{}}}", tag_text.join(","));
+        }
+        let mut sub = SubQuery::new(aggregator, metric);
+        sub.rate = rate;
+        sub.rate_options = rate_options;
+        sub.downsample = downsample;
+        sub.filters = filters;
+        out.push(Parsed { sub, m_param });
+    }
+    if out.is_empty() {
+        bail!("Not enough arguments, need at least one query.");
+    }
+    Ok((start, end, out))
+}
+
+/// `metric timestamp value {k=v, ...}` as OpenTSDB's CLI prints a point.
+fn line(metric: &str, t_ms: i64, v: Num, tags: &[(String, String)]) -> String {
+    let mut s = format!("{metric} {t_ms} ");
+    match v {
+        Num::Int(i) => {
+            let _ = write!(s, "{i}");
+        }
+        Num::Float(f) if f.is_nan() => s.push_str("NaN"),
+        Num::Float(f) => {
+            let _ = write!(s, "{f:.6}");
+        }
+    }
+    s.push_str(" {");
+    for (i, (k, v)) in tags.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "{k}={v}");
+    }
+    s.push('}');
+    s
+}
+
+fn remote(url: &str, start: i64, end: i64, queries: &[Parsed]) -> anyhow::Result<Vec<String>> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = agent
+        .get(format!("{}/api/query", url.trim_end_matches('/')))
+        .query("start", start.to_string())
+        .query("end", end.to_string())
+        .query("ms", "true")
+        .query("arrays", "true");
+    for q in queries {
+        request = request.query("m", &q.m_param);
+    }
+    let mut resp = request
+        .call()
+        .with_context(|| format!("cannot reach {url}"))?;
+    let body: serde_json::Value = resp.body_mut().read_json()?;
+    if let Some(msg) = body["error"]["message"].as_str() {
+        bail!("{msg}");
+    }
+    let mut lines = Vec::new();
+    for group in body.as_array().into_iter().flatten() {
+        let metric = group["metric"].as_str().unwrap_or_default();
+        let mut tags: Vec<(String, String)> = group["tags"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect();
+        tags.sort();
+        for p in group["dps"].as_array().into_iter().flatten() {
+            let t = p[0].as_i64().unwrap_or_default();
+            let v = match &p[1] {
+                serde_json::Value::Number(n) if n.is_i64() => Num::Int(n.as_i64().unwrap_or(0)),
+                serde_json::Value::Number(n) => Num::Float(n.as_f64().unwrap_or(f64::NAN)),
+                _ => Num::Float(f64::NAN),
+            };
+            lines.push(line(metric, t, v, &tags));
+        }
+    }
+    Ok(lines)
+}
+
+pub(crate) fn run_query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let (start, end, queries) = match parse(&args.query, now_ms) {
+        Ok(q) => q,
+        Err(e) => {
+            eprintln!("{e}\n{}", usage());
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if let Some(url) = &args.url {
+        for l in remote(url, start, end, &queries)? {
+            writeln!(out, "{l}")?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let db = args.store.open_tsdb(args.store.settings()?)?;
+    for q in &queries {
+        let outcome = run(&db, start, end, &q.sub, &RunOptions::default())?;
+        for g in &outcome.groups {
+            let tags: Vec<(String, String)> =
+                g.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            for (t, v) in &g.dps {
+                writeln!(out, "{}", line(&g.metric, *t, *v, &tags))?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(' ').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn parses_opentsdb_cli_queries() {
+        let (start, end, qs) = parse(
+            &words("1356998400 1357002000 sum rate counter,1000,5 downsample 60000 avg sys.cpu host=* dc=lga max other"),
+            0,
+        )
+        .unwrap();
+        assert_eq!((start, end), (1356998400000, 1357002000000));
+        assert_eq!(qs.len(), 2);
+        let q = &qs[0].sub;
+        assert!(q.rate && q.rate_options.counter);
+        assert_eq!(q.rate_options.counter_max, 1000);
+        assert_eq!(q.rate_options.reset_value, 5);
+        assert_eq!(q.downsample.unwrap().interval_ms, 60_000, "N is in ms");
+        assert_eq!(q.filters.len(), 2);
+        assert_eq!(
+            qs[0].m_param,
+            "sum:rate{counter,1000,5}:60000ms-avg:sys.cpu{host=*,dc=lga}"
+        );
+        assert_eq!(qs[1].sub.metric, "other");
+        assert_eq!(qs[1].m_param, "max:other");
+        assert!(parse(&words("1h-ago sum"), 0).is_err());
+        assert_eq!(
+            parse(&words("1h-ago bogus m"), 10_000_000)
+                .unwrap_err()
+                .to_string(),
+            "No such aggregator: bogus"
+        );
+    }
+
+    #[test]
+    fn lines_look_like_opentsdb() {
+        let tags = vec![
+            ("dc".to_string(), "lga".to_string()),
+            ("host".to_string(), "a".to_string()),
+        ];
+        assert_eq!(
+            line("m", 1356998400000, Num::Int(42), &tags),
+            "m 1356998400000 42 {dc=lga, host=a}"
+        );
+        assert_eq!(line("m", 1, Num::Float(42.5), &[]), "m 1 42.500000 {}");
+    }
+}
