@@ -8,6 +8,7 @@
 
 mod dataset;
 mod proc;
+mod querybench;
 mod scaling;
 mod targets;
 
@@ -27,6 +28,8 @@ enum Cli {
     Ingest(IngestArgs),
     /// Scaling on Bigtable: 1, 2, 3 ... TSDs sharing one Bigtable emulator.
     Bigtable(scaling::ScalingArgs),
+    /// Query latency against VictoriaMetrics on the same points.
+    Query(querybench::QueryArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -70,6 +73,7 @@ fn main() -> anyhow::Result<()> {
     let args = match Cli::parse() {
         Cli::Ingest(args) => args,
         Cli::Bigtable(args) => return scaling::run(&args),
+        Cli::Query(args) => return querybench::run(&args),
     };
     let tsdb = match &args.tsdb {
         Some(p) => p.clone(),

@@ -187,6 +187,11 @@ impl Target {
 }
 
 impl Server {
+    /// Where the server answers HTTP (Hourglass: the put port).
+    pub(crate) fn http_addr(&self) -> &str {
+        &self.http_addr
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }

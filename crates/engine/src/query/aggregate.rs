@@ -16,14 +16,19 @@ enum Slot {
     Between((i64, Num), (i64, Num)),
 }
 
-fn slot(points: &[(i64, Num)], x: i64) -> Slot {
+/// Where `points` stands at `x`; `cursor` is the index of the first point after the
+/// previous `x` asked (times asked only grow), so each series is walked once overall.
+fn slot(points: &[(i64, Num)], x: i64, cursor: &mut usize) -> Slot {
     let (Some(first), Some(last)) = (points.first(), points.last()) else {
         return Slot::Out;
     };
     if x < first.0 || x > last.0 {
         return Slot::Out;
     }
-    let i = points.partition_point(|(t, _)| *t <= x) - 1; // last point at or before x
+    while *cursor < points.len() && points[*cursor].0 <= x {
+        *cursor += 1;
+    }
+    let i = *cursor - 1; // last point at or before x
     if points[i].0 == x {
         let next_int = points
             .get(i + 1)
@@ -80,11 +85,12 @@ pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64
     let mut out = Vec::with_capacity(times.len());
     let (mut ints, mut floats) = (Vec::new(), Vec::new());
     let mut slots = Vec::with_capacity(series.len());
+    let mut cursors = vec![0usize; series.len()];
     for x in times {
         slots.clear();
         let mut integer = true;
-        for s in series {
-            let sl = slot(s, x);
+        for (s, cursor) in series.iter().zip(cursors.iter_mut()) {
+            let sl = slot(s, x, cursor);
             integer &= match &sl {
                 Slot::Out => s
                     .first()
@@ -152,15 +158,18 @@ pub fn aggregate_rates(
     times.dedup();
     let mut out = Vec::with_capacity(times.len());
     let mut values = Vec::new();
+    let mut cursors = vec![0usize; series.len()];
     for x in times {
         values.clear();
-        for (hidden, rates) in series {
+        for ((hidden, rates), i) in series.iter().zip(cursors.iter_mut()) {
             let Some(last) = rates.last() else { continue };
             if x > last.0 {
                 continue;
             }
-            let i = rates.partition_point(|(t, _)| *t <= x);
-            values.push(if i == 0 { *hidden } else { rates[i - 1].1 });
+            while *i < rates.len() && rates[*i].0 <= x {
+                *i += 1;
+            }
+            values.push(if *i == 0 { *hidden } else { rates[*i - 1].1 });
         }
         if values.is_empty() {
             continue;
