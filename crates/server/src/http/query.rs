@@ -635,3 +635,52 @@ pub(crate) async fn handle(
 fn same_query(a: &SubQuery, b: &SubQuery) -> bool {
     format!("{a:?}") == format!("{b:?}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn m_parameters_parse_as_opentsdb_reads_them() {
+        let q = parse_m("sum:1m-avg:rate{counter,,1000}:sys.cpu{host=*}{dc=lga|sjc}").unwrap();
+        assert_eq!(q.metric, "sys.cpu");
+        assert!(q.rate && q.rate_options.counter);
+        assert_eq!(q.rate_options.counter_max, i64::MAX);
+        assert_eq!(q.rate_options.reset_value, 1000);
+        assert_eq!(q.downsample_text.as_deref(), Some("1m-avg"));
+        assert_eq!(q.filters.len(), 2);
+        assert!(q.filters[0].group_by && !q.filters[1].group_by);
+        assert!(
+            parse_m("sum:avg-1m:m").unwrap().downsample.is_none(),
+            "ignored"
+        );
+        let err = |m: &str| parse_m(m).unwrap_err().message;
+        assert_eq!(
+            err("sum"),
+            "Invalid parameter m=sum (not enough :-separated parts)"
+        );
+        assert_eq!(
+            err("a:b:c:d:e:f"),
+            "Invalid parameter m=a:b:c:d:e:f (too many :-separated parts)"
+        );
+        assert_eq!(err(""), "The query string was empty");
+        let t = parse_tsuid_param("sum:rate:000001000001000001,000001000001000002").unwrap();
+        assert_eq!(t.tsuids.len(), 2);
+        assert!(t.rate);
+        assert_eq!(
+            parse_tsuid_param("").unwrap_err().message,
+            "The tsuid query string was empty"
+        );
+    }
+
+    proptest! {
+        /// Whatever a client puts in `m=` or `tsuid=`, parsing answers (Ok or an error).
+        #[test]
+        fn query_parameters_never_panic(m in "[a-z0-9:{}=|,*().\\-]{0,40}") {
+            let _ = parse_m(&m);
+            let _ = parse_tsuid_param(&m);
+            let _ = parse_metric_and_filters(&m);
+        }
+    }
+}
