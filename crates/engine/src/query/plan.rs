@@ -182,6 +182,9 @@ pub struct Outcome {
     pub stats: QueryStats,
 }
 
+/// One series' points (ms, value), time-ordered.
+type Series = Vec<(i64, Num)>;
+
 enum Points {
     Raw(Vec<(i64, Num)>),
     Downsampled(Downsampler),
@@ -439,7 +442,7 @@ pub fn run(
     } else {
         limits.max_held_points.saturating_sub(held).max(1)
     };
-    let mut groups: BTreeMap<Vec<Uid>, Vec<(SeriesState, Vec<(i64, Num)>)>> = BTreeMap::new();
+    let mut groups: BTreeMap<Vec<Uid>, Vec<(SeriesState, Series)>> = BTreeMap::new();
     for (i, mut s) in series.into_iter().enumerate() {
         let points = match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
             Points::Raw(p) => p,
