@@ -5,3 +5,21 @@ pub(crate) mod query;
 pub(crate) mod scan;
 pub(crate) mod tsd;
 pub(crate) mod uid;
+
+/// The `START [END]` words of OpenTSDB's command-line queries, in ms; returns the index of
+/// the first word after them. END is taken only when more words follow and it looks like a
+/// date (OpenTSDB's rule); otherwise the range ends now.
+pub(crate) fn parse_range(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, usize)> {
+    if words.len() < 3 {
+        anyhow::bail!("Not enough arguments.");
+    }
+    let start = hourglass_core::time::parse_time(&words[0], now_ms)?;
+    let w = &words[1];
+    let looks_like_end = !w.starts_with('+')
+        && (w.contains([':', '/', '-']) || w.parse::<i64>().is_ok_and(|v| v > 0));
+    if words.len() > 3 && looks_like_end {
+        Ok((start, hourglass_core::time::parse_time(w, now_ms)?, 2))
+    } else {
+        Ok((start, now_ms, 1))
+    }
+}

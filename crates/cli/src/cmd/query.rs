@@ -9,7 +9,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use hourglass_core::time::parse_time;
 use hourglass_engine::query::aggregator::{Aggregator, NAMES};
 use hourglass_engine::query::downsample::{DownsampleSpec, FillPolicy};
 use hourglass_engine::query::filter::TagFilter;
@@ -51,19 +50,7 @@ fn usage() -> String {
 }
 
 fn parse(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<Parsed>)> {
-    if words.len() < 3 {
-        bail!("Not enough arguments.");
-    }
-    let start = parse_time(&words[0], now_ms)?;
-    let mut i = 1;
-    let mut end = now_ms;
-    let w = &words[1];
-    let looks_like_end = !w.starts_with('+')
-        && (w.contains([':', '/', '-']) || w.parse::<i64>().is_ok_and(|v| v > 0));
-    if words.len() > 3 && looks_like_end {
-        end = parse_time(w, now_ms)?;
-        i = 2;
-    }
+    let (start, end, mut i) = super::parse_range(words, now_ms)?;
     let mut out = Vec::new();
     while i < words.len() {
         let agg_name = &words[i];

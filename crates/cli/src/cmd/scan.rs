@@ -7,12 +7,11 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use hourglass_core::annotation;
 use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::decode_row_key;
 use hourglass_core::schema::{DATA_FAMILY, Schema};
-use hourglass_core::time::parse_time;
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
 use hourglass_engine::Tsdb;
@@ -49,19 +48,7 @@ struct CliQuery {
 
 /// Splits OpenTSDB's command-line query syntax into a time range and sub-queries.
 fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<CliQuery>)> {
-    if words.len() < 3 {
-        bail!("Not enough arguments.");
-    }
-    let start = parse_time(&words[0], now_ms)?;
-    let mut i = 1;
-    let mut end = now_ms;
-    let w = &words[1];
-    let looks_like_end = !w.starts_with('+')
-        && (w.contains([':', '/', '-']) || w.parse::<i64>().is_ok_and(|v| v > 0));
-    if words.len() > 3 && looks_like_end {
-        end = parse_time(w, now_ms)?;
-        i = 2;
-    }
+    let (start, end, mut i) = super::parse_range(words, now_ms)?;
     let mut queries = Vec::new();
     while i < words.len() {
         i += 1; // aggregator

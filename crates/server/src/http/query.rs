@@ -187,23 +187,33 @@ fn parse_metric_and_filters(text: &str) -> Result<(String, Vec<TagFilter>), ApiE
     Ok((metric, filters))
 }
 
-fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
-    if m.is_empty() {
-        return Err(bad("The query string was empty"));
+/// Splits `AGG:[tokens:]LAST` (at most `max_parts` parts) and reads the aggregator.
+fn split_param<'a>(
+    text: &'a str,
+    empty: &str,
+    max_parts: usize,
+) -> Result<(Aggregator, Vec<&'a str>), ApiError> {
+    if text.is_empty() {
+        return Err(bad(empty));
     }
-    let parts: Vec<&str> = m.split(':').collect();
+    let parts: Vec<&str> = text.split(':').collect();
     if parts.len() < 2 {
         return Err(bad(format!(
-            "Invalid parameter m={m} (not enough :-separated parts)"
+            "Invalid parameter m={text} (not enough :-separated parts)"
         )));
     }
-    if parts.len() > 5 {
+    if parts.len() > max_parts {
         return Err(bad(format!(
-            "Invalid parameter m={m} (too many :-separated parts)"
+            "Invalid parameter m={text} (too many :-separated parts)"
         )));
     }
     let aggregator = Aggregator::parse(parts[0])
         .map_err(|_| bad(format!("No such aggregation function: {}", parts[0])))?;
+    Ok((aggregator, parts))
+}
+
+fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
+    let (aggregator, parts) = split_param(m, "The query string was empty", 5)?;
     let (metric, filters) = parse_metric_and_filters(parts[parts.len() - 1])?;
     let mut q = SubQuery::new(aggregator, &metric);
     q.filters = filters;
@@ -232,22 +242,7 @@ fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
 
 /// A GET `tsuid=AGG:[tokens:]TSUID[,TSUID...]` sub-query.
 fn parse_tsuid_param(text: &str) -> Result<SubQuery, ApiError> {
-    if text.is_empty() {
-        return Err(bad("The tsuid query string was empty"));
-    }
-    let parts: Vec<&str> = text.split(':').collect();
-    if parts.len() < 2 {
-        return Err(bad(format!(
-            "Invalid parameter m={text} (not enough :-separated parts)"
-        )));
-    }
-    if parts.len() > 4 {
-        return Err(bad(format!(
-            "Invalid parameter m={text} (too many :-separated parts)"
-        )));
-    }
-    let aggregator = Aggregator::parse(parts[0])
-        .map_err(|_| bad(format!("No such aggregation function: {}", parts[0])))?;
+    let (aggregator, parts) = split_param(text, "The tsuid query string was empty", 4)?;
     let mut q = SubQuery::new(aggregator, "");
     q.tsuids = parts[parts.len() - 1]
         .split(',')
