@@ -315,7 +315,8 @@ impl Reader<'_> {
     }
 }
 
-fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
+/// Decodes a blob into its points (appended to `out`); returns the cell's meta byte.
+fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &'static str> {
     let mut r = Reader {
         bytes: blob,
         pos: 0,
@@ -401,8 +402,7 @@ fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
     if r.pos != blob.len() {
         return Err("trailing bytes");
     }
-    let mut qualifier = Vec::with_capacity(n * 2);
-    let mut value = Vec::with_capacity(n * 4 + 1);
+    out.reserve(n);
     let (mut ii, mut fi) = (0usize, 0usize);
     for i in 0..n {
         let off = u32::try_from(offsets[i]).map_err(|_| "offset out of range")?;
@@ -415,7 +415,6 @@ fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
             Qualifier::seconds(off / 1000, flags[i])
         }
         .map_err(|_| "offset out of range")?;
-        q.write(&mut qualifier);
         let bits = if flags[i] & FLAG_FLOAT != 0 {
             let b = *float_bits_out.get(fi).ok_or("missing float")?;
             fi += 1;
@@ -425,7 +424,35 @@ fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
             ii += 1;
             v as u64
         };
-        write_bits(bits, flags[i], &mut value);
+        // As read from the value bytes: the low `len` bytes, zero-extended.
+        let len = q.value_len();
+        let bits = if len >= 8 {
+            bits
+        } else {
+            bits & ((1u64 << (8 * len)) - 1)
+        };
+        out.push(Point::new(q, bits));
+    }
+    Ok(meta)
+}
+
+/// The points of an encoded data cell, straight from its stored form (no byte rebuild).
+pub fn decode_points(blob: &[u8], out: &mut Vec<Point>) -> Result<()> {
+    let start = out.len();
+    decode_blob_points(blob, out).map(|_| ()).map_err(|e| {
+        out.truncate(start);
+        Error::Corrupt(format!("bad encoded data cell: {e}"))
+    })
+}
+
+fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
+    let mut points = Vec::new();
+    let meta = decode_blob_points(blob, &mut points)?;
+    let mut qualifier = Vec::with_capacity(points.len() * 2);
+    let mut value = Vec::with_capacity(points.len() * 4 + 1);
+    for p in &points {
+        p.qualifier.write(&mut qualifier);
+        write_bits(p.bits, p.qualifier.flags(), &mut value);
     }
     if let Some(m) = meta {
         value.push(m);
@@ -550,12 +577,18 @@ mod tests {
             prop_assume!(dedup.len() >= 2);
             let (q, v) = cell(&dedup);
             if let Some(blob) = DataCellCodec.encode("t", &q, &v) {
+                let mut direct = Vec::new();
+                decode_points(&blob, &mut direct).unwrap();
+                let mut via_bytes = Vec::new();
+                compact::decode_cell(&q, &v, &mut via_bytes).unwrap();
+                prop_assert_eq!(direct, via_bytes, "points straight from the blob");
                 prop_assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
             }
         }
 
         #[test]
         fn decode_never_panics(blob in prop::collection::vec(any::<u8>(), 0..120)) {
+            let _ = decode_points(&blob, &mut Vec::new());
             let _ = DataCellCodec.decode("t", &blob);
         }
     }

@@ -12,8 +12,9 @@ use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::{SeriesKey, decode_row_key};
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::Value;
-use hourglass_storage::Row;
+use hourglass_storage::{CellCodec, Row};
 
+use crate::cell_codec::{DataCellCodec, decode_points};
 use crate::scan::{RowQuery, scan_requests};
 use crate::{Result, Tsdb, rows};
 
@@ -90,9 +91,12 @@ impl Tsdb {
                 stored_bytes: 0,
             })
         };
-        for request in scan_requests(schema, query) {
+        for mut request in scan_requests(schema, query) {
+            // Compacted cells in the embedded store's compact form are decoded straight
+            // into points below, without rebuilding OpenTSDB's bytes first.
+            request.read.encoded_cells = true;
             for row in self.store().scan(&schema.data_table, &request)? {
-                let row = row?;
+                let mut row = row?;
                 // Buffered rows sorting before this one (not stored yet) go first.
                 while let Some(entry) = buffered.first_entry() {
                     if entry.key().as_slice() >= row.key.as_slice() {
@@ -102,25 +106,47 @@ impl Tsdb {
                     visit_buffered(&key, &points, &mut visit)?;
                 }
                 let extra = buffered.remove(&row.key);
+                let stored_bytes = stored_bytes(&row);
+                let encoded =
+                    |c: &hourglass_storage::Cell| c.family == DATA_FAMILY && c.qualifier.is_empty();
+                let data_cells = row
+                    .cells
+                    .iter()
+                    .filter(|c| {
+                        encoded(c)
+                            || (c.family == DATA_FAMILY && compact::is_data_qualifier(&c.qualifier))
+                    })
+                    .count();
+                // Fast path: one data cell (the compacted form), already in order.
+                let single = if data_cells == 1 && extra.is_none() {
+                    scratch.clear();
+                    for c in &row.cells {
+                        if encoded(c) {
+                            decode_points(&c.value, &mut scratch)?;
+                        } else if c.family == DATA_FAMILY
+                            && compact::is_data_qualifier(&c.qualifier)
+                        {
+                            compact::decode_cell(&c.qualifier, &c.value, &mut scratch)?;
+                        }
+                    }
+                    strictly_ordered(&scratch)
+                } else {
+                    false
+                };
+                if !single {
+                    // Several cells to merge: back to OpenTSDB's bytes, then the general path.
+                    for c in row.cells.iter_mut().filter(|c| encoded(c)) {
+                        let (q, v) = DataCellCodec.decode(DATA_FAMILY, &c.value)?;
+                        c.qualifier = q;
+                        c.value = v;
+                    }
+                }
                 let annotations: Vec<(&[u8], &[u8])> = row
                     .cells
                     .iter()
                     .filter(|c| c.family == DATA_FAMILY && is_annotation_qualifier(&c.qualifier))
                     .map(|c| (c.qualifier.as_slice(), c.value.as_slice()))
                     .collect();
-                let mut data = row.cells.iter().filter(|c| {
-                    c.family == DATA_FAMILY && compact::is_data_qualifier(&c.qualifier)
-                });
-                let stored_bytes = stored_bytes(&row);
-                // Fast path: one cell (the compacted form), already in order.
-                let single = match (data.next(), data.next(), &extra) {
-                    (Some(cell), None, None) => {
-                        scratch.clear();
-                        compact::decode_cell(&cell.qualifier, &cell.value, &mut scratch)?;
-                        strictly_ordered(&scratch)
-                    }
-                    _ => false,
-                };
                 if single {
                     visit(RowView {
                         key: &row.key,

@@ -240,6 +240,16 @@ impl RowData {
     }
 
     pub fn decode(bytes: &[u8], codec: Option<&dyn CellCodec>) -> Result<RowData> {
+        RowData::decode_with(bytes, codec, false)
+    }
+
+    /// [`RowData::decode`]; with `keep_encoded`, cells the codec stored stay in its form
+    /// (empty qualifier, the blob as value).
+    pub fn decode_with(
+        bytes: &[u8],
+        codec: Option<&dyn CellCodec>,
+        keep_encoded: bool,
+    ) -> Result<RowData> {
         let mut r = Reader { bytes, pos: 0 };
         let coded_format = match r.byte()? {
             ROW_FORMAT_PLAIN => false,
@@ -252,7 +262,11 @@ impl RowData {
             let coded = coded_format && r.byte()? == 1;
             let family = String::from_utf8(r.chunk()?.to_vec())
                 .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
-            let (qualifier, timestamp, value) = if coded {
+            let (qualifier, timestamp, value) = if coded && keep_encoded {
+                let z = r.varint()?;
+                let blob = r.chunk()?.to_vec();
+                (Vec::new(), ((z >> 1) as i64) ^ -((z & 1) as i64), blob)
+            } else if coded {
                 let z = r.varint()?;
                 let blob = r.chunk()?;
                 let codec = codec.ok_or_else(|| {

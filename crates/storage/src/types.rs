@@ -138,6 +138,10 @@ pub struct ReadOptions {
     pub time_range: TimeRange,
     /// Only the newest version of each column (after the time filter).
     pub latest_only: bool,
+    /// Cells a table's [`crate::CellCodec`] stored come back in its encoded form, with an
+    /// empty qualifier, for a reader that decodes that form itself. Stores without codecs
+    /// return every cell as it is.
+    pub encoded_cells: bool,
 }
 
 impl ReadOptions {

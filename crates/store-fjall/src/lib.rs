@@ -321,6 +321,7 @@ impl Store for FjallStore {
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         let t = self.table(table)?;
         let codec = t.codec.clone();
+        let keep_encoded = request.read.encoded_cells;
         let filter = ScanFilter::new(request)?;
         let upper = match &request.end {
             Some(end) => Bound::Excluded(end.clone()),
@@ -341,7 +342,7 @@ impl Store for FjallStore {
             if !filter.key_matches(&key) {
                 return None;
             }
-            let row = match RowData::decode(&value, codec.as_deref()) {
+            let row = match RowData::decode_with(&value, codec.as_deref(), keep_encoded) {
                 Ok(row) => row,
                 Err(e) => return Some(Err(e)),
             };

@@ -19,7 +19,11 @@ pub(crate) fn backends() -> Vec<(&'static str, Arc<dyn Store>)> {
         ),
         (
             "embedded",
-            Arc::new(FjallStore::open(&dir).expect("open fjall")) as Arc<dyn Store>,
+            // As `tsdb` opens it: compacted data cells in the compact stored form.
+            Arc::new(FjallStore::open(&dir).expect("open fjall").with_cell_codec(
+                &hourglass_core::schema::Schema::default().data_table,
+                Arc::new(hourglass_engine::cell_codec::DataCellCodec),
+            )) as Arc<dyn Store>,
         ),
     ]
 }

@@ -34,7 +34,15 @@ pub(crate) fn store_for(backend: &str) -> Arc<dyn Store> {
         "memory" => Arc::new(MemoryStore::new()),
         "embedded" => {
             let dir = tempfile::tempdir().unwrap().keep();
-            Arc::new(hourglass_store_fjall::FjallStore::open(&dir).unwrap())
+            // As `tsdb` opens it: compacted data cells in the compact stored form.
+            Arc::new(
+                hourglass_store_fjall::FjallStore::open(&dir)
+                    .unwrap()
+                    .with_cell_codec(
+                        &hourglass_core::schema::Schema::default().data_table,
+                        Arc::new(hourglass_engine::cell_codec::DataCellCodec),
+                    ),
+            )
         }
         "bigtable" => Arc::new(hourglass_store_bigtable::emulator::fresh_store()),
         other => panic!("unknown backend {other}"),
