@@ -39,13 +39,6 @@ fn slot(points: &[(i64, Num)], x: i64, cursor: &mut usize) -> Slot {
     }
 }
 
-fn num_f64(n: Num) -> f64 {
-    match n {
-        Num::Int(i) => i as f64,
-        Num::Float(f) => f,
-    }
-}
-
 fn is_int(n: Num) -> bool {
     matches!(n, Num::Int(_))
 }
@@ -110,7 +103,7 @@ pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64
                     if let Num::Int(i) = v {
                         ints.push(i);
                     }
-                    floats.push(num_f64(v));
+                    floats.push(v.as_f64());
                 }
                 Slot::Between((x0, y0), (x1, y1)) => {
                     if integer {
@@ -118,7 +111,7 @@ pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64
                             ints.push(fill_long(mode, (x0, a), (x1, b), x));
                         }
                     } else {
-                        floats.push(fill_double(mode, (x0, num_f64(y0)), (x1, num_f64(y1)), x));
+                        floats.push(fill_double(mode, (x0, y0.as_f64()), (x1, y1.as_f64()), x));
                     }
                 }
             }

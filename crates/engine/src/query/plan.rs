@@ -474,7 +474,7 @@ pub fn run(
                 .map(|p| {
                     let (t0, v0) = p[0];
                     let hidden = if t0 > 0 {
-                        num_f64(v0) / (t0 as f64 / 1000.0)
+                        v0.as_f64() / (t0 as f64 / 1000.0)
                     } else {
                         0.0
                     };
@@ -559,13 +559,6 @@ fn deletion(row: &RowView<'_>, base_time: u32, start_ms: i64, end_ms: i64) -> Ve
         mutations.push(Mutation::set(DATA_FAMILY, q.to_vec(), v.to_vec()));
     }
     mutations
-}
-
-fn num_f64(n: Num) -> f64 {
-    match n {
-        Num::Int(i) => i as f64,
-        Num::Float(f) => f,
-    }
 }
 
 /// Whether a sub-query writes missing values as JSON `null` (fill policy `null`).

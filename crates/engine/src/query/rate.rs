@@ -75,7 +75,8 @@ pub enum Num {
 }
 
 impl Num {
-    fn as_f64(self) -> f64 {
+    /// The value as a double (integers converted).
+    pub fn as_f64(self) -> f64 {
         match self {
             Num::Int(i) => i as f64,
             Num::Float(f) => f,

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_response;
-use super::query::engine_error;
+use super::query::{engine_error, url_params};
 use crate::State;
 
 /// How far `backScan: 0` looks back, in hours.
@@ -228,8 +228,7 @@ pub(crate) async fn handle(
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let params: Vec<(String, String)> =
-        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).unwrap_or_default();
+    let params = url_params(raw.as_deref());
     let (wanted, resolve, back_scan) = match method {
         Method::GET => {
             let mut wanted = Vec::new();

@@ -355,8 +355,6 @@ fn millis(d: std::time::Duration) -> f64 {
 
 struct Serialized<'a> {
     flags: &'a Flags,
-    start: i64,
-    end: i64,
     global: Option<Value>,
 }
 
@@ -389,28 +387,23 @@ impl Serialized<'_> {
         let null_for_nan = writes_null(q);
         let key = |t: i64| if flags.ms { t } else { t / 1000 };
         use std::fmt::Write;
-        if flags.arrays {
-            out.push('[');
-            for (i, (t, v)) in g.dps.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                let _ = write!(out, "[{},", key(*t));
-                push_num(out, *v, null_for_nan);
-                out.push(']');
-            }
-            out.push(']');
+        // `[[t,v],...]` with `arrays`, else `{"t":v,...}`.
+        let (open, close, point_open, point_close) = if flags.arrays {
+            ('[', ']', "[", "]")
         } else {
-            out.push('{');
-            for (i, (t, v)) in g.dps.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                let _ = write!(out, "\"{}\":", key(*t));
-                push_num(out, *v, null_for_nan);
+            ('{', '}', "\"", "")
+        };
+        out.push(open);
+        for (i, (t, v)) in g.dps.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
             }
-            out.push('}');
+            let sep = if flags.arrays { "," } else { "\":" };
+            let _ = write!(out, "{point_open}{}{sep}", key(*t));
+            push_num(out, *v, null_for_nan);
+            out.push_str(point_close);
         }
+        out.push(close);
         if flags.show_stats {
             let s = &o.stats;
             let stats = json!({
@@ -427,12 +420,11 @@ impl Serialized<'_> {
             out.push_str(&stats.to_string());
         }
         out.push('}');
-        let _ = (self.start, self.end);
     }
 }
 
 /// Query parameters of the URL, in order.
-fn url_params(raw: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn url_params(raw: Option<&str>) -> Vec<(String, String)> {
     serde_urlencoded::from_str(raw.unwrap_or("")).unwrap_or_default()
 }
 
@@ -568,8 +560,6 @@ pub(crate) async fn handle(
         };
         let ser = Serialized {
             flags: &flags,
-            start,
-            end,
             global,
         };
         let mut out = String::with_capacity(4096);
