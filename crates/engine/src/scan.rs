@@ -17,7 +17,8 @@ pub struct RowQuery {
     pub start_secs: i64,
     /// Last second of interest (inclusive).
     pub end_secs: i64,
-    /// Tag pairs every row must have.
+    /// Tag pairs every row must have; several pairs of one tag key mean any of those
+    /// values (a row holds each key once).
     pub tags: Vec<(Uid, Uid)>,
 }
 
@@ -28,19 +29,28 @@ pub fn escape_bytes(bytes: &[u8], out: &mut String) {
     }
 }
 
-/// Full-match row-key regex requiring every pair of `tags` (any other pairs allowed).
+/// Full-match row-key regex requiring, for every tag key of `tags`, one of its values
+/// (any other pairs allowed).
 pub fn tag_regex(schema: &Schema, tags: &[(Uid, Uid)]) -> Option<String> {
     if tags.is_empty() {
         return None;
     }
     let mut sorted = tags.to_vec();
     sorted.sort();
+    sorted.dedup();
     let pair = schema.tag_pair_width();
     let mut re = format!("(?s)^.{{{}}}", schema.tags_offset());
-    for (k, v) in sorted {
+    for values in sorted.chunk_by(|a, b| a.0 == b.0) {
         re.push_str(&format!("(?:.{{{pair}}})*?"));
-        escape_bytes(&k.to_bytes(schema.tagk_width), &mut re);
-        escape_bytes(&v.to_bytes(schema.tagv_width), &mut re);
+        escape_bytes(&values[0].0.to_bytes(schema.tagk_width), &mut re);
+        re.push_str("(?:");
+        for (i, (_, v)) in values.iter().enumerate() {
+            if i > 0 {
+                re.push('|');
+            }
+            escape_bytes(&v.to_bytes(schema.tagv_width), &mut re);
+        }
+        re.push(')');
     }
     re.push_str(&format!("(?:.{{{pair}}})*$"));
     Some(re)
@@ -117,5 +127,17 @@ mod tests {
                 .unwrap();
         assert!(both.is_match(&key(vec![(1, 1), (3, 0x80)])));
         assert!(!both.is_match(&key(vec![(1, 1)])));
+        let either = KeyRegex::new(
+            &tag_regex(
+                &schema,
+                &[(Uid(2), Uid(7)), (Uid(1), Uid(1)), (Uid(2), Uid(9))],
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert!(either.is_match(&key(vec![(1, 1), (2, 7)])));
+        assert!(either.is_match(&key(vec![(1, 1), (2, 9)])));
+        assert!(!either.is_match(&key(vec![(1, 1), (2, 8)])));
+        assert!(!either.is_match(&key(vec![(2, 9)])));
     }
 }

@@ -93,6 +93,31 @@ fn standard_fixture_through_the_pipeline() {
         assert_eq!(o[0].dps[0], (1356998430000, Num::Int(300)));
         assert_eq!(o[0].tags.get("host").map(String::as_str), Some("web02"));
 
+        // Literal values are pushed into the row scan: rows of other hosts are not read.
+        let w3 = [("host", "web03")];
+        let extra: Vec<IncomingPoint> = (0..300i64)
+            .map(|i| IncomingPoint {
+                metric: "sys.cpu.user",
+                timestamp: 1356998430 + i * 30,
+                value: Value::Int(7),
+                tags: &w3,
+            })
+            .collect();
+        assert_eq!(db.add_points(&extra).stored, 300);
+        db.flush().unwrap();
+        let rows_read = |expr: &str| {
+            let mut q = sub("sum");
+            q.filters = vec![TagFilter::new("literal_or", "host", expr, false).unwrap()];
+            run(&db, START, END, &q, &RunOptions::default())
+                .unwrap()
+                .stats
+                .rows
+        };
+        let one = rows_read("web02");
+        assert!(one > 0, "{backend}");
+        assert_eq!(rows_read("web01|web02"), 2 * one, "{backend}");
+        assert_eq!(rows_read("web01|web02|web03"), 3 * one, "{backend}");
+
         let err = run(
             &db,
             START,

@@ -289,10 +289,10 @@ pub fn run(
             }
         }
     }
+    // Every literal value of a key goes into the row-key regex (as alternatives).
     let pushed: Vec<(Uid, Uid)> = literals
         .iter()
-        .filter(|(_, v)| v.len() == 1)
-        .map(|(k, v)| (*k, v[0]))
+        .flat_map(|(k, vs)| vs.iter().map(move |v| (*k, *v)))
         .collect();
     let interval_ms = q.downsample.map_or(0, |d| d.interval_ms);
     let scan_start = start_ms.div_euclid(1000);
