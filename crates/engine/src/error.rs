@@ -13,6 +13,8 @@ pub enum ErrorKind {
     Corrupt,
     /// A query went past one of its limits (points, bytes, series, memory or time).
     LimitExceeded,
+    /// An update that changes nothing (OpenTSDB answers 304 Not Modified).
+    NotModified,
     /// Anything else.
     Internal,
 }
@@ -35,6 +37,8 @@ pub enum Error {
     Internal(String),
     #[error("{0}")]
     LimitExceeded(String),
+    #[error("{0}")]
+    NotModified(String),
 }
 
 impl Error {
@@ -45,6 +49,7 @@ impl Error {
             Error::UidsExhausted { .. } | Error::Internal(_) => ErrorKind::Internal,
             Error::Corrupt(_) => ErrorKind::Corrupt,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
+            Error::NotModified(_) => ErrorKind::NotModified,
             Error::Storage(e) => match e.kind() {
                 hourglass_storage::ErrorKind::Unavailable => ErrorKind::Unavailable,
                 hourglass_storage::ErrorKind::Corrupt => ErrorKind::Corrupt,

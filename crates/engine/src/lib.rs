@@ -1,12 +1,15 @@
 //! The database engine over a [`hourglass_storage::Store`]: UID assignment, the write path
 //! and compaction. It speaks OpenTSDB's schema through `hourglass-core`'s codecs.
 
+pub mod annotation;
 pub mod cell_codec;
 mod error;
+pub mod meta;
 pub mod query;
 pub mod read;
 pub mod rows;
 pub mod scan;
+pub mod search;
 pub mod settings;
 pub mod tables;
 mod tsdb;

@@ -32,6 +32,11 @@ pub fn escape_bytes(bytes: &[u8], out: &mut String) {
 /// Full-match row-key regex requiring, for every tag key of `tags`, one of its values
 /// (any other pairs allowed).
 pub fn tag_regex(schema: &Schema, tags: &[(Uid, Uid)]) -> Option<String> {
+    tag_regex_at(schema, schema.tags_offset(), tags)
+}
+
+/// [`tag_regex`] for keys whose tag pairs start at `tags_at` (e.g. TSUIDs: after the metric).
+pub fn tag_regex_at(schema: &Schema, tags_at: usize, tags: &[(Uid, Uid)]) -> Option<String> {
     if tags.is_empty() {
         return None;
     }
@@ -39,7 +44,7 @@ pub fn tag_regex(schema: &Schema, tags: &[(Uid, Uid)]) -> Option<String> {
     sorted.sort();
     sorted.dedup();
     let pair = schema.tag_pair_width();
-    let mut re = format!("(?s)^.{{{}}}", schema.tags_offset());
+    let mut re = format!("(?s)^.{{{tags_at}}}");
     for values in sorted.chunk_by(|a, b| a.0 == b.0) {
         re.push_str(&format!("(?:.{{{pair}}})*?"));
         escape_bytes(&values[0].0.to_bytes(schema.tagk_width), &mut re);

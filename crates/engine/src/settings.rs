@@ -33,6 +33,8 @@ pub struct Settings {
     pub wal_dir: Option<std::path::PathBuf>,
     /// `tsd.storage.wal.sync`: fsync the log for each batch (power-loss safety; default false).
     pub wal_sync: bool,
+    /// `tsd.core.meta.*`: meta data tracking (all off by default, as in OpenTSDB).
+    pub meta: crate::meta::MetaTracking,
 }
 
 impl Default for Settings {
@@ -50,6 +52,7 @@ impl Default for Settings {
             wal: true,
             wal_dir: None,
             wal_sync: false,
+            meta: crate::meta::MetaTracking::default(),
         }
     }
 }
@@ -78,6 +81,7 @@ impl Settings {
             wal: c.get_bool("tsd.storage.wal.enable", d.wal),
             wal_dir: c.get("tsd.storage.wal.dir").map(std::path::PathBuf::from),
             wal_sync: c.get_bool("tsd.storage.wal.sync", d.wal_sync),
+            meta: crate::meta::MetaTracking::from_config(c),
         })
     }
 }

@@ -34,10 +34,10 @@ impl Tsdb {
                 other?;
             }
         }
-        let uids = Arc::new(UidRegistry::new(
-            Arc::clone(&store),
-            settings.schema.clone(),
-        ));
+        let uids = Arc::new(
+            UidRegistry::new(Arc::clone(&store), settings.schema.clone())
+                .with_realtime_meta(settings.meta.realtime_uid),
+        );
         let (log, entries) = match (&settings.wal_dir, settings.wal) {
             (Some(dir), true) => {
                 let (log, entries) = wal::Log::open(dir)?;

@@ -50,6 +50,8 @@ pub struct UidRegistry {
     store: Arc<dyn Store>,
     schema: Schema,
     caches: [KindCache; 3],
+    /// `tsd.core.meta.enable_realtime_uid`: write UIDMeta for each new UID.
+    realtime_meta: bool,
     pub stats: CacheStats,
 }
 
@@ -59,8 +61,49 @@ impl UidRegistry {
             store,
             schema,
             caches: Default::default(),
+            realtime_meta: false,
             stats: CacheStats::default(),
         }
+    }
+
+    /// Writes UIDMeta (created now) for every UID this registry assigns.
+    pub fn with_realtime_meta(mut self, on: bool) -> Self {
+        self.realtime_meta = on;
+        self
+    }
+
+    /// Names of `kind` starting with `prefix`, in storage (byte) order, at most `max`: a
+    /// bounded range scan of the forward mappings. An empty prefix lists names from `!` to
+    /// `~` (the printable range), as OpenTSDB.
+    pub fn suggest(&self, kind: UidKind, prefix: &str, max: usize) -> Result<Vec<String>> {
+        let (start, end) = if prefix.is_empty() {
+            (b"!".to_vec(), Some(b"~".to_vec()))
+        } else {
+            let start = prefix.as_bytes().to_vec();
+            let end = hourglass_storage::prefix_end(&start);
+            (start, end)
+        };
+        let request = ScanRequest {
+            start,
+            end,
+            read: ReadOptions::family(UID_ID_FAMILY),
+            ..Default::default()
+        };
+        let qualifier = kind.qualifier().as_bytes();
+        let mut out = Vec::new();
+        if max == 0 {
+            return Ok(out);
+        }
+        for row in self.store.scan(self.table(), &request)? {
+            let row = row?;
+            if row.value(UID_ID_FAMILY, qualifier).is_some() {
+                out.push(String::from_utf8_lossy(&row.key).into_owned());
+                if out.len() >= max {
+                    break;
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn table(&self) -> &str {
@@ -219,6 +262,19 @@ impl UidRegistry {
                 &forward,
             )? {
                 self.remember(kind, name, uid);
+                if self.realtime_meta {
+                    let now = hourglass_storage::now_ms() / 1000;
+                    if let Err(e) = crate::meta::store_new_uid_meta(
+                        self.store.as_ref(),
+                        &self.schema,
+                        kind,
+                        uid,
+                        name,
+                        now,
+                    ) {
+                        tracing::error!(error = %e, kind = %kind, name, "unable to write UID meta data");
+                    }
+                }
                 return Ok(uid);
             }
             // Lost the race to another writer: use its UID. Ours is wasted, and its reverse

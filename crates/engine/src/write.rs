@@ -145,6 +145,8 @@ pub(crate) struct Writer {
     /// Rows written while their hour was open: compacted once it closes.
     open_rows: Mutex<HashSet<Vec<u8>>>,
     last_cell_ts: AtomicI64,
+    /// Series tracking in the meta table (`tsd.core.meta.*`), when on.
+    tracker: Option<crate::meta::Tracker>,
     pub(crate) stats: WriteStats,
 }
 
@@ -172,9 +174,12 @@ impl Writer {
         uids: Arc<UidRegistry>,
         log: Option<wal::Log>,
     ) -> Result<Writer> {
+        let tracker =
+            crate::meta::Tracker::new(Arc::clone(&store), settings.schema.clone(), settings.meta);
         let writer = Writer {
             store,
             settings,
+            tracker,
             uids,
             series: RwLock::new(SeriesCache::default()),
             state: Mutex::new(LogState {
@@ -527,8 +532,32 @@ impl Writer {
         if let Some(log) = self.state.lock().log.as_mut() {
             log.release(last)?;
         }
+        if let Some(tracker) = &self.tracker {
+            self.track(tracker, &rows);
+        }
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(flushed)
+    }
+
+    /// Notes the flushed series in the meta table. Meta data is best effort: a failure is
+    /// logged and never fails the flush (the points are already stored).
+    fn track(&self, tracker: &crate::meta::Tracker, rows: &[(u64, Vec<u8>, Vec<Point>)]) {
+        let schema = &self.settings.schema;
+        let mut series: Vec<(Vec<u8>, u64)> = Vec::new();
+        let mut index: Map<Vec<u8>, usize> = Map::default();
+        for (_, key, points) in rows {
+            let tsuid = rowkey::tsuid_of(schema, key);
+            match index.get(&tsuid) {
+                Some(i) => series[*i].1 += points.len() as u64,
+                None => {
+                    index.insert(tsuid.clone(), series.len());
+                    series.push((tsuid, points.len() as u64));
+                }
+            }
+        }
+        if let Err(e) = tracker.record(&series, now_ms()) {
+            tracing::error!(error = %e, "meta data tracking failed for this flush");
+        }
     }
 
     /// Buffered rows (id, key, points) sorted by key, duplicates within the buffer resolved

@@ -6,13 +6,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use hourglass_core::annotation::decode_qualifier;
+use crate::annotation::stored_time_ms;
 use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::decode_row_key;
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
 use hourglass_core::value::Value;
-use hourglass_storage::{Mutation, RowMutation, ScanRequest};
+use hourglass_storage::{Mutation, RowMutation};
 
 use super::aggregate::{aggregate, aggregate_rates};
 use super::aggregator::Aggregator;
@@ -401,7 +401,7 @@ pub fn run(
                     }
                 }
                 for (qualifier, json) in &row.annotations {
-                    if let Ok(time_ms) = decode_qualifier(base_time, qualifier) {
+                    if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
                         s.annotations.push(StoredAnnotation {
                             time_ms,
                             json: json.to_vec(),
@@ -548,7 +548,7 @@ fn deletion(row: &RowView<'_>, base_time: u32, start_ms: i64, end_ms: i64) -> Ve
     let kept_annotations: Vec<&(&[u8], &[u8])> = row
         .annotations
         .iter()
-        .filter(|(q, _)| decode_qualifier(base_time, q).is_ok_and(|t| !inside(t)))
+        .filter(|(q, v)| stored_time_ms(base_time, q, v).is_some_and(|t| !inside(t)))
         .collect();
     let mut mutations = vec![Mutation::DeleteRow];
     if !kept.is_empty() {
@@ -572,46 +572,11 @@ pub fn global_annotations(
     start_ms: i64,
     end_ms: i64,
 ) -> Result<Vec<StoredAnnotation>> {
-    let schema = &tsdb.settings().schema;
-    let hour = |ms: i64| {
-        let s = ms.div_euclid(1000);
-        (s - s.rem_euclid(3600)).clamp(0, i64::from(u32::MAX)) as u32
-    };
-    let zero = vec![0u8; usize::from(schema.metric_width)];
-    let mut start = zero.clone();
-    start.extend_from_slice(&hour(start_ms).to_be_bytes());
-    let mut end = zero.clone();
-    match hour(end_ms).checked_add(3600) {
-        Some(stop) => end.extend_from_slice(&stop.to_be_bytes()),
-        None => end.extend_from_slice(&[0xFF; 5]),
-    }
-    let request = ScanRequest {
-        start,
-        end: Some(end),
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    for row in tsdb.store().scan(&schema.data_table, &request)? {
-        let row = row?;
-        let Some(base) = row.key.get(zero.len()..zero.len() + 4) else {
-            continue;
-        };
-        if row.key.len() != zero.len() + 4 {
-            continue;
-        }
-        let base_time = u32::from_be_bytes([base[0], base[1], base[2], base[3]]);
-        for c in &row.cells {
-            if let Ok(time_ms) = decode_qualifier(base_time, &c.qualifier)
-                && time_ms >= start_ms
-                && time_ms <= end_ms
-            {
-                out.push(StoredAnnotation {
-                    time_ms,
-                    json: c.value.clone(),
-                });
-            }
-        }
-    }
-    out.sort_by_key(|a| a.time_ms);
-    Ok(out)
+    Ok(crate::annotation::global_between(tsdb, start_ms, end_ms)?
+        .into_iter()
+        .map(|n| StoredAnnotation {
+            time_ms: n.start_ms(),
+            json: n.storage_json(),
+        })
+        .collect())
 }

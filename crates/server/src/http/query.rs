@@ -10,6 +10,7 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::time::{Tz, parse_time_in, parse_timezone};
 use hourglass_core::value::java_double_text;
+use hourglass_engine::annotation::Annotation;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::DownsampleSpec;
 use hourglass_engine::query::filter::TagFilter;
@@ -296,7 +297,8 @@ pub(crate) fn push_num(out: &mut String, v: Num, null_for_nan: bool) {
 fn annotations_json(list: &[StoredAnnotation]) -> Value {
     Value::Array(
         list.iter()
-            .filter_map(|a| serde_json::from_slice::<Value>(&a.json).ok())
+            .filter_map(|a| Annotation::from_stored(&a.json).ok())
+            .map(|n| n.to_json())
             .collect(),
     )
 }
