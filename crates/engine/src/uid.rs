@@ -313,7 +313,9 @@ impl UidRegistry {
         let uid = self.get_id(kind, old)?;
         if let Some(taken) = self.read_forward(kind, new)? {
             return Err(Error::invalid(format!(
-                "When trying rename(\"{old}\", \"{new}\") on {kind}: new name already assigned ID={}",
+                "When trying rename(\"{old}\", \"{new}\") on UniqueId({}, {kind}, {}): new name already assigned ID={}",
+                self.table(),
+                self.width(kind),
                 format_signed_bytes(&taken.to_bytes(self.width(kind)))
             )));
         }

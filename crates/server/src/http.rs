@@ -1,11 +1,16 @@
 //! The HTTP API: `/api/*` endpoints with OpenTSDB's request and response shapes. Errors
 //! always have OpenTSDB's shape `{"error":{"code":…,"message":…,"details":…}}`.
 
+mod annotation;
 mod error;
 mod last;
 mod misc;
 mod put;
 mod query;
+mod request;
+mod search;
+mod suggest;
+mod uid;
 
 use std::sync::Arc;
 
@@ -29,6 +34,19 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/api/query", any(query::handle))
         .route("/api/query/last", any(last::handle))
         .route("/api/config/filters", any(misc::filters))
+        .route("/api/suggest", any(suggest::handle))
+        .route("/api/search", any(search::handle_root))
+        .route("/api/search/{kind}", any(search::handle))
+        .route("/api/uid", any(uid::root))
+        .route("/api/uid/assign", any(uid::assign))
+        .route("/api/uid/rename", any(uid::rename))
+        .route("/api/uid/uidmeta", any(uid::uidmeta))
+        .route("/api/uid/tsmeta", any(uid::tsmeta))
+        .route("/api/uid/{*rest}", any(uid::other))
+        .route("/api/annotation", any(annotation::handle))
+        .route("/api/annotations", any(annotation::global))
+        .route("/api/annotation/bulk", any(annotation::bulk))
+        .route("/api/annotations/bulk", any(annotation::bulk))
         .route("/api/version", any(misc::version))
         .route("/api/aggregators", any(misc::aggregators))
         .route("/api/config", any(misc::config))

@@ -1,0 +1,314 @@
+//! `/api/search/*`: `lookup` finds series by metric and tags (meta table or data table);
+//! the other search types need a search plugin, which this TSD does not have.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State as Extract};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use hourglass_core::uid::hex_upper;
+use hourglass_engine::search::{LookupQuery, lookup};
+use serde_json::{Map, Value, json};
+
+use super::ApiError;
+use super::error::json_response;
+use super::request::{Params, api_method, blocking, has_body, json_object, not_found_as};
+use crate::State;
+
+const TYPES: [&str; 6] = [
+    "tsmeta",
+    "tsmeta_summary",
+    "tsuids",
+    "uidmeta",
+    "annotation",
+    "lookup",
+];
+
+/// OpenTSDB's default lookup limit.
+const DEFAULT_LIMIT: i64 = 25;
+
+pub(crate) async fn handle_root(
+    method: Method,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = Params::parse(raw.as_deref());
+    check_method(&method, &params)?;
+    Err(ApiError::bad_request("Invalid search query type supplied")
+        .with_details("Type provided was null or empty"))
+}
+
+fn check_method(method: &Method, params: &Params) -> Result<(), ApiError> {
+    let m = api_method(method, params)?;
+    if m != Method::GET && m != Method::POST {
+        return Err(ApiError::bad_request(format!("Unsupported method: {m}")));
+    }
+    Ok(())
+}
+
+pub(crate) async fn handle(
+    method: Method,
+    Path(kind): Path<String>,
+    RawQuery(raw): RawQuery,
+    Extract(state): Extract<Arc<State>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let params = Params::parse(raw.as_deref());
+    check_method(&method, &params)?;
+    let kind = kind.to_ascii_lowercase();
+    if !TYPES.contains(&kind.as_str()) {
+        return Err(ApiError::bad_request("Invalid search query type supplied")
+            .with_details(format!("Unknown type: {kind}")));
+    }
+    if kind != "lookup" {
+        if !has_body(&body) {
+            params.required("query")?;
+        }
+        return Err(ApiError::bad_request("Searching is not enabled")
+            .with_details("Searching has not been enabled on this TSD"));
+    }
+    let tracking = state.tsdb.settings().meta.tracks_series();
+    let request = if has_body(&body) {
+        from_body(&json_object(&body)?, tracking)?
+    } else {
+        from_params(&params, tracking)?
+    };
+    if request.query.metric.is_none() && request.query.tags.is_empty() {
+        return Err(ApiError::bad_request(
+            "Missing metric and tags. Please supply at least one value.",
+        ));
+    }
+    let started = Instant::now();
+    let query = request.query.clone();
+    let found = blocking(&state.tsdb, move |db| {
+        lookup(db, &query).map_err(|e| match e.kind() {
+            hourglass_engine::ErrorKind::NotFound
+                if matches!(e, hourglass_engine::Error::NoSuchId { .. }) =>
+            {
+                not_found_as(e, "Unable to resolve one or more TSUIDs")
+            }
+            _ => not_found_as(e, "Unable to resolve one or more UIDs"),
+        })
+    })
+    .await?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let results: Vec<Value> = found
+        .iter()
+        .map(|r| {
+            let tags: Map<String, Value> = r
+                .tags
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            json!({ "tsuid": hex_upper(&r.tsuid), "metric": r.metric, "tags": tags })
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert("type".into(), json!("LOOKUP"));
+    if let Some(m) = &request.metric_text {
+        out.insert("metric".into(), json!(m));
+    }
+    let tags: Vec<Value> = request
+        .query
+        .tags
+        .iter()
+        .map(|(k, v)| json!({ "key": k, "value": v }))
+        .collect();
+    out.insert("tags".into(), Value::Array(tags));
+    out.insert("limit".into(), json!(request.limit));
+    out.insert("time".into(), json!((elapsed_ms * 1000.0).round() / 1000.0));
+    let total = results.len();
+    out.insert("results".into(), Value::Array(results));
+    out.insert("startIndex".into(), json!(request.start_index));
+    out.insert("totalResults".into(), json!(total));
+    Ok(json_response(StatusCode::OK, &Value::Object(out)))
+}
+
+struct LookupRequest {
+    query: LookupQuery,
+    /// The metric as the request gave it (`*` kept).
+    metric_text: Option<String>,
+    limit: i64,
+    start_index: i64,
+}
+
+fn limit_of(limit: i64) -> usize {
+    if limit > 0 { limit as usize } else { 0 }
+}
+
+/// Where to look when the request does not say: the meta table when series tracking is on,
+/// else the data table (so lookups work without meta tracking).
+fn use_meta_of(given: Option<bool>, tracking: bool) -> bool {
+    given.unwrap_or(tracking)
+}
+
+fn from_params(params: &Params, tracking: bool) -> Result<LookupRequest, ApiError> {
+    let m = params.required("m")?;
+    let (metric, tags) = parse_metric_tags(m)
+        .map_err(|e| ApiError::bad_request("Unable to parse query").with_details(e))?;
+    let limit = match params.value("limit") {
+        None => DEFAULT_LIMIT,
+        Some(l) => l
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request("Unable to convert 'limit' to a valid number"))?,
+    };
+    let use_meta = params
+        .value("use_meta")
+        .or_else(|| params.value("useMeta"))
+        .map(|v| v.eq_ignore_ascii_case("true"));
+    Ok(LookupRequest {
+        query: LookupQuery {
+            metric: metric.clone().filter(|m| m != "*"),
+            tags,
+            use_meta: use_meta_of(use_meta, tracking),
+            limit: limit_of(limit),
+        },
+        metric_text: metric,
+        limit,
+        start_index: 0,
+    })
+}
+
+fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, ApiError> {
+    let bad = |what: &str| {
+        ApiError::bad_request("Unable to parse the given JSON")
+            .with_details(format!("field '{what}' has the wrong type"))
+    };
+    let metric = match obj.get("metric") {
+        None => Some("*".to_string()),
+        Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(bad("metric")),
+    };
+    let mut tags = Vec::new();
+    match obj.get("tags") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => {
+            for t in list {
+                let Value::Object(p) = t else {
+                    return Err(bad("tags"));
+                };
+                let side = |k: &str| -> Result<Option<String>, ApiError> {
+                    match p.get(k) {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(Value::String(s)) => Ok(Some(s.clone())),
+                        Some(_) => Err(bad("tags")),
+                    }
+                };
+                tags.push((side("key")?, side("value")?));
+            }
+        }
+        Some(_) => return Err(bad("tags")),
+    }
+    let int = |k: &str, d: i64| -> Result<i64, ApiError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(d),
+            Some(Value::Number(n)) => n.as_i64().ok_or_else(|| bad(k)),
+            Some(Value::String(s)) => s.trim().parse().map_err(|_| bad(k)),
+            Some(_) => Err(bad(k)),
+        }
+    };
+    let limit = int("limit", DEFAULT_LIMIT)?;
+    let start_index = int("startIndex", 0)?;
+    let use_meta = match obj.get("useMeta") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(Value::String(s)) => Some(s.eq_ignore_ascii_case("true")),
+        Some(_) => return Err(bad("useMeta")),
+    };
+    let is_wild = |m: &Option<String>| m.as_deref().is_none_or(|m| m.is_empty() || m == "*");
+    let query_metric = if is_wild(&metric) {
+        None
+    } else {
+        metric.clone()
+    };
+    Ok(LookupRequest {
+        query: LookupQuery {
+            metric: query_metric,
+            tags,
+            use_meta: use_meta_of(use_meta, tracking),
+            limit: limit_of(limit),
+        },
+        metric_text: metric,
+        limit,
+        start_index,
+    })
+}
+
+/// OpenTSDB's `metric{tagk=tagv,...}` for lookups: `tagk=` / `*` any value, `=tagv` any key,
+/// a leading `{` no metric.
+pub(crate) fn parse_metric_tags(
+    text: &str,
+) -> Result<(Option<String>, Vec<(Option<String>, Option<String>)>), String> {
+    let Some(open) = text.find('{') else {
+        if text.is_empty() {
+            return Err("Metric string was empty".into());
+        }
+        return Ok((Some(text.to_string()), Vec::new()));
+    };
+    if !text.ends_with('}') {
+        return Err(format!("Missing '}}' at the end of: {text}"));
+    }
+    if text == "{}" {
+        return Err("Missing metric and tags: {}".into());
+    }
+    let metric = (open > 0).then(|| text[..open].to_string());
+    let inner = &text[open + 1..text.len() - 1];
+    let mut tags = Vec::new();
+    for tag in inner.split(',').filter(|t| !t.is_empty()) {
+        let wrap = |m: &str| format!("When parsing tag '{tag}': {m}");
+        if tag.len() < 2 {
+            return Err(wrap("Missing tag pair"));
+        }
+        if let Some(v) = tag.strip_prefix('=') {
+            tags.push((None, Some(v.to_string())));
+        } else if let Some(k) = tag.strip_suffix('=') {
+            tags.push((Some(k.to_string()), None));
+        } else {
+            let parts: Vec<&str> = tag.split('=').collect();
+            match parts.as_slice() {
+                [k, v] if !k.is_empty() && !v.is_empty() => {
+                    tags.push((Some((*k).to_string()), Some((*v).to_string())));
+                }
+                _ => return Err(wrap(&format!("invalid tag: {tag}"))),
+            }
+        }
+    }
+    Ok((metric, tags))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_metric_tags;
+
+    #[test]
+    fn lookup_expressions() {
+        let (m, t) = parse_metric_tags("sys.cpu{host=web01,dc=}").unwrap();
+        assert_eq!(m.as_deref(), Some("sys.cpu"));
+        assert_eq!(
+            t,
+            vec![
+                (Some("host".into()), Some("web01".into())),
+                (Some("dc".into()), None)
+            ]
+        );
+        let (m, t) = parse_metric_tags("{=web01}").unwrap();
+        assert_eq!(m, None);
+        assert_eq!(t, vec![(None, Some("web01".into()))]);
+        assert_eq!(
+            parse_metric_tags("a{b").unwrap_err(),
+            "Missing '}' at the end of: a{b"
+        );
+        assert!(
+            parse_metric_tags("a{b=c=d}")
+                .unwrap_err()
+                .contains("invalid tag")
+        );
+        assert_eq!(
+            parse_metric_tags("").unwrap_err(),
+            "Metric string was empty"
+        );
+    }
+}
