@@ -73,6 +73,10 @@ pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
     by_key.sort();
     by_key.dedup();
 
+    if !q.use_meta && tsdb.buffered_points() > 0 {
+        // Series still in the write buffers must be found too.
+        tsdb.flush()?;
+    }
     let (table, tags_at, family) = if q.use_meta {
         (
             &schema.meta_table,

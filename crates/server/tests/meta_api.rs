@@ -1,0 +1,759 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Metadata endpoints over real sockets on every backend: `/api/suggest`,
+//! `/api/search/lookup`, `/api/uid/{assign,rename,uidmeta,tsmeta}` and `/api/annotation(s)`,
+//! each with good and bad input and OpenTSDB's status codes and messages.
+mod common;
+
+use common::{TestServer, http, start, start_with};
+use hourglass_core::config::Config;
+use serde_json::{Value, json};
+
+async fn load(srv: &TestServer) {
+    let mut lines = String::new();
+    for i in 0..10 {
+        let t = 1356998430 + i * 30;
+        lines.push_str(&format!("put sys.cpu.user {t} {i} host=web01 dc=lga\n"));
+        lines.push_str(&format!("put sys.cpu.user {t} {i} host=web02 dc=lga\n"));
+        lines.push_str(&format!("put sys.cpu.system {t} {i} host=web01\n"));
+        lines.push_str(&format!("put sys.mem.free {t} {i} host=db01\n"));
+    }
+    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
+}
+
+async fn get(srv: &TestServer, path: &str) -> common::Response {
+    http(srv.addr, "GET", path, "").await
+}
+
+fn error_message(r: &common::Response) -> String {
+    r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn suggest(backend: &str) {
+    let srv = start(backend).await;
+    load(&srv).await;
+    // Grafana's health check.
+    let r = get(&srv, "/api/suggest?q=cpu&type=metrics").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!([]), "prefix match, not infix");
+    let r = get(&srv, "/api/suggest?type=metrics&q=sys.").await;
+    assert_eq!(
+        r.json(),
+        json!(["sys.cpu.system", "sys.cpu.user", "sys.mem.free"])
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=metrics&q=sys.&max=2")
+            .await
+            .json(),
+        json!(["sys.cpu.system", "sys.cpu.user"])
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=metrics").await.json(),
+        json!(["sys.cpu.system", "sys.cpu.user", "sys.mem.free"]),
+        "an empty prefix lists names"
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=tagk&q=").await.json(),
+        json!(["dc", "host"])
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=tagv&q=web").await.json(),
+        json!(["web01", "web02"])
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/suggest",
+        r#"{"type":"tagv","q":"d","max":10}"#,
+    )
+    .await;
+    assert_eq!(r.json(), json!(["db01"]));
+    for (req, status, msg) in [
+        (
+            "/api/suggest?q=sys",
+            400,
+            "Missing parameter <code>type</code>",
+        ),
+        (
+            "/api/suggest?type=metric",
+            400,
+            "Invalid 'type' parameter:metric",
+        ),
+        (
+            "/api/suggest?type=metrics&max=x",
+            400,
+            "Unable to parse 'max' as a number",
+        ),
+    ] {
+        let r = get(&srv, req).await;
+        assert_eq!(
+            (r.status, error_message(&r).as_str()),
+            (status, msg),
+            "{req}"
+        );
+    }
+    let r = http(srv.addr, "POST", "/api/suggest", r#"{"q":"s"}"#).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing 'type' parameter".into())
+    );
+    let r = http(srv.addr, "POST", "/api/suggest", "{nope").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".into())
+    );
+    let r = http(srv.addr, "DELETE", "/api/suggest?type=metrics", "").await;
+    assert_eq!(r.status, 405);
+    srv.stop().await;
+}
+
+async fn lookup(backend: &str) {
+    let srv = start(backend).await;
+    load(&srv).await;
+    srv.state.tsdb.flush().unwrap();
+    let r = get(&srv, "/api/search/lookup?m=sys.cpu.user").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "type",
+            "metric",
+            "tags",
+            "limit",
+            "time",
+            "results",
+            "startIndex",
+            "totalResults"
+        ]
+    );
+    assert_eq!(v["type"], "LOOKUP");
+    assert_eq!(v["limit"], 25);
+    assert_eq!(v["totalResults"], 2, "each series once, not once per row");
+    let first = &v["results"][0];
+    assert_eq!(first["metric"], "sys.cpu.user");
+    assert_eq!(first["tags"], json!({"host": "web01", "dc": "lga"}));
+    assert_eq!(first["tsuid"].as_str().unwrap().len(), 30);
+
+    let n = |v: Value| v["totalResults"].as_u64().unwrap();
+    assert_eq!(
+        n(get(&srv, "/api/search/lookup?m=sys.cpu.user{host=web02}")
+            .await
+            .json()),
+        1
+    );
+    assert_eq!(
+        n(get(&srv, "/api/search/lookup?m=sys.cpu.user{host=*}")
+            .await
+            .json()),
+        2
+    );
+    assert_eq!(
+        n(get(&srv, "/api/search/lookup?m={host=web01}").await.json()),
+        2
+    );
+    assert_eq!(
+        n(get(&srv, "/api/search/lookup?m={=web01}").await.json()),
+        2
+    );
+    assert_eq!(n(get(&srv, "/api/search/lookup?m=*{dc=*}").await.json()), 2);
+    assert_eq!(
+        n(get(&srv, "/api/search/lookup?m=sys.cpu.user&limit=1")
+            .await
+            .json()),
+        1
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/search/lookup",
+        r#"{"metric":"sys.cpu.user","tags":[{"key":"host","value":"web01"}],"useMeta":false}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["tags"]["host"], "web01");
+    assert_eq!(r.json()["totalResults"], 1);
+
+    let r = get(&srv, "/api/search/lookup?m=nope").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(error_message(&r), "Unable to resolve one or more UIDs");
+    assert_eq!(
+        r.json()["error"]["details"],
+        "No such name for 'metrics': 'nope'"
+    );
+    let r = get(&srv, "/api/search/lookup").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing parameter <code>m</code>".into())
+    );
+    let r = get(&srv, "/api/search/lookup?m=a{b").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse query".into())
+    );
+    let r = get(&srv, "/api/search/lookup?m=a&limit=x").await;
+    assert_eq!(
+        error_message(&r),
+        "Unable to convert 'limit' to a valid number"
+    );
+    let r = http(srv.addr, "POST", "/api/search/lookup", r#"{"metric":null}"#).await;
+    assert_eq!(
+        error_message(&r),
+        "Missing metric and tags. Please supply at least one value."
+    );
+    let r = get(&srv, "/api/search/tsmeta?query=name:*").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Searching is not enabled".into())
+    );
+    let r = get(&srv, "/api/search/bogus").await;
+    assert_eq!(error_message(&r), "Invalid search query type supplied");
+    let r = http(srv.addr, "PUT", "/api/search/lookup?m=a", "").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unsupported method: PUT".into())
+    );
+    srv.stop().await;
+}
+
+fn tracking_config() -> Config {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.core.meta.enable_tsuid_tracking", "true");
+    c.set("tsd.core.meta.enable_realtime_ts", "true");
+    c.set("tsd.core.meta.enable_tsuid_incrementing", "true");
+    c.set("tsd.core.meta.enable_realtime_uid", "true");
+    c
+}
+
+async fn meta_tracking_and_tsmeta(backend: &str) {
+    let srv = start_with(backend, tracking_config()).await;
+    load(&srv).await;
+    srv.state.tsdb.flush().unwrap();
+    // Lookups read the meta table when tracking is on.
+    let v = get(&srv, "/api/search/lookup?m=sys.cpu.user").await.json();
+    assert_eq!(v["totalResults"], 2, "{v}");
+    let tsuid = v["results"][0]["tsuid"].as_str().unwrap().to_string();
+
+    let r = get(&srv, &format!("/api/uid/tsmeta?tsuid={tsuid}")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = r.json();
+    let keys: Vec<&str> = m.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "tsuid",
+            "metric",
+            "tags",
+            "description",
+            "notes",
+            "created",
+            "units",
+            "retention",
+            "max",
+            "min",
+            "displayName",
+            "dataType",
+            "lastReceived",
+            "totalDatapoints"
+        ]
+    );
+    assert_eq!(m["tsuid"], tsuid.as_str());
+    assert_eq!(m["totalDatapoints"], 10);
+    assert_eq!(m["max"], "NaN");
+    assert!(m["created"].as_i64().unwrap() > 1_600_000_000);
+    assert_eq!(m["metric"]["name"], "sys.cpu.user");
+    assert_eq!(m["metric"]["type"], "METRIC");
+    assert!(
+        m["metric"]["created"].as_i64().unwrap() > 1_600_000_000,
+        "real-time UID meta"
+    );
+    assert_eq!(m["tags"].as_array().unwrap().len(), 4);
+
+    // More points count up.
+    let lines = "put sys.cpu.user 1356999000 1 host=web01 dc=lga\n";
+    common::telnet(srv.addr, lines).await;
+    srv.state.tsdb.flush().unwrap();
+    let m = get(&srv, &format!("/api/uid/tsmeta?tsuid={tsuid}"))
+        .await
+        .json();
+    assert_eq!(m["totalDatapoints"], 11);
+
+    let list = get(&srv, "/api/uid/tsmeta?m=sys.cpu.user{host=web02}")
+        .await
+        .json();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["tags"][1]["name"], "web02");
+
+    // POST merges, PUT replaces, no change is 304.
+    let body = json!({"tsuid": tsuid, "description": "CPU", "units": "%"});
+    let r = http(srv.addr, "POST", "/api/uid/tsmeta", &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["description"], "CPU");
+    let body = json!({"tsuid": tsuid, "notes": "n"});
+    let r = http(srv.addr, "POST", "/api/uid/tsmeta", &body.to_string()).await;
+    assert_eq!(
+        (r.json()["description"].clone(), r.json()["notes"].clone()),
+        (json!("CPU"), json!("n"))
+    );
+    let r = http(srv.addr, "PUT", "/api/uid/tsmeta", &body.to_string()).await;
+    assert_eq!(
+        r.json()["description"],
+        "",
+        "PUT resets fields it does not give"
+    );
+    assert_eq!(r.json()["totalDatapoints"], 11);
+    let body = json!({"tsuid": tsuid});
+    let r = http(srv.addr, "POST", "/api/uid/tsmeta", &body.to_string()).await;
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/tsmeta",
+        r#"{"description":"x"}"#,
+    )
+    .await;
+    assert_eq!((r.status, error_message(&r)), (400, "Missing TSUID".into()));
+
+    // Errors.
+    let r = get(&srv, "/api/uid/tsmeta?tsuid=000009000009000009").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (404, "Could not find Timeseries meta data".into())
+    );
+    let r = get(&srv, "/api/uid/tsmeta?tsuid=zz").await;
+    assert_eq!(r.status, 400);
+    let r = get(&srv, "/api/uid/tsmeta?m=nope").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (404, "Unable to find one of the UIDs".into())
+    );
+
+    // Delete removes the meta data (the counter stays).
+    let r = http(
+        srv.addr,
+        "DELETE",
+        &format!("/api/uid/tsmeta?tsuid={tsuid}"),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    let r = get(&srv, &format!("/api/uid/tsmeta?tsuid={tsuid}")).await;
+    assert_eq!(r.status, 404);
+    let r = http(srv.addr, "DELETE", "/api/uid/tsmeta", "").await;
+    assert_eq!(error_message(&r), "Unable to delete TSMeta information");
+    srv.stop().await;
+}
+
+async fn tsmeta_create(backend: &str) {
+    let srv = start(backend).await;
+    load(&srv).await;
+    let path = "/api/uid/tsmeta?m=sys.mem.free{host=db01}";
+    let r = http(srv.addr, "POST", path, r#"{"description":"free"}"#).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (
+            400,
+            "Could not find TSMeta, specify \"create=true\" to create a new one.".into()
+        )
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        &format!("{path}&create=true"),
+        r#"{"description":"free"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["description"], "free");
+    assert_eq!(r.json()["totalDatapoints"], 0);
+    let list = http(srv.addr, "GET", "/api/uid/tsmeta?m=sys.mem.free", "")
+        .await
+        .json();
+    assert_eq!(list[0]["description"], "free");
+    srv.stop().await;
+}
+
+async fn assign_and_rename(backend: &str) {
+    let srv = start(backend).await;
+    load(&srv).await;
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/uid/assign?metric=new.metric,sys.cpu.user&tagv=v1",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 400, "one name already existed");
+    let v = r.json();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["metric", "metric_errors", "tagv"]);
+    assert_eq!(v["metric"]["new.metric"], "000004");
+    assert_eq!(
+        v["metric_errors"]["sys.cpu.user"],
+        "Name already exists with UID: 000001"
+    );
+    assert!(v["tagv"]["v1"].as_str().unwrap().len() == 6);
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/assign",
+        r#"{"tagk":["rack"],"metric":["bad name"],"bogus":["x"]}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let v = r.json();
+    assert_eq!(v["tagk"]["rack"], "000003");
+    assert_eq!(
+        v["metric_errors"]["bad name"],
+        "Invalid metric (\"bad name\"): illegal character:  "
+    );
+    assert_eq!(v["bogus_errors"]["x"], "Unknown type name");
+    let r = http(srv.addr, "POST", "/api/uid/assign", r#"{"tagk":["zone"]}"#).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), json!({"tagk": {"zone": "000004"}}));
+    let r = http(srv.addr, "GET", "/api/uid/assign", "").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing values to assign UIDs".into())
+    );
+    let r = http(srv.addr, "POST", "/api/uid/assign", "").await;
+    assert_eq!(error_message(&r), "Missing message content");
+    let r = http(srv.addr, "PUT", "/api/uid/assign", "").await;
+    assert_eq!(r.status, 405);
+
+    // Rename.
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/uid/rename?metric=sys.mem.free&name=mem.free",
+        "",
+    )
+    .await;
+    assert_eq!((r.status, r.json()), (200, json!({"result": "true"})));
+    let r = http(srv.addr, "GET", "/api/suggest?type=metrics&q=mem", "").await;
+    assert_eq!(r.json(), json!(["mem.free"]));
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/rename",
+        r#"{"metric":"nope","name":"x"}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            400,
+            json!({"result": "false", "error": "Name(\"nope\") does not exist"})
+        )
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/rename",
+        r#"{"tagv":"web01","name":"web02"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("new name already assigned ID=[0, 0, 3]"),
+        "{}",
+        r.text()
+    );
+    let r = http(srv.addr, "GET", "/api/uid/rename?metric=a", "").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing necessary values to rename UID".into())
+    );
+    let r = http(srv.addr, "GET", "/api/uid/other", "").await;
+    assert_eq!(r.status, 501);
+    srv.stop().await;
+}
+
+async fn uidmeta(backend: &str) {
+    let srv = start(backend).await;
+    load(&srv).await;
+    let r = get(&srv, "/api/uid/uidmeta?uid=000001&type=metric").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "uid",
+            "type",
+            "name",
+            "description",
+            "notes",
+            "created",
+            "custom",
+            "displayName"
+        ]
+    );
+    assert_eq!(
+        v,
+        json!({"uid":"000001","type":"METRIC","name":"sys.cpu.user","description":"",
+               "notes":"","created":0,"custom":null,"displayName":""})
+    );
+    let body =
+        json!({"uid":"000001","type":"metric","description":"User CPU","custom":{"owner":"ops"}});
+    let r = http(srv.addr, "POST", "/api/uid/uidmeta", &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["description"], "User CPU");
+    assert_eq!(r.json()["custom"], json!({"owner": "ops"}));
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/uidmeta?uid=000001&type=metric&notes=hello",
+        "",
+    )
+    .await;
+    assert_eq!(r.json()["notes"], "hello");
+    assert_eq!(r.json()["description"], "User CPU", "POST merges");
+    let body = json!({"uid":"000001","type":"metric","displayName":"CPU"});
+    let r = http(srv.addr, "PUT", "/api/uid/uidmeta", &body.to_string()).await;
+    assert_eq!(r.json()["description"], "", "PUT replaces");
+    assert_eq!(r.json()["displayName"], "CPU");
+    let body = json!({"uid":"000001","type":"metric","description":""});
+    let r = http(srv.addr, "POST", "/api/uid/uidmeta", &body.to_string()).await;
+    assert_eq!(r.status, 304);
+
+    let r = get(&srv, "/api/uid/uidmeta?uid=0000FF&type=metric").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (404, "Could not find the requested UID".into())
+    );
+    assert_eq!(
+        r.json()["error"]["details"],
+        "No such unique ID for 'metrics': [0, 0, -1]"
+    );
+    let r = get(&srv, "/api/uid/uidmeta?uid=00000G&type=metric").await;
+    assert_eq!(r.status, 400);
+    let r = get(&srv, "/api/uid/uidmeta?uid=000001").await;
+    assert_eq!(error_message(&r), "Missing parameter <code>type</code>");
+    let r = get(&srv, "/api/uid/uidmeta?uid=000001&type=foo").await;
+    assert_eq!(error_message(&r), "Invalid type requested: foo");
+    let r = http(srv.addr, "POST", "/api/uid/uidmeta", r#"{"type":"metric"}"#).await;
+    assert_eq!((r.status, error_message(&r)), (400, "Missing UID".into()));
+
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/uid/uidmeta?uid=000001&type=metric",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    let v = get(&srv, "/api/uid/uidmeta?uid=000001&type=metric")
+        .await
+        .json();
+    assert_eq!(v["displayName"], "", "back to defaults");
+    assert_eq!(v["name"], "sys.cpu.user", "the UID itself stays");
+    let r = get(
+        &srv,
+        "/api/uid/uidmeta?uid=000001&type=metric&method_override=delete",
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    srv.stop().await;
+}
+
+async fn annotations(backend: &str) {
+    let srv = start(backend).await;
+    load(&srv).await;
+    let post = |path: &'static str, body: Value| {
+        let addr = srv.addr;
+        async move { http(addr, "POST", path, &body.to_string()).await }
+    };
+    // A global note.
+    let r = post(
+        "/api/annotation",
+        json!({"startTime": 1356998460, "description": "deploy", "custom": {"by": "ci"}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "tsuid",
+            "description",
+            "notes",
+            "custom",
+            "startTime",
+            "endTime"
+        ]
+    );
+    assert_eq!(v["tsuid"], "");
+    let r = http(srv.addr, "GET", "/api/annotation?start_time=1356998460", "").await;
+    assert_eq!(r.json()["description"], "deploy");
+    // POST merges, PUT replaces, nothing given is 304.
+    let r = post(
+        "/api/annotation",
+        json!({"startTime": 1356998460, "notes": "v2"}),
+    )
+    .await;
+    assert_eq!(
+        (r.json()["description"].clone(), r.json()["notes"].clone()),
+        (json!("deploy"), json!("v2"))
+    );
+    let r = post("/api/annotation", json!({"startTime": 1356998460})).await;
+    assert_eq!(r.status, 304);
+    let r = http(
+        srv.addr,
+        "PUT",
+        "/api/annotation",
+        &json!({"startTime": 1356998460, "description": "redeploy"}).to_string(),
+    )
+    .await;
+    assert_eq!(r.json()["notes"], "");
+    assert!(r.json().get("custom").is_none(), "PUT dropped custom");
+
+    // A series note shows in /api/query; global ones on request.
+    let lookup = http(
+        srv.addr,
+        "GET",
+        "/api/search/lookup?m=sys.cpu.user{host=web01}",
+        "",
+    )
+    .await
+    .json();
+    let tsuid = lookup["results"][0]["tsuid"].as_str().unwrap().to_string();
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/annotation",
+        &json!({"tsuid": tsuid, "startTime": 1356998490, "description": "spike"}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let q = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1356999000&m=sum:sys.cpu.user{host=web01}&global_annotations",
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(q[0]["annotations"][0]["description"], "spike");
+    assert_eq!(q[0]["annotations"][0]["tsuid"], tsuid.as_str());
+    assert_eq!(q[0]["globalAnnotations"][0]["description"], "redeploy");
+    let q = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1356999000&m=sum:sys.cpu.user{host=web01}&no_annotations",
+        "",
+    )
+    .await
+    .json();
+    assert!(q[0].get("annotations").is_none());
+    // The points next to the note are intact.
+    assert_eq!(q[0]["dps"].as_object().unwrap().len(), 10);
+    let g = http(
+        srv.addr,
+        "GET",
+        "/api/annotations?start_time=1356998400&end_time=1356999000",
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(g.as_array().unwrap().len(), 1);
+
+    // Bulk: write two, delete a range.
+    let r = post(
+        "/api/annotation/bulk",
+        json!([
+            {"tsuid": tsuid, "startTime": 1356998520, "description": "a"},
+            {"tsuid": tsuid, "startTime": 1356998550, "description": "b"},
+            {"tsuid": tsuid, "startTime": 1356998580}
+        ]),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json().as_array().unwrap().len(),
+        2,
+        "the no-change note is skipped"
+    );
+    let body = json!({"tsuids": [tsuid], "startTime": "1356998500", "endTime": "1356998560"});
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/annotation/bulk",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["totalDeleted"], 2);
+    assert_eq!(r.json()["startTime"], 1356998500000i64);
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/annotation/bulk?start_time=1356998400&end_time=1356999000&global",
+        "",
+    )
+    .await;
+    assert_eq!(r.json()["totalDeleted"], 1);
+
+    // Single delete, then 404.
+    let path = format!("/api/annotation?start_time=1356998490&tsuid={tsuid}");
+    assert_eq!(http(srv.addr, "DELETE", &path, "").await.status, 204);
+    let r = http(srv.addr, "GET", &path, "").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (404, "Unable to locate annotation in storage".into())
+    );
+    // Errors.
+    let r = http(srv.addr, "GET", "/api/annotation", "").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing start time".into())
+    );
+    let r = post("/api/annotation", json!({"description": "x"})).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "The start timestamp has not been set".into())
+    );
+    let r = post(
+        "/api/annotation",
+        json!({"tsuid": "00000X", "startTime": 1356998460, "description": "x"}),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let r = post("/api/annotation/bulk", json!({"startTime": 1})).await;
+    assert_eq!(r.status, 400);
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/annotation/bulk?start_time=1h-ago",
+        "",
+    )
+    .await;
+    assert_eq!(
+        error_message(&r),
+        "Missing the TSUIDs or global annotations flag"
+    );
+    let r = http(srv.addr, "PATCH", "/api/annotation", "").await;
+    assert_eq!(r.status, 405);
+    // Nothing above lost a point.
+    assert_eq!(srv.points("sys.cpu.user").len(), 20);
+    srv.stop().await;
+}
+
+on_every_backend!(
+    suggest,
+    lookup,
+    meta_tracking_and_tsmeta,
+    tsmeta_create,
+    assign_and_rename,
+    uidmeta,
+    annotations,
+);
