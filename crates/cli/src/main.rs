@@ -31,6 +31,8 @@ enum Command {
     Scan(cmd::scan::ScanArgs),
     /// Query: OpenTSDB's command-line syntax, one line per point.
     Query(cmd::query::QueryArgs),
+    /// Find series by metric and tags: `search lookup METRIC [TAGK=TAGV...]`.
+    Search(cmd::search::SearchArgs),
     /// Write points forever and report each acknowledged batch (crash-safety tests).
     #[command(hide = true)]
     DebugIngest(cmd::debug_ingest::DebugIngestArgs),
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Mkmetric(a) => a.store.verbose,
         Command::Scan(a) => a.store.verbose,
         Command::Query(a) => a.store.verbose,
+        Command::Search(a) => a.store.verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
     };
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Uid(a) => cmd::uid::run(&a),
         Command::Scan(a) => cmd::scan::run(&a),
         Command::Query(a) => cmd::query::run_query(&a),
+        Command::Search(a) => cmd::search::run(&a),
         Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
     };
     match result {

@@ -18,6 +18,8 @@ Sub commands:
   assign <kind> <name> [names]: Assign an ID for the given name(s).
   rename <kind> <name> <newname>: Renames this UID.
   delete <kind> <name>: Deletes this UID.
+  metasync: Creates missing TSMeta, counters and UIDMeta from the data table.
+  metapurge: Deletes every TSMeta, counter and UIDMeta.
 
   [kind] <name>: Lookup the ID of this name.
   [kind] <ID>: Lookup the name of this ID.
@@ -103,6 +105,44 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
                 }
                 Err(e) => Err(e.into()),
             }
+        }
+        "metasync" => {
+            let started = std::time::Instant::now();
+            let report = hourglass_engine::meta::meta_sync(&db)?;
+            let mut out = std::io::stdout().lock();
+            for line in &report.lines {
+                writeln!(out, "{line}")?;
+            }
+            writeln!(
+                out,
+                "Processed {} time series: {} TSMeta created, {} counters created, {} UIDMeta updated, {} with unknown UIDs",
+                report.series,
+                report.ts_meta_created,
+                report.counters_created,
+                report.uid_meta_written,
+                report.unresolved
+            )?;
+            writeln!(
+                out,
+                "Completed meta data synchronization in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            db.close()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        "metapurge" => {
+            let started = std::time::Instant::now();
+            let (uid_cells, ts_cells) = hourglass_engine::meta::meta_purge(&db)?;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "Purged [{uid_cells}] UIDMeta columns from storage")?;
+            writeln!(out, "Purged [{ts_cells}] TSMeta columns from storage")?;
+            writeln!(
+                out,
+                "Completed meta data purge in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            db.close()?;
+            Ok(ExitCode::SUCCESS)
         }
         "delete" => {
             let [kind, name] = rest else {
