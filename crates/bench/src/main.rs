@@ -7,6 +7,7 @@
 #![allow(clippy::print_stdout)]
 
 mod dataset;
+mod metabench;
 mod proc;
 mod querybench;
 mod scaling;
@@ -30,6 +31,8 @@ enum Cli {
     Bigtable(scaling::ScalingArgs),
     /// Query latency against VictoriaMetrics on the same points.
     Query(querybench::QueryArgs),
+    /// Suggest and lookup latency with many tag values.
+    Meta(metabench::MetaArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -74,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Ingest(args) => args,
         Cli::Bigtable(args) => return scaling::run(&args),
         Cli::Query(args) => return querybench::run(&args),
+        Cli::Meta(args) => return metabench::run(&args),
     };
     let tsdb = match &args.tsdb {
         Some(p) => p.clone(),

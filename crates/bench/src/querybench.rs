@@ -142,7 +142,7 @@ fn load(
 }
 
 /// Runs one request `runs` times after a warm-up; returns the median seconds and the last body.
-fn time_get(url: &str, runs: usize) -> anyhow::Result<(f64, String)> {
+pub(crate) fn time_get(url: &str, runs: usize) -> anyhow::Result<(f64, String)> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(600)))
         .http_status_as_error(false)
@@ -277,7 +277,7 @@ pub(crate) fn run(args: &QueryArgs) -> anyhow::Result<()> {
 }
 
 /// Percent-encodes a query parameter.
-fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     let mut out = String::new();
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {

@@ -24,11 +24,11 @@ pub(crate) struct Server {
     http_addr: String,
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_port(addr: &str, child: &mut Child) -> anyhow::Result<()> {
+pub(crate) fn wait_port(addr: &str, child: &mut Child) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if TcpStream::connect(addr).is_ok() {
