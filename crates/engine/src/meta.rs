@@ -127,7 +127,8 @@ impl MetaUpdate {
     /// Reads the editable fields of a JSON object (unknown fields ignored, as OpenTSDB).
     pub fn from_json(obj: &Map<String, Value>) -> Result<MetaUpdate> {
         let mut u = MetaUpdate::default();
-        let strings: [(&'static str, fn(&mut MetaFields) -> &mut String); 6] = [
+        type Field = fn(&mut MetaFields) -> &mut String;
+        let strings: [(&'static str, Field); 6] = [
             ("displayName", |f| &mut f.display_name),
             ("description", |f| &mut f.description),
             ("notes", |f| &mut f.notes),
@@ -590,7 +591,7 @@ pub fn check_tsuid(schema: &Schema, tsuid: &[u8]) -> Result<()> {
     if tsuid.len() <= metric {
         return Err(Error::invalid("TSUID is too short, may be missing tags"));
     }
-    if (tsuid.len() - metric) % schema.tag_pair_width() != 0 {
+    if !(tsuid.len() - metric).is_multiple_of(schema.tag_pair_width()) {
         return Err(Error::invalid(
             "The TSUID appears to be malformed, improper tag width",
         ));
@@ -948,7 +949,7 @@ pub fn meta_sync(tsdb: &Tsdb) -> Result<SyncReport> {
     for row in tsdb.store().scan(&schema.data_table, &request)? {
         let row = row?;
         if row.key.len() < schema.tags_offset()
-            || (row.key.len() - schema.tags_offset()) % pair != 0
+            || !(row.key.len() - schema.tags_offset()).is_multiple_of(pair)
         {
             continue;
         }

@@ -124,7 +124,7 @@ pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
         };
         for row in tsdb.store().scan(table, &request)? {
             let row = row?;
-            if row.key.len() < tags_at || (row.key.len() - tags_at) % pair != 0 {
+            if row.key.len() < tags_at || !(row.key.len() - tags_at).is_multiple_of(pair) {
                 continue; // not a series row
             }
             let tsuid = if q.use_meta {

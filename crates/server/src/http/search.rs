@@ -237,11 +237,14 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
     })
 }
 
+/// A lookup's tag key and value; None is a wildcard.
+pub(crate) type TagPattern = (Option<String>, Option<String>);
+
 /// OpenTSDB's `metric{tagk=tagv,...}` for lookups: `tagk=` / `*` any value, `=tagv` any key,
 /// a leading `{` no metric.
 pub(crate) fn parse_metric_tags(
     text: &str,
-) -> Result<(Option<String>, Vec<(Option<String>, Option<String>)>), String> {
+) -> Result<(Option<String>, Vec<TagPattern>), String> {
     let Some(open) = text.find('{') else {
         if text.is_empty() {
             return Err("Metric string was empty".into());
