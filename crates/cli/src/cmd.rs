@@ -1,11 +1,13 @@
 pub(crate) mod create_tables;
 pub(crate) mod debug_ingest;
+pub(crate) mod fsck;
 pub(crate) mod import;
 pub(crate) mod query;
 pub(crate) mod scan;
 pub(crate) mod search;
 pub(crate) mod tsd;
 pub(crate) mod uid;
+pub(crate) mod uid_fsck;
 
 /// The `START [END]` words of OpenTSDB's command-line queries, in ms; returns the index of
 /// the first word after them. END is taken only when more words follow and it looks like a

@@ -31,6 +31,8 @@ enum Command {
     Scan(cmd::scan::ScanArgs),
     /// Query: OpenTSDB's command-line syntax, one line per point.
     Query(cmd::query::QueryArgs),
+    /// Check the data table for errors (and fix them): OpenTSDB's `fsck`.
+    Fsck(cmd::fsck::FsckArgs),
     /// Find series by metric and tags: `search lookup METRIC [TAGK=TAGV...]`.
     Search(cmd::search::SearchArgs),
     /// Write points forever and report each acknowledged batch (crash-safety tests).
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Scan(a) => a.store.verbose,
         Command::Query(a) => a.store.verbose,
         Command::Search(a) => a.store.verbose,
+        Command::Fsck(a) => a.store.verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
     };
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Command::Scan(a) => cmd::scan::run(&a),
         Command::Query(a) => cmd::query::run_query(&a),
         Command::Search(a) => cmd::search::run(&a),
+        Command::Fsck(a) => cmd::fsck::run(&a),
         Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
     };
     match result {

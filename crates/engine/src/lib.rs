@@ -4,6 +4,7 @@
 pub mod annotation;
 pub mod cell_codec;
 mod error;
+pub mod fsck;
 pub mod meta;
 pub mod query;
 pub mod read;

@@ -20,6 +20,7 @@ Sub commands:
   delete <kind> <name>: Deletes this UID.
   metasync: Creates missing TSMeta, counters and UIDMeta from the data table.
   metapurge: Deletes every TSMeta, counter and UIDMeta.
+  fsck [fix] [delete_unknown]: Checks the UID table for errors (and fixes them).
 
   [kind] <name>: Lookup the ID of this name.
   [kind] <ID>: Lookup the name of this ID.
@@ -144,6 +145,7 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             db.close()?;
             Ok(ExitCode::SUCCESS)
         }
+        "fsck" => super::uid_fsck::run(&db, rest),
         "delete" => {
             let [kind, name] = rest else {
                 return usage("Wrong number of arguments");

@@ -242,9 +242,7 @@ pub(crate) type TagPattern = (Option<String>, Option<String>);
 
 /// OpenTSDB's `metric{tagk=tagv,...}` for lookups: `tagk=` / `*` any value, `=tagv` any key,
 /// a leading `{` no metric.
-pub(crate) fn parse_metric_tags(
-    text: &str,
-) -> Result<(Option<String>, Vec<TagPattern>), String> {
+pub(crate) fn parse_metric_tags(text: &str) -> Result<(Option<String>, Vec<TagPattern>), String> {
     let Some(open) = text.find('{') else {
         if text.is_empty() {
             return Err("Metric string was empty".into());
