@@ -75,7 +75,7 @@ impl Tsdb {
             key.get(metric_at..metric_at + metric.len()) == Some(metric.as_slice())
                 && i64::from(row.base_time) >= first_hour
                 && i64::from(row.base_time) <= query.end_secs
-                && query.tags.iter().all(|t| row.series.tags.contains(t))
+                && query.matches_tags(&row.series.tags)
         });
         let mut buffered: BTreeMap<Vec<u8>, Vec<Point>> = buffered.into_iter().collect();
         let mut scratch: Vec<Point> = Vec::new();

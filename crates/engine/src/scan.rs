@@ -22,6 +22,18 @@ pub struct RowQuery {
     pub tags: Vec<(Uid, Uid)>,
 }
 
+impl RowQuery {
+    /// Whether a series with `series_tags` passes [`RowQuery::tags`]: for every tag key
+    /// named there, the series has one of its values.
+    pub fn matches_tags(&self, series_tags: &[(Uid, Uid)]) -> bool {
+        self.tags.iter().all(|(k, _)| {
+            series_tags
+                .iter()
+                .any(|(sk, sv)| sk == k && self.tags.contains(&(*sk, *sv)))
+        })
+    }
+}
+
 /// `\xHH` for every byte: safe in an RE2/regex pattern whatever the byte.
 pub fn escape_bytes(bytes: &[u8], out: &mut String) {
     for b in bytes {

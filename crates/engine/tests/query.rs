@@ -113,6 +113,26 @@ fn standard_fixture_through_the_pipeline() {
                 .stats
                 .rows
         };
+        // Unflushed rows are filtered the same way.
+        let mut both = sub("sum");
+        both.filters = vec![TagFilter::new("literal_or", "host", "web01|web02", false).unwrap()];
+        let w1 = [("host", "web01")];
+        let more: Vec<IncomingPoint> = (0..2i64)
+            .map(|i| IncomingPoint {
+                metric: "sys.cpu.user",
+                timestamp: 1357000000 + i,
+                value: Value::Int(1000),
+                tags: &w1,
+            })
+            .collect();
+        assert_eq!(db.add_points(&more).stored, 2);
+        let g = go(&db, &both);
+        assert_eq!(g.len(), 1, "{backend}");
+        assert!(
+            g[0].dps.iter().any(|(t, _)| *t == 1357000000000),
+            "{backend}: buffered points"
+        );
+        db.flush().unwrap();
         let one = rows_read("web02");
         assert!(one > 0, "{backend}");
         assert_eq!(rows_read("web01|web02"), 2 * one, "{backend}");

@@ -293,7 +293,7 @@ async fn grafana_requests(backend: &str) {
     });
     let v = post(&srv, "/api/query", current).await.json();
     let arr = v.as_array().unwrap();
-    assert_eq!(arr.len(), 3);
+    assert_eq!(arr.len(), 3, "{v}");
     assert_eq!(arr[0]["query"]["index"], 0);
     assert_eq!(arr[1]["query"]["index"], 1);
     assert_eq!(arr[2]["query"]["index"], 1);
