@@ -17,7 +17,7 @@ use hourglass_storage::{Check, Mutation, ReadOptions, ScanRequest};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::meta::check_tsuid;
+use crate::meta::{check_tsuid, json_string};
 use crate::{Error, Result, Tsdb};
 
 /// One annotation.
@@ -57,18 +57,6 @@ struct StoredJson<'a> {
     description: &'a str,
     notes: &'a str,
     custom: &'a Option<BTreeMap<String, String>>,
-}
-
-fn field_string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(Value::Number(n)) => Ok(Some(n.to_string())),
-        Some(Value::Bool(b)) => Ok(Some(b.to_string())),
-        Some(_) => Err(Error::invalid(format!(
-            "Unable to parse the given JSON: field '{key}' must be a string"
-        ))),
-    }
 }
 
 fn field_time(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>> {
@@ -144,7 +132,7 @@ impl AnnotationUpdate {
     /// Reads an annotation object (unknown fields ignored, as OpenTSDB).
     pub fn from_json(obj: &Map<String, Value>) -> Result<AnnotationUpdate> {
         let mut u = AnnotationUpdate::default();
-        if let Some(t) = field_string(obj, "tsuid")? {
+        if let Some(t) = json_string(obj, "tsuid")? {
             u.note.tsuid = t;
         }
         if let Some(t) = field_time(obj, "startTime")? {
@@ -156,13 +144,13 @@ impl AnnotationUpdate {
                 u.changed.insert("endTime");
             }
         }
-        if let Some(d) = field_string(obj, "description")? {
+        if let Some(d) = json_string(obj, "description")? {
             if !d.is_empty() {
                 u.changed.insert("description");
             }
             u.note.description = d;
         }
-        if let Some(n) = field_string(obj, "notes")? {
+        if let Some(n) = json_string(obj, "notes")? {
             if !n.is_empty() {
                 u.changed.insert("notes");
             }

@@ -96,7 +96,8 @@ pub struct MetaUpdate {
     pub changed: HashSet<&'static str>,
 }
 
-fn json_string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+/// A string field of a JSON object (numbers and booleans taken as text); null or absent: None.
+pub(crate) fn json_string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -1091,57 +1092,44 @@ pub fn meta_sync(tsdb: &Tsdb) -> Result<SyncReport> {
 /// (`tsdb uid metapurge`); returns (UIDMeta cells, TSMeta cells) deleted.
 pub fn meta_purge(tsdb: &Tsdb) -> Result<(u64, u64)> {
     let schema = &tsdb.settings().schema;
-    let store = tsdb.store();
-    let metas: [&[u8]; 3] = [b"metric_meta", b"tagk_meta", b"tagv_meta"];
-    let mut uid_cells = 0u64;
-    let request = ScanRequest {
-        read: ReadOptions::family(UID_NAME_FAMILY),
-        ..Default::default()
-    };
-    let mut batch = Vec::new();
-    for row in store.scan(&schema.uid_table, &request)? {
-        let row = row?;
-        let doomed: Vec<Mutation> = row
-            .cells
-            .iter()
-            .filter(|c| metas.contains(&c.qualifier.as_slice()))
-            .map(|c| Mutation::delete(UID_NAME_FAMILY, c.qualifier.clone()))
-            .collect();
-        if !doomed.is_empty() {
-            uid_cells += doomed.len() as u64;
-            batch.push(hourglass_storage::RowMutation {
-                key: row.key,
-                mutations: doomed,
-            });
-        }
-    }
-    if !batch.is_empty() {
-        store.mutate_rows(&schema.uid_table, &batch)?;
-    }
-    let mut ts_cells = 0u64;
-    let mut batch = Vec::new();
-    let request = ScanRequest {
-        read: ReadOptions::family(META_FAMILY),
-        ..Default::default()
-    };
-    for row in store.scan(&schema.meta_table, &request)? {
-        let row = row?;
-        let doomed: Vec<Mutation> = row
-            .cells
-            .iter()
-            .filter(|c| c.qualifier == TS_META || c.qualifier == TS_CTR)
-            .map(|c| Mutation::delete(META_FAMILY, c.qualifier.clone()))
-            .collect();
-        if !doomed.is_empty() {
-            ts_cells += doomed.len() as u64;
-            batch.push(hourglass_storage::RowMutation {
-                key: row.key,
-                mutations: doomed,
-            });
-        }
-    }
-    if !batch.is_empty() {
-        store.mutate_rows(&schema.meta_table, &batch)?;
-    }
+    let uid_cells = delete_cells(
+        tsdb,
+        &schema.uid_table,
+        UID_NAME_FAMILY,
+        &[b"metric_meta", b"tagk_meta", b"tagv_meta"],
+    )?;
+    let ts_cells = delete_cells(tsdb, &schema.meta_table, META_FAMILY, &[TS_META, TS_CTR])?;
     Ok((uid_cells, ts_cells))
+}
+
+/// Deletes every cell of `family` in `table` whose qualifier is one of `qualifiers`;
+/// returns how many.
+fn delete_cells(tsdb: &Tsdb, table: &str, family: &str, qualifiers: &[&[u8]]) -> Result<u64> {
+    let store = tsdb.store();
+    let request = ScanRequest {
+        read: ReadOptions::family(family),
+        ..Default::default()
+    };
+    let mut deleted = 0u64;
+    let mut batch = Vec::new();
+    for row in store.scan(table, &request)? {
+        let row = row?;
+        let doomed: Vec<Mutation> = row
+            .cells
+            .iter()
+            .filter(|c| qualifiers.contains(&c.qualifier.as_slice()))
+            .map(|c| Mutation::delete(family, c.qualifier.clone()))
+            .collect();
+        if !doomed.is_empty() {
+            deleted += doomed.len() as u64;
+            batch.push(hourglass_storage::RowMutation {
+                key: row.key,
+                mutations: doomed,
+            });
+        }
+    }
+    if !batch.is_empty() {
+        store.mutate_rows(table, &batch)?;
+    }
+    Ok(deleted)
 }
