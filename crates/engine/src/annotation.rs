@@ -11,13 +11,13 @@ use std::collections::{BTreeMap, HashSet};
 use hourglass_core::annotation::{decode_qualifier, encode_qualifier, is_annotation_qualifier};
 use hourglass_core::rowkey::apply_salt;
 use hourglass_core::schema::{DATA_FAMILY, Schema};
-use hourglass_core::time::{MAX_TIMESPAN, to_millis};
+use hourglass_core::time::{MAX_TIMESPAN, base_time_of_ms, to_millis};
 use hourglass_core::uid::parse_hex;
 use hourglass_storage::{Check, Mutation, ReadOptions, ScanRequest};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::meta::{check_tsuid, json_string};
+use crate::meta::{check_tsuid, json_custom, json_string};
 use crate::{Error, Result, Tsdb};
 
 /// One annotation.
@@ -156,28 +156,9 @@ impl AnnotationUpdate {
             }
             u.note.notes = n;
         }
-        match obj.get("custom") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) => {
-                let custom = m
-                    .iter()
-                    .map(|(k, v)| {
-                        let v = match v {
-                            Value::String(s) => s.clone(),
-                            Value::Null => String::new(),
-                            other => other.to_string(),
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect();
-                u.note.custom = Some(custom);
-                u.changed.insert("custom");
-            }
-            Some(_) => {
-                return Err(Error::invalid(
-                    "Unable to parse the given JSON: field 'custom' must be an object",
-                ));
-            }
+        if let Some(custom) = json_custom(obj)? {
+            u.note.custom = Some(custom);
+            u.changed.insert("custom");
         }
         Ok(u)
     }
@@ -212,6 +193,11 @@ pub fn row_key(schema: &Schema, tsuid: Option<&[u8]>, base: u32) -> Vec<u8> {
         }
     }
     key
+}
+
+/// The base hour (seconds) of the row holding time `ms`, clamped to the 4-byte range.
+fn base_hour(ms: i64) -> u32 {
+    base_time_of_ms(ms).clamp(0, i64::from(u32::MAX)) as u32
 }
 
 /// Where a note lives: row key and qualifier.
@@ -338,13 +324,8 @@ pub fn delete_range(tsdb: &Tsdb, tsuid: Option<&[u8]>, start_ms: i64, end_ms: i6
     if let Some(t) = tsuid {
         check_tsuid(schema, t)?;
     }
-    let span = i64::from(MAX_TIMESPAN);
-    let hour = |ms: i64| {
-        let s = ms.div_euclid(1000);
-        (s - s.rem_euclid(span)).clamp(0, i64::from(u32::MAX)) as u32
-    };
-    let first = hour(start_ms);
-    let last = hour(end_ms);
+    let first = base_hour(start_ms);
+    let last = base_hour(end_ms);
     let mut deleted = 0u64;
     // A series' rows of consecutive hours are not contiguous (other series sit between them
     // in key order), so each hour's row is read by key.
@@ -381,13 +362,8 @@ pub fn delete_range(tsdb: &Tsdb, tsuid: Option<&[u8]>, start_ms: i64, end_ms: i6
 /// Global annotations starting within `[start_ms, end_ms]`, by time.
 pub fn global_between(tsdb: &Tsdb, start_ms: i64, end_ms: i64) -> Result<Vec<Annotation>> {
     let schema = &tsdb.settings().schema;
-    let span = i64::from(MAX_TIMESPAN);
-    let hour = |ms: i64| {
-        let s = ms.div_euclid(1000);
-        (s - s.rem_euclid(span)).clamp(0, i64::from(u32::MAX)) as u32
-    };
-    let start = row_key(schema, None, hour(start_ms));
-    let end = match hour(end_ms).checked_add(MAX_TIMESPAN) {
+    let start = row_key(schema, None, base_hour(start_ms));
+    let end = match base_hour(end_ms).checked_add(MAX_TIMESPAN) {
         Some(stop) => Some(row_key(schema, None, stop)),
         None => hourglass_storage::prefix_end(&start[..start.len() - 4]),
     };

@@ -109,6 +109,28 @@ pub(crate) fn json_string(obj: &Map<String, Value>, key: &str) -> Result<Option<
     }
 }
 
+/// The `custom` object of a JSON object (values taken as text); null or absent: None.
+pub(crate) fn json_custom(obj: &Map<String, Value>) -> Result<Option<BTreeMap<String, String>>> {
+    match obj.get("custom") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(
+            m.iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        Value::Null => String::new(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        )),
+        Some(_) => Err(Error::invalid(
+            "Unable to parse the given JSON: field 'custom' must be an object",
+        )),
+    }
+}
+
 fn json_number(obj: &Map<String, Value>, key: &str) -> Result<Option<f64>> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
@@ -170,26 +192,9 @@ impl MetaUpdate {
                 }
             }
         }
-        match obj.get("custom") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) => {
-                let mut custom = BTreeMap::new();
-                for (k, v) in m {
-                    let v = match v {
-                        Value::String(s) => s.clone(),
-                        Value::Null => String::new(),
-                        other => other.to_string(),
-                    };
-                    custom.insert(k.clone(), v);
-                }
-                u.fields.custom = Some(custom);
-                u.changed.insert("custom");
-            }
-            Some(_) => {
-                return Err(Error::invalid(
-                    "Unable to parse the given JSON: field 'custom' must be an object",
-                ));
-            }
+        if let Some(custom) = json_custom(obj)? {
+            u.fields.custom = Some(custom);
+            u.changed.insert("custom");
         }
         Ok(u)
     }
@@ -348,25 +353,36 @@ fn width_check(tsdb: &Tsdb, kind: UidKind, bytes: &[u8]) -> Result<Uid> {
 
 /// The meta data of a UID (defaults when none is stored). Unknown UID: [`Error::NoSuchId`].
 pub fn get_uid_meta(tsdb: &Tsdb, kind: UidKind, uid_bytes: &[u8]) -> Result<UidMeta> {
+    read_uid_meta(tsdb, kind, uid_bytes).map(|(meta, _)| meta)
+}
+
+/// A UID's meta data and the stored cell it was read from (None: none stored).
+fn read_uid_meta(
+    tsdb: &Tsdb,
+    kind: UidKind,
+    uid_bytes: &[u8],
+) -> Result<(UidMeta, Option<Vec<u8>>)> {
     let uid = width_check(tsdb, kind, uid_bytes)?;
     let name = tsdb.uids().get_name(kind, uid)?;
     let schema = &tsdb.settings().schema;
-    let row = tsdb.store().get(
-        &schema.uid_table,
-        uid_bytes,
-        &ReadOptions::family(UID_NAME_FAMILY),
-    )?;
-    let fields = row
-        .as_ref()
-        .and_then(|r| r.value(UID_NAME_FAMILY, uid_meta_qualifier(kind)))
-        .map(parse_stored)
-        .unwrap_or_default();
-    Ok(UidMeta {
+    let stored = tsdb
+        .store()
+        .get(
+            &schema.uid_table,
+            uid_bytes,
+            &ReadOptions::family(UID_NAME_FAMILY),
+        )?
+        .and_then(|r| {
+            r.value(UID_NAME_FAMILY, uid_meta_qualifier(kind))
+                .map(<[u8]>::to_vec)
+        });
+    let meta = UidMeta {
         kind,
         uid: hex_upper(uid_bytes),
         name,
-        fields,
-    })
+        fields: stored.as_deref().map(parse_stored).unwrap_or_default(),
+    };
+    Ok((meta, stored))
 }
 
 /// Writes `cell` of `row` in `table` if it still holds `expected` (None: absent).
@@ -412,19 +428,8 @@ pub fn sync_uid_meta(
             "No changes detected in UID meta data".into(),
         ));
     }
-    let current = get_uid_meta(tsdb, kind, uid_bytes)?;
+    let (current, stored) = read_uid_meta(tsdb, kind, uid_bytes)?;
     let schema = &tsdb.settings().schema;
-    let stored = tsdb
-        .store()
-        .get(
-            &schema.uid_table,
-            uid_bytes,
-            &ReadOptions::family(UID_NAME_FAMILY),
-        )?
-        .and_then(|r| {
-            r.value(UID_NAME_FAMILY, uid_meta_qualifier(kind))
-                .map(<[u8]>::to_vec)
-        });
     let merged = UidMeta {
         fields: update.merge(&current.fields, overwrite),
         ..current
@@ -727,12 +732,17 @@ pub fn sync_ts_meta(
             "No changes detected in TSUID meta data".into(),
         ));
     }
-    let Some(current) = get_ts_meta(tsdb, tsuid)? else {
+    let schema = &tsdb.settings().schema;
+    check_tsuid(schema, tsuid)?;
+    let row = read_ts_row(tsdb, tsuid)?;
+    let current = match &row {
+        Some(r) => ts_meta_from_row(tsdb, tsuid, r)?,
+        None => None,
+    };
+    let Some(current) = current else {
         return Err(Error::invalid("Requested TSMeta did not exist"));
     };
-    let schema = &tsdb.settings().schema;
-    let stored =
-        read_ts_row(tsdb, tsuid)?.and_then(|r| r.value(META_FAMILY, TS_META).map(<[u8]>::to_vec));
+    let stored = row.and_then(|r| r.value(META_FAMILY, TS_META).map(<[u8]>::to_vec));
     let merged = update.merge(&current.fields, overwrite);
     compare_and_set(
         tsdb.store().as_ref(),
@@ -974,24 +984,18 @@ pub fn meta_sync(tsdb: &Tsdb) -> Result<SyncReport> {
         let Ok(key) = decode_tsuid(&schema, tsuid) else {
             continue;
         };
-        let mut uids = vec![(UidKind::Metric, key.metric.to_bytes(schema.metric_width))];
-        for (k, v) in &key.tags {
-            uids.push((UidKind::TagKey, k.to_bytes(schema.tagk_width)));
-            uids.push((UidKind::TagValue, v.to_bytes(schema.tagv_width)));
-        }
         let mut resolvable = true;
-        for (kind, uid) in uids {
-            let e = uid_created.entry((kind, uid)).or_insert(i64::MAX);
-            *e = (*e).min(first);
-        }
-        for (kind, uid) in [(UidKind::Metric, key.metric)].into_iter().chain(
+        let uids = [(UidKind::Metric, key.metric)].into_iter().chain(
             key.tags
                 .iter()
                 .flat_map(|(k, v)| [(UidKind::TagKey, *k), (UidKind::TagValue, *v)]),
-        ) {
-            if tsdb.uids().get_name(kind, uid).is_err() {
-                resolvable = false;
-            }
+        );
+        for (kind, uid) in uids {
+            resolvable &= tsdb.uids().get_name(kind, uid).is_ok();
+            let e = uid_created
+                .entry((kind, uid.to_bytes(schema.uid_width(kind))))
+                .or_insert(i64::MAX);
+            *e = (*e).min(first);
         }
         if !resolvable {
             report.unresolved += 1;

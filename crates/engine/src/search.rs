@@ -48,7 +48,7 @@ pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
     // Resolved conditions: (tagk, Some(tagv)) exact, (tagk, None) key present,
     // and values that must appear under any key.
     let mut by_key: Vec<(Uid, Option<Uid>)> = Vec::new();
-    let mut any_key_values: Vec<Uid> = Vec::new();
+    let mut any_key_values: Vec<Vec<u8>> = Vec::new();
     for (k, v) in &q.tags {
         let v = match wild(v) {
             Some(v) => Some(uids.get_id(UidKind::TagValue, v)?),
@@ -58,7 +58,7 @@ pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
             Some(k) => by_key.push((uids.get_id(UidKind::TagKey, k)?, v)),
             None => {
                 if let Some(v) = v {
-                    any_key_values.push(v);
+                    any_key_values.push(v.to_bytes(schema.tagv_width));
                 }
             }
         }
@@ -138,9 +138,7 @@ pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
             if !any_key_values.is_empty() {
                 let has = tsuid[metric_width..].chunks_exact(pair).any(|p| {
                     let v = &p[usize::from(schema.tagk_width)..];
-                    any_key_values
-                        .iter()
-                        .any(|w| w.to_bytes(schema.tagv_width) == v)
+                    any_key_values.iter().any(|w| w.as_slice() == v)
                 });
                 if !has {
                     continue;

@@ -37,7 +37,7 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/api/suggest", any(suggest::handle))
         .route("/api/search", any(search::handle_root))
         .route("/api/search/{kind}", any(search::handle))
-        .route("/api/uid", any(uid::root))
+        .route("/api/uid", any(uid::other))
         .route("/api/uid/assign", any(uid::assign))
         .route("/api/uid/rename", any(uid::rename))
         .route("/api/uid/uidmeta", any(uid::uidmeta))

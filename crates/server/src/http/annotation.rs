@@ -10,8 +10,8 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::time::parse_time;
 use hourglass_core::uid::parse_hex;
+use hourglass_engine::ErrorKind;
 use hourglass_engine::annotation::{self, Annotation, AnnotationUpdate};
-use hourglass_engine::{Error as EngineError, ErrorKind};
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
@@ -19,7 +19,6 @@ use super::error::json_response;
 use super::query::engine_error;
 use super::request::{
     Params, api_method, blocking, check_writable, has_body, json_body, json_object, no_content,
-    not_modified,
 };
 use crate::State;
 
@@ -59,21 +58,6 @@ fn from_body(body: &Bytes) -> Result<AnnotationUpdate, ApiError> {
     AnnotationUpdate::from_json(&json_object(body)?).map_err(engine_error)
 }
 
-fn note_error(e: EngineError) -> ApiError {
-    match e.kind() {
-        ErrorKind::NotModified => ApiError::new(StatusCode::NOT_MODIFIED, e.to_string()),
-        _ => {
-            let msg = e.to_string();
-            match e.kind() {
-                ErrorKind::InvalidInput | ErrorKind::NotFound => {
-                    ApiError::bad_request(msg.clone()).with_details(msg)
-                }
-                _ => engine_error(e),
-            }
-        }
-    }
-}
-
 pub(crate) async fn handle(
     method: Method,
     RawQuery(raw): RawQuery,
@@ -96,7 +80,8 @@ pub(crate) async fn handle(
     match method {
         Method::GET => {
             let note = blocking(&state.tsdb, move |db| {
-                annotation::get(db, &update.note.tsuid, update.note.start_time).map_err(note_error)
+                annotation::get(db, &update.note.tsuid, update.note.start_time)
+                    .map_err(engine_error)
             })
             .await?;
             match note {
@@ -110,15 +95,11 @@ pub(crate) async fn handle(
         Method::POST | Method::PUT => {
             check_writable(&state)?;
             let overwrite = method == Method::PUT;
-            let result = blocking(&state.tsdb, move |db| {
-                annotation::sync(db, &update, overwrite).map_err(note_error)
+            let note = blocking(&state.tsdb, move |db| {
+                annotation::sync(db, &update, overwrite).map_err(engine_error)
             })
-            .await;
-            match result {
-                Ok(n) => Ok(json_response(StatusCode::OK, &n.to_json())),
-                Err(e) if e.status == StatusCode::NOT_MODIFIED => Ok(not_modified()),
-                Err(e) => Err(e),
-            }
+            .await?;
+            Ok(json_response(StatusCode::OK, &note.to_json()))
         }
         _ => {
             check_writable(&state)?;
@@ -130,7 +111,7 @@ pub(crate) async fn handle(
             }
             blocking(&state.tsdb, move |db| {
                 annotation::delete(db, &update.note.tsuid, update.note.start_time)
-                    .map_err(note_error)
+                    .map_err(engine_error)
             })
             .await?;
             Ok(no_content())

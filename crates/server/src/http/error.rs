@@ -37,6 +37,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // An update that changes nothing: OpenTSDB answers a bare 304.
+        if self.status == StatusCode::NOT_MODIFIED {
+            return self.status.into_response();
+        }
         let mut error = json!({ "code": self.status.as_u16(), "message": self.message });
         if let Some(d) = self.details.filter(|d| !d.is_empty()) {
             error["details"] = json!(d);

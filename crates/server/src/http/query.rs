@@ -92,6 +92,7 @@ pub(crate) fn engine_error(e: EngineError) -> ApiError {
             ApiError::bad_request(msg.clone()).with_details(msg)
         }
         ErrorKind::LimitExceeded => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg),
+        ErrorKind::NotModified => ApiError::new(StatusCode::NOT_MODIFIED, msg),
         ErrorKind::Unavailable => ApiError::new(StatusCode::FAILED_DEPENDENCY, msg),
         _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg),
     }

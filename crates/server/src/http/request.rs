@@ -123,12 +123,8 @@ pub(crate) fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
-pub(crate) fn not_modified() -> Response {
-    StatusCode::NOT_MODIFIED.into_response()
-}
-
 /// An engine error with a given message for "not found" (404) and the engine's text as
-/// details; bad input is 400, a no-op update is answered by the caller.
+/// details; everything else as [`super::query::engine_error`].
 pub(crate) fn not_found_as(e: EngineError, message: &str) -> ApiError {
     match e.kind() {
         ErrorKind::NotFound => {

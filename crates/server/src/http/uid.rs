@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State as Extract};
+use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::names::validate_name;
@@ -13,7 +13,7 @@ use hourglass_engine::meta::{
     MetaUpdate, create_ts_meta, delete_ts_meta, delete_uid_meta, find_ts_metas, get_ts_meta,
     get_uid_meta, parse_type, sync_ts_meta, sync_uid_meta, tsuid_for,
 };
-use hourglass_engine::{Error as EngineError, ErrorKind, Tsdb};
+use hourglass_engine::{Error as EngineError, Tsdb};
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
@@ -21,18 +21,12 @@ use super::error::json_response;
 use super::query::engine_error;
 use super::request::{
     Params, api_method, blocking, check_writable, has_body, json_body, json_object, no_content,
-    not_found_as, not_modified,
+    not_found_as,
 };
 use crate::State;
 
-pub(crate) async fn other(Path(_rest): Path<String>) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "Other UID endpoints have not been implemented yet",
-    )
-}
-
-pub(crate) async fn root() -> ApiError {
+/// Any other `/api/uid` path.
+pub(crate) async fn other() -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
         "Other UID endpoints have not been implemented yet",
@@ -250,24 +244,9 @@ fn rename_one(db: &Tsdb, word: &str, old: &str, new: &str, special: &str) -> Res
     }
 }
 
-/// Answers a meta data update: 304 when it changes nothing.
-fn updated(result: Result<Value, ApiError>) -> Result<Response, ApiError> {
+/// A JSON body with 200.
+fn ok_json(result: Result<Value, ApiError>) -> Result<Response, ApiError> {
     result.map(|v| json_response(StatusCode::OK, &v))
-}
-
-fn meta_error(e: EngineError, not_found: &str) -> ApiError {
-    match e.kind() {
-        ErrorKind::NotModified => ApiError::new(StatusCode::NOT_MODIFIED, e.to_string()),
-        _ => not_found_as(e, not_found),
-    }
-}
-
-/// 304 errors become an empty 304 response.
-fn finish(result: Result<Response, ApiError>) -> Result<Response, ApiError> {
-    match result {
-        Err(e) if e.status == StatusCode::NOT_MODIFIED => Ok(not_modified()),
-        other => other,
-    }
 }
 
 fn hex_arg(text: &str) -> Result<Vec<u8>, ApiError> {
@@ -343,7 +322,7 @@ pub(crate) async fn uidmeta(
             let uid = hex_arg(params.required("uid")?)?;
             let kind = parse_type(params.required("type")?).map_err(engine_error)?;
             let meta = blocking(&state.tsdb, move |db| {
-                get_uid_meta(db, kind, &uid).map_err(|e| meta_error(e, NOT_FOUND))
+                get_uid_meta(db, kind, &uid).map_err(|e| not_found_as(e, NOT_FOUND))
             })
             .await?;
             Ok(json_response(StatusCode::OK, &meta.to_json()))
@@ -352,14 +331,14 @@ pub(crate) async fn uidmeta(
             check_writable(&state)?;
             let t = uid_target(&params, &body, "")?;
             let overwrite = method == Method::PUT;
-            finish(updated(
+            ok_json(
                 blocking(&state.tsdb, move |db| {
                     sync_uid_meta(db, t.kind, &t.uid, &t.update, overwrite)
                         .map(|m| m.to_json())
-                        .map_err(|e| meta_error(e, NOT_FOUND))
+                        .map_err(|e| not_found_as(e, NOT_FOUND))
                 })
                 .await,
-            ))
+            )
         }
         Method::DELETE => {
             check_writable(&state)?;
@@ -416,7 +395,7 @@ pub(crate) async fn tsmeta(
             if params.has("tsuid") {
                 let tsuid = hex_arg(params.get("tsuid").unwrap_or(""))?;
                 let meta = blocking(&state.tsdb, move |db| {
-                    get_ts_meta(db, &tsuid).map_err(|e| meta_error(e, NOT_FOUND))
+                    get_ts_meta(db, &tsuid).map_err(|e| not_found_as(e, NOT_FOUND))
                 })
                 .await?;
                 return match meta {
@@ -426,7 +405,7 @@ pub(crate) async fn tsmeta(
             }
             let (metric, tags) = parse_exact(params.required("m")?)?;
             let list = blocking(&state.tsdb, move |db| {
-                find_ts_metas(db, &metric, &tags).map_err(|e| meta_error(e, UIDS_NOT_FOUND))
+                find_ts_metas(db, &metric, &tags).map_err(|e| not_found_as(e, UIDS_NOT_FOUND))
             })
             .await?;
             Ok(json_response(
@@ -453,24 +432,24 @@ pub(crate) async fn tsmeta(
             };
             if !tsuid.is_empty() {
                 let tsuid = hex_arg(&tsuid)?;
-                return finish(updated(
+                return ok_json(
                     blocking(&state.tsdb, move |db| {
                         sync_ts_meta(db, &tsuid, &update, overwrite)
                             .map(|m| m.to_json())
-                            .map_err(|e| meta_error(e, NOT_FOUND))
+                            .map_err(|e| not_found_as(e, NOT_FOUND))
                     })
                     .await,
-                ));
+                );
             }
             if has_body(&body) && !params.has("m") {
                 return Err(ApiError::bad_request("Missing TSUID").with_details("Missing TSUID"));
             }
             let (metric, tags) = parse_exact(params.required("m")?)?;
             let create = params.get("create") == Some("true");
-            finish(updated(
+            ok_json(
                 blocking(&state.tsdb, move |db| {
-                    let tsuid =
-                        tsuid_for(db, &metric, &tags).map_err(|e| meta_error(e, UIDS_NOT_FOUND))?;
+                    let tsuid = tsuid_for(db, &metric, &tags)
+                        .map_err(|e| not_found_as(e, UIDS_NOT_FOUND))?;
                     let exists = get_ts_meta(db, &tsuid).map_err(engine_error)?.is_some();
                     let meta = if exists {
                         sync_ts_meta(db, &tsuid, &update, overwrite)
@@ -482,10 +461,10 @@ pub(crate) async fn tsmeta(
                         ));
                     };
                     meta.map(|m| m.to_json())
-                        .map_err(|e| meta_error(e, NOT_FOUND))
+                        .map_err(|e| not_found_as(e, NOT_FOUND))
                 })
                 .await,
-            ))
+            )
         }
         Method::DELETE => {
             check_writable(&state)?;
