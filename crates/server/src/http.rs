@@ -3,6 +3,7 @@
 
 mod annotation;
 mod error;
+mod graph;
 mod last;
 mod misc;
 mod put;
@@ -10,6 +11,7 @@ mod query;
 mod request;
 mod search;
 mod suggest;
+mod ui;
 mod uid;
 
 use std::sync::Arc;
@@ -53,6 +55,14 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/api/stats", any(misc::stats))
         .route("/api/dropcaches", any(misc::dropcaches))
         .route("/api/metadata/put", any(misc::metadata_put))
+        .route("/", any(ui::index))
+        .route("/index.html", any(ui::index))
+        .route("/app.js", any(ui::file))
+        .route("/app.css", any(ui::file))
+        .route("/favicon.ico", any(ui::file))
+        .route("/s/{*file}", any(ui::file))
+        .route("/status", any(ui::status))
+        .route("/q", any(graph::handle))
         .fallback(misc::not_found)
         .layer(DefaultBodyLimit::max(max_body))
         .layer(RequestDecompressionLayer::new())

@@ -6,6 +6,7 @@
 //! accepting, lets in-flight requests finish, and returns; the caller flushes the database.
 
 mod http;
+mod plot;
 mod state;
 mod stats;
 mod telnet;

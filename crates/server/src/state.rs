@@ -28,6 +28,9 @@ pub struct ServerSettings {
     pub allow_point_limit_override: bool,
     /// `tsd.http.query.allow_delete`: queries may delete what they match.
     pub allow_delete: bool,
+    /// `tsd.http.staticroot`: serve the web UI's files from this directory instead of the
+    /// copies built into the binary (for working on the UI without rebuilding the server).
+    pub static_root: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -41,6 +44,7 @@ impl Default for ServerSettings {
             allow_byte_limit_override: false,
             allow_point_limit_override: false,
             allow_delete: false,
+            static_root: None,
         }
     }
 }
@@ -75,6 +79,9 @@ impl ServerSettings {
             allow_point_limit_override: c
                 .get_bool("tsd.query.limits.data_points.allow_override", false),
             allow_delete: c.get_bool("tsd.http.query.allow_delete", false),
+            static_root: Some(c.get_str("tsd.http.staticroot", ""))
+                .filter(|d| !d.is_empty())
+                .map(std::path::PathBuf::from),
         })
     }
 }

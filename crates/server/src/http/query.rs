@@ -426,6 +426,22 @@ impl Serialized<'_> {
     }
 }
 
+/// The sub-queries of a URL: its `m=` and `tsuid=` parameters, in order.
+pub(crate) fn url_sub_queries(params: &[(String, String)]) -> Result<Vec<SubQuery>, ApiError> {
+    let mut subs = Vec::new();
+    for (k, v) in params {
+        match k.as_str() {
+            "m" => subs.push(parse_m(v)?),
+            "tsuid" => subs.push(parse_tsuid_param(v)?),
+            _ => {}
+        }
+    }
+    if subs.is_empty() {
+        return Err(bad("Missing sub queries"));
+    }
+    Ok(subs)
+}
+
 /// Query parameters of the URL, in order.
 pub(crate) fn url_params(raw: Option<&str>) -> Vec<(String, String)> {
     serde_urlencoded::from_str(raw.unwrap_or("")).unwrap_or_default()
@@ -464,18 +480,7 @@ pub(crate) async fn handle(
                 .map(|e| parse_time_in(&e, now_ms, tz))
                 .transpose()
                 .map_err(|e| bad(e.to_string()))?;
-            let mut subs = Vec::new();
-            for (k, v) in &params {
-                match k.as_str() {
-                    "m" => subs.push(parse_m(v)?),
-                    "tsuid" => subs.push(parse_tsuid_param(v)?),
-                    _ => {}
-                }
-            }
-            if subs.is_empty() {
-                return Err(bad("Missing sub queries"));
-            }
-            (start, end, subs)
+            (start, end, url_sub_queries(&params)?)
         }
         Method::POST | Method::DELETE => {
             if body.iter().all(u8::is_ascii_whitespace) {

@@ -1,0 +1,1 @@
+// built by web/build.mjs
