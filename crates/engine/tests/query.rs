@@ -225,7 +225,7 @@ fn limits_stop_queries_with_the_limit_named() {
                     ..Limits::default()
                 },
                 started: std::time::Instant::now() - std::time::Duration::from_millis(5),
-                delete: false,
+                ..RunOptions::default()
             },
         )
         .unwrap_err();
@@ -339,5 +339,108 @@ fn calendar_days_in_a_time_zone() {
             (1357196400000, Num::Float(17.0)),
         ];
         assert_eq!(g[0].dps, want, "{backend}");
+    }
+}
+
+/// Reading a sub-query's hours in two halves on two threads gives exactly what one thread
+/// gives: series that start late or stop early, buffered points, rates, every downsampling
+/// kind (buckets that an hour boundary cuts, calendar days in a zone, `0all`) and fills.
+#[test]
+fn two_threads_answer_as_one() {
+    let hosts: Vec<[(&str, &str); 1]> = ["a", "b", "c", "d"].map(|h| [("host", h)]).to_vec();
+    let t0 = 1_356_998_400i64; // 2013-01-01T00:00Z
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        let mut pts = Vec::new();
+        for i in 0..(30 * 360) {
+            let t = t0 + i * 10 + 3;
+            for (n, tags) in hosts.iter().enumerate() {
+                // a: all along; b: first hours only; c: late start; d: sparse, floats.
+                let keep = match n {
+                    0 => true,
+                    1 => i < 5 * 360,
+                    2 => i > 20 * 360,
+                    _ => i % 97 == 0,
+                };
+                if keep {
+                    let value = if n == 3 {
+                        Value::Double(i as f64 * 0.25)
+                    } else {
+                        Value::Int(i * (n as i64 + 1))
+                    };
+                    pts.push(IncomingPoint {
+                        metric: "sys.cpu.user",
+                        timestamp: t,
+                        value,
+                        tags,
+                    });
+                }
+            }
+        }
+        db.add_points(&pts);
+        db.flush().unwrap();
+        // Some points stay buffered, in the last hours.
+        let late: Vec<IncomingPoint> = (0..50i64)
+            .map(|i| IncomingPoint {
+                metric: "sys.cpu.user",
+                timestamp: t0 + 29 * 3600 + i * 7,
+                value: Value::Int(5),
+                tags: &hosts[0],
+            })
+            .collect();
+        db.add_points(&late);
+
+        let tz = hourglass_core::time::parse_timezone("America/Denver").unwrap();
+        let (start, end) = (t0 * 1000 + 1_234_567, (t0 + 30 * 3600) * 1000 - 5_000);
+        for (agg, ds, rate, group) in [
+            ("sum", None, false, false),
+            ("none", None, false, false),
+            ("avg", None, true, true),
+            ("sum", Some("1m-avg"), false, false),
+            ("max", Some("7m-sum"), false, true),
+            ("zimsum", Some("1h-max-zero"), false, false),
+            ("sum", Some("90m-count-nan"), true, false),
+            ("sum", Some("1dc-avg"), false, true),
+            ("dev", Some("0all-sum"), false, true),
+            ("p95", Some("13m-p50-null"), false, false),
+        ] {
+            let mut q = sub(agg);
+            q.rate = rate;
+            if let Some(ds) = ds {
+                q.downsample = Some(
+                    DownsampleSpec::parse(ds)
+                        .unwrap()
+                        .in_zone(tz, false)
+                        .unwrap(),
+                );
+            }
+            if group {
+                q.filters = vec![TagFilter::from_legacy("host", "*", true).unwrap()];
+            }
+            let answer = |parallel: bool| {
+                let o = run(
+                    &db,
+                    start,
+                    end,
+                    &q,
+                    &RunOptions {
+                        parallel,
+                        ..RunOptions::default()
+                    },
+                )
+                .unwrap();
+                (o.groups, o.stats.points, o.stats.rows, o.stats.series)
+            };
+            let one = answer(false);
+            let points: usize = one.0.iter().map(|g| g.dps.len()).sum();
+            assert!(points > 0, "{agg} {ds:?}");
+            let two = answer(true);
+            // NaN != NaN: compare the text of the answers.
+            let (two, one) = (format!("{two:?}"), format!("{one:?}"));
+            assert!(
+                two == one,
+                "{backend} {agg} {ds:?} rate={rate}: the answers differ"
+            );
+        }
     }
 }

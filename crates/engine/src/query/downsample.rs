@@ -145,6 +145,15 @@ impl DownsampleSpec {
         }
     }
 
+    /// Whether a bucket starts at `ms` (so a series' points can be downsampled in two parts
+    /// split there).
+    pub fn is_boundary(&self, ms: i64) -> bool {
+        match &self.calendar {
+            Some(cal) => cal.floor(ms) == ms,
+            None => self.interval_ms > 0 && ms.rem_euclid(self.interval_ms) == 0,
+        }
+    }
+
     /// Places calendar buckets in `tz`; `use_calendar` (the request's `useCalendar`) turns
     /// them on for a spec written without `c`.
     pub fn in_zone(mut self, tz: Tz, use_calendar: bool) -> Result<DownsampleSpec> {
@@ -274,6 +283,18 @@ impl Downsampler {
             Some(cal) => cal.next(start),
             None => start + self.spec.interval_ms,
         }
+    }
+
+    /// Appends the state of the same series over later times, which start on a bucket
+    /// boundary (see [`DownsampleSpec::is_boundary`]).
+    pub fn append(&mut self, mut later: Downsampler) {
+        self.close();
+        later.close();
+        if self.spec.interval_ms == 0 {
+            self.values.append(&mut later.values);
+        }
+        self.out.append(&mut later.out);
+        self.bucket = later.bucket;
     }
 
     /// The buckets. With a fill policy every bucket of the scan `window` `[start, end)` is

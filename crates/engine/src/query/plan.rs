@@ -4,6 +4,7 @@
 //! and time are checked as rows arrive, so a runaway query stops early.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::annotation::stored_time_ms;
@@ -213,6 +214,9 @@ pub struct RunOptions {
     /// Delete the points the query matched, once read (OpenTSDB's `delete`). Rows wholly
     /// inside `[start, end]` are removed; a row reaching outside keeps its other points.
     pub delete: bool,
+    /// Read the hours in two halves on two threads when the machine has the cores (the
+    /// answer is the same either way).
+    pub parallel: bool,
 }
 
 impl Default for RunOptions {
@@ -221,6 +225,7 @@ impl Default for RunOptions {
             limits: Limits::default(),
             started: Instant::now(),
             delete: false,
+            parallel: true,
         }
     }
 }
@@ -239,7 +244,6 @@ pub fn run(
         // Points still in memory reach the store first, so they are deleted too.
         tsdb.flush()?;
     }
-    let mut deletions: Vec<RowMutation> = Vec::new();
     let scan_started = Instant::now();
     let uids = tsdb.uids();
     let schema = &tsdb.settings().schema;
@@ -306,118 +310,43 @@ pub fn run(
     for f in &q.filters {
         by_tagk.entry(f.tagk.as_str()).or_default().push(f);
     }
-    let passes = |tags: &[(Uid, Uid, String, String)]| {
-        let value_of = |k: &str| tags.iter().find(|t| t.2 == k).map(|t| t.3.as_str());
-        let pass = by_tagk.iter().all(|(k, fs)| {
-            let v = value_of(k);
-            if v.is_none() {
-                return false; // every filtered tag key must be present
-            }
-            let (lits, others): (Vec<&&TagFilter>, Vec<&&TagFilter>) =
-                fs.iter().partition(|f| f.exact_literals().is_some());
-            (lits.is_empty() || lits.iter().any(|f| f.matches(v)))
-                && others.iter().all(|f| f.matches(v))
-        });
-        pass && !(q.explicit_tags && tags.len() != by_tagk.len())
+    let scan = Scan {
+        tsdb,
+        q,
+        metric,
+        wanted_tsuids: wanted_tsuids.as_ref(),
+        by_tagk,
+        pushed,
+        query: (start_ms, end_ms),
+        window,
+        options,
+        deadline,
+        shared: SharedCounts::default(),
     };
-
-    let tags_at = schema.tags_offset();
-    let mut index: HashMap<Vec<u8>, Option<usize>, foldhash::fast::RandomState> =
-        HashMap::default();
-    let mut series: Vec<SeriesState> = Vec::new();
-    let mut stats = QueryStats::default();
-    let mut held: u64 = 0;
-    tsdb.visit_rows(
-        &RowQuery {
-            metric,
-            start_secs: scan_start,
-            end_secs: scan_end,
-            tags: pushed,
-        },
-        |row| {
-            stats.rows += 1;
-            stats.points += row.points.len() as u64;
-            stats.bytes += row.stored_bytes as u64;
-            let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
-            let slot = match index.get(tag_bytes) {
-                Some(slot) => *slot,
-                None => {
-                    let key = decode_row_key(schema, row.key)?;
-                    let wanted = wanted_tsuids
-                        .as_ref()
-                        .is_none_or(|set| set.contains(tag_bytes));
-                    let mut tags = Vec::with_capacity(key.series.tags.len());
-                    if wanted {
-                        for (k, v) in &key.series.tags {
-                            tags.push((
-                                *k,
-                                *v,
-                                uids.get_name(UidKind::TagKey, *k)?,
-                                uids.get_name(UidKind::TagValue, *v)?,
-                            ));
-                        }
-                    }
-                    let slot = (wanted && passes(&tags)).then(|| {
-                        let mut tsuid = metric.to_bytes(schema.metric_width);
-                        tsuid.extend_from_slice(tag_bytes);
-                        series.push(SeriesState {
-                            tags,
-                            tsuid: hex_upper(&tsuid),
-                            points: match q.downsample {
-                                Some(ds) => {
-                                    Points::Downsampled(Downsampler::new(ds, (start_ms, end_ms)))
-                                }
-                                None => Points::Raw(Vec::new()),
-                            },
-                            annotations: Vec::new(),
-                        });
-                        series.len() - 1
-                    });
-                    stats.series += u64::from(slot.is_some());
-                    index.insert(tag_bytes.to_vec(), slot);
-                    slot
-                }
-            };
-            if let Some(i) = slot {
-                let base_time = hourglass_core::rowkey::base_time_of(schema, row.key).unwrap_or(0);
-                let s = &mut series[i];
-                let (lo, hi) = (window.0, window.1 - 1);
-                match &mut s.points {
-                    Points::Raw(out) => {
-                        let before = out.len();
-                        out.extend(row.points.iter().filter_map(|p| {
-                            let t = p.qualifier.timestamp_ms(base_time);
-                            (t >= lo && t <= hi).then(|| (t, num(p.value())))
-                        }));
-                        held += (out.len() - before) as u64;
-                    }
-                    Points::Downsampled(d) => {
-                        for p in row.points {
-                            let t = p.qualifier.timestamp_ms(base_time);
-                            if t >= lo && t <= hi {
-                                held += d.push(t, p.value().as_f64()) as u64;
-                            }
-                        }
-                    }
-                }
-                for (qualifier, json) in &row.annotations {
-                    if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
-                        s.annotations.push(StoredAnnotation {
-                            time_ms,
-                            json: json.to_vec(),
-                        });
-                    }
-                }
-                if options.delete {
-                    deletions.push(RowMutation {
-                        key: row.key.to_vec(),
-                        mutations: deletion(&row, base_time, start_ms, end_ms),
-                    });
-                }
-            }
-            limits.check(&stats, held, deadline)
-        },
-    )?;
+    let part = match split_hour(q, scan_start, scan_end, options) {
+        // Two halves of the hours on two threads; each series' later points follow its
+        // earlier ones, so the halves join without sorting.
+        Some(mid) => {
+            let (earlier, later) = std::thread::scope(|threads| {
+                let later = threads.spawn(|| scan.part(mid, scan_end));
+                let earlier = scan.part(scan_start, mid - 1);
+                (earlier, later.join())
+            });
+            let later = later.map_err(|_| Error::Internal("a query thread failed".into()))?;
+            let part = earlier?.join(later?);
+            // Each half checked its own series; the whole query's count is known now.
+            options.limits.check(&part.stats, part.held, None)?;
+            part
+        }
+        None => scan.part(scan_start, scan_end)?,
+    };
+    let Part {
+        series,
+        mut stats,
+        held,
+        deletions,
+        ..
+    } = part;
     stats.scan_time = scan_started.elapsed();
     if !deletions.is_empty() {
         tsdb.store().mutate_rows(&schema.data_table, &deletions)?;
@@ -534,6 +463,255 @@ pub fn run(
     }
     stats.aggregation_time = aggregation_started.elapsed();
     Ok(Outcome { groups: out, stats })
+}
+
+/// Counts shared by the threads of one sub-query, so limits apply to the whole query.
+#[derive(Debug, Default)]
+struct SharedCounts {
+    points: AtomicU64,
+    bytes: AtomicU64,
+    held: AtomicU64,
+}
+
+/// What every part of a sub-query's scan shares.
+struct Scan<'a> {
+    tsdb: &'a Tsdb,
+    q: &'a SubQuery,
+    metric: Uid,
+    wanted_tsuids: Option<&'a std::collections::HashSet<Vec<u8>>>,
+    /// Filters by tag key: literal_or ones are ORed together, the others ANDed.
+    by_tagk: BTreeMap<&'a str, Vec<&'a TagFilter>>,
+    /// Literal tag pairs pushed into the row-key regex.
+    pushed: Vec<(Uid, Uid)>,
+    /// The query's range, ms.
+    query: (i64, i64),
+    /// The scanned hours' range `[start, end)`, ms.
+    window: (i64, i64),
+    options: &'a RunOptions,
+    deadline: Option<Instant>,
+    shared: SharedCounts,
+}
+
+/// The series one part of a scan found, in order of first appearance.
+struct Part {
+    /// Tag bytes of the row key → series slot (`None`: filtered out).
+    index: HashMap<Vec<u8>, Option<usize>, foldhash::fast::RandomState>,
+    /// The tag bytes of each series, by slot.
+    keys: Vec<Vec<u8>>,
+    series: Vec<SeriesState>,
+    stats: QueryStats,
+    held: u64,
+    deletions: Vec<RowMutation>,
+}
+
+impl Scan<'_> {
+    fn passes(&self, tags: &[(Uid, Uid, String, String)]) -> bool {
+        let value_of = |k: &str| tags.iter().find(|t| t.2 == k).map(|t| t.3.as_str());
+        let pass = self.by_tagk.iter().all(|(k, fs)| {
+            let Some(v) = value_of(k) else {
+                return false; // every filtered tag key must be present
+            };
+            let (lits, others): (Vec<&&TagFilter>, Vec<&&TagFilter>) =
+                fs.iter().partition(|f| f.exact_literals().is_some());
+            (lits.is_empty() || lits.iter().any(|f| f.matches(Some(v))))
+                && others.iter().all(|f| f.matches(Some(v)))
+        });
+        pass && !(self.q.explicit_tags && tags.len() != self.by_tagk.len())
+    }
+
+    /// A new series' state, or `None` when the filters leave it out.
+    fn new_series(&self, key: &[u8], tag_bytes: &[u8]) -> Result<Option<SeriesState>> {
+        let schema = &self.tsdb.settings().schema;
+        let uids = self.tsdb.uids();
+        if self
+            .wanted_tsuids
+            .is_some_and(|set| !set.contains(tag_bytes))
+        {
+            return Ok(None);
+        }
+        let key = decode_row_key(schema, key)?;
+        let mut tags = Vec::with_capacity(key.series.tags.len());
+        for (k, v) in &key.series.tags {
+            tags.push((
+                *k,
+                *v,
+                uids.get_name(UidKind::TagKey, *k)?,
+                uids.get_name(UidKind::TagValue, *v)?,
+            ));
+        }
+        if !self.passes(&tags) {
+            return Ok(None);
+        }
+        let mut tsuid = self.metric.to_bytes(schema.metric_width);
+        tsuid.extend_from_slice(tag_bytes);
+        Ok(Some(SeriesState {
+            tags,
+            tsuid: hex_upper(&tsuid),
+            points: match self.q.downsample {
+                Some(ds) => Points::Downsampled(Downsampler::new(ds, self.query)),
+                None => Points::Raw(Vec::new()),
+            },
+            annotations: Vec::new(),
+        }))
+    }
+
+    /// Reads the rows of hours `[start_secs, end_secs]` into per-series state.
+    fn part(&self, start_secs: i64, end_secs: i64) -> Result<Part> {
+        let schema = &self.tsdb.settings().schema;
+        let tags_at = schema.tags_offset();
+        let limits = &self.options.limits;
+        let (lo, hi) = (self.window.0, self.window.1 - 1);
+        let mut part = Part {
+            index: HashMap::default(),
+            keys: Vec::new(),
+            series: Vec::new(),
+            stats: QueryStats::default(),
+            held: 0,
+            deletions: Vec::new(),
+        };
+        let query = RowQuery {
+            metric: self.metric,
+            start_secs,
+            end_secs,
+            tags: self.pushed.clone(),
+        };
+        self.tsdb.visit_rows(&query, |row| {
+            let stats = &mut part.stats;
+            stats.rows += 1;
+            stats.points += row.points.len() as u64;
+            stats.bytes += row.stored_bytes as u64;
+            let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
+            let slot = match part.index.get(tag_bytes) {
+                Some(slot) => *slot,
+                None => {
+                    let slot = match self.new_series(row.key, tag_bytes)? {
+                        Some(state) => {
+                            part.series.push(state);
+                            part.keys.push(tag_bytes.to_vec());
+                            Some(part.series.len() - 1)
+                        }
+                        None => None,
+                    };
+                    stats.series += u64::from(slot.is_some());
+                    part.index.insert(tag_bytes.to_vec(), slot);
+                    slot
+                }
+            };
+            let mut held = 0u64;
+            if let Some(i) = slot {
+                let base_time = hourglass_core::rowkey::base_time_of(schema, row.key).unwrap_or(0);
+                let s = &mut part.series[i];
+                match &mut s.points {
+                    Points::Raw(out) => {
+                        let before = out.len();
+                        out.extend(row.points.iter().filter_map(|p| {
+                            let t = p.qualifier.timestamp_ms(base_time);
+                            (t >= lo && t <= hi).then(|| (t, num(p.value())))
+                        }));
+                        held += (out.len() - before) as u64;
+                    }
+                    Points::Downsampled(d) => {
+                        for p in row.points {
+                            let t = p.qualifier.timestamp_ms(base_time);
+                            if t >= lo && t <= hi {
+                                held += d.push(t, p.value().as_f64()) as u64;
+                            }
+                        }
+                    }
+                }
+                for (qualifier, json) in &row.annotations {
+                    if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
+                        s.annotations.push(StoredAnnotation {
+                            time_ms,
+                            json: json.to_vec(),
+                        });
+                    }
+                }
+                if self.options.delete {
+                    part.deletions.push(RowMutation {
+                        key: row.key.to_vec(),
+                        mutations: deletion(&row, base_time, self.query.0, self.query.1),
+                    });
+                }
+            }
+            part.held += held;
+            // The whole query's counts, this part's series.
+            let shared = &self.shared;
+            let total = QueryStats {
+                points: shared
+                    .points
+                    .fetch_add(row.points.len() as u64, Ordering::Relaxed)
+                    + row.points.len() as u64,
+                bytes: shared
+                    .bytes
+                    .fetch_add(row.stored_bytes as u64, Ordering::Relaxed)
+                    + row.stored_bytes as u64,
+                ..part.stats
+            };
+            let held = shared.held.fetch_add(held, Ordering::Relaxed) + held;
+            limits.check(&total, held, self.deadline)
+        })?;
+        Ok(part)
+    }
+}
+
+impl Part {
+    /// Appends a part covering later hours.
+    fn join(mut self, later: Part) -> Part {
+        let mut later_series = later.series.into_iter();
+        for (key, state) in later.keys.into_iter().zip(later_series.by_ref()) {
+            match self.index.get(&key) {
+                Some(Some(i)) => self.series[*i].append(state),
+                Some(None) => {}
+                None => {
+                    self.series.push(state);
+                    self.index.insert(key.clone(), Some(self.series.len() - 1));
+                    self.keys.push(key);
+                }
+            }
+        }
+        self.stats.rows += later.stats.rows;
+        self.stats.points += later.stats.points;
+        self.stats.bytes += later.stats.bytes;
+        self.stats.series = self.series.len() as u64;
+        self.held += later.held;
+        self.deletions.extend(later.deletions);
+        self
+    }
+}
+
+impl SeriesState {
+    /// Appends the same series' state from later hours.
+    fn append(&mut self, later: SeriesState) {
+        match (&mut self.points, later.points) {
+            (Points::Raw(a), Points::Raw(b)) => a.extend(b),
+            (Points::Downsampled(a), Points::Downsampled(b)) => a.append(b),
+            // One sub-query makes one kind of state.
+            _ => {}
+        }
+        self.annotations.extend(later.annotations);
+    }
+}
+
+/// The first hour (seconds) of the later half when a sub-query's hours can be read by two
+/// threads: at least two hours, more than one core, no deletion, and a split that falls on
+/// a downsampling bucket boundary (so no bucket is cut in two).
+fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOptions) -> Option<i64> {
+    let hours = (last_hour - first_hour) / 3600 + 1;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if hours < 2 || cores < 2 || options.delete || !options.parallel {
+        return None;
+    }
+    let aligned = |hour: i64| match q.downsample {
+        None => true,
+        Some(ds) if ds.interval_ms == 0 => false,
+        Some(ds) => ds.is_boundary(hour * 1000),
+    };
+    // The hour boundary nearest the middle that is also a bucket boundary.
+    let middle = first_hour + (hours / 2) * 3600;
+    (0..hours)
+        .flat_map(|d| [middle + d * 3600, middle - d * 3600])
+        .find(|&h| h > first_hour && h <= last_hour && aligned(h))
 }
 
 /// The mutations deleting a row's points and annotations within `[start_ms, end_ms]`.

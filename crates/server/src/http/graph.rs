@@ -590,6 +590,7 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
         limits: state.settings.query_limits,
         started,
         delete: false,
+        parallel: true,
     };
     let tsdb = Arc::clone(&state.tsdb);
     let (range_start, range_end) = (start_s * 1000, end_s * 1000);

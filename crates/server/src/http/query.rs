@@ -557,6 +557,7 @@ pub(crate) async fn handle(
         limits,
         started: std::time::Instant::now(),
         delete: flags.delete,
+        parallel: true,
     };
     let tsdb = Arc::clone(&state.tsdb);
     let body = tokio::task::spawn_blocking(move || -> Result<String, ApiError> {

@@ -1,0 +1,97 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The web UI in headless Chromium: starts a real TSD (embedded store, port 0) serving the UI
+//! built into this binary and runs the Playwright tests of `web/tests/` against it. They need
+//! Node, `npm ci --prefix web` and Debian's `chromium` (`.ci/run` installs all three); a
+//! missing one fails this test with what to install, it never skips.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::start_with;
+use hourglass_core::config::Config;
+
+fn web_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web")
+}
+
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("HOURGLASS_CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    assert!(
+        path.exists(),
+        "headless Chromium is required by the UI tests and {} is missing: \
+         `apt-get install chromium` (or set HOURGLASS_CHROMIUM); .ci/run installs it",
+        path.display()
+    );
+    path
+}
+
+/// The browser test files, in name order.
+fn test_files(web: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(web.join("tests"))
+        .expect("web/tests")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".test.mjs"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no web/tests/*.test.mjs");
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_in_headless_chromium() {
+    let web = web_dir();
+    let chromium = chromium();
+    assert!(
+        Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "Node.js is required by the UI tests: `apt-get install nodejs npm`"
+    );
+    assert!(
+        web.join("node_modules/playwright-core").is_dir(),
+        "the UI tests' packages are missing: run `npm ci --prefix web`"
+    );
+    let files = test_files(&web);
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+
+    let mut config = Config::default();
+    config.set("tsd.core.auto_create_metrics", "true");
+    let srv = start_with("embedded", config).await;
+    let url = format!("http://{}", srv.addr);
+    let run = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg("--test")
+            .arg("--test-reporter=spec")
+            .args(&files)
+            .current_dir(&web)
+            .env("HOURGLASS_URL", url)
+            .env("HOURGLASS_CHROMIUM", chromium)
+            .env("HOURGLASS_ARTIFACTS", &artifacts)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("node runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    println!("{report}");
+    assert!(run.status.success(), "browser tests failed:\n{report}");
+    // The run really exercised the UI: something passed and screenshots were taken.
+    assert!(report.contains("pass "), "{report}");
+    let shots = std::fs::read_dir(Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-artifacts"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "png"))
+        })
+        .count();
+    assert!(shots > 0, "no screenshots saved");
+    srv.stop().await;
+}
