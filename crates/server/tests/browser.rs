@@ -81,7 +81,7 @@ async fn ui_in_headless_chromium() {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
-    println!("{report}");
+    eprintln!("{report}");
     assert!(run.status.success(), "browser tests failed:\n{report}");
     // The run really exercised the UI: something passed and screenshots were taken.
     assert!(report.contains("pass "), "{report}");
