@@ -71,15 +71,78 @@ fn fill_double(mode: Interpolation, (x0, y0): (i64, f64), (x1, y1): (i64, f64), 
 /// time when every series' current and next points (a not-yet-started series' first point
 /// included) are integers; otherwise everything, interpolation too, is computed in doubles.
 pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
+    let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
+    in_two_halves(&times, series.len(), |part| aggregate_at(series, agg, part))
+}
+
+/// The sorted, distinct times of several time-ordered series, merged one series at a time
+/// (linear in the points when series share their times, as downsampled ones do).
+fn union_of_times<I: Iterator<Item = i64>>(series: impl Iterator<Item = I>) -> Vec<i64> {
+    let mut merged: Vec<i64> = Vec::new();
+    let mut next: Vec<i64> = Vec::new();
+    for times in series {
+        next.clear();
+        let mut have = merged.iter().copied().peekable();
+        for t in times {
+            while let Some(m) = have.next_if(|m| *m < t) {
+                next.push(m);
+            }
+            have.next_if_eq(&t);
+            if next.last() != Some(&t) {
+                next.push(t);
+            }
+        }
+        next.extend(have);
+        std::mem::swap(&mut merged, &mut next);
+    }
+    merged
+}
+
+/// Runs `work` over the output times, split in two halves on two threads when there is
+/// enough to do; the halves' answers are joined in order.
+fn in_two_halves<T: Send>(
+    times: &[i64],
+    series: usize,
+    work: impl Fn(&[i64]) -> Result<Vec<T>> + Sync,
+) -> Result<Vec<T>> {
+    const WORTH_A_THREAD: usize = 1 << 18;
+    let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    if !parallel || times.len().saturating_mul(series) < WORTH_A_THREAD || times.len() < 2 {
+        return work(times);
+    }
+    let (first, second) = times.split_at(times.len() / 2);
+    let (a, b) = std::thread::scope(|s| {
+        let later = s.spawn(|| work(second));
+        (work(first), later.join())
+    });
+    let mut out = a?;
+    out.extend(b.map_err(|_| Error::Internal("an aggregation thread failed".into()))??);
+    Ok(out)
+}
+
+/// Cursors placed for a walk starting at `x`: each series' first point at or after it.
+fn cursors_at<P>(
+    series: impl Iterator<Item = P>,
+    x: Option<i64>,
+    time_index: impl Fn(&P, i64) -> usize,
+) -> Vec<usize> {
+    series.map(|s| x.map_or(0, |x| time_index(&s, x))).collect()
+}
+
+/// [`aggregate`] at the given (sorted) times.
+fn aggregate_at(
+    series: &[Vec<(i64, Num)>],
+    agg: Aggregator,
+    times: &[i64],
+) -> Result<Vec<(i64, Num)>> {
     let mode = agg.interpolation();
-    let mut times: Vec<i64> = series.iter().flat_map(|s| s.iter().map(|p| p.0)).collect();
-    times.sort_unstable();
-    times.dedup();
     let mut out = Vec::with_capacity(times.len());
     let (mut ints, mut floats) = (Vec::new(), Vec::new());
     let mut slots = Vec::with_capacity(series.len());
-    let mut cursors = vec![0usize; series.len()];
-    for x in times {
+    let mut cursors = cursors_at(series.iter(), times.first().copied(), |s, x| {
+        s.partition_point(|p| p.0 < x)
+    });
+    for &x in times {
         slots.clear();
         let mut integer = true;
         for (s, cursor) in series.iter().zip(cursors.iter_mut()) {
@@ -143,16 +206,24 @@ pub fn aggregate_rates(
     series: &[(f64, Vec<(i64, f64)>)],
     agg: Aggregator,
 ) -> Result<Vec<(i64, f64)>> {
-    let mut times: Vec<i64> = series
-        .iter()
-        .flat_map(|(_, r)| r.iter().map(|p| p.0))
-        .collect();
-    times.sort_unstable();
-    times.dedup();
+    let times = union_of_times(series.iter().map(|(_, r)| r.iter().map(|p| p.0)));
+    in_two_halves(&times, series.len(), |part| {
+        aggregate_rates_at(series, agg, part)
+    })
+}
+
+/// [`aggregate_rates`] at the given (sorted) times.
+fn aggregate_rates_at(
+    series: &[(f64, Vec<(i64, f64)>)],
+    agg: Aggregator,
+    times: &[i64],
+) -> Result<Vec<(i64, f64)>> {
     let mut out = Vec::with_capacity(times.len());
     let mut values = Vec::new();
-    let mut cursors = vec![0usize; series.len()];
-    for x in times {
+    let mut cursors = cursors_at(series.iter(), times.first().copied(), |(_, r), x| {
+        r.partition_point(|p| p.0 < x)
+    });
+    for &x in times {
         values.clear();
         for ((hidden, rates), i) in series.iter().zip(cursors.iter_mut()) {
             let Some(last) = rates.last() else { continue };
@@ -186,6 +257,53 @@ mod tests {
 
     fn agg(name: &str) -> Aggregator {
         Aggregator::parse(name).unwrap()
+    }
+
+    #[test]
+    fn union_of_times_merges_and_dedups() {
+        let series = [vec![1, 3, 5], vec![], vec![2, 3, 9], vec![0, 9, 10]];
+        assert_eq!(
+            union_of_times(series.iter().map(|s| s.iter().copied())),
+            vec![0, 1, 2, 3, 5, 9, 10]
+        );
+    }
+
+    #[test]
+    fn two_halves_answer_as_one_pass() {
+        // Enough points to be split: 40 series of 2,000 points, staggered starts and ends,
+        // integers and floats, different steps.
+        let series: Vec<Vec<(i64, Num)>> = (0..40i64)
+            .map(|s| {
+                (0..2_000i64)
+                    .map(|i| {
+                        let t = s * 10_000 + i * (10_000 + s % 3 * 3_000);
+                        let v = if s % 5 == 0 {
+                            Num::Float(i as f64 / 3.0)
+                        } else {
+                            Num::Int(i * s)
+                        };
+                        (t, v)
+                    })
+                    .collect()
+            })
+            .collect();
+        let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
+        assert!(times.len() * series.len() > 1 << 18);
+        for name in ["sum", "avg", "zimsum", "mimmax", "p90", "dev"] {
+            let a = agg(name);
+            let one = aggregate_at(&series, a, &times).unwrap();
+            assert_eq!(
+                format!("{:?}", aggregate(&series, a).unwrap()),
+                format!("{one:?}"),
+                "{name}"
+            );
+        }
+        let rates: Vec<(f64, Vec<(i64, f64)>)> = series
+            .iter()
+            .map(|s| (1.5, s.iter().map(|(t, v)| (*t, v.as_f64())).collect()))
+            .collect();
+        let one = aggregate_rates_at(&rates, agg("sum"), &times).unwrap();
+        assert_eq!(aggregate_rates(&rates, agg("sum")).unwrap(), one);
     }
 
     #[test]
