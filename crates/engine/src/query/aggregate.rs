@@ -71,8 +71,55 @@ fn fill_double(mode: Interpolation, (x0, y0): (i64, f64), (x1, y1): (i64, f64), 
 /// time when every series' current and next points (a not-yet-started series' first point
 /// included) are integers; otherwise everything, interpolation too, is computed in doubles.
 pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
+    // Downsampled series usually share their times and hold doubles: then every series has
+    // a point at every time and nothing is interpolated.
+    let same_times = series.split_first().is_some_and(|(first, rest)| {
+        first.iter().all(|p| matches!(p.1, Num::Float(_)))
+            && rest.iter().all(|s| {
+                s.len() == first.len()
+                    && s.iter()
+                        .zip(first)
+                        .all(|(a, b)| a.0 == b.0 && matches!(a.1, Num::Float(_)))
+            })
+    });
+    if same_times {
+        let indexes: Vec<usize> = (0..series[0].len()).collect();
+        return in_two_halves(&indexes, series.len(), |part| {
+            column_wise(part, series.len(), agg, |s, k| {
+                (series[0][k].0, series[s][k].1.as_f64())
+            })
+            .map(|out| out.into_iter().map(|(t, v)| (t, Num::Float(v))).collect())
+        });
+    }
     let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
     in_two_halves(&times, series.len(), |part| aggregate_at(series, agg, part))
+}
+
+/// Aggregates series that all have a point at each of the given indexes: `point(series,
+/// index)` gives its time and value.
+fn column_wise(
+    indexes: &[usize],
+    count: usize,
+    agg: Aggregator,
+    point: impl Fn(usize, usize) -> (i64, f64),
+) -> Result<Vec<(i64, f64)>> {
+    let mut out = Vec::with_capacity(indexes.len());
+    let mut values = Vec::with_capacity(count);
+    for &k in indexes {
+        values.clear();
+        let mut x = 0;
+        for s in 0..count {
+            let (t, v) = point(s, k);
+            x = t;
+            values.push(v);
+        }
+        let v = agg.run_double(&values);
+        if v.is_infinite() {
+            return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
+        }
+        out.push((x, v));
+    }
+    Ok(out)
 }
 
 /// The sorted, distinct times of several time-ordered series, merged one series at a time
@@ -98,12 +145,12 @@ fn union_of_times<I: Iterator<Item = i64>>(series: impl Iterator<Item = I>) -> V
     merged
 }
 
-/// Runs `work` over the output times, split in two halves on two threads when there is
-/// enough to do; the halves' answers are joined in order.
-fn in_two_halves<T: Send>(
-    times: &[i64],
+/// Runs `work` over the output times (or their indexes), split in two halves on two threads
+/// when there is enough to do; the halves' answers are joined in order.
+fn in_two_halves<I: Sync, T: Send>(
+    times: &[I],
     series: usize,
-    work: impl Fn(&[i64]) -> Result<Vec<T>> + Sync,
+    work: impl Fn(&[I]) -> Result<Vec<T>> + Sync,
 ) -> Result<Vec<T>> {
     const WORTH_A_THREAD: usize = 1 << 18;
     let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
@@ -206,6 +253,17 @@ pub fn aggregate_rates(
     series: &[(f64, Vec<(i64, f64)>)],
     agg: Aggregator,
 ) -> Result<Vec<(i64, f64)>> {
+    // Series sharing their times: each contributes its own rate at every time.
+    let same_times = series.split_first().is_some_and(|((_, first), rest)| {
+        rest.iter()
+            .all(|(_, r)| r.len() == first.len() && r.iter().zip(first).all(|(a, b)| a.0 == b.0))
+    });
+    if same_times {
+        let indexes: Vec<usize> = (0..series[0].1.len()).collect();
+        return in_two_halves(&indexes, series.len(), |part| {
+            column_wise(part, series.len(), agg, |s, k| series[s].1[k])
+        });
+    }
     let times = union_of_times(series.iter().map(|(_, r)| r.iter().map(|p| p.0)));
     in_two_halves(&times, series.len(), |part| {
         aggregate_rates_at(series, agg, part)
@@ -304,6 +362,35 @@ mod tests {
             .collect();
         let one = aggregate_rates_at(&rates, agg("sum"), &times).unwrap();
         assert_eq!(aggregate_rates(&rates, agg("sum")).unwrap(), one);
+    }
+
+    #[test]
+    fn series_sharing_times_take_the_column_path_with_the_same_answers() {
+        for n in [3usize, 2_000] {
+            let series: Vec<Vec<(i64, Num)>> = (0..40i64)
+                .map(|s| {
+                    (0..n as i64)
+                        .map(|i| (i * 60_000, Num::Float((i * s) as f64 / 7.0)))
+                        .collect()
+                })
+                .collect();
+            let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
+            for name in ["sum", "avg", "max", "p99", "count"] {
+                let a = agg(name);
+                let general = format!("{:?}", aggregate_at(&series, a, &times).unwrap());
+                assert_eq!(
+                    format!("{:?}", aggregate(&series, a).unwrap()),
+                    general,
+                    "{name}"
+                );
+            }
+            let rates: Vec<(f64, Vec<(i64, f64)>)> = series
+                .iter()
+                .map(|s| (9.0, s.iter().map(|(t, v)| (*t, v.as_f64())).collect()))
+                .collect();
+            let general = aggregate_rates_at(&rates, agg("sum"), &times).unwrap();
+            assert_eq!(aggregate_rates(&rates, agg("sum")).unwrap(), general);
+        }
     }
 
     #[test]
