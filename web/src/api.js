@@ -1,0 +1,52 @@
+// The TSD's HTTP API. Errors come back as Error objects carrying OpenTSDB's message and
+// details, so the page can show them as the server wrote them.
+
+export class ApiError extends Error {
+  constructor(status, message, details) {
+    super(message);
+    this.status = status;
+    this.details = details || '';
+  }
+}
+
+async function call(path, options = {}) {
+  let response;
+  try {
+    response = await fetch(path, options);
+  } catch (e) {
+    throw new ApiError(0, `The TSD did not answer: ${e.message}`);
+  }
+  const text = await response.text();
+  let body = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = null;
+  }
+  if (!response.ok) {
+    const err = body && body.error;
+    throw new ApiError(
+      response.status,
+      (err && err.message) || `${response.status} ${response.statusText}`,
+      err && err.details,
+    );
+  }
+  return body;
+}
+
+export function suggest(type, q, max = 25) {
+  const params = new URLSearchParams({ type, q, max: String(max) });
+  return call(`/api/suggest?${params}`);
+}
+
+export const aggregators = () => call('/api/aggregators');
+export const version = () => call('/api/version');
+
+// `arrays`: points come as [[ms, value], ...], cheaper to read than an object.
+export function query(body) {
+  return call('/api/query?arrays', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+}
