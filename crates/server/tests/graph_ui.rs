@@ -8,16 +8,9 @@ use hourglass_core::config::Config;
 use plotters::style::{Color, Palette, Palette99};
 use serde_json::{Value, json};
 
-/// OpenTSDB's fixture: 1..300 (web01) and 300..1 (web02) every 30 s from 1356998430, and a
-/// global annotation.
+/// OpenTSDB's fixture and a global annotation.
 async fn load_fixture(srv: &TestServer) {
-    let mut lines = String::new();
-    for i in 0..300 {
-        let t = 1356998430 + i * 30;
-        lines.push_str(&format!("put sys.cpu.user {t} {} host=web01\n", i + 1));
-        lines.push_str(&format!("put sys.cpu.user {t} {} host=web02\n", 300 - i));
-    }
-    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
+    common::load_fixture(srv).await;
     let note = json!({"startTime": 1357000000, "description": "deploy"});
     let r = http(srv.addr, "POST", "/api/annotation", &note.to_string()).await;
     assert_eq!(r.status, 200, "{}", r.text());

@@ -4,20 +4,9 @@
 //! sub-queries, limits (413), delete, and the request shapes Grafana's data source sends.
 mod common;
 
-use common::{TestServer, http, start, start_with};
+use common::{TestServer, http, load_fixture, start, start_with};
 use hourglass_core::config::Config;
 use serde_json::{Value, json};
-
-/// OpenTSDB's fixture: 1..300 (web01) and 300..1 (web02) every 30 s from 1356998430.
-async fn load_fixture(srv: &TestServer) {
-    let mut lines = String::new();
-    for i in 0..300 {
-        let t = 1356998430 + i * 30;
-        lines.push_str(&format!("put sys.cpu.user {t} {} host=web01\n", i + 1));
-        lines.push_str(&format!("put sys.cpu.user {t} {} host=web02\n", 300 - i));
-    }
-    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
-}
 
 async fn post(srv: &TestServer, path: &str, body: Value) -> common::Response {
     http(srv.addr, "POST", path, &body.to_string()).await

@@ -27,6 +27,7 @@ use plotters::style::RGBColor;
 
 use super::ApiError;
 use super::query::{engine_error, url_params, url_sub_queries};
+use super::request::blocking;
 use super::ui::escape_html;
 use crate::State;
 use crate::plot::{AxisRange, Chart, KeyPlace, Line, render_png};
@@ -592,14 +593,13 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
         delete: false,
         parallel: true,
     };
-    let tsdb = Arc::clone(&state.tsdb);
     let (range_start, range_end) = (start_s * 1000, end_s * 1000);
-    let ran = tokio::task::spawn_blocking(move || -> Result<Ran, ApiError> {
+    let ran = blocking(&state.tsdb, move |tsdb| {
         let mut outcomes = Vec::with_capacity(subs.len());
         let mut notes = Vec::new();
         for q in &subs {
             let outcome =
-                run(&tsdb, range_start, range_end, q, &run_options).map_err(engine_error)?;
+                run(tsdb, range_start, range_end, q, &run_options).map_err(engine_error)?;
             if notes_wanted {
                 for g in &outcome.groups {
                     notes.extend(g.annotations.iter().filter_map(note_of));
@@ -608,7 +608,7 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
             outcomes.push(outcome);
         }
         if global_wanted {
-            let global = global_annotations(&tsdb, range_start, range_end).map_err(engine_error)?;
+            let global = global_annotations(tsdb, range_start, range_end).map_err(engine_error)?;
             notes.extend(global.iter().filter_map(note_of));
         }
         notes.sort();
@@ -618,13 +618,7 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
             notes,
         })
     })
-    .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("query failed: {e}"),
-        )
-    })??;
+    .await?;
 
     let age = max_age(p, start_s, end_s, now_ms / 1000);
     Ok(match output {

@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 use super::ApiError;
 use super::error::json_response;
 use super::query::{engine_error, url_params};
+use super::request::blocking;
 use crate::State;
 
 /// How far `backScan: 0` looks back, in hours.
@@ -282,16 +283,10 @@ pub(crate) async fn handle(
     if back_scan < 0 {
         return Err(bad("Backscan must be zero or a positive number"));
     }
-    let tsdb = Arc::clone(&state.tsdb);
     let now_ms = hourglass_storage::now_ms();
-    let results =
-        tokio::task::spawn_blocking(move || run(&tsdb, &wanted, resolve, back_scan, now_ms))
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("query failed: {e}"),
-                )
-            })??;
+    let results = blocking(&state.tsdb, move |tsdb| {
+        run(tsdb, &wanted, resolve, back_scan, now_ms)
+    })
+    .await?;
     Ok(json_response(StatusCode::OK, &Value::Array(results)))
 }

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_text_response;
+use super::request::blocking;
 use crate::State;
 
 #[derive(Debug, Default, Deserialize)]
@@ -559,10 +560,9 @@ pub(crate) async fn handle(
         delete: flags.delete,
         parallel: true,
     };
-    let tsdb = Arc::clone(&state.tsdb);
-    let body = tokio::task::spawn_blocking(move || -> Result<String, ApiError> {
+    let body = blocking(&state.tsdb, move |tsdb| {
         let global = if flags.global_annotations && !flags.no_annotations {
-            let list = global_annotations(&tsdb, start, end).map_err(engine_error)?;
+            let list = global_annotations(tsdb, start, end).map_err(engine_error)?;
             (!list.is_empty()).then(|| annotations_json(&list))
         } else {
             None
@@ -581,7 +581,7 @@ pub(crate) async fn handle(
         let (mut points, mut raw) = (0u64, 0u64);
         let (mut storage, mut aggregation) = (0.0, 0.0);
         for (index, q) in unique.iter().enumerate() {
-            let outcome = run(&tsdb, start, end, q, &options).map_err(engine_error)?;
+            let outcome = run(tsdb, start, end, q, &options).map_err(engine_error)?;
             raw += outcome.stats.points;
             storage += millis(outcome.stats.scan_time);
             aggregation += millis(outcome.stats.aggregation_time);
@@ -615,13 +615,7 @@ pub(crate) async fn handle(
         }
         Ok(out)
     })
-    .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("query failed: {e}"),
-        )
-    })??;
+    .await?;
     Ok(json_text_response(StatusCode::OK, body))
 }
 

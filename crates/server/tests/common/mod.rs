@@ -137,6 +137,18 @@ impl TestServer {
     }
 }
 
+/// OpenTSDB's query fixture over telnet: 1..300 (web01) and 300..1 (web02) every 30 s from
+/// 1356998430, metric `sys.cpu.user`.
+pub(crate) async fn load_fixture(srv: &TestServer) {
+    let mut lines = String::new();
+    for i in 0..300 {
+        let t = 1356998430 + i * 30;
+        lines.push_str(&format!("put sys.cpu.user {t} {} host=web01\n", i + 1));
+        lines.push_str(&format!("put sys.cpu.user {t} {} host=web02\n", 300 - i));
+    }
+    assert_eq!(telnet(srv.addr, &lines).await, Vec::<String>::new());
+}
+
 /// Sends telnet lines, then `version` as a fence, and returns every reply line before the
 /// version text.
 pub(crate) async fn telnet(addr: SocketAddr, text: &str) -> Vec<String> {
