@@ -1,7 +1,7 @@
 // The TSD's HTTP API. Errors come back as Error objects carrying OpenTSDB's message and
 // details, so the page can show them as the server wrote them.
 
-export class ApiError extends Error {
+class ApiError extends Error {
   constructor(status, message, details) {
     super(message);
     this.status = status;
@@ -14,6 +14,7 @@ async function call(path, options = {}) {
   try {
     response = await fetch(path, options);
   } catch (e) {
+    if (e.name === 'AbortError') throw e;
     throw new ApiError(0, `The TSD did not answer: ${e.message}`);
   }
   const text = await response.text();
@@ -42,11 +43,13 @@ export function suggest(type, q, max = 25) {
 export const aggregators = () => call('/api/aggregators');
 export const version = () => call('/api/version');
 
-// `arrays`: points come as [[ms, value], ...], cheaper to read than an object.
-export function query(body) {
+// `arrays`: points come as [[ms, value], ...], cheaper to read than an object. `signal`
+// cancels a query that a newer one replaces.
+export function query(body, signal) {
   return call('/api/query?arrays', {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify(body),
+    signal,
   });
 }
