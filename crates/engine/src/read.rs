@@ -9,12 +9,13 @@ use std::collections::BTreeMap;
 
 use hourglass_core::annotation::is_annotation_qualifier;
 use hourglass_core::compact::{self, Point};
-use hourglass_core::rowkey::{SeriesKey, decode_row_key};
+use hourglass_core::rowkey::{SeriesKey, base_time_of, decode_row_key};
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::Value;
 use hourglass_storage::{CellCodec, Row};
 
-use crate::cell_codec::{DataCellCodec, decode_points};
+use crate::cell_codec::{DataCellCodec, decode_columns, decode_points};
+use crate::query::rate::Num;
 use crate::scan::{RowQuery, scan_requests};
 use crate::{Result, Tsdb, rows};
 
@@ -55,14 +56,116 @@ fn stored_bytes(row: &Row) -> usize {
             .sum::<usize>()
 }
 
+/// One row's columns as [`Tsdb::visit_columns`] hands them over.
+#[derive(Debug)]
+pub struct RowColumns<'a> {
+    pub key: &'a [u8],
+    /// The row's base time in ms.
+    pub base_ms: i64,
+    /// Point times in ms, strictly increasing (newest write kept per time).
+    pub times: &'a [i64],
+    /// The points' values, as stored (integers stay integers).
+    pub values: &'a [Num],
+    /// Annotation cells: (qualifier, JSON value).
+    pub annotations: Vec<(&'a [u8], &'a [u8])>,
+    /// Bytes read from storage for this row (key, qualifiers and values).
+    pub stored_bytes: usize,
+}
+
+/// A row's data cells before decoding.
+enum RowData<'a> {
+    /// The row's only data cell, compacted: OpenTSDB's bytes, or the embedded store's
+    /// compact form when its qualifier is empty.
+    Single(&'a hourglass_storage::Cell),
+    /// Several data cells, or points still buffered for the row: merged by time.
+    Merge(&'a Row, &'a [Point]),
+    /// Points of a row not stored yet.
+    Buffered(&'a [Point]),
+}
+
+fn is_encoded(c: &hourglass_storage::Cell) -> bool {
+    c.family == DATA_FAMILY && c.qualifier.is_empty()
+}
+
+impl RowData<'_> {
+    /// The general path: every cell back to OpenTSDB's bytes, decoded, sorted and
+    /// deduplicated (newest write first).
+    fn merged(&self) -> Result<Vec<Point>> {
+        let (row, extra) = match self {
+            RowData::Single(cell) => {
+                let row = Row {
+                    key: Vec::new(),
+                    cells: vec![(*cell).clone()],
+                };
+                return RowData::Merge(&row, &[]).merged();
+            }
+            RowData::Merge(row, extra) => (*row, *extra),
+            RowData::Buffered(points) => return Ok(rows::decode_row(None, points)?.points),
+        };
+        if row.cells.iter().any(is_encoded) {
+            let mut row = row.clone();
+            for c in row.cells.iter_mut().filter(|c| is_encoded(c)) {
+                let (q, v) = DataCellCodec.decode(DATA_FAMILY, &c.value)?;
+                c.qualifier = q;
+                c.value = v;
+            }
+            return Ok(rows::decode_row(Some(&row), extra)?.points);
+        }
+        Ok(rows::decode_row(Some(row), extra)?.points)
+    }
+
+    /// The points, ordered by time, into `out` (cleared first).
+    fn points(&self, out: &mut Vec<Point>) -> Result<()> {
+        out.clear();
+        if let RowData::Single(c) = self {
+            if is_encoded(c) {
+                decode_points(&c.value, out)?;
+            } else {
+                compact::decode_cell(&c.qualifier, &c.value, out)?;
+            }
+            if strictly_ordered(out) {
+                return Ok(());
+            }
+        }
+        *out = self.merged()?;
+        Ok(())
+    }
+
+    /// The points' times (ms) and values into `times` and `values` (cleared first).
+    fn columns(&self, base_ms: i64, times: &mut Vec<i64>, values: &mut Vec<Num>) -> Result<()> {
+        times.clear();
+        values.clear();
+        if let RowData::Single(c) = self
+            && is_encoded(c)
+        {
+            decode_columns(&c.value, base_ms, times, values)?;
+            if times.windows(2).all(|w| w[0] < w[1]) {
+                return Ok(());
+            }
+            times.clear();
+            values.clear();
+        }
+        let mut points = Vec::new();
+        self.points(&mut points)?;
+        for p in points {
+            times.push(base_ms + i64::from(p.offset_ms()));
+            values.push(match p.value() {
+                Value::Int(i) => Num::Int(i),
+                other => Num::Float(other.as_f64()),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Tsdb {
-    /// Calls `visit` for every row of `query.metric` between `query.start_secs` and
-    /// `query.end_secs` (hours overlapping the range) having all of `query.tags`, stored or
-    /// buffered, in row-key order. Points outside the range are included; callers trim.
-    pub fn visit_rows(
+    /// Calls `visit` with the data of every row of `query.metric` between `query.start_secs`
+    /// and `query.end_secs` (hours overlapping the range) having all of `query.tags`, stored
+    /// or buffered, in row-key order, with the row's annotations and stored size.
+    fn visit_row_data(
         &self,
         query: &RowQuery,
-        mut visit: impl FnMut(RowView<'_>) -> Result<()>,
+        mut visit: impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
     ) -> Result<()> {
         let schema = &self.settings().schema;
         let first_hour = query.start_secs - query.start_secs.rem_euclid(3600);
@@ -78,97 +181,86 @@ impl Tsdb {
                 && query.matches_tags(&row.series.tags)
         });
         let mut buffered: BTreeMap<Vec<u8>, Vec<Point>> = buffered.into_iter().collect();
-        let mut scratch: Vec<Point> = Vec::new();
-        let visit_buffered = |key: &[u8],
-                              points: &[Point],
-                              visit: &mut dyn FnMut(RowView<'_>) -> Result<()>|
-         -> Result<()> {
-            let decoded = rows::decode_row(None, points)?;
-            visit(RowView {
-                key,
-                points: &decoded.points,
-                annotations: Vec::new(),
-                stored_bytes: 0,
-            })
-        };
         for mut request in scan_requests(schema, query) {
             // Compacted cells in the embedded store's compact form are decoded straight
-            // into points below, without rebuilding OpenTSDB's bytes first.
+            // from it, without rebuilding OpenTSDB's bytes first.
             request.read.encoded_cells = true;
             for row in self.store().scan(&schema.data_table, &request)? {
-                let mut row = row?;
+                let row = row?;
                 // Buffered rows sorting before this one (not stored yet) go first.
                 while let Some(entry) = buffered.first_entry() {
                     if entry.key().as_slice() >= row.key.as_slice() {
                         break;
                     }
                     let (key, points) = entry.remove_entry();
-                    visit_buffered(&key, &points, &mut visit)?;
+                    visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
                 }
                 let extra = buffered.remove(&row.key);
                 let stored_bytes = stored_bytes(&row);
-                let encoded =
-                    |c: &hourglass_storage::Cell| c.family == DATA_FAMILY && c.qualifier.is_empty();
-                let data_cells = row
-                    .cells
-                    .iter()
-                    .filter(|c| {
-                        encoded(c)
-                            || (c.family == DATA_FAMILY && compact::is_data_qualifier(&c.qualifier))
-                    })
-                    .count();
-                // Fast path: one data cell (the compacted form), already in order.
-                let single = if data_cells == 1 && extra.is_none() {
-                    scratch.clear();
-                    for c in &row.cells {
-                        if encoded(c) {
-                            decode_points(&c.value, &mut scratch)?;
-                        } else if c.family == DATA_FAMILY
-                            && compact::is_data_qualifier(&c.qualifier)
-                        {
-                            compact::decode_cell(&c.qualifier, &c.value, &mut scratch)?;
-                        }
-                    }
-                    strictly_ordered(&scratch)
-                } else {
-                    false
+                let mut data_cells = row.cells.iter().filter(|c| {
+                    is_encoded(c)
+                        || (c.family == DATA_FAMILY && compact::is_data_qualifier(&c.qualifier))
+                });
+                let data = match (data_cells.next(), data_cells.next(), &extra) {
+                    (Some(cell), None, None) => RowData::Single(cell),
+                    _ => RowData::Merge(&row, extra.as_deref().unwrap_or(&[])),
                 };
-                if !single {
-                    // Several cells to merge: back to OpenTSDB's bytes, then the general path.
-                    for c in row.cells.iter_mut().filter(|c| encoded(c)) {
-                        let (q, v) = DataCellCodec.decode(DATA_FAMILY, &c.value)?;
-                        c.qualifier = q;
-                        c.value = v;
-                    }
-                }
                 let annotations: Vec<(&[u8], &[u8])> = row
                     .cells
                     .iter()
                     .filter(|c| c.family == DATA_FAMILY && is_annotation_qualifier(&c.qualifier))
                     .map(|c| (c.qualifier.as_slice(), c.value.as_slice()))
                     .collect();
-                if single {
-                    visit(RowView {
-                        key: &row.key,
-                        points: &scratch,
-                        annotations,
-                        stored_bytes,
-                    })?;
-                } else {
-                    let decoded = rows::decode_row(Some(&row), extra.as_deref().unwrap_or(&[]))?;
-                    visit(RowView {
-                        key: &row.key,
-                        points: &decoded.points,
-                        annotations,
-                        stored_bytes,
-                    })?;
-                }
+                visit(&row.key, data, annotations, stored_bytes)?;
             }
         }
         for (key, points) in buffered {
-            visit_buffered(&key, &points, &mut visit)?;
+            visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
         }
         Ok(())
+    }
+
+    /// Calls `visit` for every row of `query.metric` between `query.start_secs` and
+    /// `query.end_secs` (hours overlapping the range) having all of `query.tags`, stored or
+    /// buffered, in row-key order. Points outside the range are included; callers trim.
+    pub fn visit_rows(
+        &self,
+        query: &RowQuery,
+        mut visit: impl FnMut(RowView<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut points = Vec::new();
+        self.visit_row_data(query, |key, data, annotations, stored_bytes| {
+            data.points(&mut points)?;
+            visit(RowView {
+                key,
+                points: &points,
+                annotations,
+                stored_bytes,
+            })
+        })
+    }
+
+    /// [`Tsdb::visit_rows`] with each row's points as columns of times and values: the
+    /// query path, decoding the embedded store's compact cells without building points.
+    pub fn visit_columns(
+        &self,
+        query: &RowQuery,
+        mut visit: impl FnMut(RowColumns<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let schema = &self.settings().schema;
+        let (mut times, mut values) = (Vec::new(), Vec::new());
+        self.visit_row_data(query, |key, data, annotations, stored_bytes| {
+            let base_ms = i64::from(base_time_of(schema, key).unwrap_or(0)) * 1000;
+            data.columns(base_ms, &mut times, &mut values)?;
+            visit(RowColumns {
+                key,
+                base_ms,
+                times: &times,
+                values: &values,
+                annotations,
+                stored_bytes,
+            })
+        })
     }
 
     /// Every series of `query.metric` having all of `query.tags`, with its points between

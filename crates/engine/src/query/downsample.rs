@@ -7,6 +7,7 @@ use hourglass_core::calendar::CalendarInterval;
 use hourglass_core::time::Tz;
 
 use super::aggregator::Aggregator;
+use super::rate::Num;
 use crate::{Error, Result};
 
 /// What an empty bucket becomes.
@@ -190,15 +191,141 @@ impl DownsampleSpec {
     }
 }
 
+/// How a bucket's values are reduced as they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Running {
+    /// Sum of the non-NaN values (NaN when there are none), from -0.0 as a float sum is.
+    Sum,
+    /// Sum of squares of the non-NaN values.
+    SquareSum,
+    /// Mean of the non-NaN values, the sum from 0.0.
+    Avg,
+    Min,
+    Max,
+    /// Non-NaN values.
+    Count,
+    First,
+    Last,
+    /// Every value kept, reduced when the bucket closes (percentiles, deviation, ...).
+    Kept,
+}
+
+impl Running {
+    fn of(function: Aggregator) -> Running {
+        match function {
+            Aggregator::Sum | Aggregator::PfSum | Aggregator::ZimSum => Running::Sum,
+            Aggregator::SquareSum => Running::SquareSum,
+            Aggregator::Avg => Running::Avg,
+            Aggregator::Min | Aggregator::MimMin => Running::Min,
+            Aggregator::Max | Aggregator::MimMax => Running::Max,
+            Aggregator::Count => Running::Count,
+            Aggregator::First | Aggregator::None => Running::First,
+            Aggregator::Last => Running::Last,
+            _ => Running::Kept,
+        }
+    }
+}
+
+/// One bucket's reduction so far: the same answer [`Aggregator::run_double`] gives over the
+/// bucket's values, additions in the same order.
+#[derive(Debug, Clone)]
+struct Accumulator {
+    running: Running,
+    /// Values seen, NaN included.
+    seen: u64,
+    /// Non-NaN values seen.
+    finite: u64,
+    acc: f64,
+    kept: Vec<f64>,
+}
+
+impl Accumulator {
+    fn new(function: Aggregator) -> Accumulator {
+        let running = Running::of(function);
+        Accumulator {
+            running,
+            seen: 0,
+            finite: 0,
+            acc: Accumulator::start(running),
+            kept: Vec::new(),
+        }
+    }
+
+    fn start(running: Running) -> f64 {
+        match running {
+            Running::Sum | Running::SquareSum => -0.0,
+            Running::Avg => 0.0,
+            _ => f64::NAN,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, v: f64) {
+        self.seen += 1;
+        let finite = !v.is_nan();
+        self.finite += u64::from(finite);
+        match self.running {
+            Running::Sum | Running::Avg => {
+                if finite {
+                    self.acc += v;
+                }
+            }
+            Running::SquareSum => {
+                if finite {
+                    self.acc += v * v;
+                }
+            }
+            Running::Min => self.acc = self.acc.min(v),
+            Running::Max => self.acc = self.acc.max(v),
+            Running::Count => {}
+            Running::First => {
+                if self.seen == 1 {
+                    self.acc = v;
+                }
+            }
+            Running::Last => self.acc = v,
+            Running::Kept => self.kept.push(v),
+        }
+    }
+
+    /// The bucket's value (`None` when it saw nothing), and a fresh start.
+    fn take(&mut self, function: Aggregator) -> Option<f64> {
+        if self.seen == 0 {
+            return None;
+        }
+        let v = match self.running {
+            Running::Sum | Running::SquareSum if self.finite == 0 => f64::NAN,
+            Running::Avg if self.finite == 0 => f64::NAN,
+            Running::Avg => self.acc / self.finite as f64,
+            Running::Count => self.finite as f64,
+            Running::Kept => {
+                let v = function.run_double(&self.kept);
+                self.kept.clear();
+                v
+            }
+            _ => self.acc,
+        };
+        self.seen = 0;
+        self.finite = 0;
+        self.acc = Accumulator::start(self.running);
+        Some(v)
+    }
+
+    /// Values held (for the memory limit): only kept ones.
+    fn held(&self) -> usize {
+        self.kept.len()
+    }
+}
+
 /// Downsampling one series as its points arrive (in time order): only the current bucket's
-/// values and the finished buckets are held.
+/// reduction so far and the finished buckets are held.
 #[derive(Debug)]
 pub struct Downsampler {
     spec: DownsampleSpec,
     query: (i64, i64),
     /// The current bucket, `[start, end)`.
     bucket: Option<(i64, i64)>,
-    values: Vec<f64>,
+    current: Accumulator,
     out: Vec<(i64, f64)>,
 }
 
@@ -208,7 +335,7 @@ impl Downsampler {
             spec,
             query,
             bucket: None,
-            values: Vec::new(),
+            current: Accumulator::new(spec.function),
             out: Vec::new(),
         }
     }
@@ -217,7 +344,7 @@ impl Downsampler {
     pub fn push(&mut self, t: i64, v: f64) -> usize {
         if self.spec.interval_ms == 0 {
             if t >= self.query.0 && t < self.query.1 {
-                self.values.push(v);
+                self.current.add(v);
             }
             return 0;
         }
@@ -229,8 +356,45 @@ impl Downsampler {
                 self.bucket = Some(self.bucket_of(t, previous));
             }
         }
-        self.values.push(v);
+        self.current.add(v);
         closed
+    }
+
+    /// Adds points in time order (times must not go back); returns how many buckets they
+    /// closed.
+    pub fn push_all(&mut self, times: &[i64], values: &[Num]) -> usize {
+        if self.spec.interval_ms == 0 {
+            return times
+                .iter()
+                .zip(values)
+                .map(|(t, v)| self.push(*t, v.as_f64()))
+                .sum();
+        }
+        let mut closed = 0;
+        let mut i = 0;
+        while i < times.len() {
+            let end = match self.bucket {
+                Some((_, end)) if times[i] < end => end,
+                previous => {
+                    closed += self.close();
+                    let bucket = self.bucket_of(times[i], previous);
+                    self.bucket = Some(bucket);
+                    bucket.1
+                }
+            };
+            // The run of points inside the current bucket.
+            let run = times[i..].iter().take_while(|t| **t < end).count().max(1);
+            for v in &values[i..(i + run).min(values.len())] {
+                self.current.add(v.as_f64());
+            }
+            i += run;
+        }
+        closed
+    }
+
+    /// Values held in the open bucket (only functions that need them all keep them).
+    pub fn held(&self) -> usize {
+        self.current.held()
     }
 
     fn bucket_of(&self, t: i64, previous: Option<(i64, i64)>) -> (i64, i64) {
@@ -260,11 +424,9 @@ impl Downsampler {
     }
 
     fn close(&mut self) -> usize {
-        match self.bucket {
-            Some((start, _)) if !self.values.is_empty() => {
-                self.out
-                    .push((start, self.spec.function.run_double(&self.values)));
-                self.values.clear();
+        match (self.bucket, self.current.take(self.spec.function)) {
+            (Some((start, _)), Some(v)) => {
+                self.out.push((start, v));
                 1
             }
             _ => 0,
@@ -287,12 +449,11 @@ impl Downsampler {
 
     /// Appends the state of the same series over later times, which start on a bucket
     /// boundary (see [`DownsampleSpec::is_boundary`]).
+    /// `0all` has one bucket over the whole range and is never split (its parts'
+    /// reductions do not combine exactly).
     pub fn append(&mut self, mut later: Downsampler) {
         self.close();
         later.close();
-        if self.spec.interval_ms == 0 {
-            self.values.append(&mut later.values);
-        }
         self.out.append(&mut later.out);
         self.bucket = later.bucket;
     }
@@ -301,11 +462,13 @@ impl Downsampler {
     /// present, empty ones filled; more than `max_buckets` of them is an error.
     pub fn finish(mut self, window: (i64, i64), max_buckets: u64) -> Result<Vec<(i64, f64)>> {
         if self.spec.interval_ms == 0 {
-            return Ok(if self.values.is_empty() {
-                Vec::new()
-            } else {
-                vec![(self.query.0, self.spec.function.run_double(&self.values))]
-            });
+            let function = self.spec.function;
+            return Ok(self
+                .current
+                .take(function)
+                .map(|v| (self.query.0, v))
+                .into_iter()
+                .collect());
         }
         self.close();
         let fill = match self.spec.fill {
@@ -489,13 +652,25 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
+    fn value() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            8 => -1e6f64..1e6,
+            1 => Just(f64::NAN),
+            1 => Just(-0.0f64),
+            1 => Just(0.0f64),
+        ]
+    }
+
     proptest! {
-        /// Fixed buckets equal a naive group-by of floor(t / interval) reduced with the function.
+        /// Fixed buckets equal a naive group-by of floor(t / interval) reduced with the
+        /// function, bit for bit (NaN and signed zeros included), whether points arrive one
+        /// at a time or a row at a time.
         #[test]
         fn buckets_match_a_naive_group_by(
-            points in prop::collection::btree_map(0i64..10_000_000, -1e6f64..1e6, 0..200),
+            points in prop::collection::btree_map(0i64..10_000_000, value(), 0..200),
             interval in 1i64..600_000,
-            func in prop::sample::select(vec!["sum", "avg", "min", "max", "count", "dev", "p90"]),
+            func in prop::sample::select(vec!["sum", "zimsum", "avg", "min", "mimmax", "max", "count", "dev", "p90", "first", "last", "squareSum", "mult", "diff"]),
+            rows in 1usize..5,
         ) {
             let pts: Vec<(i64, f64)> = points.into_iter().collect();
             let spec = DownsampleSpec::fixed(interval, Aggregator::parse(func).unwrap(), FillPolicy::None);
@@ -504,8 +679,32 @@ mod properties {
             for (t, v) in &pts {
                 naive.entry(t / interval * interval).or_default().push(*v);
             }
-            let want: Vec<(i64, f64)> = naive.into_iter().map(|(b, vs)| (b, spec.function.run_double(&vs))).collect();
-            prop_assert_eq!(out, want);
+            let want: Vec<(i64, u64)> = naive.into_iter().map(|(b, vs)| (b, spec.function.run_double(&vs).to_bits())).collect();
+            let bits = |o: &[(i64, f64)]| o.iter().map(|(t, v)| (*t, v.to_bits())).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&out), want.clone());
+            // The same points in a few slices, as rows arrive.
+            let mut d = Downsampler::new(spec, (0, 10_000_000));
+            let chunk = pts.len().div_ceil(rows).max(1);
+            for part in pts.chunks(chunk) {
+                let times: Vec<i64> = part.iter().map(|p| p.0).collect();
+                let values: Vec<Num> = part.iter().map(|p| Num::Float(p.1)).collect();
+                d.push_all(&times, &values);
+            }
+            prop_assert_eq!(bits(&d.finish((0, 10_000_000), u64::MAX).unwrap()), want);
+        }
+
+        /// `0all` reduces the query range's points the same way.
+        #[test]
+        fn whole_range_matches_the_function(
+            points in prop::collection::btree_map(0i64..1_000, value(), 0..50),
+            func in prop::sample::select(vec!["sum", "avg", "min", "max", "count", "p50", "first", "last"]),
+        ) {
+            let pts: Vec<(i64, f64)> = points.into_iter().collect();
+            let spec = DownsampleSpec::parse(&format!("0all-{func}")).unwrap();
+            let out = spec.apply(&pts, (0, 1_000), (100, 900)).unwrap();
+            let inside: Vec<f64> = pts.iter().filter(|p| p.0 >= 100 && p.0 < 900).map(|p| p.1).collect();
+            let want: Vec<(i64, u64)> = if inside.is_empty() { vec![] } else { vec![(100, spec.function.run_double(&inside).to_bits())] };
+            prop_assert_eq!(out.iter().map(|(t, v)| (*t, v.to_bits())).collect::<Vec<_>>(), want);
         }
     }
 }

@@ -12,15 +12,14 @@ use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::decode_row_key;
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
-use hourglass_core::value::Value;
-use hourglass_storage::{Mutation, RowMutation};
+use hourglass_core::annotation::is_annotation_qualifier;
+use hourglass_storage::{Mutation, ReadOptions, RowMutation};
 
 use super::aggregate::{aggregate, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
 use super::rate::{Num, RateOptions, rates};
-use crate::read::RowView;
 use crate::scan::RowQuery;
 use crate::{Error, Result, Tsdb};
 
@@ -196,13 +195,6 @@ struct SeriesState {
     tsuid: String,
     points: Points,
     annotations: Vec<StoredAnnotation>,
-}
-
-fn num(v: Value) -> Num {
-    match v {
-        Value::Int(i) => Num::Int(i),
-        other => Num::Float(other.as_f64()),
-    }
 }
 
 /// How a sub-query runs.
@@ -575,10 +567,11 @@ impl Scan<'_> {
             end_secs,
             tags: self.pushed.clone(),
         };
-        self.tsdb.visit_rows(&query, |row| {
+        self.tsdb.visit_columns(&query, |row| {
             let stats = &mut part.stats;
+            let count = row.times.len() as u64;
             stats.rows += 1;
-            stats.points += row.points.len() as u64;
+            stats.points += count;
             stats.bytes += row.stored_bytes as u64;
             let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
             let slot = match part.index.get(tag_bytes) {
@@ -599,26 +592,19 @@ impl Scan<'_> {
             };
             let mut held = 0u64;
             if let Some(i) = slot {
-                let base_time = hourglass_core::rowkey::base_time_of(schema, row.key).unwrap_or(0);
+                // The points inside the scan window (times are strictly increasing).
+                let from = row.times.partition_point(|t| *t < lo);
+                let to = row.times.partition_point(|t| *t <= hi);
+                let (times, values) = (&row.times[from..to], &row.values[from..to]);
                 let s = &mut part.series[i];
                 match &mut s.points {
                     Points::Raw(out) => {
-                        let before = out.len();
-                        out.extend(row.points.iter().filter_map(|p| {
-                            let t = p.qualifier.timestamp_ms(base_time);
-                            (t >= lo && t <= hi).then(|| (t, num(p.value())))
-                        }));
-                        held += (out.len() - before) as u64;
+                        out.extend(times.iter().copied().zip(values.iter().copied()));
+                        held += times.len() as u64;
                     }
-                    Points::Downsampled(d) => {
-                        for p in row.points {
-                            let t = p.qualifier.timestamp_ms(base_time);
-                            if t >= lo && t <= hi {
-                                held += d.push(t, p.value().as_f64()) as u64;
-                            }
-                        }
-                    }
+                    Points::Downsampled(d) => held += d.push_all(times, values) as u64,
                 }
+                let base_time = (row.base_ms / 1000) as u32;
                 for (qualifier, json) in &row.annotations {
                     if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
                         s.annotations.push(StoredAnnotation {
@@ -627,11 +613,11 @@ impl Scan<'_> {
                         });
                     }
                 }
-                if self.options.delete {
-                    part.deletions.push(RowMutation {
-                        key: row.key.to_vec(),
-                        mutations: deletion(&row, base_time, self.query.0, self.query.1),
-                    });
+                if self.options.delete
+                    && let Some(deletion) =
+                        deletion(self.tsdb, row.key, base_time, self.query.0, self.query.1)?
+                {
+                    part.deletions.push(deletion);
                 }
             }
             part.held += held;
@@ -640,8 +626,8 @@ impl Scan<'_> {
             let total = QueryStats {
                 points: shared
                     .points
-                    .fetch_add(row.points.len() as u64, Ordering::Relaxed)
-                    + row.points.len() as u64,
+                    .fetch_add(count, Ordering::Relaxed)
+                    + count,
                 bytes: shared
                     .bytes
                     .fetch_add(row.stored_bytes as u64, Ordering::Relaxed)
@@ -714,29 +700,42 @@ fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOption
         .find(|&h| h > first_hour && h <= last_hour && aligned(h))
 }
 
-/// The mutations deleting a row's points and annotations within `[start_ms, end_ms]`.
-fn deletion(row: &RowView<'_>, base_time: u32, start_ms: i64, end_ms: i64) -> Vec<Mutation> {
+/// The mutation deleting a stored row's points and annotations within `[start_ms, end_ms]`
+/// (read again as stored: kept points are written back byte for byte).
+fn deletion(
+    tsdb: &Tsdb,
+    key: &[u8],
+    base_time: u32,
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<Option<RowMutation>> {
+    let table = &tsdb.settings().schema.data_table;
+    let Some(row) = tsdb.store().get(table, key, &ReadOptions::default())? else {
+        return Ok(None);
+    };
     let inside = |t: i64| t >= start_ms && t <= end_ms;
-    let kept: Vec<Point> = row
+    let kept: Vec<Point> = crate::rows::decode_row(Some(&row), &[])?
         .points
-        .iter()
-        .copied()
+        .into_iter()
         .filter(|p| !inside(p.qualifier.timestamp_ms(base_time)))
         .collect();
-    let kept_annotations: Vec<&(&[u8], &[u8])> = row
-        .annotations
-        .iter()
-        .filter(|(q, v)| stored_time_ms(base_time, q, v).is_some_and(|t| !inside(t)))
-        .collect();
+    let kept_annotations = row.cells.iter().filter(|c| {
+        c.family == DATA_FAMILY
+            && is_annotation_qualifier(&c.qualifier)
+            && stored_time_ms(base_time, &c.qualifier, &c.value).is_some_and(|t| !inside(t))
+    });
     let mut mutations = vec![Mutation::DeleteRow];
     if !kept.is_empty() {
         let (qualifier, value) = compact::encode_cell(&kept);
         mutations.push(Mutation::set(DATA_FAMILY, qualifier, value));
     }
-    for (q, v) in kept_annotations {
-        mutations.push(Mutation::set(DATA_FAMILY, q.to_vec(), v.to_vec()));
+    for c in kept_annotations {
+        mutations.push(Mutation::set(DATA_FAMILY, c.qualifier.clone(), c.value.clone()));
     }
-    mutations
+    Ok(Some(RowMutation {
+        key: key.to_vec(),
+        mutations,
+    }))
 }
 
 /// Whether a sub-query writes missing values as JSON `null` (fill policy `null`).
