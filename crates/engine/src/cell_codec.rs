@@ -496,6 +496,38 @@ impl Deltas<'_> {
         self.value = v.wrapping_add(d.wrapping_add(self.floor).wrapping_mul(self.divisor));
         v
     }
+
+    /// The next `n` values as integers read from `len` bytes, appended to `out`.
+    fn ints_into(&mut self, n: usize, len: u32, out: &mut Vec<Num>) {
+        let shift = 64 - 8 * len;
+        let (floor, divisor) = (self.floor, self.divisor);
+        let bits = &mut self.bits;
+        let mut v = self.value;
+        let mut left = n;
+        if bits.width > 0 && bits.width <= 56 {
+            // While eight bytes remain after a value's first byte, read it as one word.
+            let width = bits.width as usize;
+            let words = (bits.data.len().saturating_sub(8) * 8).saturating_sub(bits.bit) / width;
+            let fast = words.min(left);
+            let data = bits.data;
+            let mut bit = bits.bit;
+            out.extend((0..fast).map(|_| {
+                let at = bit / 8;
+                let word = data
+                    .get(at..at + 8)
+                    .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
+                let d = ((word >> (bit % 8)) & bits.mask) as i64;
+                bit += width;
+                let out = v;
+                v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
+                Num::Int((out << shift) >> shift)
+            }));
+            bits.bit = bit;
+            left -= fast;
+        }
+        self.value = v;
+        out.extend((0..left).map(|_| Num::Int(sign_extend(self.next(), len))));
+    }
 }
 
 impl<'a> Reader<'a> {
@@ -715,7 +747,7 @@ fn decode_blob_columns(
         let len = flags.varint()? as usize;
         let value_len = u32::from(f & 7) + 1;
         if f & FLAG_FLOAT == 0 {
-            values.extend((0..len).map(|_| Num::Int(sign_extend(ints.next(), value_len))));
+            ints.ints_into(len, value_len, values);
             continue;
         }
         for _ in 0..len {

@@ -288,6 +288,47 @@ impl Accumulator {
         }
     }
 
+    /// [`Accumulator::add`] for each value, the function chosen once.
+    fn add_all(&mut self, values: &[Num]) {
+        let finite = |v: &&Num| !v.as_f64().is_nan();
+        let (mut acc, mut n) = (self.acc, 0u64);
+        match self.running {
+            Running::Sum | Running::Avg => {
+                for v in values.iter().filter(finite) {
+                    acc += v.as_f64();
+                    n += 1;
+                }
+            }
+            Running::SquareSum => {
+                for v in values.iter().filter(finite) {
+                    acc += v.as_f64() * v.as_f64();
+                    n += 1;
+                }
+            }
+            Running::Min => {
+                for v in values {
+                    acc = acc.min(v.as_f64());
+                }
+                n = values.iter().filter(finite).count() as u64;
+            }
+            Running::Max => {
+                for v in values {
+                    acc = acc.max(v.as_f64());
+                }
+                n = values.iter().filter(finite).count() as u64;
+            }
+            _ => {
+                for v in values {
+                    self.add(v.as_f64());
+                }
+                return;
+            }
+        }
+        self.acc = acc;
+        self.finite += n;
+        self.seen += values.len() as u64;
+    }
+
     /// The bucket's value (`None` when it saw nothing), and a fresh start.
     fn take(&mut self, function: Aggregator) -> Option<f64> {
         if self.seen == 0 {
@@ -384,9 +425,8 @@ impl Downsampler {
             };
             // The run of points inside the current bucket.
             let run = times[i..].iter().take_while(|t| **t < end).count().max(1);
-            for v in &values[i..(i + run).min(values.len())] {
-                self.current.add(v.as_f64());
-            }
+            self.current
+                .add_all(&values[i..(i + run).min(values.len())]);
             i += run;
         }
         closed
