@@ -367,7 +367,11 @@ pub struct Downsampler {
     /// The current bucket, `[start, end)`.
     bucket: Option<(i64, i64)>,
     current: Accumulator,
+    /// Finished buckets of earlier parts (see [`Downsampler::append`]), then `out`'s.
+    earlier: Vec<Vec<(i64, f64)>>,
     out: Vec<(i64, f64)>,
+    /// Where this series' points will stop (ms), to size `out` from its first row.
+    until: Option<i64>,
 }
 
 impl Downsampler {
@@ -377,8 +381,17 @@ impl Downsampler {
             query,
             bucket: None,
             current: Accumulator::new(spec.function),
+            earlier: Vec::new(),
             out: Vec::new(),
+            until: None,
         }
+    }
+
+    /// Says the points will stop before `until_ms`: the buckets of the first row pushed
+    /// then size the output for the hours left (no regrowing for dense series).
+    pub fn expect_until(mut self, until_ms: i64) -> Downsampler {
+        self.until = Some(until_ms);
+        self
     }
 
     /// Adds the next point (times must not go back); returns how many buckets it closed.
@@ -411,7 +424,9 @@ impl Downsampler {
                 .map(|(t, v)| self.push(*t, v.as_f64()))
                 .sum();
         }
+        let first_row = self.out.capacity() == 0 && self.bucket.is_none();
         let mut closed = 0;
+        let mut opened = 0usize;
         let mut i = 0;
         while i < times.len() {
             let end = match self.bucket {
@@ -420,6 +435,7 @@ impl Downsampler {
                     closed += self.close();
                     let bucket = self.bucket_of(times[i], previous);
                     self.bucket = Some(bucket);
+                    opened += 1;
                     bucket.1
                 }
             };
@@ -428,6 +444,16 @@ impl Downsampler {
             self.current
                 .add_all(&values[i..(i + run).min(values.len())]);
             i += run;
+        }
+        if let (true, Some(until), Some(first)) = (first_row, self.until, times.first()) {
+            // As many buckets per hour as this row had, for the hours left; never more
+            // than fixed buckets could be.
+            let hours = (until - first).max(0) / 3_600_000 + 1;
+            let mut expected = (opened as i64).saturating_mul(hours);
+            if self.spec.calendar.is_none() {
+                expected = expected.min((until - first).max(0) / self.spec.interval_ms + 2);
+            }
+            self.out.reserve(usize::try_from(expected).unwrap_or(0).min(1 << 24));
         }
         closed
     }
@@ -494,31 +520,50 @@ impl Downsampler {
     pub fn append(&mut self, mut later: Downsampler) {
         self.close();
         later.close();
-        self.out.append(&mut later.out);
+        // Kept as parts, joined once when finished.
+        self.earlier.push(std::mem::take(&mut self.out));
+        self.earlier.append(&mut later.earlier);
+        self.out = later.out;
         self.bucket = later.bucket;
     }
 
     /// The buckets. With a fill policy every bucket of the scan `window` `[start, end)` is
     /// present, empty ones filled; more than `max_buckets` of them is an error.
-    pub fn finish(mut self, window: (i64, i64), max_buckets: u64) -> Result<Vec<(i64, f64)>> {
+    pub fn finish(self, window: (i64, i64), max_buckets: u64) -> Result<Vec<(i64, f64)>> {
+        self.finish_with(window, max_buckets, |v| v)
+    }
+
+    /// [`Downsampler::finish`] with each value made by `value`.
+    pub fn finish_with<T>(
+        mut self,
+        window: (i64, i64),
+        max_buckets: u64,
+        value: impl Fn(f64) -> T,
+    ) -> Result<Vec<(i64, T)>> {
         if self.spec.interval_ms == 0 {
             let function = self.spec.function;
             return Ok(self
                 .current
                 .take(function)
-                .map(|v| (self.query.0, v))
+                .map(|v| (self.query.0, value(v)))
                 .into_iter()
                 .collect());
         }
         self.close();
+        let count = self.out.len() + self.earlier.iter().map(Vec::len).sum::<usize>();
+        let buckets = self.earlier.iter().flatten().chain(&self.out).copied();
         let fill = match self.spec.fill {
-            FillPolicy::None => return Ok(self.out),
+            FillPolicy::None => {
+                let mut out = Vec::with_capacity(count);
+                out.extend(buckets.map(|(t, v)| (t, value(v))));
+                return Ok(out);
+            }
             FillPolicy::Zero => 0.0,
             FillPolicy::Nan | FillPolicy::Null => f64::NAN,
             FillPolicy::Scalar => f64::NAN,
         };
-        let mut filled = Vec::with_capacity(self.out.len());
-        let mut have = self.out.iter().copied().peekable();
+        let mut filled = Vec::with_capacity(count);
+        let mut have = buckets.map(|(t, v)| (t, value(v))).peekable();
         let stop = self.align(window.1);
         let mut bucket = self.align(window.0);
         let mut count = 0u64;
@@ -531,7 +576,7 @@ impl Downsampler {
                 None if self.spec.fill == FillPolicy::Scalar => {
                     return Err(Error::invalid("unhandled fill policy"));
                 }
-                None => filled.push((bucket, fill)),
+                None => filled.push((bucket, value(fill))),
             }
             count += 1;
             if count > max_buckets {

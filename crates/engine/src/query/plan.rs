@@ -367,11 +367,7 @@ pub fn run(
     for (i, mut s) in series.into_iter().enumerate() {
         let points = match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
             Points::Raw(p) => p,
-            Points::Downsampled(d) => d
-                .finish(window, budget)?
-                .into_iter()
-                .map(|(t, v)| (t, Num::Float(v)))
-                .collect(),
+            Points::Downsampled(d) => d.finish_with(window, budget, Num::Float)?,
         };
         let key = if q.aggregator == Aggregator::None {
             vec![Uid(i as u64)]
@@ -512,7 +508,13 @@ impl Scan<'_> {
     }
 
     /// A new series' state, or `None` when the filters leave it out.
-    fn new_series(&self, key: &[u8], tag_bytes: &[u8]) -> Result<Option<SeriesState>> {
+    /// `until_ms`: where the part being read ends.
+    fn new_series(
+        &self,
+        key: &[u8],
+        tag_bytes: &[u8],
+        until_ms: i64,
+    ) -> Result<Option<SeriesState>> {
         let schema = &self.tsdb.settings().schema;
         let uids = self.tsdb.uids();
         if self
@@ -540,7 +542,9 @@ impl Scan<'_> {
             tags,
             tsuid: hex_upper(&tsuid),
             points: match self.q.downsample {
-                Some(ds) => Points::Downsampled(Downsampler::new(ds, self.query)),
+                Some(ds) => {
+                    Points::Downsampled(Downsampler::new(ds, self.query).expect_until(until_ms))
+                }
                 None => Points::Raw(Vec::new()),
             },
             annotations: Vec::new(),
@@ -553,6 +557,7 @@ impl Scan<'_> {
         let tags_at = schema.tags_offset();
         let limits = &self.options.limits;
         let (lo, hi) = (self.window.0, self.window.1 - 1);
+        let until_ms = (end_secs + 1).saturating_mul(1000).min(self.window.1);
         let mut part = Part {
             index: HashMap::default(),
             keys: Vec::new(),
@@ -577,7 +582,7 @@ impl Scan<'_> {
             let slot = match part.index.get(tag_bytes) {
                 Some(slot) => *slot,
                 None => {
-                    let slot = match self.new_series(row.key, tag_bytes)? {
+                    let slot = match self.new_series(row.key, tag_bytes, until_ms)? {
                         Some(state) => {
                             part.series.push(state);
                             part.keys.push(tag_bytes.to_vec());
