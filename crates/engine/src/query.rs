@@ -5,5 +5,6 @@ pub mod aggregate;
 pub mod aggregator;
 pub mod downsample;
 pub mod filter;
+mod fold;
 pub mod plan;
 pub mod rate;

@@ -3,6 +3,7 @@
 //! point there, or a value filled in by the aggregator's interpolation mode.
 
 use super::aggregator::{Aggregator, Interpolation};
+use super::fold::{Fold, Running, with_fold};
 use super::rate::Num;
 use crate::{Error, Result};
 
@@ -84,11 +85,14 @@ pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64
     });
     if same_times {
         let indexes: Vec<usize> = (0..series[0].len()).collect();
+        let slices: Vec<&[(i64, Num)]> = series.iter().map(Vec::as_slice).collect();
         return in_two_halves(&indexes, series.len(), |part| {
-            column_wise(part, series.len(), agg, |s, k| {
-                (series[0][k].0, series[s][k].1.as_f64())
-            })
-            .map(|out| out.into_iter().map(|(t, v)| (t, Num::Float(v))).collect())
+            let folded = with_fold!(Running::of(agg),
+                F => fold_columns::<F, _>(&slices, part, |p| p.0, |p| p.1.as_f64()),
+                _ => column_wise(part, series.len(), agg, |s, k| {
+                    (series[0][k].0, series[s][k].1.as_f64())
+                }));
+            folded.map(|out| out.into_iter().map(|(t, v)| (t, Num::Float(v))).collect())
         });
     }
     let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
@@ -114,6 +118,40 @@ fn column_wise(
             values.push(v);
         }
         let v = agg.run_double(&values);
+        if v.is_infinite() {
+            return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
+        }
+        out.push((x, v));
+    }
+    Ok(out)
+}
+
+/// [`column_wise`] for a function folded as values arrive: each series is read once, in
+/// order, into a row of accumulators (the same additions in the same order as gathering
+/// each time's values). `indexes` is a contiguous run of point indexes.
+fn fold_columns<F: Fold, T>(
+    series: &[&[T]],
+    indexes: &[usize],
+    time: impl Fn(&T) -> i64,
+    value: impl Fn(&T) -> f64,
+) -> Result<Vec<(i64, f64)>> {
+    let (Some(&from), Some(&last)) = (indexes.first(), indexes.last()) else {
+        return Ok(Vec::new());
+    };
+    let range = from..last + 1;
+    let mut acc = vec![F::START; range.len()];
+    let mut finite = vec![0u64; range.len()];
+    for s in series {
+        let points = s.get(range.clone()).unwrap_or_default();
+        for ((a, n), p) in acc.iter_mut().zip(finite.iter_mut()).zip(points) {
+            F::add(a, n, value(p));
+        }
+    }
+    let times = series.first().and_then(|s| s.get(range)).unwrap_or_default();
+    let mut out = Vec::with_capacity(times.len());
+    for ((p, a), n) in times.iter().zip(acc).zip(finite) {
+        let x = time(p);
+        let v = F::value(a, n);
         if v.is_infinite() {
             return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
         }
@@ -260,8 +298,11 @@ pub fn aggregate_rates(
     });
     if same_times {
         let indexes: Vec<usize> = (0..series[0].1.len()).collect();
+        let slices: Vec<&[(i64, f64)]> = series.iter().map(|s| s.1.as_slice()).collect();
         return in_two_halves(&indexes, series.len(), |part| {
-            column_wise(part, series.len(), agg, |s, k| series[s].1[k])
+            with_fold!(Running::of(agg),
+                F => fold_columns::<F, _>(&slices, part, |p| p.0, |p| p.1),
+                _ => column_wise(part, series.len(), agg, |s, k| series[s].1[k]))
         });
     }
     let times = union_of_times(series.iter().map(|(_, r)| r.iter().map(|p| p.0)));

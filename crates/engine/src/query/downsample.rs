@@ -7,6 +7,7 @@ use hourglass_core::calendar::CalendarInterval;
 use hourglass_core::time::Tz;
 
 use super::aggregator::Aggregator;
+use super::fold::{Accumulator, Fold, with_fold};
 use super::rate::Num;
 use crate::{Error, Result};
 
@@ -191,173 +192,6 @@ impl DownsampleSpec {
     }
 }
 
-/// How a bucket's values are reduced as they arrive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Running {
-    /// Sum of the non-NaN values (NaN when there are none), from -0.0 as a float sum is.
-    Sum,
-    /// Sum of squares of the non-NaN values.
-    SquareSum,
-    /// Mean of the non-NaN values, the sum from 0.0.
-    Avg,
-    Min,
-    Max,
-    /// Non-NaN values.
-    Count,
-    First,
-    Last,
-    /// Every value kept, reduced when the bucket closes (percentiles, deviation, ...).
-    Kept,
-}
-
-impl Running {
-    fn of(function: Aggregator) -> Running {
-        match function {
-            Aggregator::Sum | Aggregator::PfSum | Aggregator::ZimSum => Running::Sum,
-            Aggregator::SquareSum => Running::SquareSum,
-            Aggregator::Avg => Running::Avg,
-            Aggregator::Min | Aggregator::MimMin => Running::Min,
-            Aggregator::Max | Aggregator::MimMax => Running::Max,
-            Aggregator::Count => Running::Count,
-            Aggregator::First | Aggregator::None => Running::First,
-            Aggregator::Last => Running::Last,
-            _ => Running::Kept,
-        }
-    }
-}
-
-/// One bucket's reduction so far: the same answer [`Aggregator::run_double`] gives over the
-/// bucket's values, additions in the same order.
-#[derive(Debug, Clone)]
-struct Accumulator {
-    running: Running,
-    /// Values seen, NaN included.
-    seen: u64,
-    /// Non-NaN values seen.
-    finite: u64,
-    acc: f64,
-    kept: Vec<f64>,
-}
-
-impl Accumulator {
-    fn new(function: Aggregator) -> Accumulator {
-        let running = Running::of(function);
-        Accumulator {
-            running,
-            seen: 0,
-            finite: 0,
-            acc: Accumulator::start(running),
-            kept: Vec::new(),
-        }
-    }
-
-    fn start(running: Running) -> f64 {
-        match running {
-            Running::Sum | Running::SquareSum => -0.0,
-            Running::Avg => 0.0,
-            _ => f64::NAN,
-        }
-    }
-
-    #[inline]
-    fn add(&mut self, v: f64) {
-        self.seen += 1;
-        let finite = !v.is_nan();
-        self.finite += u64::from(finite);
-        match self.running {
-            Running::Sum | Running::Avg => {
-                if finite {
-                    self.acc += v;
-                }
-            }
-            Running::SquareSum => {
-                if finite {
-                    self.acc += v * v;
-                }
-            }
-            Running::Min => self.acc = self.acc.min(v),
-            Running::Max => self.acc = self.acc.max(v),
-            Running::Count => {}
-            Running::First => {
-                if self.seen == 1 {
-                    self.acc = v;
-                }
-            }
-            Running::Last => self.acc = v,
-            Running::Kept => self.kept.push(v),
-        }
-    }
-
-    /// [`Accumulator::add`] for each value, the function chosen once.
-    fn add_all(&mut self, values: &[Num]) {
-        let finite = |v: &&Num| !v.as_f64().is_nan();
-        let (mut acc, mut n) = (self.acc, 0u64);
-        match self.running {
-            Running::Sum | Running::Avg => {
-                for v in values.iter().filter(finite) {
-                    acc += v.as_f64();
-                    n += 1;
-                }
-            }
-            Running::SquareSum => {
-                for v in values.iter().filter(finite) {
-                    acc += v.as_f64() * v.as_f64();
-                    n += 1;
-                }
-            }
-            Running::Min => {
-                for v in values {
-                    acc = acc.min(v.as_f64());
-                }
-                n = values.iter().filter(finite).count() as u64;
-            }
-            Running::Max => {
-                for v in values {
-                    acc = acc.max(v.as_f64());
-                }
-                n = values.iter().filter(finite).count() as u64;
-            }
-            _ => {
-                for v in values {
-                    self.add(v.as_f64());
-                }
-                return;
-            }
-        }
-        self.acc = acc;
-        self.finite += n;
-        self.seen += values.len() as u64;
-    }
-
-    /// The bucket's value (`None` when it saw nothing), and a fresh start.
-    fn take(&mut self, function: Aggregator) -> Option<f64> {
-        if self.seen == 0 {
-            return None;
-        }
-        let v = match self.running {
-            Running::Sum | Running::SquareSum if self.finite == 0 => f64::NAN,
-            Running::Avg if self.finite == 0 => f64::NAN,
-            Running::Avg => self.acc / self.finite as f64,
-            Running::Count => self.finite as f64,
-            Running::Kept => {
-                let v = function.run_double(&self.kept);
-                self.kept.clear();
-                v
-            }
-            _ => self.acc,
-        };
-        self.seen = 0;
-        self.finite = 0;
-        self.acc = Accumulator::start(self.running);
-        Some(v)
-    }
-
-    /// Values held (for the memory limit): only kept ones.
-    fn held(&self) -> usize {
-        self.kept.len()
-    }
-}
-
 /// Downsampling one series as its points arrive (in time order): only the current bucket's
 /// reduction so far and the finished buckets are held.
 #[derive(Debug)]
@@ -425,26 +259,11 @@ impl Downsampler {
                 .sum();
         }
         let first_row = self.out.capacity() == 0 && self.bucket.is_none();
-        let mut closed = 0;
-        let mut opened = 0usize;
-        let mut i = 0;
-        while i < times.len() {
-            let end = match self.bucket {
-                Some((_, end)) if times[i] < end => end,
-                previous => {
-                    closed += self.close();
-                    let bucket = self.bucket_of(times[i], previous);
-                    self.bucket = Some(bucket);
-                    opened += 1;
-                    bucket.1
-                }
-            };
-            // The run of points inside the current bucket.
-            let run = times[i..].iter().take_while(|t| **t < end).count().max(1);
-            self.current
-                .add_all(&values[i..(i + run).min(values.len())]);
-            i += run;
-        }
+        let (closed, opened) = match self.spec.calendar {
+            None => with_fold!(self.current.running, F => self.push_fixed::<F>(times, values),
+                _ => self.push_each(times, values)),
+            Some(_) => self.push_each(times, values),
+        };
         if let (true, Some(until), Some(first)) = (first_row, self.until, times.first()) {
             // As many buckets per hour as this row had, for the hours left; never more
             // than fixed buckets could be.
@@ -453,9 +272,52 @@ impl Downsampler {
             if self.spec.calendar.is_none() {
                 expected = expected.min((until - first).max(0) / self.spec.interval_ms + 2);
             }
-            self.out.reserve(usize::try_from(expected).unwrap_or(0).min(1 << 24));
+            self.out
+                .reserve(usize::try_from(expected).unwrap_or(0).min(1 << 24));
         }
         closed
+    }
+
+    /// [`Downsampler::push_all`] for fixed buckets and a function folded as values arrive:
+    /// one pass, the bucket's fold in registers. Returns (buckets closed, buckets opened).
+    fn push_fixed<F: Fold>(&mut self, times: &[i64], values: &[Num]) -> (usize, usize) {
+        let interval = self.spec.interval_ms;
+        let (mut start, mut end) = self.bucket.unwrap_or((i64::MIN, i64::MIN));
+        let c = &mut self.current;
+        let (mut acc, mut finite, mut seen) = (c.acc, c.finite, c.seen);
+        let (mut closed, mut opened) = (0, 0);
+        for (&t, v) in times.iter().zip(values) {
+            if t >= end {
+                if seen > 0 {
+                    self.out.push((start, F::value(acc, finite)));
+                    closed += 1;
+                }
+                start = t - t.rem_euclid(interval);
+                end = start + interval;
+                (acc, finite, seen) = (F::START, 0, 0);
+                opened += 1;
+            }
+            seen += 1;
+            F::add(&mut acc, &mut finite, v.as_f64());
+        }
+        if opened > 0 {
+            self.bucket = Some((start, end));
+        }
+        let c = &mut self.current;
+        (c.acc, c.finite, c.seen) = (acc, finite, seen);
+        (closed, opened)
+    }
+
+    /// [`Downsampler::push_all`] a point at a time.
+    fn push_each(&mut self, times: &[i64], values: &[Num]) -> (usize, usize) {
+        let (mut closed, mut opened) = (0, 0);
+        for (&t, v) in times.iter().zip(values) {
+            if !matches!(self.bucket, Some((_, end)) if t < end) {
+                opened += 1;
+            }
+            closed += self.push(t, v.as_f64());
+        }
+        (closed, opened)
     }
 
     /// Values held in the open bucket (only functions that need them all keep them).

@@ -1,0 +1,269 @@
+//! Reductions computed as values arrive, giving exactly what [`Aggregator::run_double`]
+//! gives over the same values in the same order: NaN skipped where it skips them, sums
+//! started where a float sum starts (-0.0; the mean's from 0.0), additions in order.
+//!
+//! Downsampling folds each bucket's values this way, and cross-series aggregation folds
+//! series one after another into a row of accumulators (reading each series once, in
+//! order, instead of gathering every time's values across all series).
+
+use super::aggregator::Aggregator;
+
+/// A reduction over a running `(accumulator, non-NaN count)` pair.
+pub(crate) trait Fold {
+    const START: f64;
+    fn add(acc: &mut f64, finite: &mut u64, v: f64);
+    fn value(acc: f64, finite: u64) -> f64;
+}
+
+pub(crate) struct Sum;
+pub(crate) struct SquareSum;
+pub(crate) struct Avg;
+pub(crate) struct Min;
+pub(crate) struct Max;
+pub(crate) struct Count;
+
+impl Fold for Sum {
+    const START: f64 = -0.0;
+    #[inline(always)]
+    fn add(acc: &mut f64, finite: &mut u64, v: f64) {
+        if !v.is_nan() {
+            *acc += v;
+            *finite += 1;
+        }
+    }
+    #[inline(always)]
+    fn value(acc: f64, finite: u64) -> f64 {
+        if finite == 0 { f64::NAN } else { acc }
+    }
+}
+
+impl Fold for SquareSum {
+    const START: f64 = -0.0;
+    #[inline(always)]
+    fn add(acc: &mut f64, finite: &mut u64, v: f64) {
+        if !v.is_nan() {
+            *acc += v * v;
+            *finite += 1;
+        }
+    }
+    #[inline(always)]
+    fn value(acc: f64, finite: u64) -> f64 {
+        if finite == 0 { f64::NAN } else { acc }
+    }
+}
+
+impl Fold for Avg {
+    const START: f64 = 0.0;
+    #[inline(always)]
+    fn add(acc: &mut f64, finite: &mut u64, v: f64) {
+        Sum::add(acc, finite, v);
+    }
+    #[inline(always)]
+    fn value(acc: f64, finite: u64) -> f64 {
+        if finite == 0 {
+            f64::NAN
+        } else {
+            acc / finite as f64
+        }
+    }
+}
+
+impl Fold for Min {
+    const START: f64 = f64::NAN;
+    /// `f64::min` ignores a NaN argument, so NaN values leave the minimum as it was.
+    #[inline(always)]
+    fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
+        *acc = acc.min(v);
+    }
+    #[inline(always)]
+    fn value(acc: f64, _finite: u64) -> f64 {
+        acc
+    }
+}
+
+impl Fold for Max {
+    const START: f64 = f64::NAN;
+    #[inline(always)]
+    fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
+        *acc = acc.max(v);
+    }
+    #[inline(always)]
+    fn value(acc: f64, _finite: u64) -> f64 {
+        acc
+    }
+}
+
+impl Fold for Count {
+    const START: f64 = 0.0;
+    #[inline(always)]
+    fn add(_acc: &mut f64, finite: &mut u64, v: f64) {
+        *finite += u64::from(!v.is_nan());
+    }
+    #[inline(always)]
+    fn value(_acc: f64, finite: u64) -> f64 {
+        finite as f64
+    }
+}
+
+/// How an aggregator reduces as values arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Running {
+    Sum,
+    SquareSum,
+    Avg,
+    Min,
+    Max,
+    Count,
+    First,
+    Last,
+    /// Every value kept, reduced at the end (percentiles, deviation, median, ...).
+    Kept,
+}
+
+impl Running {
+    pub(crate) fn of(function: Aggregator) -> Running {
+        match function {
+            Aggregator::Sum | Aggregator::PfSum | Aggregator::ZimSum => Running::Sum,
+            Aggregator::SquareSum => Running::SquareSum,
+            Aggregator::Avg => Running::Avg,
+            Aggregator::Min | Aggregator::MimMin => Running::Min,
+            Aggregator::Max | Aggregator::MimMax => Running::Max,
+            Aggregator::Count => Running::Count,
+            Aggregator::First | Aggregator::None => Running::First,
+            Aggregator::Last => Running::Last,
+            _ => Running::Kept,
+        }
+    }
+}
+
+/// Runs `$body` with `$F` naming the [`Fold`] of `$running`, or `$other` when it has none.
+macro_rules! with_fold {
+    ($running:expr, $F:ident => $body:expr, _ => $other:expr) => {
+        match $running {
+            $crate::query::fold::Running::Sum => {
+                type $F = $crate::query::fold::Sum;
+                $body
+            }
+            $crate::query::fold::Running::SquareSum => {
+                type $F = $crate::query::fold::SquareSum;
+                $body
+            }
+            $crate::query::fold::Running::Avg => {
+                type $F = $crate::query::fold::Avg;
+                $body
+            }
+            $crate::query::fold::Running::Min => {
+                type $F = $crate::query::fold::Min;
+                $body
+            }
+            $crate::query::fold::Running::Max => {
+                type $F = $crate::query::fold::Max;
+                $body
+            }
+            $crate::query::fold::Running::Count => {
+                type $F = $crate::query::fold::Count;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use with_fold;
+
+/// One reduction so far, for any aggregator.
+#[derive(Debug, Clone)]
+pub(crate) struct Accumulator {
+    pub(crate) running: Running,
+    /// Values seen, NaN included.
+    pub(crate) seen: u64,
+    /// Non-NaN values seen.
+    pub(crate) finite: u64,
+    pub(crate) acc: f64,
+    kept: Vec<f64>,
+}
+
+impl Accumulator {
+    pub(crate) fn new(function: Aggregator) -> Accumulator {
+        let running = Running::of(function);
+        Accumulator {
+            running,
+            seen: 0,
+            finite: 0,
+            acc: Accumulator::start(running),
+            kept: Vec::new(),
+        }
+    }
+
+    pub(crate) fn start(running: Running) -> f64 {
+        with_fold!(running, F => F::START, _ => f64::NAN)
+    }
+
+    pub(crate) fn add(&mut self, v: f64) {
+        self.seen += 1;
+        let (acc, finite) = (&mut self.acc, &mut self.finite);
+        with_fold!(self.running, F => F::add(acc, finite, v), _ => match self.running {
+            Running::First if self.seen == 1 => self.acc = v,
+            Running::Last => self.acc = v,
+            Running::Kept => self.kept.push(v),
+            _ => {}
+        })
+    }
+
+    /// The value so far (`None` when nothing was added), and a fresh start.
+    pub(crate) fn take(&mut self, function: Aggregator) -> Option<f64> {
+        if self.seen == 0 {
+            return None;
+        }
+        let (acc, finite) = (self.acc, self.finite);
+        let v = with_fold!(self.running, F => F::value(acc, finite), _ => match self.running {
+            Running::Kept => {
+                let v = function.run_double(&self.kept);
+                self.kept.clear();
+                v
+            }
+            _ => acc,
+        });
+        self.seen = 0;
+        self.finite = 0;
+        self.acc = Accumulator::start(self.running);
+        Some(v)
+    }
+
+    /// Values held (for the memory limit): only kept ones.
+    pub(crate) fn held(&self) -> usize {
+        self.kept.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            8 => -1e6f64..1e6,
+            1 => Just(f64::NAN),
+            1 => Just(-0.0f64),
+            1 => Just(0.0f64),
+            1 => Just(f64::INFINITY),
+        ]
+    }
+
+    proptest! {
+        /// Every aggregator folded value by value gives run_double's bits.
+        #[test]
+        fn folds_equal_run_double(
+            values in prop::collection::vec(value(), 1..40),
+            name in prop::sample::select(vec!["sum", "zimsum", "pfsum", "squareSum", "avg", "min", "mimmin", "max", "mimmax", "count", "first", "last", "dev", "p75", "median", "mult", "diff"]),
+        ) {
+            let function = Aggregator::parse(name).unwrap();
+            let mut a = Accumulator::new(function);
+            for v in &values {
+                a.add(*v);
+            }
+            prop_assert_eq!(a.take(function).map(f64::to_bits), Some(function.run_double(&values).to_bits()));
+            prop_assert_eq!(a.take(function), None, "a fresh start");
+        }
+    }
+}
