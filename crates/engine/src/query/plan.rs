@@ -363,12 +363,8 @@ pub fn run(
     } else {
         limits.max_held_points.saturating_sub(held).max(1)
     };
-    let mut groups: BTreeMap<Vec<Uid>, Vec<(SeriesState, Series)>> = BTreeMap::new();
-    for (i, mut s) in series.into_iter().enumerate() {
-        let points = match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
-            Points::Raw(p) => p,
-            Points::Downsampled(d) => d.finish_with(window, budget, Num::Float)?,
-        };
+    let mut groups: BTreeMap<Vec<Uid>, Vec<SeriesState>> = BTreeMap::new();
+    for (i, s) in series.into_iter().enumerate() {
         let key = if q.aggregator == Aggregator::None {
             vec![Uid(i as u64)]
         } else {
@@ -377,27 +373,33 @@ pub fn run(
                 .filter_map(|k| s.tags.iter().find(|t| t.0 == *k).map(|t| t.1))
                 .collect()
         };
-        groups.entry(key).or_default().push((s, points));
+        groups.entry(key).or_default().push(s);
     }
 
     let mut out = Vec::with_capacity(groups.len());
-    for members in groups.into_values() {
-        let (members, processed): (Vec<SeriesState>, Vec<Vec<(i64, Num)>>) =
-            members.into_iter().unzip();
+    for mut members in groups.into_values() {
+        // Each series to its final points one at a time (a rate drops the points it was
+        // computed from before the next series is finished).
+        let mut processed: Vec<Series> = Vec::new();
+        let mut rate_series: Vec<(f64, Vec<(i64, f64)>)> = Vec::new();
+        for s in &mut members {
+            let points = match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
+                Points::Raw(p) => p,
+                Points::Downsampled(d) => d.finish_with(window, budget, Num::Float)?,
+            };
+            if !q.rate {
+                processed.push(points);
+            } else if points.len() >= 2 {
+                let (t0, v0) = points[0];
+                let hidden = if t0 > 0 {
+                    v0.as_f64() / (t0 as f64 / 1000.0)
+                } else {
+                    0.0
+                };
+                rate_series.push((hidden, rates(&points, &q.rate_options)));
+            }
+        }
         let dps = if q.rate {
-            let rate_series: Vec<(f64, Vec<(i64, f64)>)> = processed
-                .iter()
-                .filter(|p| p.len() >= 2)
-                .map(|p| {
-                    let (t0, v0) = p[0];
-                    let hidden = if t0 > 0 {
-                        v0.as_f64() / (t0 as f64 / 1000.0)
-                    } else {
-                        0.0
-                    };
-                    (hidden, rates(p, &q.rate_options))
-                })
-                .collect();
             aggregate_rates(&rate_series, q.aggregator)?
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
@@ -405,6 +407,7 @@ pub fn run(
         } else {
             aggregate(&processed, q.aggregator)?
         };
+        drop(rate_series);
         drop(processed);
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
