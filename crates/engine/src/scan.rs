@@ -5,7 +5,7 @@ use hourglass_core::rowkey::salt_prefixes;
 use hourglass_core::schema::Schema;
 use hourglass_core::time::MAX_TIMESPAN;
 use hourglass_core::uid::Uid;
-use hourglass_storage::{Row, ScanRequest, Store};
+use hourglass_storage::{Row, ScanRequest, SkipHint, Store};
 
 use crate::Result;
 
@@ -73,6 +73,85 @@ pub fn tag_regex_at(schema: &Schema, tags_at: usize, tags: &[(Uid, Uid)]) -> Opt
     Some(re)
 }
 
+/// The smallest key above every key starting with `prefix` (`None`: none is).
+fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let keep = prefix.iter().rposition(|b| *b != 0xFF)?;
+    let mut next = prefix[..=keep].to_vec();
+    next[keep] += 1;
+    Some(next)
+}
+
+/// Where, after `key` (refused by [`tag_regex`] for `filters`), the next row holding every
+/// filtered tag key with one of its values can be. `filters`: tag key bytes with their
+/// sorted value bytes, sorted by key. Tag pairs are sorted by key in a row key, so a pair
+/// past a wanted key, or a value past a wanted key's values, rules out every key sharing
+/// the pairs before it.
+fn next_candidate(
+    tags_at: usize,
+    widths: (usize, usize),
+    filters: &[(Vec<u8>, Vec<Vec<u8>>)],
+    key: &[u8],
+) -> Option<Vec<u8>> {
+    let (kw, vw) = widths;
+    let pairs = key.get(tags_at..)?;
+    if !pairs.len().is_multiple_of(kw + vw) {
+        return None;
+    }
+    let mut wanted = filters.iter().peekable();
+    for (i, pair) in pairs.chunks_exact(kw + vw).enumerate() {
+        let Some((k, values)) = wanted.peek() else {
+            return None; // every filter met: a match
+        };
+        let at = tags_at + i * (kw + vw);
+        let (tagk, tagv) = pair.split_at(kw);
+        match tagk.cmp(k.as_slice()) {
+            std::cmp::Ordering::Less => continue,
+            std::cmp::Ordering::Greater => return successor(&key[..at]),
+            std::cmp::Ordering::Equal => {}
+        }
+        match values.iter().find(|v| v.as_slice() >= tagv) {
+            Some(v) if v.as_slice() == tagv => {
+                wanted.next();
+            }
+            Some(v) => {
+                let mut next = key[..at + kw].to_vec();
+                next.extend_from_slice(v);
+                return Some(next);
+            }
+            None => return successor(&key[..at]),
+        }
+    }
+    // Pairs ran out before a wanted key: longer keys after this one may still match.
+    None
+}
+
+/// The skip hint matching [`tag_regex`]: from a refused row key, the next that may match.
+pub fn tag_skip(schema: &Schema, tags: &[(Uid, Uid)]) -> Option<SkipHint> {
+    if tags.is_empty() {
+        return None;
+    }
+    let mut sorted = tags.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    let filters: Vec<(Vec<u8>, Vec<Vec<u8>>)> = sorted
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|values| {
+            (
+                values[0].0.to_bytes(schema.tagk_width),
+                values
+                    .iter()
+                    .map(|(_, v)| v.to_bytes(schema.tagv_width))
+                    .collect(),
+            )
+        })
+        .collect();
+    let tags_at = schema.tags_offset();
+    let widths = (usize::from(schema.tagk_width), usize::from(schema.tagv_width));
+    Some(SkipHint(std::sync::Arc::new(move |key: &[u8]| {
+        next_candidate(tags_at, widths, &filters, key)
+    })))
+}
+
 /// The scan requests (one per salt bucket) covering `query`.
 pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
     let span = i64::from(MAX_TIMESPAN);
@@ -80,6 +159,7 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
         (query.start_secs - query.start_secs.rem_euclid(span)).clamp(0, i64::from(u32::MAX)) as u32;
     let last_hour = query.end_secs - query.end_secs.rem_euclid(span);
     let regex = tag_regex(schema, &query.tags);
+    let skip = tag_skip(schema, &query.tags);
     salt_prefixes(schema)
         .into_iter()
         .map(|salt| {
@@ -95,6 +175,7 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
                 start,
                 end: Some(end),
                 key_regex: regex.clone(),
+                skip: skip.clone(),
                 ..Default::default()
             }
         })
@@ -156,5 +237,76 @@ mod tests {
         assert!(either.is_match(&key(vec![(1, 1), (2, 9)])));
         assert!(!either.is_match(&key(vec![(1, 1), (2, 8)])));
         assert!(!either.is_match(&key(vec![(2, 9)])));
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The hint never passes over a key the regex accepts, and always moves forward.
+        #[test]
+        fn skip_hint_never_jumps_a_match(
+            series in prop::collection::vec(prop::collection::btree_map(1u64..6, 1u64..6, 0..4), 1..60),
+            hours in prop::collection::vec(0u32..4, 1..3),
+            filters in prop::collection::vec((1u64..6, 1u64..6), 1..4),
+        ) {
+            let schema = Schema::default();
+            let mut keys: Vec<Vec<u8>> = Vec::new();
+            for tags in &series {
+                for h in &hours {
+                    let tags = tags.iter().map(|(k, v)| (Uid(*k), Uid(*v))).collect();
+                    keys.push(encode_row_key(&schema, &SeriesKey::new(Uid(1), tags), 3600 * h));
+                }
+            }
+            keys.sort();
+            keys.dedup();
+            let tags: Vec<(Uid, Uid)> = filters.iter().map(|(k, v)| (Uid(*k), Uid(*v))).collect();
+            let re = KeyRegex::new(&tag_regex(&schema, &tags).unwrap()).unwrap();
+            let skip = tag_skip(&schema, &tags).unwrap();
+            for (i, key) in keys.iter().enumerate() {
+                if re.is_match(key) {
+                    continue;
+                }
+                if let Some(target) = (skip.0)(key) {
+                    prop_assert!(target.as_slice() > key.as_slice());
+                    for later in &keys[i + 1..] {
+                        if later.as_slice() >= target.as_slice() {
+                            break;
+                        }
+                        prop_assert!(!re.is_match(later), "skipped a match: {later:?} (target {target:?}, from {key:?})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn skip_hint_jumps_to_the_wanted_value_or_past_the_hour() {
+        let schema = Schema::default();
+        let key = |h: u32, tags: Vec<(u64, u64)>| {
+            encode_row_key(
+                &schema,
+                &SeriesKey::new(Uid(1), tags.into_iter().map(|(k, v)| (Uid(k), Uid(v))).collect()),
+                h,
+            )
+        };
+        let skip = tag_skip(&schema, &[(Uid(1), Uid(5))]).unwrap();
+        let hint = |k: &[u8]| (skip.0)(k);
+        // Before the value: straight to it.
+        assert_eq!(
+            hint(&key(3600, vec![(1, 2), (2, 9)])),
+            Some(key(3600, vec![(1, 5)]))
+        );
+        // Past the value, or past the tag key: the next hour.
+        // (The first key after every key of this hour; the next hour's sort after it.)
+        let mut next_hour = key(3600, vec![]);
+        next_hour[6] += 1;
+        assert_eq!(hint(&key(3600, vec![(1, 6), (2, 1)])), Some(next_hour.clone()));
+        assert_eq!(hint(&key(3600, vec![(2, 6)])), Some(next_hour));
+        // A smaller tag key first: the pairs after it are what can still change.
+        let skip2 = tag_skip(&schema, &[(Uid(3), Uid(5))]).unwrap();
+        let mut inside = key(3600, vec![(1, 1)]);
+        let last = inside.len() - 1;
+        inside[last] += 1; // past (1,1): the next value of tag key 1
+        assert_eq!((skip2.0)(&key(3600, vec![(1, 1), (4, 2)])), Some(inside));
     }
 }

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Check, FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, Store, TableSpec,
+    Check, FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint, Store,
+    TableSpec,
     TimeRange,
 };
 
@@ -21,6 +22,7 @@ macro_rules! conformance_tests {
             scan_bounds_and_limit,
             scan_prefix_and_open_end,
             key_regex_is_full_match_and_byte_oriented,
+            skip_hints_change_no_rows,
             family_filter,
             time_shifting_reads_in_one_request,
             max_versions_keeps_newest,
@@ -316,6 +318,57 @@ pub fn key_regex_is_full_match_and_byte_oriented(store: &Arc<dyn Store>) {
         .err()
         .unwrap();
     assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+}
+
+/// A scan with a skip hint returns what the regex alone returns, whether the backend jumps
+/// (far or near) or reads on; a hint pointing backwards is ignored.
+pub fn skip_hints_change_no_rows(store: &Arc<dyn Store>) {
+    setup(store);
+    let mut batch = Vec::new();
+    for a in 0..40u8 {
+        for b in 0..30u8 {
+            batch.push(RowMutation {
+                key: vec![a, b],
+                mutations: vec![Mutation::set("a", b"q".to_vec(), vec![a, b])],
+            });
+        }
+    }
+    store.mutate_rows(T, &batch).unwrap();
+    // Rows whose second byte is 7 or 20.
+    let regex = Some(r"(?s).[\x07\x14]".to_string());
+    let jump = |key: &[u8]| -> Option<Vec<u8>> {
+        let (a, b) = (key[0], key[1]);
+        match b {
+            7 | 20 => None,
+            0..=6 => Some(vec![a, 7]),
+            8..=19 => Some(vec![a, 20]),
+            _ => a.checked_add(1).map(|n| vec![n, 7]),
+        }
+    };
+    let want: Vec<Vec<u8>> = (0..40u8).flat_map(|a| [vec![a, 7], vec![a, 20]]).collect();
+    let hints: [Option<SkipHint>; 3] = [
+        None,
+        Some(SkipHint(Arc::new(jump))),
+        Some(SkipHint(Arc::new(|key: &[u8]| Some(key.to_vec())))),
+    ];
+    for skip in hints {
+        let request = ScanRequest {
+            key_regex: regex.clone(),
+            skip: skip.clone(),
+            ..Default::default()
+        };
+        assert_eq!(keys(store, &request), want, "{skip:?}");
+        let limited = ScanRequest {
+            start: vec![3, 8],
+            end: Some(vec![9, 0]),
+            limit: Some(5),
+            ..request
+        };
+        assert_eq!(
+            keys(store, &limited),
+            vec![vec![3, 20], vec![4, 7], vec![4, 20], vec![5, 7], vec![5, 20]]
+        );
+    }
 }
 
 pub fn family_filter(store: &Arc<dyn Store>) {

@@ -179,7 +179,32 @@ pub struct ScanRequest {
     pub read: ReadOptions,
     /// Maximum number of rows.
     pub limit: Option<usize>,
+    /// Where the next row the regex accepts can be, for backends that can seek.
+    pub skip: Option<SkipHint>,
 }
+
+/// A scan's hint of where the next matching row can be: given a row key the regex refused,
+/// the smallest key that may still match (`None`: no hint). Every key between the two is
+/// refused by the regex, so a backend may jump there or read on: the rows are the same.
+#[derive(Clone)]
+pub struct SkipHint(pub std::sync::Arc<SkipFn>);
+
+/// See [`SkipHint`].
+pub type SkipFn = dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync;
+
+impl std::fmt::Debug for SkipHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SkipHint")
+    }
+}
+
+impl PartialEq for SkipHint {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SkipHint {}
 
 impl ScanRequest {
     pub fn range(start: impl Into<Vec<u8>>, end: Option<Vec<u8>>) -> Self {

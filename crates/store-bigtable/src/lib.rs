@@ -413,6 +413,7 @@ impl Store for BigtableStore {
             key_regex: None,
             read: read.clone(),
             limit: Some(1),
+            skip: None,
         };
         let spec = self.spec(table)?;
         let mut req = self.read_request(table, &request)?;

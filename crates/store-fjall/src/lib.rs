@@ -18,7 +18,7 @@ use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistM
 use hourglass_storage::model::{RowData, ScanFilter};
 use hourglass_storage::{
     CellCodec, Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
-    ScanRequest, Store, TableSpec, now_ms,
+    ScanRequest, SkipHint, Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -210,6 +210,69 @@ fn decode_spec(name: &str, bytes: &[u8]) -> Result<TableSpec> {
     })
 }
 
+/// Keys read past toward a skip hint's target before seeking there instead.
+const READ_ON_BEFORE_SEEK: u32 = 8;
+
+/// A range scan over one table; follows the request's skip hint by seeking when the next
+/// possible match is further than a few keys away.
+struct Scan {
+    rows: Keyspace,
+    codec: Option<Arc<dyn CellCodec>>,
+    keep_encoded: bool,
+    filter: ScanFilter,
+    skip: Option<SkipHint>,
+    upper: Bound<Vec<u8>>,
+    iter: fjall::Iter,
+    /// Where the hint says the next match may be, and keys read since.
+    target: Option<(Vec<u8>, u32)>,
+    returned: usize,
+}
+
+impl Iterator for Scan {
+    type Item = Result<Row>;
+
+    fn next(&mut self) -> Option<Result<Row>> {
+        loop {
+            if self.filter.is_full(self.returned) {
+                return None;
+            }
+            let (key, value) = match self.iter.next()?.into_inner() {
+                Ok(kv) => kv,
+                Err(e) => return Some(Err(io_err("scan failed", e))),
+            };
+            if let Some((target, read)) = &mut self.target {
+                if key.as_ref() < target.as_slice() {
+                    *read += 1;
+                    if *read >= READ_ON_BEFORE_SEEK {
+                        let from = Bound::Included(std::mem::take(target));
+                        self.iter = self.rows.range::<Vec<u8>, _>((from, self.upper.clone()));
+                        self.target = None;
+                    }
+                    continue;
+                }
+                self.target = None;
+            }
+            if !self.filter.key_matches(&key) {
+                if let Some(skip) = &self.skip {
+                    self.target = (skip.0)(&key)
+                        .filter(|t| t.as_slice() > key.as_ref())
+                        .map(|t| (t, 0));
+                }
+                continue;
+            }
+            let row =
+                match RowData::decode_with(&value, self.codec.as_deref(), self.keep_encoded) {
+                    Ok(row) => row,
+                    Err(e) => return Some(Err(e)),
+                };
+            if let Some(out) = self.filter.accept(&key, &row) {
+                self.returned += 1;
+                return Some(Ok(out));
+            }
+        }
+    }
+}
+
 impl Store for FjallStore {
     fn backend(&self) -> &'static str {
         "embedded"
@@ -320,8 +383,6 @@ impl Store for FjallStore {
 
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         let t = self.table(table)?;
-        let codec = t.codec.clone();
-        let keep_encoded = request.read.encoded_cells;
         let filter = ScanFilter::new(request)?;
         let upper = match &request.end {
             Some(end) => Bound::Excluded(end.clone()),
@@ -329,27 +390,18 @@ impl Store for FjallStore {
         };
         let iter = t
             .rows
-            .range::<Vec<u8>, _>((Bound::Included(request.start.clone()), upper));
-        let mut returned = 0usize;
-        let rows = iter.filter_map(move |guard| {
-            if filter.is_full(returned) {
-                return None;
-            }
-            let (key, value) = match guard.into_inner() {
-                Ok(kv) => kv,
-                Err(e) => return Some(Err(io_err("scan failed", e))),
-            };
-            if !filter.key_matches(&key) {
-                return None;
-            }
-            let row = match RowData::decode_with(&value, codec.as_deref(), keep_encoded) {
-                Ok(row) => row,
-                Err(e) => return Some(Err(e)),
-            };
-            let out = filter.accept(&key, &row)?;
-            returned += 1;
-            Some(Ok(out))
-        });
+            .range::<Vec<u8>, _>((Bound::Included(request.start.clone()), upper.clone()));
+        let rows = Scan {
+            codec: t.codec.clone(),
+            rows: t.rows,
+            keep_encoded: request.read.encoded_cells,
+            filter,
+            skip: request.skip.clone(),
+            upper,
+            iter,
+            target: None,
+            returned: 0,
+        };
         // Stop pulling from the tree once the limit is reached.
         let limit = request.limit.unwrap_or(usize::MAX);
         Ok(Box::new(rows.take(limit)))
