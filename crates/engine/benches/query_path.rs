@@ -3,7 +3,7 @@
 //! `hourglass-bench query` over compacted rows — one counter per series (`host`, `dc` with 4
 //! values), a point every 10 s.
 //!
-//! The dataset is built once per size and kept in `target/query-bench/<series>x<days>` (the
+//! The dataset is built once per size (then compacted, as a settled store is) and kept in `target/query-bench/<series>x<days>` (the
 //! `HOURGLASS_QUERY_BENCH_DIR` directory instead when set). Size: `HOURGLASS_QUERY_BENCH_SERIES`
 //! (default 1000) and `HOURGLASS_QUERY_BENCH_DAYS` (default 1). Throughput is in points
 //! scanned.
@@ -35,18 +35,23 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 fn open(dir: &std::path::Path) -> Arc<Tsdb> {
-    let store: Arc<dyn Store> = Arc::new(
+    open_with_store(dir).0
+}
+
+fn open_with_store(dir: &std::path::Path) -> (Arc<Tsdb>, Arc<FjallStore>) {
+    let fjall = Arc::new(
         FjallStore::open(dir)
             .expect("open")
             .with_cell_codec("tsdb", Arc::new(DataCellCodec)),
     );
+    let store: Arc<dyn Store> = fjall.clone();
     let settings = Settings {
         auto_create_metrics: true,
         max_buffered_points: 4_000_000,
         wal: false,
         ..Settings::default()
     };
-    Tsdb::open(store, settings).expect("open tsdb")
+    (Tsdb::open(store, settings).expect("open tsdb"), fjall)
 }
 
 /// The dataset's directory, built on first use.
@@ -64,7 +69,7 @@ fn dataset(series: usize, days: usize) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create dir");
     eprintln!("building {series} series x {days} days in {}", dir.display());
-    let db = open(&dir);
+    let (db, fjall) = open_with_store(&dir);
     let tags: Vec<[(String, String); 2]> = (0..series)
         .map(|i| {
             [
@@ -104,7 +109,10 @@ fn dataset(series: usize, days: usize) -> PathBuf {
         }
     }
     db.flush().expect("flush");
+    // Settled, as a store is once background compaction has caught up.
+    fjall.major_compact().expect("compact");
     drop(db);
+    drop(fjall);
     std::fs::write(&done, b"").expect("marker");
     dir
 }
