@@ -68,7 +68,10 @@ fn dataset(series: usize, days: usize) -> PathBuf {
     }
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create dir");
-    eprintln!("building {series} series x {days} days in {}", dir.display());
+    eprintln!(
+        "building {series} series x {days} days in {}",
+        dir.display()
+    );
     let (db, fjall) = open_with_store(&dir);
     let tags: Vec<[(String, String); 2]> = (0..series)
         .map(|i| {
@@ -130,14 +133,16 @@ fn queries(c: &mut Criterion) {
     let days = env("HOURGLASS_QUERY_BENCH_DAYS", 1);
     let dir = dataset(series, days);
     let db = open(&dir);
-    let all = (
-        (END - days as i64 * 86_400) * 1000,
-        END * 1000 - 1,
-    );
+    let all = ((END - days as i64 * 86_400) * 1000, END * 1000 - 1);
     let day = ((END - 86_400) * 1000, END * 1000 - 1);
     let points = (series * days * 86_400 / STEP as usize) as u64;
     let cases: Vec<(&str, SubQuery, (i64, i64), u64)> = vec![
-        ("sum_1m_avg", sub("sum", Some("1m-avg"), false, vec![]), all, points),
+        (
+            "sum_1m_avg",
+            sub("sum", Some("1m-avg"), false, vec![]),
+            all,
+            points,
+        ),
         (
             "max_by_dc_1h_max",
             sub(
@@ -160,7 +165,12 @@ fn queries(c: &mut Criterion) {
             day,
             8640,
         ),
-        ("sum_rate_1m_avg", sub("sum", Some("1m-avg"), true, vec![]), all, points),
+        (
+            "sum_rate_1m_avg",
+            sub("sum", Some("1m-avg"), true, vec![]),
+            all,
+            points,
+        ),
     ];
     let only = std::env::var("HOURGLASS_QUERY_BENCH_ONLY").ok();
     let mut group = c.benchmark_group("query");

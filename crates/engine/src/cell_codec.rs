@@ -554,7 +554,9 @@ impl<'a> Reader<'a> {
         let bytes = if width == 0 {
             0
         } else {
-            n.checked_mul(width as usize).ok_or("truncated")?.div_ceil(8)
+            n.checked_mul(width as usize)
+                .ok_or("truncated")?
+                .div_ceil(8)
         };
         let end = self.pos.checked_add(bytes).ok_or("truncated")?;
         let data = self.bytes.get(self.pos..end).ok_or("truncated")?;
@@ -574,7 +576,12 @@ impl<'a> Reader<'a> {
 
     /// Skips `count` varint-coded runs of `per_run` leading bytes then a length each,
     /// returning where they start and the sum of their lengths.
-    fn runs(&mut self, count: usize, per_run: usize, limit: usize) -> Result<(usize, usize), &'static str> {
+    fn runs(
+        &mut self,
+        count: usize,
+        per_run: usize,
+        limit: usize,
+    ) -> Result<(usize, usize), &'static str> {
         let at = self.pos;
         let mut total = 0usize;
         for _ in 0..count {
@@ -582,7 +589,10 @@ impl<'a> Reader<'a> {
                 self.varint()?;
             }
             let len = self.varint()? as usize;
-            total = total.checked_add(len).filter(|t| *t <= limit).ok_or("runs overflow")?;
+            total = total
+                .checked_add(len)
+                .filter(|t| *t <= limit)
+                .ok_or("runs overflow")?;
         }
         Ok((at, total))
     }
@@ -918,8 +928,14 @@ mod tests {
         assert_eq!((times[0], times[359]), (5_000, 5_000 + 3_590_000));
         for (what, bad) in [
             ("half seconds", blob_with_offsets(false, 0, &[(1500, 3)])),
-            ("first not whole", blob_with_offsets(false, 500, &[(1000, 3)])),
-            ("past the hour", blob_with_offsets(true, 0, &[(10_000, 360)])),
+            (
+                "first not whole",
+                blob_with_offsets(false, 500, &[(1000, 3)]),
+            ),
+            (
+                "past the hour",
+                blob_with_offsets(true, 0, &[(10_000, 360)]),
+            ),
             ("before the hour", blob_with_offsets(true, 10, &[(-20, 1)])),
         ] {
             assert!(points(&bad).is_err(), "{what}");

@@ -146,7 +146,10 @@ pub fn tag_skip(schema: &Schema, tags: &[(Uid, Uid)]) -> Option<SkipHint> {
         })
         .collect();
     let tags_at = schema.tags_offset();
-    let widths = (usize::from(schema.tagk_width), usize::from(schema.tagv_width));
+    let widths = (
+        usize::from(schema.tagk_width),
+        usize::from(schema.tagv_width),
+    );
     Some(SkipHint(std::sync::Arc::new(move |key: &[u8]| {
         next_candidate(tags_at, widths, &filters, key)
     })))
@@ -285,7 +288,10 @@ mod tests {
         let key = |h: u32, tags: Vec<(u64, u64)>| {
             encode_row_key(
                 &schema,
-                &SeriesKey::new(Uid(1), tags.into_iter().map(|(k, v)| (Uid(k), Uid(v))).collect()),
+                &SeriesKey::new(
+                    Uid(1),
+                    tags.into_iter().map(|(k, v)| (Uid(k), Uid(v))).collect(),
+                ),
                 h,
             )
         };
@@ -300,7 +306,10 @@ mod tests {
         // (The first key after every key of this hour; the next hour's sort after it.)
         let mut next_hour = key(3600, vec![]);
         next_hour[6] += 1;
-        assert_eq!(hint(&key(3600, vec![(1, 6), (2, 1)])), Some(next_hour.clone()));
+        assert_eq!(
+            hint(&key(3600, vec![(1, 6), (2, 1)])),
+            Some(next_hour.clone())
+        );
         assert_eq!(hint(&key(3600, vec![(2, 6)])), Some(next_hour));
         // A smaller tag key first: the pairs after it are what can still change.
         let skip2 = tag_skip(&schema, &[(Uid(3), Uid(5))]).unwrap();

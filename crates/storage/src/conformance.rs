@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use crate::{
     Check, FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint, Store,
-    TableSpec,
-    TimeRange,
+    TableSpec, TimeRange,
 };
 
 /// Expands to one `#[test]` per conformance case, each on a store made by `$make()`.
@@ -366,7 +365,13 @@ pub fn skip_hints_change_no_rows(store: &Arc<dyn Store>) {
         };
         assert_eq!(
             keys(store, &limited),
-            vec![vec![3, 20], vec![4, 7], vec![4, 20], vec![5, 7], vec![5, 20]]
+            vec![
+                vec![3, 20],
+                vec![4, 7],
+                vec![4, 20],
+                vec![5, 7],
+                vec![5, 20]
+            ]
         );
     }
 }

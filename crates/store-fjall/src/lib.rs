@@ -260,11 +260,10 @@ impl Iterator for Scan {
                 }
                 continue;
             }
-            let row =
-                match RowData::decode_with(&value, self.codec.as_deref(), self.keep_encoded) {
-                    Ok(row) => row,
-                    Err(e) => return Some(Err(e)),
-                };
+            let row = match RowData::decode_with(&value, self.codec.as_deref(), self.keep_encoded) {
+                Ok(row) => row,
+                Err(e) => return Some(Err(e)),
+            };
             if let Some(out) = self.filter.accept(&key, &row) {
                 self.returned += 1;
                 return Some(Ok(out));

@@ -88,15 +88,45 @@ pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64
         let slices: Vec<&[(i64, Num)]> = series.iter().map(Vec::as_slice).collect();
         return in_two_halves(&indexes, series.len(), |part| {
             let folded = with_fold!(Running::of(agg),
-                F => fold_columns::<F, _>(&slices, part, |p| p.0, |p| p.1.as_f64()),
-                _ => column_wise(part, series.len(), agg, |s, k| {
-                    (series[0][k].0, series[s][k].1.as_f64())
-                }));
+            F => fold_columns::<F, _>(&slices, part, |p| p.0, |p| p.1.as_f64()),
+            _ => column_wise(part, series.len(), agg, |s, k| {
+                (series[0][k].0, series[s][k].1.as_f64())
+            }));
             folded.map(|out| out.into_iter().map(|(t, v)| (t, Num::Float(v))).collect())
         });
     }
     let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
     in_two_halves(&times, series.len(), |part| aggregate_at(series, agg, part))
+}
+
+/// [`aggregate`] for series of doubles (downsampled ones), without making them values.
+pub fn aggregate_floats(series: &[Vec<(i64, f64)>], agg: Aggregator) -> Result<Vec<(i64, f64)>> {
+    let same_times = series.split_first().is_some_and(|(first, rest)| {
+        rest.iter()
+            .all(|s| s.len() == first.len() && s.iter().zip(first).all(|(a, b)| a.0 == b.0))
+    });
+    if !same_times {
+        let values: Vec<Vec<(i64, Num)>> = series
+            .iter()
+            .map(|s| s.iter().map(|(t, v)| (*t, Num::Float(*v))).collect())
+            .collect();
+        return Ok(aggregate(&values, agg)?
+            .into_iter()
+            .map(|(t, v)| (t, v.as_f64()))
+            .collect());
+    }
+    let slices: Vec<&[(i64, f64)]> = series.iter().map(Vec::as_slice).collect();
+    aggregate_shared_times(&slices, agg)
+}
+
+/// Aggregates series of doubles that all have points at the same times.
+fn aggregate_shared_times(series: &[&[(i64, f64)]], agg: Aggregator) -> Result<Vec<(i64, f64)>> {
+    let indexes: Vec<usize> = (0..series.first().map_or(0, |s| s.len())).collect();
+    in_two_halves(&indexes, series.len(), |part| {
+        with_fold!(Running::of(agg),
+            F => fold_columns::<F, _>(series, part, |p| p.0, |p| p.1),
+            _ => column_wise(part, series.len(), agg, |s, k| series[s][k]))
+    })
 }
 
 /// Aggregates series that all have a point at each of the given indexes: `point(series,
@@ -147,7 +177,10 @@ fn fold_columns<F: Fold, T>(
             F::add(a, n, value(p));
         }
     }
-    let times = series.first().and_then(|s| s.get(range)).unwrap_or_default();
+    let times = series
+        .first()
+        .and_then(|s| s.get(range))
+        .unwrap_or_default();
     let mut out = Vec::with_capacity(times.len());
     for ((p, a), n) in times.iter().zip(acc).zip(finite) {
         let x = time(p);
@@ -297,13 +330,8 @@ pub fn aggregate_rates(
             .all(|(_, r)| r.len() == first.len() && r.iter().zip(first).all(|(a, b)| a.0 == b.0))
     });
     if same_times {
-        let indexes: Vec<usize> = (0..series[0].1.len()).collect();
         let slices: Vec<&[(i64, f64)]> = series.iter().map(|s| s.1.as_slice()).collect();
-        return in_two_halves(&indexes, series.len(), |part| {
-            with_fold!(Running::of(agg),
-                F => fold_columns::<F, _>(&slices, part, |p| p.0, |p| p.1),
-                _ => column_wise(part, series.len(), agg, |s, k| series[s].1[k]))
-        });
+        return aggregate_shared_times(&slices, agg);
     }
     let times = union_of_times(series.iter().map(|(_, r)| r.iter().map(|p| p.0)));
     in_two_halves(&times, series.len(), |part| {
@@ -431,6 +459,49 @@ mod tests {
                 .collect();
             let general = aggregate_rates_at(&rates, agg("sum"), &times).unwrap();
             assert_eq!(aggregate_rates(&rates, agg("sum")).unwrap(), general);
+        }
+    }
+
+    #[test]
+    fn doubles_aggregate_as_values_do() {
+        for staggered in [false, true] {
+            let series: Vec<Vec<(i64, f64)>> = (0..30i64)
+                .map(|s| {
+                    let shift = if staggered { s * 7_000 } else { 0 };
+                    (0..500i64)
+                        .map(|i| {
+                            (
+                                i * 60_000 + shift,
+                                if i % 11 == 0 {
+                                    f64::NAN
+                                } else {
+                                    (i * s) as f64 / 3.0
+                                },
+                            )
+                        })
+                        .collect()
+                })
+                .collect();
+            let values: Vec<Vec<(i64, Num)>> = series
+                .iter()
+                .map(|s| s.iter().map(|(t, v)| (*t, Num::Float(*v))).collect())
+                .collect();
+            for name in [
+                "sum", "avg", "min", "max", "count", "p90", "dev", "zimsum", "mimmax",
+            ] {
+                let a = agg(name);
+                let want: Vec<(i64, u64)> = aggregate(&values, a)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(t, v)| (t, v.as_f64().to_bits()))
+                    .collect();
+                let got: Vec<(i64, u64)> = aggregate_floats(&series, a)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(t, v)| (t, v.to_bits()))
+                    .collect();
+                assert_eq!(got, want, "{name}, staggered {staggered}");
+            }
         }
     }
 

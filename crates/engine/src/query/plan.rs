@@ -8,18 +8,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::annotation::stored_time_ms;
+use hourglass_core::annotation::is_annotation_qualifier;
 use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::decode_row_key;
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
-use hourglass_core::annotation::is_annotation_qualifier;
 use hourglass_storage::{Mutation, ReadOptions, RowMutation};
 
-use super::aggregate::{aggregate, aggregate_rates};
+use super::aggregate::{aggregate, aggregate_floats, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
-use super::rate::{Num, RateOptions, rates};
+use super::rate::{Num, RateOptions, Sample, rates};
 use crate::scan::RowQuery;
 use crate::{Error, Result, Tsdb};
 
@@ -380,23 +380,21 @@ pub fn run(
     for mut members in groups.into_values() {
         // Each series to its final points one at a time (a rate drops the points it was
         // computed from before the next series is finished).
-        let mut processed: Vec<Series> = Vec::new();
+        let mut raw: Vec<Series> = Vec::new();
+        let mut downsampled: Vec<Vec<(i64, f64)>> = Vec::new();
         let mut rate_series: Vec<(f64, Vec<(i64, f64)>)> = Vec::new();
         for s in &mut members {
-            let points = match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
-                Points::Raw(p) => p,
-                Points::Downsampled(d) => d.finish_with(window, budget, Num::Float)?,
-            };
-            if !q.rate {
-                processed.push(points);
-            } else if points.len() >= 2 {
-                let (t0, v0) = points[0];
-                let hidden = if t0 > 0 {
-                    v0.as_f64() / (t0 as f64 / 1000.0)
-                } else {
-                    0.0
-                };
-                rate_series.push((hidden, rates(&points, &q.rate_options)));
+            match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
+                Points::Raw(p) if q.rate => rate_series.extend(rate_of(&p, &q.rate_options)),
+                Points::Raw(p) => raw.push(p),
+                Points::Downsampled(d) => {
+                    let p = d.finish(window, budget)?;
+                    if q.rate {
+                        rate_series.extend(rate_of(&p, &q.rate_options));
+                    } else {
+                        downsampled.push(p);
+                    }
+                }
             }
         }
         let dps = if q.rate {
@@ -404,11 +402,15 @@ pub fn run(
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
                 .collect()
+        } else if q.downsample.is_some() {
+            aggregate_floats(&downsampled, q.aggregator)?
+                .into_iter()
+                .map(|(t, v)| (t, Num::Float(v)))
+                .collect()
         } else {
-            aggregate(&processed, q.aggregator)?
+            aggregate(&raw, q.aggregator)?
         };
-        drop(rate_series);
-        drop(processed);
+        drop((rate_series, downsampled, raw));
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
             .filter(|(t, _)| *t >= start_ms && *t <= end_ms)
@@ -454,6 +456,23 @@ pub fn run(
     }
     stats.aggregation_time = aggregation_started.elapsed();
     Ok(Outcome { groups: out, stats })
+}
+
+/// A series' rates and its hidden first rate (against (0, 0), as OpenTSDB computes it);
+/// none for fewer than two points.
+fn rate_of<V: Sample>(
+    points: &[(i64, V)],
+    options: &RateOptions,
+) -> Option<(f64, Vec<(i64, f64)>)> {
+    let &[(t0, v0), _, ..] = points else {
+        return None;
+    };
+    let hidden = if t0 > 0 {
+        v0.as_f64() / (t0 as f64 / 1000.0)
+    } else {
+        0.0
+    };
+    Some((hidden, rates(points, options)))
 }
 
 /// Counts shared by the threads of one sub-query, so limits apply to the whole query.
@@ -632,10 +651,7 @@ impl Scan<'_> {
             // The whole query's counts, this part's series.
             let shared = &self.shared;
             let total = QueryStats {
-                points: shared
-                    .points
-                    .fetch_add(count, Ordering::Relaxed)
-                    + count,
+                points: shared.points.fetch_add(count, Ordering::Relaxed) + count,
                 bytes: shared
                     .bytes
                     .fetch_add(row.stored_bytes as u64, Ordering::Relaxed)
@@ -738,7 +754,11 @@ fn deletion(
         mutations.push(Mutation::set(DATA_FAMILY, qualifier, value));
     }
     for c in kept_annotations {
-        mutations.push(Mutation::set(DATA_FAMILY, c.qualifier.clone(), c.value.clone()));
+        mutations.push(Mutation::set(
+            DATA_FAMILY,
+            c.qualifier.clone(),
+            c.value.clone(),
+        ));
     }
     Ok(Some(RowMutation {
         key: key.to_vec(),

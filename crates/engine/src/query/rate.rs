@@ -84,11 +84,39 @@ impl Num {
     }
 }
 
+/// A point's value for rates: a stored value, or a downsampled double.
+pub trait Sample: Copy {
+    fn as_f64(self) -> f64;
+    /// The integer, when the value is one (integer math is kept between two integers).
+    fn as_int(self) -> Option<i64>;
+}
+
+impl Sample for Num {
+    fn as_f64(self) -> f64 {
+        Num::as_f64(self)
+    }
+    fn as_int(self) -> Option<i64> {
+        match self {
+            Num::Int(i) => Some(i),
+            Num::Float(_) => None,
+        }
+    }
+}
+
+impl Sample for f64 {
+    fn as_f64(self) -> f64 {
+        self
+    }
+    fn as_int(self) -> Option<i64> {
+        None
+    }
+}
+
 /// Per-second rates of one series' points (time-ordered, ms). Each rate carries the later
 /// point's time; the first point yields none (OpenTSDB computes a hidden one against (0, 0)).
-pub fn rates(points: &[(i64, Num)], options: &RateOptions) -> Vec<(i64, f64)> {
+pub fn rates<V: Sample>(points: &[(i64, V)], options: &RateOptions) -> Vec<(i64, f64)> {
     let mut out = Vec::with_capacity(points.len().saturating_sub(1));
-    let mut prev: Option<(i64, Num)> = None;
+    let mut prev: Option<(i64, V)> = None;
     for &(t1, v1) in points {
         let Some((t0, v0)) = prev else {
             prev = Some((t1, v1));
@@ -99,8 +127,8 @@ pub fn rates(points: &[(i64, Num)], options: &RateOptions) -> Vec<(i64, f64)> {
             continue; // not strictly increasing: no rate (OpenTSDB fails the query)
         }
         let dt = (t1 - t0) as f64 / 1000.0;
-        let diff = match (v0, v1) {
-            (Num::Int(a), Num::Int(b)) => b.wrapping_sub(a) as f64,
+        let diff = match (v0.as_int(), v1.as_int()) {
+            (Some(a), Some(b)) => b.wrapping_sub(a) as f64,
             _ => v1.as_f64() - v0.as_f64(),
         };
         prev = Some((t1, v1));
@@ -108,10 +136,8 @@ pub fn rates(points: &[(i64, Num)], options: &RateOptions) -> Vec<(i64, f64)> {
             if options.drop_resets {
                 continue;
             }
-            let wrapped = match (v0, v1) {
-                (Num::Int(a), Num::Int(b)) => {
-                    options.counter_max.wrapping_sub(a).wrapping_add(b) as f64
-                }
+            let wrapped = match (v0.as_int(), v1.as_int()) {
+                (Some(a), Some(b)) => options.counter_max.wrapping_sub(a).wrapping_add(b) as f64,
                 _ => options.counter_max as f64 - v0.as_f64() + v1.as_f64(),
             };
             let rate = wrapped / dt;
