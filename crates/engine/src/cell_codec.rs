@@ -20,7 +20,9 @@ use hourglass_core::qualifier::Qualifier;
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::{FLAG_FLOAT, Value, write_bits};
 
+#[cfg(test)]
 use crate::query::rate::Num;
+use crate::query::rate::Sample;
 use hourglass_storage::{CellCodec, Error, Result};
 
 const VERSION: u8 = 1;
@@ -498,7 +500,7 @@ impl Deltas<'_> {
     }
 
     /// The next `n` values as integers read from `len` bytes, appended to `out`.
-    fn ints_into(&mut self, n: usize, len: u32, out: &mut Vec<Num>) {
+    fn ints_into<V: Sample>(&mut self, n: usize, len: u32, out: &mut Vec<V>) {
         let shift = 64 - 8 * len;
         let (floor, divisor) = (self.floor, self.divisor);
         let bits = &mut self.bits;
@@ -520,13 +522,13 @@ impl Deltas<'_> {
                 bit += width;
                 let out = v;
                 v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
-                Num::Int((out << shift) >> shift)
+                V::from_int((out << shift) >> shift)
             }));
             bits.bit = bit;
             left -= fast;
         }
         self.value = v;
-        out.extend((0..left).map(|_| Num::Int(sign_extend(self.next(), len))));
+        out.extend((0..left).map(|_| V::from_int(sign_extend(self.next(), len))));
     }
 }
 
@@ -607,11 +609,11 @@ fn sign_extend(v: i64, len: u32) -> i64 {
 /// Decodes a blob straight into the points' times (`base_ms` plus each offset) and values,
 /// appended to `times` and `values`: the same points [`decode_points`] gives, without
 /// building qualifiers, in a few passes over runs.
-pub fn decode_columns(
+pub fn decode_columns<V: Sample>(
     blob: &[u8],
     base_ms: i64,
     times: &mut Vec<i64>,
-    values: &mut Vec<Num>,
+    values: &mut Vec<V>,
 ) -> Result<()> {
     let (t0, v0) = (times.len(), values.len());
     decode_blob_columns(blob, base_ms, times, values).map_err(|e| {
@@ -621,11 +623,11 @@ pub fn decode_columns(
     })
 }
 
-fn decode_blob_columns(
+fn decode_blob_columns<V: Sample>(
     blob: &[u8],
     base_ms: i64,
     times: &mut Vec<i64>,
-    values: &mut Vec<Num>,
+    values: &mut Vec<V>,
 ) -> Result<(), &'static str> {
     const HOUR_MS: i64 = 3_600_000;
     let mut r = Reader {
@@ -779,8 +781,8 @@ fn decode_blob_columns(
                 bits & ((1u64 << (8 * value_len)) - 1)
             };
             values.push(match Value::from_bits(f, bits) {
-                Value::Int(i) => Num::Int(i),
-                other => Num::Float(other.as_f64()),
+                Value::Int(i) => V::from_int(i),
+                other => V::from_float(other.as_f64()),
             });
         }
     }
@@ -919,11 +921,11 @@ mod tests {
 
     #[test]
     fn columns_refuse_what_points_refuse() {
-        let columns = |b: &[u8]| decode_columns(b, 0, &mut Vec::new(), &mut Vec::new());
+        let columns = |b: &[u8]| decode_columns::<Num>(b, 0, &mut Vec::new(), &mut Vec::new());
         let points = |b: &[u8]| decode_points(b, &mut Vec::new());
         let ok = blob_with_offsets(false, 0, &[(10_000, 359)]);
         let mut times = Vec::new();
-        decode_columns(&ok, 5_000, &mut times, &mut Vec::new()).unwrap();
+        decode_columns::<f64>(&ok, 5_000, &mut times, &mut Vec::new()).unwrap();
         assert_eq!(times.len(), 360);
         assert_eq!((times[0], times[359]), (5_000, 5_000 + 3_590_000));
         for (what, bad) in [
@@ -987,7 +989,7 @@ mod tests {
         fn decode_never_panics(blob in prop::collection::vec(any::<u8>(), 0..120)) {
             let _ = decode_points(&blob, &mut Vec::new());
             let _ = DataCellCodec.decode("t", &blob);
-            let _ = decode_columns(&blob, 0, &mut Vec::new(), &mut Vec::new());
+            let _ = decode_columns::<Num>(&blob, 0, &mut Vec::new(), &mut Vec::new());
         }
 
         /// Columns give the points' times and values, and fail exactly where points fail,
@@ -1037,6 +1039,10 @@ mod tests {
             match expected {
                 Ok(want) => {
                     prop_assert!(got.is_ok(), "{got:?}");
+                    let mut doubles: Vec<f64> = Vec::new();
+                    decode_columns(&blob, 0, &mut Vec::new(), &mut doubles).unwrap();
+                    let want_doubles: Vec<u64> = want.iter().map(|w| w.1.as_f64().to_bits()).collect();
+                    prop_assert_eq!(doubles.iter().map(|d| d.to_bits()).collect::<Vec<_>>(), want_doubles, "as doubles");
                     let got: Vec<(i64, Num)> = times[1..].iter().copied().zip(values[1..].iter().copied()).collect();
                     prop_assert_eq!(got.len(), want.len());
                     for (g, w) in got.iter().zip(&want) {

@@ -15,7 +15,7 @@ use hourglass_core::value::Value;
 use hourglass_storage::{CellCodec, Row};
 
 use crate::cell_codec::{DataCellCodec, decode_columns, decode_points};
-use crate::query::rate::Num;
+use crate::query::rate::Sample;
 use crate::scan::{RowQuery, scan_requests};
 use crate::{Result, Tsdb, rows};
 
@@ -58,14 +58,14 @@ fn stored_bytes(row: &Row) -> usize {
 
 /// One row's columns as [`Tsdb::visit_columns`] hands them over.
 #[derive(Debug)]
-pub struct RowColumns<'a> {
+pub struct RowColumns<'a, V> {
     pub key: &'a [u8],
     /// The row's base time in ms.
     pub base_ms: i64,
     /// Point times in ms, strictly increasing (newest write kept per time).
     pub times: &'a [i64],
-    /// The points' values, as stored (integers stay integers).
-    pub values: &'a [Num],
+    /// The points' values: as stored (integers stay integers) or as doubles.
+    pub values: &'a [V],
     /// Annotation cells: (qualifier, JSON value).
     pub annotations: Vec<(&'a [u8], &'a [u8])>,
     /// Bytes read from storage for this row (key, qualifiers and values).
@@ -132,7 +132,12 @@ impl RowData<'_> {
     }
 
     /// The points' times (ms) and values into `times` and `values` (cleared first).
-    fn columns(&self, base_ms: i64, times: &mut Vec<i64>, values: &mut Vec<Num>) -> Result<()> {
+    fn columns<V: Sample>(
+        &self,
+        base_ms: i64,
+        times: &mut Vec<i64>,
+        values: &mut Vec<V>,
+    ) -> Result<()> {
         times.clear();
         values.clear();
         if let RowData::Single(c) = self
@@ -150,8 +155,8 @@ impl RowData<'_> {
         for p in points {
             times.push(base_ms + i64::from(p.offset_ms()));
             values.push(match p.value() {
-                Value::Int(i) => Num::Int(i),
-                other => Num::Float(other.as_f64()),
+                Value::Int(i) => V::from_int(i),
+                other => V::from_float(other.as_f64()),
             });
         }
         Ok(())
@@ -242,10 +247,10 @@ impl Tsdb {
 
     /// [`Tsdb::visit_rows`] with each row's points as columns of times and values: the
     /// query path, decoding the embedded store's compact cells without building points.
-    pub fn visit_columns(
+    pub fn visit_columns<V: Sample>(
         &self,
         query: &RowQuery,
-        mut visit: impl FnMut(RowColumns<'_>) -> Result<()>,
+        mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
         let schema = &self.settings().schema;
         let (mut times, mut values) = (Vec::new(), Vec::new());

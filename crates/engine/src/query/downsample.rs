@@ -8,7 +8,7 @@ use hourglass_core::time::Tz;
 
 use super::aggregator::Aggregator;
 use super::fold::{Accumulator, Fold, with_fold};
-use super::rate::Num;
+use super::rate::Sample;
 use crate::{Error, Result};
 
 /// What an empty bucket becomes.
@@ -250,7 +250,7 @@ impl Downsampler {
 
     /// Adds points in time order (times must not go back); returns how many buckets they
     /// closed.
-    pub fn push_all(&mut self, times: &[i64], values: &[Num]) -> usize {
+    pub fn push_all<V: Sample>(&mut self, times: &[i64], values: &[V]) -> usize {
         if self.spec.interval_ms == 0 {
             return times
                 .iter()
@@ -260,7 +260,7 @@ impl Downsampler {
         }
         let first_row = self.out.capacity() == 0 && self.bucket.is_none();
         let (closed, opened) = match self.spec.calendar {
-            None => with_fold!(self.current.running, F => self.push_fixed::<F>(times, values),
+            None => with_fold!(self.current.running, F => self.push_fixed::<F, V>(times, values),
                 _ => self.push_each(times, values)),
             Some(_) => self.push_each(times, values),
         };
@@ -280,7 +280,7 @@ impl Downsampler {
 
     /// [`Downsampler::push_all`] for fixed buckets and a function folded as values arrive:
     /// one pass, the bucket's fold in registers. Returns (buckets closed, buckets opened).
-    fn push_fixed<F: Fold>(&mut self, times: &[i64], values: &[Num]) -> (usize, usize) {
+    fn push_fixed<F: Fold, V: Sample>(&mut self, times: &[i64], values: &[V]) -> (usize, usize) {
         let interval = self.spec.interval_ms;
         let (mut start, mut end) = self.bucket.unwrap_or((i64::MIN, i64::MIN));
         let c = &mut self.current;
@@ -309,7 +309,7 @@ impl Downsampler {
     }
 
     /// [`Downsampler::push_all`] a point at a time.
-    fn push_each(&mut self, times: &[i64], values: &[Num]) -> (usize, usize) {
+    fn push_each<V: Sample>(&mut self, times: &[i64], values: &[V]) -> (usize, usize) {
         let (mut closed, mut opened) = (0, 0);
         for (&t, v) in times.iter().zip(values) {
             if !matches!(self.bucket, Some((_, end)) if t < end) {
@@ -597,6 +597,7 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use super::*;
+    use crate::query::rate::Num;
     use proptest::prelude::*;
 
     fn value() -> impl Strategy<Value = f64> {
@@ -634,8 +635,14 @@ mod properties {
             let chunk = pts.len().div_ceil(rows).max(1);
             for part in pts.chunks(chunk) {
                 let times: Vec<i64> = part.iter().map(|p| p.0).collect();
-                let values: Vec<Num> = part.iter().map(|p| Num::Float(p.1)).collect();
-                d.push_all(&times, &values);
+                // As stored values and as doubles: the same buckets.
+                if rows % 2 == 0 {
+                    let values: Vec<Num> = part.iter().map(|p| Num::Float(p.1)).collect();
+                    d.push_all(&times, &values);
+                } else {
+                    let values: Vec<f64> = part.iter().map(|p| p.1).collect();
+                    d.push_all(&times, &values);
+                }
             }
             prop_assert_eq!(bits(&d.finish((0, 10_000_000), u64::MAX).unwrap()), want);
         }

@@ -575,6 +575,14 @@ impl Scan<'_> {
 
     /// Reads the rows of hours `[start_secs, end_secs]` into per-series state.
     fn part(&self, start_secs: i64, end_secs: i64) -> Result<Part> {
+        // Downsampling needs only doubles; raw points keep integers.
+        match self.q.downsample {
+            Some(_) => self.part_as::<f64>(start_secs, end_secs),
+            None => self.part_as::<Num>(start_secs, end_secs),
+        }
+    }
+
+    fn part_as<V: Sample>(&self, start_secs: i64, end_secs: i64) -> Result<Part> {
         let schema = &self.tsdb.settings().schema;
         let tags_at = schema.tags_offset();
         let limits = &self.options.limits;
@@ -594,7 +602,7 @@ impl Scan<'_> {
             end_secs,
             tags: self.pushed.clone(),
         };
-        self.tsdb.visit_columns(&query, |row| {
+        self.tsdb.visit_columns::<V>(&query, |row| {
             let stats = &mut part.stats;
             let count = row.times.len() as u64;
             stats.rows += 1;
@@ -626,7 +634,7 @@ impl Scan<'_> {
                 let s = &mut part.series[i];
                 match &mut s.points {
                     Points::Raw(out) => {
-                        out.extend(times.iter().copied().zip(values.iter().copied()));
+                        out.extend(times.iter().copied().zip(values.iter().map(|v| v.to_num())));
                         held += times.len() as u64;
                     }
                     Points::Downsampled(d) => held += d.push_all(times, values) as u64,
