@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use hourglass_core::value::Value;
 use hourglass_engine::cell_codec::DataCellCodec;
 use hourglass_engine::query::aggregator::Aggregator;
@@ -128,60 +128,35 @@ fn sub(agg: &str, ds: Option<&str>, rate: bool, filters: Vec<TagFilter>) -> SubQ
     q
 }
 
-fn queries(c: &mut Criterion) {
-    let series = env("HOURGLASS_QUERY_BENCH_SERIES", 1000);
-    let days = env("HOURGLASS_QUERY_BENCH_DAYS", 1);
-    let dir = dataset(series, days);
-    let db = open(&dir);
+/// The benchmark's queries: (name, sub-query, range, points scanned).
+fn cases(series: usize, days: usize) -> Vec<(&'static str, SubQuery, (i64, i64), u64)> {
     let all = ((END - days as i64 * 86_400) * 1000, END * 1000 - 1);
     let day = ((END - 86_400) * 1000, END * 1000 - 1);
     let points = (series * days * 86_400 / STEP as usize) as u64;
-    let cases: Vec<(&str, SubQuery, (i64, i64), u64)> = vec![
-        (
-            "sum_1m_avg",
-            sub("sum", Some("1m-avg"), false, vec![]),
-            all,
-            points,
-        ),
-        (
-            "max_by_dc_1h_max",
-            sub(
-                "max",
-                Some("1h-max"),
-                false,
-                vec![TagFilter::from_legacy("dc", "*", true).unwrap()],
-            ),
-            all,
-            points,
-        ),
-        (
-            "one_series_raw_1d",
-            sub(
-                "sum",
-                None,
-                false,
-                vec![TagFilter::from_legacy("host", "h1", true).unwrap()],
-            ),
-            day,
-            8640,
-        ),
-        (
-            "sum_rate_1m_avg",
-            sub("sum", Some("1m-avg"), true, vec![]),
-            all,
-            points,
-        ),
-    ];
+    let host = || vec![TagFilter::from_legacy("host", "h1", true).unwrap()];
+    let by_dc = || vec![TagFilter::from_legacy("dc", "*", true).unwrap()];
     let only = std::env::var("HOURGLASS_QUERY_BENCH_ONLY").ok();
+    vec![
+        ("sum_1m_avg", sub("sum", Some("1m-avg"), false, vec![]), all, points),
+        ("max_by_dc_1h_max", sub("max", Some("1h-max"), false, by_dc()), all, points),
+        ("one_series_raw_1d", sub("sum", None, false, host()), day, 8640),
+        ("sum_rate_1m_avg", sub("sum", Some("1m-avg"), true, vec![]), all, points),
+    ]
+    .into_iter()
+    .filter(|c| only.as_deref().is_none_or(|o| c.0.contains(o)))
+    .collect()
+}
+
+fn queries(c: &mut Criterion) {
+    let series = env("HOURGLASS_QUERY_BENCH_SERIES", 1000);
+    let days = env("HOURGLASS_QUERY_BENCH_DAYS", 1);
+    let db = open(&dataset(series, days));
     let mut group = c.benchmark_group("query");
     group
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
-    for (name, q, (start, end), scanned) in cases {
-        if only.as_deref().is_some_and(|o| !name.contains(o)) {
-            continue;
-        }
+    for (name, q, (start, end), scanned) in cases(series, days) {
         group.throughput(Throughput::Elements(scanned));
         group.bench_function(name, |b| {
             b.iter(|| {
@@ -194,5 +169,40 @@ fn queries(c: &mut Criterion) {
     group.finish();
 }
 
+/// `HOURGLASS_QUERY_BENCH_ITERS=N`: each query N times without criterion, for `perf stat`
+/// (instructions and CPU time are steadier than wall time on a shared machine).
+fn plain(iterations: usize) {
+    let series = env("HOURGLASS_QUERY_BENCH_SERIES", 1000);
+    let days = env("HOURGLASS_QUERY_BENCH_DAYS", 1);
+    let db = open(&dataset(series, days));
+    for (name, q, (start, end), _) in cases(series, days) {
+        let started = std::time::Instant::now();
+        let (mut scan, mut aggregation) = (Duration::ZERO, Duration::ZERO);
+        for _ in 0..iterations {
+            let out = run(&db, start, end, &q, &RunOptions::default()).expect("query");
+            scan += out.stats.scan_time;
+            aggregation += out.stats.aggregation_time;
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0 / iterations as f64;
+        eprintln!(
+            "{name}: {:.2} ms per query (scan {:.2} ms, aggregation {:.2} ms)",
+            ms(started.elapsed()),
+            ms(scan),
+            ms(aggregation)
+        );
+    }
+}
+
 criterion_group!(benches, queries);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(n) = std::env::var("HOURGLASS_QUERY_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        plain(n);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -511,19 +511,21 @@ impl Deltas<'_> {
             let width = bits.width as usize;
             let words = (bits.data.len().saturating_sub(8) * 8).saturating_sub(bits.bit) / width;
             let fast = words.min(left);
-            let data = bits.data;
+            let (data, mask) = (bits.data, bits.mask);
             let mut bit = bits.bit;
-            out.extend((0..fast).map(|_| {
+            // Slots first, then a loop whose state stays in registers.
+            let from = out.len();
+            out.resize(from + fast, V::from_int(0));
+            for slot in &mut out[from..] {
                 let at = bit / 8;
                 let word = data
                     .get(at..at + 8)
                     .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
-                let d = ((word >> (bit % 8)) & bits.mask) as i64;
+                let d = ((word >> (bit % 8)) & mask) as i64;
                 bit += width;
-                let out = v;
+                *slot = V::from_int((v << shift) >> shift);
                 v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
-                V::from_int((out << shift) >> shift)
-            }));
+            }
             bits.bit = bit;
             left -= fast;
         }
