@@ -137,10 +137,30 @@ fn cases(series: usize, days: usize) -> Vec<(&'static str, SubQuery, (i64, i64),
     let by_dc = || vec![TagFilter::from_legacy("dc", "*", true).unwrap()];
     let only = std::env::var("HOURGLASS_QUERY_BENCH_ONLY").ok();
     vec![
-        ("sum_1m_avg", sub("sum", Some("1m-avg"), false, vec![]), all, points),
-        ("max_by_dc_1h_max", sub("max", Some("1h-max"), false, by_dc()), all, points),
-        ("one_series_raw_1d", sub("sum", None, false, host()), day, 8640),
-        ("sum_rate_1m_avg", sub("sum", Some("1m-avg"), true, vec![]), all, points),
+        (
+            "sum_1m_avg",
+            sub("sum", Some("1m-avg"), false, vec![]),
+            all,
+            points,
+        ),
+        (
+            "max_by_dc_1h_max",
+            sub("max", Some("1h-max"), false, by_dc()),
+            all,
+            points,
+        ),
+        (
+            "one_series_raw_1d",
+            sub("sum", None, false, host()),
+            day,
+            8640,
+        ),
+        (
+            "sum_rate_1m_avg",
+            sub("sum", Some("1m-avg"), true, vec![]),
+            all,
+            points,
+        ),
     ]
     .into_iter()
     .filter(|c| only.as_deref().is_none_or(|o| c.0.contains(o)))

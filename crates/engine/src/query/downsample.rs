@@ -320,6 +320,11 @@ impl Downsampler {
         (closed, opened)
     }
 
+    /// Finished buckets held.
+    pub fn buckets(&self) -> usize {
+        self.out.len() + self.earlier.iter().map(Vec::len).sum::<usize>()
+    }
+
     /// Values held in the open bucket (only functions that need them all keep them).
     pub fn held(&self) -> usize {
         self.current.held()
@@ -382,42 +387,40 @@ impl Downsampler {
     pub fn append(&mut self, mut later: Downsampler) {
         self.close();
         later.close();
-        // Kept as parts, joined once when finished.
-        self.earlier.push(std::mem::take(&mut self.out));
-        self.earlier.append(&mut later.earlier);
-        self.out = later.out;
+        if later.earlier.is_empty() && self.out.capacity() - self.out.len() >= later.out.len() {
+            // Room was kept for them (see `expect_until`).
+            self.out.append(&mut later.out);
+        } else {
+            // Kept as parts, joined once when finished.
+            self.earlier.push(std::mem::take(&mut self.out));
+            self.earlier.append(&mut later.earlier);
+            self.out = later.out;
+        }
         self.bucket = later.bucket;
     }
 
     /// The buckets. With a fill policy every bucket of the scan `window` `[start, end)` is
     /// present, empty ones filled; more than `max_buckets` of them is an error.
-    pub fn finish(self, window: (i64, i64), max_buckets: u64) -> Result<Vec<(i64, f64)>> {
-        self.finish_with(window, max_buckets, |v| v)
-    }
-
-    /// [`Downsampler::finish`] with each value made by `value`.
-    pub fn finish_with<T>(
-        mut self,
-        window: (i64, i64),
-        max_buckets: u64,
-        value: impl Fn(f64) -> T,
-    ) -> Result<Vec<(i64, T)>> {
+    pub fn finish(mut self, window: (i64, i64), max_buckets: u64) -> Result<Vec<(i64, f64)>> {
         if self.spec.interval_ms == 0 {
             let function = self.spec.function;
             return Ok(self
                 .current
                 .take(function)
-                .map(|v| (self.query.0, value(v)))
+                .map(|v| (self.query.0, v))
                 .into_iter()
                 .collect());
         }
         self.close();
-        let count = self.out.len() + self.earlier.iter().map(Vec::len).sum::<usize>();
+        if self.spec.fill == FillPolicy::None && self.earlier.is_empty() {
+            return Ok(self.out);
+        }
+        let count = self.buckets();
         let buckets = self.earlier.iter().flatten().chain(&self.out).copied();
         let fill = match self.spec.fill {
             FillPolicy::None => {
                 let mut out = Vec::with_capacity(count);
-                out.extend(buckets.map(|(t, v)| (t, value(v))));
+                out.extend(buckets);
                 return Ok(out);
             }
             FillPolicy::Zero => 0.0,
@@ -425,7 +428,7 @@ impl Downsampler {
             FillPolicy::Scalar => f64::NAN,
         };
         let mut filled = Vec::with_capacity(count);
-        let mut have = buckets.map(|(t, v)| (t, value(v))).peekable();
+        let mut have = buckets.peekable();
         let stop = self.align(window.1);
         let mut bucket = self.align(window.0);
         let mut count = 0u64;
@@ -438,7 +441,7 @@ impl Downsampler {
                 None if self.spec.fill == FillPolicy::Scalar => {
                     return Err(Error::invalid("unhandled fill policy"));
                 }
-                None => filled.push((bucket, value(fill))),
+                None => filled.push((bucket, fill)),
             }
             count += 1;
             if count > max_buckets {

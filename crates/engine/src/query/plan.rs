@@ -378,25 +378,11 @@ pub fn run(
 
     let mut out = Vec::with_capacity(groups.len());
     for mut members in groups.into_values() {
-        // Each series to its final points one at a time (a rate drops the points it was
-        // computed from before the next series is finished).
-        let mut raw: Vec<Series> = Vec::new();
-        let mut downsampled: Vec<Vec<(i64, f64)>> = Vec::new();
-        let mut rate_series: Vec<(f64, Vec<(i64, f64)>)> = Vec::new();
-        for s in &mut members {
-            match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
-                Points::Raw(p) if q.rate => rate_series.extend(rate_of(&p, &q.rate_options)),
-                Points::Raw(p) => raw.push(p),
-                Points::Downsampled(d) => {
-                    let p = d.finish(window, budget)?;
-                    if q.rate {
-                        rate_series.extend(rate_of(&p, &q.rate_options));
-                    } else {
-                        downsampled.push(p);
-                    }
-                }
-            }
-        }
+        let Finished {
+            raw,
+            downsampled,
+            rates: rate_series,
+        } = finish_series(&mut members, q, window, budget)?;
         let dps = if q.rate {
             aggregate_rates(&rate_series, q.aggregator)?
                 .into_iter()
@@ -456,6 +442,73 @@ pub fn run(
     }
     stats.aggregation_time = aggregation_started.elapsed();
     Ok(Outcome { groups: out, stats })
+}
+
+/// A group's series in their final form, by kind (one sub-query makes one kind).
+#[derive(Default)]
+struct Finished {
+    raw: Vec<Series>,
+    downsampled: Vec<Vec<(i64, f64)>>,
+    rates: Vec<(f64, Vec<(i64, f64)>)>,
+}
+
+impl Finished {
+    fn extend(&mut self, later: Finished) {
+        self.raw.extend(later.raw);
+        self.downsampled.extend(later.downsampled);
+        self.rates.extend(later.rates);
+    }
+}
+
+/// Series below this many points finish on one thread.
+const FINISH_ON_TWO_THREADS: usize = 1 << 18;
+
+/// Finishes each series (its buckets, filled; then its rates), taking its points out of
+/// its state; the members' halves on two threads when there is enough to do. Each series
+/// is done one at a time, so a rate drops the points it came from before the next.
+fn finish_series(
+    members: &mut [SeriesState],
+    q: &SubQuery,
+    window: (i64, i64),
+    budget: u64,
+) -> Result<Finished> {
+    let held: usize = members.iter().map(SeriesState::held).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores > 1 && members.len() > 1 && held >= FINISH_ON_TWO_THREADS {
+        let (first, second) = members.split_at_mut(members.len() / 2);
+        let (a, b) = std::thread::scope(|threads| {
+            let later = threads.spawn(|| finish_series_here(second, q, window, budget));
+            (finish_series_here(first, q, window, budget), later.join())
+        });
+        let mut out = a?;
+        out.extend(b.map_err(|_| Error::Internal("a query thread failed".into()))??);
+        return Ok(out);
+    }
+    finish_series_here(members, q, window, budget)
+}
+
+fn finish_series_here(
+    members: &mut [SeriesState],
+    q: &SubQuery,
+    window: (i64, i64),
+    budget: u64,
+) -> Result<Finished> {
+    let mut out = Finished::default();
+    for s in members {
+        match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
+            Points::Raw(p) if q.rate => out.rates.extend(rate_of(&p, &q.rate_options)),
+            Points::Raw(p) => out.raw.push(p),
+            Points::Downsampled(d) => {
+                let p = d.finish(window, budget)?;
+                if q.rate {
+                    out.rates.extend(rate_of(&p, &q.rate_options));
+                } else {
+                    out.downsampled.push(p);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A series' rates and its hidden first rate (against (0, 0), as OpenTSDB computes it);
@@ -587,7 +640,9 @@ impl Scan<'_> {
         let tags_at = schema.tags_offset();
         let limits = &self.options.limits;
         let (lo, hi) = (self.window.0, self.window.1 - 1);
-        let until_ms = (end_secs + 1).saturating_mul(1000).min(self.window.1);
+        // Buckets are sized to the whole query's end: a later part then joins an earlier
+        // one without regrowing it.
+        let until_ms = self.window.1;
         let mut part = Part {
             index: HashMap::default(),
             keys: Vec::new(),
@@ -699,6 +754,14 @@ impl Part {
 }
 
 impl SeriesState {
+    /// Points held: raw ones, or finished buckets.
+    fn held(&self) -> usize {
+        match &self.points {
+            Points::Raw(p) => p.len(),
+            Points::Downsampled(d) => d.buckets(),
+        }
+    }
+
     /// Appends the same series' state from later hours.
     fn append(&mut self, later: SeriesState) {
         match (&mut self.points, later.points) {
