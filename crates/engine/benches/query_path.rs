@@ -190,7 +190,8 @@ fn queries(c: &mut Criterion) {
 }
 
 /// `HOURGLASS_QUERY_BENCH_ITERS=N`: each query N times without criterion, for `perf stat`
-/// (instructions and CPU time are steadier than wall time on a shared machine).
+/// (CPU time is steadier than wall time on a shared machine); `HOURGLASS_QUERY_BENCH_SERIAL`
+/// reads each sub-query on one thread.
 fn plain(iterations: usize) {
     let series = env("HOURGLASS_QUERY_BENCH_SERIES", 1000);
     let days = env("HOURGLASS_QUERY_BENCH_DAYS", 1);
@@ -199,7 +200,11 @@ fn plain(iterations: usize) {
         let started = std::time::Instant::now();
         let (mut scan, mut aggregation) = (Duration::ZERO, Duration::ZERO);
         for _ in 0..iterations {
-            let out = run(&db, start, end, &q, &RunOptions::default()).expect("query");
+            let options = RunOptions {
+                parallel: std::env::var_os("HOURGLASS_QUERY_BENCH_SERIAL").is_none(),
+                ..RunOptions::default()
+            };
+            let out = run(&db, start, end, &q, &options).expect("query");
             scan += out.stats.scan_time;
             aggregation += out.stats.aggregation_time;
         }

@@ -610,13 +610,14 @@ fn sign_extend(v: i64, len: u32) -> i64 {
 
 /// Decodes a blob straight into the points' times (`base_ms` plus each offset) and values,
 /// appended to `times` and `values`: the same points [`decode_points`] gives, without
-/// building qualifiers, in a few passes over runs.
+/// building qualifiers, in a few passes over runs. Returns whether the times strictly
+/// increase (every time delta is positive).
 pub fn decode_columns<V: Sample>(
     blob: &[u8],
     base_ms: i64,
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
-) -> Result<()> {
+) -> Result<bool> {
     let (t0, v0) = (times.len(), values.len());
     decode_blob_columns(blob, base_ms, times, values).map_err(|e| {
         times.truncate(t0);
@@ -630,7 +631,7 @@ fn decode_blob_columns<V: Sample>(
     base_ms: i64,
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
-) -> Result<(), &'static str> {
+) -> Result<bool, &'static str> {
     const HOUR_MS: i64 = 3_600_000;
     let mut r = Reader {
         bytes: blob,
@@ -661,6 +662,7 @@ fn decode_blob_columns<V: Sample>(
     times.push(base_ms.wrapping_add(first));
     let (mut low, mut high, mut at) = (first, first, first);
     let mut whole_seconds = first % 1000 == 0;
+    let mut increasing = true;
     for _ in 0..delta_runs {
         let d = unzigzag(r.varint()?);
         let len = r.varint()? as usize;
@@ -673,6 +675,7 @@ fn decode_blob_columns<V: Sample>(
         let last = i128::from(at) + i128::from(d) * len as i128;
         let last = i64::try_from(last).map_err(|_| "offset overflow")?;
         whole_seconds &= d % 1000 == 0;
+        increasing &= d > 0;
         let base = base_ms.wrapping_add(at);
         times.extend((1..=len as i64).map(|k| base.wrapping_add(k.wrapping_mul(d))));
         (low, high, at) = (low.min(last), high.max(last), last);
@@ -788,7 +791,7 @@ fn decode_blob_columns<V: Sample>(
             });
         }
     }
-    Ok(())
+    Ok(increasing)
 }
 
 fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
@@ -1041,6 +1044,8 @@ mod tests {
             match expected {
                 Ok(want) => {
                     prop_assert!(got.is_ok(), "{got:?}");
+                    let increasing = want.windows(2).all(|w| w[0].0 < w[1].0);
+                    prop_assert_eq!(got.ok(), Some(increasing), "strictly increasing");
                     let mut doubles: Vec<f64> = Vec::new();
                     decode_columns(&blob, 0, &mut Vec::new(), &mut doubles).unwrap();
                     let want_doubles: Vec<u64> = want.iter().map(|w| w.1.as_f64().to_bits()).collect();

@@ -143,8 +143,7 @@ impl RowData<'_> {
         if let RowData::Single(c) = self
             && is_encoded(c)
         {
-            decode_columns(&c.value, base_ms, times, values)?;
-            if times.windows(2).all(|w| w[0] < w[1]) {
+            if decode_columns(&c.value, base_ms, times, values)? {
                 return Ok(());
             }
             times.clear();

@@ -286,7 +286,10 @@ impl Downsampler {
         let c = &mut self.current;
         let (mut acc, mut finite, mut seen) = (c.acc, c.finite, c.seen);
         let (mut closed, mut opened) = (0, 0);
-        for (&t, v) in times.iter().zip(values) {
+        let n = times.len().min(values.len());
+        let mut i = 0;
+        while i < n {
+            let t = times[i];
             if t >= end {
                 if seen > 0 {
                     self.out.push((start, F::value(acc, finite)));
@@ -297,8 +300,17 @@ impl Downsampler {
                 (acc, finite, seen) = (F::START, 0, 0);
                 opened += 1;
             }
-            seen += 1;
-            F::add(&mut acc, &mut finite, v.as_f64());
+            // The points inside this bucket: often the rest of the row.
+            let run = if times[n - 1] < end {
+                n
+            } else {
+                i + times[i..n].iter().position(|t| *t >= end).unwrap_or(n - i)
+            };
+            for v in &values[i..run] {
+                F::add(&mut acc, &mut finite, v.as_f64());
+            }
+            seen += (run - i) as u64;
+            i = run;
         }
         if opened > 0 {
             self.bucket = Some((start, end));
