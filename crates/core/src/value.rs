@@ -195,16 +195,29 @@ pub fn parse_long(text: &str) -> Result<i64> {
 /// (`0.001`, `42.5`, `1234567.0`) for magnitudes in [10^-3, 10^7), otherwise as
 /// `d.dddE±n` (`1.0E7`, `1.2345E-5`); `NaN`, `Infinity`, `-Infinity`.
 pub fn java_double_text(d: f64) -> String {
+    let mut out = String::new();
+    push_java_double(&mut out, d);
+    out
+}
+
+/// Appends [`java_double_text`] to `out` (no allocation for plain numbers).
+pub fn push_java_double(out: &mut String, d: f64) {
+    use std::fmt::Write;
+    let magnitude = d.abs();
+    if d.is_finite() && (d == 0.0 || (1e-3..1e7).contains(&magnitude)) {
+        // Rust's shortest round-trip digits, plain with at least one decimal, in this range.
+        let _ = write!(out, "{d:?}");
+        return;
+    }
+    out.push_str(&java_double_text_rare(d));
+}
+
+fn java_double_text_rare(d: f64) -> String {
     if d.is_nan() {
         return "NaN".into();
     }
     if d.is_infinite() {
         return if d > 0.0 { "Infinity" } else { "-Infinity" }.into();
-    }
-    let magnitude = d.abs();
-    if d == 0.0 || (1e-3..1e7).contains(&magnitude) {
-        // Rust's shortest round-trip digits, plain with at least one decimal, in this range.
-        return format!("{d:?}");
     }
     let sci = format!("{d:e}"); // shortest digits: "1.2345e-5", "1e7"
     let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));

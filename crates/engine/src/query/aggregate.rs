@@ -72,6 +72,9 @@ fn fill_double(mode: Interpolation, (x0, y0): (i64, f64), (x1, y1): (i64, f64), 
 /// time when every series' current and next points (a not-yet-started series' first point
 /// included) are integers; otherwise everything, interpolation too, is computed in doubles.
 pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
+    if let [only] = series {
+        return alone(only, agg);
+    }
     // Downsampled series usually share their times and hold doubles: then every series has
     // a point at every time and nothing is interpolated.
     let same_times = series.split_first().is_some_and(|(first, rest)| {
@@ -127,6 +130,26 @@ fn aggregate_shared_times(series: &[&[(i64, f64)]], agg: Aggregator) -> Result<V
             F => fold_columns::<F, _>(series, part, |p| p.0, |p| p.1),
             _ => column_wise(part, series.len(), agg, |s, k| series[s][k]))
     })
+}
+
+/// [`aggregate`] of one series: the aggregator over each point alone (integer math where
+/// the point and the next are integers, as at any time of several series).
+fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
+    let mut out = Vec::with_capacity(points.len());
+    for (i, &(x, v)) in points.iter().enumerate() {
+        let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
+        out.push(match v {
+            Num::Int(n) if next_int => (x, Num::Int(agg.run_long(&[n]))),
+            _ => {
+                let v = agg.run_double(&[v.as_f64()]);
+                if v.is_infinite() {
+                    return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
+                }
+                (x, Num::Float(v))
+            }
+        });
+    }
+    Ok(out)
 }
 
 /// Aggregates series that all have a point at each of the given indexes: `point(series,
@@ -503,6 +526,50 @@ mod tests {
                 assert_eq!(got, want, "{name}, staggered {staggered}");
             }
         }
+    }
+
+    #[test]
+    fn one_series_alone_answers_as_the_general_path() {
+        let series = vec![vec![
+            (1_000, Num::Int(5)),
+            (2_000, Num::Int(-7)),
+            (3_000, Num::Float(2.5)),
+            (4_000, Num::Int(9)),
+            (5_000, Num::Float(f64::NAN)),
+            (6_000, Num::Int(i64::MAX)),
+        ]];
+        let times: Vec<i64> = series[0].iter().map(|p| p.0).collect();
+        for name in [
+            "sum",
+            "avg",
+            "count",
+            "squareSum",
+            "dev",
+            "p99",
+            "min",
+            "mimmax",
+            "mult",
+            "diff",
+            "zimsum",
+            "first",
+        ] {
+            let a = agg(name);
+            assert_eq!(
+                format!("{:?}", aggregate(&series, a).unwrap()),
+                format!("{:?}", aggregate_at(&series, a, &times).unwrap()),
+                "{name}"
+            );
+        }
+        let big = vec![vec![
+            (1_000, Num::Float(f64::MAX)),
+            (2_000, Num::Float(1.0)),
+        ]];
+        assert_eq!(
+            aggregate(&big, agg("squareSum")).unwrap_err().to_string(),
+            aggregate_at(&big, agg("squareSum"), &[1_000, 2_000])
+                .unwrap_err()
+                .to_string()
+        );
     }
 
     #[test]

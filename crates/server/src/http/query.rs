@@ -9,7 +9,7 @@ use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::time::{Tz, parse_time_in, parse_timezone};
-use hourglass_core::value::java_double_text;
+use hourglass_core::value::{java_double_text, push_java_double};
 use hourglass_engine::annotation::Annotation;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::DownsampleSpec;
@@ -281,18 +281,15 @@ pub(crate) fn push_str_json(out: &mut String, s: &str) {
 /// A value as OpenTSDB writes it: integers as they are, doubles as Java's
 /// `Double.toString`, NaN as `"NaN"` (or `null` under fill policy `null`).
 pub(crate) fn push_num(out: &mut String, v: Num, null_for_nan: bool) {
-    use std::fmt::Write;
     match v {
-        Num::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
+        Num::Int(i) => out.push_str(itoa::Buffer::new().format(i)),
         Num::Float(f) if f.is_nan() && null_for_nan => out.push_str("null"),
         Num::Float(f) if !f.is_finite() => {
             out.push('"');
             out.push_str(&java_double_text(f));
             out.push('"');
         }
-        Num::Float(f) => out.push_str(&java_double_text(f)),
+        Num::Float(f) => push_java_double(out, f),
     }
 }
 
@@ -390,7 +387,6 @@ impl Serialized<'_> {
         out.push_str(",\"dps\":");
         let null_for_nan = writes_null(q);
         let key = |t: i64| if flags.ms { t } else { t / 1000 };
-        use std::fmt::Write;
         // `[[t,v],...]` with `arrays`, else `{"t":v,...}`.
         let (open, close, point_open, point_close) = if flags.arrays {
             ('[', ']', "[", "]")
@@ -403,7 +399,9 @@ impl Serialized<'_> {
                 out.push(',');
             }
             let sep = if flags.arrays { "," } else { "\":" };
-            let _ = write!(out, "{point_open}{}{sep}", key(*t));
+            out.push_str(point_open);
+            out.push_str(itoa::Buffer::new().format(key(*t)));
+            out.push_str(sep);
             push_num(out, *v, null_for_nan);
             out.push_str(point_close);
         }
