@@ -321,22 +321,7 @@ impl Reader<'_> {
 
 /// Decodes a blob into its points (appended to `out`); returns the cell's meta byte.
 fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &'static str> {
-    let mut r = Reader {
-        bytes: blob,
-        pos: 0,
-    };
-    if r.byte()? != VERSION {
-        return Err("unknown version");
-    }
-    let n = r.varint()? as usize;
-    if n > blob.len() * 64 {
-        return Err("point count too large");
-    }
-    let meta = if r.byte()? == 1 {
-        Some(r.byte()?)
-    } else {
-        None
-    };
+    let (mut r, n, meta) = Reader::header(blob)?;
     let res_runs = r.varint()? as usize;
     let mut is_ms = r.byte()? == 1;
     let mut resolution = Vec::with_capacity(n);
@@ -535,6 +520,27 @@ impl Deltas<'_> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader past a blob's version, point count and meta byte, with those two.
+    fn header(blob: &'a [u8]) -> Result<(Reader<'a>, usize, Option<u8>), &'static str> {
+        let mut r = Reader {
+            bytes: blob,
+            pos: 0,
+        };
+        if r.byte()? != VERSION {
+            return Err("unknown version");
+        }
+        let n = r.varint()? as usize;
+        if n > blob.len() * 64 {
+            return Err("point count too large");
+        }
+        let meta = if r.byte()? == 1 {
+            Some(r.byte()?)
+        } else {
+            None
+        };
+        Ok((r, n, meta))
+    }
+
     /// Skips a `pack_deltas` stream of `n` values, returning a reader over them.
     fn deltas(&mut self, n: usize) -> Result<Deltas<'a>, &'static str> {
         let first = unzigzag(self.varint()?);
@@ -633,22 +639,9 @@ fn decode_blob_columns<V: Sample>(
     values: &mut Vec<V>,
 ) -> Result<bool, &'static str> {
     const HOUR_MS: i64 = 3_600_000;
-    let mut r = Reader {
-        bytes: blob,
-        pos: 0,
-    };
-    if r.byte()? != VERSION {
-        return Err("unknown version");
-    }
-    let n = r.varint()? as usize;
-    if n > blob.len() * 64 {
-        return Err("point count too large");
-    }
+    let (mut r, n, _meta) = Reader::header(blob)?;
     if n == 0 {
         return Err("stream lengths differ");
-    }
-    if r.byte()? == 1 {
-        r.byte()?; // the meta byte
     }
     // Resolution runs (alternating, from the first run's resolution).
     let res_runs = r.varint()? as usize;

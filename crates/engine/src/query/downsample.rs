@@ -616,12 +616,7 @@ mod properties {
     use proptest::prelude::*;
 
     fn value() -> impl Strategy<Value = f64> {
-        prop_oneof![
-            8 => -1e6f64..1e6,
-            1 => Just(f64::NAN),
-            1 => Just(-0.0f64),
-            1 => Just(0.0f64),
-        ]
+        crate::query::fold::test_value()
     }
 
     proptest! {

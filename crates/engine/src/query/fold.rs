@@ -235,19 +235,26 @@ impl Accumulator {
     }
 }
 
+/// Doubles for property tests: mostly ordinary, with NaN, signed zeros and infinity.
+#[cfg(test)]
+pub(crate) fn test_value() -> impl proptest::strategy::Strategy<Value = f64> {
+    use proptest::prelude::*;
+    prop_oneof![
+        8 => -1e6f64..1e6,
+        1 => Just(f64::NAN),
+        1 => Just(-0.0f64),
+        1 => Just(0.0f64),
+        1 => Just(f64::INFINITY),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     fn value() -> impl Strategy<Value = f64> {
-        prop_oneof![
-            8 => -1e6f64..1e6,
-            1 => Just(f64::NAN),
-            1 => Just(-0.0f64),
-            1 => Just(0.0f64),
-            1 => Just(f64::INFINITY),
-        ]
+        test_value()
     }
 
     proptest! {
