@@ -584,20 +584,12 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// Skips `count` varint-coded runs of `per_run` leading bytes then a length each,
-    /// returning where they start and the sum of their lengths.
-    fn runs(
-        &mut self,
-        count: usize,
-        per_run: usize,
-        limit: usize,
-    ) -> Result<(usize, usize), &'static str> {
+    /// Skips `count` varint run lengths, returning where they start and their sum (at most
+    /// `limit`).
+    fn run_lengths(&mut self, count: usize, limit: usize) -> Result<(usize, usize), &'static str> {
         let at = self.pos;
         let mut total = 0usize;
         for _ in 0..count {
-            for _ in 0..per_run {
-                self.varint()?;
-            }
             let len = self.varint()? as usize;
             total = total
                 .checked_add(len)
@@ -646,7 +638,7 @@ fn decode_blob_columns<V: Sample>(
     // Resolution runs (alternating, from the first run's resolution).
     let res_runs = r.varint()? as usize;
     let first_ms = r.byte()? == 1;
-    let (res_at, res_total) = r.runs(res_runs, 0, n)?;
+    let (res_at, res_total) = r.run_lengths(res_runs, n)?;
     // Offsets: the first, then runs of equal deltas, written out as times.
     let first = r.varint()? as i64;
     let delta_runs = r.varint()? as usize;

@@ -337,11 +337,6 @@ impl Downsampler {
         self.out.len() + self.earlier.iter().map(Vec::len).sum::<usize>()
     }
 
-    /// Values held in the open bucket (only functions that need them all keep them).
-    pub fn held(&self) -> usize {
-        self.current.held()
-    }
-
     fn bucket_of(&self, t: i64, previous: Option<(i64, i64)>) -> (i64, i64) {
         match (&self.spec.calendar, previous) {
             (Some(cal), Some((_, mut end))) if t >= end => {

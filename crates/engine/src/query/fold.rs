@@ -228,11 +228,6 @@ impl Accumulator {
         self.acc = Accumulator::start(self.running);
         Some(v)
     }
-
-    /// Values held (for the memory limit): only kept ones.
-    pub(crate) fn held(&self) -> usize {
-        self.kept.len()
-    }
 }
 
 /// Doubles for property tests: mostly ordinary, with NaN, signed zeros and infinity.
