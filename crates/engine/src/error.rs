@@ -39,6 +39,12 @@ pub enum Error {
     LimitExceeded(String),
     #[error("{0}")]
     NotModified(String),
+    /// The write path cannot vouch for a write now (the log failed, or storage is down).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Buffered points are over their memory budget: the batch was refused, send it later.
+    #[error("{0}")]
+    Throttled(String),
 }
 
 impl Error {
@@ -50,6 +56,7 @@ impl Error {
             Error::Corrupt(_) => ErrorKind::Corrupt,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::NotModified(_) => ErrorKind::NotModified,
+            Error::Unavailable(_) | Error::Throttled(_) => ErrorKind::Unavailable,
             Error::Storage(e) => match e.kind() {
                 hourglass_storage::ErrorKind::Unavailable => ErrorKind::Unavailable,
                 hourglass_storage::ErrorKind::Corrupt => ErrorKind::Corrupt,

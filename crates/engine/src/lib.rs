@@ -12,14 +12,15 @@ pub mod rows;
 pub mod scan;
 pub mod search;
 pub mod settings;
+pub mod sim;
 pub mod tables;
 mod tsdb;
 pub mod uid;
-mod wal;
+pub mod wal;
 pub mod write;
 
 pub use error::{Error, ErrorKind, Result};
 pub use read::SeriesPoints;
-pub use settings::Settings;
+pub use settings::{Clock, Settings};
 pub use tsdb::Tsdb;
 pub use write::{BatchOutcome, IncomingPoint};

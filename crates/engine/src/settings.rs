@@ -7,6 +7,33 @@ use hourglass_core::schema::Schema;
 
 use crate::Result;
 
+/// Where the write path reads wall-clock time (which hours are closed, cell timestamps).
+/// Tests set it to move time by hand.
+#[derive(Clone)]
+pub struct Clock(std::sync::Arc<dyn Fn() -> i64 + Send + Sync>);
+
+impl Clock {
+    /// The system's clock.
+    pub fn system() -> Clock {
+        Clock(std::sync::Arc::new(hourglass_storage::now_ms))
+    }
+
+    /// A clock reading `f` (milliseconds since the epoch).
+    pub fn from_fn(f: impl Fn() -> i64 + Send + Sync + 'static) -> Clock {
+        Clock(std::sync::Arc::new(f))
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub schema: Schema,
@@ -26,6 +53,9 @@ pub struct Settings {
     pub flush_interval: Duration,
     /// `tsd.storage.max_buffered_points`: a flush starts when this many points are buffered.
     pub max_buffered_points: usize,
+    /// `tsd.storage.max_buffer_bytes`: memory budget of points accepted but not yet in the
+    /// store. Past it batches are refused (HTTP) or not read (telnet) until flushes catch up.
+    pub max_buffer_bytes: usize,
     /// `tsd.storage.wal.enable`: log each batch before acknowledging it (default true).
     pub wal: bool,
     /// `tsd.storage.wal.dir`: where the log's segment files live (the embedded store puts
@@ -35,6 +65,7 @@ pub struct Settings {
     pub wal_sync: bool,
     /// `tsd.core.meta.*`: meta data tracking (all off by default, as in OpenTSDB).
     pub meta: crate::meta::MetaTracking,
+    pub clock: Clock,
 }
 
 impl Default for Settings {
@@ -49,10 +80,12 @@ impl Default for Settings {
             enable_compaction: true,
             flush_interval: Duration::from_secs(60),
             max_buffered_points: 4_000_000,
+            max_buffer_bytes: 512 << 20,
             wal: true,
             wal_dir: None,
             wal_sync: false,
             meta: crate::meta::MetaTracking::default(),
+            clock: Clock::system(),
         }
     }
 }
@@ -78,10 +111,14 @@ impl Settings {
             enable_compaction: c.get_bool("tsd.storage.enable_compaction", d.enable_compaction),
             flush_interval: Duration::from_millis(flush_ms.max(1) as u64),
             max_buffered_points: max_points.max(1) as usize,
+            max_buffer_bytes: c
+                .get_int("tsd.storage.max_buffer_bytes", d.max_buffer_bytes as i64)?
+                .max(1 << 20) as usize,
             wal: c.get_bool("tsd.storage.wal.enable", d.wal),
             wal_dir: c.get("tsd.storage.wal.dir").map(std::path::PathBuf::from),
             wal_sync: c.get_bool("tsd.storage.wal.sync", d.wal_sync),
             meta: crate::meta::MetaTracking::from_config(c),
+            clock: d.clock,
         })
     }
 }

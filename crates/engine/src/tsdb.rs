@@ -7,8 +7,9 @@ use hourglass_storage::Store;
 use parking_lot::Mutex;
 
 use crate::uid::UidRegistry;
+use crate::wal::files::{DiskFiles, LogFiles, OpenError};
 use crate::write::{BatchOutcome, IncomingPoint, WriteStats, Writer};
-use crate::{Result, Settings, tables, wal};
+use crate::{Error, Result, Settings, tables, wal};
 
 /// A database: schema, UIDs and the write path over one store.
 #[derive(Debug)]
@@ -22,8 +23,34 @@ pub struct Tsdb {
 }
 
 impl Tsdb {
-    /// Opens a database: creates missing tables, replays the write-ahead log and flushes it.
+    /// Opens a database: creates missing tables, replays the write-ahead log (in
+    /// `settings.wal_dir` when `settings.wal`) and flushes it.
     pub fn open(store: Arc<dyn Store>, settings: Settings) -> Result<Arc<Tsdb>> {
+        let files = match (&settings.wal_dir, settings.wal) {
+            (Some(dir), true) => {
+                let files = DiskFiles::open(dir).map_err(|e| match e {
+                    OpenError::InUse(dir) => Error::InvalidInput(format!(
+                        "write-ahead log dir in use: {} belongs to another running TSD (give each TSD its own --data-dir)",
+                        dir.display()
+                    )),
+                    OpenError::Io(e) => {
+                        Error::Internal(format!("write-ahead log: cannot open the log dir: {e}"))
+                    }
+                })?;
+                Some(Arc::new(files) as Arc<dyn LogFiles>)
+            }
+            _ => None,
+        };
+        Tsdb::open_with_log(store, settings, files)
+    }
+
+    /// [`Tsdb::open`] with the log in `files` (none: no log). Simulations pass a simulated
+    /// file system here.
+    pub fn open_with_log(
+        store: Arc<dyn Store>,
+        settings: Settings,
+        files: Option<Arc<dyn LogFiles>>,
+    ) -> Result<Arc<Tsdb>> {
         // An unreachable store must not keep the TSD down: it starts, answers what it can and
         // reports storage errors until the store is back.
         match tables::create_tables(store.as_ref(), &settings.schema) {
@@ -38,25 +65,28 @@ impl Tsdb {
             UidRegistry::new(Arc::clone(&store), settings.schema.clone())
                 .with_realtime_meta(settings.meta.realtime_uid),
         );
-        let (log, entries) = match (&settings.wal_dir, settings.wal) {
-            (Some(dir), true) => {
-                let (log, entries) = wal::Log::open(dir)?;
+        let (log, entries) = match &files {
+            Some(files) => {
+                let (log, entries) = wal::Log::open(Arc::clone(files))?;
                 (Some(log), entries)
             }
-            _ => (None, Vec::new()),
+            None => (None, Vec::new()),
         };
-        let writer = Writer::new(Arc::clone(&store), settings.clone(), Arc::clone(&uids), log)?;
+        let writer = Writer::new(
+            Arc::clone(&store),
+            settings.clone(),
+            Arc::clone(&uids),
+            log,
+            files,
+        )?;
         let replayed = writer.recover(&entries)?;
         if replayed > 0 {
             tracing::info!(points = replayed, "replayed the write-ahead log");
-            match writer.flush() {
-                Err(e) if e.kind() == crate::ErrorKind::Unavailable => {
-                    tracing::error!(error = %e, "storage unreachable: replayed points stay logged and buffered");
-                }
-                other => {
-                    other?;
-                }
-            }
+        }
+        if (replayed > 0 || writer.flush_due())
+            && let Err(e) = writer.flush()
+        {
+            tracing::error!(error = %e, "replayed points stay logged and buffered until the store takes them");
         }
         Ok(Arc::new(Tsdb {
             store,
@@ -83,7 +113,7 @@ impl Tsdb {
                     }
                     if db.writer.flush_due()
                         && let Err(e) = db.writer.flush() {
-                            tracing::error!(error = %e, "flush failed; points stay buffered and logged");
+                            tracing::error!(error = %e, "flush failed; points stay buffered and logged, retried with backoff");
                         }
                 }
             });
@@ -113,17 +143,25 @@ impl Tsdb {
         &self.writer.stats
     }
 
-    /// Stores a batch of points; acknowledged points are in the write-ahead log.
+    /// Stores a batch of points; acknowledged points are in the write-ahead log. Past the
+    /// buffers' memory budget the batch is refused whole (`throttled`).
     pub fn add_points(&self, points: &[IncomingPoint<'_>]) -> BatchOutcome {
         let outcome = self.writer.add_points(points);
-        if self.writer.buffered_points() >= self.settings.max_buffered_points {
+        if self.writer.buffered_points() >= self.settings.max_buffered_points || outcome.throttled {
             if let Some(h) = self.flusher.lock().as_ref() {
                 h.thread().unpark();
-            } else if let Err(e) = self.writer.flush() {
+            } else if self.writer.flush_due()
+                && let Err(e) = self.writer.flush()
+            {
                 tracing::error!(error = %e, "flush failed; points stay buffered and logged");
             }
         }
         outcome
+    }
+
+    /// Whether new batches are accepted now (buffered points are under their budget).
+    pub fn has_room(&self) -> bool {
+        self.writer.has_room()
     }
 
     /// Writes every buffered point to the data table now.
@@ -135,20 +173,38 @@ impl Tsdb {
     /// compacted cell, except rows whose duplicates `fix_duplicates` forbids resolving.
     /// Returns how many rows were rewritten.
     pub fn compact_rows(&self, keys: &[Vec<u8>]) -> Result<usize> {
-        self.writer.flush()?;
+        let mut flush = self.writer.lock_flushes();
+        self.writer.flush_with(&mut flush)?;
         self.writer.compact_keys(keys)
     }
 
-    /// Makes every acknowledged point durable against power loss: fsyncs the log, or (with
-    /// the log off) flushes the buffers to the data table and syncs it.
+    /// Makes every point acknowledged so far durable against power loss and, when other TSDs
+    /// share the store, visible to them: on a shared store the points are written to it; else
+    /// the log is fsynced (one fsync shared by concurrent callers), or without a log the
+    /// buffers are flushed and the store synced. UIDs the points use are synced first.
     pub fn sync_writes(&self) -> Result<()> {
-        if self.writer.has_log() {
-            self.writer.sync_log()
+        let seq = self.writer.last_seq();
+        if self.store.is_shared() {
+            self.writer.flush_through(seq)
         } else {
-            self.writer.flush()?;
-            self.store.sync()?;
-            Ok(())
+            self.writer.sync_through(seq)
         }
+    }
+
+    /// Bytes held by points accepted but not yet in the store.
+    pub fn buffered_bytes(&self) -> usize {
+        self.writer.buffered_bytes()
+    }
+
+    /// Why the write-ahead log refuses writes, when it does (it heals once buffered points
+    /// are stored).
+    pub fn log_poisoned(&self) -> Option<String> {
+        self.writer.log_poisoned()
+    }
+
+    /// Whether the last flush failed to write to the store.
+    pub fn store_failing(&self) -> bool {
+        self.writer.store_failing()
     }
 
     pub fn buffered_points(&self) -> usize {

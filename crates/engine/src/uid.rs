@@ -52,6 +52,9 @@ pub struct UidRegistry {
     caches: [KindCache; 3],
     /// `tsd.core.meta.enable_realtime_uid`: write UIDMeta for each new UID.
     realtime_meta: bool,
+    /// Set when this registry wrote mappings the store may not have synced yet: a batch
+    /// promised to survive power loss syncs the store first.
+    unsynced: std::sync::atomic::AtomicBool,
     pub stats: CacheStats,
 }
 
@@ -62,8 +65,20 @@ impl UidRegistry {
             schema,
             caches: Default::default(),
             realtime_meta: false,
+            unsynced: std::sync::atomic::AtomicBool::new(false),
             stats: CacheStats::default(),
         }
+    }
+
+    /// Whether mappings were written (or found while assigning) since the last call: the
+    /// caller syncs the store before promising durability for points that use them.
+    pub(crate) fn take_unsynced(&self) -> bool {
+        self.unsynced.swap(false, Ordering::AcqRel)
+    }
+
+    /// Marks mappings as not known to be synced (after a failed store sync).
+    pub(crate) fn mark_unsynced(&self) {
+        self.unsynced.store(true, Ordering::Release);
     }
 
     /// Writes UIDMeta (created now) for every UID this registry assigns.
@@ -205,6 +220,8 @@ impl UidRegistry {
             return Ok(uid);
         }
         if let Some(uid) = self.read_forward(kind, name)? {
+            // Perhaps written by an assignment of ours whose outcome was unknown.
+            self.mark_unsynced();
             self.remember(kind, name, uid);
             return Ok(uid);
         }
@@ -214,6 +231,7 @@ impl UidRegistry {
     fn assign(&self, kind: UidKind, name: &str) -> Result<Uid> {
         let width = self.width(kind);
         let qualifier = kind.qualifier().as_bytes();
+        self.mark_unsynced();
         for _ in 0..MAX_ATTEMPTS {
             let id = self
                 .store

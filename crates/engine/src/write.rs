@@ -1,14 +1,28 @@
 //! The write path. A batch of points is validated and resolved to row keys, logged as one
-//! write-ahead-log entry, and added to in-memory row buffers; then it is acknowledged. A
-//! flush turns each buffered row into one cell: a compacted cell merged with what the row
-//! already holds when its hour is over, else a partial compacted cell (OpenTSDB readers
-//! handle several data cells per row). After the flush the log entries it covered are
-//! deleted. So the store sees about one write per row per flush, not one per point.
+//! write-ahead-log entry, and added to the active row buffer; then it is acknowledged.
+//!
+//! A flush moves points through four states, and a query sees every point acknowledged
+//! before it began, exactly once, in whichever state it is:
+//!
+//! ```text
+//! active buffer --seal--> sealed (immutable, read by queries) --write--> in the store
+//!     --store synced, sealed dropped--> log entries released
+//! ```
+//!
+//! Each buffered row becomes one cell: a compacted cell merged with what the row holds when
+//! its hour is over, else a partial compacted cell (OpenTSDB readers merge several data
+//! cells per row), compacted once the hour closes. So the store sees about one write per
+//! row per flush, not one per point. A failed flush leaves its sealed buffer in place (still
+//! read, retried with backoff); past `tsd.storage.max_buffer_bytes` new batches are refused
+//! until flushes catch up.
 
-use std::collections::{HashMap, HashSet};
+mod buffer;
+mod open_hours;
+
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use hourglass_core::compact::{self, Point};
 use hourglass_core::names::validate_name;
@@ -18,10 +32,13 @@ use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::time::MAX_TIMESPAN;
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
-use hourglass_storage::{Mutation, ReadOptions, RowMutation, Store, now_ms};
-use parking_lot::{Mutex, RwLock};
+use hourglass_storage::{Mutation, ReadOptions, RowMutation, ScanRequest, Store, now_ms};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
+use self::buffer::{Buffer, Gathered};
+use self::open_hours::OpenHours;
 use crate::uid::{UidRegistry, format_signed_bytes};
+use crate::wal::files::LogFiles;
 use crate::{Error, Result, Settings, rows, wal};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -30,6 +47,8 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 const FLUSH_BATCH_ROWS: usize = 1000;
 /// Seconds after an hour ends before its rows are compacted (late points still arrive).
 const COMPACTION_GRACE_SECS: i64 = 1;
+/// Longest wait before a failed flush is tried again.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
 
 /// A point as a client sends it.
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +65,9 @@ pub struct IncomingPoint<'a> {
 pub struct BatchOutcome {
     pub stored: usize,
     pub errors: Vec<(usize, Error)>,
+    /// The batch was refused whole because buffered points are over their memory budget:
+    /// nothing was stored; the caller may wait and send it again.
+    pub throttled: bool,
 }
 
 /// Counters of the write path, for `/api/stats`.
@@ -54,10 +76,15 @@ pub struct WriteStats {
     pub points_stored: AtomicU64,
     pub points_rejected: AtomicU64,
     pub flushes: AtomicU64,
+    pub flush_errors: AtomicU64,
     pub rows_written: AtomicU64,
     pub rows_compacted: AtomicU64,
     pub duplicates: AtomicU64,
     pub compaction_errors: AtomicU64,
+    /// Batches refused because buffered points were over their memory budget.
+    pub batches_throttled: AtomicU64,
+    /// Fsyncs of the log (several waiting batches share one).
+    pub log_syncs: AtomicU64,
     /// Duration of the last flush, in microseconds.
     pub last_flush_micros: AtomicU64,
     /// Longest flush so far, in microseconds.
@@ -85,53 +112,43 @@ impl SeriesCache {
     }
 }
 
-/// Points waiting for a flush, by row, in arrival order. A row is `series id << 32 | base
-/// hour`. Each series' current hour sits in a dense slot indexed by series id (no hashing on
-/// the hot path); points for any other hour of the series go to a map.
-#[derive(Debug, Default)]
-struct Buffer {
-    current: Vec<(u32, Vec<Point>)>,
-    other: Map<u64, Vec<Point>>,
-    points: usize,
-    oldest: Option<Instant>,
-}
-
-impl Buffer {
-    fn push(&mut self, row: u64, p: Point) {
-        let (series, base) = ((row >> 32) as usize, row as u32);
-        if series >= self.current.len() {
-            self.current.resize_with(series + 1, Default::default);
-        }
-        let slot = &mut self.current[series];
-        if slot.1.is_empty() {
-            slot.0 = base;
-        }
-        if slot.0 == base {
-            slot.1.push(p);
-        } else {
-            self.other.entry(row).or_default().push(p);
-        }
-        self.points += 1;
-        self.oldest.get_or_insert_with(Instant::now);
-    }
-
-    /// Every buffered row with its points.
-    fn into_rows(self) -> impl Iterator<Item = (u64, Vec<Point>)> {
-        let current = self
-            .current
-            .into_iter()
-            .enumerate()
-            .filter(|(_, (_, points))| !points.is_empty())
-            .map(|(series, (base, points))| (((series as u64) << 32) | u64::from(base), points));
-        current.chain(self.other)
-    }
-}
-
+/// What batches and flushes share, under one lock: appends to the log and to the active
+/// buffer happen together, so the log's order is the buffer's order.
 #[derive(Debug)]
 struct LogState {
-    buffer: Buffer,
+    active: Buffer,
+    /// Oldest first.
+    sealed: Vec<Arc<Buffer>>,
     log: Option<wal::Log>,
+    /// Sequence number of the next batch (logged or not).
     next_seq: u64,
+}
+
+impl LogState {
+    fn bytes(&self) -> usize {
+        self.active.bytes + self.sealed.iter().map(|s| s.bytes).sum::<usize>()
+    }
+
+    fn points(&self) -> usize {
+        self.active.points + self.sealed.iter().map(|s| s.points).sum::<usize>()
+    }
+}
+
+/// Flushes run one at a time, holding this.
+#[derive(Debug, Default)]
+pub(crate) struct FlushState {
+    /// Every batch at or below this sequence number is in the store.
+    stored_seq: u64,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+/// Group commit of log fsyncs: one fsync runs at a time and covers every batch appended
+/// before it started.
+#[derive(Debug, Default)]
+struct SyncState {
+    synced_seq: u64,
+    running: bool,
 }
 
 #[derive(Debug)]
@@ -141,9 +158,16 @@ pub(crate) struct Writer {
     uids: Arc<UidRegistry>,
     series: RwLock<SeriesCache>,
     state: Mutex<LogState>,
-    flush_lock: Mutex<()>,
-    /// Rows written while their hour was open: compacted once it closes.
-    open_rows: Mutex<HashSet<Vec<u8>>>,
+    /// Mirror of the buffers' bytes, read without the lock (admission checks).
+    buffered_bytes: AtomicUsize,
+    flush: Mutex<FlushState>,
+    sync: Mutex<SyncState>,
+    sync_done: Condvar,
+    /// Where the compaction bookkeeping is kept (the log's directory), if anywhere.
+    files: Option<Arc<dyn LogFiles>>,
+    open: Mutex<OpenHours>,
+    /// Set while a flush's store write is failing: the store is unreachable or refusing.
+    store_failing: AtomicBool,
     last_cell_ts: AtomicI64,
     /// Series tracking in the meta table (`tsd.core.meta.*`), when on.
     tracker: Option<crate::meta::Tracker>,
@@ -173,26 +197,45 @@ impl Writer {
         settings: Settings,
         uids: Arc<UidRegistry>,
         log: Option<wal::Log>,
+        files: Option<Arc<dyn LogFiles>>,
     ) -> Result<Writer> {
         let tracker =
             crate::meta::Tracker::new(Arc::clone(&store), settings.schema.clone(), settings.meta);
-        let writer = Writer {
+        let open = match &files {
+            Some(f) => match f.read_named(open_hours::FILE_NAME) {
+                Ok(Some(bytes)) => OpenHours::decode(&bytes)?,
+                Ok(None) => OpenHours::default(),
+                Err(e) => {
+                    return Err(Error::Internal(format!(
+                        "cannot read the compaction bookkeeping ({}): {e}",
+                        open_hours::FILE_NAME
+                    )));
+                }
+            },
+            None => OpenHours::default(),
+        };
+        Ok(Writer {
             store,
             settings,
             tracker,
             uids,
             series: RwLock::new(SeriesCache::default()),
             state: Mutex::new(LogState {
-                buffer: Buffer::default(),
+                active: Buffer::default(),
+                sealed: Vec::new(),
                 log,
                 next_seq: 1,
             }),
-            flush_lock: Mutex::new(()),
-            open_rows: Mutex::new(HashSet::new()),
+            buffered_bytes: AtomicUsize::new(0),
+            flush: Mutex::new(FlushState::default()),
+            sync: Mutex::new(SyncState::default()),
+            sync_done: Condvar::new(),
+            files,
+            open: Mutex::new(open),
+            store_failing: AtomicBool::new(false),
             last_cell_ts: AtomicI64::new(0),
             stats: WriteStats::default(),
-        };
-        Ok(writer)
+        })
     }
 
     /// Replays log entries left by a previous process into the buffer.
@@ -214,12 +257,13 @@ impl Writer {
                 template[at..at + 4].fill(0);
                 let id = series.intern(template);
                 state
-                    .buffer
+                    .active
                     .push((u64::from(id) << 32) | u64::from(base), p);
                 replayed += 1;
             }
             state.next_seq = state.next_seq.max(seq + 1);
         }
+        self.buffered_bytes.store(state.bytes(), Ordering::Relaxed);
         Ok(replayed)
     }
 
@@ -317,9 +361,25 @@ impl Writer {
         })
     }
 
+    /// Whether buffered points are under their memory budget (new batches are accepted).
+    pub(crate) fn has_room(&self) -> bool {
+        self.buffered_bytes.load(Ordering::Relaxed) < self.settings.max_buffer_bytes
+    }
+
     /// Validates, logs and buffers a batch. Good points are stored even when others fail.
+    /// Past the memory budget the whole batch is refused (`throttled`) before any work.
     pub(crate) fn add_points(&self, points: &[IncomingPoint<'_>]) -> BatchOutcome {
         let mut outcome = BatchOutcome::default();
+        if !self.has_room() {
+            self.stats.batches_throttled.fetch_add(1, Ordering::Relaxed);
+            let e = Error::Throttled(format!(
+                "Please throttle writes: buffered points are over their memory budget ({} bytes, tsd.storage.max_buffer_bytes) while the store catches up",
+                self.settings.max_buffer_bytes
+            ));
+            outcome.errors = (0..points.len()).map(|i| (i, e.clone())).collect();
+            outcome.throttled = true;
+            return outcome;
+        }
         let mut resolved: Vec<(u64, Point)> = Vec::with_capacity(points.len());
         let mut text = String::new();
         // Known series under one read lock for the whole batch.
@@ -353,14 +413,8 @@ impl Writer {
             }
         }
         if let Err(e) = self.log_and_buffer(&resolved) {
-            tracing::error!(error = %e, "write-ahead log append failed");
-            let n = outcome.errors.len();
-            outcome
-                .errors
-                .extend(points.iter().enumerate().map(|(i, _)| (i, e.clone())));
-            outcome.errors.sort_by_key(|(i, _)| *i);
-            outcome.errors.dedup_by_key(|(i, _)| *i);
-            debug_assert!(outcome.errors.len() >= n);
+            tracing::error!(error = %e, "batch refused: it could not be logged");
+            outcome.errors = (0..points.len()).map(|i| (i, e.clone())).collect();
             self.stats
                 .points_rejected
                 .fetch_add(points.len() as u64, Ordering::Relaxed);
@@ -376,57 +430,149 @@ impl Writer {
         outcome
     }
 
+    /// Logs the points as one entry and buffers them. With `tsd.storage.wal.sync` it
+    /// returns once the entry is fsynced (one fsync shared by concurrent batches) and the
+    /// UIDs it uses are synced in the store.
     fn log_and_buffer(&self, resolved: &[(u64, Point)]) -> Result<()> {
         if resolved.is_empty() {
             return Ok(());
         }
-        let mut state = self.state.lock();
-        if state.log.is_some() {
-            let mut entry = wal::EntryBuilder::default();
-            let series = self.series.read();
-            let at = self.settings.schema.timestamp_offset();
-            let mut key = Vec::new();
-            // Consecutive points of one row share its entry; no hashing on this path.
-            let mut last: Option<(u64, u64)> = None;
-            for (row, p) in resolved {
-                let idx = match last {
-                    Some((r, i)) if r == *row => i,
-                    _ => {
-                        key.clear();
-                        key.extend_from_slice(&series.templates[(row >> 32) as usize]);
-                        key[at..at + 4].copy_from_slice(&(*row as u32).to_be_bytes());
-                        let i = entry.add_row(&key);
-                        last = Some((*row, i));
-                        i
-                    }
-                };
-                entry.add_point(idx, *p);
-            }
-            drop(series);
-            if !entry.is_empty() {
-                let seq = state.next_seq;
-                let frame = entry.finish_framed(seq);
+        let seq = {
+            let mut state = self.state.lock();
+            let seq = state.next_seq;
+            if state.log.is_some() {
+                let frame = self.log_entry(resolved).finish_framed(seq);
                 if let Some(log) = state.log.as_mut() {
-                    log.append_frame(seq, &frame, self.settings.wal_sync)?;
+                    log.append_frame(seq, &frame, false)?;
                 }
-                state.next_seq += 1;
             }
-        }
-        for (row, p) in resolved {
-            state.buffer.push(*row, *p);
+            state.next_seq += 1;
+            for (row, p) in resolved {
+                state.active.push(*row, *p);
+            }
+            self.buffered_bytes.store(state.bytes(), Ordering::Relaxed);
+            seq
+        };
+        if self.settings.wal_sync {
+            self.sync_through(seq)?;
         }
         Ok(())
     }
 
-    /// Whether the buffer should be flushed now.
+    /// The log entry of resolved points: consecutive points of one row share its key.
+    fn log_entry(&self, resolved: &[(u64, Point)]) -> wal::EntryBuilder {
+        let mut entry = wal::EntryBuilder::default();
+        let series = self.series.read();
+        let at = self.settings.schema.timestamp_offset();
+        let mut key = Vec::new();
+        let mut last: Option<(u64, u64)> = None;
+        for (row, p) in resolved {
+            let idx = match last {
+                Some((r, i)) if r == *row => i,
+                _ => {
+                    key.clear();
+                    key.extend_from_slice(&series.templates[(row >> 32) as usize]);
+                    key[at..at + 4].copy_from_slice(&(*row as u32).to_be_bytes());
+                    let i = entry.add_row(&key);
+                    last = Some((*row, i));
+                    i
+                }
+            };
+            entry.add_point(idx, *p);
+        }
+        entry
+    }
+
+    /// The sequence number of the last batch accepted so far.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.state.lock().next_seq - 1
+    }
+
+    /// Makes every batch up to `seq` durable against power loss: its log entry fsynced
+    /// (concurrent callers share one fsync) and the UIDs it uses synced in the store. Without
+    /// a log, the batches are flushed and the store synced.
+    pub(crate) fn sync_through(&self, seq: u64) -> Result<()> {
+        if self.uids.take_unsynced()
+            && let Err(e) = self.store.sync()
+        {
+            self.uids.mark_unsynced();
+            return Err(e.into());
+        }
+        if !self.has_log() {
+            self.flush_through(seq)?;
+            self.store.sync()?;
+            return Ok(());
+        }
+        let mut s = self.sync.lock();
+        loop {
+            if s.synced_seq >= seq {
+                return Ok(());
+            }
+            if !s.running {
+                break;
+            }
+            self.sync_done.wait(&mut s);
+        }
+        s.running = true;
+        drop(s);
+        // The leader: one fsync for every batch appended so far.
+        let result = (|| {
+            let pending = {
+                let state = self.state.lock();
+                let through = state.next_seq - 1;
+                match state.log.as_ref() {
+                    Some(log) => log.pending_sync(through)?,
+                    None => return Ok(through),
+                }
+            };
+            let outcome = pending.run();
+            self.stats.log_syncs.fetch_add(1, Ordering::Relaxed);
+            if let Some(log) = self.state.lock().log.as_mut() {
+                log.synced(&pending, outcome)?;
+            }
+            Ok(pending.through)
+        })();
+        let mut s = self.sync.lock();
+        s.running = false;
+        if let Ok(through) = result {
+            s.synced_seq = s.synced_seq.max(through);
+        }
+        self.sync_done.notify_all();
+        result.map(|_| ())
+    }
+
+    /// Whether a flush is due: the flush interval or buffer size says so, a failed flush
+    /// waits for its retry, or rows of a closed hour wait for compaction.
     pub(crate) fn flush_due(&self) -> bool {
-        let state = self.state.lock();
-        state.buffer.points >= self.settings.max_buffered_points
-            || state
-                .buffer
-                .oldest
-                .is_some_and(|t| t.elapsed() >= self.settings.flush_interval)
-            || (!self.open_rows.lock().is_empty() && state.buffer.points == 0)
+        {
+            let flush = self.flush.lock();
+            if flush.retry_at.is_some_and(|t| Instant::now() < t) {
+                return false;
+            }
+        }
+        let (points, oldest, sealed, poisoned) = {
+            let state = self.state.lock();
+            (
+                state.points(),
+                state.active.oldest,
+                !state.sealed.is_empty(),
+                state.log.as_ref().is_some_and(|l| l.poisoned().is_some()),
+            )
+        };
+        if sealed || poisoned || points >= self.settings.max_buffered_points {
+            return true;
+        }
+        if oldest.is_some_and(|t| t.elapsed() >= self.settings.flush_interval) {
+            return true;
+        }
+        let now_secs = self.settings.clock.now_ms() / 1000;
+        self.settings.enable_compaction
+            && self
+                .open
+                .lock()
+                .pairs
+                .iter()
+                .any(|(_, h)| hour_closed(*h, now_secs))
     }
 
     /// Whether acknowledged points are logged (else they live only in the buffers).
@@ -434,53 +580,66 @@ impl Writer {
         self.state.lock().log.is_some()
     }
 
-    /// Fsyncs the log.
-    pub(crate) fn sync_log(&self) -> Result<()> {
-        match self.state.lock().log.as_ref() {
-            Some(log) => log.sync(),
-            None => Ok(()),
-        }
-    }
-
     pub(crate) fn buffered_points(&self) -> usize {
-        self.state.lock().buffer.points
+        self.state.lock().points()
     }
 
-    /// Copies of the buffered (not yet flushed) rows whose key satisfies `wanted`, with their
-    /// points in arrival order. Queries merge these with the stored rows.
+    pub(crate) fn buffered_bytes(&self) -> usize {
+        self.buffered_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Why the log refuses writes, when it does.
+    pub(crate) fn log_poisoned(&self) -> Option<String> {
+        self.state
+            .lock()
+            .log
+            .as_ref()
+            .and_then(|l| l.poisoned().map(str::to_string))
+    }
+
+    /// Whether the last flush could not write to the store.
+    pub(crate) fn store_failing(&self) -> bool {
+        self.store_failing.load(Ordering::Relaxed)
+    }
+
+    /// Copies of the buffered (not yet stored) rows whose key satisfies `wanted`, with their
+    /// points in write order: sealed buffers (oldest first), then the active one. Taken under
+    /// one lock, so together with a store read that starts afterwards a reader sees every
+    /// point acknowledged before the call.
     pub(crate) fn buffered_rows(
         &self,
         wanted: impl Fn(&[u8]) -> bool,
     ) -> Vec<(Vec<u8>, Vec<Point>)> {
-        let state = self.state.lock();
         let series = self.series.read();
         let at = self.settings.schema.timestamp_offset();
-        let mut out = Vec::new();
-        let mut key = Vec::new();
-        let mut visit = |row: u64, points: &Vec<Point>| {
-            let Some(template) = series.templates.get((row >> 32) as usize) else {
-                return;
-            };
-            key.clear();
-            key.extend_from_slice(template);
+        let key_of = |row: u64| -> Option<Vec<u8>> {
+            let template = series.templates.get((row >> 32) as usize)?;
+            let mut key = template.to_vec();
             key[at..at + 4].copy_from_slice(&(row as u32).to_be_bytes());
-            if wanted(&key) {
-                out.push((key.clone(), points.clone()));
-            }
+            Some(key)
         };
-        for (id, (base, points)) in state.buffer.current.iter().enumerate() {
-            if !points.is_empty() {
-                visit(((id as u64) << 32) | u64::from(*base), points);
+        let mut verdicts: Map<u64, bool> = Map::default();
+        let mut wanted_row = |row: u64| {
+            *verdicts
+                .entry(row)
+                .or_insert_with(|| key_of(row).is_some_and(|k| wanted(&k)))
+        };
+        let mut gathered = Gathered::default();
+        {
+            let state = self.state.lock();
+            for sealed in &state.sealed {
+                gathered.add(sealed, &mut wanted_row);
             }
+            gathered.add(&state.active, &mut wanted_row);
         }
-        for (row, points) in &state.buffer.other {
-            visit(*row, points);
-        }
-        out
+        gathered
+            .into_rows()
+            .filter_map(|(row, points)| Some((key_of(row)?, points)))
+            .collect()
     }
 
     fn cell_timestamp(&self) -> i64 {
-        let now = now_ms();
+        let now = self.settings.clock.now_ms();
         let prev = self.last_cell_ts.fetch_max(now, Ordering::AcqRel);
         if prev >= now {
             self.last_cell_ts.fetch_add(1, Ordering::AcqRel) + 1
@@ -489,12 +648,51 @@ impl Writer {
         }
     }
 
-    /// Writes every buffered row to the data table, compacts rows whose hour is over, and
-    /// deletes the log entries covered. Returns the number of points flushed.
+    /// Holds off flushes (a deletion reads and rewrites rows under it).
+    pub(crate) fn lock_flushes(&self) -> MutexGuard<'_, FlushState> {
+        self.flush.lock()
+    }
+
+    /// Writes every buffered point to the data table, compacts rows whose hour is over,
+    /// and releases the log entries covered. Returns the number of points flushed.
     pub(crate) fn flush(&self) -> Result<usize> {
-        let _one = self.flush_lock.lock();
+        let mut flush = self.flush.lock();
+        self.flush_with(&mut flush)
+    }
+
+    /// Flushes unless every batch up to `seq` is already in the store (concurrent callers
+    /// share one flush).
+    pub(crate) fn flush_through(&self, seq: u64) -> Result<()> {
+        let mut flush = self.flush.lock();
+        if flush.stored_seq >= seq {
+            return Ok(());
+        }
+        self.flush_with(&mut flush).map(|_| ())
+    }
+
+    /// [`Writer::flush`] under a held flush lock.
+    pub(crate) fn flush_with(&self, flush: &mut FlushState) -> Result<usize> {
         let started = Instant::now();
-        let result = self.flush_locked();
+        let result = self.flush_locked(flush);
+        match &result {
+            Ok(_) => {
+                flush.failures = 0;
+                flush.retry_at = None;
+                self.store_failing.store(false, Ordering::Relaxed);
+            }
+            Err(e) => {
+                flush.failures = flush.failures.saturating_add(1);
+                let delay =
+                    Duration::from_millis(100 << flush.failures.min(6)).min(MAX_RETRY_DELAY);
+                flush.retry_at = Some(Instant::now() + delay);
+                self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
+                if e.kind() == crate::ErrorKind::Unavailable
+                    || e.kind() == crate::ErrorKind::Internal
+                {
+                    self.store_failing.store(true, Ordering::Relaxed);
+                }
+            }
+        }
         let micros = started.elapsed().as_micros() as u64;
         self.stats
             .last_flush_micros
@@ -505,47 +703,51 @@ impl Writer {
         result
     }
 
-    fn flush_locked(&self) -> Result<usize> {
-        let (buffer, last) = {
+    fn flush_locked(&self, flush: &mut FlushState) -> Result<usize> {
+        // Seal: the active buffer becomes immutable and stays readable until stored.
+        let (sealed, through) = {
             let mut state = self.state.lock();
-            (std::mem::take(&mut state.buffer), state.next_seq - 1)
+            if !state.active.is_empty() {
+                let buffer = std::mem::take(&mut state.active);
+                state.sealed.push(Arc::new(buffer));
+            }
+            (state.sealed.clone(), state.next_seq - 1)
         };
-        let flushed = buffer.points;
-        let rows = self.materialize(buffer);
-        if let Err(e) = self.write_rows(&rows) {
-            // Put the points back (older than anything buffered since) and keep the log.
+        let flushed: usize = sealed.iter().map(|s| s.points).sum();
+        let rows = self.materialize(&sealed);
+        self.write_rows(&rows)?;
+        // Durable in the store before the log lets go of the points.
+        self.store.sync()?;
+        {
             let mut state = self.state.lock();
-            let mut restored = Buffer::default();
-            for (row, _, points) in rows {
-                for p in points {
-                    restored.push(row, p);
-                }
+            // Flushes are serialized: the sealed buffers are exactly the ones written.
+            state.sealed.drain(..sealed.len());
+            let bytes = state.bytes();
+            self.buffered_bytes.store(bytes, Ordering::Relaxed);
+            // Everything up to `through` is in the store now, or was never accepted.
+            if let Some(log) = state.log.as_mut() {
+                log.heal(through)?;
             }
-            for (row, points) in std::mem::take(&mut state.buffer).into_rows() {
-                for p in points {
-                    restored.push(row, p);
-                }
-            }
-            state.buffer = restored;
-            return Err(e);
         }
-        if let Some(log) = self.state.lock().log.as_mut() {
-            log.release(last)?;
-        }
+        flush.stored_seq = flush.stored_seq.max(through);
+        drop(sealed);
         if let Some(tracker) = &self.tracker {
             self.track(tracker, &rows);
         }
-        self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        if flushed > 0 {
+            self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.compact_closed_hours(self.settings.clock.now_ms() / 1000);
         Ok(flushed)
     }
 
     /// Notes the flushed series in the meta table. Meta data is best effort: a failure is
     /// logged and never fails the flush (the points are already stored).
-    fn track(&self, tracker: &crate::meta::Tracker, rows: &[(u64, Vec<u8>, Vec<Point>)]) {
+    fn track(&self, tracker: &crate::meta::Tracker, rows: &[(Vec<u8>, Vec<Point>)]) {
         let schema = &self.settings.schema;
         let mut series: Vec<(Vec<u8>, u64)> = Vec::new();
         let mut index: Map<Vec<u8>, usize> = Map::default();
-        for (_, key, points) in rows {
+        for (key, points) in rows {
             let tsuid = rowkey::tsuid_of(schema, key);
             match index.get(&tsuid) {
                 Some(i) => series[*i].1 += points.len() as u64,
@@ -560,12 +762,16 @@ impl Writer {
         }
     }
 
-    /// Buffered rows (id, key, points) sorted by key, duplicates within the buffer resolved
-    /// newest-first.
-    fn materialize(&self, buffer: Buffer) -> Vec<(u64, Vec<u8>, Vec<Point>)> {
+    /// The rows of sealed buffers (key, points) sorted by key, each row's points gathered
+    /// oldest buffer first and duplicates resolved newest-first.
+    fn materialize(&self, sealed: &[Arc<Buffer>]) -> Vec<(Vec<u8>, Vec<Point>)> {
+        let mut gathered = Gathered::default();
+        for s in sealed {
+            gathered.add(s, |_| true);
+        }
         let series = self.series.read();
         let at = self.settings.schema.timestamp_offset();
-        let mut rows: Vec<(u64, Vec<u8>, Vec<Point>)> = buffer
+        let mut rows: Vec<(Vec<u8>, Vec<Point>)> = gathered
             .into_rows()
             .map(|(row, mut points)| {
                 let mut key = series.templates[(row >> 32) as usize].to_vec();
@@ -573,10 +779,10 @@ impl Writer {
                 if let Err(d) = compact::sort_and_dedupe(&mut points, true) {
                     self.note_duplicate(&key, &d);
                 }
-                (row, key, points)
+                (key, points)
             })
             .collect();
-        rows.sort_unstable_by(|a, b| a.1.cmp(&b.1));
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         rows
     }
 
@@ -589,24 +795,19 @@ impl Writer {
         );
     }
 
-    fn hour_closed(&self, base_time: u32, now_secs: i64) -> bool {
-        i64::from(base_time) + i64::from(MAX_TIMESPAN) + COMPACTION_GRACE_SECS <= now_secs
-    }
-
-    fn write_rows(&self, rows: &[(u64, Vec<u8>, Vec<Point>)]) -> Result<()> {
+    fn write_rows(&self, rows: &[(Vec<u8>, Vec<Point>)]) -> Result<()> {
         let schema = &self.settings.schema;
-        let now_secs = now_ms() / 1000;
-        let mut newly_open = Vec::new();
+        let at = schema.timestamp_offset();
+        let now_secs = self.settings.clock.now_ms() / 1000;
         for chunk in rows.chunks(FLUSH_BATCH_ROWS) {
             // Rows of closed hours are merged with what they hold: read them in one go.
             let closed: Vec<Vec<u8>> = chunk
                 .iter()
-                .filter(|(_, key, _)| {
+                .filter(|(key, _)| {
                     self.settings.enable_compaction
-                        && self
-                            .hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
+                        && hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
                 })
-                .map(|(_, key, _)| key.clone())
+                .map(|(key, _)| key.clone())
                 .collect();
             let stored = self.store.get_rows(
                 &schema.data_table,
@@ -615,12 +816,15 @@ impl Writer {
             )?;
             let mut stored = closed.iter().zip(stored).peekable();
             let mut batch: Vec<RowMutation> = Vec::with_capacity(chunk.len());
-            for (_, key, points) in chunk {
+            let mut newly_open = Vec::new();
+            for (key, points) in chunk {
                 let mutations = match stored.next_if(|(k, _)| *k == key) {
                     Some((_, row)) => self.compaction_mutations(key, row.as_ref(), points)?,
                     None => {
-                        if self.settings.enable_compaction {
-                            newly_open.push(key.clone());
+                        if self.settings.enable_compaction
+                            && let Some(hour) = rowkey::base_time_of(schema, key)
+                        {
+                            newly_open.push((&key[..at], hour));
                         }
                         let (q, v) = compact::encode_cell(points);
                         Some(vec![Mutation::set_at(
@@ -638,42 +842,117 @@ impl Writer {
                     });
                 }
             }
+            // Noted (and saved) before the rows are written, so a crash between the two
+            // cannot leave partial cells nobody will compact.
+            if !newly_open.is_empty() {
+                let mut open = self.open.lock();
+                for (prefix, hour) in newly_open {
+                    open.insert(prefix, hour);
+                }
+                self.save_open_hours(&mut open)?;
+            }
             if !batch.is_empty() {
-                self.store.mutate_rows(&schema.data_table, &batch)?;
+                if let Err(e) = self.store.mutate_rows(&schema.data_table, &batch) {
+                    self.store_failing.store(true, Ordering::Relaxed);
+                    return Err(e.into());
+                }
                 self.stats
                     .rows_written
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
             }
         }
-        self.open_rows.lock().extend(newly_open);
-        self.compact_closed_rows(now_secs)
+        Ok(())
     }
 
-    /// Compacts rows written while their hour was open, once it has closed.
-    fn compact_closed_rows(&self, now_secs: i64) -> Result<()> {
-        if !self.settings.enable_compaction {
+    /// Saves the compaction bookkeeping when it changed (in the log's directory).
+    fn save_open_hours(&self, open: &mut OpenHours) -> Result<()> {
+        if !open.dirty {
             return Ok(());
         }
-        let schema = &self.settings.schema;
-        let due: Vec<Vec<u8>> = {
-            let mut open = self.open_rows.lock();
-            let due: Vec<Vec<u8>> = open
-                .iter()
-                .filter(|k| {
-                    rowkey::base_time_of(schema, k).is_some_and(|b| self.hour_closed(b, now_secs))
-                })
-                .cloned()
-                .collect();
-            for k in &due {
-                open.remove(k);
+        if let Some(files) = &self.files {
+            files
+                .write_named(open_hours::FILE_NAME, &open.encode())
+                .map_err(|e| {
+                    Error::Unavailable(format!(
+                        "cannot save the compaction bookkeeping ({}): {e}",
+                        open_hours::FILE_NAME
+                    ))
+                })?;
+        }
+        open.dirty = false;
+        Ok(())
+    }
+
+    /// Compacts the rows of every (metric, hour) written while the hour was open, once it
+    /// has closed. A pair is forgotten only once its rows are compacted; failures are
+    /// logged and retried at the next flush.
+    fn compact_closed_hours(&self, now_secs: i64) {
+        if !self.settings.enable_compaction {
+            return;
+        }
+        let due = self.open.lock().due(|h| hour_closed(h, now_secs));
+        for pair in due {
+            match self.compact_hour(&pair.0, pair.1) {
+                Ok(_) => self.open.lock().remove(&pair),
+                Err(e) => {
+                    self.stats.compaction_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, hour = pair.1, "compaction failed; retried at the next flush");
+                    break;
+                }
             }
-            due
+        }
+        let mut open = self.open.lock();
+        if let Err(e) = self.save_open_hours(&mut open) {
+            tracing::error!(error = %e, "compaction bookkeeping not saved; retried at the next flush");
+        }
+    }
+
+    /// Rewrites each row of one metric and hour (under one row prefix) as one compacted cell.
+    fn compact_hour(&self, prefix: &[u8], hour: u32) -> Result<usize> {
+        let table = &self.settings.schema.data_table;
+        let key_at = |h: u64| {
+            let mut k = prefix.to_vec();
+            k.extend_from_slice(&(h as u32).to_be_bytes());
+            k
         };
-        self.compact_keys(&due).map(|_| ())
+        let end = if u64::from(hour) + u64::from(MAX_TIMESPAN) > u64::from(u32::MAX) {
+            let mut k = prefix.to_vec();
+            k.extend_from_slice(&[0xFF; 5]);
+            k
+        } else {
+            key_at(u64::from(hour) + u64::from(MAX_TIMESPAN))
+        };
+        let request = ScanRequest {
+            start: key_at(u64::from(hour)),
+            end: Some(end),
+            read: ReadOptions::family(DATA_FAMILY),
+            ..ScanRequest::default()
+        };
+        let mut rewritten = 0;
+        let mut batch = Vec::new();
+        for row in self.store.scan(table, &request)? {
+            let row = row?;
+            if let Some(mutations) = self.compaction_mutations(&row.key, Some(&row), &[])? {
+                batch.push(RowMutation {
+                    key: row.key.clone(),
+                    mutations,
+                });
+            }
+            if batch.len() >= FLUSH_BATCH_ROWS {
+                self.store.mutate_rows(table, &batch)?;
+                rewritten += batch.len();
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            self.store.mutate_rows(table, &batch)?;
+            rewritten += batch.len();
+        }
+        Ok(rewritten)
     }
 
     /// Rewrites each row of `keys` as one compacted cell (reading rows a batch at a time).
-    /// Returns how many rows were rewritten.
+    /// Returns how many rows were rewritten. The caller holds off flushes.
     pub(crate) fn compact_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
         let table = &self.settings.schema.data_table;
         let mut rewritten = 0;
@@ -756,4 +1035,9 @@ impl Writer {
         self.stats.rows_compacted.fetch_add(1, Ordering::Relaxed);
         Ok(Some(mutations))
     }
+}
+
+/// Whether the hour starting at `base_time` is over (plus a grace for late points).
+fn hour_closed(base_time: u32, now_secs: i64) -> bool {
+    i64::from(base_time) + i64::from(MAX_TIMESPAN) + COMPACTION_GRACE_SECS <= now_secs
 }

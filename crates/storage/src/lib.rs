@@ -34,6 +34,13 @@ pub trait Store: Send + Sync + Debug {
     /// Short name of the backend for logs and stats (`memory`, `embedded`, `bigtable`).
     fn backend(&self) -> &'static str;
 
+    /// Whether other processes read this store directly (several TSDs share one Bigtable
+    /// instance): a point is visible to them only once written here, so a TSD's `?sync`
+    /// waits for the store write rather than for its own log.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
     /// Creates a table, or adds the families it lacks. Idempotent.
     fn create_table(&self, spec: &TableSpec) -> Result<()>;
 

@@ -11,7 +11,7 @@ use crate::{
     TableSpec, model::ScanFilter, now_ms,
 };
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Table {
     spec: TableSpec,
     rows: BTreeMap<Vec<u8>, RowData>,
@@ -25,6 +25,14 @@ pub struct MemoryStore {
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A deep copy of every table as it is now (simulations keep one as the state a power
+    /// loss returns to).
+    pub fn snapshot(&self) -> MemoryStore {
+        MemoryStore {
+            tables: RwLock::new(self.tables.read().clone()),
+        }
     }
 }
 

@@ -679,6 +679,10 @@ impl Store for BigtableStore {
     fn sync(&self) -> Result<()> {
         Ok(()) // acknowledged writes are durable in Bigtable
     }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
 }
 
 impl BigtableStore {

@@ -232,9 +232,12 @@ pub fn run(
 ) -> Result<Outcome> {
     let limits = &options.limits;
     let deadline = limits.deadline(options.started);
-    if options.delete {
-        // Points still in memory reach the store first, so they are deleted too.
-        tsdb.flush()?;
+    // A deletion holds off flushes from before its scan until its rewrites are applied, so
+    // no point reaches a row between the row's read and its rewrite. Points still in memory
+    // reach the store first, so they are deleted too.
+    let mut flushes = options.delete.then(|| tsdb.writer().lock_flushes());
+    if let Some(flush) = flushes.as_mut() {
+        tsdb.writer().flush_with(flush)?;
     }
     let scan_started = Instant::now();
     let uids = tsdb.uids();
@@ -343,6 +346,7 @@ pub fn run(
     if !deletions.is_empty() {
         tsdb.store().mutate_rows(&schema.data_table, &deletions)?;
     }
+    drop(flushes);
     let aggregation_started = Instant::now();
 
     // Groups by the values of the group-by tag keys (ordered by UID), or one per series for
@@ -809,27 +813,39 @@ fn deletion(
         return Ok(None);
     };
     let inside = |t: i64| t >= start_ms && t <= end_ms;
-    let kept: Vec<Point> = crate::rows::decode_row(Some(&row), &[])?
-        .points
+    let points = crate::rows::decode_row(Some(&row), &[])?.points;
+    let stored = points.len();
+    let kept: Vec<Point> = points
         .into_iter()
         .filter(|p| !inside(p.qualifier.timestamp_ms(base_time)))
         .collect();
-    let kept_annotations = row.cells.iter().filter(|c| {
+    let notes_inside = row.cells.iter().any(|c| {
         c.family == DATA_FAMILY
             && is_annotation_qualifier(&c.qualifier)
-            && stored_time_ms(base_time, &c.qualifier, &c.value).is_some_and(|t| !inside(t))
+            && stored_time_ms(base_time, &c.qualifier, &c.value).is_none_or(inside)
     });
-    let mut mutations = vec![Mutation::DeleteRow];
-    if !kept.is_empty() {
-        let (qualifier, value) = compact::encode_cell(&kept);
-        mutations.push(Mutation::set(DATA_FAMILY, qualifier, value));
+    if kept.len() == stored && !notes_inside {
+        return Ok(None);
     }
-    for c in kept_annotations {
-        mutations.push(Mutation::set(
-            DATA_FAMILY,
-            c.qualifier.clone(),
-            c.value.clone(),
-        ));
+    // Only the cells read are touched: a cell written since (by another TSD sharing the
+    // store) stays. Notes go when their time is inside the range (or unreadable).
+    let kept_cell = (!kept.is_empty()).then(|| compact::encode_cell(&kept));
+    let mut mutations: Vec<Mutation> = row
+        .cells
+        .iter()
+        .filter(|c| c.family == DATA_FAMILY)
+        .filter(|c| {
+            if is_annotation_qualifier(&c.qualifier) {
+                stored_time_ms(base_time, &c.qualifier, &c.value).is_none_or(inside)
+            } else {
+                compact::is_data_qualifier(&c.qualifier)
+                    && kept_cell.as_ref().is_none_or(|(q, _)| *q != c.qualifier)
+            }
+        })
+        .map(|c| Mutation::delete(DATA_FAMILY, c.qualifier.clone()))
+        .collect();
+    if let Some((qualifier, value)) = kept_cell {
+        mutations.push(Mutation::set(DATA_FAMILY, qualifier, value));
     }
     Ok(Some(RowMutation {
         key: key.to_vec(),

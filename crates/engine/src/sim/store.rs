@@ -1,0 +1,221 @@
+//! A store wrapper that fails operations as the fault plan says, and (over a memory store)
+//! can lose what was not synced: a power loss. Failed batch writes apply a prefix of their rows first, and failed
+//! increments and check-and-mutates may have been applied: a remote store's timeout leaves
+//! the caller not knowing.
+
+use std::sync::Arc;
+
+use hourglass_storage::memory::MemoryStore;
+use hourglass_storage::{
+    Check, Error, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, Store,
+    TableSpec,
+};
+use parking_lot::{Mutex, RwLock};
+
+use super::Faults;
+
+/// Where a [`Hook`] is called from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// A batch write, before its rows are applied.
+    BeforeWrite,
+    /// A batch write, after its rows were applied.
+    AfterWrite,
+    /// A one-row read, after it read (before the caller sees the row).
+    Get,
+}
+
+/// Called in the middle of store operations (a query racing a flush, deterministically).
+pub type Hook = Arc<dyn Fn(Op) + Send + Sync>;
+
+/// The wrapper; see the module docs.
+pub struct FaultStore {
+    current: RwLock<Arc<dyn Store>>,
+    /// The memory store behind `current`, when it is one (power loss needs it).
+    memory: RwLock<Option<Arc<MemoryStore>>>,
+    /// The state as of the last successful `sync`.
+    synced: Mutex<Arc<MemoryStore>>,
+    faults: Arc<Faults>,
+    hook: Mutex<Option<Hook>>,
+}
+
+impl std::fmt::Debug for FaultStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultStore").finish_non_exhaustive()
+    }
+}
+
+fn injected(what: &str) -> Error {
+    Error::Unavailable(format!("simulated fault: {what}"))
+}
+
+impl FaultStore {
+    /// Over a fresh memory store (power losses can be simulated).
+    pub fn new(faults: Arc<Faults>) -> FaultStore {
+        let memory = Arc::new(MemoryStore::new());
+        FaultStore {
+            current: RwLock::new(Arc::clone(&memory) as Arc<dyn Store>),
+            memory: RwLock::new(Some(memory)),
+            synced: Mutex::new(Arc::new(MemoryStore::new())),
+            faults,
+            hook: Mutex::new(None),
+        }
+    }
+
+    /// Over any store (power losses cannot be simulated).
+    pub fn over(inner: Arc<dyn Store>, faults: Arc<Faults>) -> FaultStore {
+        FaultStore {
+            current: RwLock::new(inner),
+            memory: RwLock::new(None),
+            synced: Mutex::new(Arc::new(MemoryStore::new())),
+            faults,
+            hook: Mutex::new(None),
+        }
+    }
+
+    /// Runs `hook` at batch writes (before and after the rows are applied) and one-row reads.
+    pub fn set_hook(&self, hook: Option<Hook>) {
+        *self.hook.lock() = hook;
+    }
+
+    /// A power loss: everything written since the last successful sync is gone. Only over
+    /// a memory store; returns whether it happened.
+    pub fn power_loss(&self) -> bool {
+        if self.memory.read().is_none() {
+            return false;
+        }
+        let synced = Arc::new(self.synced.lock().snapshot());
+        *self.memory.write() = Some(Arc::clone(&synced));
+        *self.current.write() = synced;
+        true
+    }
+
+    fn inner(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.current.read())
+    }
+
+    fn check(&self, what: &str) -> Result<()> {
+        if self.faults.store_down() || self.faults.fail() {
+            return Err(injected(what));
+        }
+        Ok(())
+    }
+
+    fn run_hook(&self, op: Op) {
+        let hook = self.hook.lock().clone();
+        if let Some(hook) = hook {
+            hook(op);
+        }
+    }
+}
+
+impl Store for FaultStore {
+    fn backend(&self) -> &'static str {
+        "simulated"
+    }
+
+    fn is_shared(&self) -> bool {
+        self.inner().is_shared()
+    }
+
+    fn create_table(&self, spec: &TableSpec) -> Result<()> {
+        self.check("create table")?;
+        self.inner().create_table(spec)
+    }
+
+    fn table_exists(&self, table: &str) -> Result<bool> {
+        self.check("table exists")?;
+        self.inner().table_exists(table)
+    }
+
+    fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
+        self.check("get")?;
+        let row = self.inner().get(table, key, read);
+        self.run_hook(Op::Get);
+        row
+    }
+
+    fn get_rows(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        read: &ReadOptions,
+    ) -> Result<Vec<Option<Row>>> {
+        self.check("get rows")?;
+        self.inner().get_rows(table, keys, read)
+    }
+
+    fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
+        self.check("mutate row")?;
+        self.inner().mutate_row(table, key, mutations)
+    }
+
+    fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
+        self.run_hook(Op::BeforeWrite);
+        if self.faults.store_down() {
+            return Err(injected("mutate rows"));
+        }
+        if self.faults.fail() {
+            let applied = self.faults.below(rows.len() as u64 + 1) as usize;
+            self.inner().mutate_rows(table, &rows[..applied])?;
+            return Err(injected("mutate rows (part of the batch applied)"));
+        }
+        self.inner().mutate_rows(table, rows)?;
+        self.run_hook(Op::AfterWrite);
+        Ok(())
+    }
+
+    fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
+        self.check("scan")?;
+        self.inner().scan(table, request)
+    }
+
+    fn increment(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        delta: i64,
+    ) -> Result<i64> {
+        if self.faults.store_down() {
+            return Err(injected("increment"));
+        }
+        if self.faults.fail() {
+            if self.faults.below(2) == 0 {
+                self.inner()
+                    .increment(table, key, family, qualifier, delta)?;
+            }
+            return Err(injected("increment (outcome unknown)"));
+        }
+        self.inner().increment(table, key, family, qualifier, delta)
+    }
+
+    fn check_and_mutate(
+        &self,
+        table: &str,
+        key: &[u8],
+        check: &Check,
+        mutations: &[Mutation],
+    ) -> Result<bool> {
+        if self.faults.store_down() {
+            return Err(injected("check and mutate"));
+        }
+        if self.faults.fail() {
+            if self.faults.below(2) == 0 {
+                self.inner()
+                    .check_and_mutate(table, key, check, mutations)?;
+            }
+            return Err(injected("check and mutate (outcome unknown)"));
+        }
+        self.inner().check_and_mutate(table, key, check, mutations)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.check("sync")?;
+        if let Some(memory) = self.memory.read().as_ref() {
+            *self.synced.lock() = Arc::new(memory.snapshot());
+        }
+        self.inner().sync()
+    }
+}

@@ -1,0 +1,384 @@
+//! The write path's promises under faults, each on every backend: a query sees every point
+//! acknowledged before it began while flushes write them; a full log disk refuses batches
+//! without losing acknowledged ones; deletions leave points outside their range alone
+//! whatever is flushed meanwhile; compaction resumes after a restart; memory stays under
+//! its budget while the store is down; `?sync` means stored on a shared store.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+
+use hourglass_core::uid::UidKind;
+use hourglass_core::value::Value;
+use hourglass_engine::query::aggregator::Aggregator;
+use hourglass_engine::query::plan::{self, Limits, RunOptions, SubQuery};
+use hourglass_engine::scan::RowQuery;
+use hourglass_engine::sim::{FaultStore, Faults, Op, SimFiles};
+use hourglass_engine::wal::files::LogFiles;
+use hourglass_engine::{Clock, IncomingPoint, Settings, Tsdb};
+use hourglass_storage::{ReadOptions, Store};
+
+/// 2013-01-01 00:00:00 UTC: hours long closed.
+const T0: i64 = 1_356_998_400;
+
+fn settings() -> Settings {
+    Settings {
+        auto_create_metrics: true,
+        wal: true,
+        ..Settings::default()
+    }
+}
+
+fn open(store: &Arc<dyn Store>, files: &SimFiles, settings: &Settings) -> Arc<Tsdb> {
+    Tsdb::open_with_log(
+        Arc::clone(store),
+        settings.clone(),
+        Some(Arc::new(files.clone()) as Arc<dyn LogFiles>),
+    )
+    .expect("open")
+}
+
+/// `n` points of metric `m`, host `h`, one a second from `start` (values = times).
+fn batch(
+    host: &'static [(&'static str, &'static str)],
+    start: i64,
+    n: i64,
+) -> Vec<IncomingPoint<'static>> {
+    (0..n)
+        .map(|i| IncomingPoint {
+            metric: "m",
+            timestamp: start + i,
+            value: Value::Int(start + i),
+            tags: host,
+        })
+        .collect()
+}
+
+const WEB01: &[(&str, &str)] = &[("host", "web01")];
+const WEB02: &[(&str, &str)] = &[("host", "web02")];
+
+/// Every visible point of metric `m` as (host uid bytes, ms, value bits).
+fn visible(db: &Tsdb, start: i64, end: i64) -> BTreeSet<(Vec<u8>, i64, u64)> {
+    let Ok(metric) = db.uids().get_id(UidKind::Metric, "m") else {
+        return BTreeSet::new();
+    };
+    let query = RowQuery {
+        metric,
+        start_secs: start,
+        end_secs: end,
+        tags: Vec::new(),
+    };
+    let mut out = BTreeSet::new();
+    for s in db.read_series(&query).expect("read") {
+        let host = s.series.tags[0].1.to_bytes(3);
+        for (t, v) in s.points {
+            assert!(
+                out.insert((host.clone(), t, v.to_bits())),
+                "a point seen twice"
+            );
+        }
+    }
+    out
+}
+
+/// The seen bug: a flush took the buffer out of the readers' reach before its rows were in
+/// the store, so queries between the two missed acknowledged points.
+#[test]
+fn queries_see_every_acknowledged_point_while_flushes_write_them() {
+    for (name, backend) in common::backends() {
+        let faults = Arc::new(Faults::new(1, 0));
+        let store = Arc::new(FaultStore::over(backend, Arc::clone(&faults)));
+        let dyn_store: Arc<dyn Store> = store.clone();
+        let db = open(&dyn_store, &SimFiles::new(faults), &settings());
+        let acked = Arc::new(AtomicUsize::new(0));
+        let checks = Arc::new(AtomicUsize::new(0));
+        let weak = Arc::downgrade(&db);
+        let (a, c) = (Arc::clone(&acked), Arc::clone(&checks));
+        store.set_hook(Some(Arc::new(move |op| {
+            if op == Op::Get {
+                return;
+            }
+            let Some(db) = weak.upgrade() else { return };
+            let seen = visible(&db, T0, T0 + 7200).len();
+            assert_eq!(seen, a.load(Ordering::SeqCst), "{name}: {op:?}");
+            c.fetch_add(1, Ordering::SeqCst);
+        })));
+        for round in 0..4 {
+            let host = if round % 2 == 0 { WEB01 } else { WEB02 };
+            let out = db.add_points(&batch(host, T0 + round * 500, 500));
+            assert_eq!(out.stored, 500);
+            acked.fetch_add(500, Ordering::SeqCst);
+            db.flush().unwrap();
+        }
+        store.set_hook(None);
+        assert!(
+            checks.load(Ordering::SeqCst) >= 8,
+            "{name}: the hook ran in every flush"
+        );
+        assert_eq!(visible(&db, T0, T0 + 7200).len(), 2000, "{name}");
+    }
+}
+
+/// The seen bug: after a full disk, batches acknowledged once space was back were lost,
+/// because replay stopped at the torn frame the failed append had left.
+#[test]
+fn a_full_log_disk_refuses_batches_then_recovers_without_losing_acknowledged_ones() {
+    for (name, backend) in common::backends() {
+        let faults = Arc::new(Faults::new(2, 0));
+        let files = SimFiles::new(Arc::clone(&faults));
+        let db = open(&backend, &files, &settings());
+        let mut acked = 0;
+        for i in 0..5 {
+            let out = db.add_points(&batch(WEB01, T0 + i * 100, 100));
+            db.sync_writes().unwrap();
+            acked += out.stored;
+        }
+        faults.set_disk_full(true);
+        for i in 5..10 {
+            let out = db.add_points(&batch(WEB01, T0 + i * 100, 100));
+            assert_eq!(
+                out.stored, 0,
+                "{name}: a batch that cannot be logged is refused"
+            );
+            assert_eq!(out.errors.len(), 100);
+        }
+        faults.set_disk_full(false);
+        for i in 10..40 {
+            let out = db.add_points(&batch(WEB01, T0 + i * 100, 100));
+            assert_eq!(out.stored, 100, "{name}: space is back");
+            db.sync_writes().unwrap();
+            acked += out.stored;
+        }
+        assert_eq!(acked, 3500);
+        // A crash: the log alone brings the points back.
+        drop(db);
+        let db = open(&backend, &files.crash(), &settings());
+        let seen = visible(&db, T0, T0 + 7200);
+        assert_eq!(seen.len(), 3500, "{name}");
+        assert!(
+            !seen
+                .iter()
+                .any(|(_, t, _)| (T0 + 500..T0 + 1000).contains(&(t / 1000))),
+            "{name}: refused points stay out"
+        );
+    }
+}
+
+/// Batches acknowledged under `tsd.storage.wal.sync` survive a power loss, and so do the
+/// UIDs they use (synced in the store before the acknowledgement).
+#[test]
+fn synced_batches_and_their_uids_survive_power_loss() {
+    let faults = Arc::new(Faults::new(3, 0));
+    let store = Arc::new(FaultStore::new(Arc::clone(&faults)));
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let files = SimFiles::new(Arc::clone(&faults));
+    let synced = Settings {
+        wal_sync: true,
+        ..settings()
+    };
+    let db = open(&dyn_store, &files, &synced);
+    assert_eq!(db.add_points(&batch(WEB01, T0, 300)).stored, 300);
+    assert_eq!(db.add_points(&batch(WEB02, T0 + 300, 300)).stored, 300);
+    drop(db);
+    assert!(store.power_loss());
+    let db = open(&dyn_store, &files.power_loss(), &synced);
+    assert_eq!(visible(&db, T0, T0 + 3600).len(), 600);
+    // The names resolve to the UIDs the logged rows carry.
+    let host = db.uids().get_id(UidKind::TagValue, "web02").unwrap();
+    assert!(
+        visible(&db, T0, T0 + 3600)
+            .iter()
+            .any(|(h, _, _)| *h == host.to_bytes(3))
+    );
+}
+
+/// The seen bug: a deletion read rows during its scan and rewrote them afterwards, so points
+/// flushed into those rows in between were deleted although outside its range.
+#[test]
+fn a_delete_never_touches_points_outside_its_range_while_flushes_run() {
+    for (name, backend) in common::backends() {
+        let faults = Arc::new(Faults::new(4, 0));
+        let store = Arc::new(FaultStore::over(backend, Arc::clone(&faults)));
+        let dyn_store: Arc<dyn Store> = store.clone();
+        let db = open(&dyn_store, &SimFiles::new(faults), &settings());
+        db.add_points(&batch(WEB01, T0, 600));
+        db.flush().unwrap();
+        // While the deletion reads its row, another thread buffers later points of the same
+        // hour and flushes them.
+        let racer_done = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicBool::new(false));
+        let weak = Arc::downgrade(&db);
+        let (done, go) = (Arc::clone(&racer_done), Arc::clone(&started));
+        store.set_hook(Some(Arc::new(move |op| {
+            if op != Op::Get || go.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            let Some(db) = weak.upgrade() else { return };
+            let finished = Arc::clone(&done);
+            std::thread::spawn(move || {
+                db.add_points(&batch(WEB01, T0 + 2000, 100));
+                db.flush().unwrap();
+                finished.store(true, Ordering::SeqCst);
+            });
+            // Give the racing flush every chance to land between this read and the rewrite.
+            for _ in 0..50 {
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })));
+        let q = SubQuery::new(Aggregator::Sum, "m");
+        let options = RunOptions {
+            delete: true,
+            limits: Limits::default(),
+            ..RunOptions::default()
+        };
+        plan::run(&db, T0 * 1000, (T0 + 299) * 1000, &q, &options).unwrap();
+        while !racer_done.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        store.set_hook(None);
+        let seen = visible(&db, T0, T0 + 3599);
+        let times: BTreeSet<i64> = seen.iter().map(|(_, t, _)| t / 1000).collect();
+        let expected: BTreeSet<i64> = (T0 + 300..T0 + 600).chain(T0 + 2000..T0 + 2100).collect();
+        assert_eq!(times, expected, "{name}");
+    }
+}
+
+/// Rows written while their hour was open are compacted once it closes, even across a
+/// restart, and a failed compaction is tried again.
+#[test]
+fn open_hours_are_compacted_after_a_restart_and_after_failures() {
+    for (name, backend) in common::backends() {
+        let now = Arc::new(AtomicI64::new((T0 + 600) * 1000));
+        let clock_now = Arc::clone(&now);
+        let settings = Settings {
+            clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+            ..settings()
+        };
+        let faults = Arc::new(Faults::new(5, 0));
+        let files = SimFiles::new(Arc::clone(&faults));
+        let store = Arc::new(FaultStore::over(backend, Arc::clone(&faults)));
+        let dyn_store: Arc<dyn Store> = store.clone();
+        let db = open(&dyn_store, &files, &settings);
+        for i in 0..3 {
+            db.add_points(&batch(WEB01, T0 + i * 100, 100));
+            db.flush().unwrap();
+        }
+        let key = {
+            let m = db.uids().get_id(UidKind::Metric, "m").unwrap().to_bytes(3);
+            let k = db
+                .uids()
+                .get_id(UidKind::TagKey, "host")
+                .unwrap()
+                .to_bytes(3);
+            let v = db
+                .uids()
+                .get_id(UidKind::TagValue, "web01")
+                .unwrap()
+                .to_bytes(3);
+            [m, (T0 as u32).to_be_bytes().to_vec(), k, v].concat()
+        };
+        let data_cells = |store: &FaultStore| {
+            store
+                .get("tsdb", &key, &ReadOptions::family("t"))
+                .unwrap()
+                .map_or(0, |r| r.cells.len())
+        };
+        assert_eq!(
+            data_cells(&store),
+            3,
+            "{name}: partial cells while the hour is open"
+        );
+        drop(db); // a crash
+        now.store((T0 + 3700) * 1000, Ordering::SeqCst);
+        // The first compaction fails: it is kept and tried again.
+        store.set_hook(Some(Arc::new({
+            let faults = Arc::clone(&faults);
+            move |op| {
+                if op == Op::BeforeWrite {
+                    faults.set_store_down(true);
+                }
+            }
+        })));
+        let db = open(&dyn_store, &files.crash(), &settings);
+        store.set_hook(None);
+        faults.set_store_down(false);
+        assert_eq!(
+            data_cells(&store),
+            3,
+            "{name}: the failed compaction changed nothing"
+        );
+        db.flush().unwrap();
+        assert_eq!(data_cells(&store), 1, "{name}: compacted after the restart");
+        assert_eq!(visible(&db, T0, T0 + 3599).len(), 300, "{name}");
+    }
+}
+
+/// While the store is down, buffered points stay under their budget (plus one batch):
+/// further batches are refused as throttled, and accepted again once flushes catch up.
+#[test]
+fn memory_stays_under_budget_while_the_store_is_down() {
+    for (name, backend) in common::backends() {
+        let faults = Arc::new(Faults::new(6, 0));
+        let store: Arc<dyn Store> = Arc::new(FaultStore::over(backend, Arc::clone(&faults)));
+        let budget = 256 << 10;
+        let settings = Settings {
+            max_buffer_bytes: budget,
+            max_buffered_points: 1000,
+            ..settings()
+        };
+        let db = open(&store, &SimFiles::new(Arc::clone(&faults)), &settings);
+        // The series is known (its UIDs resolved) before the store goes away.
+        assert_eq!(db.add_points(&batch(WEB01, T0 - 100, 100)).stored, 100);
+        faults.set_store_down(true);
+        let (mut acked, mut throttled) = (100usize, 0usize);
+        for i in 0..200 {
+            let out = db.add_points(&batch(WEB01, T0 + i * 100, 100));
+            acked += out.stored;
+            if out.throttled {
+                throttled += 1;
+                assert_eq!(out.stored, 0);
+            }
+            assert!(db.flush().is_err(), "{name}: the store is down");
+            assert!(
+                db.buffered_bytes() <= budget + 100 * 64,
+                "{name}: {}",
+                db.buffered_bytes()
+            );
+        }
+        assert!(throttled > 0, "{name}: the budget was reached");
+        assert!(acked > 0 && acked < 20_000, "{name}");
+        faults.set_store_down(false);
+        std::thread::sleep(std::time::Duration::from_millis(150)); // the retry backoff
+        db.flush().unwrap();
+        assert!(db.has_room(), "{name}");
+        assert_eq!(db.buffered_bytes(), 0, "{name}");
+        assert_eq!(visible(&db, T0 - 100, T0 + 20_000).len(), acked, "{name}");
+    }
+}
+
+/// `?sync` on a store other TSDs share means written to it: the rows are there, not only in
+/// this TSD's log.
+#[test]
+fn sync_on_a_shared_store_writes_the_store() {
+    for (name, backend) in common::backends() {
+        let shared = backend.is_shared();
+        let db = open(
+            &backend,
+            &SimFiles::new(Arc::new(Faults::new(8, 0))),
+            &settings(),
+        );
+        db.add_points(&batch(WEB01, T0, 10));
+        db.sync_writes().unwrap();
+        let rows = backend
+            .scan("tsdb", &hourglass_storage::ScanRequest::default())
+            .unwrap()
+            .count();
+        assert_eq!(rows > 0, shared, "{name}: shared={shared}");
+        assert_eq!(db.buffered_points() == 0, shared, "{name}");
+    }
+}
