@@ -53,14 +53,16 @@ impl Tsdb {
     ) -> Result<Arc<Tsdb>> {
         // An unreachable store must not keep the TSD down: it starts, answers what it can and
         // reports storage errors until the store is back.
-        match tables::create_tables(store.as_ref(), &settings.schema) {
+        let tables_ready = match tables::create_tables(store.as_ref(), &settings.schema) {
             Err(e) if e.kind() == crate::ErrorKind::Unavailable => {
-                tracing::error!(error = %e, "storage unreachable at start; tables not checked, retrying on use");
+                tracing::error!(error = %e, "storage unreachable at start; tables not checked, retried at each flush");
+                false
             }
             other => {
                 other?;
+                true
             }
-        }
+        };
         let uids = Arc::new(
             UidRegistry::new(Arc::clone(&store), settings.schema.clone())
                 .with_realtime_meta(settings.meta.realtime_uid),
@@ -79,6 +81,9 @@ impl Tsdb {
             log,
             files,
         )?;
+        if tables_ready {
+            writer.set_tables_ready();
+        }
         let replayed = writer.recover(&entries)?;
         if replayed > 0 {
             tracing::info!(points = replayed, "replayed the write-ahead log");

@@ -71,7 +71,8 @@ impl UidRegistry {
     }
 
     /// Whether mappings were written (or found while assigning) since the last call: the
-    /// caller syncs the store before promising durability for points that use them.
+    /// caller syncs the store before logging points that use them, so a log entry that
+    /// outlives a power loss never names a UID the store lost (and may give to another name).
     pub(crate) fn take_unsynced(&self) -> bool {
         self.unsynced.swap(false, Ordering::AcqRel)
     }
@@ -225,13 +226,16 @@ impl UidRegistry {
             self.remember(kind, name, uid);
             return Ok(uid);
         }
-        self.assign(kind, name)
+        let assigned = self.assign(kind, name);
+        // After the writes (whatever their outcome): whoever syncs on seeing the mark
+        // covers them.
+        self.mark_unsynced();
+        assigned
     }
 
     fn assign(&self, kind: UidKind, name: &str) -> Result<Uid> {
         let width = self.width(kind);
         let qualifier = kind.qualifier().as_bytes();
-        self.mark_unsynced();
         for _ in 0..MAX_ATTEMPTS {
             let id = self
                 .store

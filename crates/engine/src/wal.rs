@@ -83,6 +83,11 @@ impl Log {
             let bytes = files
                 .read(*id)
                 .map_err(|e| fail("cannot read a segment", e))?;
+            // What a previous process appended may still be in the OS's buffers only; the
+            // entries are acknowledged, so they are made durable before anything else.
+            files
+                .sync_segment(*id)
+                .map_err(|e| fail("cannot sync a segment", e))?;
             let mut last = 0;
             let mut pos = 0usize;
             while let Some((seq, payload, next)) = read_frame(&bytes, pos) {

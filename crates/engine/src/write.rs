@@ -140,7 +140,8 @@ pub(crate) struct FlushState {
     /// Every batch at or below this sequence number is in the store.
     stored_seq: u64,
     failures: u32,
-    retry_at: Option<Instant>,
+    /// When a failed flush may be tried again (ms on the writer's clock).
+    retry_at_ms: Option<i64>,
 }
 
 /// Group commit of log fsyncs: one fsync runs at a time and covers every batch appended
@@ -168,6 +169,9 @@ pub(crate) struct Writer {
     open: Mutex<OpenHours>,
     /// Set while a flush's store write is failing: the store is unreachable or refusing.
     store_failing: AtomicBool,
+    /// Whether the tables are known to exist (checked at open; when the store was
+    /// unreachable then, each flush tries again).
+    tables_ready: AtomicBool,
     last_cell_ts: AtomicI64,
     /// Series tracking in the meta table (`tsd.core.meta.*`), when on.
     tracker: Option<crate::meta::Tracker>,
@@ -233,6 +237,7 @@ impl Writer {
             files,
             open: Mutex::new(open),
             store_failing: AtomicBool::new(false),
+            tables_ready: AtomicBool::new(false),
             last_cell_ts: AtomicI64::new(0),
             stats: WriteStats::default(),
         })
@@ -262,6 +267,9 @@ impl Writer {
                 replayed += 1;
             }
             state.next_seq = state.next_seq.max(seq + 1);
+        }
+        if !state.active.is_empty() {
+            state.active.oldest_ms = Some(self.settings.clock.now_ms());
         }
         self.buffered_bytes.store(state.bytes(), Ordering::Relaxed);
         Ok(replayed)
@@ -430,13 +438,15 @@ impl Writer {
         outcome
     }
 
-    /// Logs the points as one entry and buffers them. With `tsd.storage.wal.sync` it
-    /// returns once the entry is fsynced (one fsync shared by concurrent batches) and the
-    /// UIDs it uses are synced in the store.
+    /// Logs the points as one entry and buffers them, after syncing the store if the batch
+    /// created UIDs. With `tsd.storage.wal.sync` it returns once the entry is fsynced (one
+    /// fsync shared by concurrent batches).
     fn log_and_buffer(&self, resolved: &[(u64, Point)]) -> Result<()> {
         if resolved.is_empty() {
             return Ok(());
         }
+        // UIDs first: the entry may reach the disk (OS writeback) before any fsync of ours.
+        self.sync_new_uids()?;
         let seq = {
             let mut state = self.state.lock();
             let seq = state.next_seq;
@@ -447,6 +457,9 @@ impl Writer {
                 }
             }
             state.next_seq += 1;
+            if state.active.oldest_ms.is_none() {
+                state.active.oldest_ms = Some(self.settings.clock.now_ms());
+            }
             for (row, p) in resolved {
                 state.active.push(*row, *p);
             }
@@ -483,6 +496,17 @@ impl Writer {
         entry
     }
 
+    /// Syncs the store when UID mappings were written since it was last synced.
+    fn sync_new_uids(&self) -> Result<()> {
+        if self.uids.take_unsynced()
+            && let Err(e) = self.store.sync()
+        {
+            self.uids.mark_unsynced();
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
     /// The sequence number of the last batch accepted so far.
     pub(crate) fn last_seq(&self) -> u64 {
         self.state.lock().next_seq - 1
@@ -492,12 +516,7 @@ impl Writer {
     /// (concurrent callers share one fsync) and the UIDs it uses synced in the store. Without
     /// a log, the batches are flushed and the store synced.
     pub(crate) fn sync_through(&self, seq: u64) -> Result<()> {
-        if self.uids.take_unsynced()
-            && let Err(e) = self.store.sync()
-        {
-            self.uids.mark_unsynced();
-            return Err(e.into());
-        }
+        self.sync_new_uids()?;
         if !self.has_log() {
             self.flush_through(seq)?;
             self.store.sync()?;
@@ -544,9 +563,10 @@ impl Writer {
     /// Whether a flush is due: the flush interval or buffer size says so, a failed flush
     /// waits for its retry, or rows of a closed hour wait for compaction.
     pub(crate) fn flush_due(&self) -> bool {
+        let now_ms = self.settings.clock.now_ms();
         {
             let flush = self.flush.lock();
-            if flush.retry_at.is_some_and(|t| Instant::now() < t) {
+            if flush.retry_at_ms.is_some_and(|t| now_ms < t) {
                 return false;
             }
         }
@@ -554,7 +574,7 @@ impl Writer {
             let state = self.state.lock();
             (
                 state.points(),
-                state.active.oldest,
+                state.active.oldest_ms,
                 !state.sealed.is_empty(),
                 state.log.as_ref().is_some_and(|l| l.poisoned().is_some()),
             )
@@ -562,10 +582,11 @@ impl Writer {
         if sealed || poisoned || points >= self.settings.max_buffered_points {
             return true;
         }
-        if oldest.is_some_and(|t| t.elapsed() >= self.settings.flush_interval) {
+        let interval = self.settings.flush_interval.as_millis() as i64;
+        if oldest.is_some_and(|t| now_ms - t >= interval) {
             return true;
         }
-        let now_secs = self.settings.clock.now_ms() / 1000;
+        let now_secs = now_ms / 1000;
         self.settings.enable_compaction
             && self
                 .open
@@ -677,14 +698,14 @@ impl Writer {
         match &result {
             Ok(_) => {
                 flush.failures = 0;
-                flush.retry_at = None;
+                flush.retry_at_ms = None;
                 self.store_failing.store(false, Ordering::Relaxed);
             }
             Err(e) => {
                 flush.failures = flush.failures.saturating_add(1);
                 let delay =
                     Duration::from_millis(100 << flush.failures.min(6)).min(MAX_RETRY_DELAY);
-                flush.retry_at = Some(Instant::now() + delay);
+                flush.retry_at_ms = Some(self.settings.clock.now_ms() + delay.as_millis() as i64);
                 self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
                 if e.kind() == crate::ErrorKind::Unavailable
                     || e.kind() == crate::ErrorKind::Internal
@@ -703,7 +724,16 @@ impl Writer {
         result
     }
 
+    /// Notes that the tables exist (checked by the opener).
+    pub(crate) fn set_tables_ready(&self) {
+        self.tables_ready.store(true, Ordering::Relaxed);
+    }
+
     fn flush_locked(&self, flush: &mut FlushState) -> Result<usize> {
+        if !self.tables_ready.load(Ordering::Relaxed) {
+            crate::tables::create_tables(self.store.as_ref(), &self.settings.schema)?;
+            self.tables_ready.store(true, Ordering::Relaxed);
+        }
         // Seal: the active buffer becomes immutable and stays readable until stored.
         let (sealed, through) = {
             let mut state = self.state.lock();

@@ -18,12 +18,15 @@ struct FileData {
     synced: Vec<u8>,
 }
 
+/// A file as open handles share it.
+type Shared = Arc<Mutex<FileData>>;
+
 #[derive(Debug, Default)]
 struct Dir {
     /// Files by name as the OS sees them; a file handle keeps its data even after removal.
-    files: BTreeMap<String, Arc<Mutex<FileData>>>,
+    files: BTreeMap<String, Shared>,
     /// Names as of the last directory sync.
-    durable: BTreeMap<String, Arc<Mutex<FileData>>>,
+    durable: BTreeMap<String, Shared>,
 }
 
 /// The simulated directory. Clone it to keep it across a simulated restart.
@@ -53,16 +56,27 @@ impl SimFiles {
     /// new process finds it (open handles of the old one are cut off).
     pub fn crash(&self) -> SimFiles {
         let dir = self.dir.lock();
-        let copy = |m: &BTreeMap<String, Arc<Mutex<FileData>>>| -> BTreeMap<_, _> {
+        // Each file copied once: a name in both maps keeps pointing at one file.
+        let mut copies: Vec<(Shared, Shared)> = Vec::new();
+        let mut copy = |m: &BTreeMap<String, Shared>| -> BTreeMap<_, _> {
             m.iter()
-                .map(|(k, v)| (k.clone(), Arc::new(Mutex::new(v.lock().clone()))))
+                .map(|(k, v)| {
+                    let new = match copies.iter().find(|(old, _)| Arc::ptr_eq(old, v)) {
+                        Some((_, new)) => Arc::clone(new),
+                        None => {
+                            let new = Arc::new(Mutex::new(v.lock().clone()));
+                            copies.push((Arc::clone(v), Arc::clone(&new)));
+                            new
+                        }
+                    };
+                    (k.clone(), new)
+                })
                 .collect()
         };
+        let files = copy(&dir.files);
+        let durable = copy(&dir.durable);
         SimFiles {
-            dir: Arc::new(Mutex::new(Dir {
-                files: copy(&dir.files),
-                durable: copy(&dir.durable),
-            })),
+            dir: Arc::new(Mutex::new(Dir { files, durable })),
             faults: Arc::clone(&self.faults),
         }
     }
@@ -181,6 +195,17 @@ impl LogFiles for SimFiles {
             .get(&segment_name(id))
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         Ok(data.lock().content.clone())
+    }
+
+    fn sync_segment(&self, id: u64) -> io::Result<()> {
+        if self.faults.fail() {
+            return Err(injected("fsync"));
+        }
+        if let Some(data) = self.dir.lock().files.get(&segment_name(id)) {
+            let mut data = data.lock();
+            data.synced = data.content.clone();
+        }
+        Ok(())
     }
 
     fn create(&self, id: u64) -> io::Result<Arc<dyn SegmentFile>> {

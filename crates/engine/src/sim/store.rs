@@ -120,7 +120,9 @@ impl Store for FaultStore {
 
     fn create_table(&self, spec: &TableSpec) -> Result<()> {
         self.check("create table")?;
-        self.inner().create_table(spec)
+        self.inner().create_table(spec)?;
+        // Table creation is durable at once (as the embedded store syncs it).
+        self.synced.lock().create_table(spec)
     }
 
     fn table_exists(&self, table: &str) -> Result<bool> {

@@ -28,6 +28,8 @@ pub trait LogFiles: Send + Sync + Debug {
     fn list(&self) -> io::Result<Vec<u64>>;
     /// A segment's whole content.
     fn read(&self, id: u64) -> io::Result<Vec<u8>>;
+    /// Fsyncs an existing segment (one a previous process wrote, replayed now).
+    fn sync_segment(&self, id: u64) -> io::Result<()>;
     /// Creates an empty segment for appending (not yet durable: see `sync_dir`).
     fn create(&self, id: u64) -> io::Result<Arc<dyn SegmentFile>>;
     /// Removes a segment (not yet durable: see `sync_dir`).
@@ -108,6 +110,10 @@ impl LogFiles for DiskFiles {
 
     fn read(&self, id: u64) -> io::Result<Vec<u8>> {
         std::fs::read(self.segment(id))
+    }
+
+    fn sync_segment(&self, id: u64) -> io::Result<()> {
+        File::open(self.segment(id))?.sync_data()
     }
 
     fn create(&self, id: u64) -> io::Result<Arc<dyn SegmentFile>> {

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::time::Instant;
 
 use hourglass_core::compact::Point;
 
@@ -25,7 +24,8 @@ pub(crate) struct Buffer {
     pub(crate) points: usize,
     /// Heap bytes held, from the vectors' capacities (what the budget counts).
     pub(crate) bytes: usize,
-    pub(crate) oldest: Option<Instant>,
+    /// When the first point arrived (ms on the writer's clock).
+    pub(crate) oldest_ms: Option<i64>,
 }
 
 impl Buffer {
@@ -53,7 +53,6 @@ impl Buffer {
         points.push(p);
         self.bytes += (points.capacity() - before) * POINT_BYTES;
         self.points += 1;
-        self.oldest.get_or_insert_with(Instant::now);
     }
 
     pub(crate) fn is_empty(&self) -> bool {
