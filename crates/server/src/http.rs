@@ -21,7 +21,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::any;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower_http::decompression::RequestDecompressionLayer;
 
@@ -71,14 +70,23 @@ pub(crate) fn router(state: Arc<State>) -> Router {
 
 /// Serves HTTP/1.1 (keep-alive, chunked bodies) on one connection until it closes or the
 /// server shuts down (then the request in flight finishes first).
-pub(crate) async fn serve(
-    stream: TcpStream,
+/// Longest wait for a request's headers, from the end of the previous response (or the
+/// connection's start): slow-header clients and idle keep-alive connections are closed.
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+pub(crate) async fn serve<S>(
+    stream: S,
     router: Router,
     mut stop: watch::Receiver<bool>,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = TowerToHyperService::new(router);
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let result = tokio::select! {

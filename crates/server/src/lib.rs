@@ -5,7 +5,9 @@
 //! [`run`] serves a bound listener until `shutdown` resolves (or `diediedie`), then stops
 //! accepting, lets in-flight requests finish, and returns; the caller flushes the database.
 
+mod activity;
 mod http;
+mod ingest;
 mod plot;
 mod state;
 mod stats;
@@ -13,7 +15,10 @@ mod telnet;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use activity::{Activity, Tracked};
 
 pub use http::check_put_body;
 pub use state::{ServerSettings, State};
@@ -41,11 +46,19 @@ pub async fn run(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let limit = state.settings.connections_limit;
+                    if limit > 0 && state.stats.connections_open() >= limit as u64 {
+                        state.stats.connections_rejected.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%peer, limit, "connection refused: open connections are at tsd.core.connections.limit");
+                        drop(stream);
+                        continue;
+                    }
+                    // Counted here, not in the task, so a burst of accepts sees the limit.
+                    state.stats.connection_opened();
                     let state = Arc::clone(&state);
                     let router = router.clone();
                     let stop = state.subscribe_shutdown();
                     connections.spawn(async move {
-                        state.stats.connection_opened();
                         if let Err(e) = serve_connection(stream, &state, router, stop).await {
                             tracing::debug!(%peer, error = %e, "connection ended with an error");
                         }
@@ -86,14 +99,30 @@ async fn serve_connection(
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
-    let mut first = [0u8; 1];
-    let n = stream.peek(&mut first).await?;
-    if n == 0 {
-        return Ok(());
-    }
-    if first[0].is_ascii_uppercase() {
-        http::serve(stream, router, stop).await
-    } else {
-        telnet::serve(stream, state, stop).await
+    let activity = Arc::new(Activity::new());
+    let serve = async {
+        let mut first = [0u8; 1];
+        let n = stream.peek(&mut first).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let stream = Tracked::new(stream, Arc::clone(&activity));
+        if first[0].is_ascii_uppercase() {
+            http::serve(stream, router, stop).await
+        } else {
+            telnet::serve(stream, state, stop, &activity).await
+        }
+    };
+    match state.settings.socket_timeout {
+        None => serve.await,
+        // OpenTSDB's idle handler: nothing read or written for the timeout closes it.
+        Some(timeout) => tokio::select! {
+            served = serve => served,
+            () = activity.idle_for(timeout) => {
+                state.stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(?timeout, "Closed idle socket");
+                Ok(())
+            }
+        },
     }
 }

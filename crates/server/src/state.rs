@@ -31,6 +31,12 @@ pub struct ServerSettings {
     /// `tsd.http.staticroot`: serve the web UI's files from this directory instead of the
     /// copies built into the binary (for working on the UI without rebuilding the server).
     pub static_root: Option<std::path::PathBuf>,
+    /// `tsd.core.connections.limit`: open connections at most (0: no limit); a connection
+    /// past it is closed at once, as OpenTSDB does.
+    pub connections_limit: usize,
+    /// `tsd.core.socket.timeout` (seconds; 0: none): a connection with nothing read or
+    /// written for this long is closed.
+    pub socket_timeout: Option<Duration>,
 }
 
 impl Default for ServerSettings {
@@ -45,6 +51,8 @@ impl Default for ServerSettings {
             allow_point_limit_override: false,
             allow_delete: false,
             static_root: None,
+            connections_limit: 0,
+            socket_timeout: None,
         }
     }
 }
@@ -82,6 +90,10 @@ impl ServerSettings {
             static_root: Some(c.get_str("tsd.http.staticroot", ""))
                 .filter(|d| !d.is_empty())
                 .map(std::path::PathBuf::from),
+            connections_limit: c.get_int("tsd.core.connections.limit", 0)?.max(0) as usize,
+            socket_timeout: Some(c.get_int("tsd.core.socket.timeout", 0)?)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(s as u64)),
         })
     }
 }
@@ -112,6 +124,11 @@ impl State {
 
     pub(crate) fn subscribe_shutdown(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
+    }
+
+    /// Whether the server has begun to stop.
+    pub(crate) fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
     }
 
     /// Asks the server to stop (as `diediedie` does).

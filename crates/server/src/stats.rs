@@ -11,6 +11,12 @@ use crate::State;
 pub(crate) struct ServerStats {
     connections_open: AtomicU64,
     connections_total: AtomicU64,
+    /// Connections closed at once: over `tsd.core.connections.limit`.
+    pub(crate) connections_rejected: AtomicU64,
+    /// Connections closed for being idle past `tsd.core.socket.timeout`.
+    pub(crate) idle_timeouts: AtomicU64,
+    /// Put batches refused (HTTP) or held back (telnet) while buffers were over budget.
+    pub(crate) throttled: AtomicU64,
     pub(crate) telnet_rpcs: AtomicU64,
     pub(crate) http_rpcs: AtomicU64,
     pub(crate) put_requests: AtomicU64,
@@ -22,6 +28,10 @@ pub(crate) struct ServerStats {
 }
 
 impl ServerStats {
+    pub(crate) fn connections_open(&self) -> u64 {
+        self.connections_open.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn connection_opened(&self) {
         self.connections_open.fetch_add(1, Ordering::Relaxed);
         self.connections_total.fetch_add(1, Ordering::Relaxed);
@@ -85,6 +95,16 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
             Some(("type", "total")),
         ),
         stat(
+            "tsd.connectionmgr.connections",
+            get(&s.connections_rejected),
+            Some(("type", "rejected")),
+        ),
+        stat(
+            "tsd.connectionmgr.exceptions",
+            get(&s.idle_timeouts),
+            Some(("type", "timeout")),
+        ),
+        stat(
             "tsd.rpc.received",
             get(&s.telnet_rpcs),
             Some(("type", "telnet")),
@@ -124,6 +144,23 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         stat(
             "tsd.datapoints.buffered",
             state.tsdb.buffered_points() as u64,
+            None,
+        ),
+        stat(
+            "tsd.datapoints.buffered_bytes",
+            state.tsdb.buffered_bytes() as u64,
+            None,
+        ),
+        stat(
+            "tsd.rpc.errors",
+            get(&s.throttled),
+            Some(("type", "throttled")),
+        ),
+        stat("tsd.storage.flush_errors", get(&w.flush_errors), None),
+        stat("tsd.storage.log_syncs", get(&w.log_syncs), None),
+        stat(
+            "tsd.storage.log_poisoned",
+            u64::from(state.tsdb.log_poisoned().is_some()),
             None,
         ),
         stat("tsd.datapoints.duplicates", get(&w.duplicates), None),

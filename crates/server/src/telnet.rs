@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use hourglass_core::put::{PutError, PutLine, parse_put};
-use hourglass_engine::{ErrorKind, IncomingPoint};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use hourglass_engine::{Error, ErrorKind, IncomingPoint};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::State;
+use crate::activity::Activity;
+use crate::{State, ingest};
 
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -27,15 +27,23 @@ enum Next {
     Close,
 }
 
-pub(crate) async fn serve(
-    mut stream: TcpStream,
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
     state: &Arc<State>,
     mut stop: watch::Receiver<bool>,
+    activity: &Activity,
 ) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut discarding = false;
     let mut out = Vec::new();
     loop {
+        // Past the memory budget the socket is not read: the client's sends block on TCP
+        // until flushes catch up.
+        if !ingest::wait_for_room(state, activity, &mut stop).await {
+            let (_, out, _) = process_blocking(state, buf, discarding, out, true).await?;
+            stream.write_all(&out).await?;
+            return Ok(());
+        }
         let before = buf.len();
         buf.resize(before + READ_CHUNK, 0);
         let read = tokio::select! {
@@ -43,7 +51,7 @@ pub(crate) async fn serve(
             _ = stop.changed() => {
                 buf.truncate(before);
                 // Shutting down: what was read is processed, then the connection closes.
-                process(state, &mut buf, &mut discarding, &mut out, true);
+                let (_, out, _) = process_blocking(state, buf, discarding, out, true).await?;
                 stream.write_all(&out).await?;
                 return Ok(());
             }
@@ -57,7 +65,15 @@ pub(crate) async fn serve(
         };
         buf.truncate(before + n);
         let eof = n == 0;
-        let next = process(state, &mut buf, &mut discarding, &mut out, eof);
+        // Nothing to do until a line is complete.
+        if !eof
+            && memchr::memchr(b'\n', &buf[before..]).is_none()
+            && buf.len() <= state.settings.max_line_length
+        {
+            continue;
+        }
+        let (b, o, (next, d)) = process_blocking(state, buf, discarding, out, eof).await?;
+        (buf, out, discarding) = (b, o, d);
         if !out.is_empty() {
             stream.write_all(&out).await?;
             out.clear();
@@ -67,6 +83,21 @@ pub(crate) async fn serve(
             return Ok(());
         }
     }
+}
+
+/// [`process`] on the blocking pool (it runs the write path), handing the buffers back.
+async fn process_blocking(
+    state: &Arc<State>,
+    mut buf: Vec<u8>,
+    mut discarding: bool,
+    mut out: Vec<u8>,
+    eof: bool,
+) -> std::io::Result<(Vec<u8>, Vec<u8>, (Next, bool))> {
+    ingest::run_blocking(state, move |state| {
+        let next = process(state, &mut buf, &mut discarding, &mut out, eof);
+        (buf, out, (next, discarding))
+    })
+    .await
 }
 
 /// Decodes a line: UTF-8, or ISO-8859-1 (as OpenTSDB reads every line) when it is not UTF-8.
@@ -210,7 +241,17 @@ impl<'a> PutBatch<'a> {
                 origin.push(i);
             }
         }
-        let outcome = state.tsdb.add_points(&points);
+        // Refused whole past the memory budget: wait for room and send it again (the
+        // connection is not read meanwhile), unless the server is stopping.
+        let outcome = loop {
+            let outcome = state.tsdb.add_points(&points);
+            if !outcome.throttled || !ingest::block_for_room(state) {
+                break outcome;
+            }
+        };
+        if outcome.throttled {
+            stats.throttled.fetch_add(1, Ordering::Relaxed);
+        }
         let mut engine_errors = outcome.errors.into_iter().peekable();
         for (i, line) in self.lines.iter().enumerate() {
             match line {
@@ -229,6 +270,8 @@ impl<'a> PutBatch<'a> {
                         }
                         stats.count_error(&e);
                         let prefix = match e.kind() {
+                            // "Please throttle writes: ..." as OpenTSDB words it.
+                            _ if matches!(e, Error::Throttled(_)) => "put: ",
                             ErrorKind::NotFound => "put: unknown metric: ",
                             ErrorKind::InvalidInput => "put: illegal argument: ",
                             _ => "put: storage error: ",

@@ -45,7 +45,13 @@ impl IntoResponse for ApiError {
         if let Some(d) = self.details.filter(|d| !d.is_empty()) {
             error["details"] = json!(d);
         }
-        json_response(self.status, &json!({ "error": error }))
+        let mut resp = json_response(self.status, &json!({ "error": error }));
+        // Refused for now (writes throttled, storage away): worth retrying soon.
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
     }
 }
 

@@ -159,6 +159,8 @@ pub fn check_put_body(body: &[u8]) -> Result<usize, String> {
 struct PutResult {
     success: usize,
     errors: Vec<(usize, String)>,
+    /// Refused whole: buffered points are over their memory budget.
+    throttled: Option<String>,
 }
 
 fn store(state: &State, raw: &[RawPoint]) -> PutResult {
@@ -190,6 +192,17 @@ fn store(state: &State, raw: &[RawPoint]) -> PutResult {
         })
         .collect();
     let outcome = state.tsdb.add_points(&points);
+    if outcome.throttled {
+        state
+            .stats
+            .throttled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return PutResult {
+            success: 0,
+            throttled: outcome.errors.first().map(|(_, e)| e.to_string()),
+            errors,
+        };
+    }
     for (idx, e) in outcome.errors {
         state.stats.count_error(&e);
         let msg = match e.kind() {
@@ -203,7 +216,29 @@ fn store(state: &State, raw: &[RawPoint]) -> PutResult {
     PutResult {
         success: outcome.stored,
         errors,
+        throttled: None,
     }
+}
+
+/// The answer to a put refused whole because buffered points are over their budget: 503,
+/// not acknowledged, to be sent again.
+fn throttled(state: &State, why: Option<String>) -> ApiError {
+    if why.is_none() {
+        state
+            .stats
+            .throttled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Please throttle writes: buffered points are over their memory budget",
+    )
+    .with_details(why.unwrap_or_else(|| {
+        format!(
+            "tsd.storage.max_buffer_bytes = {}; the store is not keeping up. Nothing of this request was stored: send it again",
+            state.tsdb.settings().max_buffer_bytes
+        )
+    }))
 }
 
 pub(crate) async fn handle(
@@ -231,10 +266,13 @@ pub(crate) async fn handle(
         .stats
         .http_rpcs
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let worker = Arc::clone(&state);
-    let (raw, result) = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+    // Past the memory budget nothing is parsed: the client is told to come back.
+    if !state.tsdb.has_room() {
+        return Err(throttled(&state, None));
+    }
+    let (raw, result) = crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
         let raw = parse_body(&body)?;
-        let result = store(&worker, &raw);
+        let result = store(state, &raw);
         Ok((raw, result))
     })
     .await
@@ -244,6 +282,9 @@ pub(crate) async fn handle(
             format!("put failed: {e}"),
         )
     })??;
+    if let Some(why) = result.throttled {
+        return Err(throttled(&state, Some(why)));
+    }
     state
         .stats
         .put_requests
