@@ -6,6 +6,7 @@
 //! runs N times and the run with the median CPU per point is reported.
 #![allow(clippy::print_stdout)]
 
+mod chaos;
 mod dataset;
 mod metabench;
 mod proc;
@@ -33,6 +34,9 @@ enum Cli {
     Query(querybench::QueryArgs),
     /// Suggest and lookup latency with many tag values.
     Meta(metabench::MetaArgs),
+    /// Writers and readers against a TSD that is killed, stopped, starved of disk and of its
+    /// store in turn; checks every acknowledged point is kept exactly once.
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -78,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Bigtable(args) => return scaling::run(&args),
         Cli::Query(args) => return querybench::run(&args),
         Cli::Meta(args) => return metabench::run(&args),
+        Cli::Chaos(args) => return chaos::run(&args),
     };
     let tsdb = match &args.tsdb {
         Some(p) => p.clone(),
