@@ -331,13 +331,21 @@ impl Tsd {
             .join("\n")
     }
 
-    /// SIGTERM and the exit status.
-    fn term(mut self) -> anyhow::Result<std::process::ExitStatus> {
+    /// SIGTERM; the exit status and the log's last line.
+    fn term(mut self) -> anyhow::Result<(std::process::ExitStatus, String)> {
         signal("TERM", self.child.id())?;
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             if let Some(s) = self.child.try_wait()? {
-                return Ok(s);
+                // Let the log reader take the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                let last = self
+                    .log_tail()
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .to_string();
+                return Ok((s, last));
             }
             if Instant::now() > deadline {
                 self.child.kill()?;
@@ -623,11 +631,8 @@ pub(crate) fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     };
     let mut stop = |tsd: &mut Option<Tsd>, shared: &Shared, what: &str| -> anyhow::Result<()> {
         shared.pid.store(0, Ordering::Relaxed);
-        let old = tsd.take().context("no tsd running")?;
-        let tail = old.log_tail();
-        let status = old.term()?;
+        let (status, last) = tsd.take().context("no tsd running")?.term()?;
         if !status.success() {
-            let last = tail.lines().last().unwrap_or_default().to_string();
             unclean_exits.push(format!("{what}: {status}: {last}"));
         }
         Ok(())
