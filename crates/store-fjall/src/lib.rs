@@ -12,6 +12,8 @@ use std::fs::{File, OpenOptions};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use fjall::config::CompressionPolicy;
 use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
@@ -34,17 +36,35 @@ struct Table {
     codec: Option<Arc<dyn CellCodec>>,
 }
 
-/// The embedded store.
-pub struct FjallStore {
-    path: PathBuf,
+/// The fjall database and its handles, replaced whole when the database is reopened.
+struct Open {
     db: Database,
     catalog: Keyspace,
     tables: RwLock<HashMap<String, Table>>,
+}
+
+/// The embedded store.
+///
+/// fjall poisons its database when a journal write or sync fails (a full disk): every
+/// later write is refused. Then the store reopens the database, recovering its journal,
+/// once no operation is using it; meanwhile operations answer "unavailable" and the
+/// write path keeps its points in its log and buffers until writes succeed again.
+pub struct FjallStore {
+    path: PathBuf,
+    /// `None` only while a reopen failed (tried again on the next operation).
+    open: RwLock<Option<Arc<Open>>>,
     codecs: RwLock<HashMap<String, Arc<dyn CellCodec>>>,
     /// Serializes read-modify-write of rows. Readers never take it.
     write_lock: Mutex<()>,
+    /// fjall reported the database poisoned: reopen it before the next operation.
+    poisoned: AtomicBool,
+    /// When a reopen was last tried (attempts are spaced while the disk stays full).
+    last_reopen: Mutex<Option<Instant>>,
     _lock_file: File,
 }
+
+/// Shortest time between two attempts to reopen a poisoned database.
+const REOPEN_INTERVAL: Duration = Duration::from_millis(500);
 
 impl std::fmt::Debug for FjallStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,64 +100,116 @@ impl FjallStore {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io_err("cannot lock data dir", e)),
         }
+        let open = Self::open_db(dir, &HashMap::new())?;
+        Ok(FjallStore {
+            path: dir.to_path_buf(),
+            open: RwLock::new(Some(Arc::new(open))),
+            codecs: RwLock::new(HashMap::new()),
+            write_lock: Mutex::new(()),
+            poisoned: AtomicBool::new(false),
+            last_reopen: Mutex::new(None),
+            _lock_file: lock_file,
+        })
+    }
+
+    /// Opens the database in `dir/store` (recovering its journal) and its tables.
+    fn open_db(dir: &Path, codecs: &HashMap<String, Arc<dyn CellCodec>>) -> Result<Open> {
         let db = Database::builder(dir.join("store"))
             .open()
             .map_err(|e| io_err("cannot open embedded store", e))?;
         let catalog = db
             .keyspace(TABLES_KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(|e| io_err("cannot open table catalog", e))?;
-        let store = FjallStore {
-            path: dir.to_path_buf(),
-            db,
-            catalog,
-            tables: RwLock::new(HashMap::new()),
-            codecs: RwLock::new(HashMap::new()),
-            write_lock: Mutex::new(()),
-            _lock_file: lock_file,
-        };
-        store.load_tables()?;
-        Ok(store)
-    }
-
-    fn load_tables(&self) -> Result<()> {
-        let mut tables = self.tables.write();
-        for guard in self.catalog.iter() {
+        let mut tables = HashMap::new();
+        for guard in catalog.iter() {
             let (name, spec) = guard
                 .into_inner()
                 .map_err(|e| io_err("cannot read table catalog", e))?;
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| Error::Corrupt("table name is not UTF-8".into()))?;
             let spec = decode_spec(&name, &spec)?;
-            let rows = self.open_keyspace(&name)?;
+            let rows = open_keyspace(&db, &name)?;
             tables.insert(
-                name,
+                name.clone(),
                 Table {
                     spec: Arc::new(spec),
                     rows,
-                    codec: None,
+                    codec: codecs.get(&name).cloned(),
                 },
             );
         }
-        Ok(())
+        Ok(Open {
+            db,
+            catalog,
+            tables: RwLock::new(tables),
+        })
     }
 
-    fn open_keyspace(&self, table: &str) -> Result<Keyspace> {
-        // LZ4 on every level: rows are written once and read many times.
-        let options = || {
-            KeyspaceCreateOptions::default()
-                .data_block_compression_policy(CompressionPolicy::all(CompressionType::Lz4))
-        };
-        self.db
-            .keyspace(&format!("{TABLE_PREFIX}{table}"), options)
-            .map_err(|e| io_err(&format!("cannot open table {table}"), e))
+    /// The open database, reopened first if fjall poisoned it.
+    fn handle(&self) -> Result<Arc<Open>> {
+        if !self.poisoned.load(Ordering::Acquire)
+            && let Some(open) = self.open.read().as_ref()
+        {
+            return Ok(Arc::clone(open));
+        }
+        self.reopen()
     }
 
-    fn table(&self, name: &str) -> Result<Table> {
-        self.tables
+    fn reopen(&self) -> Result<Arc<Open>> {
+        let _w = self.write_lock.lock();
+        let mut slot = self.open.write();
+        if let Some(open) = slot.as_ref() {
+            if !self.poisoned.load(Ordering::Acquire) {
+                return Ok(Arc::clone(open));
+            }
+            if Arc::strong_count(open) > 1 {
+                return Err(Error::Unavailable(
+                    "embedded store: a write failed (disk full?); it reopens once the operations in flight finish".into(),
+                ));
+            }
+        }
+        {
+            let mut last = self.last_reopen.lock();
+            if last.is_some_and(|t| t.elapsed() < REOPEN_INTERVAL) {
+                return Err(Error::Unavailable(
+                    "embedded store: reopening after a failed write (disk full?)".into(),
+                ));
+            }
+            *last = Some(Instant::now());
+        }
+        // Every handle of the poisoned database goes, releasing its directory lock.
+        *slot = None;
+        let open = Self::open_db(&self.path, &self.codecs.read()).map_err(|e| {
+            Error::Unavailable(format!(
+                "embedded store: reopening after a failed write failed: {e}"
+            ))
+        })?;
+        let open = Arc::new(open);
+        *slot = Some(Arc::clone(&open));
+        self.poisoned.store(false, Ordering::Release);
+        tracing::warn!("embedded store reopened after a failed write; its journal was recovered");
+        Ok(open)
+    }
+
+    /// The error of a failed write; fjall's "poisoned" schedules a reopen.
+    fn write_failed(&self, context: &str, e: fjall::Error) -> Error {
+        if matches!(e, fjall::Error::Poisoned) {
+            self.poisoned.store(true, Ordering::Release);
+            return Error::Unavailable(format!("{context}: {e} (the store reopens itself)"));
+        }
+        io_err(context, e)
+    }
+
+    /// The open database and one of its tables.
+    fn table(&self, name: &str) -> Result<(Arc<Open>, Table)> {
+        let open = self.handle()?;
+        let table = open
+            .tables
             .read()
             .get(name)
             .cloned()
-            .ok_or_else(|| Error::TableNotFound(name.to_string()))
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        Ok((open, table))
     }
 
     fn load_row(table: &Table, key: &[u8]) -> Result<RowData> {
@@ -153,7 +225,9 @@ impl FjallStore {
         self.codecs
             .write()
             .insert(table.to_string(), Arc::clone(&codec));
-        if let Some(t) = self.tables.write().get_mut(table) {
+        if let Some(open) = self.open.read().as_ref()
+            && let Some(t) = open.tables.write().get_mut(table)
+        {
             t.codec = Some(codec);
         }
         self
@@ -161,13 +235,15 @@ impl FjallStore {
 
     /// Disk space used by the store's files, in bytes.
     pub fn disk_space(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0)
+        self.handle()
+            .map_or(0, |open| open.db.disk_space().unwrap_or(0))
     }
 
     /// Flushes memtables and compacts every table fully (for benchmarks and tools that
     /// measure the settled size on disk).
     pub fn major_compact(&self) -> Result<()> {
-        let tables: Vec<Table> = self.tables.read().values().cloned().collect();
+        let open = self.handle()?;
+        let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in tables {
             t.rows
                 .rotate_memtable_and_wait()
@@ -178,6 +254,16 @@ impl FjallStore {
         }
         Ok(())
     }
+}
+
+fn open_keyspace(db: &Database, table: &str) -> Result<Keyspace> {
+    // LZ4 on every level: rows are written once and read many times.
+    let options = || {
+        KeyspaceCreateOptions::default()
+            .data_block_compression_policy(CompressionPolicy::all(CompressionType::Lz4))
+    };
+    db.keyspace(&format!("{TABLE_PREFIX}{table}"), options)
+        .map_err(|e| io_err(&format!("cannot open table {table}"), e))
 }
 
 /// Table spec in the catalog: `name:max_versions` per family, one per line (0 = unlimited).
@@ -216,6 +302,8 @@ const READ_ON_BEFORE_SEEK: u32 = 8;
 /// A range scan over one table; follows the request's skip hint by seeking when the next
 /// possible match is further than a few keys away.
 struct Scan {
+    /// Keeps the database from being reopened under the scan.
+    _open: Arc<Open>,
     rows: Keyspace,
     codec: Option<Arc<dyn CellCodec>>,
     keep_encoded: bool,
@@ -278,8 +366,9 @@ impl Store for FjallStore {
     }
 
     fn create_table(&self, spec: &TableSpec) -> Result<()> {
+        let open = self.handle()?;
         let _w = self.write_lock.lock();
-        let existing = self.tables.read().get(&spec.name).cloned();
+        let existing = open.tables.read().get(&spec.name).cloned();
         let mut merged = existing.as_ref().map_or_else(
             || TableSpec {
                 name: spec.name.clone(),
@@ -297,15 +386,15 @@ impl Store for FjallStore {
         }
         let rows = match existing {
             Some(t) => t.rows,
-            None => self.open_keyspace(&spec.name)?,
+            None => open_keyspace(&open.db, &spec.name)?,
         };
-        self.catalog
+        open.catalog
             .insert(spec.name.as_bytes(), encode_spec(&merged))
-            .map_err(|e| io_err("cannot write table catalog", e))?;
-        self.db
+            .map_err(|e| self.write_failed("cannot write table catalog", e))?;
+        open.db
             .persist(PersistMode::SyncAll)
-            .map_err(|e| io_err("cannot sync", e))?;
-        self.tables.write().insert(
+            .map_err(|e| self.write_failed("cannot sync", e))?;
+        open.tables.write().insert(
             spec.name.clone(),
             Table {
                 spec: Arc::new(merged),
@@ -317,11 +406,11 @@ impl Store for FjallStore {
     }
 
     fn table_exists(&self, table: &str) -> Result<bool> {
-        Ok(self.tables.read().contains_key(table))
+        Ok(self.handle()?.tables.read().contains_key(table))
     }
 
     fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
-        let t = self.table(table)?;
+        let (_open, t) = self.table(table)?;
         Ok(Self::load_row(&t, key)?.read(key, read))
     }
 
@@ -336,7 +425,7 @@ impl Store for FjallStore {
     }
 
     fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
-        let t = self.table(table)?;
+        let (open, t) = self.table(table)?;
         let now = now_ms();
         let _w = self.write_lock.lock();
         // Rows repeated in one batch apply in order on the pending state.
@@ -358,18 +447,20 @@ impl Store for FjallStore {
             let mut ingestion = t
                 .rows
                 .start_ingestion()
-                .map_err(|e| io_err("write failed", e))?;
+                .map_err(|e| self.write_failed("write failed", e))?;
             for (key, row) in sorted {
                 if row.is_empty() {
                     ingestion.write_tombstone(key)
                 } else {
                     ingestion.write(key, row.encode(t.codec.as_deref()))
                 }
-                .map_err(|e| io_err("write failed", e))?;
+                .map_err(|e| self.write_failed("write failed", e))?;
             }
-            return ingestion.finish().map_err(|e| io_err("write failed", e));
+            return ingestion
+                .finish()
+                .map_err(|e| self.write_failed("write failed", e));
         }
-        let mut batch = self.db.batch();
+        let mut batch = open.db.batch();
         for (key, row) in pending {
             if row.is_empty() {
                 batch.remove(&t.rows, key);
@@ -377,11 +468,13 @@ impl Store for FjallStore {
                 batch.insert(&t.rows, key, row.encode(t.codec.as_deref()));
             }
         }
-        batch.commit().map_err(|e| io_err("write failed", e))
+        batch
+            .commit()
+            .map_err(|e| self.write_failed("write failed", e))
     }
 
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
-        let t = self.table(table)?;
+        let (open, t) = self.table(table)?;
         let filter = ScanFilter::new(request)?;
         let upper = match &request.end {
             Some(end) => Bound::Excluded(end.clone()),
@@ -391,6 +484,7 @@ impl Store for FjallStore {
             .rows
             .range::<Vec<u8>, _>((Bound::Included(request.start.clone()), upper.clone()));
         let rows = Scan {
+            _open: open,
             codec: t.codec.clone(),
             rows: t.rows,
             keep_encoded: request.read.encoded_cells,
@@ -414,13 +508,13 @@ impl Store for FjallStore {
         qualifier: &[u8],
         delta: i64,
     ) -> Result<i64> {
-        let t = self.table(table)?;
+        let (_open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
         let mut row = Self::load_row(&t, key)?;
         let v = row.increment(&t.spec, family, qualifier, delta, now_ms())?;
         t.rows
             .insert(key, row.encode(t.codec.as_deref()))
-            .map_err(|e| io_err("write failed", e))?;
+            .map_err(|e| self.write_failed("write failed", e))?;
         Ok(v)
     }
 
@@ -431,7 +525,7 @@ impl Store for FjallStore {
         check: &Check,
         mutations: &[Mutation],
     ) -> Result<bool> {
-        let t = self.table(table)?;
+        let (_open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
         let mut row = Self::load_row(&t, key)?;
         if !row.check(check) {
@@ -439,30 +533,34 @@ impl Store for FjallStore {
         }
         row.apply(&t.spec, mutations, now_ms())?;
         if row.is_empty() {
-            t.rows.remove(key).map_err(|e| io_err("write failed", e))?;
+            t.rows
+                .remove(key)
+                .map_err(|e| self.write_failed("write failed", e))?;
         } else {
             t.rows
                 .insert(key, row.encode(t.codec.as_deref()))
-                .map_err(|e| io_err("write failed", e))?;
+                .map_err(|e| self.write_failed("write failed", e))?;
         }
         Ok(true)
     }
 
     fn sync(&self) -> Result<()> {
-        self.db
+        self.handle()?
+            .db
             .persist(PersistMode::SyncData)
-            .map_err(|e| io_err("sync failed", e))
+            .map_err(|e| self.write_failed("sync failed", e))
     }
 
     fn checkpoint(&self) -> Result<()> {
-        let tables: Vec<Table> = self.tables.read().values().cloned().collect();
+        let open = self.handle()?;
+        let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in tables {
             t.rows
                 .rotate_memtable_and_wait()
-                .map_err(|e| io_err("flush failed", e))?;
+                .map_err(|e| self.write_failed("flush failed", e))?;
         }
-        self.db
+        open.db
             .persist(PersistMode::SyncAll)
-            .map_err(|e| io_err("sync failed", e))
+            .map_err(|e| self.write_failed("sync failed", e))
     }
 }
