@@ -12,6 +12,7 @@ mod metabench;
 mod proc;
 mod querybench;
 mod scaling;
+mod syncbench;
 mod targets;
 
 use std::io::Write;
@@ -37,6 +38,8 @@ enum Cli {
     /// Writers and readers against a TSD that is killed, stopped, starved of disk and of its
     /// store in turn; checks every acknowledged point is kept exactly once.
     Chaos(chaos::ChaosArgs),
+    /// `/api/put?sync` throughput with concurrent clients against one fsync per request.
+    Sync(syncbench::SyncArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -83,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Query(args) => return querybench::run(&args),
         Cli::Meta(args) => return metabench::run(&args),
         Cli::Chaos(args) => return chaos::run(&args),
+        Cli::Sync(args) => return syncbench::run(&args),
     };
     let tsdb = match &args.tsdb {
         Some(p) => p.clone(),
