@@ -19,6 +19,7 @@
 mod buffer;
 mod open_hours;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -744,8 +745,8 @@ impl Writer {
             (state.sealed.clone(), state.next_seq - 1)
         };
         let flushed: usize = sealed.iter().map(|s| s.points).sum();
-        let rows = self.materialize(&sealed);
-        self.write_rows(&rows)?;
+        let rows = self.sealed_rows(&sealed);
+        let written = self.write_rows(&sealed, &rows)?;
         // Durable in the store before the log lets go of the points.
         self.store.sync()?;
         {
@@ -762,7 +763,7 @@ impl Writer {
         flush.stored_seq = flush.stored_seq.max(through);
         drop(sealed);
         if let Some(tracker) = &self.tracker {
-            self.track(tracker, &rows);
+            self.track(tracker, &written);
         }
         if flushed > 0 {
             self.stats.flushes.fetch_add(1, Ordering::Relaxed);
@@ -773,17 +774,17 @@ impl Writer {
 
     /// Notes the flushed series in the meta table. Meta data is best effort: a failure is
     /// logged and never fails the flush (the points are already stored).
-    fn track(&self, tracker: &crate::meta::Tracker, rows: &[(Vec<u8>, Vec<Point>)]) {
+    fn track(&self, tracker: &crate::meta::Tracker, rows: &[(Vec<u8>, u64)]) {
         let schema = &self.settings.schema;
         let mut series: Vec<(Vec<u8>, u64)> = Vec::new();
         let mut index: Map<Vec<u8>, usize> = Map::default();
         for (key, points) in rows {
             let tsuid = rowkey::tsuid_of(schema, key);
             match index.get(&tsuid) {
-                Some(i) => series[*i].1 += points.len() as u64,
+                Some(i) => series[*i].1 += points,
                 None => {
                     index.insert(tsuid.clone(), series.len());
-                    series.push((tsuid, points.len() as u64));
+                    series.push((tsuid, *points));
                 }
             }
         }
@@ -792,28 +793,46 @@ impl Writer {
         }
     }
 
-    /// The rows of sealed buffers (key, points) sorted by key, each row's points gathered
-    /// oldest buffer first and duplicates resolved newest-first.
-    fn materialize(&self, sealed: &[Arc<Buffer>]) -> Vec<(Vec<u8>, Vec<Point>)> {
-        let mut gathered = Gathered::default();
-        for s in sealed {
-            gathered.add(s, |_| true);
-        }
+    /// Every row of the sealed buffers once, as (key, row id), sorted by key.
+    fn sealed_rows(&self, sealed: &[Arc<Buffer>]) -> Vec<(Vec<u8>, u64)> {
         let series = self.series.read();
         let at = self.settings.schema.timestamp_offset();
-        let mut rows: Vec<(Vec<u8>, Vec<Point>)> = gathered
-            .into_rows()
-            .map(|(row, mut points)| {
+        let mut rows = Vec::new();
+        for (i, buffer) in sealed.iter().enumerate() {
+            for (row, _) in buffer.rows() {
+                if sealed[..i].iter().any(|earlier| earlier.get(row).is_some()) {
+                    continue; // listed with the first buffer holding it
+                }
                 let mut key = series.templates[(row >> 32) as usize].to_vec();
                 key[at..at + 4].copy_from_slice(&(row as u32).to_be_bytes());
-                if let Err(d) = compact::sort_and_dedupe(&mut points, true) {
-                    self.note_duplicate(&key, &d);
-                }
-                (key, points)
-            })
-            .collect();
+                rows.push((key, row));
+            }
+        }
         rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         rows
+    }
+
+    /// One row's points from the sealed buffers (oldest first), in time order with
+    /// duplicates resolved newest-first: borrowed when they already are (the usual case).
+    fn row_points<'a>(&self, sealed: &'a [Arc<Buffer>], key: &[u8], row: u64) -> Cow<'a, [Point]> {
+        let mut parts = sealed.iter().filter_map(|s| s.get(row));
+        let first = parts.next().unwrap_or_default();
+        let single = sealed.iter().filter(|s| s.get(row).is_some()).count() <= 1;
+        if single
+            && first
+                .windows(2)
+                .all(|w| w[0].offset_ms() < w[1].offset_ms())
+        {
+            return Cow::Borrowed(first);
+        }
+        let mut points = first.to_vec();
+        for part in parts {
+            points.extend_from_slice(part);
+        }
+        if let Err(d) = compact::sort_and_dedupe(&mut points, true) {
+            self.note_duplicate(key, &d);
+        }
+        Cow::Owned(points)
     }
 
     fn note_duplicate(&self, key: &[u8], d: &compact::Duplicate) {
@@ -825,10 +844,21 @@ impl Writer {
         );
     }
 
-    fn write_rows(&self, rows: &[(Vec<u8>, Vec<Point>)]) -> Result<()> {
+    /// Writes the rows of the sealed buffers a chunk at a time (only one chunk's points are
+    /// copied, and only where out of order). Returns each row's key and point count.
+    fn write_rows(
+        &self,
+        sealed: &[Arc<Buffer>],
+        rows: &[(Vec<u8>, u64)],
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
         let schema = &self.settings.schema;
         let at = schema.timestamp_offset();
         let now_secs = self.settings.clock.now_ms() / 1000;
+        let mut written = Vec::with_capacity(if self.tracker.is_some() {
+            rows.len()
+        } else {
+            0
+        });
         for chunk in rows.chunks(FLUSH_BATCH_ROWS) {
             // Rows of closed hours are merged with what they hold: read them in one go.
             let closed: Vec<Vec<u8>> = chunk
@@ -847,16 +877,20 @@ impl Writer {
             let mut stored = closed.iter().zip(stored).peekable();
             let mut batch: Vec<RowMutation> = Vec::with_capacity(chunk.len());
             let mut newly_open = Vec::new();
-            for (key, points) in chunk {
+            for (key, row) in chunk {
+                let points = self.row_points(sealed, key, *row);
+                if self.tracker.is_some() {
+                    written.push((key.clone(), points.len() as u64));
+                }
                 let mutations = match stored.next_if(|(k, _)| *k == key) {
-                    Some((_, row)) => self.compaction_mutations(key, row.as_ref(), points)?,
+                    Some((_, row)) => self.compaction_mutations(key, row.as_ref(), &points)?,
                     None => {
                         if self.settings.enable_compaction
                             && let Some(hour) = rowkey::base_time_of(schema, key)
                         {
                             newly_open.push((&key[..at], hour));
                         }
-                        let (q, v) = compact::encode_cell(points);
+                        let (q, v) = compact::encode_cell(&points);
                         Some(vec![Mutation::set_at(
                             DATA_FAMILY,
                             q,
@@ -891,7 +925,7 @@ impl Writer {
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
             }
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Saves the compaction bookkeeping when it changed (in the log's directory).

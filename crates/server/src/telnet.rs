@@ -7,8 +7,10 @@
 mod commands;
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 
 use hourglass_core::put::{PutError, PutLine, parse_put};
 use hourglass_engine::{Error, ErrorKind, IncomingPoint};
@@ -18,7 +20,9 @@ use tokio::sync::watch;
 use crate::activity::Activity;
 use crate::{State, ingest};
 
-const READ_CHUNK: usize = 64 * 1024;
+/// Room for one read: a busy collector's read carries many lines, and each read costs one
+/// hand-off to the blocking pool.
+const READ_CHUNK: usize = 256 * 1024;
 
 /// What the connection does after a buffer of lines.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,26 +49,37 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             return Ok(());
         }
         let before = buf.len();
-        buf.resize(before + READ_CHUNK, 0);
+        // Appends after what is held, without zeroing the room first.
+        buf.reserve(READ_CHUNK);
         let read = tokio::select! {
-            r = stream.read(&mut buf[before..]) => r,
+            r = stream.read_buf(&mut buf) => r,
             _ = stop.changed() => {
-                buf.truncate(before);
                 // Shutting down: what was read is processed, then the connection closes.
                 let (_, out, _) = process_blocking(state, buf, discarding, out, true).await?;
                 stream.write_all(&out).await?;
                 return Ok(());
             }
         };
-        let n = match read {
-            Ok(n) => n,
-            Err(e) => {
-                buf.truncate(before);
-                return Err(e);
-            }
-        };
-        buf.truncate(before + n);
+        let n = read?;
         let eof = n == 0;
+        // Whatever else already arrived joins this batch: one hand-off to the blocking pool
+        // for as many lines as are waiting, up to a chunk's room.
+        if !eof {
+            while buf.len() - before < READ_CHUNK {
+                let more = std::future::poll_fn(|cx| {
+                    let read = std::pin::pin!(stream.read_buf(&mut buf));
+                    match read.poll(cx) {
+                        Poll::Ready(r) => Poll::Ready(Some(r)),
+                        Poll::Pending => Poll::Ready(None),
+                    }
+                })
+                .await;
+                match more {
+                    Some(Ok(m)) if m > 0 => {}
+                    _ => break,
+                }
+            }
+        }
         // Nothing to do until a line is complete.
         if !eof
             && memchr::memchr(b'\n', &buf[before..]).is_none()

@@ -79,7 +79,9 @@ async fn queries_count_every_acknowledged_point_while_flushes_run(backend: &str)
     srv.state.tsdb.start_background();
     // The metric exists before the first query.
     let mut conn = HttpConn::open(srv.addr).await;
-    let r = conn.request("POST", "/api/put", "", body(T0, 2000, 1).as_bytes()).await;
+    let r = conn
+        .request("POST", "/api/put", "", body(T0, 2000, 1).as_bytes())
+        .await;
     assert_eq!(r.status, 204);
     let acked = Arc::new(AtomicU64::new(2000));
     let done = Arc::new(AtomicBool::new(false));

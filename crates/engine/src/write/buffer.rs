@@ -59,6 +59,15 @@ impl Buffer {
         self.points == 0
     }
 
+    /// The points of one row, if it has any here.
+    pub(crate) fn get(&self, row: u64) -> Option<&[Point]> {
+        let (series, base) = ((row >> 32) as usize, row as u32);
+        match self.current.get(series) {
+            Some((b, points)) if *b == base && !points.is_empty() => Some(points),
+            _ => self.other.get(&row).map(Vec::as_slice),
+        }
+    }
+
     /// Every row with its points.
     pub(crate) fn rows(&self) -> impl Iterator<Item = (u64, &[Point])> {
         let current = self
