@@ -11,6 +11,9 @@ use crate::wal::files::{DiskFiles, LogFiles, OpenError};
 use crate::write::{BatchOutcome, IncomingPoint, WriteStats, Writer};
 use crate::{Error, Result, Settings, tables, wal};
 
+/// How long a graceful close keeps trying to flush while the store is unavailable.
+const CLOSE_RETRY: Duration = Duration::from_secs(10);
+
 /// A database: schema, UIDs and the write path over one store.
 #[derive(Debug)]
 pub struct Tsdb {
@@ -225,7 +228,24 @@ impl Tsdb {
                 tracing::error!("flush thread panicked");
             }
         }
-        self.writer.flush()?;
+        // A store that is away for a moment (a reopen after a full disk, a network blip)
+        // gets a few seconds; what cannot be stored stays in the log for the next start.
+        let deadline = std::time::Instant::now() + CLOSE_RETRY;
+        loop {
+            match self.writer.flush() {
+                Err(e)
+                    if e.kind() == crate::ErrorKind::Unavailable
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tracing::warn!(error = %e, "final flush failed; trying again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                other => {
+                    other?;
+                    break;
+                }
+            }
+        }
         self.store.sync()?;
         self.store.checkpoint()?;
         Ok(())

@@ -191,6 +191,18 @@ impl FjallStore {
         Ok(open)
     }
 
+    /// Runs a write; when it found the database poisoned, reopens it (if nothing else uses
+    /// it) and runs the write once more. A poisoned write applied nothing, so the retry is safe.
+    fn retrying<T>(&self, write: impl Fn() -> Result<T>) -> Result<T> {
+        match write() {
+            Err(e) if self.poisoned.load(Ordering::Acquire) => match self.reopen() {
+                Ok(_) => write(),
+                Err(_) => Err(e),
+            },
+            other => other,
+        }
+    }
+
     /// The error of a failed write; fjall's "poisoned" schedules a reopen.
     fn write_failed(&self, context: &str, e: fjall::Error) -> Error {
         if matches!(e, fjall::Error::Poisoned) {
@@ -360,12 +372,9 @@ impl Iterator for Scan {
     }
 }
 
-impl Store for FjallStore {
-    fn backend(&self) -> &'static str {
-        "embedded"
-    }
-
-    fn create_table(&self, spec: &TableSpec) -> Result<()> {
+/// The writes of [`Store`], run once (the trait's methods retry them after a reopen).
+impl FjallStore {
+    fn create_table_once(&self, spec: &TableSpec) -> Result<()> {
         let open = self.handle()?;
         let _w = self.write_lock.lock();
         let existing = open.tables.read().get(&spec.name).cloned();
@@ -405,26 +414,7 @@ impl Store for FjallStore {
         Ok(())
     }
 
-    fn table_exists(&self, table: &str) -> Result<bool> {
-        Ok(self.handle()?.tables.read().contains_key(table))
-    }
-
-    fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
-        let (_open, t) = self.table(table)?;
-        Ok(Self::load_row(&t, key)?.read(key, read))
-    }
-
-    fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
-        self.mutate_rows(
-            table,
-            &[RowMutation {
-                key: key.to_vec(),
-                mutations: mutations.to_vec(),
-            }],
-        )
-    }
-
-    fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
+    fn mutate_rows_once(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
         let (open, t) = self.table(table)?;
         let now = now_ms();
         let _w = self.write_lock.lock();
@@ -473,34 +463,7 @@ impl Store for FjallStore {
             .map_err(|e| self.write_failed("write failed", e))
     }
 
-    fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
-        let (open, t) = self.table(table)?;
-        let filter = ScanFilter::new(request)?;
-        let upper = match &request.end {
-            Some(end) => Bound::Excluded(end.clone()),
-            None => Bound::Unbounded,
-        };
-        let iter = t
-            .rows
-            .range::<Vec<u8>, _>((Bound::Included(request.start.clone()), upper.clone()));
-        let rows = Scan {
-            _open: open,
-            codec: t.codec.clone(),
-            rows: t.rows,
-            keep_encoded: request.read.encoded_cells,
-            filter,
-            skip: request.skip.clone(),
-            upper,
-            iter,
-            target: None,
-            returned: 0,
-        };
-        // Stop pulling from the tree once the limit is reached.
-        let limit = request.limit.unwrap_or(usize::MAX);
-        Ok(Box::new(rows.take(limit)))
-    }
-
-    fn increment(
+    fn increment_once(
         &self,
         table: &str,
         key: &[u8],
@@ -518,7 +481,7 @@ impl Store for FjallStore {
         Ok(v)
     }
 
-    fn check_and_mutate(
+    fn check_and_mutate_once(
         &self,
         table: &str,
         key: &[u8],
@@ -544,14 +507,14 @@ impl Store for FjallStore {
         Ok(true)
     }
 
-    fn sync(&self) -> Result<()> {
+    fn sync_once(&self) -> Result<()> {
         self.handle()?
             .db
             .persist(PersistMode::SyncData)
             .map_err(|e| self.write_failed("sync failed", e))
     }
 
-    fn checkpoint(&self) -> Result<()> {
+    fn checkpoint_once(&self) -> Result<()> {
         let open = self.handle()?;
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in tables {
@@ -562,5 +525,94 @@ impl Store for FjallStore {
         open.db
             .persist(PersistMode::SyncAll)
             .map_err(|e| self.write_failed("sync failed", e))
+    }
+}
+
+impl Store for FjallStore {
+    fn create_table(&self, spec: &TableSpec) -> Result<()> {
+        self.retrying(|| self.create_table_once(spec))
+    }
+
+    fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
+        self.retrying(|| self.mutate_rows_once(table, rows))
+    }
+
+    fn increment(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        delta: i64,
+    ) -> Result<i64> {
+        self.retrying(|| self.increment_once(table, key, family, qualifier, delta))
+    }
+
+    fn check_and_mutate(
+        &self,
+        table: &str,
+        key: &[u8],
+        check: &Check,
+        mutations: &[Mutation],
+    ) -> Result<bool> {
+        self.retrying(|| self.check_and_mutate_once(table, key, check, mutations))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.retrying(|| self.sync_once())
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        self.retrying(|| self.checkpoint_once())
+    }
+
+    fn backend(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn table_exists(&self, table: &str) -> Result<bool> {
+        Ok(self.handle()?.tables.read().contains_key(table))
+    }
+
+    fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
+        let (_open, t) = self.table(table)?;
+        Ok(Self::load_row(&t, key)?.read(key, read))
+    }
+
+    fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
+        self.mutate_rows(
+            table,
+            &[RowMutation {
+                key: key.to_vec(),
+                mutations: mutations.to_vec(),
+            }],
+        )
+    }
+
+    fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
+        let (open, t) = self.table(table)?;
+        let filter = ScanFilter::new(request)?;
+        let upper = match &request.end {
+            Some(end) => Bound::Excluded(end.clone()),
+            None => Bound::Unbounded,
+        };
+        let iter = t
+            .rows
+            .range::<Vec<u8>, _>((Bound::Included(request.start.clone()), upper.clone()));
+        let rows = Scan {
+            _open: open,
+            codec: t.codec.clone(),
+            rows: t.rows,
+            keep_encoded: request.read.encoded_cells,
+            filter,
+            skip: request.skip.clone(),
+            upper,
+            iter,
+            target: None,
+            returned: 0,
+        };
+        // Stop pulling from the tree once the limit is reached.
+        let limit = request.limit.unwrap_or(usize::MAX);
+        Ok(Box::new(rows.take(limit)))
     }
 }
