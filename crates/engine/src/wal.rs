@@ -1,4 +1,4 @@
-//! The write-ahead log: one entry per acknowledged batch ([`entry`]), appended as frames
+//! The write-ahead log: one entry per acknowledged batch (`entry`), appended as frames
 //! to numbered segment files ([`files`]):
 //!
 //! ```text
@@ -11,7 +11,7 @@
 //! - an fsync that fails poisons the log (the kernel may have dropped the pages it could not
 //!   write, so retrying the fsync would report success for lost data);
 //! - a poisoned log refuses appends until every buffered point is in the store and the store
-//!   is synced; then the log starts a fresh segment and is good again ([`Log::heal`]);
+//!   is synced; then the log starts a fresh segment and is good again (`Log::heal`);
 //! - segments are created and deleted with an fsync of the directory.
 //!
 //! So a segment holds whole frames up to its end, or ends in a torn frame that was never

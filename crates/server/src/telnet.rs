@@ -20,9 +20,11 @@ use tokio::sync::watch;
 use crate::activity::Activity;
 use crate::{State, ingest};
 
-/// Room for one read: a busy collector's read carries many lines, and each read costs one
-/// hand-off to the blocking pool.
+/// Room made for the reads of one batch: whatever is ready at once joins it, so a busy
+/// collector's batch carries many lines (each batch costs one hand-off to the blocking pool).
 const READ_CHUNK: usize = 256 * 1024;
+/// Reads stop joining a batch when less room than this is left.
+const MIN_READ_ROOM: usize = 4096;
 
 /// What the connection does after a buffer of lines.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,7 +39,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     mut stop: watch::Receiver<bool>,
     activity: &Activity,
 ) -> std::io::Result<()> {
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut buf: Vec<u8> = Vec::new();
     let mut discarding = false;
     let mut out = Vec::new();
     loop {
@@ -49,8 +51,9 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             return Ok(());
         }
         let before = buf.len();
-        // Appends after what is held, without zeroing the room first.
-        buf.reserve(READ_CHUNK);
+        // Appends after what is held (a partial line), without zeroing the room first; an
+        // exact reservation keeps a connection's buffer at a chunk plus a partial line.
+        buf.reserve_exact(READ_CHUNK);
         let read = tokio::select! {
             r = stream.read_buf(&mut buf) => r,
             _ = stop.changed() => {
@@ -65,7 +68,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         // Whatever else already arrived joins this batch: one hand-off to the blocking pool
         // for as many lines as are waiting, up to a chunk's room.
         if !eof {
-            while buf.len() - before < READ_CHUNK {
+            while buf.capacity() - buf.len() >= MIN_READ_ROOM {
                 let more = std::future::poll_fn(|cx| {
                     let read = std::pin::pin!(stream.read_buf(&mut buf));
                     match read.poll(cx) {
