@@ -155,6 +155,18 @@ impl FjallStore {
         self.reopen()
     }
 
+    /// The database for a read: a poisoned one still reads, so a read uses it while the
+    /// reopen must wait for operations in flight.
+    fn handle_for_read(&self) -> Result<Arc<Open>> {
+        match self.handle() {
+            Err(e) => match self.open.read().as_ref() {
+                Some(open) => Ok(Arc::clone(open)),
+                None => Err(e),
+            },
+            ok => ok,
+        }
+    }
+
     fn reopen(&self) -> Result<Arc<Open>> {
         let _w = self.write_lock.lock();
         let mut slot = self.open.write();
@@ -214,7 +226,15 @@ impl FjallStore {
 
     /// The open database and one of its tables.
     fn table(&self, name: &str) -> Result<(Arc<Open>, Table)> {
-        let open = self.handle()?;
+        Self::table_of(self.handle()?, name)
+    }
+
+    /// [`FjallStore::table`] for a read.
+    fn table_for_read(&self, name: &str) -> Result<(Arc<Open>, Table)> {
+        Self::table_of(self.handle_for_read()?, name)
+    }
+
+    fn table_of(open: Arc<Open>, name: &str) -> Result<(Arc<Open>, Table)> {
         let table = open
             .tables
             .read()
@@ -571,11 +591,11 @@ impl Store for FjallStore {
     }
 
     fn table_exists(&self, table: &str) -> Result<bool> {
-        Ok(self.handle()?.tables.read().contains_key(table))
+        Ok(self.handle_for_read()?.tables.read().contains_key(table))
     }
 
     fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
-        let (_open, t) = self.table(table)?;
+        let (_open, t) = self.table_for_read(table)?;
         Ok(Self::load_row(&t, key)?.read(key, read))
     }
 
@@ -590,7 +610,7 @@ impl Store for FjallStore {
     }
 
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
-        let (open, t) = self.table(table)?;
+        let (open, t) = self.table_for_read(table)?;
         let filter = ScanFilter::new(request)?;
         let upper = match &request.end {
             Some(end) => Bound::Excluded(end.clone()),
