@@ -270,18 +270,22 @@ pub(crate) async fn handle(
     if !state.tsdb.has_room() {
         return Err(throttled(&state, None));
     }
-    let (raw, result) = crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
-        let raw = parse_body(&body)?;
-        let result = store(state, &raw);
-        Ok((raw, result))
-    })
-    .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("put failed: {e}"),
-        )
-    })??;
+    // Without a timeout the sync runs in the same hand-off as the write.
+    let sync_inline = sync && sync_timeout == 0;
+    let (raw, result, synced_inline) =
+        crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
+            let raw = parse_body(&body)?;
+            let result = store(state, &raw);
+            let synced = (sync_inline && result.success > 0).then(|| state.tsdb.sync_writes());
+            Ok((raw, result, synced))
+        })
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("put failed: {e}"),
+            )
+        })??;
     if let Some(why) = result.throttled {
         return Err(throttled(&state, Some(why)));
     }
@@ -296,14 +300,15 @@ pub(crate) async fn handle(
 
     let mut timeouts = 0usize;
     if sync && result.success > 0 {
-        let db = Arc::clone(&state.tsdb);
-        let job = tokio::task::spawn_blocking(move || db.sync_writes());
-        let synced = if sync_timeout > 0 {
-            tokio::time::timeout(Duration::from_millis(sync_timeout), job)
-                .await
-                .ok()
-        } else {
-            Some(job.await)
+        let synced = match synced_inline {
+            Some(outcome) => Some(Ok(outcome)),
+            None => {
+                let db = Arc::clone(&state.tsdb);
+                let job = tokio::task::spawn_blocking(move || db.sync_writes());
+                tokio::time::timeout(Duration::from_millis(sync_timeout), job)
+                    .await
+                    .ok()
+            }
         };
         match synced {
             None => timeouts = result.success,
