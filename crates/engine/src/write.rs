@@ -17,6 +17,7 @@
 //! until flushes catch up.
 
 mod buffer;
+mod compaction;
 mod open_hours;
 
 use std::borrow::Cow;
@@ -30,17 +31,17 @@ use hourglass_core::names::validate_name;
 use hourglass_core::qualifier::Qualifier;
 use hourglass_core::rowkey::{self, SeriesKey};
 use hourglass_core::schema::DATA_FAMILY;
-use hourglass_core::time::MAX_TIMESPAN;
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
-use hourglass_storage::{Mutation, ReadOptions, RowMutation, ScanRequest, Store, now_ms};
+use hourglass_storage::{Mutation, ReadOptions, RowMutation, Store, now_ms};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use self::buffer::{Buffer, Gathered};
+use self::compaction::hour_closed;
 use self::open_hours::OpenHours;
 use crate::uid::{UidRegistry, format_signed_bytes};
 use crate::wal::files::LogFiles;
-use crate::{Error, Result, Settings, rows, wal};
+use crate::{Error, Result, Settings, wal};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -927,181 +928,4 @@ impl Writer {
         }
         Ok(written)
     }
-
-    /// Saves the compaction bookkeeping when it changed (in the log's directory).
-    fn save_open_hours(&self, open: &mut OpenHours) -> Result<()> {
-        if !open.dirty {
-            return Ok(());
-        }
-        if let Some(files) = &self.files {
-            files
-                .write_named(open_hours::FILE_NAME, &open.encode())
-                .map_err(|e| {
-                    Error::Unavailable(format!(
-                        "cannot save the compaction bookkeeping ({}): {e}",
-                        open_hours::FILE_NAME
-                    ))
-                })?;
-        }
-        open.dirty = false;
-        Ok(())
-    }
-
-    /// Compacts the rows of every (metric, hour) written while the hour was open, once it
-    /// has closed. A pair is forgotten only once its rows are compacted; failures are
-    /// logged and retried at the next flush.
-    fn compact_closed_hours(&self, now_secs: i64) {
-        if !self.settings.enable_compaction {
-            return;
-        }
-        let due = self.open.lock().due(|h| hour_closed(h, now_secs));
-        for pair in due {
-            match self.compact_hour(&pair.0, pair.1) {
-                Ok(_) => self.open.lock().remove(&pair),
-                Err(e) => {
-                    self.stats.compaction_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, hour = pair.1, "compaction failed; retried at the next flush");
-                    break;
-                }
-            }
-        }
-        let mut open = self.open.lock();
-        if let Err(e) = self.save_open_hours(&mut open) {
-            tracing::error!(error = %e, "compaction bookkeeping not saved; retried at the next flush");
-        }
-    }
-
-    /// Rewrites each row of one metric and hour (under one row prefix) as one compacted cell.
-    fn compact_hour(&self, prefix: &[u8], hour: u32) -> Result<usize> {
-        let table = &self.settings.schema.data_table;
-        let key_at = |h: u64| {
-            let mut k = prefix.to_vec();
-            k.extend_from_slice(&(h as u32).to_be_bytes());
-            k
-        };
-        let end = if u64::from(hour) + u64::from(MAX_TIMESPAN) > u64::from(u32::MAX) {
-            let mut k = prefix.to_vec();
-            k.extend_from_slice(&[0xFF; 5]);
-            k
-        } else {
-            key_at(u64::from(hour) + u64::from(MAX_TIMESPAN))
-        };
-        let request = ScanRequest {
-            start: key_at(u64::from(hour)),
-            end: Some(end),
-            read: ReadOptions::family(DATA_FAMILY),
-            ..ScanRequest::default()
-        };
-        let mut rewritten = 0;
-        let mut batch = Vec::new();
-        for row in self.store.scan(table, &request)? {
-            let row = row?;
-            if let Some(mutations) = self.compaction_mutations(&row.key, Some(&row), &[])? {
-                batch.push(RowMutation {
-                    key: row.key.clone(),
-                    mutations,
-                });
-            }
-            if batch.len() >= FLUSH_BATCH_ROWS {
-                self.store.mutate_rows(table, &batch)?;
-                rewritten += batch.len();
-                batch.clear();
-            }
-        }
-        if !batch.is_empty() {
-            self.store.mutate_rows(table, &batch)?;
-            rewritten += batch.len();
-        }
-        Ok(rewritten)
-    }
-
-    /// Rewrites each row of `keys` as one compacted cell (reading rows a batch at a time).
-    /// Returns how many rows were rewritten. The caller holds off flushes.
-    pub(crate) fn compact_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
-        let table = &self.settings.schema.data_table;
-        let mut rewritten = 0;
-        for chunk in keys.chunks(FLUSH_BATCH_ROWS) {
-            let stored = self
-                .store
-                .get_rows(table, chunk, &ReadOptions::family(DATA_FAMILY))?;
-            let mut batch = Vec::with_capacity(chunk.len());
-            for (key, row) in chunk.iter().zip(stored) {
-                if let Some(mutations) = self.compaction_mutations(key, row.as_ref(), &[])? {
-                    batch.push(RowMutation {
-                        key: key.clone(),
-                        mutations,
-                    });
-                }
-            }
-            if !batch.is_empty() {
-                self.store.mutate_rows(table, &batch)?;
-                rewritten += batch.len();
-            }
-        }
-        Ok(rewritten)
-    }
-
-    /// The mutations that leave `key` with one compacted cell holding its stored points and
-    /// `new_points`. `None` when nothing needs writing. On conflicting duplicates without
-    /// `fix_duplicates`, the stored cells stay as they are (as OpenTSDB's compaction aborts)
-    /// and only the new points are written, in a cell of their own.
-    pub(crate) fn compaction_mutations(
-        &self,
-        key: &[u8],
-        row: Option<&hourglass_storage::Row>,
-        new_points: &[Point],
-    ) -> Result<Option<Vec<Mutation>>> {
-        let decoded = rows::decode_row(row, new_points)?;
-        if let Some(d) = &decoded.duplicate {
-            if !self.settings.fix_duplicates {
-                self.stats.compaction_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
-                    "Duplicate timestamp for key={}, ms_offset={}, older={}, newer={}; set tsd.storage.fix_duplicates=true to fix automatically or run Fsck",
-                    format_signed_bytes(key),
-                    d.offset_ms,
-                    d.older.bits,
-                    d.newer.bits
-                );
-                if new_points.is_empty() {
-                    return Ok(None);
-                }
-                let (q, v) = compact::encode_cell(new_points);
-                return Ok(Some(vec![Mutation::set_at(
-                    DATA_FAMILY,
-                    q,
-                    self.cell_timestamp(),
-                    v,
-                )]));
-            }
-            self.note_duplicate(key, d);
-        }
-        if decoded.points.is_empty() {
-            return Ok(None);
-        }
-        let (q, v) = compact::encode_cell(&decoded.points);
-        if decoded.data_qualifiers.len() == 1
-            && decoded.data_qualifiers[0] == q
-            && new_points.is_empty()
-        {
-            return Ok(None); // already one cell holding exactly these points
-        }
-        let mut mutations = vec![Mutation::set_at(
-            DATA_FAMILY,
-            q.clone(),
-            self.cell_timestamp(),
-            v,
-        )];
-        for old in decoded.data_qualifiers {
-            if old != q {
-                mutations.push(Mutation::delete(DATA_FAMILY, old));
-            }
-        }
-        self.stats.rows_compacted.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(mutations))
-    }
-}
-
-/// Whether the hour starting at `base_time` is over (plus a grace for late points).
-fn hour_closed(base_time: u32, now_secs: i64) -> bool {
-    i64::from(base_time) + i64::from(MAX_TIMESPAN) + COMPACTION_GRACE_SECS <= now_secs
 }
