@@ -11,8 +11,11 @@ use tokio::sync::watch;
 use crate::State;
 use crate::activity::Activity;
 
-/// How often a held-back connection looks for room again.
+/// How often the server looks for room again while connections are held back (and how
+/// often a batch already read, waiting on the blocking pool, does).
 const ROOM_POLL: Duration = Duration::from_millis(10);
+/// How often a held-back connection renews its activity (for the idle timeout).
+const ACTIVITY_TICK: Duration = Duration::from_millis(500);
 
 /// Runs `work` on the blocking pool with the server's state.
 pub(crate) async fn run_blocking<T: Send + 'static>(
@@ -33,7 +36,11 @@ pub(crate) async fn wait_for_room(
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let mut counted = false;
-    while !state.tsdb.has_room() {
+    loop {
+        let room = state.room.notified();
+        if state.tsdb.has_room() {
+            return true;
+        }
         if !counted {
             counted = true;
             state
@@ -43,11 +50,26 @@ pub(crate) async fn wait_for_room(
         }
         activity.touch();
         tokio::select! {
-            () = tokio::time::sleep(ROOM_POLL) => {}
+            () = room => {}
+            // Keeps the wait counted as activity however long it lasts.
+            () = tokio::time::sleep(ACTIVITY_TICK) => {}
             _ = stop.changed() => return false,
         }
     }
-    true
+}
+
+/// Wakes held-back connections when there is room again: one poller for the server, not
+/// one per waiting connection. Runs until the server stops.
+pub(crate) async fn announce_room(state: Arc<State>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(ROOM_POLL) => {}
+            _ = stop.changed() => return,
+        }
+        if state.tsdb.has_room() {
+            state.room.notify_waiters();
+        }
+    }
 }
 
 /// Blocking form of [`wait_for_room`] for a batch already read (on the blocking pool):

@@ -38,6 +38,10 @@ pub async fn run(
     let mut stop = state.subscribe_shutdown();
     let router = http::router(Arc::clone(&state));
     let mut connections = JoinSet::new();
+    let announcer = tokio::spawn(ingest::announce_room(
+        Arc::clone(&state),
+        state.subscribe_shutdown(),
+    ));
     tokio::pin!(shutdown);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "Ready to serve on {addr}");
@@ -77,6 +81,7 @@ pub async fn run(
     }
     tracing::info!("shutting down: no new connections, draining open ones");
     state.begin_shutdown();
+    announcer.abort();
     drop(listener);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while connections.join_next().await.is_some() {}

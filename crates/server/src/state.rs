@@ -107,6 +107,9 @@ pub struct State {
     pub(crate) stats: ServerStats,
     pub(crate) started: Instant,
     shutdown: watch::Sender<bool>,
+    /// Woken when buffered points are back under their budget (held-back telnet
+    /// connections wait on it instead of each polling).
+    pub(crate) room: tokio::sync::Notify,
 }
 
 impl State {
@@ -119,6 +122,7 @@ impl State {
             stats: ServerStats::default(),
             started: Instant::now(),
             shutdown,
+            room: tokio::sync::Notify::new(),
         })
     }
 
