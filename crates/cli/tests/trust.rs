@@ -5,6 +5,8 @@
 //! SIGSTOP). Every test counts acknowledged points and asserts each is read back exactly
 //! once with its value.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -28,21 +30,7 @@ impl Tsd {
     /// Starts `tsdb tsd --port 0` over `data`, with an optional config file, and waits until
     /// it is ready (a previous run's log replayed).
     fn start(data: &Path, config: Option<&Path>) -> Tsd {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tsdb"));
-        cmd.args([
-            "tsd",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--auto-metric",
-            "--data-dir",
-        ])
-        .arg(data);
-        if let Some(c) = config {
-            cmd.arg("--config").arg(c);
-        }
-        let mut child = cmd
+        let mut child = common::tsd_command(config, data)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -5,14 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-/// Starts `tsdb tsd` on a free loopback port over `dir`; returns it and its address once it
-/// is ready.
-pub(crate) fn spawn_tsd(dir: &Path) -> (Child, String) {
-    spawn_tsd_with(None, dir)
-}
-
-/// [`spawn_tsd`] with a config file.
-pub(crate) fn spawn_tsd_with(config: Option<&Path>, dir: &Path) -> (Child, String) {
+/// `tsdb tsd --port 0` on loopback over `dir` (auto-created metrics), with a config file.
+pub(crate) fn tsd_command(config: Option<&Path>, dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tsdb"));
     cmd.args([
         "tsd",
@@ -27,7 +21,21 @@ pub(crate) fn spawn_tsd_with(config: Option<&Path>, dir: &Path) -> (Child, Strin
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
     }
-    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    cmd
+}
+
+/// Starts `tsdb tsd` on a free loopback port over `dir`; returns it and its address once it
+/// is ready.
+pub(crate) fn spawn_tsd(dir: &Path) -> (Child, String) {
+    spawn_tsd_with(None, dir)
+}
+
+/// [`spawn_tsd`] with a config file.
+pub(crate) fn spawn_tsd_with(config: Option<&Path>, dir: &Path) -> (Child, String) {
+    let mut child = tsd_command(config, dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = loop {
         let line = lines
