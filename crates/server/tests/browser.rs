@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The web UI in headless Chromium: starts a real TSD (embedded store, port 0) serving the UI
 //! built into this binary and runs the Playwright tests of `web/tests/` against it. They need
-//! Node, `npm ci --prefix web` and Debian's `chromium` (`.ci/run` installs all three); a
-//! missing one fails this test with what to install, it never skips.
+//! Node, `npm ci --prefix web` and Debian's `chromium` (`scripts/test`, the README's test
+//! command, installs all three); a missing one fails this test with what to install, it never
+//! skips.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ fn chromium() -> PathBuf {
     assert!(
         path.exists(),
         "headless Chromium is required by the UI tests and {} is missing: \
-         `apt-get install chromium` (or set HOURGLASS_CHROMIUM); .ci/run installs it",
+         `apt-get install chromium` (or set HOURGLASS_CHROMIUM); scripts/test installs it",
         path.display()
     );
     path
@@ -52,7 +53,7 @@ async fn ui_in_headless_chromium() {
     );
     assert!(
         web.join("node_modules/playwright-core").is_dir(),
-        "the UI tests' packages are missing: run `npm ci --prefix web`"
+        "the UI tests' packages are missing: run `npm ci --prefix web` (scripts/test does)"
     );
     let files = test_files(&web);
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-artifacts");
