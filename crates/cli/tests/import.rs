@@ -77,7 +77,7 @@ fn imports_files_reports_bad_lines_and_keeps_good_ones() {
             gz.to_str().unwrap(),
             "-",
         ],
-        Some(b"sys.cpu.user 1356998470 48 host=web01 cpu=0\n"),
+        Some(b"sys.cpu.user 1356998470 48 host=web01 cpu=0\nsys.cpu.user 1356998480 0.1 host=web01 cpu=0\n"),
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
@@ -96,7 +96,7 @@ fn imports_files_reports_bad_lines_and_keeps_good_ones() {
         )),
         "{err}"
     );
-    assert!(err.contains("imported 6 points from 3 file(s)"), "{err}");
+    assert!(err.contains("imported 7 points from 3 file(s)"), "{err}");
     assert_eq!(
         scan(&data),
         vec![
@@ -106,6 +106,8 @@ fn imports_files_reports_bad_lines_and_keeps_good_ones() {
             "sys.cpu.user 1356998410 43.5 host=web01 cpu=0",
             "sys.cpu.user 1356998460 47 host=web01 cpu=0",
             "sys.cpu.user 1356998470 48 host=web01 cpu=0",
+            // Stored on 4 bytes, as OpenTSDB's importer stores every non-integer.
+            "sys.cpu.user 1356998480 0.10000000149011612 host=web01 cpu=0",
             "sys.cpu.user 1356998450000 46 host=web02",
         ]
     );

@@ -1,10 +1,11 @@
 //! The `put` line: `put <metric> <timestamp> <value> <tagk=tagv> [<tagk=tagv> ...]`.
 //!
-//! Words are separated by runs of ASCII white space (OpenTSDB splits on single spaces; runs of
-//! spaces and trailing spaces are tolerated here). Timestamps are seconds, milliseconds, or
-//! seconds with a fraction (`1292148123.5` is 1292148123500 ms). Errors come in OpenTSDB's two
-//! kinds, which its telnet replies prefix with `put: invalid value:` and
-//! `put: illegal argument:`.
+//! As OpenTSDB reads it: words are separated by single spaces and empty words are kept (so
+//! `put m  1 2 h=a` has an empty timestamp), then checked in OpenTSDB's order: the word
+//! count, the metric, the timestamp, the value, the tags (empty tag words are skipped), the
+//! value's number. Timestamps are seconds, milliseconds, or seconds with a fraction
+//! (`1292148123.5` is 1292148123500 ms). Errors come in OpenTSDB's two kinds, which its
+//! telnet replies prefix with `put: invalid value:` and `put: illegal argument:`.
 
 use crate::value::{self, Value};
 
@@ -15,6 +16,13 @@ pub enum PutError {
     InvalidValue(String),
     /// Anything else wrong with the line (Java's IllegalArgumentException).
     IllegalArgument(String),
+}
+
+impl PutError {
+    /// Fewer than four words after the command: `got` is how many there were.
+    pub fn not_enough_arguments(got: usize) -> PutError {
+        illegal(format!("not enough arguments (need least 4, got {got})"))
+    }
 }
 
 impl std::fmt::Display for PutError {
@@ -38,61 +46,89 @@ fn illegal(msg: String) -> PutError {
     PutError::IllegalArgument(msg)
 }
 
-/// Parses the words after `put`. Tag pairs are appended to `tags`.
+/// Parses the words after `put ` (everything after the space that ends the command). Tag
+/// pairs are appended to `tags`; on an error nothing is left there.
 pub fn parse_put<'a>(
     args: &'a str,
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<PutLine<'a>, PutError> {
-    let mut words = args.split_ascii_whitespace();
-    let (Some(metric), Some(ts), Some(val)) = (words.next(), words.next(), words.next()) else {
-        let got = args.split_ascii_whitespace().count();
-        return Err(illegal(format!(
-            "not enough arguments (need least 4, got {got})"
-        )));
+    let mut words = Words(Some(args));
+    let metric = words.next().unwrap_or_default();
+    let (Some(ts), Some(val), Some(first_tag)) = (words.next(), words.next(), words.next()) else {
+        return Err(PutError::not_enough_arguments(Words(Some(args)).count()));
     };
+    if metric.is_empty() {
+        return Err(illegal("empty metric name".into()));
+    }
+    let timestamp = parse_timestamp(ts)?;
+    if val.is_empty() {
+        return Err(illegal("empty value".into()));
+    }
     let start = tags.len();
-    let mut any_tag = false;
-    for w in words {
-        any_tag = true;
-        let Some((k, v)) = w.split_once('=') else {
+    if let Err(e) = parse_tags(std::iter::once(first_tag).chain(words), start, tags) {
+        tags.truncate(start);
+        return Err(e);
+    }
+    match value::parse_value(val) {
+        Ok(value) => Ok(PutLine {
+            metric,
+            timestamp,
+            value,
+            tags: start..tags.len(),
+        }),
+        Err(e) => {
             tags.truncate(start);
+            Err(PutError::InvalidValue(e.to_string()))
+        }
+    }
+}
+
+/// Words separated by single spaces, empty ones kept (`str::split(' ')`, with the memchr
+/// crate's search, which is faster on these short words).
+struct Words<'a>(Option<&'a str>);
+
+impl<'a> Iterator for Words<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let rest = self.0?;
+        match memchr::memchr(b' ', rest.as_bytes()) {
+            Some(i) => {
+                self.0 = Some(&rest[i + 1..]);
+                Some(&rest[..i])
+            }
+            None => {
+                self.0 = None;
+                Some(rest)
+            }
+        }
+    }
+}
+
+/// OpenTSDB's `Tags.parse` over each non-empty word: `k=v`, both sides non-empty, one `=`;
+/// a repeated key with the same value is ignored, with another value refused.
+fn parse_tags<'a>(
+    words: impl Iterator<Item = &'a str>,
+    start: usize,
+    tags: &mut Vec<(&'a str, &'a str)>,
+) -> Result<(), PutError> {
+    for w in words.filter(|w| !w.is_empty()) {
+        let Some((k, v)) = w.split_once('=') else {
             return Err(illegal(format!("invalid tag: {w}")));
         };
         if k.is_empty() || v.is_empty() || v.contains('=') {
-            tags.truncate(start);
             return Err(illegal(format!("invalid tag: {w}")));
         }
         match tags[start..].iter().find(|(have, _)| *have == k) {
             Some((_, have_v)) if *have_v == v => {}
             Some(_) => {
                 let so_far = tag_map_text(&tags[start..]);
-                tags.truncate(start);
                 return Err(illegal(format!("duplicate tag: {w}, tags={so_far}")));
             }
             None => tags.push((k, v)),
         }
     }
-    if !any_tag {
-        return Err(illegal("not enough arguments (need least 4, got 3)".into()));
-    }
-    let fail = |e: PutError, tags: &mut Vec<(&'a str, &'a str)>| {
-        tags.truncate(start);
-        Err(e)
-    };
-    let timestamp = match parse_timestamp(ts) {
-        Ok(t) => t,
-        Err(e) => return fail(e, tags),
-    };
-    let value = match value::parse_value(val) {
-        Ok(v) => v,
-        Err(e) => return fail(PutError::InvalidValue(e.to_string()), tags),
-    };
-    Ok(PutLine {
-        metric,
-        timestamp,
-        value,
-        tags: start..tags.len(),
-    })
+    Ok(())
 }
 
 /// `{k=v, k2=v2}`, as Java prints a map.
@@ -157,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn accepts_opentsdb_lines_and_tolerates_spacing() {
+    fn accepts_opentsdb_lines() {
         let want = (
             "sys.cpu".to_string(),
             1356998400,
@@ -169,8 +205,8 @@ mod tests {
         );
         for line in [
             "sys.cpu 1356998400 42 host=a cpu=0",
-            "sys.cpu  1356998400   42 host=a cpu=0 ",
-            "sys.cpu\t1356998400 42 host=a\tcpu=0",
+            // Empty tag words are skipped, as OpenTSDB does.
+            "sys.cpu 1356998400 42 host=a  cpu=0 ",
             "sys.cpu 1356998400 42 host=a cpu=0 host=a",
         ] {
             assert_eq!(parse(line), Ok(want.clone()), "{line:?}");
@@ -187,6 +223,43 @@ mod tests {
             parse("m 1356998400.123 0.1 h=a").map(|p| (p.1, p.2)),
             Ok((1356998400123, Value::Double(0.1)))
         );
+        // A trailing space makes the fourth word: the tag check is the engine's.
+        assert_eq!(parse("m 1356998400 1 ").map(|p| p.3), Ok(vec![]));
+    }
+
+    #[test]
+    fn words_are_split_on_single_spaces_as_opentsdb_does() {
+        let err = |line: &str| parse(line).unwrap_err();
+        assert_eq!(
+            err(""),
+            PutError::IllegalArgument("not enough arguments (need least 4, got 1)".into())
+        );
+        assert_eq!(
+            err("m 1"),
+            PutError::IllegalArgument("not enough arguments (need least 4, got 2)".into())
+        );
+        assert_eq!(
+            err(" 1356998400 42 h=a"),
+            PutError::IllegalArgument("empty metric name".into())
+        );
+        assert_eq!(
+            err("m  42 h=a"),
+            PutError::InvalidValue("Empty string".into())
+        );
+        assert_eq!(
+            err("m 1356998400  h=a"),
+            PutError::IllegalArgument("empty value".into())
+        );
+        // Tabs are not separators: they stay inside a word.
+        assert_eq!(
+            err("m\t1356998400 42 h=a"),
+            PutError::IllegalArgument("not enough arguments (need least 4, got 3)".into())
+        );
+        // The tags are checked before the value's number.
+        assert_eq!(
+            err("m 1356998400 x h"),
+            PutError::IllegalArgument("invalid tag: h".into())
+        );
     }
 
     #[test]
@@ -195,10 +268,6 @@ mod tests {
         assert_eq!(
             err("m 1 2"),
             PutError::IllegalArgument("not enough arguments (need least 4, got 3)".into())
-        );
-        assert_eq!(
-            err(""),
-            PutError::IllegalArgument("not enough arguments (need least 4, got 0)".into())
         );
         assert_eq!(
             err("m 1356998400 42 host"),

@@ -200,13 +200,12 @@ fn handle_lines(
             );
             continue;
         }
-        let line = line.as_ref().trim_start_matches([' ', '\t']);
-        if line.is_empty() {
-            continue;
-        }
-        let (cmd, args) = match line.bytes().position(|b| b == b' ' || b == b'\t') {
-            Some(i) => (&line[..i], &line[i + 1..]),
-            None => (line, ""),
+        // Words are split on single spaces, as OpenTSDB does: an empty line is the empty
+        // command, a leading space makes the command empty too.
+        let line = line.as_ref();
+        let (cmd, args) = match line.split_once(' ') {
+            Some((cmd, args)) => (cmd, Some(args)),
+            None => (line, None),
         };
         state.stats.telnet_rpcs.fetch_add(1, Ordering::Relaxed);
         if cmd == "put" && !state.settings.read_only {
@@ -214,7 +213,7 @@ fn handle_lines(
             continue;
         }
         batch.submit(state, out);
-        if commands::run(state, cmd, out) == Next::Close {
+        if commands::run(state, cmd, args, out) == Next::Close {
             return Next::Close;
         }
     }
@@ -230,8 +229,12 @@ struct PutBatch<'a> {
 }
 
 impl<'a> PutBatch<'a> {
-    fn add(&mut self, args: &'a str) {
-        let parsed = parse_put(args, &mut self.tags);
+    /// A `put` line: `args` is what follows `put `, `None` for a bare `put`.
+    fn add(&mut self, args: Option<&'a str>) {
+        let parsed = match args {
+            Some(args) => parse_put(args, &mut self.tags),
+            None => Err(PutError::not_enough_arguments(0)),
+        };
         self.lines.push(parsed);
     }
 

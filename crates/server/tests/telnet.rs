@@ -16,12 +16,12 @@ fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn put_stores_points_and_tolerates_spacing(backend: &str) {
+async fn put_stores_points_with_opentsdbs_spacing(backend: &str) {
     let srv = start(backend).await;
     let replies = telnet(
         srv.addr,
         "put sys.cpu.user 1356998400 42 host=web01 cpu=0\r\n\
-         put  sys.cpu.user   1356998401 42.5 host=web01  cpu=0 \n\
+         put sys.cpu.user 1356998401 42.5 host=web01  cpu=0 \n\
          put sys.cpu.user 1356998402.250 -7 host=web01 cpu=0\n\
          put sys.cpu.user 1356998403123 0.1 host=web01 cpu=0\n",
     )
@@ -67,6 +67,14 @@ async fn every_put_error_in_opentsdb_words_good_points_kept(backend: &str) {
          put known 1356998410 1e999 host=a\n\
          {long_line}\
          put known 99999999999999 1 host=a\n\
+         put\n\
+         put \n\
+         put  known 1356998412 1 host=a\n\
+         put known  1 host=a\n\
+         put known 1356998412  host=a\n\
+         put known 1356998412 1 \n\
+         \x20put known 1356998412 1 host=a\n\
+         put known\t1356998412 1 host=a\n\
          put known 1356998411 2 host=a\n"
     );
     let replies = telnet(srv.addr, &input).await;
@@ -87,6 +95,15 @@ async fn every_put_error_in_opentsdb_words_good_points_kept(backend: &str) {
             "put: illegal argument: value is NaN or Infinite: Infinity for metric=known timestamp=1356998410".into(),
             format!("put: illegal argument: line too long: {} bytes, the limit is 1024 (tsd.network.max_line_length)", long_line.len() - 1),
             "put: illegal argument: bad timestamp=99999999999999 when trying to add value=[1]/0 to metric=known, tags={host=a}".into(),
+            // Words are split on single spaces, empty ones kept, as OpenTSDB splits them.
+            "put: illegal argument: not enough arguments (need least 4, got 0)".into(),
+            "put: illegal argument: not enough arguments (need least 4, got 1)".into(),
+            "put: illegal argument: empty metric name".into(),
+            "put: invalid value: Empty string".into(),
+            "put: illegal argument: empty value".into(),
+            "put: illegal argument: Need at least one tag (metric=known, tags={})".into(),
+            "unknown command: .  Try `help'.".into(),
+            "put: illegal argument: not enough arguments (need least 4, got 3)".into(),
         ]
     );
     let stored: Vec<i64> = srv.points("known").iter().map(|p| p.0).collect();
@@ -100,14 +117,28 @@ async fn every_put_error_in_opentsdb_words_good_points_kept(backend: &str) {
 
 async fn commands_answer_like_opentsdb(backend: &str) {
     let srv = start(backend).await;
-    let replies = telnet(srv.addr, "help\ndropcaches\nfoo bar\ndiediedie\n\n   \n").await;
+    let replies = telnet(
+        srv.addr,
+        "help\ndropcaches\nfoo bar\ndiediedie\n\n   \nPUT m 1 1 h=a\nrollup 1h-sum m 1 1\n\
+         rollup 1h-sum m 1356998400 1 h=a\nhistogram m 1356998400 AAAA h=a\n",
+    )
+    .await;
     assert_eq!(
         replies,
         vec![
-            "available commands: stats dropcaches version exit help put ".to_string(),
+            "available commands: stats dropcaches version exit help put rollup histogram "
+                .to_string(),
             "Caches dropped.".into(),
             "unknown command: foo.  Try `help'.".into(),
             "unknown command: diediedie.  Try `help'.".into(),
+            // An empty line, or one starting with a space, is the empty command.
+            "unknown command: .  Try `help'.".into(),
+            "unknown command: .  Try `help'.".into(),
+            "unknown command: PUT.  Try `help'.".into(),
+            // Rollups and histograms are refused as an unconfigured OpenTSDB refuses them.
+            "rollup: illegal argument: not enough arguments (need least 7, got 4)".into(),
+            "rollup: illegal argument: No rollup or aggregations were configured".into(),
+            "histogram: illegal argument: Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.".into(),
         ]
     );
     let stats = telnet(srv.addr, "stats\n").await;
@@ -241,7 +272,7 @@ async fn latin1_lines_are_read_as_opentsdb_reads_them(backend: &str) {
 }
 
 on_every_backend!(
-    put_stores_points_and_tolerates_spacing,
+    put_stores_points_with_opentsdbs_spacing,
     every_put_error_in_opentsdb_words_good_points_kept,
     commands_answer_like_opentsdb,
     diediedie_only_when_enabled,

@@ -160,7 +160,7 @@ fn send_batch(
     let mut tags = Vec::new();
     let parsed: Vec<(usize, Result<PutLine<'_>, PutError>)> = lines
         .iter()
-        .map(|(n, l)| (*n, parse_put(l, &mut tags)))
+        .map(|(n, l)| (*n, parse_put(l, &mut tags).map(as_imported)))
         .collect();
     let mut good: Vec<(usize, &PutLine<'_>)> = Vec::with_capacity(parsed.len());
     for (n, p) in &parsed {
@@ -227,6 +227,15 @@ fn send_batch(
         }
     }
     Ok(())
+}
+
+/// OpenTSDB's importer stores every non-integer as a 4-byte float (the put path keeps 8 bytes
+/// when 4 would lose precision).
+fn as_imported(mut p: PutLine<'_>) -> PutLine<'_> {
+    if let hourglass_core::value::Value::Double(d) = p.value {
+        p.value = hourglass_core::value::Value::Float(d as f32);
+    }
+    p
 }
 
 fn value_text(v: hourglass_core::value::Value) -> String {

@@ -6,14 +6,16 @@ use crate::stats::{collect, hostname};
 
 pub(super) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-pub(super) fn run(state: &State, cmd: &str, out: &mut Vec<u8>) -> Next {
+/// Runs `cmd`; `args` is what follows its space (`None` when the line is only `cmd`).
+pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8>) -> Next {
+    let writable = !state.settings.read_only;
     match cmd {
         "version" => out.extend_from_slice(version_text().as_bytes()),
         "stats" => out.extend_from_slice(stats_text(state).as_bytes()),
         "help" => {
             let mut text = String::from("available commands: stats dropcaches version exit help ");
-            if !state.settings.read_only {
-                text.push_str("put ");
+            if writable {
+                text.push_str("put rollup histogram ");
             }
             if state.settings.diediedie {
                 text.push_str("diediedie ");
@@ -26,6 +28,20 @@ pub(super) fn run(state: &State, cmd: &str, out: &mut Vec<u8>) -> Next {
             out.extend_from_slice(b"Caches dropped.\n");
         }
         "exit" => return Next::Close,
+        // Rollups and histograms are not stored yet: refused as OpenTSDB refuses them when
+        // they are not configured.
+        "rollup" if writable => {
+            let got = args.map_or(0, |a| a.split(' ').count());
+            let why = if got < 5 {
+                format!("not enough arguments (need least 7, got {got})")
+            } else {
+                "No rollup or aggregations were configured".to_string()
+            };
+            out.extend_from_slice(format!("rollup: illegal argument: {why}\n").as_bytes());
+        }
+        "histogram" if writable => out.extend_from_slice(
+            b"histogram: illegal argument: Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.\n",
+        ),
         "diediedie" if state.settings.diediedie => {
             tracing::warn!("shutdown requested over telnet");
             out.extend_from_slice(b"Cleaning up and exiting now.\n");
