@@ -55,51 +55,84 @@ pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
 }
 
 /// [`parse_time`] with absolute dates read in the time zone `tz`.
+///
+/// OpenTSDB's `DateTime.parseDateTimeString`, in its order and words: `<digits>ms` (epoch
+/// milliseconds), `now`, `<duration>-ago`, an absolute date chosen by its length (10, 16 or 19
+/// characters: `yyyy/MM/dd`, `yyyy/MM/dd-HH:mm`, `yyyy/MM/dd HH:mm:ss`, fields read leniently
+/// as Java does, so `2013/02/30` is March 2nd), else epoch seconds (10 characters or fewer) or
+/// milliseconds, or `<seconds>.<1 to 3 digits>`.
 pub fn parse_time_in(text: &str, now_ms: i64, tz: Tz) -> Result<i64> {
     let text = text.trim();
     if text.is_empty() {
         return Err(Error::invalid("Missing time"));
     }
+    if let Some(digits) = text.strip_suffix("ms")
+        && !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return crate::value::parse_long(digits);
+    }
     if text.eq_ignore_ascii_case("now") {
         return Ok(now_ms);
     }
-    if let Some(rel) = text.to_ascii_lowercase().strip_suffix("-ago") {
-        return Ok(now_ms - parse_duration_ms(rel)?);
+    if text.len() > 4 && text.is_char_boundary(text.len() - 4) {
+        let (rel, suffix) = text.split_at(text.len() - 4);
+        if suffix.eq_ignore_ascii_case("-ago") {
+            return Ok(now_ms - parse_duration_ms(&rel.to_ascii_lowercase())?);
+        }
+    } else if text.eq_ignore_ascii_case("-ago") {
+        return Err(Error::invalid("Cannot parse null or empty duration"));
     }
     if text.contains('/') || text.contains(':') {
         return parse_absolute(text, tz);
     }
-    let (digits, has_fraction) = if text.contains('.') {
-        if text.len() != 14 || text.as_bytes().get(10) != Some(&b'.') {
+    if let Some((secs, frac)) = text.split_once('.') {
+        let well_formed = secs.len() == 10
+            && (1..=3).contains(&frac.len())
+            && secs.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit());
+        if !well_formed {
             return Err(Error::invalid(format!(
                 "Invalid time: {text}. Millisecond timestamps must be in the format \
                  <seconds>.<ms> where the milliseconds are limited to 3 digits"
             )));
         }
-        (text.replacen('.', "", 1), true)
-    } else {
-        (text.to_string(), false)
-    };
-    let value: i64 = digits
-        .parse()
-        .map_err(|_| Error::invalid(format!("Invalid time: {text}")))?;
+        // Digits only, 10 then 1 to 3: no overflow.
+        let secs: i64 = secs.parse().unwrap_or_default();
+        let ms = frac
+            .bytes()
+            .chain(std::iter::repeat(b'0'))
+            .take(3)
+            .fold(0i64, |a, b| a * 10 + i64::from(b - b'0'));
+        return Ok(secs * 1000 + ms);
+    }
+    let value = crate::value::parse_long(text)
+        .map_err(|e| Error::invalid(format!("Invalid time: {text}. {e}")))?;
     if value < 0 {
         return Err(Error::invalid(format!(
             "Invalid time: {text}. Negative timestamps are not supported."
         )));
     }
-    if !has_fraction && text.len() <= 10 {
-        Ok(value * 1000)
+    if text.len() <= 10 {
+        value
+            .checked_mul(1000)
+            .ok_or_else(|| Error::invalid(format!("Invalid time: {text}")))
     } else {
         Ok(value)
     }
 }
 
-/// Parses a duration such as `1h`, `30s`, `500ms`, `2w` into milliseconds.
+/// Parses a duration such as `1h`, `30s`, `500ms`, `2w` into milliseconds, with OpenTSDB's
+/// messages for each way it can be wrong. Units: `ms`, `s`, `m`, `h`, `d`, `w`, `n` (30
+/// days), `y` (365 days).
 pub fn parse_duration_ms(text: &str) -> Result<i64> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| Error::invalid(format!("Invalid duration (number): {text}")))?;
+    if text.is_empty() {
+        return Err(Error::invalid("Cannot parse null or empty duration"));
+    }
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| {
+        Error::invalid(format!(
+            "Invalid duration, must have an integer and unit: {text}"
+        ))
+    })?;
     let (num, unit) = text.split_at(split);
     let n: i64 = num
         .parse()
@@ -119,7 +152,7 @@ pub fn parse_duration_ms(text: &str) -> Result<i64> {
         _ => return Err(Error::invalid(format!("Invalid duration (suffix): {text}"))),
     };
     n.checked_mul(unit_ms)
-        .ok_or_else(|| Error::invalid(format!("Duration too large: {text}")))
+        .ok_or_else(|| Error::invalid(format!("Duration must be < Long.MAX_VALUE ms: {text}")))
 }
 
 /// A time zone by its IANA name (`America/Denver`, `UTC`), as OpenTSDB's `timezone` field.
@@ -128,20 +161,65 @@ pub fn parse_timezone(name: &str) -> Result<Tz> {
         .map_err(|_| Error::invalid("The timezone specification could not be found"))
 }
 
+/// An absolute date, its form chosen by its length as OpenTSDB chooses it. Fields are read
+/// as Java's lenient `SimpleDateFormat` reads them: numbers of any width, out-of-range ones
+/// rolling over (month 13 is January of the next year), anything after the last field
+/// ignored.
 fn parse_absolute(text: &str, tz: Tz) -> Result<i64> {
-    let bad = || Error::invalid(format!("Invalid date: {text}"));
-    let (date, clock) = match text.find(['-', ' ']) {
-        Some(i) => (&text[..i], Some(&text[i + 1..])),
-        None => (text, None),
+    // The separator before each field after the year.
+    let separators: &[u8] = match text.len() {
+        10 => b"//",
+        16 if text.contains('-') => b"//-:",
+        16 => b"// :",
+        19 if text.contains('-') => b"//-::",
+        19 => b"// ::",
+        _ => return Err(Error::invalid(format!("Invalid absolute date: {text}"))),
     };
-    let date = NaiveDate::parse_from_str(date, "%Y/%m/%d").map_err(|_| bad())?;
-    let clock = match clock {
-        None => NaiveTime::MIN,
-        Some(c) => NaiveTime::parse_from_str(c, "%H:%M:%S")
-            .or_else(|_| NaiveTime::parse_from_str(c, "%H:%M"))
-            .map_err(|_| bad())?,
+    let bad = || {
+        Error::invalid(format!(
+            "Invalid date: {text}. Unparseable date: \"{text}\""
+        ))
     };
-    crate::calendar::local_to_ms(tz, NaiveDateTime::new(date, clock)).ok_or_else(bad)
+    // Year, month, day, hour, minute, second.
+    let mut values = [0i64, 1, 1, 0, 0, 0];
+    let mut rest = text;
+    for (i, value) in values.iter_mut().enumerate().take(separators.len() + 1) {
+        if i > 0 {
+            rest = rest
+                .strip_prefix(char::from(separators[i - 1]))
+                .ok_or_else(bad)?;
+        }
+        let (negative, body) = match rest.strip_prefix('-') {
+            Some(r) if i > 0 => (true, r),
+            _ => (false, rest),
+        };
+        let end = body
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(body.len());
+        if end == 0 {
+            return Err(bad());
+        }
+        let n: i64 = body[..end].parse().map_err(|_| bad())?;
+        *value = if negative { -n } else { n };
+        rest = &body[end..];
+    }
+    let [year, month, day, hour, minute, second] = values;
+    let months = year
+        .checked_mul(12)
+        .and_then(|m| m.checked_add(month - 1))
+        .ok_or_else(bad)?;
+    let first = i32::try_from(months.div_euclid(12))
+        .ok()
+        .and_then(|y| NaiveDate::from_ymd_opt(y, (months.rem_euclid(12) + 1) as u32, 1))
+        .ok_or_else(bad)?;
+    let seconds = (day - 1)
+        .checked_mul(86_400)
+        .and_then(|s| s.checked_add(hour * 3600 + minute * 60 + second))
+        .ok_or_else(bad)?;
+    let local = NaiveDateTime::new(first, NaiveTime::MIN)
+        .checked_add_signed(chrono::TimeDelta::try_seconds(seconds).ok_or_else(bad)?)
+        .ok_or_else(bad)?;
+    crate::calendar::local_to_ms(tz, local).ok_or_else(bad)
 }
 
 #[cfg(test)]
@@ -175,6 +253,19 @@ mod tests {
             ("2010/12/12", 1_292_112_000_000),
             ("2010/12/12-10:02:03", 1_292_148_123_000),
             ("2010/12/12 10:02", 1_292_148_120_000),
+            ("2010/12/12 10:02:03", 1_292_148_123_000),
+            ("2010/12/12-10:02", 1_292_148_120_000),
+            ("1292148123456ms", 1_292_148_123_456),
+            ("5ms", 5),
+            ("1H-AGO", now - 3_600_000),
+            ("NOW", now),
+            ("1292148123.4", 1_292_148_123_400),
+            // Ten characters or fewer are seconds, more are milliseconds.
+            ("0", 0),
+            ("12921481230", 12_921_481_230),
+            // Fields roll over as Java's lenient date parsing rolls them.
+            ("2013/02/30", 1_362_182_400_000),
+            ("2012/13/01", 1_356_998_400_000),
         ];
         for (text, want) in cases {
             assert_eq!(parse_time(text, now), Ok(*want), "{text}");
@@ -186,8 +277,37 @@ mod tests {
             "local midnight, UTC-7 in winter"
         );
         assert!(parse_timezone("Mars/Olympus").is_err());
-        for bad in ["", "1x-ago", "abc", "2010/13/45", "12.34", "-5"] {
-            assert!(parse_time(bad, now).is_err(), "{bad}");
+        for (bad, want) in [
+            ("", "Missing time"),
+            ("1x-ago", "Invalid duration (suffix): 1x"),
+            (
+                "1-ago",
+                "Invalid duration, must have an integer and unit: 1",
+            ),
+            ("h-ago", "Invalid duration (number): h"),
+            ("0h-ago", "Zero or negative duration: 0h"),
+            ("-ago", "Cannot parse null or empty duration"),
+            ("abc", "Invalid time: abc. Invalid character 'a' in abc"),
+            (
+                "2013-01-01",
+                "Invalid time: 2013-01-01. Invalid character '-' in 2013-01-01",
+            ),
+            (
+                "-5",
+                "Invalid time: -5. Negative timestamps are not supported.",
+            ),
+            (
+                "12.34",
+                "Invalid time: 12.34. Millisecond timestamps must be in the format <seconds>.<ms> where the milliseconds are limited to 3 digits",
+            ),
+            ("2010/1/1", "Invalid absolute date: 2010/1/1"),
+            ("10:02", "Invalid absolute date: 10:02"),
+            (
+                "2010/ab/12",
+                "Invalid date: 2010/ab/12. Unparseable date: \"2010/ab/12\"",
+            ),
+        ] {
+            assert_eq!(parse_time(bad, now), Err(Error::invalid(want)), "{bad}");
         }
     }
 }

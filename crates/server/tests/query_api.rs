@@ -324,7 +324,51 @@ async fn grafana_requests(backend: &str) {
     srv.stop().await;
 }
 
+/// Times in every form OpenTSDB reads, and its words for the ones it refuses.
+async fn times_in_opentsdb_forms(backend: &str) {
+    let srv = start(backend).await;
+    load_fixture(&srv).await;
+    let count = |start: &str, end: &str| {
+        let path = format!("/api/query?start={start}&end={end}&m=sum:sys.cpu.user");
+        async move {
+            let r = http(srv.addr, "GET", &path, "").await;
+            assert_eq!(r.status, 200, "{path}: {}", r.text());
+            r.json()[0]["dps"].as_object().map_or(0, |d| d.len())
+        }
+    };
+    let all = count("1356998400", "1357041600").await;
+    assert!(all > 0);
+    assert_eq!(count("1356998400000ms", "1357041600000ms").await, all);
+    assert_eq!(count("2013/01/01", "2013/01/01-12:00").await, all);
+    assert_eq!(
+        count("2013/01/01%2000:00", "2013/01/01%2012:00:00").await,
+        all
+    );
+    assert_eq!(count("1356998400.000", "1357041600").await, all);
+    for (start, want) in [
+        ("1x-ago", "Invalid duration (suffix): 1x"),
+        (
+            "1-ago",
+            "Invalid duration, must have an integer and unit: 1",
+        ),
+        ("2013/1/1", "Invalid absolute date: 2013/1/1"),
+        ("abc", "Invalid time: abc. Invalid character 'a' in abc"),
+    ] {
+        let r = http(
+            srv.addr,
+            "GET",
+            &format!("/api/query?start={start}&m=sum:sys.cpu.user"),
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 400, "{start}");
+        assert_eq!(r.json()["error"]["message"], want, "{start}");
+    }
+    srv.stop().await;
+}
+
 on_every_backend!(
+    times_in_opentsdb_forms,
     show_options_and_output_forms,
     time_zones_and_calendar_buckets,
     limits_answer_413,
