@@ -4,6 +4,7 @@
 mod annotation;
 mod error;
 mod graph;
+mod json;
 mod last;
 mod misc;
 mod put;

@@ -273,8 +273,9 @@ async fn grafana_requests(backend: &str) {
         "queries": [
             {"metric": "sys.cpu.user", "aggregator": "sum", "downsample": "5m-avg-nan",
              "filters": [{"type": "literal_or", "tagk": "host", "filter": "web01|web02", "groupBy": false}]},
+            // counterMax as a float: read as Jackson reads a long field (1000).
             {"metric": "sys.cpu.user", "aggregator": "sum", "rate": true,
-             "rateOptions": {"counter": true, "counterMax": 1000, "resetValue": 0, "dropResets": false},
+             "rateOptions": {"counter": true, "counterMax": 1000.0, "resetValue": "0", "dropResets": false},
              "filters": [{"type": "wildcard", "tagk": "host", "filter": "*", "groupBy": true}],
              "explicitTags": false}
         ],

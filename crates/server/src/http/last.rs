@@ -260,7 +260,7 @@ pub(crate) async fn handle(
             if body.iter().all(u8::is_ascii_whitespace) {
                 return Err(bad("Missing message content"));
             }
-            let req: LastRequest = serde_json::from_slice(&body)
+            let req: LastRequest = super::json::from_slice(&body)
                 .map_err(|e| bad("Unable to parse the given JSON").with_details(e.to_string()))?;
             let mut wanted = Vec::new();
             for q in req.queries {

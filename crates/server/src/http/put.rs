@@ -132,8 +132,8 @@ fn parse_body(body: &[u8]) -> Result<Vec<RawPoint>, ApiError> {
         return Err(ApiError::bad_request("Missing request content"));
     };
     let parsed = match body[start] {
-        b'{' => serde_json::from_slice::<RawPoint>(body).map(|p| vec![p]),
-        b'[' => serde_json::from_slice::<Vec<RawPoint>>(body),
+        b'{' => super::json::from_slice::<RawPoint>(body).map(|p| vec![p]),
+        b'[' => super::json::from_slice::<Vec<RawPoint>>(body),
         _ => {
             return Err(ApiError::bad_request(
                 "The JSON must start as an object or an array",

@@ -67,7 +67,9 @@ struct SubQueryRequest {
 #[serde(rename_all = "camelCase", default)]
 struct RateOptionsRequest {
     counter: bool,
+    #[serde(deserialize_with = "super::json::opt_long")]
     counter_max: Option<i64>,
+    #[serde(deserialize_with = "super::json::opt_long")]
     reset_value: Option<i64>,
     drop_resets: bool,
 }
@@ -485,7 +487,7 @@ pub(crate) async fn handle(
             if body.iter().all(u8::is_ascii_whitespace) {
                 return Err(bad("Missing message content"));
             }
-            let req: QueryRequest = serde_json::from_slice(&body)
+            let req: QueryRequest = super::json::from_slice(&body)
                 .map_err(|e| bad("Unable to parse the given JSON").with_details(e.to_string()))?;
             if let Some(name) = req.timezone.as_deref().filter(|n| !n.is_empty()) {
                 tz = parse_timezone(name).map_err(|e| bad(e.to_string()))?;

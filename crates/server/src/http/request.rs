@@ -54,7 +54,7 @@ pub(crate) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("Missing message content")
             .with_details("Supply valid JSON formatted data in the body of your request"));
     }
-    serde_json::from_slice(body).map_err(|e| {
+    super::json::from_slice(body).map_err(|e| {
         ApiError::bad_request("Unable to parse the given JSON").with_details(e.to_string())
     })
 }
