@@ -865,7 +865,7 @@ impl Tracker {
                 let total = self
                     .store
                     .increment(table, tsuid, META_FAMILY, TS_CTR, *n as i64)?;
-                if total <= *n as i64 {
+                if total <= *n as i64 && !self.known.lock().contains(tsuid) {
                     self.store_new(tsuid, created)?;
                 }
             }
@@ -873,20 +873,7 @@ impl Tracker {
         }
         if self.flags.realtime_ts {
             for (tsuid, _) in series {
-                if self.known.lock().contains(tsuid) {
-                    continue;
-                }
-                let row = self
-                    .store
-                    .get(table, tsuid, &ReadOptions::family(META_FAMILY))?;
-                if row
-                    .as_ref()
-                    .and_then(|r| r.value(META_FAMILY, TS_META))
-                    .is_none()
-                {
-                    self.store_new(tsuid, created)?;
-                }
-                self.known.lock().insert(tsuid.clone());
+                self.ensure_ts_meta(tsuid, created)?;
             }
             return Ok(());
         }
@@ -905,6 +892,46 @@ impl Tracker {
         if !batch.is_empty() {
             self.store.mutate_rows(table, &batch)?;
         }
+        Ok(())
+    }
+
+    /// Records a series the writer sees for the first time since it started, before any of
+    /// its points are flushed: its `ts_meta` (with `realtime_ts`) or its `ts_ctr` cell.
+    pub(crate) fn first_seen(&self, tsuid: &[u8], now_ms: i64) -> Result<()> {
+        if self.flags.realtime_ts {
+            return self.ensure_ts_meta(tsuid, now_ms / 1000);
+        }
+        self.store.mutate_row(
+            &self.schema.meta_table,
+            tsuid,
+            &[Mutation::set_at(
+                META_FAMILY,
+                TS_CTR,
+                now_ms,
+                1i64.to_be_bytes().to_vec(),
+            )],
+        )?;
+        Ok(())
+    }
+
+    /// Creates the series' `ts_meta` unless it has one (one read per series per process).
+    fn ensure_ts_meta(&self, tsuid: &[u8], created_secs: i64) -> Result<()> {
+        if self.known.lock().contains(tsuid) {
+            return Ok(());
+        }
+        let row = self.store.get(
+            &self.schema.meta_table,
+            tsuid,
+            &ReadOptions::family(META_FAMILY),
+        )?;
+        if row
+            .as_ref()
+            .and_then(|r| r.value(META_FAMILY, TS_META))
+            .is_none()
+        {
+            self.store_new(tsuid, created_secs)?;
+        }
+        self.known.lock().insert(tsuid.to_vec());
         Ok(())
     }
 

@@ -338,6 +338,13 @@ impl Writer {
             tags.push((k, v));
         }
         let template = rowkey::encode_row_key(&s.schema, &SeriesKey::new(metric, tags), 0);
+        // Meta data as the series arrives (OpenTSDB's real-time tracking), so that a lookup
+        // in the meta table finds it before its points are flushed.
+        if let Some(tracker) = &self.tracker
+            && let Err(e) = tracker.first_seen(&rowkey::tsuid_of(&s.schema, &template), now_ms())
+        {
+            tracing::error!(error = %e, "meta data tracking failed for a new series");
+        }
         let mut series = self.series.write();
         let id = series.intern(template);
         series.by_text.insert(text.into(), id);

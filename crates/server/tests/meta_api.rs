@@ -232,8 +232,11 @@ fn tracking_config() -> Config {
 async fn meta_tracking_and_tsmeta(backend: &str) {
     let srv = start_with(backend, tracking_config()).await;
     load(&srv).await;
+    // Lookups read the meta table when tracking is on, and find series as they arrive,
+    // before their points are flushed.
+    let v = get(&srv, "/api/search/lookup?m=sys.cpu.user").await.json();
+    assert_eq!(v["totalResults"], 2, "{v}");
     srv.state.tsdb.flush().unwrap();
-    // Lookups read the meta table when tracking is on.
     let v = get(&srv, "/api/search/lookup?m=sys.cpu.user").await.json();
     assert_eq!(v["totalResults"], 2, "{v}");
     let tsuid = v["results"][0]["tsuid"].as_str().unwrap().to_string();
