@@ -3,6 +3,7 @@
 
 mod annotation;
 mod error;
+mod front;
 mod graph;
 mod json;
 mod last;
@@ -23,13 +24,26 @@ use axum::routing::any;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
+use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::State;
 pub(crate) use error::ApiError;
 pub use put::check_put_body;
 
+/// Every endpoint behind [`front::front`] (route reading, modes, CORS, JSONP), answers
+/// compressed when the client accepts it.
 pub(crate) fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .fallback_service(endpoints(Arc::clone(&state)))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            front::front,
+        ))
+        .layer(CompressionLayer::new().gzip(true).deflate(true))
+}
+
+fn endpoints(state: Arc<State>) -> Router {
     let max_body = state.settings.max_body_bytes;
     Router::new()
         .route("/api/put", any(put::handle))

@@ -21,7 +21,7 @@ use std::time::Duration;
 use activity::{Activity, Tracked};
 
 pub use http::check_put_body;
-pub use state::{ServerSettings, State};
+pub use state::{Cors, ServerSettings, State};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;

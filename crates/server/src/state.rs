@@ -13,6 +13,14 @@ use crate::stats::ServerStats;
 pub struct ServerSettings {
     /// `--read-only` / `tsd.mode = ro`: no writes accepted.
     pub read_only: bool,
+    /// `tsd.mode = wo`: writes only; the query endpoints and the UI are not served.
+    pub write_only: bool,
+    /// `tsd.core.enable_api` (`--disable-api`): the `/api/*` endpoints are served.
+    pub enable_api: bool,
+    /// `tsd.core.enable_ui` (`--disable-ui`): the UI and OpenTSDB's older paths are served.
+    pub enable_ui: bool,
+    /// `tsd.http.request.cors_domains` and `cors_headers`: cross-origin requests allowed.
+    pub cors: Option<Cors>,
     /// `tsd.no_diediedie = false` enables the `diediedie` command (off by default here).
     pub diediedie: bool,
     /// `tsd.network.max_line_length`: longest telnet line, in bytes (OpenTSDB: 1024).
@@ -43,6 +51,10 @@ impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             read_only: false,
+            write_only: false,
+            enable_api: true,
+            enable_ui: true,
+            cors: None,
             diediedie: false,
             max_line_length: 1024,
             max_body_bytes: 256 << 20,
@@ -62,6 +74,11 @@ impl ServerSettings {
         let d = ServerSettings::default();
         Ok(ServerSettings {
             read_only: c.get_str("tsd.mode", "rw").eq_ignore_ascii_case("ro"),
+            write_only: c.get_str("tsd.mode", "rw").eq_ignore_ascii_case("wo"),
+            // OpenTSDB compares these two with the exact text "true".
+            enable_api: c.get_str("tsd.core.enable_api", "true") == "true",
+            enable_ui: c.get_str("tsd.core.enable_ui", "true") == "true",
+            cors: Cors::from_config(c)?,
             diediedie: !c.get_bool("tsd.no_diediedie", true),
             max_line_length: c
                 .get_int("tsd.network.max_line_length", d.max_line_length as i64)?
@@ -95,6 +112,65 @@ impl ServerSettings {
                 .filter(|s| *s > 0)
                 .map(|s| Duration::from_secs(s as u64)),
         })
+    }
+}
+
+/// Cross-origin requests, as OpenTSDB allows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cors {
+    /// Allowed origins, upper-cased; `None`: any (`*`).
+    pub domains: Option<Vec<String>>,
+    /// `Access-Control-Allow-Headers`.
+    pub headers: String,
+}
+
+/// OpenTSDB's default `tsd.http.request.cors_headers`.
+pub(crate) const DEFAULT_CORS_HEADERS: &str = "Authorization, Content-Type, Accept, Origin, User-Agent, DNT, Cache-Control, X-Mx-ReqToken, Keep-Alive, X-Requested-With, If-Modified-Since";
+
+impl Cors {
+    /// `None` when `tsd.http.request.cors_domains` is empty (CORS off). Refuses `*` mixed
+    /// with named domains, and header lists that are not plain header names, in OpenTSDB's
+    /// words.
+    pub fn from_config(c: &Config) -> Result<Option<Cors>, hourglass_core::Error> {
+        let domains = c.get_str("tsd.http.request.cors_domains", "");
+        if domains.trim().is_empty() {
+            return Ok(None);
+        }
+        let list: Vec<String> = domains
+            .split(',')
+            .map(|d| d.trim().to_ascii_uppercase())
+            .collect();
+        let any = list.iter().any(|d| d == "*");
+        if any && list.len() > 1 {
+            return Err(hourglass_core::Error::InvalidInput(
+                "tsd.http.request.cors_domains must be a public resource (*) or a list of specific domains, you cannot mix both.".into(),
+            ));
+        }
+        let headers = c
+            .get_str("tsd.http.request.cors_headers", DEFAULT_CORS_HEADERS)
+            .trim()
+            .to_string();
+        let name_ok = |h: &str| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        };
+        if !headers.split(',').map(str::trim).all(name_ok) {
+            return Err(hourglass_core::Error::InvalidInput(
+                "tsd.http.request.cors_headers must be a list of validly-formed HTTP header names. No wildcards are allowed.".into(),
+            ));
+        }
+        Ok(Some(Cors {
+            domains: (!any).then_some(list),
+            headers,
+        }))
+    }
+
+    /// Whether `origin` may make requests.
+    pub fn allows(&self, origin: &str) -> bool {
+        self.domains
+            .as_ref()
+            .is_none_or(|d| d.iter().any(|d| d.eq_ignore_ascii_case(origin)))
     }
 }
 

@@ -227,10 +227,17 @@ async fn small_endpoints(backend: &str) {
         && s["value"].is_string()
         && s["tags"]["host"].is_string()));
     assert!(list.iter().any(|s| s["metric"] == "tsd.uid.cache-hit"));
-    let drop = http(srv.addr, "POST", "/api/dropcaches", "").await;
+    for method in ["GET", "DELETE"] {
+        let drop = http(srv.addr, method, "/api/dropcaches", "").await;
+        assert_eq!(
+            drop.json(),
+            json!({"status":"200","message":"Caches dropped"})
+        );
+    }
+    // OpenTSDB allows GET and DELETE only.
     assert_eq!(
-        drop.json(),
-        json!({"status":"200","message":"Caches dropped"})
+        http(srv.addr, "POST", "/api/dropcaches", "").await.status,
+        405
     );
     assert_eq!(
         http(srv.addr, "POST", "/api/metadata/put", "[]")

@@ -102,7 +102,10 @@ pub(crate) async fn dropcaches(
     method: Method,
     Extract(state): Extract<Arc<State>>,
 ) -> Result<Response, ApiError> {
-    get_or_post(&method)?;
+    // GET and DELETE, as OpenTSDB allows.
+    if method != Method::GET && method != Method::DELETE {
+        return Err(ApiError::method_not_allowed(&method));
+    }
     state.tsdb.uids().drop_caches();
     Ok(json_response(
         StatusCode::OK,

@@ -272,7 +272,6 @@ struct Flags {
     delete: bool,
     override_bytes: bool,
     override_points: bool,
-    jsonp: Option<String>,
 }
 
 /// A JSON string literal.
@@ -468,7 +467,6 @@ pub(crate) async fn handle(
         show_stats: has("show_stats"),
         show_summary: has("show_summary"),
         delete: method == Method::DELETE,
-        jsonp: get("jsonp").filter(|j| !j.is_empty()),
         ..Flags::default()
     };
     let mut tz = Tz::UTC;
@@ -572,10 +570,6 @@ pub(crate) async fn handle(
             global,
         };
         let mut out = String::with_capacity(4096);
-        if let Some(f) = &flags.jsonp {
-            out.push_str(f);
-            out.push('(');
-        }
         out.push('[');
         let mut first = true;
         let (mut points, mut raw) = (0u64, 0u64);
@@ -610,9 +604,6 @@ pub(crate) async fn handle(
             out.push_str(&summary.to_string());
         }
         out.push(']');
-        if flags.jsonp.is_some() {
-            out.push(')');
-        }
         Ok(out)
     })
     .await?;

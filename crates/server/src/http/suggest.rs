@@ -70,8 +70,5 @@ pub(crate) async fn handle(
     .await?;
     let list = names.into_iter().map(Value::String).collect();
     let body = Value::Array(list);
-    Ok(match params.value("jsonp") {
-        Some(cb) => super::error::json_text_response(StatusCode::OK, format!("{cb}({body})")),
-        None => json_response(StatusCode::OK, &body),
-    })
+    Ok(json_response(StatusCode::OK, &body))
 }

@@ -185,6 +185,14 @@ pub(crate) struct Response {
 }
 
 impl Response {
+    /// A header's value (names are lower-cased).
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
@@ -257,12 +265,30 @@ impl HttpConn {
             let (k, v) = line.split_once(':').unwrap();
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
-        let len: usize = headers
+        let chunked = headers
             .iter()
-            .find(|(k, _)| k == "content-length")
-            .map_or(0, |(_, v)| v.parse().unwrap());
-        let mut body = vec![0; len];
-        self.reader.read_exact(&mut body).await.unwrap();
+            .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                self.reader.read_line(&mut size).await.unwrap();
+                let size = usize::from_str_radix(size.trim(), 16).unwrap();
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).await.unwrap();
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            let len: usize = headers
+                .iter()
+                .find(|(k, _)| k == "content-length")
+                .map_or(0, |(_, v)| v.parse().unwrap());
+            body = vec![0; len];
+            self.reader.read_exact(&mut body).await.unwrap();
+        }
         Response {
             status,
             headers,

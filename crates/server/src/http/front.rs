@@ -1,0 +1,339 @@
+//! What every HTTP request goes through before and after its endpoint, as OpenTSDB's request
+//! handling does it: the route is read from the path's first segments (case-insensitive, a
+//! trailing slash or deeper segments ignored, `/api/v1/` as `/api/`, a higher API version
+//! refused), endpoints the mode or `tsd.core.enable_*` switch off are not found, CORS is
+//! applied before the endpoint, and a JSON answer is wrapped in the `jsonp` callback.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State as Extract};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::ApiError;
+use crate::State;
+
+/// The highest API version served (`/api/v1/...`).
+const MAX_API_VERSION: u32 = 1;
+
+/// Endpoints (second path segment under `/api/`) that read deeper segments themselves, with
+/// the third segments they know. Any other deeper segment is ignored, as OpenTSDB ignores it.
+const SUB_ROUTES: &[(&str, &[&str])] = &[
+    ("query", &["last", "exp", "gexp"]),
+    ("config", &["filters"]),
+    ("stats", &["threads", "jvm", "query", "region_clients"]),
+    ("annotation", &["bulk"]),
+    ("annotations", &["bulk"]),
+    ("metadata", &["put"]),
+];
+
+/// Endpoints whose every deeper segment is theirs.
+const OPEN_ROUTES: &[&str] = &["search", "uid", "tree"];
+
+/// API endpoints only served when the TSD takes writes (not in `ro` mode).
+const WRITE_ROUTES: &[&str] = &[
+    "put",
+    "rollup",
+    "histogram",
+    "annotation",
+    "annotations",
+    "uid",
+    "tree",
+];
+
+/// API endpoints only served when the TSD answers reads (not in `wo` mode).
+const READ_ROUTES: &[&str] = &["query", "search", "suggest"];
+
+/// UI paths (the first segment) that are not served in `wo` mode.
+const UI_READ_ROUTES: &[&str] = &[
+    "",
+    "index.html",
+    "app.js",
+    "app.css",
+    "s",
+    "favicon.ico",
+    "q",
+];
+
+pub(crate) async fn front(
+    Extract(state): Extract<Arc<State>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let settings = &state.settings;
+    let route = match route(req.uri().path()) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let served = match &route {
+        Route::Api { endpoint, .. } => {
+            settings.enable_api
+                && !(settings.read_only && WRITE_ROUTES.contains(&endpoint.as_str()))
+                && !(settings.write_only && READ_ROUTES.contains(&endpoint.as_str()))
+        }
+        Route::Other { first, .. } => {
+            settings.enable_ui && !(settings.write_only && UI_READ_ROUTES.contains(&first.as_str()))
+        }
+    };
+    let cors = match cors_check(&state, &req) {
+        CorsCheck::Skip => None,
+        CorsCheck::Refused(resp) => return *resp,
+        CorsCheck::Allowed(origin) => Some(origin),
+    };
+    if cors.is_some() && req.method() == Method::OPTIONS {
+        let mut resp = StatusCode::OK.into_response();
+        add_cors_headers(&state, cors.as_deref(), &mut resp);
+        return resp;
+    }
+    let api = matches!(route, Route::Api { .. });
+    let jsonp = api.then(|| jsonp_callback(req.uri())).flatten();
+    let mut resp = if !served {
+        super::misc::not_found().await.into_response()
+    } else {
+        if let Some(uri) = route.rewritten(req.uri()) {
+            *req.uri_mut() = uri;
+        }
+        next.run(req).await
+    };
+    if let Some(cb) = jsonp {
+        resp = wrap_jsonp(resp, &cb).await;
+    }
+    add_cors_headers(&state, cors.as_deref(), &mut resp);
+    resp
+}
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    /// `/api/<endpoint>[/<sub>]`, version segment dropped.
+    Api { endpoint: String, rest: Vec<String> },
+    /// Anything else: its first segment, lower-cased, and the rest as sent.
+    Other { first: String, rest: String },
+}
+
+impl Route {
+    /// The path the router sees, when it differs from the one sent.
+    fn rewritten(&self, uri: &Uri) -> Option<Uri> {
+        let path = match self {
+            Route::Api { endpoint, rest } => {
+                let mut p = format!("/api/{endpoint}");
+                for r in rest {
+                    p.push('/');
+                    p.push_str(r);
+                }
+                p
+            }
+            Route::Other { first, rest } if rest.is_empty() => format!("/{first}"),
+            Route::Other { first, rest } => format!("/{first}/{rest}"),
+        };
+        if path == uri.path() {
+            return None;
+        }
+        let full = match uri.query() {
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        };
+        full.parse().ok()
+    }
+}
+
+/// Reads the route from a path as OpenTSDB does.
+fn route(path: &str) -> Result<Route, ApiError> {
+    let trimmed = path.trim_start_matches('/');
+    let mut segments: Vec<&str> = trimmed.split('/').collect();
+    // Java's split drops trailing empty segments: `/api/query/` is `/api/query`.
+    while segments.len() > 1 && segments.last() == Some(&"") {
+        segments.pop();
+    }
+    let first = segments[0].to_ascii_lowercase();
+    if first != "api" {
+        return Ok(Route::Other {
+            first,
+            rest: segments[1..].join("/"),
+        });
+    }
+    let mut rest = segments[1..].iter().copied();
+    let mut endpoint = rest.next().unwrap_or_default().to_ascii_lowercase();
+    if let Some(v) = endpoint.strip_prefix('v')
+        && v.starts_with(|c: char| c.is_ascii_digit())
+    {
+        let version: u32 = v.parse().map_err(|_| {
+            ApiError::bad_request("Invalid API version format supplied")
+                .with_details(format!("API version [{v}] cannot be parsed to an integer"))
+        })?;
+        if version > MAX_API_VERSION {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "Requested API version is greater than the max implemented",
+            )
+            .with_details(format!(
+                "API version [{version}] is greater than the max [{MAX_API_VERSION}]"
+            )));
+        }
+        endpoint = rest.next().unwrap_or_default().to_ascii_lowercase();
+    }
+    let rest: Vec<String> = rest.map(String::from).collect();
+    let rest = if OPEN_ROUTES.contains(&endpoint.as_str()) {
+        rest
+    } else {
+        match SUB_ROUTES.iter().find(|(e, _)| *e == endpoint) {
+            Some((_, subs)) => match rest.first() {
+                Some(sub) if subs.contains(&sub.to_ascii_lowercase().as_str()) => {
+                    vec![sub.to_ascii_lowercase()]
+                }
+                // `/api/annotations/<anything>bulk` is the bulk endpoint.
+                Some(sub) if endpoint.starts_with("annotation") && sub.ends_with("bulk") => {
+                    vec!["bulk".to_string()]
+                }
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        }
+    };
+    Ok(Route::Api { endpoint, rest })
+}
+
+/// The `jsonp` callback named in the query string, if any (the last one, as OpenTSDB reads
+/// repeated parameters).
+fn jsonp_callback(uri: &Uri) -> Option<String> {
+    super::request::Params::parse(uri.query())
+        .value("jsonp")
+        .map(String::from)
+}
+
+/// A JSON answer with a body becomes `cb(<body>)`.
+async fn wrap_jsonp(resp: Response, cb: &str) -> Response {
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    if bytes.is_empty() {
+        return Response::from_parts(parts, Body::empty());
+    }
+    let mut wrapped = Vec::with_capacity(bytes.len() + cb.len() + 2);
+    wrapped.extend_from_slice(cb.as_bytes());
+    wrapped.push(b'(');
+    wrapped.extend_from_slice(&bytes);
+    wrapped.push(b')');
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(wrapped))
+}
+
+enum CorsCheck {
+    /// Not a cross-origin request (or CORS is off and it is not a preflight).
+    Skip,
+    /// Answered already.
+    Refused(Box<Response>),
+    /// Allowed, from this origin.
+    Allowed(String),
+}
+
+/// OpenTSDB's CORS rules: a request with an `Origin` (when CORS is on) or any `OPTIONS`
+/// request is checked before its endpoint. `OPTIONS` without CORS or without an origin is
+/// not allowed; an origin not in `tsd.http.request.cors_domains` is answered with an error
+/// (status 200, as OpenTSDB answers it).
+fn cors_check(state: &State, req: &Request) -> CorsCheck {
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .filter(|o| !o.is_empty());
+    let cors = state.settings.cors.as_ref();
+    let preflight = req.method() == Method::OPTIONS;
+    if !preflight && (cors.is_none() || origin.is_none()) {
+        return CorsCheck::Skip;
+    }
+    let (Some(cors), Some(origin)) = (cors, origin) else {
+        let e = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+            .with_details("The HTTP method [OPTIONS] is not permitted");
+        return CorsCheck::Refused(Box::new(e.into_response()));
+    };
+    if cors.allows(origin) {
+        CorsCheck::Allowed(origin.to_string())
+    } else {
+        let e = ApiError::new(StatusCode::OK, "CORS domain not allowed")
+            .with_details(format!("The domain [{origin}] is not permitted access"));
+        CorsCheck::Refused(Box::new(e.into_response()))
+    }
+}
+
+fn add_cors_headers(state: &State, origin: Option<&str>, resp: &mut Response) {
+    let (Some(origin), Some(cors)) = (origin, state.settings.cors.as_ref()) else {
+        return;
+    };
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(origin) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+    }
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, PUT, DELETE"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&cors.headers) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(endpoint: &str, rest: &[&str]) -> Route {
+        Route::Api {
+            endpoint: endpoint.into(),
+            rest: rest.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn routes_read_as_opentsdb_reads_them() {
+        assert_eq!(route("/api/put").unwrap(), api("put", &[]));
+        assert_eq!(route("/api/v1/put").unwrap(), api("put", &[]));
+        assert_eq!(route("/API/Query/").unwrap(), api("query", &[]));
+        assert_eq!(route("/api/query/last").unwrap(), api("query", &["last"]));
+        assert_eq!(route("/api/query/anything").unwrap(), api("query", &[]));
+        assert_eq!(route("/api/put/extra/bits").unwrap(), api("put", &[]));
+        assert_eq!(route("/api/stats/jvm").unwrap(), api("stats", &["jvm"]));
+        assert_eq!(route("/api/stats/nope").unwrap(), api("stats", &[]));
+        assert_eq!(route("/api/uid/tsmeta").unwrap(), api("uid", &["tsmeta"]));
+        assert_eq!(
+            route("/api/annotations/bulk").unwrap(),
+            api("annotations", &["bulk"])
+        );
+        assert_eq!(
+            route("/Q").unwrap(),
+            Route::Other {
+                first: "q".into(),
+                rest: String::new()
+            }
+        );
+        let e = route("/api/v2/put").unwrap_err();
+        assert_eq!(e.status, StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(
+            e.message,
+            "Requested API version is greater than the max implemented"
+        );
+        assert_eq!(
+            e.details.as_deref(),
+            Some("API version [2] is greater than the max [1]")
+        );
+        let e = route("/api/v1x/put").unwrap_err();
+        assert_eq!(
+            (e.status, e.message.as_str()),
+            (
+                StatusCode::BAD_REQUEST,
+                "Invalid API version format supplied"
+            )
+        );
+    }
+}

@@ -1,0 +1,247 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! What every HTTP request goes through, as OpenTSDB 2.4 handles it: routes read from the
+//! path (API versions, case, trailing slashes, deeper segments), JSONP on every JSON answer,
+//! compressed answers, CORS, and the modes and switches that take endpoints away.
+
+mod common;
+
+use std::io::Read;
+
+use common::{HttpConn, http, start_with};
+use hourglass_core::config::Config;
+use serde_json::json;
+
+const POINT: &str =
+    r#"{"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"a"}}"#;
+
+fn config(pairs: &[(&str, &str)]) -> Config {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    for (k, v) in pairs {
+        c.set(k, v);
+    }
+    c
+}
+
+#[tokio::test]
+async fn routes_are_read_as_opentsdb_reads_them() {
+    let srv = start_with("memory", config(&[])).await;
+    for path in [
+        "/api/put",
+        "/api/v1/put",
+        "/API/PUT",
+        "/api/put/",
+        "/api/put/x/y",
+    ] {
+        let r = http(srv.addr, "POST", path, POINT).await;
+        assert_eq!(r.status, 204, "{path}: {}", r.text());
+    }
+    let r = http(srv.addr, "GET", "/api/v1/version", "").await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["version"].is_string());
+    // A deeper segment an endpoint does not know is ignored.
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query/whatever?start=1356998400&m=sum:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()[0]["metric"], "sys.cpu.user");
+    for path in ["/api/v2/put", "/api/v3/nothing"] {
+        let r = http(srv.addr, "POST", path, POINT).await;
+        assert_eq!(r.status, 501, "{path}");
+        assert_eq!(
+            r.json()["error"]["message"],
+            "Requested API version is greater than the max implemented"
+        );
+    }
+    let r = http(srv.addr, "GET", "/api/v1x/put", "").await;
+    assert_eq!(
+        (r.status, r.json()["error"]["message"].clone()),
+        (400, json!("Invalid API version format supplied"))
+    );
+    let r = http(srv.addr, "GET", "/api/nothing", "").await;
+    assert_eq!(
+        r.json(),
+        json!({"error":{"code":404,"message":"Endpoint not found"}})
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn jsonp_wraps_every_json_answer_errors_too() {
+    let srv = start_with("memory", config(&[])).await;
+    let r = http(srv.addr, "POST", "/api/put", POINT).await;
+    assert_eq!(r.status, 204);
+    for (path, starts) in [
+        ("/api/version?jsonp=cb", "cb({"),
+        ("/api/aggregators?jsonp=cb", "cb([\""),
+        (
+            "/api/suggest?type=metrics&jsonp=cb",
+            "cb([\"sys.cpu.user\"])",
+        ),
+        (
+            "/api/query?start=1356998400&m=sum:sys.cpu.user&jsonp=cb",
+            "cb([{\"metric\":\"sys.cpu.user\"",
+        ),
+        ("/api/search/lookup?m=sys.cpu.user&jsonp=cb", "cb({"),
+        ("/api/nothing?jsonp=cb", "cb({\"error\":{\"code\":404"),
+        ("/api/query?jsonp=cb", "cb({\"error\":{\"code\":400"),
+    ] {
+        let r = http(srv.addr, "GET", path, "").await;
+        let text = r.text();
+        assert!(
+            text.starts_with(starts) && text.ends_with(')'),
+            "{path}: {text}"
+        );
+        let inner: serde_json::Value = serde_json::from_str(&text[3..text.len() - 1]).unwrap();
+        assert!(inner.is_object() || inner.is_array(), "{path}");
+    }
+    // A put answered with an empty body stays empty.
+    let r = http(srv.addr, "POST", "/api/put?jsonp=cb", POINT).await;
+    assert_eq!((r.status, r.text()), (204, String::new()));
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn answers_are_compressed_when_the_client_accepts_it() {
+    let srv = start_with("memory", config(&[])).await;
+    let mut conn = HttpConn::open(srv.addr).await;
+    let r = conn
+        .request("GET", "/api/aggregators", "Accept-Encoding: gzip\r\n", b"")
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&r.body[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(list.as_array().unwrap().contains(&json!("sum")));
+    let plain = conn.request("GET", "/api/aggregators", "", b"").await;
+    assert_eq!(plain.header("content-encoding"), None);
+    assert_eq!(plain.json(), list);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn cors_as_opentsdb_applies_it() {
+    // Off: a preflight is not allowed, and no CORS headers are sent.
+    let srv = start_with("memory", config(&[])).await;
+    let mut conn = HttpConn::open(srv.addr).await;
+    let r = conn
+        .request("OPTIONS", "/api/query", "Origin: http://grafana\r\n", b"")
+        .await;
+    assert_eq!(r.status, 405);
+    assert_eq!(
+        r.json()["error"]["details"],
+        "The HTTP method [OPTIONS] is not permitted"
+    );
+    let r = conn
+        .request("GET", "/api/version", "Origin: http://grafana\r\n", b"")
+        .await;
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    srv.stop().await;
+
+    let srv = start_with(
+        "memory",
+        config(&[(
+            "tsd.http.request.cors_domains",
+            "http://grafana:3000, https://other",
+        )]),
+    )
+    .await;
+    let mut conn = HttpConn::open(srv.addr).await;
+    let r = conn
+        .request(
+            "OPTIONS",
+            "/api/query",
+            "Origin: http://GRAFANA:3000\r\n",
+            b"",
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://GRAFANA:3000")
+    );
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("GET, POST, PUT, DELETE")
+    );
+    assert!(
+        r.header("access-control-allow-headers")
+            .unwrap()
+            .contains("Content-Type")
+    );
+    let r = conn
+        .request("GET", "/api/version", "Origin: https://other\r\n", b"")
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://other")
+    );
+    assert!(r.json()["version"].is_string());
+    // An origin not listed is answered with an error (status 200, as OpenTSDB does).
+    let r = conn
+        .request("GET", "/api/version", "Origin: http://evil\r\n", b"")
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json(),
+        json!({"error":{"code":200,"message":"CORS domain not allowed","details":"The domain [http://evil] is not permitted access"}})
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn modes_and_switches_take_endpoints_away() {
+    let srv = start_with("memory", config(&[("tsd.mode", "wo")])).await;
+    assert_eq!(http(srv.addr, "POST", "/api/put", POINT).await.status, 204);
+    for path in [
+        "/api/query?start=1h-ago&m=sum:x",
+        "/api/suggest?type=metrics",
+        "/",
+    ] {
+        assert_eq!(http(srv.addr, "GET", path, "").await.status, 404, "{path}");
+    }
+    assert_eq!(http(srv.addr, "GET", "/api/version", "").await.status, 200);
+    srv.stop().await;
+
+    let srv = start_with("memory", config(&[("tsd.mode", "ro")])).await;
+    for path in ["/api/put", "/api/annotation", "/api/uid/assign?metric=x"] {
+        let r = http(srv.addr, "POST", path, POINT).await;
+        assert_eq!(r.status, 404, "{path}");
+    }
+    assert_eq!(
+        http(srv.addr, "GET", "/api/suggest?type=metrics", "")
+            .await
+            .status,
+        200
+    );
+    srv.stop().await;
+
+    let srv = start_with("memory", config(&[("tsd.core.enable_api", "false")])).await;
+    assert_eq!(http(srv.addr, "GET", "/api/version", "").await.status, 404);
+    assert_eq!(http(srv.addr, "GET", "/", "").await.status, 200);
+    srv.stop().await;
+
+    let srv = start_with("memory", config(&[("tsd.core.enable_ui", "false")])).await;
+    assert_eq!(http(srv.addr, "GET", "/api/version", "").await.status, 200);
+    assert_eq!(http(srv.addr, "GET", "/", "").await.status, 404);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_cors_setting_refuses_to_start() {
+    let c = config(&[("tsd.http.request.cors_domains", "*, http://x")]);
+    assert_eq!(
+        hourglass_server::ServerSettings::from_config(&c)
+            .unwrap_err()
+            .to_string(),
+        "tsd.http.request.cors_domains must be a public resource (*) or a list of specific domains, you cannot mix both."
+    );
+}
