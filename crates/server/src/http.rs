@@ -47,6 +47,8 @@ fn endpoints(state: Arc<State>) -> Router {
     let max_body = state.settings.max_body_bytes;
     Router::new()
         .route("/api/put", any(put::handle))
+        .route("/api/rollup", any(put::rollup))
+        .route("/api/histogram", any(put::histogram))
         .route("/api/query", any(query::handle))
         .route("/api/query/last", any(last::handle))
         .route("/api/config/filters", any(misc::filters))

@@ -245,3 +245,111 @@ async fn a_bad_cors_setting_refuses_to_start() {
         "tsd.http.request.cors_domains must be a public resource (*) or a list of specific domains, you cannot mix both."
     );
 }
+
+#[tokio::test]
+async fn histogram_and_rollup_requests_are_refused_not_answered_from_raw_data() {
+    let srv = start_with("memory", config(&[])).await;
+    assert_eq!(http(srv.addr, "POST", "/api/put", POINT).await.status, 204);
+    let histograms = "Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.";
+    let rollups = "No rollup or aggregations were configured";
+    for (path, want) in [
+        (
+            "/api/query?start=1356998400&m=sum:percentiles[50,99]:sys.cpu.user",
+            histograms,
+        ),
+        (
+            "/api/query?start=1356998400&m=sum:show-histogram-buckets:sys.cpu.user",
+            histograms,
+        ),
+        (
+            "/api/query?start=1356998400&m=sum:pre-agg:sys.cpu.user",
+            rollups,
+        ),
+        (
+            "/api/query?start=1356998400&m=sum:rollup_nofallback:sys.cpu.user",
+            rollups,
+        ),
+    ] {
+        let r = http(srv.addr, "GET", path, "").await;
+        assert_eq!(
+            (r.status, r.json()["error"]["message"].clone()),
+            (400, json!(want)),
+            "{path}"
+        );
+    }
+    // Rollup usages that fall back to raw data are answered from it, as OpenTSDB answers
+    // them when no rollup is configured.
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:rollup_fallback_raw:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    for (sub, want) in [
+        (json!({"percentiles": [50, 99]}), histograms),
+        (json!({"showHistogramBuckets": true}), histograms),
+        (json!({"preAggregate": true}), rollups),
+        (json!({"rollupUsage": "ROLLUP_NOFALLBACK"}), rollups),
+        (
+            json!({"rollupUsage": "SOMETIMES"}),
+            "Unknown rollup usage: SOMETIMES",
+        ),
+    ] {
+        let mut q = json!({"aggregator": "sum", "metric": "sys.cpu.user"});
+        for (k, v) in sub.as_object().unwrap() {
+            q[k] = v.clone();
+        }
+        let body = json!({"start": 1356998400, "queries": [q]}).to_string();
+        let r = http(srv.addr, "POST", "/api/query", &body).await;
+        assert_eq!(
+            (r.status, r.json()["error"]["message"].clone()),
+            (400, json!(want)),
+            "{sub}"
+        );
+    }
+    let ok = json!({"start": 1356998400, "queries": [
+        {"aggregator": "sum", "metric": "sys.cpu.user", "percentiles": [], "rollupUsage": "ROLLUP_RAW"}]});
+    let r = http(srv.addr, "POST", "/api/query", &ok.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // Rollup points: checked, then refused point by point.
+    let body = json!([
+        {"metric":"m","timestamp":1356998400,"value":1,"tags":{"h":"a"},"interval":"1h","aggregator":"sum"},
+        {"metric":"m","timestamp":1356998400,"value":1,"tags":{"h":"a"},"aggregator":"sum"},
+        {"metric":"m","timestamp":1356998400,"value":1,"tags":{"h":"a"},"groupByAggregator":"sum"}
+    ])
+    .to_string();
+    let r = http(srv.addr, "POST", "/api/rollup?details", &body).await;
+    assert_eq!(r.status, 400);
+    let errors: Vec<String> = r.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["error"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(errors, [rollups, "Missing interval", rollups]);
+    // Sent to /api/put, a rollup point is refused too, not stored as raw data.
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put?details",
+        r#"{"metric":"m","timestamp":1356998400,"value":1,"tags":{"h":"a"},"interval":"1h","aggregator":"sum"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["errors"][0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with(rollups)
+    );
+    assert!(srv.points("m").is_empty());
+    let r = http(srv.addr, "POST", "/api/histogram", "[]").await;
+    assert_eq!(
+        (r.status, r.json()["error"]["message"].clone()),
+        (503, json!(histograms))
+    );
+    srv.stop().await;
+}

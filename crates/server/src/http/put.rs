@@ -44,7 +44,24 @@ struct RawPoint {
     timestamp: Option<Scalar>,
     value: Option<Scalar>,
     tags: Option<BTreeMap<String, Scalar>>,
+    /// A rollup point's fields (`/api/rollup`).
+    interval: Option<Scalar>,
+    aggregator: Option<Scalar>,
+    #[serde(rename = "groupByAggregator")]
+    group_by_aggregator: Option<Scalar>,
 }
+
+/// What a body's points are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Raw points (`/api/put`).
+    Raw,
+    /// Rollups and pre-aggregates (`/api/rollup`): none are configured on this TSD.
+    Rollup,
+}
+
+/// OpenTSDB's answer to a rollup point when no rollup is configured.
+const NO_ROLLUPS: &str = "No rollup or aggregations were configured";
 
 impl RawPoint {
     fn echo(&self) -> serde_json::Value {
@@ -92,7 +109,7 @@ struct Checked {
     tags: Vec<(String, String)>,
 }
 
-fn check(p: &RawPoint) -> Result<Checked, String> {
+fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
     let metric = p.metric.as_ref().map(Scalar::text).unwrap_or_default();
     if metric.is_empty() {
         return Err("Metric name was empty".into());
@@ -118,6 +135,22 @@ fn check(p: &RawPoint) -> Result<Checked, String> {
     }
     let value =
         value::parse_value(&text).map_err(|_| "Unable to parse value to a number".to_string())?;
+    let given = |f: &Option<Scalar>| f.as_ref().is_some_and(|s| !s.text().is_empty());
+    let grouped = given(&p.group_by_aggregator);
+    match kind {
+        Kind::Rollup if !given(&p.interval) && !grouped => return Err("Missing interval".into()),
+        Kind::Rollup if !given(&p.aggregator) && !grouped => {
+            return Err("Missing aggregator".into());
+        }
+        Kind::Rollup => return Err(NO_ROLLUPS.into()),
+        // A rollup point sent as a raw one is refused, not stored as raw data.
+        Kind::Raw if given(&p.interval) || given(&p.aggregator) || grouped => {
+            return Err(format!(
+                "{NO_ROLLUPS}: a point with interval, aggregator or groupByAggregator is a rollup point (/api/rollup)"
+            ));
+        }
+        Kind::Raw => {}
+    }
     Ok(Checked {
         metric,
         timestamp: ts,
@@ -153,7 +186,7 @@ fn parse_body(body: &[u8]) -> Result<Vec<RawPoint>, ApiError> {
 /// pass OpenTSDB's per-point checks, or the request's error message. For fuzzing and tests.
 pub fn check_put_body(body: &[u8]) -> Result<usize, String> {
     let raw = parse_body(body).map_err(|e| e.message)?;
-    Ok(raw.iter().filter(|p| check(p).is_ok()).count())
+    Ok(raw.iter().filter(|p| check(p, Kind::Raw).is_ok()).count())
 }
 
 struct PutResult {
@@ -163,11 +196,11 @@ struct PutResult {
     throttled: Option<String>,
 }
 
-fn store(state: &State, raw: &[RawPoint]) -> PutResult {
+fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
     let mut errors = Vec::new();
     let mut checked = Vec::with_capacity(raw.len());
     for (i, p) in raw.iter().enumerate() {
-        match check(p) {
+        match check(p, kind) {
             Ok(c) => checked.push((i, c)),
             Err(e) => errors.push((i, e)),
         }
@@ -247,6 +280,40 @@ pub(crate) async fn handle(
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    serve(Kind::Raw, method, params, state, body).await
+}
+
+/// `/api/rollup`: read and checked as OpenTSDB reads it, each point then refused because no
+/// rollup is configured (rollups are not stored yet).
+pub(crate) async fn rollup(
+    method: Method,
+    Query(params): Query<HashMap<String, String>>,
+    Extract(state): Extract<Arc<State>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    serve(Kind::Rollup, method, params, state, body).await
+}
+
+/// `/api/histogram`: histogram storage is not enabled (answered before the method is looked
+/// at, as OpenTSDB does).
+pub(crate) async fn histogram() -> Response {
+    let mut resp = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, HISTOGRAMS_OFF).into_response();
+    // Not a passing condition: retrying will not help.
+    resp.headers_mut().remove(axum::http::header::RETRY_AFTER);
+    resp
+}
+
+/// OpenTSDB's words when histogram storage is not enabled.
+pub(crate) const HISTOGRAMS_OFF: &str =
+    "Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.";
+
+async fn serve(
+    kind: Kind,
+    method: Method,
+    params: HashMap<String, String>,
+    state: Arc<State>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     if state.settings.read_only {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "Endpoint not found"));
     }
@@ -275,7 +342,7 @@ pub(crate) async fn handle(
     let (raw, result, synced_inline) =
         crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
             let raw = parse_body(&body)?;
-            let result = store(state, &raw);
+            let result = store(state, &raw, kind);
             let synced = (sync_inline && result.success > 0).then(|| state.tsdb.sync_writes());
             Ok((raw, result, synced))
         })

@@ -61,6 +61,11 @@ struct SubQueryRequest {
     tags: Option<HashMap<String, String>>,
     filters: Option<Vec<FilterRequest>>,
     explicit_tags: bool,
+    /// Histogram and rollup options: refused until histograms and rollups are stored.
+    percentiles: Option<serde_json::Value>,
+    show_histogram_buckets: bool,
+    pre_aggregate: bool,
+    rollup_usage: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,6 +117,12 @@ fn time_of(v: &Value, now_ms: i64, tz: Tz) -> Result<i64, ApiError> {
 
 impl SubQueryRequest {
     fn into_sub(self) -> Result<SubQuery, ApiError> {
+        let histogram = self.show_histogram_buckets
+            || self
+                .percentiles
+                .as_ref()
+                .is_some_and(|p| !p.is_null() && p.as_array().is_none_or(|a| !a.is_empty()));
+        refuse_unstored(histogram, self.pre_aggregate, self.rollup_usage.as_deref())?;
         let agg = self
             .aggregator
             .filter(|a| !a.is_empty())
@@ -226,11 +237,49 @@ fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
     Ok(q)
 }
 
-/// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, explicit_tags
-/// (anything else is ignored, as OpenTSDB does).
+/// Refuses what asks for histogram, pre-aggregated or rollup-only data: this TSD stores none
+/// yet, so an answer from raw data would be wrong. `ROLLUP_RAW` and the fallback usages are
+/// answered from raw data, as OpenTSDB answers them when no rollup is configured.
+fn refuse_unstored(
+    histogram: bool,
+    pre_aggregate: bool,
+    rollup_usage: Option<&str>,
+) -> Result<(), ApiError> {
+    if histogram {
+        return Err(bad(super::put::HISTOGRAMS_OFF).with_details(
+            "percentiles and histogram buckets need histogram data, which this TSD does not store",
+        ));
+    }
+    if pre_aggregate {
+        return Err(
+            bad("No rollup or aggregations were configured").with_details(
+                "pre-aggregated data (pre-agg, preAggregate) is not stored by this TSD",
+            ),
+        );
+    }
+    match rollup_usage.map(str::to_ascii_uppercase).as_deref() {
+        None | Some("ROLLUP_RAW" | "ROLLUP_FALLBACK" | "ROLLUP_FALLBACK_RAW") => Ok(()),
+        Some("ROLLUP_NOFALLBACK") => Err(bad("No rollup or aggregations were configured")
+            .with_details("rollupUsage ROLLUP_NOFALLBACK reads rollup data only, which this TSD does not store; use ROLLUP_RAW")),
+        Some(other) => Err(bad(format!("Unknown rollup usage: {other}")).with_details(
+            "one of ROLLUP_RAW, ROLLUP_NOFALLBACK, ROLLUP_FALLBACK, ROLLUP_FALLBACK_RAW",
+        )),
+    }
+}
+
+/// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, explicit_tags,
+/// and the histogram and rollup tokens OpenTSDB reads (refused or answered from raw data by
+/// [`refuse_unstored`]); anything else is ignored, as OpenTSDB does.
 fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
     for token in tokens {
-        if token.to_ascii_lowercase().starts_with("rate") {
+        let lower = token.to_ascii_lowercase();
+        if lower.starts_with("percentiles") || lower == "show-histogram-buckets" {
+            refuse_unstored(true, false, None)?;
+        } else if lower == "pre-agg" {
+            refuse_unstored(false, true, None)?;
+        } else if lower.starts_with("rollup_") {
+            refuse_unstored(false, false, Some(token))?;
+        } else if lower.starts_with("rate") {
             q.rate = true;
             if token.contains('{') {
                 q.rate_options = RateOptions::parse_token(token).map_err(|e| bad(e.to_string()))?;
@@ -238,7 +287,7 @@ fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
         } else if token.starts_with(|c: char| c.is_ascii_digit()) {
             q.downsample = Some(DownsampleSpec::parse(token).map_err(|e| bad(e.to_string()))?);
             q.downsample_text = Some(token.to_string());
-        } else if *token == "explicit_tags" {
+        } else if lower.starts_with("explicit_tags") {
             q.explicit_tags = true;
         }
     }
