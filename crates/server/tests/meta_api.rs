@@ -669,6 +669,19 @@ async fn annotations(backend: &str) {
     .await
     .json();
     assert_eq!(g.as_array().unwrap().len(), 1);
+    // /api/annotations writes and deletes one note as /api/annotation does.
+    let note = json!({"startTime": 1356998700, "description": "global note"}).to_string();
+    let r = http(srv.addr, "POST", "/api/annotations", &note).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["description"], "global note");
+    let g = |end: &'static str| {
+        let path = format!("/api/annotations?start_time=1356998400&end_time={end}");
+        async move { http(srv.addr, "GET", &path, "").await.json() }
+    };
+    assert_eq!(g("1356999000").await.as_array().unwrap().len(), 2);
+    let r = http(srv.addr, "DELETE", "/api/annotations", &note).await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(g("1356999000").await.as_array().unwrap().len(), 1);
 
     // Bulk: write two, delete a range.
     let r = post(

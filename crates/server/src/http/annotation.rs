@@ -119,16 +119,18 @@ pub(crate) async fn handle(
     }
 }
 
-/// GET `/api/annotations?start_time=…[&end_time=…]`: global annotations of a range.
+/// GET `/api/annotations?start_time=…[&end_time=…]`: global annotations of a range. Other
+/// methods write one annotation, as on `/api/annotation` (OpenTSDB serves both paths with
+/// one handler).
 pub(crate) async fn global(
     method: Method,
     RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
     let params = Params::parse(raw.as_deref());
-    let method = api_method(&method, &params)?;
-    if method != Method::GET {
-        return Err(ApiError::method_not_allowed(&method));
+    if api_method(&method, &params)? != Method::GET {
+        return handle(method, RawQuery(raw), Extract(state), body).await;
     }
     let start = time_param(&params, "start_time")?.unwrap_or(-1);
     if start < 1 {
