@@ -18,6 +18,7 @@ const CLOSE_RETRY: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Tsdb {
     store: Arc<dyn Store>,
+    store_stats: Arc<hourglass_storage::metered::StoreStats>,
     settings: Settings,
     uids: Arc<UidRegistry>,
     writer: Writer,
@@ -54,6 +55,10 @@ impl Tsdb {
         settings: Settings,
         files: Option<Arc<dyn LogFiles>>,
     ) -> Result<Arc<Tsdb>> {
+        // Every call to the store is counted, for the TSD's statistics.
+        let metered = hourglass_storage::metered::Metered::new(store);
+        let store_stats = metered.stats();
+        let store: Arc<dyn Store> = Arc::new(metered);
         // An unreachable store must not keep the TSD down: it starts, answers what it can and
         // reports storage errors until the store is back.
         let tables_ready = match tables::create_tables(store.as_ref(), &settings.schema) {
@@ -98,6 +103,7 @@ impl Tsdb {
         }
         Ok(Arc::new(Tsdb {
             store,
+            store_stats,
             settings,
             uids,
             writer,
@@ -133,6 +139,11 @@ impl Tsdb {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Counts of the calls made to the store.
+    pub fn store_stats(&self) -> &hourglass_storage::metered::StoreStats {
+        &self.store_stats
     }
 
     pub fn settings(&self) -> &Settings {

@@ -30,11 +30,11 @@ struct KindCache {
     assign: Mutex<()>,
 }
 
-/// Cache counters, for `/api/stats`.
+/// Cache counters per kind (indexed by [`UidKind::index`]), for `/api/stats`.
 #[derive(Debug, Default)]
 pub struct CacheStats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
+    pub hits: [AtomicU64; 3],
+    pub misses: [AtomicU64; 3],
 }
 
 /// One name/UID mapping found by [`UidRegistry::grep`].
@@ -143,10 +143,10 @@ impl UidRegistry {
     /// The UID of `name`, from cache or storage.
     pub fn get_id(&self, kind: UidKind, name: &str) -> Result<Uid> {
         if let Some(uid) = self.cached(kind, name) {
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            self.stats.hits[kind.index()].fetch_add(1, Ordering::Relaxed);
             return Ok(uid);
         }
-        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        self.stats.misses[kind.index()].fetch_add(1, Ordering::Relaxed);
         match self.read_forward(kind, name)? {
             Some(uid) => {
                 self.remember(kind, name, uid);
@@ -184,10 +184,10 @@ impl UidRegistry {
     /// The name of `uid`, from cache or storage.
     pub fn get_name(&self, kind: UidKind, uid: Uid) -> Result<String> {
         if let Some(name) = self.caches[kind.index()].by_uid.read().get(&uid) {
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            self.stats.hits[kind.index()].fetch_add(1, Ordering::Relaxed);
             return Ok(name.clone());
         }
-        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        self.stats.misses[kind.index()].fetch_add(1, Ordering::Relaxed);
         let key = uid.to_bytes(self.width(kind));
         let row = self
             .store

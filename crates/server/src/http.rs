@@ -69,6 +69,7 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/api/aggregators", any(misc::aggregators))
         .route("/api/config", any(misc::config))
         .route("/api/stats", any(misc::stats))
+        .route("/api/stats/{sub}", any(misc::stats_sub))
         .route("/api/dropcaches", any(misc::dropcaches))
         .route("/api/metadata/put", any(misc::metadata_put))
         .route("/", any(ui::index))
@@ -91,14 +92,20 @@ fn endpoints(state: Arc<State>) -> Router {
 /// connection's start): slow-header clients and idle keep-alive connections are closed.
 const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The client's address, on each request of its connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) Option<std::net::SocketAddr>);
+
 pub(crate) async fn serve<S>(
     stream: S,
     router: Router,
     mut stop: watch::Receiver<bool>,
+    peer: Option<std::net::SocketAddr>,
 ) -> std::io::Result<()>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let router = router.layer(axum::Extension(Peer(peer)));
     let service = TowerToHyperService::new(router);
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)

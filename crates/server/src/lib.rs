@@ -9,6 +9,7 @@ mod activity;
 mod http;
 mod ingest;
 mod plot;
+mod query_log;
 mod state;
 mod stats;
 mod telnet;
@@ -104,6 +105,7 @@ async fn serve_connection(
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
+    let peer = stream.peer_addr().ok();
     let activity = Arc::new(Activity::new());
     let serve = async {
         let mut first = [0u8; 1];
@@ -113,7 +115,7 @@ async fn serve_connection(
         }
         let stream = Tracked::new(stream, Arc::clone(&activity));
         if first[0].is_ascii_uppercase() {
-            http::serve(stream, router, stop).await
+            http::serve(stream, router, stop, peer).await
         } else {
             telnet::serve(stream, state, stop, &activity).await
         }

@@ -25,6 +25,16 @@ pub(crate) struct ServerStats {
     pub(crate) invalid_values: AtomicU64,
     pub(crate) unknown_metrics: AtomicU64,
     pub(crate) storage_errors: AtomicU64,
+    /// HTTP requests answered with a server error.
+    pub(crate) rpc_exceptions: AtomicU64,
+    pub(crate) http_latency: Latencies,
+    pub(crate) graph_latency: Latencies,
+    pub(crate) graph_requests: AtomicU64,
+    pub(crate) query_success: AtomicU64,
+    pub(crate) query_invalid: AtomicU64,
+    pub(crate) query_exceptions: AtomicU64,
+    /// Queries running and the last ones completed, for `/api/stats/query`.
+    pub(crate) queries: crate::query_log::QueryLog,
 }
 
 impl ServerStats {
@@ -52,19 +62,81 @@ impl ServerStats {
     }
 }
 
+/// Request latencies in milliseconds, bucketed as OpenTSDB's histograms are: 2 ms buckets
+/// up to 100 ms, then doubling up to 16 s, then one bucket for anything longer.
+#[derive(Debug)]
+pub(crate) struct Latencies {
+    buckets: [AtomicU64; BUCKETS],
+}
+
+const LINEAR_BUCKETS: usize = 50;
+const BUCKETS: usize = LINEAR_BUCKETS + 8;
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Latencies {
+    /// The upper bound (ms) of bucket `i`.
+    fn bound(i: usize) -> u64 {
+        if i < LINEAR_BUCKETS {
+            2 * (i as u64 + 1)
+        } else {
+            100 << (i - LINEAR_BUCKETS + 1)
+        }
+    }
+
+    pub(crate) fn record(&self, ms: u64) {
+        let i = if ms < 100 {
+            (ms / 2) as usize
+        } else {
+            (LINEAR_BUCKETS..BUCKETS - 1)
+                .find(|i| ms < Self::bound(*i))
+                .unwrap_or(BUCKETS - 1)
+        };
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The `pct` percentile: the upper bound of the bucket it falls in (0 with no samples).
+    pub(crate) fn percentile(&self, pct: u64) -> u64 {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let want = (total * pct).div_ceil(100);
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Self::bound(i);
+            }
+        }
+        Self::bound(BUCKETS - 1)
+    }
+}
+
 /// One statistic: metric, value and tags (the host tag is added by the report).
 #[derive(Debug)]
 pub(crate) struct Stat {
-    pub(crate) metric: &'static str,
+    pub(crate) metric: String,
     pub(crate) value: u64,
-    pub(crate) tag: Option<(&'static str, String)>,
+    pub(crate) tags: Vec<(&'static str, String)>,
 }
 
-fn stat(metric: &'static str, value: u64, tag: Option<(&'static str, &str)>) -> Stat {
+fn stat(metric: &str, value: u64, tags: &[(&'static str, &str)]) -> Stat {
     Stat {
-        metric,
+        metric: metric.to_string(),
         value,
-        tag: tag.map(|(k, v)| (k, v.to_string())),
+        tags: tags.iter().map(|(k, v)| (*k, v.to_string())).collect(),
     }
 }
 
@@ -76,130 +148,273 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// Every statistic of the server and the database.
+/// The tags every statistic carries: `host` (or `fqdn` with `tsd.stats.canonical`), and
+/// `port` with `tsd.core.stats_with_port`.
+pub(crate) fn report_tags(state: &State) -> Vec<(String, String)> {
+    let c = &state.config;
+    let mut tags = vec![(
+        if c.get_bool("tsd.stats.canonical", false) {
+            "fqdn"
+        } else {
+            "host"
+        }
+        .to_string(),
+        hostname(),
+    )];
+    if c.get_bool("tsd.core.stats_with_port", false) {
+        tags.push((
+            "port".into(),
+            c.get_str("tsd.network.port", "4242").to_string(),
+        ));
+    }
+    tags
+}
+
+/// `/proc/self/status` field in kB, as bytes.
+pub(crate) fn proc_status_bytes(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The machine's available memory, in bytes.
+pub(crate) fn mem_available_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Every statistic of the server and the database, in OpenTSDB's names and order, then
+/// Hourglass's own (`tsd.storage.*`, buffers, the log).
 pub(crate) fn collect(state: &State) -> Vec<Stat> {
     let s = &state.stats;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let w = state.tsdb.write_stats();
     let uids = state.tsdb.uids();
     let sizes = uids.cache_sizes();
+    let store = state.tsdb.store_stats();
     let mut out = vec![
         stat(
             "tsd.connectionmgr.connections",
             get(&s.connections_open),
-            Some(("type", "open")),
-        ),
-        stat(
-            "tsd.connectionmgr.connections",
-            get(&s.connections_total),
-            Some(("type", "total")),
+            &[("type", "open")],
         ),
         stat(
             "tsd.connectionmgr.connections",
             get(&s.connections_rejected),
-            Some(("type", "rejected")),
+            &[("type", "rejected")],
         ),
+        stat(
+            "tsd.connectionmgr.connections",
+            get(&s.connections_total),
+            &[("type", "total")],
+        ),
+        stat("tsd.connectionmgr.exceptions", 0, &[("type", "closed")]),
+        stat("tsd.connectionmgr.exceptions", 0, &[("type", "reset")]),
         stat(
             "tsd.connectionmgr.exceptions",
             get(&s.idle_timeouts),
-            Some(("type", "timeout")),
+            &[("type", "timeout")],
         ),
+        stat("tsd.connectionmgr.exceptions", 0, &[("type", "unknown")]),
         stat(
             "tsd.rpc.received",
             get(&s.telnet_rpcs),
-            Some(("type", "telnet")),
+            &[("type", "telnet")],
         ),
+        stat("tsd.rpc.received", get(&s.http_rpcs), &[("type", "http")]),
+        stat("tsd.rpc.received", 0, &[("type", "http_plugin")]),
+        stat("tsd.rpc.exceptions", get(&s.rpc_exceptions), &[]),
+    ];
+    for (latencies, kind) in [
+        (&s.http_latency, "all"),
+        (&s.graph_latency, "graph"),
+        (&s.graph_latency, "gnuplot"),
+    ] {
+        for pct in [50, 75, 90, 95] {
+            out.push(stat(
+                &format!("tsd.http.latency_{pct}pct"),
+                latencies.percentile(pct),
+                &[("type", kind)],
+            ));
+        }
+    }
+    out.extend([
+        stat("tsd.http.graph.requests", 0, &[("cache", "disk")]),
         stat(
-            "tsd.rpc.received",
-            get(&s.http_rpcs),
-            Some(("type", "http")),
+            "tsd.http.graph.requests",
+            get(&s.graph_requests),
+            &[("cache", "miss")],
         ),
-        stat(
-            "tsd.rpc.received",
-            get(&s.put_requests),
-            Some(("type", "put")),
-        ),
+        stat("tsd.rpc.forbidden", 0, &[("type", "telnet")]),
+        stat("tsd.rpc.unauthorized", 0, &[("type", "telnet")]),
+        stat("tsd.rpc.forbidden", 0, &[("type", "http")]),
+        stat("tsd.rpc.unauthorized", 0, &[("type", "http")]),
+        stat("tsd.rpc.received", get(&s.put_requests), &[("type", "put")]),
         stat(
             "tsd.rpc.errors",
-            get(&s.illegal_arguments),
-            Some(("type", "illegal_arguments")),
+            get(&s.storage_errors),
+            &[("type", "hbase_errors")],
         ),
         stat(
             "tsd.rpc.errors",
             get(&s.invalid_values),
-            Some(("type", "invalid_values")),
+            &[("type", "invalid_values")],
+        ),
+        stat(
+            "tsd.rpc.errors",
+            get(&s.illegal_arguments),
+            &[("type", "illegal_arguments")],
         ),
         stat(
             "tsd.rpc.errors",
             get(&s.unknown_metrics),
-            Some(("type", "unknown_metrics")),
+            &[("type", "unknown_metrics")],
         ),
+        stat("tsd.rpc.errors", 0, &[("type", "socket_writes_blocked")]),
+        stat("tsd.http.query.unauthorized", 0, &[]),
+        stat("tsd.http.query.forbidden", 0, &[]),
+        stat(
+            "tsd.http.query.invalid_requests",
+            get(&s.query_invalid),
+            &[],
+        ),
+        stat("tsd.http.query.exceptions", get(&s.query_exceptions), &[]),
+        stat("tsd.http.query.success", get(&s.query_success), &[]),
+    ]);
+    for kind in UidKind::ALL {
+        let k = kind.qualifier();
+        let i = kind.index();
+        let width = u32::from(state.tsdb.settings().schema.uid_width(kind));
+        let possible = if width >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * width)) - 1
+        };
+        let used = uids.max_id(kind).unwrap_or(0);
+        out.extend([
+            stat(
+                "tsd.uid.cache-hit",
+                get(&uids.stats.hits[i]),
+                &[("kind", k)],
+            ),
+            stat(
+                "tsd.uid.cache-miss",
+                get(&uids.stats.misses[i]),
+                &[("kind", k)],
+            ),
+            stat("tsd.uid.cache-size", sizes[i] as u64, &[("kind", k)]),
+            stat("tsd.uid.random-collisions", 0, &[("kind", k)]),
+            stat("tsd.uid.rejected-assignments", 0, &[("kind", k)]),
+            stat("tsd.uid.ids-used", used, &[("kind", k)]),
+            stat(
+                "tsd.uid.ids-available",
+                possible.saturating_sub(used),
+                &[("kind", k)],
+            ),
+        ]);
+    }
+    out.extend([
+        stat("tsd.uid.filter.rejected", 0, &[("kind", "raw")]),
+        stat("tsd.uid.filter.rejected", 0, &[("kind", "aggregate")]),
+        // The process's memory: free is what the machine has available, used is resident.
+        stat("tsd.jvm.ramfree", mem_available_bytes(), &[]),
+        stat("tsd.jvm.ramused", proc_status_bytes("VmRSS:"), &[]),
+        stat(
+            "tsd.datapoints.added",
+            get(&w.points_stored),
+            &[("type", "all"), ("class", "TSDB")],
+        ),
+    ]);
+    for call in hourglass_storage::metered::Call::ALL {
+        out.push(stat(
+            "tsd.hbase.rpcs",
+            store.calls(call),
+            &[("type", call.name())],
+        ));
+    }
+    out.extend([
+        stat("tsd.hbase.flushes", get(&w.flushes), &[]),
+        stat("tsd.compaction.count", get(&w.rows_compacted), &[]),
+        stat(
+            "tsd.compaction.duplicates",
+            get(&w.duplicates),
+            &[("type", "variant")],
+        ),
+        stat("tsd.compaction.errors", get(&w.compaction_errors), &[]),
+        // Hourglass's own.
         stat(
             "tsd.rpc.errors",
-            get(&s.storage_errors),
-            Some(("type", "storage")),
+            get(&s.throttled),
+            &[("type", "throttled")],
         ),
-        stat("tsd.datapoints.received", get(&s.points_received), None),
-        stat("tsd.datapoints.added", get(&w.points_stored), None),
+        stat("tsd.datapoints.received", get(&s.points_received), &[]),
         stat(
             "tsd.datapoints.buffered",
             state.tsdb.buffered_points() as u64,
-            None,
+            &[],
         ),
         stat(
             "tsd.datapoints.buffered_bytes",
             state.tsdb.buffered_bytes() as u64,
-            None,
+            &[],
         ),
-        stat(
-            "tsd.rpc.errors",
-            get(&s.throttled),
-            Some(("type", "throttled")),
-        ),
-        stat("tsd.storage.flush_errors", get(&w.flush_errors), None),
-        stat("tsd.storage.log_syncs", get(&w.log_syncs), None),
+        stat("tsd.storage.flush_errors", get(&w.flush_errors), &[]),
+        stat("tsd.storage.log_syncs", get(&w.log_syncs), &[]),
         stat(
             "tsd.storage.log_poisoned",
             u64::from(state.tsdb.log_poisoned().is_some()),
-            None,
+            &[],
         ),
-        stat("tsd.datapoints.duplicates", get(&w.duplicates), None),
-        stat("tsd.storage.flushes", get(&w.flushes), None),
-        stat("tsd.storage.rows_written", get(&w.rows_written), None),
-        stat(
-            "tsd.compaction.count",
-            get(&w.rows_compacted),
-            Some(("type", "compacted")),
-        ),
-        stat("tsd.compaction.errors", get(&w.compaction_errors), None),
+        stat("tsd.storage.flushes", get(&w.flushes), &[]),
+        stat("tsd.storage.rows_written", get(&w.rows_written), &[]),
+        stat("tsd.storage.calls", store.total_calls(), &[]),
+        stat("tsd.storage.calls_failed", store.failed(), &[]),
+        stat("tsd.storage.calls_in_flight", store.in_flight(), &[]),
         stat(
             "tsd.storage.flush_latency_us",
             get(&w.last_flush_micros),
-            Some(("type", "last")),
+            &[("type", "last")],
         ),
         stat(
             "tsd.storage.flush_latency_us",
             get(&w.max_flush_micros),
-            Some(("type", "max")),
+            &[("type", "max")],
         ),
-        stat(
-            "tsd.uid.cache-hit",
-            get(&uids.stats.hits),
-            Some(("kind", "all")),
-        ),
-        stat(
-            "tsd.uid.cache-miss",
-            get(&uids.stats.misses),
-            Some(("kind", "all")),
-        ),
-        stat("tsd.uptime", state.started.elapsed().as_secs(), None),
-    ];
-    for kind in UidKind::ALL {
-        out.push(stat(
-            "tsd.uid.cache-size",
-            sizes[kind.index()] as u64,
-            Some(("kind", kind.qualifier())),
-        ));
-    }
+        stat("tsd.uptime", state.started.elapsed().as_secs(), &[]),
+    ]);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_come_from_buckets() {
+        let l = Latencies::default();
+        assert_eq!(l.percentile(50), 0);
+        for ms in [1, 1, 3, 5, 7, 9, 11, 13, 150, 20_000] {
+            l.record(ms);
+        }
+        assert_eq!(
+            l.percentile(50),
+            8,
+            "the 5th of 10 is 7 ms, in the 6..8 bucket"
+        );
+        assert_eq!(l.percentile(90), 200, "150 ms falls in 100..200");
+        assert_eq!(l.percentile(95), 100 << 8, "past 16 s: the last bucket");
+    }
 }

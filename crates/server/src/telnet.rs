@@ -242,10 +242,9 @@ impl<'a> PutBatch<'a> {
         if self.lines.is_empty() {
             return;
         }
+        // `tsd.rpc.received type=put` counts HTTP put requests only, as OpenTSDB's does;
+        // telnet lines are `type=telnet`.
         let stats = &state.stats;
-        stats
-            .put_requests
-            .fetch_add(self.lines.len() as u64, Ordering::Relaxed);
         stats
             .points_received
             .fetch_add(self.lines.len() as u64, Ordering::Relaxed);

@@ -353,3 +353,97 @@ async fn histogram_and_rollup_requests_are_refused_not_answered_from_raw_data() 
     );
     srv.stop().await;
 }
+
+/// The value of one statistic from `/api/stats`, by metric and its own tags.
+fn stat(list: &serde_json::Value, metric: &str, tags: &[(&str, &str)]) -> u64 {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metric"] == metric && tags.iter().all(|(k, v)| s["tags"][*k] == *v))
+        .unwrap_or_else(|| panic!("no {metric} {tags:?}"))["value"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn stats_in_opentsdb_names_with_the_sub_endpoints() {
+    let srv = start_with("memory", config(&[])).await;
+    assert_eq!(http(srv.addr, "POST", "/api/put", POINT).await.status, 204);
+    assert!(
+        common::telnet(
+            srv.addr,
+            "put sys.cpu.user 1356998401 2 host=a\nput sys.cpu.user 1356998402 3 host=a\n"
+        )
+        .await
+        .is_empty()
+    );
+    let q = "/api/query?start=1356998400&m=sum:sys.cpu.user";
+    for _ in 0..2 {
+        assert_eq!(http(srv.addr, "GET", q, "").await.status, 200);
+    }
+    assert_eq!(
+        http(srv.addr, "GET", "/api/query?start=1356998400", "")
+            .await
+            .status,
+        400
+    );
+    let list = http(srv.addr, "GET", "/api/stats", "").await.json();
+    // Every request so far: the put, three queries, this one.
+    assert_eq!(stat(&list, "tsd.rpc.received", &[("type", "http")]), 5);
+    // HTTP puts only, as OpenTSDB counts them; telnet lines are type=telnet.
+    assert_eq!(stat(&list, "tsd.rpc.received", &[("type", "put")]), 1);
+    // The two puts and the test client's `version` fence.
+    assert_eq!(stat(&list, "tsd.rpc.received", &[("type", "telnet")]), 3);
+    assert_eq!(stat(&list, "tsd.http.query.success", &[]), 2);
+    assert_eq!(stat(&list, "tsd.http.query.invalid_requests", &[]), 1);
+    assert_eq!(stat(&list, "tsd.uid.ids-used", &[("kind", "metrics")]), 1);
+    assert_eq!(
+        stat(&list, "tsd.uid.ids-available", &[("kind", "metrics")]),
+        (1 << 24) - 2
+    );
+    assert_eq!(stat(&list, "tsd.uid.ids-used", &[("kind", "tagk")]), 1);
+    assert!(stat(&list, "tsd.uid.cache-hit", &[("kind", "metrics")]) > 0);
+    assert!(stat(&list, "tsd.http.latency_95pct", &[("type", "all")]) >= 2);
+    assert!(stat(&list, "tsd.jvm.ramused", &[]) > 0);
+    // UID assignments: a MAXID increment per new name.
+    assert_eq!(stat(&list, "tsd.hbase.rpcs", &[("type", "increment")]), 3);
+    assert_eq!(
+        stat(
+            &list,
+            "tsd.datapoints.added",
+            &[("type", "all"), ("class", "TSDB")]
+        ),
+        3
+    );
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["tags"]["host"].is_string())
+    );
+
+    let queries = http(srv.addr, "GET", "/api/stats/query", "").await.json();
+    let completed = queries["completed"].as_array().unwrap();
+    let ours = completed
+        .iter()
+        .find(|c| c["query"] == "start=1356998400&m=sum:sys.cpu.user")
+        .unwrap();
+    assert_eq!(ours["executed"], 2);
+    assert_eq!(ours["httpResponse"]["code"], 200);
+    assert_eq!(queries["running"], json!([]));
+
+    let jvm = http(srv.addr, "GET", "/api/stats/jvm", "").await.json();
+    assert!(jvm["memory"]["heapMemoryUsage"]["used"].as_u64().unwrap() > 0);
+    assert!(jvm["runtime"]["uptime"].is_u64());
+    let threads = http(srv.addr, "GET", "/api/stats/threads", "").await.json();
+    assert!(threads.as_array().unwrap().len() > 1);
+    assert!(threads[0]["name"].is_string() && threads[0]["state"].is_string());
+    let clients = http(srv.addr, "GET", "/api/stats/region_clients", "")
+        .await
+        .json();
+    assert_eq!(clients[0]["endpoint"], "memory");
+    assert!(clients[0]["rpcsSent"].as_u64().unwrap() > 0);
+    srv.stop().await;
+}

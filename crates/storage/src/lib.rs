@@ -8,6 +8,7 @@
 pub mod conformance;
 mod error;
 pub mod memory;
+pub mod metered;
 pub mod model;
 mod regex_filter;
 mod types;

@@ -8,3 +8,16 @@ fn make() -> Arc<dyn hourglass_storage::Store> {
 }
 
 hourglass_storage::conformance_tests!(make);
+
+/// The metered wrapper behaves exactly as the store it wraps.
+mod metered {
+    use super::*;
+
+    fn make() -> Arc<dyn hourglass_storage::Store> {
+        Arc::new(hourglass_storage::metered::Metered::new(Arc::new(
+            MemoryStore::new(),
+        )))
+    }
+
+    hourglass_storage::conformance_tests!(make);
+}

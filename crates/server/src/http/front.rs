@@ -5,6 +5,8 @@
 //! applied before the endpoint, and a JSON answer is wrapped in the `jsonp` callback.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State as Extract};
@@ -89,19 +91,79 @@ pub(crate) async fn front(
     }
     let api = matches!(route, Route::Api { .. });
     let jsonp = api.then(|| jsonp_callback(req.uri())).flatten();
+    let started = Instant::now();
+    let stats = &state.stats;
+    stats.http_rpcs.fetch_add(1, Ordering::Relaxed);
+    let is_query = served && route.is(&["api", "query"]);
+    let mut query_id = None;
     let mut resp = if !served {
         super::misc::not_found().await.into_response()
     } else {
         if let Some(uri) = route.rewritten(req.uri()) {
             *req.uri_mut() = uri;
         }
+        if is_query {
+            let (id, rebuilt) = start_query(&state, req).await;
+            query_id = Some(id);
+            req = rebuilt;
+        }
         next.run(req).await
     };
+    let status = resp.status();
+    let ms = started.elapsed().as_millis() as u64;
+    stats.http_latency.record(ms);
+    if status.is_server_error() {
+        stats.rpc_exceptions.fetch_add(1, Ordering::Relaxed);
+    }
+    if route.is(&["q"]) {
+        stats.graph_latency.record(ms);
+        stats.graph_requests.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(id) = query_id {
+        let counter = if status.is_server_error() {
+            &stats.query_exceptions
+        } else if status.is_client_error() {
+            &stats.query_invalid
+        } else {
+            &stats.query_success
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        stats.queries.finish(id, status);
+    }
     if let Some(cb) = jsonp {
         resp = wrap_jsonp(resp, &cb).await;
     }
     add_cors_headers(&state, cors.as_deref(), &mut resp);
     resp
+}
+
+/// Notes a query in the running ones: its JSON body, or its URL parameters.
+async fn start_query(state: &State, req: Request) -> (u64, Request) {
+    let remote = req
+        .extensions()
+        .get::<super::Peer>()
+        .and_then(|p| p.0)
+        .map_or_else(String::new, |a| a.to_string());
+    let (parts, body) = req.into_parts();
+    let (query, body) = if parts.method == Method::GET {
+        (
+            serde_json::Value::String(parts.uri.query().unwrap_or_default().to_string()),
+            body,
+        )
+    } else {
+        match axum::body::to_bytes(body, state.settings.max_body_bytes).await {
+            Ok(bytes) => (
+                serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+                    serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+                }),
+                Body::from(bytes),
+            ),
+            // Too large: the endpoint answers it (its body limit applies).
+            Err(_) => (serde_json::Value::Null, Body::empty()),
+        }
+    };
+    let id = state.stats.queries.start(query, remote);
+    (id, Request::from_parts(parts, body))
 }
 
 /// Where a request goes.
@@ -114,6 +176,16 @@ enum Route {
 }
 
 impl Route {
+    /// Whether this is the route of these segments (`["api", "query"]`, `["q"]`) with no
+    /// deeper segment.
+    fn is(&self, segments: &[&str]) -> bool {
+        match (self, segments) {
+            (Route::Api { endpoint, rest }, ["api", e]) => endpoint == e && rest.is_empty(),
+            (Route::Other { first, rest }, [f]) => first == f && rest.is_empty(),
+            _ => false,
+        }
+    }
+
     /// The path the router sees, when it differs from the one sent.
     fn rewritten(&self, uri: &Uri) -> Option<Uri> {
         let path = match self {

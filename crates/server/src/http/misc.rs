@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::State as Extract;
+use axum::extract::{Path, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use super::ApiError;
 use super::error::json_response;
 use crate::State;
-use crate::stats::{collect, hostname};
+use crate::stats::{collect, hostname, proc_status_bytes, report_tags};
 
 fn get_or_post(method: &Method) -> Result<(), ApiError> {
     if *method == Method::GET || *method == Method::POST {
@@ -80,22 +80,134 @@ pub(crate) async fn stats(
     Extract(state): Extract<Arc<State>>,
 ) -> Result<Response, ApiError> {
     get_or_post(&method)?;
-    let host = hostname();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let report = report_tags(&state);
     let list: Vec<Value> = collect(&state)
         .into_iter()
         .map(|s| {
             let mut tags = Map::new();
-            if let Some((k, v)) = s.tag {
+            for (k, v) in s.tags {
                 tags.insert(k.to_string(), Value::String(v));
             }
-            tags.insert("host".into(), Value::String(host.clone()));
+            for (k, v) in &report {
+                tags.insert(k.clone(), Value::String(v.clone()));
+            }
             json!({ "metric": s.metric, "timestamp": now, "value": s.value.to_string(), "tags": tags })
         })
         .collect();
     Ok(json_response(StatusCode::OK, &Value::Array(list)))
+}
+
+/// `/api/stats/query`, `/threads`, `/jvm` and `/region_clients`, in OpenTSDB's shapes with
+/// this process's figures.
+pub(crate) async fn stats_sub(
+    method: Method,
+    Path(sub): Path<String>,
+    Extract(state): Extract<Arc<State>>,
+) -> Result<Response, ApiError> {
+    get_or_post(&method)?;
+    let body = match sub.as_str() {
+        "query" => state.stats.queries.to_json(),
+        "threads" => threads_json(),
+        "jvm" => process_json(&state),
+        "region_clients" => storage_json(&state),
+        _ => return stats(method, Extract(state)).await,
+    };
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// The process's threads, from `/proc/self/task`.
+fn threads_json() -> Value {
+    let mut threads = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Value::Array(threads);
+    };
+    for entry in dir.flatten() {
+        let id: u64 = entry.file_name().to_string_lossy().parse().unwrap_or(0);
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ... priority ...`: the name may hold spaces, read around it.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let state = match fields.first().copied() {
+            Some("R") => "RUNNABLE",
+            Some("D") => "BLOCKED",
+            Some("T" | "t") => "WAITING",
+            Some("Z" | "X") => "TERMINATED",
+            _ => "TIMED_WAITING",
+        };
+        let priority: i64 = fields.get(15).and_then(|p| p.parse().ok()).unwrap_or(0);
+        threads.push(json!({
+            "threadID": id,
+            "name": name,
+            "state": state,
+            "interrupted": false,
+            "priority": priority,
+            "stack": [],
+        }));
+    }
+    Value::Array(threads)
+}
+
+/// OpenTSDB's `/api/stats/jvm` shape, filled with the process's figures: memory is resident
+/// and virtual size, the runtime is this server.
+fn process_json(state: &State) -> Value {
+    let uptime = state.started.elapsed().as_millis() as i64;
+    let now = hourglass_storage::now_ms();
+    let rss = proc_status_bytes("VmRSS:");
+    let peak = proc_status_bytes("VmHWM:");
+    let virtual_size = proc_status_bytes("VmSize:");
+    let load: f64 = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(-1.0);
+    json!({
+        "runtime": {
+            "startTime": now - uptime,
+            "uptime": uptime,
+            "vmName": "hourglass",
+            "vmVendor": "hourglass",
+            "vmVersion": env!("CARGO_PKG_VERSION"),
+        },
+        "memory": {
+            "heapMemoryUsage": {"init": 0, "used": rss, "committed": rss, "max": virtual_size},
+            "nonHeapMemoryUsage": {"init": 0, "used": 0, "committed": 0, "max": 0},
+            "objectsPendingFinalization": 0,
+            "peakResident": peak,
+            "bufferedPointBytes": state.tsdb.buffered_bytes(),
+        },
+        "gc": {},
+        "pools": {},
+        "os": {"systemLoadAverage": load},
+    })
+}
+
+/// OpenTSDB's `/api/stats/region_clients` shape: one entry for the store this TSD writes
+/// to, with the calls made to it.
+fn storage_json(state: &State) -> Value {
+    let store = state.tsdb.store_stats();
+    let w = state.tsdb.write_stats();
+    json!([{
+        "endpoint": state.tsdb.store().backend(),
+        "rpcsSent": store.total_calls(),
+        "rpcsInFlight": store.in_flight(),
+        "pendingRPCs": 0,
+        "pendingBatchedRPCs": state.tsdb.buffered_points(),
+        "dead": state.tsdb.store_failing(),
+        "rpcid": store.total_calls(),
+        "rpcsTimedout": 0,
+        "rpcResponsesTimedout": 0,
+        "rpcResponsesUnknown": store.failed(),
+        "inflightBreached": 0,
+        "pendingBreached": w.batches_throttled.load(std::sync::atomic::Ordering::Relaxed),
+        "writesBlocked": state.stats.throttled.load(std::sync::atomic::Ordering::Relaxed),
+    }])
 }
 
 pub(crate) async fn dropcaches(

@@ -329,10 +329,6 @@ async fn serve(
             .parse::<u64>()
             .map_err(|_| ApiError::bad_request(format!("Invalid sync_timeout: {t}")))?,
     };
-    state
-        .stats
-        .http_rpcs
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // Past the memory budget nothing is parsed: the client is told to come back.
     if !state.tsdb.has_room() {
         return Err(throttled(&state, None));

@@ -238,11 +238,12 @@ pub(crate) async fn status(
          <th>value</th></tr></thead><tbody>",
     );
     for s in collect(&state) {
-        let tags = s.tag.map(|(k, v)| format!("{k}={v}")).unwrap_or_default();
+        let tags: Vec<String> = s.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let tags = tags.join(" ");
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
-            escape_html(s.metric),
+            escape_html(&s.metric),
             escape_html(&tags),
             s.value
         );

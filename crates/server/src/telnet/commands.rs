@@ -2,7 +2,7 @@
 
 use super::Next;
 use crate::State;
-use crate::stats::{collect, hostname};
+use crate::stats::{collect, report_tags};
 
 pub(super) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -64,19 +64,22 @@ pub(crate) fn version_text() -> String {
     )
 }
 
-/// `tsd.metric timestamp value [tag=value] host=NAME` lines.
+/// `tsd.metric timestamp value [tag=value ...] host=NAME` lines.
 fn stats_text(state: &State) -> String {
-    let host = hostname();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let report = report_tags(state);
     let mut text = String::new();
     for s in collect(state) {
         text.push_str(&format!("{} {now} {}", s.metric, s.value));
-        if let Some((k, v)) = &s.tag {
+        for (k, v) in &s.tags {
             text.push_str(&format!(" {k}={v}"));
         }
-        text.push_str(&format!(" host={host}\n"));
+        for (k, v) in &report {
+            text.push_str(&format!(" {k}={v}"));
+        }
+        text.push('\n');
     }
     text
 }
