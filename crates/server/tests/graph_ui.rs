@@ -91,6 +91,13 @@ async fn ascii_and_json_match_the_query_api(backend: &str) {
     );
     assert!(ascii.contains("\nsys.cpu.user 1356998430 300 host=web02\n"));
 
+    // gnuplot's key words, as OpenTSDB passes them on.
+    let j = get(
+        &srv,
+        &format!("/q?{RANGE}&m=sum:sys.cpu.user&key=out%20right%20top%20box&json"),
+    )
+    .await;
+    assert_eq!(j.status, 200, "{}", j.text());
     let j = get(&srv, &format!("/q?{RANGE}&m=sum:sys.cpu.user&json")).await;
     assert_eq!(j.status, 200);
     assert!(

@@ -240,20 +240,9 @@ fn plot_options(p: &GraphParams) -> Result<PlotOptions, String> {
     o.ylog = p.plot("ylog")?.is_some();
     o.y2log = p.plot("y2log")?.is_some();
     if let Some(v) = p.plot("key")? {
-        validate("key", v, "")?;
-        // OpenTSDB's KEY_VALIDATOR, `^out|left|top|center|right|horiz|box|bottom$`, as Java's
-        // find() reads it: starts with `out`, ends with `bottom`, or holds one of the others.
-        let ok = v.starts_with("out")
-            || v.ends_with("bottom")
-            || ["left", "top", "center", "right", "horiz", "box"]
-                .iter()
-                .any(|w| v.contains(w));
-        if !ok {
-            return Err(
-                "'key' was invalid. Must satisfy the pattern ^out|left|top|center|right|horiz|box|bottom$"
-                    .into(),
-            );
-        }
+        // OpenTSDB's KEY_VALIDATOR, `(out|left|top|center|right|horiz|box|bottom)?\s?`, is
+        // all optional and read with find(): every value passes (gnuplot's own words, such as
+        // `out right top box`). Placement is read from `left` and `bottom`.
         let left = v.contains("left");
         o.key = Some(match (v.contains("bottom"), left) {
             (true, true) => KeyPlace::BottomLeft,
@@ -698,7 +687,6 @@ mod tests {
             err("bgcolor=red"),
             "'bgcolor' was invalid. Must be a hex value e.g. 'xFFFFFF'"
         );
-        assert!(err("key=middle").starts_with("'key' was invalid."));
         assert!(err("style=bars").starts_with("'style' was invalid."));
         assert_eq!(err("ylabel="), "Invalid ylabel: empty string");
 
@@ -723,7 +711,16 @@ mod tests {
         assert!(o.ylog && !o.y2log && o.points_only);
         assert_eq!(o.title.as_deref(), Some("CPU use"));
         assert_eq!(o.key, Some(KeyPlace::TopLeft));
-        assert!(err("key=bottom left").starts_with("Invalid key"));
+        assert_eq!(
+            plot_options(&params("key=out right top box"))
+                .expect("valid")
+                .key,
+            Some(KeyPlace::TopRight)
+        );
+        assert_eq!(
+            plot_options(&params("key=bottom left")).expect("valid").key,
+            Some(KeyPlace::BottomLeft)
+        );
         assert_eq!(o.background, Some(RGBColor(0x10, 0x20, 0x30)));
         assert_eq!(
             plot_options(&params("key=top&nokey")).expect("valid").key,
