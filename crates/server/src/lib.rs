@@ -8,6 +8,7 @@
 mod activity;
 mod http;
 mod ingest;
+mod limit_overrides;
 mod plot;
 mod query_log;
 mod state;

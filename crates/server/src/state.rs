@@ -30,6 +30,9 @@ pub struct ServerSettings {
     /// Per-query limits: `tsd.query.limits.data_points.default`, `…bytes.default`,
     /// `…series.default`, `…memory_points` and `tsd.query.timeout` (ms); 0 turns one off.
     pub query_limits: Limits,
+    /// `tsd.query.limits.overrides.config` (re-read every `…overrides.interval` ms):
+    /// per-metric byte and point limits.
+    pub(crate) limit_overrides: Option<Arc<crate::limit_overrides::LimitOverrides>>,
     /// `tsd.query.limits.bytes.allow_override`: a request's `overrideByteLimit` is honoured.
     pub allow_byte_limit_override: bool,
     /// `tsd.query.limits.data_points.allow_override`: `overrideDataPointLimit` is honoured.
@@ -59,6 +62,7 @@ impl Default for ServerSettings {
             max_line_length: 1024,
             max_body_bytes: 256 << 20,
             query_limits: Limits::default(),
+            limit_overrides: None,
             allow_byte_limit_override: false,
             allow_point_limit_override: false,
             allow_delete: false,
@@ -98,6 +102,22 @@ impl ServerSettings {
                     max_series: count("tsd.query.limits.series.default", q.max_series)?,
                     max_held_points: count("tsd.query.limits.memory_points", q.max_held_points)?,
                     timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms)),
+                }
+            },
+            limit_overrides: match c.get_str("tsd.query.limits.overrides.config", "") {
+                "" => None,
+                path => {
+                    let interval = c.get_int("tsd.query.limits.overrides.interval", 60_000)?;
+                    let o = crate::limit_overrides::LimitOverrides::load(
+                        path.into(),
+                        Duration::from_millis(interval.max(0) as u64),
+                    )
+                    .map_err(|e| {
+                        hourglass_core::Error::InvalidInput(format!(
+                            "tsd.query.limits.overrides.config: {e}"
+                        ))
+                    })?;
+                    Some(Arc::new(o))
                 }
             },
             allow_byte_limit_override: c.get_bool("tsd.query.limits.bytes.allow_override", false),

@@ -166,6 +166,53 @@ async fn limits_answer_413(backend: &str) {
     // The server still answers everything else.
     assert_eq!(http(srv.addr, "GET", "/api/version", "").await.status, 200);
     srv.stop().await;
+
+    // Per-metric overrides: the first regex found in the metric gives both limits.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.json");
+    std::fs::write(
+        &file,
+        r#"[{"regex": "cpu\\.user$", "dataPointsLimit": 50}, {"regex": ".*", "dataPointsLimit": 0}]"#,
+    )
+    .unwrap();
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.query.limits.data_points.default", "100000");
+    c.set("tsd.query.limits.overrides.config", file.to_str().unwrap());
+    let srv = start_with(backend, c).await;
+    load_fixture(&srv).await;
+    assert!(
+        common::telnet(
+            srv.addr,
+            "put sys.cpu.user.total 1356998430 1 host=web01
+"
+        )
+        .await
+        .is_empty()
+    );
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&m=sum:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("our limit of 50 data points")
+    );
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&m=sum:sys.cpu.user.total",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    srv.stop().await;
 }
 
 async fn delete_needs_permission(backend: &str) {

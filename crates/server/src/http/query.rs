@@ -594,19 +594,31 @@ pub(crate) async fn handle(
             unique.push(q);
         }
     }
-    let mut limits = state.settings.query_limits;
-    if flags.override_bytes && state.settings.allow_byte_limit_override {
-        limits.max_bytes = 0;
-    }
-    if flags.override_points && state.settings.allow_point_limit_override {
-        limits.max_points = 0;
-    }
-    let options = RunOptions {
-        limits,
-        started: std::time::Instant::now(),
-        delete: flags.delete,
-        parallel: true,
-    };
+    // Each sub-query's limits: the defaults, or its metric's override; a request may lift
+    // the byte and point limits where the configuration allows it.
+    let started = std::time::Instant::now();
+    let options: Vec<RunOptions> = unique
+        .iter()
+        .map(|q| {
+            let defaults = state.settings.query_limits;
+            let mut limits = match &state.settings.limit_overrides {
+                Some(o) if !q.metric.is_empty() => o.limits_for(&q.metric, defaults),
+                _ => defaults,
+            };
+            if flags.override_bytes && state.settings.allow_byte_limit_override {
+                limits.max_bytes = 0;
+            }
+            if flags.override_points && state.settings.allow_point_limit_override {
+                limits.max_points = 0;
+            }
+            RunOptions {
+                limits,
+                started,
+                delete: flags.delete,
+                parallel: true,
+            }
+        })
+        .collect();
     let body = blocking(&state.tsdb, move |tsdb| {
         let global = if flags.global_annotations && !flags.no_annotations {
             let list = global_annotations(tsdb, start, end).map_err(engine_error)?;
@@ -624,7 +636,7 @@ pub(crate) async fn handle(
         let (mut points, mut raw) = (0u64, 0u64);
         let (mut storage, mut aggregation) = (0.0, 0.0);
         for (index, q) in unique.iter().enumerate() {
-            let outcome = run(tsdb, start, end, q, &options).map_err(engine_error)?;
+            let outcome = run(tsdb, start, end, q, &options[index]).map_err(engine_error)?;
             raw += outcome.stats.points;
             storage += millis(outcome.stats.scan_time);
             aggregation += millis(outcome.stats.aggregation_time);
@@ -641,7 +653,7 @@ pub(crate) async fn handle(
             if !first {
                 out.push(',');
             }
-            let total = millis(options.started.elapsed());
+            let total = millis(started.elapsed());
             let summary = json!({"statsSummary": {
                 "datapoints": points,
                 "rawDatapoints": raw,
