@@ -107,6 +107,33 @@ impl Uid {
     }
 }
 
+/// The stored bytes of a metric, tag key or tag value name. OpenTSDB stores names in
+/// ISO-8859-1, one byte per character; a name made only of characters up to U+00FF is stored
+/// that way here too, so tables shared with OpenTSDB's TSDs hold one row (and one UID) per
+/// name whichever TSD wrote it (`café` is `63 61 66 E9`). A name with any character beyond
+/// U+00FF, which ISO-8859-1 cannot hold (OpenTSDB would store `?` for it), is stored as UTF-8.
+pub fn name_bytes(name: &str) -> std::borrow::Cow<'_, [u8]> {
+    if name.is_ascii() {
+        return std::borrow::Cow::Borrowed(name.as_bytes());
+    }
+    if name.chars().all(|c| u32::from(c) <= 0xFF) {
+        return std::borrow::Cow::Owned(name.chars().map(|c| u32::from(c) as u8).collect());
+    }
+    std::borrow::Cow::Borrowed(name.as_bytes())
+}
+
+/// The name stored as `bytes` ([`name_bytes`] read back): UTF-8 when the bytes are UTF-8 of
+/// a name that needs it (a character beyond U+00FF), else ISO-8859-1.
+pub fn name_from_bytes(bytes: &[u8]) -> String {
+    if bytes.is_ascii() {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(s) if s.chars().any(|c| u32::from(c) > 0xFF) => s.to_string(),
+        _ => bytes.iter().map(|b| char::from(*b)).collect(),
+    }
+}
+
 /// Upper-case hex, no separators.
 pub fn hex_upper(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
@@ -145,6 +172,20 @@ pub fn parse_hex(text: &str) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_stored_as_opentsdb_stores_them() {
+        assert_eq!(&*name_bytes("sys.cpu"), b"sys.cpu");
+        assert_eq!(&*name_bytes("café"), b"caf\xE9");
+        assert_eq!(&*name_bytes("Zürich"), b"Z\xFCrich");
+        // Beyond ISO-8859-1: UTF-8.
+        assert_eq!(&*name_bytes("温度"), "温度".as_bytes());
+        for name in ["sys.cpu", "café", "Zürich", "温度", "naïve€", "ÿ"] {
+            assert_eq!(name_from_bytes(&name_bytes(name)), name, "{name}");
+        }
+        // A name OpenTSDB wrote.
+        assert_eq!(name_from_bytes(b"caf\xE9"), "café");
+    }
 
     #[test]
     fn uid_bytes_round_trip_on_every_width() {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hourglass_core::schema::{MAXID_ROW, Schema, UID_ID_FAMILY, UID_NAME_FAMILY};
-use hourglass_core::uid::{Uid, UidKind};
+use hourglass_core::uid::{Uid, UidKind, name_bytes, name_from_bytes};
 use hourglass_storage::{Check, KeyRegex, Mutation, ReadOptions, ScanRequest, Store};
 use parking_lot::{Mutex, RwLock};
 
@@ -95,7 +95,7 @@ impl UidRegistry {
         let (start, end) = if prefix.is_empty() {
             (b"!".to_vec(), Some(b"~".to_vec()))
         } else {
-            let start = prefix.as_bytes().to_vec();
+            let start = name_bytes(prefix).to_vec();
             let end = hourglass_storage::prefix_end(&start);
             (start, end)
         };
@@ -113,7 +113,7 @@ impl UidRegistry {
         for row in self.store.scan(self.table(), &request)? {
             let row = row?;
             if row.value(UID_ID_FAMILY, qualifier).is_some() {
-                out.push(String::from_utf8_lossy(&row.key).into_owned());
+                out.push(name_from_bytes(&row.key));
                 if out.len() >= max {
                     break;
                 }
@@ -162,7 +162,7 @@ impl UidRegistry {
     fn read_forward(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
         let row = self.store.get(
             self.table(),
-            name.as_bytes(),
+            &name_bytes(name),
             &ReadOptions::family(UID_ID_FAMILY),
         )?;
         let Some(bytes) = row
@@ -197,7 +197,7 @@ impl UidRegistry {
             .and_then(|r| r.value(UID_NAME_FAMILY, kind.qualifier().as_bytes()))
         {
             Some(name) => {
-                let name = String::from_utf8_lossy(name).into_owned();
+                let name = name_from_bytes(name);
                 self.remember(kind, &name, uid);
                 Ok(name)
             }
@@ -258,7 +258,7 @@ impl UidRegistry {
             let reverse = [Mutation::set(
                 UID_NAME_FAMILY,
                 qualifier.to_vec(),
-                name.as_bytes().to_vec(),
+                name_bytes(name).to_vec(),
             )];
             if !self
                 .store
@@ -279,7 +279,7 @@ impl UidRegistry {
             )];
             if self.store.check_and_mutate(
                 self.table(),
-                name.as_bytes(),
+                &name_bytes(name),
                 &forward_free,
                 &forward,
             )? {
@@ -306,7 +306,7 @@ impl UidRegistry {
             let ours = Check {
                 family: UID_NAME_FAMILY.into(),
                 qualifier: qualifier.to_vec(),
-                expected: Some(name.as_bytes().to_vec()),
+                expected: Some(name_bytes(name).to_vec()),
             };
             self.store.check_and_mutate(
                 self.table(),
@@ -349,17 +349,17 @@ impl UidRegistry {
             &[Mutation::set(
                 UID_NAME_FAMILY,
                 q.clone(),
-                new.as_bytes().to_vec(),
+                name_bytes(new).to_vec(),
             )],
         )?;
         self.store.mutate_row(
             self.table(),
-            new.as_bytes(),
+            &name_bytes(new),
             &[Mutation::set(UID_ID_FAMILY, q.clone(), uid.to_bytes(width))],
         )?;
         self.store.mutate_row(
             self.table(),
-            old.as_bytes(),
+            &name_bytes(old),
             &[Mutation::delete(UID_ID_FAMILY, q)],
         )?;
         let c = &self.caches[kind.index()];
@@ -376,7 +376,7 @@ impl UidRegistry {
         let meta = format!("{}_meta", kind_word(kind)).into_bytes();
         self.store.mutate_row(
             self.table(),
-            name.as_bytes(),
+            &name_bytes(name),
             &[Mutation::delete(UID_ID_FAMILY, q.clone())],
         )?;
         self.store.mutate_row(
@@ -420,7 +420,7 @@ impl UidRegistry {
                 }
                 out.push(UidMapping {
                     kind: kind_word,
-                    name: String::from_utf8_lossy(&row.key).into_owned(),
+                    name: name_from_bytes(&row.key),
                     uid: cell.value.clone(),
                 });
             }

@@ -260,7 +260,7 @@ pub fn uid_fsck(tsdb: &Tsdb, options: &UidFsckOptions) -> Result<UidFsckReport> 
             let fsck_name = format!("fsck.{}", joined.join("."));
             store.mutate_row(
                 table,
-                fsck_name.as_bytes(),
+                &hourglass_core::uid::name_bytes(&fsck_name),
                 &[Mutation::set(UID_ID_FAMILY, q.to_vec(), id.to_vec())],
             )?;
             report.fixes += 1;
@@ -268,7 +268,7 @@ pub fn uid_fsck(tsdb: &Tsdb, options: &UidFsckOptions) -> Result<UidFsckReport> 
                 "FIX: Created forward {kind} mapping for fsck'd UID {fsck_name} -> {}",
                 hex_upper(id)
             ));
-            restore(report, id, fsck_name.as_bytes())?;
+            restore(report, id, &hourglass_core::uid::name_bytes(&fsck_name))?;
             report.lines.extend([
                 RULE.to_string(),
                 "-     UID COLLISION DETECTED     -".to_string(),
@@ -488,7 +488,7 @@ fn uid_value(bytes: &[u8]) -> u64 {
 }
 
 fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    hourglass_core::uid::name_from_bytes(bytes)
 }
 
 /// A cell as asynchbase prints a `KeyValue`.

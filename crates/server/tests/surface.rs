@@ -447,3 +447,70 @@ async fn stats_in_opentsdb_names_with_the_sub_endpoints() {
     assert!(clients[0]["rpcsSent"].as_u64().unwrap() > 0);
     srv.stop().await;
 }
+
+/// A name OpenTSDB wrote in ISO-8859-1 (`café` is `63 61 66 E9`) is the same name here: no
+/// second UID, and it reads back as written.
+async fn latin1_names_are_shared_with_opentsdb(backend: &str) {
+    use hourglass_storage::Mutation;
+    let store = common::store_for(backend);
+    let srv = common::start_on(std::sync::Arc::clone(&store), config(&[])).await;
+    // As a Java TSD assigns metric UID 7 to `café`: forward, reverse and MAXID.
+    let uid = [0u8, 0, 7];
+    store
+        .mutate_row(
+            "tsdb-uid",
+            b"caf\xE9",
+            &[Mutation::set("id", b"metrics".to_vec(), uid.to_vec())],
+        )
+        .unwrap();
+    store
+        .mutate_row(
+            "tsdb-uid",
+            &uid,
+            &[Mutation::set(
+                "name",
+                b"metrics".to_vec(),
+                b"caf\xE9".to_vec(),
+            )],
+        )
+        .unwrap();
+    store
+        .increment("tsdb-uid", &[0], "id", b"metrics", 7)
+        .unwrap();
+    let point = r#"{"metric":"café","timestamp":1356998400,"value":1,"tags":{"host":"a"}}"#;
+    let r = http(srv.addr, "POST", "/api/put", point).await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    let r = http(srv.addr, "GET", "/api/uid/assign?metric=caf%C3%A9", "").await;
+    assert_eq!(
+        r.json()["metric_errors"]["café"],
+        "Name already exists with UID: 000007",
+        "{}",
+        r.text()
+    );
+    let r = http(srv.addr, "GET", "/api/suggest?type=metrics&q=caf", "").await;
+    assert_eq!(r.json(), json!(["café"]));
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:caf%C3%A9",
+        "",
+    )
+    .await;
+    assert_eq!(r.json()[0]["metric"], "café", "{}", r.text());
+    // A name beyond ISO-8859-1 gets its own UID, stored as UTF-8.
+    let point = r#"{"metric":"温度","timestamp":1356998400,"value":1,"tags":{"host":"a"}}"#;
+    assert_eq!(http(srv.addr, "POST", "/api/put", point).await.status, 204);
+    let r = http(srv.addr, "GET", "/api/suggest?type=metrics&q=%E6%B8%A9", "").await;
+    assert_eq!(r.json(), json!(["温度"]));
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:%E6%B8%A9%E5%BA%A6",
+        "",
+    )
+    .await;
+    assert_eq!(r.json()[0]["metric"], "温度", "{}", r.text());
+    srv.stop().await;
+}
+
+on_every_backend!(latin1_names_are_shared_with_opentsdb);
