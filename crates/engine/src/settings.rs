@@ -43,6 +43,8 @@ pub struct Settings {
     pub auto_create_tagks: bool,
     /// `tsd.core.auto_create_tagvs` (default true).
     pub auto_create_tagvs: bool,
+    /// `tsd.core.uid.random_metrics`: new metric UIDs drawn at random (default false).
+    pub random_metrics: bool,
     /// `tsd.core.tag.allow_specialchars`: extra characters allowed in names.
     pub allow_special_chars: String,
     /// `tsd.storage.fix_duplicates` (default false).
@@ -75,6 +77,7 @@ impl Default for Settings {
             auto_create_metrics: false,
             auto_create_tagks: true,
             auto_create_tagvs: true,
+            random_metrics: false,
             allow_special_chars: String::new(),
             fix_duplicates: false,
             enable_compaction: true,
@@ -106,6 +109,7 @@ impl Settings {
             auto_create_metrics: c.get_bool("tsd.core.auto_create_metrics", d.auto_create_metrics),
             auto_create_tagks: c.get_bool("tsd.core.auto_create_tagks", d.auto_create_tagks),
             auto_create_tagvs: c.get_bool("tsd.core.auto_create_tagvs", d.auto_create_tagvs),
+            random_metrics: c.get_bool("tsd.core.uid.random_metrics", d.random_metrics),
             allow_special_chars: c.get_str("tsd.core.tag.allow_specialchars", "").to_string(),
             fix_duplicates: c.get_bool("tsd.storage.fix_duplicates", d.fix_duplicates),
             enable_compaction: c.get_bool("tsd.storage.enable_compaction", d.enable_compaction),

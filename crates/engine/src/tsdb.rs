@@ -73,7 +73,8 @@ impl Tsdb {
         };
         let uids = Arc::new(
             UidRegistry::new(Arc::clone(&store), settings.schema.clone())
-                .with_realtime_meta(settings.meta.realtime_uid),
+                .with_realtime_meta(settings.meta.realtime_uid)
+                .with_random_metrics(settings.random_metrics),
         );
         let (log, entries) = match &files {
             Some(files) => {

@@ -20,6 +20,9 @@ use crate::{Error, Result};
 
 const MAX_ATTEMPTS: usize = 3;
 
+/// Random metric UIDs tried before giving up (each taken one is a collision).
+const RANDOM_ATTEMPTS: usize = 10;
+
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
@@ -35,6 +38,8 @@ struct KindCache {
 pub struct CacheStats {
     pub hits: [AtomicU64; 3],
     pub misses: [AtomicU64; 3],
+    /// Random metric UIDs found taken (`tsd.core.uid.random_metrics`).
+    pub random_collisions: AtomicU64,
 }
 
 /// One name/UID mapping found by [`UidRegistry::grep`].
@@ -52,6 +57,9 @@ pub struct UidRegistry {
     caches: [KindCache; 3],
     /// `tsd.core.meta.enable_realtime_uid`: write UIDMeta for each new UID.
     realtime_meta: bool,
+    /// `tsd.core.uid.random_metrics`: metric UIDs are drawn at random (MAXID untouched), as
+    /// OpenTSDB does to spread new metrics over the key space.
+    random_metrics: Option<Mutex<crate::sim::Rng>>,
     /// Set when this registry wrote mappings the store may not have synced yet: a batch
     /// promised to survive power loss syncs the store first.
     unsynced: std::sync::atomic::AtomicBool,
@@ -65,6 +73,7 @@ impl UidRegistry {
             schema,
             caches: Default::default(),
             realtime_meta: false,
+            random_metrics: None,
             unsynced: std::sync::atomic::AtomicBool::new(false),
             stats: CacheStats::default(),
         }
@@ -86,6 +95,23 @@ impl UidRegistry {
     pub fn with_realtime_meta(mut self, on: bool) -> Self {
         self.realtime_meta = on;
         self
+    }
+
+    /// Draws new metric UIDs at random (`tsd.core.uid.random_metrics`).
+    pub fn with_random_metrics(mut self, on: bool) -> Self {
+        self.random_metrics = on.then(|| {
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ (u64::from(std::process::id()) << 32);
+            Mutex::new(crate::sim::Rng::new(seed))
+        });
+        self
+    }
+
+    /// Whether metric UIDs are drawn at random.
+    pub fn random_metrics(&self) -> bool {
+        self.random_metrics.is_some()
     }
 
     /// Names of `kind` starting with `prefix`, in storage (byte) order, at most `max`: a
@@ -236,10 +262,24 @@ impl UidRegistry {
     fn assign(&self, kind: UidKind, name: &str) -> Result<Uid> {
         let width = self.width(kind);
         let qualifier = kind.qualifier().as_bytes();
-        for _ in 0..MAX_ATTEMPTS {
-            let id = self
-                .store
-                .increment(self.table(), MAXID_ROW, UID_ID_FAMILY, qualifier, 1)?;
+        let random = self
+            .random_metrics
+            .as_ref()
+            .filter(|_| kind == UidKind::Metric);
+        let attempts = if random.is_some() {
+            RANDOM_ATTEMPTS
+        } else {
+            MAX_ATTEMPTS
+        };
+        for _ in 0..attempts {
+            let id = match random {
+                // 1 ..= the largest UID of the width.
+                Some(rng) => 1 + rng.lock().below(Uid::max_for_width(width)) as i64,
+                None => {
+                    self.store
+                        .increment(self.table(), MAXID_ROW, UID_ID_FAMILY, qualifier, 1)?
+                }
+            };
             if id <= 0 {
                 return Err(Error::Corrupt(format!(
                     "Got a negative ID from storage: {id}"
@@ -264,7 +304,12 @@ impl UidRegistry {
                 .store
                 .check_and_mutate(self.table(), &uid_bytes, &reverse_free, &reverse)?
             {
-                tracing::error!(kind = %kind, uid = %uid.to_hex(width), "reverse mapping already taken: MAXID is behind the table; run uid fsck");
+                if random.is_some() {
+                    self.stats.random_collisions.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(kind = %kind, uid = %uid.to_hex(width), "random UID already taken: drawing another");
+                } else {
+                    tracing::error!(kind = %kind, uid = %uid.to_hex(width), "reverse mapping already taken: MAXID is behind the table; run uid fsck");
+                }
                 continue;
             }
             let forward_free = Check {
@@ -325,7 +370,7 @@ impl UidRegistry {
             };
         }
         Err(Error::Internal(format!(
-            "failed to assign a UID for {kind} {name} after {MAX_ATTEMPTS} attempts"
+            "failed to assign a UID for {kind} {name} after {attempts} attempts"
         )))
     }
 

@@ -207,3 +207,59 @@ fn rename_delete_and_grep() {
         );
     }
 }
+
+#[test]
+fn random_metric_uids_leave_maxid_alone_and_resolve_both_ways() {
+    for (backend, store) in common::backends() {
+        let db = common::open(store.clone(), common::auto_create());
+        drop(db);
+        // One byte of metric UID: 255 possible, so 100 names draw some taken ones.
+        let schema = Schema {
+            metric_width: 1,
+            ..Schema::default()
+        };
+        let reg = UidRegistry::new(Arc::clone(&store), schema.clone()).with_random_metrics(true);
+        let mut seen = HashMap::new();
+        for i in 0..100 {
+            let name = format!("random.metric.{i}");
+            let uid = reg.get_or_create_id(UidKind::Metric, &name).unwrap();
+            assert!(uid.0 >= 1 && uid.0 <= 255, "{backend}: {uid:?}");
+            assert!(
+                seen.insert(uid, name).is_none(),
+                "{backend}: {uid:?} given twice"
+            );
+        }
+        let sequential = seen.keys().filter(|u| u.0 <= 100).count();
+        assert!(sequential < 100, "{backend}: UIDs are not drawn at random");
+        assert_eq!(
+            reg.max_id(UidKind::Metric).unwrap(),
+            0,
+            "{backend}: MAXID untouched"
+        );
+        let fresh = UidRegistry::new(Arc::clone(&store), schema.clone());
+        for (uid, name) in &seen {
+            assert_eq!(
+                fresh.get_id(UidKind::Metric, name).unwrap(),
+                *uid,
+                "{backend}"
+            );
+            assert_eq!(
+                &fresh.get_name(UidKind::Metric, *uid).unwrap(),
+                name,
+                "{backend}"
+            );
+        }
+        // Tag keys keep counting up.
+        assert_eq!(
+            reg.get_or_create_id(UidKind::TagKey, "host").unwrap(),
+            Uid(1)
+        );
+        assert!(
+            reg.stats
+                .random_collisions
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            "{backend}: 100 of 255 draws collide at least once"
+        );
+    }
+}

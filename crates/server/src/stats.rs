@@ -303,7 +303,14 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         } else {
             (1u64 << (8 * width)) - 1
         };
-        let used = uids.max_id(kind).unwrap_or(0);
+        // Random metric UIDs have no count: OpenTSDB reports 0 used and 0 available.
+        let random = kind == UidKind::Metric && uids.random_metrics();
+        let used = if random {
+            0
+        } else {
+            uids.max_id(kind).unwrap_or(0)
+        };
+        let possible = if random { 0 } else { possible };
         out.extend([
             stat(
                 "tsd.uid.cache-hit",
@@ -316,7 +323,15 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
                 &[("kind", k)],
             ),
             stat("tsd.uid.cache-size", sizes[i] as u64, &[("kind", k)]),
-            stat("tsd.uid.random-collisions", 0, &[("kind", k)]),
+            stat(
+                "tsd.uid.random-collisions",
+                if kind == UidKind::Metric {
+                    get(&uids.stats.random_collisions)
+                } else {
+                    0
+                },
+                &[("kind", k)],
+            ),
             stat("tsd.uid.rejected-assignments", 0, &[("kind", k)]),
             stat("tsd.uid.ids-used", used, &[("kind", k)]),
             stat(
