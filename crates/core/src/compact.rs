@@ -9,7 +9,14 @@
 //! ```
 //!
 //! The trailing meta byte is `0x01` when the cell mixes second and millisecond qualifiers,
-//! else `0x00`. Odd-length qualifiers are not data points (annotations and other objects).
+//! else `0x00`. Odd-length qualifiers are not data points (annotations and other objects),
+//! except the append column ([`APPEND_QUALIFIER`], `tsd.storage.enable_appends`), whose value
+//! is points appended one after another, each its qualifier then its value bytes:
+//!
+//! ```text
+//! qualifier: 05 00 00
+//! value:     | q1 (2 or 4) | v1 | q2 (2 or 4) | v2 | ... |   (any order, repeats allowed)
+//! ```
 
 use crate::qualifier::Qualifier;
 use crate::value::{self, Value};
@@ -46,9 +53,21 @@ impl Point {
     }
 }
 
-/// True when a qualifier names data points (single or compacted), not an annotation.
+/// The qualifier of OpenTSDB's append column: a row's points appended in one cell.
+pub const APPEND_QUALIFIER: [u8; 3] = [0x05, 0x00, 0x00];
+
+/// True when a qualifier names data points (single, compacted or appended), not an
+/// annotation.
 pub fn is_data_qualifier(qualifier: &[u8]) -> bool {
-    !qualifier.is_empty() && qualifier.len().is_multiple_of(2)
+    (!qualifier.is_empty() && qualifier.len().is_multiple_of(2)) || qualifier == APPEND_QUALIFIER
+}
+
+/// The bytes one point adds to an append column: its qualifier, then its value.
+pub fn append_bytes(points: &[Point], out: &mut Vec<u8>) {
+    for p in points {
+        p.qualifier.write(out);
+        value::write_bits(p.bits, p.qualifier.flags(), out);
+    }
 }
 
 /// True when a data qualifier holds more than one point.
@@ -92,6 +111,9 @@ pub fn decode_cell(qualifier: &[u8], val: &[u8], out: &mut Vec<Point>) -> Result
 }
 
 fn decode_cell_into(qualifier: &[u8], val: &[u8], out: &mut Vec<Point>) -> Result<()> {
+    if qualifier == APPEND_QUALIFIER {
+        return decode_appended(val, out);
+    }
     if !is_compacted(qualifier) {
         let q = Qualifier::parse(qualifier)?;
         out.push(Point::new(q, value::decode_bits(q.flags(), val)?));
@@ -136,6 +158,25 @@ fn decode_cell_into(qualifier: &[u8], val: &[u8], out: &mut Vec<Point>) -> Resul
             val.len(),
             crate::uid::hex_upper(qualifier)
         )));
+    }
+    Ok(())
+}
+
+/// The points of an append column's value, in the order they were appended.
+fn decode_appended(val: &[u8], out: &mut Vec<Point>) -> Result<()> {
+    let mut i = 0usize;
+    while i < val.len() {
+        let width = if val[i] & 0xF0 == 0xF0 { 4 } else { 2 };
+        let qb = val
+            .get(i..i + width)
+            .ok_or_else(|| truncated(&APPEND_QUALIFIER))?;
+        let q = Qualifier::parse(qb)?;
+        let len = q.value_len();
+        let vb = val
+            .get(i + width..i + width + len)
+            .ok_or_else(|| truncated(&APPEND_QUALIFIER))?;
+        out.push(Point::new(q, value::decode_bits(q.flags(), vb)?));
+        i += width + len;
     }
     Ok(())
 }
@@ -191,6 +232,28 @@ pub fn sort_and_dedupe(points: &mut Vec<Point>, fix_duplicates: bool) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_columns_read_back_in_append_order() {
+        let a = Point::new(Qualifier::seconds(10, 0).unwrap(), 5);
+        let b = Point::new(
+            Qualifier::millis(123, 0xB).unwrap(),
+            1.5f32.to_bits().into(),
+        );
+        let c = Point::new(Qualifier::seconds(5, 1).unwrap(), 300);
+        let mut val = Vec::new();
+        append_bytes(&[a, b], &mut val);
+        append_bytes(&[c], &mut val);
+        assert!(is_data_qualifier(&APPEND_QUALIFIER));
+        let mut out = Vec::new();
+        decode_cell(&APPEND_QUALIFIER, &val, &mut out).unwrap();
+        assert_eq!(out, [a, b, c]);
+        // As OpenTSDB lays it out: qualifier then value, per point.
+        assert_eq!(&val[..3], &[0x00, 0xA0, 0x05]);
+        let mut out = Vec::new();
+        assert!(decode_cell(&APPEND_QUALIFIER, &val[..val.len() - 1], &mut out).is_err());
+        assert!(out.is_empty());
+    }
     use proptest::prelude::*;
 
     fn sec(offset: u32, v: Value) -> Point {

@@ -37,6 +37,7 @@ impl CellCodec for DataCellCodec {
         if family != DATA_FAMILY
             || !compact::is_data_qualifier(qualifier)
             || !compact::is_compacted(qualifier)
+            || qualifier == compact::APPEND_QUALIFIER
         {
             return None;
         }

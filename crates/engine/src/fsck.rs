@@ -710,7 +710,7 @@ impl RowChecker<'_, '_> {
             } else {
                 self.report.future += 1;
                 let what = if q[0] == 0x05 {
-                    "Found an append data point column (appends are not read by Hourglass)."
+                    "Found an append data point column."
                 } else {
                     "Found an object possibly from a future version of OpenTSDB."
                 };

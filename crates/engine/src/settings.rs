@@ -49,6 +49,9 @@ pub struct Settings {
     pub allow_special_chars: String,
     /// `tsd.storage.fix_duplicates` (default false).
     pub fix_duplicates: bool,
+    /// `tsd.storage.enable_appends` (default false): a row's points are appended to its
+    /// append column (OpenTSDB's layout for it) instead of written as cells and compacted.
+    pub enable_appends: bool,
     /// `tsd.storage.enable_compaction` (default true).
     pub enable_compaction: bool,
     /// `tsd.storage.flush_interval` in ms: buffered points reach the store within this time.
@@ -80,6 +83,7 @@ impl Default for Settings {
             random_metrics: false,
             allow_special_chars: String::new(),
             fix_duplicates: false,
+            enable_appends: false,
             enable_compaction: true,
             flush_interval: Duration::from_secs(60),
             max_buffered_points: 4_000_000,
@@ -112,6 +116,7 @@ impl Settings {
             random_metrics: c.get_bool("tsd.core.uid.random_metrics", d.random_metrics),
             allow_special_chars: c.get_str("tsd.core.tag.allow_specialchars", "").to_string(),
             fix_duplicates: c.get_bool("tsd.storage.fix_duplicates", d.fix_duplicates),
+            enable_appends: c.get_bool("tsd.storage.enable_appends", d.enable_appends),
             enable_compaction: c.get_bool("tsd.storage.enable_compaction", d.enable_compaction),
             flush_interval: Duration::from_millis(flush_ms.max(1) as u64),
             max_buffered_points: max_points.max(1) as usize,

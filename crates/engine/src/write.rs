@@ -866,6 +866,9 @@ impl Writer {
         } else {
             0
         });
+        if self.settings.enable_appends {
+            return self.append_rows(sealed, rows);
+        }
         for chunk in rows.chunks(FLUSH_BATCH_ROWS) {
             // Rows of closed hours are merged with what they hold: read them in one go.
             let closed: Vec<Vec<u8>> = chunk
@@ -930,6 +933,36 @@ impl Writer {
                 self.stats
                     .rows_written
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(written)
+    }
+
+    /// `tsd.storage.enable_appends`: each row's points are appended to its append column,
+    /// as OpenTSDB writes them then; nothing is compacted. A replayed log appends its points
+    /// again: identical repeats read back as one point.
+    fn append_rows(
+        &self,
+        sealed: &[Arc<Buffer>],
+        rows: &[(Vec<u8>, u64)],
+    ) -> Result<Vec<(Vec<u8>, u64)>> {
+        let table = &self.settings.schema.data_table;
+        let mut written = Vec::with_capacity(rows.len());
+        let mut bytes = Vec::new();
+        for (key, row) in rows {
+            let points = self.row_points(sealed, key, *row);
+            bytes.clear();
+            compact::append_bytes(&points, &mut bytes);
+            if let Err(e) =
+                self.store
+                    .append(table, key, DATA_FAMILY, &compact::APPEND_QUALIFIER, &bytes)
+            {
+                self.store_failing.store(true, Ordering::Relaxed);
+                return Err(e.into());
+            }
+            self.stats.rows_written.fetch_add(1, Ordering::Relaxed);
+            if self.tracker.is_some() {
+                written.push((key.clone(), points.len() as u64));
             }
         }
         Ok(written)

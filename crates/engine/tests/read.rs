@@ -76,3 +76,83 @@ fn reads_merge_stored_and_buffered_points() {
         );
     }
 }
+
+/// `tsd.storage.enable_appends`: points go to the row's append column in OpenTSDB's layout,
+/// and an append column another TSD wrote reads back as points, the newest write winning.
+#[test]
+fn append_columns_are_written_and_read() {
+    use hourglass_core::compact::APPEND_QUALIFIER;
+    use hourglass_core::schema::DATA_FAMILY;
+    for (backend, store) in common::backends() {
+        let settings = hourglass_engine::Settings {
+            enable_appends: true,
+            ..common::auto_create()
+        };
+        let db = common::open(std::sync::Arc::clone(&store), settings);
+        let a = [("host", "a")];
+        db.add_points(&[p(1356998400, 1, &a), p(1356998410, 300, &a)]);
+        db.flush().unwrap();
+        db.add_points(&[p(1356998405, 2, &a)]);
+        db.flush().unwrap();
+        let metric = db.uids().get_id(UidKind::Metric, "m").unwrap();
+        let key = {
+            let rows = db
+                .read_series(&RowQuery {
+                    metric,
+                    start_secs: 1356998400,
+                    end_secs: 1356998410,
+                    tags: vec![],
+                })
+                .unwrap();
+            assert_eq!(
+                rows[0].points,
+                vec![
+                    (1356998400000, Value::Int(1)),
+                    (1356998405000, Value::Int(2)),
+                    (1356998410000, Value::Int(300)),
+                ],
+                "{backend}"
+            );
+            let mut k = vec![0, 0, 1];
+            k.extend_from_slice(&1356998400u32.to_be_bytes());
+            k.extend_from_slice(&[0, 0, 1, 0, 0, 1]);
+            k
+        };
+        let row = store
+            .get("tsdb", &key, &hourglass_storage::ReadOptions::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.cells.len(), 1, "{backend}: only the append column");
+        assert_eq!(row.cells[0].family, DATA_FAMILY);
+        assert_eq!(row.cells[0].qualifier, APPEND_QUALIFIER);
+        // 0s:1, 10s:300 (2 bytes), then 5s:2, each qualifier then value.
+        assert_eq!(
+            row.cells[0].value,
+            [0x00, 0x00, 1, 0x00, 0xA1, 0x01, 0x2C, 0x00, 0x50, 2],
+            "{backend}"
+        );
+        // Another TSD appends a newer value for 5 s: it wins.
+        store
+            .append(
+                "tsdb",
+                &key,
+                DATA_FAMILY,
+                &APPEND_QUALIFIER,
+                &[0x00, 0x50, 7],
+            )
+            .unwrap();
+        let rows = db
+            .read_series(&RowQuery {
+                metric,
+                start_secs: 1356998405,
+                end_secs: 1356998405,
+                tags: vec![],
+            })
+            .unwrap();
+        assert_eq!(
+            rows[0].points,
+            vec![(1356998405000, Value::Int(7))],
+            "{backend}"
+        );
+    }
+}

@@ -33,7 +33,8 @@ macro_rules! conformance_tests {
             check_and_mutate_is_compare_and_set,
             concurrent_check_and_mutate_has_one_winner,
             large_rows_and_values,
-            get_rows_reads_many_keys_in_order
+            get_rows_reads_many_keys_in_order,
+            appends_concatenate_and_racing_appends_lose_nothing
         );
     };
     (@cases $make:expr; $($name:ident),* $(,)?) => {
@@ -816,4 +817,33 @@ pub fn get_rows_reads_many_keys_in_order(store: &Arc<dyn Store>) {
             .unwrap()
             .is_empty()
     );
+}
+
+pub fn appends_concatenate_and_racing_appends_lose_nothing(store: &Arc<dyn Store>) {
+    setup(store);
+    store.append(T, b"a", "one", b"q", b"one,").unwrap();
+    store.append(T, b"a", "one", b"q", b"two,").unwrap();
+    let row = store.get(T, b"a", &ReadOptions::latest()).unwrap().unwrap();
+    assert_eq!(row.value("one", b"q"), Some(&b"one,two,"[..]));
+    // Four writers, fifty appends each: every one lands exactly once.
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let store = Arc::clone(store);
+            s.spawn(move || {
+                for i in 0..50u8 {
+                    store.append(T, b"race", "one", b"q", &[t, i]).unwrap();
+                }
+            });
+        }
+    });
+    let row = store
+        .get(T, b"race", &ReadOptions::latest())
+        .unwrap()
+        .unwrap();
+    let value = row.value("one", b"q").unwrap();
+    assert_eq!(value.len(), 400);
+    let mut pairs: Vec<&[u8]> = value.chunks(2).collect();
+    pairs.sort();
+    pairs.dedup();
+    assert_eq!(pairs.len(), 200);
 }

@@ -90,6 +90,45 @@ pub trait Store: Send + Sync + Debug {
         mutations: &[Mutation],
     ) -> Result<bool>;
 
+    /// Appends `suffix` to the newest value of one column (absent counts as empty),
+    /// atomically with respect to every other writer of the column, as HBase's and
+    /// Bigtable's append does. The default reads the value and writes it back with a
+    /// compare-and-set, again while another writer got in between.
+    fn append(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
+    ) -> Result<()> {
+        const ATTEMPTS: usize = 1000;
+        let read = ReadOptions {
+            families: Some(vec![family.to_string()]),
+            latest_only: true,
+            ..ReadOptions::default()
+        };
+        for _ in 0..ATTEMPTS {
+            let current = self
+                .get(table, key, &read)?
+                .and_then(|r| r.value(family, qualifier).map(<[u8]>::to_vec));
+            let mut value = current.clone().unwrap_or_default();
+            value.extend_from_slice(suffix);
+            let check = Check {
+                family: family.to_string(),
+                qualifier: qualifier.to_vec(),
+                expected: current,
+            };
+            let set = [Mutation::set(family, qualifier.to_vec(), value)];
+            if self.check_and_mutate(table, key, &check, &set)? {
+                return Ok(());
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "append to a column kept losing to other writers ({ATTEMPTS} attempts)"
+        )))
+    }
+
     /// Makes every write acknowledged so far durable against power loss.
     fn sync(&self) -> Result<()>;
 

@@ -18,17 +18,19 @@ pub enum Call {
     Delete,
     Increment,
     CheckAndMutate,
+    Append,
     Scan,
     Sync,
 }
 
 impl Call {
-    pub const ALL: [Call; 7] = [
+    pub const ALL: [Call; 8] = [
         Call::Get,
         Call::Put,
         Call::Delete,
         Call::Increment,
         Call::CheckAndMutate,
+        Call::Append,
         Call::Scan,
         Call::Sync,
     ];
@@ -41,6 +43,7 @@ impl Call {
             Call::Delete => "delete",
             Call::Increment => "increment",
             Call::CheckAndMutate => "checkAndMutate",
+            Call::Append => "append",
             Call::Scan => "scan",
             Call::Sync => "sync",
         }
@@ -50,7 +53,7 @@ impl Call {
 /// Counters of the calls made through a [`Metered`] store.
 #[derive(Debug, Default)]
 pub struct StoreStats {
-    calls: [AtomicU64; 7],
+    calls: [AtomicU64; 8],
     in_flight: AtomicU64,
     failed: AtomicU64,
     micros: AtomicU64,
@@ -203,6 +206,19 @@ impl Store for Metered {
     ) -> Result<bool> {
         self.stats.run(Call::CheckAndMutate, || {
             self.inner.check_and_mutate(table, key, check, mutations)
+        })
+    }
+
+    fn append(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
+    ) -> Result<()> {
+        self.stats.run(Call::Append, || {
+            self.inner.append(table, key, family, qualifier, suffix)
         })
     }
 

@@ -178,7 +178,9 @@ impl Writer {
             v,
         )];
         for old in decoded.data_qualifiers {
-            if old != q {
+            // The append column stays: another TSD may be appending to it right now (its
+            // points, repeated in the compacted cell, read back once).
+            if old != q && old != compact::APPEND_QUALIFIER {
                 mutations.push(Mutation::delete(DATA_FAMILY, old));
             }
         }
