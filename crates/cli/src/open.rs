@@ -1,10 +1,10 @@
 //! Options every subcommand shares, and opening the store and database from them.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use hourglass_core::config::Config;
+use hourglass_core::config::{Config, SEARCH_PATHS};
 use hourglass_engine::cell_codec::DataCellCodec;
 use hourglass_engine::{Settings, Tsdb};
 use hourglass_storage::Store;
@@ -16,7 +16,9 @@ pub(crate) struct StoreArgs {
     /// Directory of the embedded store.
     #[arg(long, default_value = "./data")]
     pub(crate) data_dir: PathBuf,
-    /// OpenTSDB-style config file (`key = value`).
+    /// OpenTSDB's config file (Java properties: `key = value`). Without it, the first
+    /// readable of ./opentsdb.conf, /etc/opentsdb.conf, /etc/opentsdb/opentsdb.conf and
+    /// /opt/opentsdb/opentsdb.conf is loaded.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
     /// Data table name (`tsd.storage.hbase.data_table`).
@@ -31,18 +33,21 @@ pub(crate) struct StoreArgs {
     /// Log what happens.
     #[arg(short, long)]
     pub(crate) verbose: bool,
+    /// The config file's keys, read once.
+    #[arg(skip)]
+    file_config: OnceLock<Config>,
 }
 
 impl StoreArgs {
+    /// The config file's keys with the flags above on top.
     pub(crate) fn config(&self) -> anyhow::Result<Config> {
-        let mut config = Config::default();
-        if let Some(path) = &self.config {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read config {}", path.display()))?;
-            config
-                .merge_text(&text)
-                .with_context(|| format!("bad config {}", path.display()))?;
-        }
+        let mut config = match self.file_config.get() {
+            Some(c) => c.clone(),
+            None => {
+                let c = self.read_config_file()?;
+                self.file_config.get_or_init(|| c).clone()
+            }
+        };
         if let Some(t) = &self.table {
             config.set("tsd.storage.hbase.data_table", t);
         }
@@ -52,6 +57,41 @@ impl StoreArgs {
         if let Some(b) = &self.backend {
             config.set("tsd.storage.backend", b);
         }
+        Ok(config)
+    }
+
+    /// `--config`, which must be readable; without it the first readable file of OpenTSDB's
+    /// search path ([`SEARCH_PATHS`]), if any. Java reads these files as ISO-8859-1: text
+    /// that is not UTF-8 is read that way.
+    fn read_config_file(&self) -> anyhow::Result<Config> {
+        let found = match &self.config {
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("cannot read config {}", path.display()))?;
+                (path.clone(), bytes)
+            }
+            None => {
+                let found = SEARCH_PATHS
+                    .iter()
+                    .find_map(|p| std::fs::read(p).ok().map(|b| (PathBuf::from(p), b)));
+                let Some(found) = found else {
+                    tracing::info!(
+                        searched = %SEARCH_PATHS.join(", "),
+                        "no configuration file found, using defaults"
+                    );
+                    return Ok(Config::default());
+                };
+                found
+            }
+        };
+        let (path, bytes) = found;
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => e.into_bytes().into_iter().map(char::from).collect(),
+        };
+        let config =
+            Config::parse(&text).with_context(|| format!("bad config {}", path.display()))?;
+        tracing::info!(path = %path.display(), "loaded configuration file {}", path.display());
         Ok(config)
     }
 

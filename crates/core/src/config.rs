@@ -1,11 +1,24 @@
-//! OpenTSDB's configuration format: `key = value` lines, `#` comments.
+//! OpenTSDB's configuration files, read as Java reads a `.properties` file (OpenTSDB loads
+//! `opentsdb.conf` with `java.util.Properties`): `key = value`, `key: value` or `key value`
+//! lines, `#` and `!` comment lines, a trailing `\` continuing the line on the next one, and
+//! Java's escapes (`\t`, `\n`, `\uXXXX`, `\=`, `\:`, `\ `...).
 //!
 //! Layering is the caller's: start from [`Config::default`], [`Config::merge_text`] a file,
-//! then [`Config::set`] what command-line flags override.
+//! then [`Config::set`] what command-line flags override. The keys Hourglass knows (reads, or
+//! accepts from OpenTSDB without a use for them) are [`KNOWN_KEYS`].
 
 use std::collections::BTreeMap;
 
 use crate::{Error, Result};
+
+/// Where OpenTSDB looks for its config file when none is given, in order; the first one that
+/// can be read is loaded.
+pub const SEARCH_PATHS: &[&str] = &[
+    "./opentsdb.conf",
+    "/etc/opentsdb.conf",
+    "/etc/opentsdb/opentsdb.conf",
+    "/opt/opentsdb/opentsdb.conf",
+];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
@@ -20,20 +33,18 @@ impl Config {
         Ok(c)
     }
 
-    /// Adds the keys of a config file's text, overriding earlier values.
+    /// Adds the keys of a config file's text, overriding earlier values (a key given twice
+    /// keeps its last value, as in Java). A line holding only a key sets it to the empty
+    /// value. Trailing whitespace of a value is dropped unless escaped (`\ `). The only error
+    /// is a malformed `\uXXXX` escape, which Java refuses too.
     pub fn merge_text(&mut self, text: &str) -> Result<()> {
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-                continue;
-            }
-            let Some((key, value)) = line.split_once('=').or_else(|| line.split_once(':')) else {
-                return Err(Error::invalid(format!(
-                    "invalid config line, expected key = value. line={}",
-                    n + 1
-                )));
-            };
-            self.set(key.trim(), value.trim());
+        for (line_no, line) in logical_lines(text) {
+            let (key, value) = split_entry(&line).ok_or_else(|| {
+                Error::invalid(format!(
+                    "invalid config line, malformed \\uXXXX escape. line={line_no}"
+                ))
+            })?;
+            self.values.insert(key, value);
         }
         Ok(())
     }
@@ -50,18 +61,20 @@ impl Config {
         self.get(key).unwrap_or(default)
     }
 
-    /// OpenTSDB's booleans: `true`, `1`, `yes` (any case) are true.
+    /// OpenTSDB's booleans: `true`, `1`, `yes` (any case, surrounding spaces ignored) are
+    /// true; anything else is false.
     pub fn get_bool(&self, key: &str, default: bool) -> bool {
         match self.get(key) {
-            Some(v) => matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes"),
+            Some(v) => matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes"),
             None => default,
         }
     }
 
+    /// An integer (surrounding spaces ignored, as OpenTSDB's `getInt`).
     pub fn get_int(&self, key: &str, default: i64) -> Result<i64> {
         match self.get(key) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| {
+            Some(v) => v.trim().parse().map_err(|_| {
                 Error::invalid(format!(
                     "config value is not an integer. key={key} value={v}"
                 ))
@@ -72,6 +85,325 @@ impl Config {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
+
+    /// The keys set here that no part of Hourglass reads and that OpenTSDB 2.4 does not
+    /// know either ([`is_known_key`]): most likely typos.
+    pub fn unknown_keys(&self) -> impl Iterator<Item = &str> {
+        self.values
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !is_known_key(k))
+    }
+}
+
+/// Whitespace as Java's `Properties` sees it.
+fn is_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\u{c}')
+}
+
+/// Natural lines end at `\n`, `\r\n` or `\r`.
+fn natural_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let t = rest?;
+        match t.find(['\n', '\r']) {
+            Some(i) => {
+                let skip = if t[i..].starts_with("\r\n") { 2 } else { 1 };
+                rest = Some(&t[i + skip..]);
+                Some(&t[..i])
+            }
+            None => {
+                rest = None;
+                (!t.is_empty()).then_some(t)
+            }
+        }
+    })
+}
+
+/// The logical lines of a properties text with their first line's number: blank and comment
+/// lines skipped, leading whitespace dropped, and a line ending in an odd number of
+/// backslashes joined with the next one (whose leading whitespace is dropped too). Escapes
+/// are left for [`split_entry`].
+fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (n, raw) in natural_lines(text).enumerate() {
+        let line = raw.trim_start_matches(is_space);
+        let (start, mut acc) = match current.take() {
+            Some(partial) => partial,
+            None => {
+                if line.is_empty() || line.starts_with(['#', '!']) {
+                    continue;
+                }
+                (n + 1, String::new())
+            }
+        };
+        let backslashes = line.len() - line.trim_end_matches('\\').len();
+        if backslashes % 2 == 1 {
+            acc.push_str(&line[..line.len() - 1]);
+            current = Some((start, acc));
+        } else {
+            acc.push_str(line);
+            out.push((start, acc));
+        }
+    }
+    // A continuation on the last line: the line ends there.
+    if let Some(partial) = current {
+        out.push(partial);
+    }
+    out
+}
+
+/// Splits a logical line into its key and value and resolves their escapes. The key ends at
+/// the first unescaped `=`, `:` or whitespace; whitespace around the separator is skipped,
+/// and a whitespace separator may be followed by one `=` or `:`. `None`: a bad `\u` escape.
+fn split_entry(line: &str) -> Option<(String, String)> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut i = 0;
+    let mut key_end = chars.len();
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            c if c == '=' || c == ':' || is_space(c) => {
+                key_end = i;
+                break;
+            }
+            _ => i += 1,
+        }
+    }
+    let key_end = key_end.min(chars.len());
+    let mut j = key_end;
+    while j < chars.len() && is_space(chars[j]) {
+        j += 1;
+    }
+    if j < chars.len() && (chars[j] == '=' || chars[j] == ':') {
+        j += 1;
+        while j < chars.len() && is_space(chars[j]) {
+            j += 1;
+        }
+    }
+    let key = unescape(&chars[..key_end])?;
+    let mut value = unescape(&chars[j..])?;
+    // Trailing whitespace written as is (not escaped) is dropped.
+    while value
+        .last()
+        .is_some_and(|&(c, escaped)| !escaped && is_space(c))
+    {
+        value.pop();
+    }
+    Some((
+        key.into_iter().map(|(c, _)| c).collect(),
+        value.into_iter().map(|(c, _)| c).collect(),
+    ))
+}
+
+/// Java's escapes: `\t`, `\n`, `\r`, `\f`, `\uXXXX`, and `\c` for any other `c`; each
+/// character comes with whether it was escaped. A lone trailing backslash is dropped.
+fn unescape(chars: &[char]) -> Option<Vec<(char, bool)>> {
+    let mut out = Vec::with_capacity(chars.len());
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] != '\\' {
+            out.push((chars[i], false));
+            i += 1;
+            continue;
+        }
+        let Some(&c) = chars.get(i + 1) else { break };
+        i += 2;
+        let resolved = match c {
+            't' => '\t',
+            'n' => '\n',
+            'r' => '\r',
+            'f' => '\u{c}',
+            'u' => {
+                let hex: String = chars.get(i..i + 4)?.iter().collect();
+                i += 4;
+                let unit = u16::from_str_radix(&hex, 16).ok()?;
+                // A surrogate pair is two escapes.
+                if (0xD800..0xDC00).contains(&unit)
+                    && chars.get(i) == Some(&'\\')
+                    && chars.get(i + 1) == Some(&'u')
+                {
+                    let low: String = chars.get(i + 2..i + 6)?.iter().collect();
+                    let low = u16::from_str_radix(&low, 16).ok()?;
+                    i += 6;
+                    char::decode_utf16([unit, low])
+                        .next()?
+                        .unwrap_or(char::REPLACEMENT_CHARACTER)
+                } else {
+                    char::from_u32(u32::from(unit)).unwrap_or(char::REPLACEMENT_CHARACTER)
+                }
+            }
+            other => other,
+        };
+        out.push((resolved, true));
+    }
+    Some(out)
+}
+
+/// Every key Hourglass knows, in one place. A key set in a config file but missing here is
+/// read by nothing, and the TSD warns about it at start ([`Config::unknown_keys`]).
+pub const KNOWN_KEYS: &[&str] = &[
+    // Read by Hourglass.
+    "google.bigtable.emulator.host",
+    "google.bigtable.instance.id",
+    "google.bigtable.project.id",
+    "google.bigtable.timeout_ms",
+    "tsd.core.auto_create_metrics",
+    "tsd.core.auto_create_tagks",
+    "tsd.core.auto_create_tagvs",
+    "tsd.core.connections.limit",
+    "tsd.core.enable_api",
+    "tsd.core.enable_ui",
+    "tsd.core.meta.enable_realtime_ts",
+    "tsd.core.meta.enable_realtime_uid",
+    "tsd.core.meta.enable_tsuid_incrementing",
+    "tsd.core.meta.enable_tsuid_tracking",
+    "tsd.core.socket.timeout",
+    "tsd.core.tag.allow_specialchars",
+    "tsd.http.query.allow_delete",
+    "tsd.http.request.cors_domains",
+    "tsd.http.request.cors_headers",
+    "tsd.http.request.max_body",
+    "tsd.http.staticroot",
+    "tsd.mode",
+    "tsd.network.backlog",
+    "tsd.network.bind",
+    "tsd.network.max_line_length",
+    "tsd.network.port",
+    "tsd.network.worker_threads",
+    "tsd.no_diediedie",
+    "tsd.query.limits.bytes.allow_override",
+    "tsd.query.limits.bytes.default",
+    "tsd.query.limits.data_points.allow_override",
+    "tsd.query.limits.data_points.default",
+    "tsd.query.limits.memory_points",
+    "tsd.query.limits.series.default",
+    "tsd.query.timeout",
+    "tsd.storage.backend",
+    "tsd.storage.enable_compaction",
+    "tsd.storage.fix_duplicates",
+    "tsd.storage.flush_interval",
+    "tsd.storage.hbase.data_table",
+    "tsd.storage.hbase.meta_table",
+    "tsd.storage.hbase.tree_table",
+    "tsd.storage.hbase.uid_table",
+    "tsd.storage.max_buffer_bytes",
+    "tsd.storage.max_buffered_points",
+    "tsd.storage.max_tags",
+    "tsd.storage.salt.buckets",
+    "tsd.storage.salt.width",
+    "tsd.storage.uid.width.metric",
+    "tsd.storage.uid.width.tagk",
+    "tsd.storage.uid.width.tagv",
+    "tsd.storage.wal.dir",
+    "tsd.storage.wal.enable",
+    "tsd.storage.wal.sync",
+    // OpenTSDB 2.4's keys with no use here (HBase, ZooKeeper, Netty, plugins, rollups,
+    // logging...): accepted without a warning.
+    "tsd.addins.rpcs",
+    "tsd.addins.rpcs.classpath",
+    "tsd.core.authentication.enable",
+    "tsd.core.authentication.plugin",
+    "tsd.core.bulk.allow_out_of_order_timestamps",
+    "tsd.core.config",
+    "tsd.core.config.include",
+    "tsd.core.flushinterval",
+    "tsd.core.histograms.config",
+    "tsd.core.meta.cache.enable",
+    "tsd.core.meta.cache.plugin",
+    "tsd.core.plugin_path",
+    "tsd.core.preload_uid_cache",
+    "tsd.core.preload_uid_cache.max_entries",
+    "tsd.core.repair_appends",
+    "tsd.core.stats_with_port",
+    "tsd.core.storage_exception_handler.enable",
+    "tsd.core.storage_exception_handler.plugin",
+    "tsd.core.timezone",
+    "tsd.core.tree.enable_processing",
+    "tsd.core.uid.random_metrics",
+    "tsd.gnuplot.options.allowlist",
+    "tsd.http.cachedir",
+    "tsd.http.header_tag",
+    "tsd.http.request.enable_chunked",
+    "tsd.http.request.max_chunk",
+    "tsd.http.rpc.plugins",
+    "tsd.http.show_stack_trace",
+    "tsd.logback.config",
+    "tsd.logback.console",
+    "tsd.logback.file",
+    "tsd.logback.rollpattern",
+    "tsd.network.async_io",
+    "tsd.network.keep_alive",
+    "tsd.network.reuse_address",
+    "tsd.network.tcp_no_delay",
+    "tsd.process.pid.file",
+    "tsd.process.pid.ignore.existing",
+    "tsd.query.allow_simultaneous_duplicates",
+    "tsd.query.enable_fuzzy_filter",
+    "tsd.query.filter.expansion_limit",
+    "tsd.query.limits.overrides.config",
+    "tsd.query.limits.overrides.interval",
+    "tsd.query.multi_get.batch_size",
+    "tsd.query.multi_get.concurrent",
+    "tsd.query.multi_get.enable",
+    "tsd.query.multi_get.get_all_salts",
+    "tsd.query.multi_get.limit",
+    "tsd.query.skip_unresolved_tagvs",
+    "tsd.rollups.agg_tag",
+    "tsd.rollups.agg_tag_key",
+    "tsd.rollups.block_derived",
+    "tsd.rollups.config",
+    "tsd.rollups.enable",
+    "tsd.rollups.raw_agg_tag_value",
+    "tsd.rollups.split_query.enable",
+    "tsd.rollups.tag_raw",
+    "tsd.rpc.plugins",
+    "tsd.rpc.telnet.return_errors",
+    "tsd.rtpublisher.enable",
+    "tsd.rtpublisher.plugin",
+    "tsd.search.enable",
+    "tsd.search.plugin",
+    "tsd.startup.enable",
+    "tsd.startup.plugin",
+    "tsd.stats.canonical",
+    "tsd.storage.compaction.flush_interval",
+    "tsd.storage.compaction.flush_speed",
+    "tsd.storage.compaction.max_concurrent_flushes",
+    "tsd.storage.compaction.min_flush_threshold",
+    "tsd.storage.enable_appends",
+    "tsd.storage.get_date_tiered_compaction_start",
+    "tsd.storage.hbase.prefetch_meta",
+    "tsd.storage.hbase.scanner.maxNumRows",
+    "tsd.storage.hbase.zk_basedir",
+    "tsd.storage.hbase.zk_quorum",
+    "tsd.storage.repair_appends",
+    "tsd.storage.use_max_value",
+    "tsd.storage.use_otsdb_timestamp",
+    "tsd.timeseriesfilter.enable",
+    "tsd.timeseriesfilter.plugin",
+    "tsd.ui.noexport",
+    "tsd.uid.lru.enable",
+    "tsd.uid.lru.id.size",
+    "tsd.uid.lru.name.size",
+    "tsd.uid.use_mode",
+    "tsd.uidfilter.enable",
+    "tsd.uidfilter.plugin",
+    "tsd.uidfilter.whitelist.delimiter",
+    "tsd.uidfilter.whitelist.metric_patterns",
+    "tsd.uidfilter.whitelist.tagk_patterns",
+    "tsd.uidfilter.whitelist.tagv_patterns",
+];
+
+/// Prefixes of keys OpenTSDB's config file also carries for its HBase client, which reads
+/// the same file (`hbase.zookeeper.quorum`, `hbase.rpc.timeout`, `asynchbase.*`...): known,
+/// unused here.
+pub const KNOWN_PREFIXES: &[&str] = &["hbase.", "asynchbase."];
+
+/// Whether some part of Hourglass reads `key`, or OpenTSDB 2.4 has it and it means nothing
+/// here ([`KNOWN_KEYS`], [`KNOWN_PREFIXES`]).
+pub fn is_known_key(key: &str) -> bool {
+    KNOWN_KEYS.contains(&key) || KNOWN_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 #[cfg(test)]
@@ -93,6 +425,229 @@ mod tests {
         );
         assert_eq!(c.get_str("missing", "dflt"), "dflt");
         assert!(c.get_int("tsd.storage.hbase.data_table", 0).is_err());
-        assert!(Config::parse("no separator").is_err());
+    }
+
+    #[test]
+    fn separators_are_javas() {
+        let c = Config::parse(
+            "a = 1\nb: 2\nc 3\nd=4\ne:5\nf\t \t6\ng = = 7\nh : x=y:z\ni  =  \nj\nk\\=l\\:m\\ n = 8\n\
+             o=p q  \n",
+        )
+        .unwrap();
+        let get = |k: &str| c.get(k).map(str::to_string);
+        assert_eq!(get("a").as_deref(), Some("1"));
+        assert_eq!(get("b").as_deref(), Some("2"));
+        assert_eq!(get("c").as_deref(), Some("3"), "whitespace separates");
+        assert_eq!(get("d").as_deref(), Some("4"));
+        assert_eq!(get("e").as_deref(), Some("5"));
+        assert_eq!(get("f").as_deref(), Some("6"));
+        assert_eq!(get("g").as_deref(), Some("= 7"), "one separator only");
+        assert_eq!(get("h").as_deref(), Some("x=y:z"));
+        assert_eq!(get("i").as_deref(), Some(""));
+        assert_eq!(get("j").as_deref(), Some(""), "a lone key is set empty");
+        assert_eq!(get("k=l:m n").as_deref(), Some("8"), "escaped separators");
+        assert_eq!(get("o").as_deref(), Some("p q"), "inner spaces kept");
+    }
+
+    #[test]
+    fn comments_and_blank_lines() {
+        let c =
+            Config::parse("# a = 1\n! b = 2\n   # c = 3\n\t! d\n\n   \nx = #y\nz = a!b\n").unwrap();
+        assert_eq!(
+            c.iter().collect::<Vec<_>>(),
+            vec![("x", "#y"), ("z", "a!b")],
+            "comment signs count only at a line's start"
+        );
+    }
+
+    #[test]
+    fn continuations() {
+        let c = Config::parse(
+            "tsd.http.request.cors_headers = Authorization, \\\n    Content-Type, \\\n\
+             \tAccept\nnext = 1\nsplit\\\n  .key = v\nescaped = a\\\\\nlast = x\\",
+        )
+        .unwrap();
+        assert_eq!(
+            c.get("tsd.http.request.cors_headers"),
+            Some("Authorization, Content-Type, Accept")
+        );
+        assert_eq!(c.get("next"), Some("1"));
+        assert_eq!(c.get("split.key"), Some("v"), "a key may continue too");
+        assert_eq!(
+            c.get("escaped"),
+            Some("a\\"),
+            "an even count is no continuation"
+        );
+        assert_eq!(
+            c.get("last"),
+            Some("x"),
+            "a continuation at the end ends the line"
+        );
+        // A comment line does not continue, and a continued line may hold a `#`.
+        let c = Config::parse("# a \\\nb = 1\nc = x \\\n# y\n").unwrap();
+        assert_eq!(c.get("b"), Some("1"));
+        assert_eq!(c.get("c"), Some("x # y"));
+        // A blank line after a continuation ends it.
+        let c = Config::parse("a = 1 \\\n\nb = 2\r\nc = 3\rd = 4").unwrap();
+        assert_eq!(
+            c.iter().collect::<Vec<_>>(),
+            vec![("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]
+        );
+    }
+
+    #[test]
+    fn escapes() {
+        let c = Config::parse(
+            "a = x\\ty\nb = \\u00e9t\\u00E9\nc = \\q\nd = trailing\\ \ne = \\ud83d\\ude00\n",
+        )
+        .unwrap();
+        assert_eq!(c.get("a"), Some("x\ty"));
+        assert_eq!(c.get("b"), Some("été"));
+        assert_eq!(c.get("c"), Some("q"));
+        assert_eq!(c.get("d"), Some("trailing "), "an escaped space is kept");
+        assert_eq!(c.get("e"), Some("😀"));
+        let err = Config::parse("ok = 1\nbad = \\u12x4\n").unwrap_err();
+        assert!(err.to_string().contains("line=2"), "{err}");
+        assert!(Config::parse("bad = \\u12").is_err());
+    }
+
+    #[test]
+    fn values_read_as_opentsdb_reads_them() {
+        let mut c = Config::default();
+        c.set("n", " 42 ");
+        c.set("b", " YES ");
+        c.set("f", "false");
+        assert_eq!(c.get_int("n", 0), Ok(42));
+        assert!(c.get_bool("b", false));
+        assert!(!c.get_bool("f", true));
+        assert!(!c.get_bool("n", true));
+    }
+
+    #[test]
+    fn unknown_keys_are_the_ones_nothing_reads() {
+        let c = Config::parse(
+            "tsd.network.port = 1\ntsd.storage.hbase.zk_quorum = zk\nhbase.rpc.timeout = 5\n\
+             tsd.network.prot = 2\ntsd.storage.flush_intervall = 3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.unknown_keys().collect::<Vec<_>>(),
+            vec!["tsd.network.prot", "tsd.storage.flush_intervall"]
+        );
+    }
+
+    /// `tsd.a.{b,c}.d` → `tsd.a.b.d`, `tsd.a.c.d`.
+    fn expand_braces(key: &str) -> Vec<String> {
+        match (key.find('{'), key.find('}')) {
+            (Some(open), Some(close)) if open < close => key[open + 1..close]
+                .split(',')
+                .flat_map(|alt| {
+                    expand_braces(&format!("{}{alt}{}", &key[..open], &key[close + 1..]))
+                })
+                .collect(),
+            _ => vec![key.to_string()],
+        }
+    }
+
+    /// The keys a Markdown text names in back-ticks: `tsd.x.y` or `google.x.y` (a
+    /// following `= value` dropped), braces expanded.
+    fn keys_named_in(markdown: &str) -> Vec<String> {
+        let text: String = markdown
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("```"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|token| token.trim().split([' ', '=']).next())
+            .filter(|k| {
+                (k.starts_with("tsd.") || k.starts_with("google."))
+                    && k.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._{},".contains(c))
+            })
+            .flat_map(expand_braces)
+            .collect()
+    }
+
+    /// The README's configuration section (keys, flags and their keys): every key it names
+    /// is known.
+    #[test]
+    fn every_key_the_readme_names_is_known() {
+        let readme = include_str!("../../../README.md");
+        let (_, section) = readme.split_once("\n## Configuration\n").unwrap();
+        let section = section.split("\n## ").next().unwrap();
+        let keys = keys_named_in(section);
+        assert!(keys.len() > 40, "{keys:?}");
+        for expected in [
+            "tsd.storage.hbase.data_table",
+            "tsd.query.limits.data_points.allow_override",
+        ] {
+            assert!(keys.iter().any(|k| k == expected), "{expected} in {keys:?}");
+        }
+        let unknown: Vec<&String> = keys.iter().filter(|k| !is_known_key(k)).collect();
+        assert!(
+            unknown.is_empty(),
+            "README keys missing from KNOWN_KEYS: {unknown:?}"
+        );
+    }
+
+    /// Every `"tsd.…"` or `"google.…"` literal passed to a config getter in the crates'
+    /// sources is known.
+    #[test]
+    fn every_key_the_code_reads_is_known() {
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&crates)
+            .unwrap()
+            .map(|e| e.unwrap().path().join("src"))
+            .collect();
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    files.push(p);
+                }
+            }
+        }
+        let getters = ["get", "get_str", "get_int", "get_bool", "count", "width"];
+        let mut read = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            for prefix in ["\"tsd.", "\"google."] {
+                for (at, _) in text.match_indices(prefix) {
+                    let Some(len) = text[at + 1..].find('"') else {
+                        continue;
+                    };
+                    let literal = &text[at + 1..at + 1 + len];
+                    let before = text[..at].trim_end();
+                    let Some(call) = before.strip_suffix('(') else {
+                        continue;
+                    };
+                    let name: String = call
+                        .chars()
+                        .rev()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    if getters.contains(&name.as_str()) {
+                        read.push((f.display().to_string(), literal.to_string()));
+                    }
+                }
+            }
+        }
+        assert!(read.len() > 40, "{read:?}");
+        let unknown: Vec<_> = read.iter().filter(|(_, k)| !is_known_key(k)).collect();
+        assert!(
+            unknown.is_empty(),
+            "keys read but missing from KNOWN_KEYS: {unknown:?}"
+        );
     }
 }
