@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the TSD: telnet-style `put` and the HTTP API on one port.
-    Tsd(cmd::tsd::TsdArgs),
+    Tsd(Box<cmd::tsd::TsdArgs>),
     /// Create the tables and column families (idempotent).
     CreateTables(open::StoreArgs),
     /// Assign UIDs to metric names: same as `uid assign metrics NAME...`.

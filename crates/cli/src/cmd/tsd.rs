@@ -1,9 +1,13 @@
-//! `tsdb tsd`: the server. Flags override the config file's `tsd.*` keys.
+//! `tsdb tsd`: the server. Flags override the config file's `tsd.*` keys; OpenTSDB 2.4's
+//! flags are all accepted, those meaning nothing here (ZooKeeper, Netty's I/O mode, the
+//! static and cache directories) without effect.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use hourglass_core::config::Config;
 use hourglass_server::{ServerSettings, State};
 
 use crate::open::StoreArgs;
@@ -21,50 +25,153 @@ pub(crate) struct TsdArgs {
     /// Create metrics on first use (`tsd.core.auto_create_metrics`).
     #[arg(long)]
     auto_metric: bool,
-    /// Refuse writes (`tsd.mode = ro`).
-    #[arg(long)]
-    read_only: bool,
-    /// Accepted for compatibility; the UI is served from the binary.
-    #[arg(long, hide = true)]
+    /// Refuse writes (`tsd.mode = ro`). As in OpenTSDB, a value may follow and any value,
+    /// even `false`, sets read-only.
+    #[arg(long, value_name = "VALUE", num_args = 0..=1, default_missing_value = "true")]
+    read_only: Option<String>,
+    /// Do not serve the web UI, `/q` and the status page (`tsd.core.enable_ui = false`; any
+    /// value, as in OpenTSDB).
+    #[arg(long, value_name = "VALUE", num_args = 0..=1, default_missing_value = "true")]
+    disable_ui: Option<String>,
+    /// Do not serve `/api/*` (`tsd.core.enable_api = false`; any value, as in OpenTSDB).
+    #[arg(long, value_name = "VALUE", num_args = 0..=1, default_missing_value = "true")]
+    disable_api: Option<String>,
+    /// Threads serving connections (`tsd.network.worker_threads`; default: one per core).
+    #[arg(long, value_name = "N")]
+    worker_threads: Option<u32>,
+    /// Listen backlog of the server socket (`tsd.network.backlog`; default 1024).
+    #[arg(long, value_name = "N")]
+    backlog: Option<u32>,
+    /// Open connections at most, 0 for no limit (`tsd.core.connections.limit`).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<u64>,
+    /// Milliseconds before buffered points are written (`tsd.storage.flush_interval`).
+    #[arg(long, value_name = "MS")]
+    flush_interval: Option<u64>,
+    /// Accepted for OpenTSDB's command lines (`tsd.network.async_io`); no effect.
+    #[arg(long, value_name = "VALUE")]
+    async_io: Option<String>,
+    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_quorum`); no effect.
+    #[arg(long, value_name = "SPEC")]
+    zkquorum: Option<String>,
+    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_basedir`); no effect.
+    #[arg(long, value_name = "PATH")]
+    zkbasedir: Option<String>,
+    /// Accepted for OpenTSDB's command lines; unused (the web UI is built in).
+    #[arg(long, value_name = "PATH")]
     staticroot: Option<String>,
-    /// Accepted for compatibility; unused.
-    #[arg(long, hide = true)]
+    /// Accepted for OpenTSDB's command lines; unused.
+    #[arg(long, value_name = "PATH")]
     cachedir: Option<String>,
+    /// Accepted for OpenTSDB's command lines, where it has no effect either.
+    #[arg(long, hide = true)]
+    statswport: bool,
+}
+
+/// The flags' keys over the config file's.
+fn layered_config(args: &TsdArgs) -> anyhow::Result<Config> {
+    let mut config = args.store.config()?;
+    let mut set = |key: &str, value: Option<String>| {
+        if let Some(v) = value {
+            config.set(key, &v);
+        }
+    };
+    set("tsd.network.port", args.port.map(|p| p.to_string()));
+    set("tsd.network.bind", args.bind.clone());
+    set(
+        "tsd.core.auto_create_metrics",
+        args.auto_metric.then(|| "true".into()),
+    );
+    set("tsd.mode", args.read_only.as_ref().map(|_| "ro".into()));
+    set(
+        "tsd.core.enable_ui",
+        args.disable_ui.as_ref().map(|_| "false".into()),
+    );
+    set(
+        "tsd.core.enable_api",
+        args.disable_api.as_ref().map(|_| "false".into()),
+    );
+    set(
+        "tsd.network.worker_threads",
+        args.worker_threads.map(|n| n.to_string()),
+    );
+    set("tsd.network.backlog", args.backlog.map(|n| n.to_string()));
+    set(
+        "tsd.core.connections.limit",
+        args.max_connections.map(|n| n.to_string()),
+    );
+    set(
+        "tsd.storage.flush_interval",
+        args.flush_interval.map(|n| n.to_string()),
+    );
+    set("tsd.network.async_io", args.async_io.clone());
+    set("tsd.storage.hbase.zk_quorum", args.zkquorum.clone());
+    set("tsd.storage.hbase.zk_basedir", args.zkbasedir.clone());
+    if args.staticroot.is_some() || args.cachedir.is_some() {
+        tracing::info!("--staticroot and --cachedir are unused: the web UI is built in");
+    }
+    Ok(config)
+}
+
+/// A positive count from `key`; `None` when unset or empty (OpenTSDB's "no value").
+fn positive(config: &Config, key: &str) -> anyhow::Result<Option<u32>> {
+    if config.get(key).is_none_or(|v| v.trim().is_empty()) {
+        return Ok(None);
+    }
+    let n = config.get_int(key, 0)?;
+    match u32::try_from(n) {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => anyhow::bail!("{key} must be a positive number, not {n}"),
+    }
+}
+
+/// Whether `dir` holds this binary's web UI (OpenTSDB's static files do not): only then does
+/// `tsd.http.staticroot` replace the built-in copies, so a key carried over from an OpenTSDB
+/// config cannot break `/`.
+fn holds_web_ui(dir: &Path) -> bool {
+    dir.join("index.html").is_file() && dir.join("app.js").is_file()
 }
 
 pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
-    let mut config = args.store.config()?;
-    if let Some(p) = args.port {
-        config.set("tsd.network.port", &p.to_string());
-    }
-    if let Some(b) = &args.bind {
-        config.set("tsd.network.bind", b);
-    }
-    if args.auto_metric {
-        config.set("tsd.core.auto_create_metrics", "true");
-    }
-    if args.read_only {
-        config.set("tsd.mode", "ro");
+    let config = layered_config(args)?;
+    for key in config.unknown_keys() {
+        tracing::warn!(
+            key,
+            "unknown config key {key}: no part of Hourglass reads it (a typo?)"
+        );
     }
     // The same settings every tool uses (log in <data dir>/wal, 1 s flushes on Bigtable).
     let settings = args.store.settings_from(&config)?;
-    let server_settings = ServerSettings::from_config(&config)?;
+    let mut server_settings = ServerSettings::from_config(&config)?;
+    if let Some(root) = &server_settings.static_root
+        && !holds_web_ui(root)
+    {
+        tracing::warn!(
+            dir = %root.display(),
+            "tsd.http.staticroot holds no Hourglass web UI (index.html, app.js): serving the built-in one"
+        );
+        server_settings.static_root = None;
+    }
     let port = config.get_int("tsd.network.port", 4242)?;
     let bind = config.get_str("tsd.network.bind", "0.0.0.0").to_string();
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
         .with_context(|| format!("bad bind address {bind}:{port}"))?;
+    let workers = positive(&config, "tsd.network.worker_threads")?;
+    let backlog = positive(&config, "tsd.network.backlog")?.unwrap_or(DEFAULT_BACKLOG);
 
     let db = args.store.open_tsdb(settings)?;
     db.start_background();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // Named for ps and top (the blocking pool's threads share the name).
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.thread_name("tsd-worker");
+    if let Some(n) = workers {
+        builder.worker_threads(n as usize);
+    }
+    let runtime = builder.enable_all().build()?;
     let state = State::new(std::sync::Arc::clone(&db), config, server_settings);
     let served: anyhow::Result<()> = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
+        let listener = listen(addr, backlog).with_context(|| format!("cannot listen on {addr}"))?;
         hourglass_server::run(listener, state, shutdown_signal()).await?;
         Ok(())
     });
@@ -82,6 +189,22 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
         "stopped"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The listen backlog when `tsd.network.backlog` is not set (Tokio's own default).
+const DEFAULT_BACKLOG: u32 = 1024;
+
+/// A listening socket on `addr` with `backlog` pending connections at most (the kernel caps
+/// it at `net.core.somaxconn`); the address is reused as OpenTSDB does.
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 async fn shutdown_signal() {
