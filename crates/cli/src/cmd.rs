@@ -8,6 +8,7 @@ pub(crate) mod search;
 pub(crate) mod tsd;
 pub(crate) mod uid;
 pub(crate) mod uid_fsck;
+pub(crate) mod version;
 
 /// The `START [END]` words of OpenTSDB's command-line queries, in ms; returns the index of
 /// the first word after them. END is taken only when more words follow and it looks like a

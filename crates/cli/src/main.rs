@@ -35,6 +35,8 @@ enum Command {
     Fsck(cmd::fsck::FsckArgs),
     /// Find series by metric and tags: `search lookup METRIC [TAGK=TAGV...]`.
     Search(cmd::search::SearchArgs),
+    /// Print the version, the git revision and the build date.
+    Version,
     /// Write points forever and report each acknowledged batch (crash-safety tests).
     #[command(hide = true)]
     DebugIngest(cmd::debug_ingest::DebugIngestArgs),
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Fsck(a) => a.store.verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
+        Command::Version => false,
     };
     let level = if verbose {
         "info,fjall=warn,lsm_tree=warn"
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Search(a) => cmd::search::run(&a),
         Command::Fsck(a) => cmd::fsck::run(&a),
         Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
+        Command::Version => cmd::version::run(),
     };
     match result {
         Ok(code) => code,

@@ -396,3 +396,44 @@ fn config_is_searched_read_as_java_properties_and_unknown_keys_are_named() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot read config nope.conf"));
 }
+
+#[test]
+fn version_prints_two_lines_about_the_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout(&tsdb_in(dir.path(), &["version"]));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let rev = lines[0]
+        .strip_prefix(concat!(
+            "hourglass ",
+            env!("CARGO_PKG_VERSION"),
+            " built at revision "
+        ))
+        .and_then(|r| r.strip_suffix(" (OpenTSDB 2.4 API)"))
+        .unwrap_or_else(|| panic!("{text}"));
+    if rev != "unknown" {
+        assert!(
+            rev.len() >= 7 && rev.chars().all(|c| c.is_ascii_hexdigit()),
+            "{text}"
+        );
+        // The revision is a commit of this repository.
+        let known = Command::new("git")
+            .args(["cat-file", "-e", &format!("{rev}^{{commit}}")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(known.success(), "{rev}");
+    }
+    let (date, target) = lines[1]
+        .strip_prefix("Built on ")
+        .and_then(|r| r.split_once(" +0000 for "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        chrono::NaiveDateTime::parse_from_str(date, "%Y/%m/%d %H:%M:%S").is_ok(),
+        "{text}"
+    );
+    assert_eq!(
+        target,
+        format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)
+    );
+}
