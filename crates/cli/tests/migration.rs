@@ -437,3 +437,100 @@ fn version_prints_two_lines_about_the_build() {
         format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)
     );
 }
+
+#[test]
+fn scan_delete_prints_import_lines_and_deletes_whole_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("data");
+    let data = data.to_str().unwrap();
+    // Two hours of host=a and host=b, and another metric; 1356998400 is an hour's start.
+    let mut lines = String::new();
+    for (t, v) in [
+        (1356998400, 1),
+        (1356998460, 2),
+        (1357002000, 3),
+        (1357002060, 4),
+    ] {
+        lines.push_str(&format!("del.me {t} {v} host=a\n"));
+        lines.push_str(&format!("del.me {t} {} host=b\n", v * 10));
+        lines.push_str(&format!("keep.me {t} {v} host=a\n"));
+    }
+    std::fs::write(d.join("points.txt"), lines).unwrap();
+    stdout(&tsdb_in(
+        d,
+        &["import", "--auto-metric", "--data-dir", data, "points.txt"],
+    ));
+    // The range covers one minute of the first hour; the whole hour row goes, as OpenTSDB
+    // deletes whole rows.
+    let deleted = stdout(&tsdb_in(
+        d,
+        &[
+            "scan",
+            "--delete",
+            "--data-dir",
+            data,
+            "1356998400",
+            "1356998420",
+            "sum",
+            "del.me",
+            "host=a",
+        ],
+    ));
+    assert_eq!(
+        deleted,
+        "del.me 1356998400 1 host=a\ndel.me 1356998460 2 host=a\n"
+    );
+    let scan = |metric: &str| {
+        stdout(&tsdb_in(
+            d,
+            &[
+                "scan",
+                "--import",
+                "--data-dir",
+                data,
+                "1356998400",
+                "1357005600",
+                "sum",
+                metric,
+            ],
+        ))
+    };
+    assert_eq!(
+        scan("del.me"),
+        "del.me 1356998400 10 host=b\ndel.me 1356998460 20 host=b\n\
+         del.me 1357002000 3 host=a\ndel.me 1357002060 4 host=a\n\
+         del.me 1357002000 30 host=b\ndel.me 1357002060 40 host=b\n"
+    );
+    assert_eq!(scan("keep.me").lines().count(), 4);
+    // Scanned again: nothing left in that hour for host=a; a query finds nothing either.
+    let again = stdout(&tsdb_in(
+        d,
+        &[
+            "scan",
+            "--delete",
+            "--data-dir",
+            data,
+            "1356998400",
+            "1356998420",
+            "sum",
+            "del.me",
+            "host=a",
+        ],
+    ));
+    assert_eq!(again, "");
+    let query = stdout(&tsdb_in(
+        d,
+        &[
+            "query",
+            "--data-dir",
+            data,
+            "1356998400",
+            "1357001999",
+            "sum",
+            "del.me",
+            "host=a",
+        ],
+    ));
+    assert_eq!(query, "");
+}

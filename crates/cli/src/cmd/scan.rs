@@ -1,8 +1,10 @@
-//! `tsdb scan [--import|--compact] START [END] AGG [rate] [counter...] [downsample N FUNC]
+//! `tsdb scan [--import|--delete|--compact] START [END] AGG [rate] [counter...] [downsample N FUNC]
 //! METRIC [TAGK=TAGV...] [more queries]`: every stored row of the matching series, either as
 //! OpenTSDB prints them (row key, then each cell's qualifier and value bytes with the
 //! decoded offset, type, time and date) or, with `--import`, as import-format lines. With
-//! `--compact` the rows are compacted on demand instead.
+//! `--delete` (as OpenTSDB's) the rows are printed as import lines, then deleted whole: every
+//! cell of each scanned row, so the points of its whole hour and its notes, not only those
+//! inside `[START, END]`. With `--compact` the rows are compacted on demand instead.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -17,7 +19,7 @@ use hourglass_core::value::Value;
 use hourglass_engine::Tsdb;
 use hourglass_engine::scan::{RowQuery, scan_rows};
 use hourglass_engine::uid::format_signed_bytes;
-use hourglass_storage::Row;
+use hourglass_storage::{Mutation, Row, RowMutation};
 
 use crate::open::StoreArgs;
 
@@ -28,8 +30,12 @@ pub(crate) struct ScanArgs {
     /// Print import-format lines (`metric timestamp value tagk=tagv...`).
     #[arg(long)]
     import: bool,
+    /// Print each row as import-format lines, then delete it: the whole row (its hour's
+    /// points and notes), as OpenTSDB's `scan --delete` does.
+    #[arg(long)]
+    delete: bool,
     /// Compact every matching row now (one compacted cell per row) instead of printing it.
-    #[arg(long, conflicts_with = "import")]
+    #[arg(long, conflicts_with_all = ["import", "delete"])]
     compact: bool,
     #[arg(
         required = true,
@@ -39,6 +45,9 @@ pub(crate) struct ScanArgs {
     )]
     query: Vec<String>,
 }
+
+/// Rows deleted per store call with `--delete`.
+const DELETE_BATCH: usize = 1000;
 
 #[derive(Debug)]
 struct CliQuery {
@@ -82,7 +91,9 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
     let (start, end, queries) = match parse_query(&args.query, now_ms) {
         Ok(q) => q,
         Err(e) => {
-            eprintln!("{e}\nUsage: scan [--import] START-DATE [END-DATE] query [queries...]");
+            eprintln!(
+                "{e}\nUsage: scan [--delete|--import] START-DATE [END-DATE] query [queries...]"
+            );
             return Ok(ExitCode::from(2));
         }
     };
@@ -116,15 +127,32 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
             )?;
             continue;
         }
+        let mut deletions = Vec::new();
         for row in rows {
-            if args.import {
+            if args.import || args.delete {
                 print_import(&mut out, &db, &schema, &row)?;
             } else {
                 print_row(&mut out, &db, &schema, &row)?;
             }
+            if args.delete {
+                deletions.push(RowMutation {
+                    key: row.key,
+                    mutations: vec![Mutation::DeleteRow],
+                });
+                if deletions.len() >= DELETE_BATCH {
+                    db.store()
+                        .mutate_rows(&schema.data_table, &std::mem::take(&mut deletions))?;
+                }
+            }
+        }
+        if !deletions.is_empty() {
+            db.store().mutate_rows(&schema.data_table, &deletions)?;
         }
     }
     out.flush()?;
+    if args.delete {
+        db.store().sync()?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
