@@ -580,8 +580,10 @@ mod tests {
         let keys = keys_named_in(section);
         assert!(keys.len() > 40, "{keys:?}");
         for expected in [
-            "tsd.storage.hbase.data_table",
+            "tsd.storage.hbase.uid_table",
+            "tsd.storage.uid.width.tagv",
             "tsd.query.limits.data_points.allow_override",
+            "tsd.core.meta.enable_realtime_uid",
         ] {
             assert!(keys.iter().any(|k| k == expected), "{expected} in {keys:?}");
         }
