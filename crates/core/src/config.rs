@@ -4,8 +4,8 @@
 //! Java's escapes (`\t`, `\n`, `\uXXXX`, `\=`, `\:`, `\ `...).
 //!
 //! Layering is the caller's: start from [`Config::default`], [`Config::merge_text`] a file,
-//! then [`Config::set`] what command-line flags override. The keys Hourglass knows (reads, or
-//! accepts from OpenTSDB without a use for them) are [`KNOWN_KEYS`].
+//! then [`Config::set`] what command-line flags override. The keys Hourglass knows are
+//! [`READ_KEYS`] and [`OPENTSDB_UNUSED_KEYS`].
 
 use std::collections::BTreeMap;
 
@@ -241,10 +241,10 @@ fn unescape(chars: &[char]) -> Option<Vec<(char, bool)>> {
     Some(out)
 }
 
-/// Every key Hourglass knows, in one place. A key set in a config file but missing here is
-/// read by nothing, and the TSD warns about it at start ([`Config::unknown_keys`]).
-pub const KNOWN_KEYS: &[&str] = &[
-    // Read by Hourglass.
+/// The keys some part of Hourglass reads. A key set in a config file that is neither here nor
+/// in [`OPENTSDB_UNUSED_KEYS`] is read by nothing, and the TSD warns about it at start
+/// ([`Config::unknown_keys`]).
+pub const READ_KEYS: &[&str] = &[
     "google.bigtable.emulator.host",
     "google.bigtable.instance.id",
     "google.bigtable.project.id",
@@ -260,7 +260,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "tsd.core.meta.enable_tsuid_incrementing",
     "tsd.core.meta.enable_tsuid_tracking",
     "tsd.core.socket.timeout",
+    "tsd.core.stats_with_port",
     "tsd.core.tag.allow_specialchars",
+    "tsd.core.uid.random_metrics",
     "tsd.http.query.allow_delete",
     "tsd.http.request.cors_domains",
     "tsd.http.request.cors_headers",
@@ -278,9 +280,13 @@ pub const KNOWN_KEYS: &[&str] = &[
     "tsd.query.limits.data_points.allow_override",
     "tsd.query.limits.data_points.default",
     "tsd.query.limits.memory_points",
+    "tsd.query.limits.overrides.config",
+    "tsd.query.limits.overrides.interval",
     "tsd.query.limits.series.default",
     "tsd.query.timeout",
+    "tsd.stats.canonical",
     "tsd.storage.backend",
+    "tsd.storage.enable_appends",
     "tsd.storage.enable_compaction",
     "tsd.storage.fix_duplicates",
     "tsd.storage.flush_interval",
@@ -299,8 +305,12 @@ pub const KNOWN_KEYS: &[&str] = &[
     "tsd.storage.wal.dir",
     "tsd.storage.wal.enable",
     "tsd.storage.wal.sync",
-    // OpenTSDB 2.4's keys with no use here (HBase, ZooKeeper, Netty, plugins, rollups,
-    // logging...): accepted without a warning.
+];
+
+/// OpenTSDB 2.4's keys with no use here (HBase, ZooKeeper, Netty, plugins, rollups,
+/// logging...): accepted without a warning. A key the code starts reading moves to
+/// [`READ_KEYS`] (a test checks).
+pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.addins.rpcs",
     "tsd.addins.rpcs.classpath",
     "tsd.core.authentication.enable",
@@ -316,12 +326,10 @@ pub const KNOWN_KEYS: &[&str] = &[
     "tsd.core.preload_uid_cache",
     "tsd.core.preload_uid_cache.max_entries",
     "tsd.core.repair_appends",
-    "tsd.core.stats_with_port",
     "tsd.core.storage_exception_handler.enable",
     "tsd.core.storage_exception_handler.plugin",
     "tsd.core.timezone",
     "tsd.core.tree.enable_processing",
-    "tsd.core.uid.random_metrics",
     "tsd.gnuplot.options.allowlist",
     "tsd.http.cachedir",
     "tsd.http.header_tag",
@@ -342,8 +350,6 @@ pub const KNOWN_KEYS: &[&str] = &[
     "tsd.query.allow_simultaneous_duplicates",
     "tsd.query.enable_fuzzy_filter",
     "tsd.query.filter.expansion_limit",
-    "tsd.query.limits.overrides.config",
-    "tsd.query.limits.overrides.interval",
     "tsd.query.multi_get.batch_size",
     "tsd.query.multi_get.concurrent",
     "tsd.query.multi_get.enable",
@@ -366,12 +372,10 @@ pub const KNOWN_KEYS: &[&str] = &[
     "tsd.search.plugin",
     "tsd.startup.enable",
     "tsd.startup.plugin",
-    "tsd.stats.canonical",
     "tsd.storage.compaction.flush_interval",
     "tsd.storage.compaction.flush_speed",
     "tsd.storage.compaction.max_concurrent_flushes",
     "tsd.storage.compaction.min_flush_threshold",
-    "tsd.storage.enable_appends",
     "tsd.storage.get_date_tiered_compaction_start",
     "tsd.storage.hbase.prefetch_meta",
     "tsd.storage.hbase.scanner.maxNumRows",
@@ -401,9 +405,11 @@ pub const KNOWN_KEYS: &[&str] = &[
 pub const KNOWN_PREFIXES: &[&str] = &["hbase.", "asynchbase."];
 
 /// Whether some part of Hourglass reads `key`, or OpenTSDB 2.4 has it and it means nothing
-/// here ([`KNOWN_KEYS`], [`KNOWN_PREFIXES`]).
+/// here ([`READ_KEYS`], [`OPENTSDB_UNUSED_KEYS`], [`KNOWN_PREFIXES`]).
 pub fn is_known_key(key: &str) -> bool {
-    KNOWN_KEYS.contains(&key) || KNOWN_PREFIXES.iter().any(|p| key.starts_with(p))
+    READ_KEYS.contains(&key)
+        || OPENTSDB_UNUSED_KEYS.contains(&key)
+        || KNOWN_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 #[cfg(test)]
@@ -588,14 +594,11 @@ mod tests {
             assert!(keys.iter().any(|k| k == expected), "{expected} in {keys:?}");
         }
         let unknown: Vec<&String> = keys.iter().filter(|k| !is_known_key(k)).collect();
-        assert!(
-            unknown.is_empty(),
-            "README keys missing from KNOWN_KEYS: {unknown:?}"
-        );
+        assert!(unknown.is_empty(), "README keys not known: {unknown:?}");
     }
 
     /// Every `"tsd.…"` or `"google.…"` literal passed to a config getter in the crates'
-    /// sources is known.
+    /// sources is in [`READ_KEYS`], and every key there is read somewhere.
     #[test]
     fn every_key_the_code_reads_is_known() {
         let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -617,7 +620,10 @@ mod tests {
                 }
             }
         }
-        let getters = ["get", "get_str", "get_int", "get_bool", "count", "width"];
+        // Config's getters, and helpers taking a key (`positive(&config, "…")` reads it too).
+        let getters = [
+            "get", "get_str", "get_int", "get_bool", "count", "width", "positive",
+        ];
         let mut read = Vec::new();
         for f in &files {
             let text = std::fs::read_to_string(f).unwrap();
@@ -627,7 +633,15 @@ mod tests {
                         continue;
                     };
                     let literal = &text[at + 1..at + 1 + len];
-                    let before = text[..at].trim_end();
+                    let mut before = text[..at].trim_end();
+                    // A key as second argument after a plain one: `positive(&config, "…")`.
+                    if let Some(first) = before.strip_suffix(',') {
+                        before = first
+                            .trim_end_matches(|c: char| {
+                                c.is_ascii_alphanumeric() || "_&.".contains(c)
+                            })
+                            .trim_end();
+                    }
                     let Some(call) = before.strip_suffix('(') else {
                         continue;
                     };
@@ -646,10 +660,26 @@ mod tests {
             }
         }
         assert!(read.len() > 40, "{read:?}");
-        let unknown: Vec<_> = read.iter().filter(|(_, k)| !is_known_key(k)).collect();
+        let unlisted: Vec<_> = read
+            .iter()
+            .filter(|(_, k)| !READ_KEYS.contains(&k.as_str()))
+            .collect();
         assert!(
-            unknown.is_empty(),
-            "keys read but missing from KNOWN_KEYS: {unknown:?}"
+            unlisted.is_empty(),
+            "keys read but missing from READ_KEYS: {unlisted:?}"
         );
+        let unread: Vec<&&str> = READ_KEYS
+            .iter()
+            .filter(|k| !read.iter().any(|(_, r)| r == *k))
+            .collect();
+        assert!(
+            unread.is_empty(),
+            "READ_KEYS that nothing reads: {unread:?}"
+        );
+        let both: Vec<&&str> = READ_KEYS
+            .iter()
+            .filter(|k| OPENTSDB_UNUSED_KEYS.contains(k))
+            .collect();
+        assert!(both.is_empty(), "read yet listed as unused: {both:?}");
     }
 }
