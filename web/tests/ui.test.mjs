@@ -127,7 +127,7 @@ after(async () => {
 test('a query built with autocomplete is run, charted, and restored from the URL', async () => {
   const page = await open('/');
   await page.waitForSelector('#version:not(:empty)');
-  assert.match(await page.textContent('#version'), /^TSD 2\.4\.0/);
+  assert.match(await page.textContent('#version'), /^TSD 2\.4\.1/);
 
   // The range: one end typed, the other from the calendar (shown on the box's time).
   await page.selectOption('#tz', 'UTC');

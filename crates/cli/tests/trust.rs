@@ -711,7 +711,7 @@ fn telnet_version(s: &mut TcpStream, text: &str) -> std::io::Result<String> {
         if b[0] == b'\n' {
             let text = String::from_utf8_lossy(&answer);
             let last = text.trim_end().rsplit('\n').next().unwrap_or("");
-            if last.starts_with("Built for ") {
+            if last.starts_with("Built on ") {
                 return Ok(text.to_string());
             }
         }

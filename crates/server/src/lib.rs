@@ -23,7 +23,7 @@ use std::time::Duration;
 use activity::{Activity, Tracked};
 
 pub use http::check_put_body;
-pub use state::{Cors, ServerSettings, State};
+pub use state::{BuildInfo, Cors, ServerSettings, State};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;

@@ -48,6 +48,42 @@ pub struct ServerSettings {
     /// `tsd.core.socket.timeout` (seconds; 0: none): a connection with nothing read or
     /// written for this long is closed.
     pub socket_timeout: Option<Duration>,
+    /// What the binary is, for `version` and `/api/version`.
+    pub build: BuildInfo,
+}
+
+/// The binary's version, the revision it was built from and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: String,
+    pub revision: String,
+    /// `yyyy/MM/dd HH:mm:ss +0000`, as OpenTSDB prints it.
+    pub date: String,
+}
+
+impl Default for BuildInfo {
+    fn default() -> Self {
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            revision: "unknown".to_string(),
+            date: "unknown".to_string(),
+        }
+    }
+}
+
+impl BuildInfo {
+    /// Two lines, shaped as OpenTSDB's `version`: what this is, its revision and the API it
+    /// speaks; then when and for what it was built.
+    pub fn text(&self) -> String {
+        format!(
+            "hourglass {} built at revision {} (OpenTSDB 2.4 API)\nBuilt on {} for {} {}\n",
+            self.version,
+            self.revision,
+            self.date,
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )
+    }
 }
 
 impl Default for ServerSettings {
@@ -69,6 +105,7 @@ impl Default for ServerSettings {
             static_root: None,
             connections_limit: 0,
             socket_timeout: None,
+            build: BuildInfo::default(),
         }
     }
 }
@@ -126,11 +163,21 @@ impl ServerSettings {
             allow_delete: c.get_bool("tsd.http.query.allow_delete", false),
             static_root: Some(c.get_str("tsd.http.staticroot", ""))
                 .filter(|d| !d.is_empty())
-                .map(std::path::PathBuf::from),
+                .map(std::path::PathBuf::from)
+                .filter(|d| {
+                    // OpenTSDB's own static files (a migrated config) would replace the UI
+                    // with a page that is not there: only a directory holding this UI counts.
+                    let ui = d.join("index.html").is_file() && d.join("app.js").is_file();
+                    if !ui {
+                        tracing::warn!(dir = %d.display(), "tsd.http.staticroot holds no Hourglass web UI (index.html, app.js): serving the built-in one");
+                    }
+                    ui
+                }),
             connections_limit: c.get_int("tsd.core.connections.limit", 0)?.max(0) as usize,
             socket_timeout: Some(c.get_int("tsd.core.socket.timeout", 0)?)
                 .filter(|s| *s > 0)
                 .map(|s| Duration::from_secs(s as u64)),
+            build: BuildInfo::default(),
         })
     }
 }

@@ -318,6 +318,7 @@ async fn ui_files_are_served_from_the_binary() {
 async fn static_root_serves_files_from_disk() {
     let root = tempfile::tempdir().unwrap();
     std::fs::write(root.path().join("index.html"), "<p>dev build</p>").unwrap();
+    std::fs::write(root.path().join("app.js"), "// dev build").unwrap();
     std::fs::create_dir(root.path().join("img")).unwrap();
     std::fs::write(root.path().join("img/logo.svg"), "<svg/>").unwrap();
     let outside = root.path().parent().unwrap().join("hourglass-secret.txt");
@@ -329,7 +330,7 @@ async fn static_root_serves_files_from_disk() {
     let svg = get(&srv, "/s/img/logo.svg").await;
     assert_eq!((svg.status, svg.text().as_str()), (200, "<svg/>"));
     assert_eq!(header(&svg, "content-type"), "image/svg+xml");
-    assert_eq!(get(&srv, "/app.js").await.status, 404, "not in this root");
+    assert_eq!(get(&srv, "/app.css").await.status, 404, "not in this root");
     for escape in [
         "/s/../hourglass-secret.txt",
         "/s/img/../../hourglass-secret.txt",

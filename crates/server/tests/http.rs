@@ -211,7 +211,7 @@ async fn small_endpoints(backend: &str) {
     let srv = start(backend).await;
     let v = http(srv.addr, "GET", "/api/version", "").await;
     assert_eq!(v.status, 200);
-    assert_eq!(v.json()["version"], "2.4.0");
+    assert_eq!(v.json()["version"], "2.4.1");
     let aggs = http(srv.addr, "GET", "/api/aggregators", "").await.json();
     for name in [
         "sum", "zimsum", "avg", "mimmax", "p99", "ep999r7", "count", "none",

@@ -3,7 +3,6 @@
 //! static and cache directories) without effect.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -128,10 +127,6 @@ fn positive(config: &Config, key: &str) -> anyhow::Result<Option<u32>> {
 /// Whether `dir` holds this binary's web UI (OpenTSDB's static files do not): only then does
 /// `tsd.http.staticroot` replace the built-in copies, so a key carried over from an OpenTSDB
 /// config cannot break `/`.
-fn holds_web_ui(dir: &Path) -> bool {
-    dir.join("index.html").is_file() && dir.join("app.js").is_file()
-}
-
 pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     let config = layered_config(args)?;
     for key in config.unknown_keys() {
@@ -143,15 +138,7 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     // The same settings every tool uses (log in <data dir>/wal, 1 s flushes on Bigtable).
     let settings = args.store.settings_from(&config)?;
     let mut server_settings = ServerSettings::from_config(&config)?;
-    if let Some(root) = &server_settings.static_root
-        && !holds_web_ui(root)
-    {
-        tracing::warn!(
-            dir = %root.display(),
-            "tsd.http.staticroot holds no Hourglass web UI (index.html, app.js): serving the built-in one"
-        );
-        server_settings.static_root = None;
-    }
+    server_settings.build = crate::cmd::version::build_info();
     let port = config.get_int("tsd.network.port", 4242)?;
     let bind = config.get_str("tsd.network.bind", "0.0.0.0").to_string();
     let addr: SocketAddr = format!("{bind}:{port}")

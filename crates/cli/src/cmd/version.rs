@@ -4,17 +4,20 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+/// This binary: its version, the revision it was built from (stamped by the build script)
+/// and when.
+pub(crate) fn build_info() -> hourglass_server::BuildInfo {
+    hourglass_server::BuildInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        revision: env!("HOURGLASS_GIT_REV").to_string(),
+        date: env!("HOURGLASS_BUILD_DATE").to_string(),
+    }
+}
+
 /// What this binary is, the revision it was built from and the OpenTSDB API it speaks; then
-/// when and for what it was built.
+/// when and for what it was built (the TSD's telnet `version` says the same).
 pub(crate) fn text() -> String {
-    format!(
-        "hourglass {} built at revision {} (OpenTSDB 2.4 API)\nBuilt on {} for {} {}\n",
-        env!("CARGO_PKG_VERSION"),
-        env!("HOURGLASS_GIT_REV"),
-        env!("HOURGLASS_BUILD_DATE"),
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    )
+    build_info().text()
 }
 
 pub(crate) fn run() -> anyhow::Result<ExitCode> {

@@ -20,22 +20,26 @@ fn get_or_post(method: &Method) -> Result<(), ApiError> {
     }
 }
 
-pub(crate) async fn version(method: Method) -> Result<Response, ApiError> {
+pub(crate) async fn version(
+    method: Method,
+    Extract(state): Extract<Arc<State>>,
+) -> Result<Response, ApiError> {
     get_or_post(&method)?;
-    let v = env!("CARGO_PKG_VERSION");
+    let b = &state.settings.build;
+    let short: String = b.revision.chars().take(7).collect();
     Ok(json_response(
         StatusCode::OK,
         &json!({
-            "version": "2.4.0",
-            "short_revision": v,
-            "full_revision": format!("hourglass-{v}"),
-            "timestamp": "0",
+            "version": "2.4.1",
+            "short_revision": short,
+            "full_revision": b.revision,
+            "timestamp": b.date,
             "repo_status": "MINT",
             "user": "hourglass",
             "host": hostname(),
             "repo": "hourglass",
             "branch": "main",
-            "hourglass": v,
+            "hourglass": b.version,
         }),
     ))
 }

@@ -191,10 +191,7 @@ pub(crate) async fn status(
     let facts: [(&str, String); 9] = [
         (
             "Version",
-            format!(
-                "Hourglass {} (OpenTSDB 2.4.0 API)",
-                env!("CARGO_PKG_VERSION")
-            ),
+            format!("Hourglass {} (OpenTSDB 2.4 API)", env!("CARGO_PKG_VERSION")),
         ),
         ("Host", hostname()),
         ("Uptime", human_duration(uptime)),

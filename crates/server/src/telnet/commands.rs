@@ -4,13 +4,11 @@ use super::Next;
 use crate::State;
 use crate::stats::{collect, report_tags};
 
-pub(super) const VERSION: &str = env!("CARGO_PKG_VERSION");
-
 /// Runs `cmd`; `args` is what follows its space (`None` when the line is only `cmd`).
 pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8>) -> Next {
     let writable = !state.settings.read_only;
     match cmd {
-        "version" => out.extend_from_slice(version_text().as_bytes()),
+        "version" => out.extend_from_slice(state.settings.build.text().as_bytes()),
         "stats" => out.extend_from_slice(stats_text(state).as_bytes()),
         "help" => {
             let mut text = String::from("available commands: stats dropcaches version exit help ");
@@ -53,15 +51,6 @@ pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8
         }
     }
     Next::Continue
-}
-
-/// Two lines, as OpenTSDB's `version`: what this is, and its API level.
-pub(crate) fn version_text() -> String {
-    format!(
-        "hourglass {VERSION} built at revision {VERSION} (OpenTSDB 2.4.0 API)\nBuilt for {} {}\n",
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    )
 }
 
 /// `tsd.metric timestamp value [tag=value ...] host=NAME` lines.
