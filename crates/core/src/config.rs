@@ -402,6 +402,127 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
 /// Prefixes of keys OpenTSDB's config file also carries for its HBase client, which reads
 /// the same file (`hbase.zookeeper.quorum`, `hbase.rpc.timeout`, `asynchbase.*`...): known,
 /// unused here.
+/// Every key with a default, and the default this server applies (OpenTSDB 2.4's where it
+/// has one and Hourglass does the same; Hourglass's where it differs, e.g. a 60 s flush, no
+/// `diediedie`, chunked bodies accepted). `/api/config` lists these with the values set over
+/// them, as OpenTSDB's lists its defaults.
+pub const DEFAULTS: &[(&str, &str)] = &[
+    ("google.bigtable.timeout_ms", "30000"),
+    ("tsd.core.authentication.enable", "false"),
+    ("tsd.core.authentication.plugin", ""),
+    ("tsd.core.auto_create_metrics", "false"),
+    ("tsd.core.auto_create_tagks", "true"),
+    ("tsd.core.auto_create_tagvs", "true"),
+    ("tsd.core.bulk.allow_out_of_order_timestamps", "false"),
+    ("tsd.core.connections.limit", "0"),
+    ("tsd.core.enable_api", "true"),
+    ("tsd.core.enable_ui", "true"),
+    ("tsd.core.meta.cache.enable", "false"),
+    ("tsd.core.meta.enable_realtime_ts", "false"),
+    ("tsd.core.meta.enable_realtime_uid", "false"),
+    ("tsd.core.meta.enable_tsuid_incrementing", "false"),
+    ("tsd.core.meta.enable_tsuid_tracking", "false"),
+    ("tsd.core.plugin_path", ""),
+    ("tsd.core.preload_uid_cache", "false"),
+    ("tsd.core.preload_uid_cache.max_entries", "300000"),
+    ("tsd.core.socket.timeout", "0"),
+    ("tsd.core.stats_with_port", "false"),
+    ("tsd.core.storage_exception_handler.enable", "false"),
+    ("tsd.core.tag.allow_specialchars", ""),
+    ("tsd.core.tree.enable_processing", "false"),
+    ("tsd.core.uid.random_metrics", "false"),
+    ("tsd.http.header_tag", ""),
+    ("tsd.http.query.allow_delete", "false"),
+    ("tsd.http.request.cors_domains", ""),
+    (
+        "tsd.http.request.cors_headers",
+        "Authorization, Content-Type, Accept, Origin, User-Agent, DNT, Cache-Control, X-Mx-ReqToken, Keep-Alive, X-Requested-With, If-Modified-Since",
+    ),
+    ("tsd.http.request.enable_chunked", "true"),
+    ("tsd.http.request.max_body", "268435456"),
+    ("tsd.http.request.max_chunk", "4096"),
+    ("tsd.http.show_stack_trace", "false"),
+    ("tsd.mode", "rw"),
+    ("tsd.network.async_io", "true"),
+    ("tsd.network.backlog", "1024"),
+    ("tsd.network.bind", "0.0.0.0"),
+    ("tsd.network.keep_alive", "true"),
+    ("tsd.network.max_line_length", "1024"),
+    ("tsd.network.port", "4242"),
+    ("tsd.network.reuse_address", "true"),
+    ("tsd.network.tcp_no_delay", "true"),
+    ("tsd.network.worker_threads", ""),
+    ("tsd.no_diediedie", "true"),
+    ("tsd.query.allow_simultaneous_duplicates", "true"),
+    ("tsd.query.enable_fuzzy_filter", "true"),
+    ("tsd.query.filter.expansion_limit", "4096"),
+    ("tsd.query.limits.bytes.allow_override", "false"),
+    ("tsd.query.limits.bytes.default", "0"),
+    ("tsd.query.limits.data_points.allow_override", "false"),
+    ("tsd.query.limits.data_points.default", "0"),
+    ("tsd.query.limits.memory_points", "50000000"),
+    ("tsd.query.limits.overrides.interval", "60000"),
+    ("tsd.query.limits.series.default", "0"),
+    ("tsd.query.multi_get.batch_size", "1024"),
+    ("tsd.query.multi_get.concurrent", "20"),
+    ("tsd.query.multi_get.enable", "false"),
+    ("tsd.query.multi_get.get_all_salts", "false"),
+    ("tsd.query.multi_get.limit", "131072"),
+    ("tsd.query.skip_unresolved_tagvs", "false"),
+    ("tsd.query.timeout", "0"),
+    ("tsd.rollups.agg_tag_key", "_aggregate"),
+    ("tsd.rollups.block_derived", "true"),
+    ("tsd.rollups.enable", "false"),
+    ("tsd.rollups.raw_agg_tag_value", "RAW"),
+    ("tsd.rollups.split_query.enable", "false"),
+    ("tsd.rollups.tag_raw", "false"),
+    ("tsd.rpc.telnet.return_errors", "true"),
+    ("tsd.rtpublisher.enable", "false"),
+    ("tsd.rtpublisher.plugin", ""),
+    ("tsd.search.enable", "false"),
+    ("tsd.search.plugin", ""),
+    ("tsd.startup.enable", "false"),
+    ("tsd.startup.plugin", ""),
+    ("tsd.stats.canonical", "false"),
+    ("tsd.storage.backend", "embedded"),
+    ("tsd.storage.compaction.flush_interval", "10"),
+    ("tsd.storage.compaction.flush_speed", "2"),
+    ("tsd.storage.compaction.max_concurrent_flushes", "10000"),
+    ("tsd.storage.compaction.min_flush_threshold", "100"),
+    ("tsd.storage.enable_appends", "false"),
+    ("tsd.storage.enable_compaction", "true"),
+    ("tsd.storage.fix_duplicates", "false"),
+    ("tsd.storage.flush_interval", "60000"),
+    ("tsd.storage.get_date_tiered_compaction_start", "0"),
+    ("tsd.storage.hbase.data_table", "tsdb"),
+    ("tsd.storage.hbase.meta_table", "tsdb-meta"),
+    ("tsd.storage.hbase.prefetch_meta", "false"),
+    ("tsd.storage.hbase.scanner.maxNumRows", "128"),
+    ("tsd.storage.hbase.tree_table", "tsdb-tree"),
+    ("tsd.storage.hbase.uid_table", "tsdb-uid"),
+    ("tsd.storage.hbase.zk_basedir", "/hbase"),
+    ("tsd.storage.hbase.zk_quorum", "localhost"),
+    ("tsd.storage.max_buffer_bytes", "536870912"),
+    ("tsd.storage.max_buffered_points", "4000000"),
+    ("tsd.storage.max_tags", "8"),
+    ("tsd.storage.repair_appends", "false"),
+    ("tsd.storage.salt.buckets", "20"),
+    ("tsd.storage.salt.width", "0"),
+    ("tsd.storage.uid.width.metric", "3"),
+    ("tsd.storage.uid.width.tagk", "3"),
+    ("tsd.storage.uid.width.tagv", "3"),
+    ("tsd.storage.use_max_value", "true"),
+    ("tsd.storage.use_otsdb_timestamp", "false"),
+    ("tsd.storage.wal.enable", "true"),
+    ("tsd.storage.wal.sync", "false"),
+    ("tsd.timeseriesfilter.enable", "false"),
+    ("tsd.uid.lru.enable", "false"),
+    ("tsd.uid.lru.id.size", "5000000"),
+    ("tsd.uid.lru.name.size", "5000000"),
+    ("tsd.uid.use_mode", "false"),
+    ("tsd.uidfilter.enable", "false"),
+];
+
 pub const KNOWN_PREFIXES: &[&str] = &["hbase.", "asynchbase."];
 
 /// Whether some part of Hourglass reads `key`, or OpenTSDB 2.4 has it and it means nothing
@@ -415,6 +536,16 @@ pub fn is_known_key(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_default_is_of_a_known_key() {
+        for (k, _) in DEFAULTS {
+            assert!(is_known_key(k), "{k}");
+        }
+        let mut keys: Vec<&str> = DEFAULTS.iter().map(|(k, _)| *k).collect();
+        keys.dedup();
+        assert_eq!(keys.len(), DEFAULTS.len(), "each key once");
+    }
 
     #[test]
     fn parses_opentsdb_conf() {

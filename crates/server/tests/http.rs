@@ -220,6 +220,11 @@ async fn small_endpoints(backend: &str) {
     }
     let cfg = http(srv.addr, "GET", "/api/config", "").await.json();
     assert_eq!(cfg["tsd.core.auto_create_metrics"], "true");
+    // Defaults are listed too, as OpenTSDB lists them.
+    assert_eq!(cfg["tsd.storage.hbase.data_table"], "tsdb");
+    assert_eq!(cfg["tsd.mode"], "rw");
+    assert_eq!(cfg["tsd.query.limits.overrides.interval"], "60000");
+    assert!(cfg.as_object().unwrap().len() > 90);
     let stats = http(srv.addr, "GET", "/api/stats", "").await.json();
     let list = stats.as_array().unwrap();
     assert!(list.iter().all(|s| s["metric"].is_string()

@@ -514,3 +514,21 @@ async fn latin1_names_are_shared_with_opentsdb(backend: &str) {
 }
 
 on_every_backend!(latin1_names_are_shared_with_opentsdb);
+
+#[tokio::test]
+async fn config_lists_defaults_and_masks_passwords() {
+    let srv = start_with(
+        "memory",
+        config(&[("tsd.auth.db.password", "hunter2"), ("tsd.mode", "ro")]),
+    )
+    .await;
+    let cfg = http(srv.addr, "GET", "/api/config", "").await.json();
+    assert_eq!(cfg["tsd.auth.db.password"], "********");
+    assert_eq!(cfg["tsd.mode"], "ro", "set over the default");
+    assert_eq!(cfg["tsd.core.auto_create_tagks"], "true", "a default");
+    let keys: Vec<&String> = cfg.as_object().unwrap().keys().collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "in key order");
+    srv.stop().await;
+}

@@ -72,10 +72,24 @@ pub(crate) async fn config(
     Extract(state): Extract<Arc<State>>,
 ) -> Result<Response, ApiError> {
     get_or_post(&method)?;
-    let mut map = Map::new();
+    // Every key with its default, then what was set over it, in key order; any key naming a
+    // password is masked, as OpenTSDB masks it.
+    let mut all: std::collections::BTreeMap<&str, &str> =
+        hourglass_core::config::DEFAULTS.iter().copied().collect();
     for (k, v) in state.config.iter() {
-        map.insert(k.to_string(), Value::String(v.to_string()));
+        all.insert(k, v);
     }
+    let map: Map<String, Value> = all
+        .into_iter()
+        .map(|(k, v)| {
+            let v = if k.to_ascii_uppercase().contains("PASS") {
+                "********"
+            } else {
+                v
+            };
+            (k.to_string(), Value::String(v.to_string()))
+        })
+        .collect();
     Ok(json_response(StatusCode::OK, &Value::Object(map)))
 }
 
