@@ -61,12 +61,14 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
+    use tracing_subscriber::fmt::writer::MakeWriterExt;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
-        .with_writer(std::io::stderr)
+        // Also kept in memory for the TSD's `/logs` page.
+        .with_writer(std::io::stderr.and(|| hourglass_server::logs::RecentLogs))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {

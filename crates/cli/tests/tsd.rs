@@ -102,3 +102,27 @@ fn sigkill_keeps_every_acknowledged_telnet_point() {
     child.wait().unwrap();
     assert_eq!(scan(dir.path(), "killed.metric").len(), 3000);
 }
+
+/// `/logs`: the TSD's own recent log lines, newest first, as OpenTSDB's page gives them.
+#[test]
+fn logs_page_shows_the_tsds_own_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = spawn_tsd(&dir.path().join("data"));
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /logs?json HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let lines: Vec<String> = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(
+        lines.iter().any(|l| l.contains("Ready to serve on")),
+        "{lines:?}"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+}

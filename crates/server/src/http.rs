@@ -2,6 +2,7 @@
 //! always have OpenTSDB's shape `{"error":{"code":…,"message":…,"details":…}}`.
 
 mod annotation;
+mod deprecated;
 mod error;
 mod front;
 mod graph;
@@ -80,7 +81,14 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/s/{*file}", any(ui::file))
         .route("/status", any(ui::status))
         .route("/q", any(graph::handle))
-        .fallback(misc::not_found)
+        .route("/aggregators", any(deprecated::aggregators))
+        .route("/version", any(deprecated::version))
+        .route("/version/{*rest}", any(deprecated::version))
+        .route("/stats", any(deprecated::stats))
+        .route("/suggest", any(deprecated::suggest))
+        .route("/logs", any(deprecated::logs))
+        .route("/diediedie", any(deprecated::diediedie))
+        .fallback(misc::fallback)
         .layer(DefaultBodyLimit::max(max_body))
         .layer(RequestDecompressionLayer::new())
         .with_state(state)

@@ -9,6 +9,7 @@ mod activity;
 mod http;
 mod ingest;
 mod limit_overrides;
+pub mod logs;
 mod plot;
 mod query_log;
 mod state;

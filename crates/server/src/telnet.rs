@@ -6,6 +6,8 @@
 
 mod commands;
 
+pub(crate) use commands::stats_text;
+
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;

@@ -532,3 +532,63 @@ async fn config_lists_defaults_and_masks_passwords() {
     assert_eq!(keys, sorted, "in key order");
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn opentsdbs_older_paths_answer_as_it_does() {
+    let srv = start_with("memory", config(&[("tsd.no_diediedie", "false")])).await;
+    assert_eq!(http(srv.addr, "POST", "/api/put", POINT).await.status, 204);
+    let aggs = http(srv.addr, "GET", "/aggregators", "").await.json();
+    assert!(aggs.as_array().unwrap().contains(&json!("sum")));
+    let v = http(srv.addr, "GET", "/version", "").await;
+    assert!(
+        v.text().starts_with("hourglass ") && v.text().contains("\nBuilt on "),
+        "{}",
+        v.text()
+    );
+    let v = http(srv.addr, "GET", "/version?json", "").await.json();
+    assert_eq!(v["version"], "2.4.1");
+    let stats = http(srv.addr, "GET", "/stats", "").await.text();
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.starts_with("tsd.rpc.received ") && l.contains("type=http"))
+    );
+    let stats = http(srv.addr, "GET", "/stats?json", "").await.json();
+    assert!(stats[0].as_str().unwrap().starts_with("tsd."));
+    let s = http(srv.addr, "GET", "/suggest?type=metrics&q=sys", "").await;
+    assert_eq!(s.json(), json!(["sys.cpu.user"]));
+    // Errors on these paths are OpenTSDB's HTML pages, or {"err": ...} with json.
+    let bad = http(srv.addr, "GET", "/suggest?type=nope", "").await;
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.text()
+            .contains("Sorry but your request was rejected as being invalid.")
+    );
+    assert!(
+        bad.text().contains("Invalid &#39;type&#39; parameter:nope")
+            || bad.text().contains("Invalid 'type' parameter:nope"),
+        "{}",
+        bad.text()
+    );
+    let bad = http(srv.addr, "GET", "/suggest?type=nope&json", "").await;
+    assert_eq!(bad.json(), json!({"err": "Invalid 'type' parameter:nope"}));
+    let missing = http(srv.addr, "GET", "/no/such/page", "").await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.text().contains("Page Not Found"));
+    assert_eq!(
+        http(srv.addr, "GET", "/no/such/page?json", "").await.json(),
+        json!({"err": "Page Not Found"})
+    );
+    let logs = http(srv.addr, "GET", "/logs?level=debug", "").await;
+    assert_eq!(logs.status, 400);
+    assert_eq!(http(srv.addr, "GET", "/logs?json", "").await.status, 200);
+    let bye = http(srv.addr, "GET", "/diediedie", "").await;
+    assert_eq!(bye.status, 200);
+    assert!(bye.text().contains("Cleaning up and exiting now."));
+    srv.stop().await;
+
+    // Without tsd.no_diediedie = false there is no such page.
+    let srv = start_with("memory", config(&[])).await;
+    assert_eq!(http(srv.addr, "GET", "/diediedie", "").await.status, 404);
+    srv.stop().await;
+}

@@ -97,7 +97,12 @@ pub(crate) async fn front(
     let is_query = served && route.is(&["api", "query"]);
     let mut query_id = None;
     let mut resp = if !served {
-        super::misc::not_found().await.into_response()
+        match &route {
+            Route::Api { .. } => super::misc::not_found().await.into_response(),
+            Route::Other { .. } => super::deprecated::not_found(
+                super::request::Params::parse(req.uri().query()).has("json"),
+            ),
+        }
     } else {
         if let Some(uri) = route.rewritten(req.uri()) {
             *req.uri_mut() = uri;

@@ -25,9 +25,14 @@ pub(crate) async fn version(
     Extract(state): Extract<Arc<State>>,
 ) -> Result<Response, ApiError> {
     get_or_post(&method)?;
+    Ok(version_json(&state))
+}
+
+/// OpenTSDB's version map: its API version, this build's revision and date.
+pub(crate) fn version_json(state: &State) -> Response {
     let b = &state.settings.build;
     let short: String = b.revision.chars().take(7).collect();
-    Ok(json_response(
+    json_response(
         StatusCode::OK,
         &json!({
             "version": "2.4.1",
@@ -41,7 +46,7 @@ pub(crate) async fn version(
             "branch": "main",
             "hourglass": b.version,
         }),
-    ))
+    )
 }
 
 pub(crate) async fn aggregators(method: Method) -> Result<Response, ApiError> {
@@ -250,4 +255,14 @@ pub(crate) async fn metadata_put() -> Response {
 
 pub(crate) async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "Endpoint not found")
+}
+
+/// What the router answers for a path it does not know: OpenTSDB's JSON error under
+/// `/api`, its HTML page elsewhere.
+pub(crate) async fn fallback(uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with("/api") {
+        return not_found().await.into_response();
+    }
+    let json = super::request::Params::parse(uri.query()).has("json");
+    super::deprecated::not_found(json)
 }

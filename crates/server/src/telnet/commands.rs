@@ -54,7 +54,7 @@ pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8
 }
 
 /// `tsd.metric timestamp value [tag=value ...] host=NAME` lines.
-fn stats_text(state: &State) -> String {
+pub(crate) fn stats_text(state: &State) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
