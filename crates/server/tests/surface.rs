@@ -513,8 +513,6 @@ async fn latin1_names_are_shared_with_opentsdb(backend: &str) {
     srv.stop().await;
 }
 
-on_every_backend!(latin1_names_are_shared_with_opentsdb);
-
 #[tokio::test]
 async fn config_lists_defaults_and_masks_passwords() {
     let srv = start_with(
@@ -592,3 +590,44 @@ async fn opentsdbs_older_paths_answer_as_it_does() {
     assert_eq!(http(srv.addr, "GET", "/diediedie", "").await.status, 404);
     srv.stop().await;
 }
+
+/// `tsd.storage.enable_appends`: points written over HTTP and telnet land in the append
+/// column and are answered by queries.
+async fn appends_end_to_end(backend: &str) {
+    let store = common::store_for(backend);
+    let srv = common::start_on(
+        std::sync::Arc::clone(&store),
+        config(&[("tsd.storage.enable_appends", "true")]),
+    )
+    .await;
+    assert_eq!(http(srv.addr, "POST", "/api/put", POINT).await.status, 204);
+    assert!(
+        common::telnet(srv.addr, "put sys.cpu.user 1356998410 2 host=a\n")
+            .await
+            .is_empty()
+    );
+    srv.state.tsdb.flush().unwrap();
+    let rows: Vec<_> = store
+        .scan("tsdb", &hourglass_storage::ScanRequest::default())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 1, "{backend}");
+    assert_eq!(rows[0].cells.len(), 1, "{backend}");
+    assert_eq!(rows[0].cells[0].qualifier, [0x05, 0x00, 0x00], "{backend}");
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(
+        r.json()[0]["dps"],
+        json!({"1356998400": 1, "1356998410": 2}),
+        "{backend}"
+    );
+    srv.stop().await;
+}
+
+on_every_backend!(latin1_names_are_shared_with_opentsdb, appends_end_to_end);
