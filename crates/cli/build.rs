@@ -15,24 +15,11 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
     (out.status.success() && !text.is_empty()).then_some(text)
 }
 
-/// `yyyy/MM/dd HH:mm:ss +0000` of Unix seconds (days to civil date: Howard Hinnant's
-/// algorithm).
+/// `yyyy/MM/dd HH:mm:ss +0000` of Unix seconds, as OpenTSDB's build stamps its date.
 fn utc(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02} +0000",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+    chrono::DateTime::from_timestamp(secs, 0).map_or_else(
+        || "unknown".into(),
+        |t| t.format("%Y/%m/%d %H:%M:%S +0000").to_string(),
     )
 }
 
