@@ -29,7 +29,7 @@ use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::State;
-pub(crate) use error::ApiError;
+pub(crate) use error::{ApiError, PointError};
 pub use put::check_put_body;
 
 /// Every endpoint behind [`front::front`] (route reading, modes, CORS, JSONP), answers

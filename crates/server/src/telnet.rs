@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use hourglass_core::put::{PutError, PutLine, parse_put};
-use hourglass_engine::{Error, ErrorKind, IncomingPoint};
+use hourglass_engine::IncomingPoint;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -291,14 +291,7 @@ impl<'a> PutBatch<'a> {
                             continue;
                         }
                         stats.count_error(&e);
-                        let prefix = match e.kind() {
-                            // "Please throttle writes: ..." as OpenTSDB words it.
-                            _ if matches!(e, Error::Throttled(_)) => "put: ",
-                            ErrorKind::NotFound => "put: unknown metric: ",
-                            ErrorKind::InvalidInput => "put: illegal argument: ",
-                            _ => "put: storage error: ",
-                        };
-                        reply(out, prefix, &e.to_string());
+                        reply(out, "", &crate::http::PointError::of(&e).telnet);
                     }
                 }
             }

@@ -16,7 +16,6 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_response;
-use super::query::engine_error;
 use super::request::{
     Params, api_method, blocking, check_writable, has_body, json_body, json_object, no_content,
 };
@@ -51,11 +50,11 @@ fn from_params(params: &Params) -> Result<AnnotationUpdate, ApiError> {
             obj.insert(key.into(), json!(v));
         }
     }
-    AnnotationUpdate::from_json(&obj).map_err(engine_error)
+    AnnotationUpdate::from_json(&obj).map_err(ApiError::from)
 }
 
 fn from_body(body: &Bytes) -> Result<AnnotationUpdate, ApiError> {
-    AnnotationUpdate::from_json(&json_object(body)?).map_err(engine_error)
+    AnnotationUpdate::from_json(&json_object(body)?).map_err(ApiError::from)
 }
 
 pub(crate) async fn handle(
@@ -81,7 +80,7 @@ pub(crate) async fn handle(
         Method::GET => {
             let note = blocking(&state.tsdb, move |db| {
                 annotation::get(db, &update.note.tsuid, update.note.start_time)
-                    .map_err(engine_error)
+                    .map_err(ApiError::from)
             })
             .await?;
             match note {
@@ -96,7 +95,7 @@ pub(crate) async fn handle(
             check_writable(&state)?;
             let overwrite = method == Method::PUT;
             let note = blocking(&state.tsdb, move |db| {
-                annotation::sync(db, &update, overwrite).map_err(engine_error)
+                annotation::sync(db, &update, overwrite).map_err(ApiError::from)
             })
             .await?;
             Ok(json_response(StatusCode::OK, &note.to_json()))
@@ -111,7 +110,7 @@ pub(crate) async fn handle(
             }
             blocking(&state.tsdb, move |db| {
                 annotation::delete(db, &update.note.tsuid, update.note.start_time)
-                    .map_err(engine_error)
+                    .map_err(ApiError::from)
             })
             .await?;
             Ok(no_content())
@@ -143,7 +142,7 @@ pub(crate) async fn global(
         ));
     }
     let notes = blocking(&state.tsdb, move |db| {
-        annotation::global_between(db, start, end).map_err(engine_error)
+        annotation::global_between(db, start, end).map_err(ApiError::from)
     })
     .await?;
     Ok(json_response(
@@ -176,7 +175,7 @@ pub(crate) async fn bulk(
                     return Err(ApiError::bad_request("Unable to parse the given JSON")
                         .with_details("expected a JSON array of annotations"));
                 };
-                updates.push(AnnotationUpdate::from_json(obj).map_err(engine_error)?);
+                updates.push(AnnotationUpdate::from_json(obj).map_err(ApiError::from)?);
             }
             let overwrite = api == Method::PUT;
             let notes = blocking(&state.tsdb, move |db| {
@@ -194,7 +193,7 @@ pub(crate) async fn bulk(
                                         u.note.tsuid, u.note.start_time, u.note.description
                                     ))
                                 }
-                                _ => engine_error(e),
+                                _ => ApiError::from(e),
                             });
                         }
                     }

@@ -1,5 +1,6 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use hourglass_engine::{Error as EngineError, ErrorKind};
 use serde_json::json;
 
 /// An error answered in OpenTSDB's shape.
@@ -68,4 +69,46 @@ pub(crate) fn json_text_response(status: StatusCode, body: String) -> Response {
         HeaderValue::from_static("application/json; charset=UTF-8"),
     );
     resp
+}
+
+/// An engine error as an HTTP answer: OpenTSDB's 400 for bad input and unknown names, 413 for
+/// a query past its limits, 424 while storage is away, 500 for the rest.
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        let msg = e.to_string();
+        match e.kind() {
+            ErrorKind::NotFound | ErrorKind::InvalidInput => {
+                ApiError::bad_request(msg.clone()).with_details(msg)
+            }
+            ErrorKind::LimitExceeded => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg),
+            ErrorKind::NotModified => ApiError::new(StatusCode::NOT_MODIFIED, msg),
+            ErrorKind::Unavailable => ApiError::new(StatusCode::FAILED_DEPENDENCY, msg),
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg),
+        }
+    }
+}
+
+/// How a point the write path refused is reported, in OpenTSDB's words: the telnet reply
+/// (`put: unknown metric: ...`, `put: illegal argument: ...`) and the `/api/put` per-point
+/// error (`Unknown metric`, the message itself, `Storage exception: ...`).
+pub(crate) struct PointError {
+    pub(crate) telnet: String,
+    pub(crate) http: String,
+}
+
+impl PointError {
+    pub(crate) fn of(e: &EngineError) -> PointError {
+        let text = e.to_string();
+        let (prefix, http) = match e.kind() {
+            // "Please throttle writes: ..." as OpenTSDB words it.
+            _ if matches!(e, EngineError::Throttled(_)) => ("put: ", text.clone()),
+            ErrorKind::NotFound => ("put: unknown metric: ", "Unknown metric".to_string()),
+            ErrorKind::InvalidInput => ("put: illegal argument: ", text.clone()),
+            _ => ("put: storage error: ", format!("Storage exception: {text}")),
+        };
+        PointError {
+            telnet: format!("{prefix}{text}"),
+            http,
+        }
+    }
 }

@@ -26,8 +26,9 @@ use hourglass_engine::query::rate::Num;
 use plotters::style::RGBColor;
 
 use super::ApiError;
-use super::query::{engine_error, url_params, url_sub_queries};
+use super::query::url_sub_queries;
 use super::request::blocking;
+use super::request::url_params;
 use super::ui::escape_html;
 use crate::State;
 use crate::plot::{AxisRange, Chart, KeyPlace, Line, render_png};
@@ -571,7 +572,7 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
     let opts = plot_options(p).map_err(bad)?;
     for q in &mut subs {
         if let Some(ds) = q.downsample {
-            q.downsample = Some(ds.in_zone(Tz::UTC, false).map_err(engine_error)?);
+            q.downsample = Some(ds.in_zone(Tz::UTC, false).map_err(ApiError::from)?);
         }
     }
     let notes_wanted = !p.has("no_annotations");
@@ -588,7 +589,7 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
         let mut notes = Vec::new();
         for q in &subs {
             let outcome =
-                run(tsdb, range_start, range_end, q, &run_options).map_err(engine_error)?;
+                run(tsdb, range_start, range_end, q, &run_options).map_err(ApiError::from)?;
             if notes_wanted {
                 for g in &outcome.groups {
                     notes.extend(g.annotations.iter().filter_map(note_of));
@@ -597,7 +598,8 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
             outcomes.push(outcome);
         }
         if global_wanted {
-            let global = global_annotations(tsdb, range_start, range_end).map_err(engine_error)?;
+            let global =
+                global_annotations(tsdb, range_start, range_end).map_err(ApiError::from)?;
             notes.extend(global.iter().filter_map(note_of));
         }
         notes.sort();

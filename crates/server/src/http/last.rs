@@ -22,8 +22,8 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_response;
-use super::query::{engine_error, url_params};
 use super::request::blocking;
+use super::request::url_params;
 use crate::State;
 
 /// How far `backScan: 0` looks back, in hours.
@@ -190,12 +190,14 @@ fn run(
     for w in wanted {
         let found = match w {
             Wanted::Tags { metric, tags } => {
-                let metric = uids.get_id(UidKind::Metric, metric).map_err(engine_error)?;
+                let metric = uids
+                    .get_id(UidKind::Metric, metric)
+                    .map_err(ApiError::from)?;
                 let mut pairs = Vec::with_capacity(tags.len());
                 for (k, v) in tags {
                     pairs.push((
-                        uids.get_id(UidKind::TagKey, k).map_err(engine_error)?,
-                        uids.get_id(UidKind::TagValue, v).map_err(engine_error)?,
+                        uids.get_id(UidKind::TagKey, k).map_err(ApiError::from)?,
+                        uids.get_id(UidKind::TagValue, v).map_err(ApiError::from)?,
                     ));
                 }
                 newest(tsdb, metric, pairs, None, from, now_secs)
@@ -215,9 +217,9 @@ fn run(
                 )
             }
         }
-        .map_err(engine_error)?;
+        .map_err(ApiError::from)?;
         for f in &found {
-            out.push(answer(tsdb, f, resolve).map_err(engine_error)?);
+            out.push(answer(tsdb, f, resolve).map_err(ApiError::from)?);
         }
     }
     Ok(out)

@@ -11,7 +11,7 @@ use axum::extract::{Query, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hourglass_core::value::{self, Value};
-use hourglass_engine::{ErrorKind, IncomingPoint};
+use hourglass_engine::IncomingPoint;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -238,12 +238,7 @@ fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
     }
     for (idx, e) in outcome.errors {
         state.stats.count_error(&e);
-        let msg = match e.kind() {
-            ErrorKind::NotFound => "Unknown metric".to_string(),
-            ErrorKind::InvalidInput => e.to_string(),
-            _ => format!("Storage exception: {e}"),
-        };
-        errors.push((checked[idx].0, msg));
+        errors.push((checked[idx].0, super::PointError::of(&e).http));
     }
     errors.sort_by_key(|(i, _)| *i);
     PutResult {

@@ -19,13 +19,13 @@ use hourglass_engine::query::plan::{
     writes_null,
 };
 use hourglass_engine::query::rate::{Num, RateOptions};
-use hourglass_engine::{Error as EngineError, ErrorKind};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_text_response;
 use super::request::blocking;
+use super::request::url_params;
 use crate::State;
 
 #[derive(Debug, Default, Deserialize)]
@@ -91,19 +91,6 @@ struct FilterRequest {
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
-}
-
-pub(crate) fn engine_error(e: EngineError) -> ApiError {
-    let msg = e.to_string();
-    match e.kind() {
-        ErrorKind::NotFound | ErrorKind::InvalidInput => {
-            ApiError::bad_request(msg.clone()).with_details(msg)
-        }
-        ErrorKind::LimitExceeded => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg),
-        ErrorKind::NotModified => ApiError::new(StatusCode::NOT_MODIFIED, msg),
-        ErrorKind::Unavailable => ApiError::new(StatusCode::FAILED_DEPENDENCY, msg),
-        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg),
-    }
 }
 
 fn time_of(v: &Value, now_ms: i64, tz: Tz) -> Result<i64, ApiError> {
@@ -491,11 +478,6 @@ pub(crate) fn url_sub_queries(params: &[(String, String)]) -> Result<Vec<SubQuer
     Ok(subs)
 }
 
-/// Query parameters of the URL, in order.
-pub(crate) fn url_params(raw: Option<&str>) -> Vec<(String, String)> {
-    serde_urlencoded::from_str(raw.unwrap_or("")).unwrap_or_default()
-}
-
 pub(crate) async fn handle(
     method: Method,
     RawQuery(raw): RawQuery,
@@ -584,7 +566,7 @@ pub(crate) async fn handle(
     }
     for q in &mut subs {
         if let Some(ds) = q.downsample {
-            q.downsample = Some(ds.in_zone(tz, use_calendar).map_err(engine_error)?);
+            q.downsample = Some(ds.in_zone(tz, use_calendar).map_err(ApiError::from)?);
         }
     }
     // Duplicate sub-queries are answered once, as OpenTSDB does.
@@ -621,7 +603,7 @@ pub(crate) async fn handle(
         .collect();
     let body = blocking(&state.tsdb, move |tsdb| {
         let global = if flags.global_annotations && !flags.no_annotations {
-            let list = global_annotations(tsdb, start, end).map_err(engine_error)?;
+            let list = global_annotations(tsdb, start, end).map_err(ApiError::from)?;
             (!list.is_empty()).then(|| annotations_json(&list))
         } else {
             None
@@ -636,7 +618,7 @@ pub(crate) async fn handle(
         let (mut points, mut raw) = (0u64, 0u64);
         let (mut storage, mut aggregation) = (0.0, 0.0);
         for (index, q) in unique.iter().enumerate() {
-            let outcome = run(tsdb, start, end, q, &options[index]).map_err(engine_error)?;
+            let outcome = run(tsdb, start, end, q, &options[index]).map_err(ApiError::from)?;
             raw += outcome.stats.points;
             storage += millis(outcome.stats.scan_time);
             aggregation += millis(outcome.stats.aggregation_time);

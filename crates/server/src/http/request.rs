@@ -10,7 +10,11 @@ use hourglass_engine::{Error as EngineError, ErrorKind, Tsdb};
 use serde_json::{Map, Value};
 
 use super::ApiError;
-use super::query::url_params;
+
+/// Query parameters of the URL, in order.
+pub(crate) fn url_params(raw: Option<&str>) -> Vec<(String, String)> {
+    serde_urlencoded::from_str(raw.unwrap_or("")).unwrap_or_default()
+}
 
 /// URL parameters; a repeated one reads as its last value, as OpenTSDB.
 pub(crate) struct Params(Vec<(String, String)>);
@@ -124,13 +128,13 @@ pub(crate) fn no_content() -> Response {
 }
 
 /// An engine error with a given message for "not found" (404) and the engine's text as
-/// details; everything else as [`super::query::engine_error`].
+/// details; everything else as any engine error is answered (`ApiError::from`).
 pub(crate) fn not_found_as(e: EngineError, message: &str) -> ApiError {
     match e.kind() {
         ErrorKind::NotFound => {
             ApiError::new(StatusCode::NOT_FOUND, message).with_details(e.to_string())
         }
-        _ => super::query::engine_error(e),
+        _ => ApiError::from(e),
     }
 }
 

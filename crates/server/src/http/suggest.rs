@@ -12,7 +12,6 @@ use serde_json::Value;
 
 use super::ApiError;
 use super::error::json_response;
-use super::query::engine_error;
 use super::request::{Params, blocking, json_object};
 use crate::State;
 
@@ -65,7 +64,9 @@ pub(crate) async fn handle(
         },
     };
     let names = blocking(&state.tsdb, move |db| {
-        db.uids().suggest(kind, &prefix, max).map_err(engine_error)
+        db.uids()
+            .suggest(kind, &prefix, max)
+            .map_err(ApiError::from)
     })
     .await?;
     let list = names.into_iter().map(Value::String).collect();

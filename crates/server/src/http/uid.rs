@@ -18,7 +18,6 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_response;
-use super::query::engine_error;
 use super::request::{
     Params, api_method, blocking, check_writable, has_body, json_body, json_object, no_content,
     not_found_as,
@@ -282,7 +281,7 @@ fn uid_target(params: &Params, body: &Bytes, missing: &str) -> Result<UidTarget,
         if kind.is_empty() {
             return Err(missing_err("Missing type"));
         }
-        let update = MetaUpdate::from_json(&obj).map_err(engine_error)?;
+        let update = MetaUpdate::from_json(&obj).map_err(ApiError::from)?;
         (uid, kind, update)
     } else {
         let uid = params.required("uid")?.to_string();
@@ -297,10 +296,10 @@ fn uid_target(params: &Params, body: &Bytes, missing: &str) -> Result<UidTarget,
                 obj.insert(field.into(), json!(v));
             }
         }
-        let update = MetaUpdate::from_json(&obj).map_err(engine_error)?;
+        let update = MetaUpdate::from_json(&obj).map_err(ApiError::from)?;
         (uid, kind, update)
     };
-    let kind = parse_type(&kind).map_err(engine_error)?;
+    let kind = parse_type(&kind).map_err(ApiError::from)?;
     Ok(UidTarget {
         kind,
         uid: hex_arg(&uid)?,
@@ -320,7 +319,7 @@ pub(crate) async fn uidmeta(
     match method {
         Method::GET => {
             let uid = hex_arg(params.required("uid")?)?;
-            let kind = parse_type(params.required("type")?).map_err(engine_error)?;
+            let kind = parse_type(params.required("type")?).map_err(ApiError::from)?;
             let meta = blocking(&state.tsdb, move |db| {
                 get_uid_meta(db, kind, &uid).map_err(|e| not_found_as(e, NOT_FOUND))
             })
@@ -344,7 +343,7 @@ pub(crate) async fn uidmeta(
             check_writable(&state)?;
             let t = uid_target(&params, &body, "Unable to delete UIDMeta information")?;
             blocking(&state.tsdb, move |db| {
-                delete_uid_meta(db, t.kind, &t.uid).map_err(engine_error)
+                delete_uid_meta(db, t.kind, &t.uid).map_err(ApiError::from)
             })
             .await?;
             Ok(no_content())
@@ -423,7 +422,7 @@ pub(crate) async fn tsmeta(
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string();
-                (tsuid, MetaUpdate::from_json(&obj).map_err(engine_error)?)
+                (tsuid, MetaUpdate::from_json(&obj).map_err(ApiError::from)?)
             } else {
                 (
                     params.get("tsuid").unwrap_or("").to_string(),
@@ -450,7 +449,7 @@ pub(crate) async fn tsmeta(
                 blocking(&state.tsdb, move |db| {
                     let tsuid = tsuid_for(db, &metric, &tags)
                         .map_err(|e| not_found_as(e, UIDS_NOT_FOUND))?;
-                    let exists = get_ts_meta(db, &tsuid).map_err(engine_error)?.is_some();
+                    let exists = get_ts_meta(db, &tsuid).map_err(ApiError::from)?.is_some();
                     let meta = if exists {
                         sync_ts_meta(db, &tsuid, &update, overwrite)
                     } else if create {
@@ -483,7 +482,7 @@ pub(crate) async fn tsmeta(
             }
             let tsuid = hex_arg(&tsuid)?;
             blocking(&state.tsdb, move |db| {
-                delete_ts_meta(db, &tsuid).map_err(engine_error)
+                delete_ts_meta(db, &tsuid).map_err(ApiError::from)
             })
             .await?;
             Ok(no_content())
@@ -522,5 +521,5 @@ fn update_from_params(params: &Params) -> Result<MetaUpdate, ApiError> {
             obj.insert(key.into(), json!(n));
         }
     }
-    MetaUpdate::from_json(&obj).map_err(engine_error)
+    MetaUpdate::from_json(&obj).map_err(ApiError::from)
 }
