@@ -10,7 +10,7 @@ const KEPT: usize = 1024;
 static LINES: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
 
 /// Keeps the lines of `text` (a formatted log event or part of one), dropping the oldest
-/// past [`KEPT`].
+/// past the 1,024 kept.
 pub fn record(text: &[u8]) {
     let text = strip_ansi(&String::from_utf8_lossy(text));
     let mut lines = LINES.lock().unwrap_or_else(PoisonError::into_inner);

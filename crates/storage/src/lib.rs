@@ -5,6 +5,7 @@
 //! Cell timestamps are milliseconds chosen by the writer (or the store's clock when left
 //! out) and are filterable, so logical-time patterns such as time shifting work.
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
 pub mod memory;

@@ -13,6 +13,7 @@
 //! multi-threaded Tokio runtime blocks in place.
 
 mod convert;
+#[cfg(feature = "emulator")]
 pub mod emulator;
 
 use std::collections::HashMap;
