@@ -95,9 +95,8 @@ impl StoreArgs {
         Ok(config)
     }
 
-    /// Engine settings; the write-ahead log lives in `<data dir>/wal` unless configured. On
-    /// Bigtable, where other TSDs read the data, buffered points reach it within a second
-    /// unless `tsd.storage.flush_interval` says otherwise.
+    /// Engine settings (defaults decided by `Settings::from_config`, the Bigtable flush
+    /// interval included); the write-ahead log lives in `<data dir>/wal` unless configured.
     pub(crate) fn settings(&self) -> anyhow::Result<Settings> {
         self.settings_from(&self.config()?)
     }
@@ -105,11 +104,6 @@ impl StoreArgs {
     /// [`StoreArgs::settings`] from an already layered config (flags applied on top).
     pub(crate) fn settings_from(&self, config: &Config) -> anyhow::Result<Settings> {
         let mut settings = Settings::from_config(config)?;
-        if config.get_str("tsd.storage.backend", "embedded") == "bigtable"
-            && config.get("tsd.storage.flush_interval").is_none()
-        {
-            settings.flush_interval = std::time::Duration::from_secs(1);
-        }
         if settings.wal_dir.is_none() {
             settings.wal_dir = Some(self.data_dir.join("wal"));
         }

@@ -97,12 +97,23 @@ impl Default for Settings {
     }
 }
 
+/// The flush interval on a store other TSDs read (`tsd.storage.backend = bigtable`) when
+/// `tsd.storage.flush_interval` is not set.
+pub const SHARED_STORE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
 impl Settings {
     pub fn from_config(c: &Config) -> Result<Settings> {
         let d = Settings::default();
+        // On Bigtable other TSDs read the data: buffered points reach it within a second
+        // unless the interval is configured.
+        let default_flush = if c.get_str("tsd.storage.backend", "embedded") == "bigtable" {
+            SHARED_STORE_FLUSH_INTERVAL
+        } else {
+            d.flush_interval
+        };
         let flush_ms = c.get_int(
             "tsd.storage.flush_interval",
-            d.flush_interval.as_millis() as i64,
+            default_flush.as_millis() as i64,
         )?;
         let max_points = c.get_int(
             "tsd.storage.max_buffered_points",
@@ -129,5 +140,29 @@ impl Settings {
             meta: crate::meta::MetaTracking::from_config(c),
             clock: d.clock,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bigtable_flushes_within_a_second_unless_configured() {
+        let mut c = Config::default();
+        assert_eq!(
+            Settings::from_config(&c).unwrap().flush_interval,
+            Duration::from_secs(60)
+        );
+        c.set("tsd.storage.backend", "bigtable");
+        assert_eq!(
+            Settings::from_config(&c).unwrap().flush_interval,
+            SHARED_STORE_FLUSH_INTERVAL
+        );
+        c.set("tsd.storage.flush_interval", "5000");
+        assert_eq!(
+            Settings::from_config(&c).unwrap().flush_interval,
+            Duration::from_secs(5)
+        );
     }
 }
