@@ -21,8 +21,8 @@ use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::{FLAG_FLOAT, Value, write_bits};
 
 #[cfg(test)]
-use crate::query::rate::Num;
-use crate::query::rate::Sample;
+use crate::num::Num;
+use crate::num::Sample;
 use hourglass_storage::{CellCodec, Error, Result};
 
 const VERSION: u8 = 1;

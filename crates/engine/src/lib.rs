@@ -6,6 +6,7 @@ pub mod cell_codec;
 mod error;
 pub mod fsck;
 pub mod meta;
+pub mod num;
 pub mod query;
 pub mod read;
 pub mod rows;

@@ -15,7 +15,7 @@ use hourglass_core::value::Value;
 use hourglass_storage::{CellCodec, Row};
 
 use crate::cell_codec::{DataCellCodec, decode_columns, decode_points};
-use crate::query::rate::Sample;
+use crate::num::Sample;
 use crate::scan::{RowQuery, scan_requests};
 use crate::{Result, Tsdb, rows};
 

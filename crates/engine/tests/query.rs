@@ -6,11 +6,11 @@ mod common;
 use hourglass_core::value::Value;
 use hourglass_engine::IncomingPoint;
 use hourglass_engine::Tsdb;
+use hourglass_engine::num::Num;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::DownsampleSpec;
 use hourglass_engine::query::filter::TagFilter;
 use hourglass_engine::query::plan::{GroupResult, Limits, RunOptions, SubQuery, run};
-use hourglass_engine::query::rate::Num;
 
 const START: i64 = 1356998400000;
 const END: i64 = 1357041600000;

@@ -9,11 +9,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use hourglass_engine::num::Num;
 use hourglass_engine::query::aggregator::{Aggregator, NAMES};
 use hourglass_engine::query::downsample::{DownsampleSpec, FillPolicy};
 use hourglass_engine::query::filter::TagFilter;
 use hourglass_engine::query::plan::{RunOptions, SubQuery, run};
-use hourglass_engine::query::rate::{Num, RateOptions};
+use hourglass_engine::query::rate::RateOptions;
 
 use crate::open::StoreArgs;
 

@@ -4,7 +4,7 @@
 
 use super::aggregator::{Aggregator, Interpolation};
 use super::fold::{Fold, Running, with_fold};
-use super::rate::Num;
+use crate::num::Num;
 use crate::{Error, Result};
 
 /// Where a series stands at time `x`.

@@ -8,7 +8,7 @@ use hourglass_core::time::Tz;
 
 use super::aggregator::Aggregator;
 use super::fold::{Accumulator, Fold, with_fold};
-use super::rate::Sample;
+use crate::num::Sample;
 use crate::{Error, Result};
 
 /// What an empty bucket becomes.
@@ -607,7 +607,7 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use super::*;
-    use crate::query::rate::Num;
+    use crate::num::Num;
     use proptest::prelude::*;
 
     fn value() -> impl Strategy<Value = f64> {

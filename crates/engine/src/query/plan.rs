@@ -19,7 +19,8 @@ use super::aggregate::{aggregate, aggregate_floats, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
-use super::rate::{Num, RateOptions, Sample, rates};
+use super::rate::{RateOptions, rates};
+use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
 use crate::{Error, Result, Tsdb};
 

@@ -1,5 +1,6 @@
 //! Rate of change per second, with OpenTSDB's counter options.
 
+use crate::num::Sample;
 use crate::{Error, Result};
 
 /// `rateOptions`: counter handling.
@@ -67,83 +68,6 @@ impl RateOptions {
     }
 }
 
-/// A value as stored: integer math is kept where OpenTSDB keeps it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Num {
-    Int(i64),
-    Float(f64),
-}
-
-impl Num {
-    /// The value as a double (integers converted).
-    pub fn as_f64(self) -> f64 {
-        match self {
-            Num::Int(i) => i as f64,
-            Num::Float(f) => f,
-        }
-    }
-}
-
-/// A point's value as a query reads it: as stored ([`Num`], integers kept), or as a double
-/// (all that downsampling needs).
-pub trait Sample: Copy + Send + Sync + std::fmt::Debug + 'static {
-    fn from_int(i: i64) -> Self;
-    fn from_float(f: f64) -> Self;
-    fn as_f64(self) -> f64;
-    /// The integer, when the value is one (integer math is kept between two integers).
-    fn as_int(self) -> Option<i64>;
-    fn to_num(self) -> Num;
-}
-
-impl Sample for Num {
-    #[inline(always)]
-    fn from_int(i: i64) -> Num {
-        Num::Int(i)
-    }
-    #[inline(always)]
-    fn from_float(f: f64) -> Num {
-        Num::Float(f)
-    }
-    #[inline(always)]
-    fn as_f64(self) -> f64 {
-        Num::as_f64(self)
-    }
-    #[inline(always)]
-    fn as_int(self) -> Option<i64> {
-        match self {
-            Num::Int(i) => Some(i),
-            Num::Float(_) => None,
-        }
-    }
-    #[inline(always)]
-    fn to_num(self) -> Num {
-        self
-    }
-}
-
-impl Sample for f64 {
-    #[inline(always)]
-    fn from_int(i: i64) -> f64 {
-        i as f64
-    }
-    #[inline(always)]
-    fn from_float(f: f64) -> f64 {
-        f
-    }
-    #[inline(always)]
-    fn as_f64(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn as_int(self) -> Option<i64> {
-        None
-    }
-    #[inline(always)]
-    fn to_num(self) -> Num {
-        Num::Float(self)
-    }
-}
-
 /// Per-second rates of one series' points (time-ordered, ms). Each rate carries the later
 /// point's time; the first point yields none (OpenTSDB computes a hidden one against (0, 0)).
 pub fn rates<V: Sample>(points: &[(i64, V)], options: &RateOptions) -> Vec<(i64, f64)> {
@@ -191,6 +115,7 @@ pub fn rates<V: Sample>(points: &[(i64, V)], options: &RateOptions) -> Vec<(i64,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::num::Num;
 
     #[test]
     fn counter_examples_from_opentsdb() {

@@ -21,8 +21,8 @@ use axum::response::{IntoResponse, Response};
 use hourglass_core::time::{Tz, parse_time_in, parse_timezone};
 use hourglass_core::value::java_double_text;
 use hourglass_engine::annotation::Annotation;
+use hourglass_engine::num::Num;
 use hourglass_engine::query::plan::{Outcome, RunOptions, global_annotations, run};
-use hourglass_engine::query::rate::Num;
 use plotters::style::RGBColor;
 
 use super::ApiError;

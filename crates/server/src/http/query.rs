@@ -11,6 +11,7 @@ use axum::response::Response;
 use hourglass_core::time::{Tz, parse_time_in, parse_timezone};
 use hourglass_core::value::{java_double_text, push_java_double};
 use hourglass_engine::annotation::Annotation;
+use hourglass_engine::num::Num;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::DownsampleSpec;
 use hourglass_engine::query::filter::TagFilter;
@@ -18,7 +19,7 @@ use hourglass_engine::query::plan::{
     GroupResult, Outcome, RunOptions, StoredAnnotation, SubQuery, global_annotations, run,
     writes_null,
 };
-use hourglass_engine::query::rate::{Num, RateOptions};
+use hourglass_engine::query::rate::RateOptions;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
