@@ -191,8 +191,16 @@ enum Points {
     Downsampled(Downsampler),
 }
 
+/// One tag of a series: its key and value, as UIDs and as names.
+struct Tag {
+    key: Uid,
+    value: Uid,
+    key_name: String,
+    value_name: String,
+}
+
 struct SeriesState {
-    tags: Vec<(Uid, Uid, String, String)>,
+    tags: Vec<Tag>,
     tsuid: String,
     points: Points,
     annotations: Vec<StoredAnnotation>,
@@ -375,7 +383,7 @@ pub fn run(
         } else {
             group_keys
                 .iter()
-                .filter_map(|k| s.tags.iter().find(|t| t.0 == *k).map(|t| t.1))
+                .filter_map(|k| s.tags.iter().find(|t| t.key == *k).map(|t| t.value))
                 .collect()
         };
         groups.entry(key).or_default().push(s);
@@ -383,25 +391,17 @@ pub fn run(
 
     let mut out = Vec::with_capacity(groups.len());
     for mut members in groups.into_values() {
-        let Finished {
-            raw,
-            downsampled,
-            rates: rate_series,
-        } = finish_series(&mut members, q, window, budget)?;
-        let dps = if q.rate {
-            aggregate_rates(&rate_series, q.aggregator)?
+        let dps = match finish_series(&mut members, q, window, budget)? {
+            Finished::Rates(rates) => aggregate_rates(&rates, q.aggregator)?
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
-                .collect()
-        } else if q.downsample.is_some() {
-            aggregate_floats(&downsampled, q.aggregator)?
+                .collect(),
+            Finished::Downsampled(series) => aggregate_floats(&series, q.aggregator)?
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
-                .collect()
-        } else {
-            aggregate(&raw, q.aggregator)?
+                .collect(),
+            Finished::Raw(series) => aggregate(&series, q.aggregator)?,
         };
-        drop((rate_series, downsampled, raw));
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
             .filter(|(t, _)| *t >= start_ms && *t <= end_ms)
@@ -409,11 +409,15 @@ pub fn run(
         // A tag key with one value across the group goes to `tags`, else to `aggregateTags`.
         let mut seen: BTreeMap<Uid, (String, Option<String>)> = BTreeMap::new();
         for s in &members {
-            for (k, _, kn, vn) in &s.tags {
+            for t in &s.tags {
                 let entry = seen
-                    .entry(*k)
-                    .or_insert_with(|| (kn.clone(), Some(vn.clone())));
-                if entry.1.as_ref().is_some_and(|existing| existing != vn) {
+                    .entry(t.key)
+                    .or_insert_with(|| (t.key_name.clone(), Some(t.value_name.clone())));
+                if entry
+                    .1
+                    .as_ref()
+                    .is_some_and(|existing| *existing != t.value_name)
+                {
                     entry.1 = None;
                 }
             }
@@ -449,19 +453,35 @@ pub fn run(
     Ok(Outcome { groups: out, stats })
 }
 
-/// A group's series in their final form, by kind (one sub-query makes one kind).
-#[derive(Default)]
-struct Finished {
-    raw: Vec<Series>,
-    downsampled: Vec<Vec<(i64, f64)>>,
-    rates: Vec<(f64, Vec<(i64, f64)>)>,
+/// A group's series in their final form: one sub-query makes one kind.
+enum Finished {
+    /// Neither downsampled nor rates: the stored values.
+    Raw(Vec<Series>),
+    Downsampled(Vec<Vec<(i64, f64)>>),
+    /// Each series' rates with its hidden first rate.
+    Rates(Vec<(f64, Vec<(i64, f64)>)>),
 }
 
 impl Finished {
+    /// An empty result of the kind `q` makes.
+    fn of(q: &SubQuery) -> Finished {
+        if q.rate {
+            Finished::Rates(Vec::new())
+        } else if q.downsample.is_some() {
+            Finished::Downsampled(Vec::new())
+        } else {
+            Finished::Raw(Vec::new())
+        }
+    }
+
     fn extend(&mut self, later: Finished) {
-        self.raw.extend(later.raw);
-        self.downsampled.extend(later.downsampled);
-        self.rates.extend(later.rates);
+        match (self, later) {
+            (Finished::Raw(a), Finished::Raw(b)) => a.extend(b),
+            (Finished::Downsampled(a), Finished::Downsampled(b)) => a.extend(b),
+            (Finished::Rates(a), Finished::Rates(b)) => a.extend(b),
+            // One sub-query makes one kind: both halves are of it.
+            _ => {}
+        }
     }
 }
 
@@ -498,18 +518,24 @@ fn finish_series_here(
     window: (i64, i64),
     budget: u64,
 ) -> Result<Finished> {
-    let mut out = Finished::default();
+    let mut out = Finished::of(q);
     for s in members {
-        match std::mem::replace(&mut s.points, Points::Raw(Vec::new())) {
-            Points::Raw(p) if q.rate => out.rates.extend(rate_of(&p, &q.rate_options)),
-            Points::Raw(p) => out.raw.push(p),
-            Points::Downsampled(d) => {
-                let p = d.finish(window, budget)?;
-                if q.rate {
-                    out.rates.extend(rate_of(&p, &q.rate_options));
-                } else {
-                    out.downsampled.push(p);
-                }
+        let points = std::mem::replace(&mut s.points, Points::Raw(Vec::new()));
+        match (&mut out, points) {
+            (Finished::Rates(r), Points::Raw(p)) => r.extend(rate_of(&p, &q.rate_options)),
+            (Finished::Rates(r), Points::Downsampled(d)) => {
+                r.extend(rate_of(&d.finish(window, budget)?, &q.rate_options));
+            }
+            (Finished::Raw(r), Points::Raw(p)) => r.push(p),
+            (Finished::Downsampled(r), Points::Downsampled(d)) => {
+                r.push(d.finish(window, budget)?);
+            }
+            // A sub-query's series are all downsampled or none is.
+            (Finished::Raw(_), Points::Downsampled(_))
+            | (Finished::Downsampled(_), Points::Raw(_)) => {
+                return Err(Error::Internal(
+                    "a series finished unlike its sub-query".into(),
+                ));
             }
         }
     }
@@ -573,8 +599,12 @@ struct Part {
 }
 
 impl Scan<'_> {
-    fn passes(&self, tags: &[(Uid, Uid, String, String)]) -> bool {
-        let value_of = |k: &str| tags.iter().find(|t| t.2 == k).map(|t| t.3.as_str());
+    fn passes(&self, tags: &[Tag]) -> bool {
+        let value_of = |k: &str| {
+            tags.iter()
+                .find(|t| t.key_name == k)
+                .map(|t| t.value_name.as_str())
+        };
         let pass = self.by_tagk.iter().all(|(k, fs)| {
             let Some(v) = value_of(k) else {
                 return false; // every filtered tag key must be present
@@ -606,12 +636,12 @@ impl Scan<'_> {
         let key = decode_row_key(schema, key)?;
         let mut tags = Vec::with_capacity(key.series.tags.len());
         for (k, v) in &key.series.tags {
-            tags.push((
-                *k,
-                *v,
-                uids.get_name(UidKind::TagKey, *k)?,
-                uids.get_name(UidKind::TagValue, *v)?,
-            ));
+            tags.push(Tag {
+                key: *k,
+                value: *v,
+                key_name: uids.get_name(UidKind::TagKey, *k)?,
+                value_name: uids.get_name(UidKind::TagValue, *v)?,
+            });
         }
         if !self.passes(&tags) {
             return Ok(None);
