@@ -231,7 +231,8 @@ impl Default for RunOptions {
     }
 }
 
-/// Runs `q` over `[start_ms, end_ms]`.
+/// Runs `q` over `[start_ms, end_ms]`: resolves its names, reads its series, then groups,
+/// finishes and aggregates them.
 pub fn run(
     tsdb: &Tsdb,
     start_ms: i64,
@@ -239,8 +240,6 @@ pub fn run(
     q: &SubQuery,
     options: &RunOptions,
 ) -> Result<Outcome> {
-    let limits = &options.limits;
-    let deadline = limits.deadline(options.started);
     // A deletion holds off flushes from before its scan until its rewrites are applied, so
     // no point reaches a row between the row's read and its rewrite. Points still in memory
     // reach the store first, so they are deleted too.
@@ -249,9 +248,52 @@ pub fn run(
         tsdb.writer().flush_with(flush)?;
     }
     let scan_started = Instant::now();
+    let resolved = resolve(tsdb, q)?;
+    let hours = ScanHours::of(q, start_ms, end_ms);
+    let Part {
+        series,
+        mut stats,
+        held,
+        deletions,
+        ..
+    } = read_series(tsdb, q, &resolved, (start_ms, end_ms), hours, options)?;
+    stats.scan_time = scan_started.elapsed();
+    if !deletions.is_empty() {
+        tsdb.store()
+            .mutate_rows(&tsdb.settings().schema.data_table, &deletions)?;
+    }
+    drop(flushes);
+    let aggregation_started = Instant::now();
+    let groups = finish_groups(
+        q,
+        &resolved,
+        series,
+        held,
+        hours.window(),
+        (start_ms, end_ms),
+        &options.limits,
+    )?;
+    stats.aggregation_time = aggregation_started.elapsed();
+    Ok(Outcome { groups, stats })
+}
+
+/// What a sub-query names, resolved to UIDs.
+struct Resolved<'q> {
+    metric: Uid,
+    metric_name: String,
+    /// Series named by TSUID (their tag bytes), when the sub-query names them so.
+    wanted_tsuids: Option<std::collections::HashSet<Vec<u8>>>,
+    /// The UID of every filtered tag key.
+    tagk_uids: HashMap<&'q str, Uid>,
+    /// Literal tag pairs pushed into the row-key regex.
+    pushed: Vec<(Uid, Uid)>,
+}
+
+/// Resolves the metric (or the TSUIDs' one metric), every filtered tag key, and literal
+/// values (unknown ones are errors, as in OpenTSDB).
+fn resolve<'q>(tsdb: &Tsdb, q: &'q SubQuery) -> Result<Resolved<'q>> {
     let uids = tsdb.uids();
     let schema = &tsdb.settings().schema;
-    // Series named by TSUID: one metric, an exact set of tag pairs each.
     let mut wanted_tsuids: Option<std::collections::HashSet<Vec<u8>>> = None;
     let (metric, metric_name) = if q.tsuids.is_empty() {
         (uids.get_id(UidKind::Metric, &q.metric)?, q.metric.clone())
@@ -281,8 +323,6 @@ pub fn run(
         wanted_tsuids = Some(set);
         (metric, uids.get_name(UidKind::Metric, metric)?)
     };
-    // Every filtered tag key must exist; literal values are resolved (unknown ones are errors,
-    // as in OpenTSDB) and a tag key with a single literal is pushed into the row scan.
     let mut tagk_uids: HashMap<&str, Uid> = HashMap::new();
     let mut literals: BTreeMap<Uid, Vec<Uid>> = BTreeMap::new();
     for f in &q.filters {
@@ -298,17 +338,54 @@ pub fn run(
         }
     }
     // Every literal value of a key goes into the row-key regex (as alternatives).
-    let pushed: Vec<(Uid, Uid)> = literals
+    let pushed = literals
         .iter()
         .flat_map(|(k, vs)| vs.iter().map(move |v| (*k, *v)))
         .collect();
-    let interval_ms = q.downsample.map_or(0, |d| d.interval_ms);
-    let scan_start = start_ms.div_euclid(1000);
-    let scan_start = scan_start - scan_start.rem_euclid(3600);
-    let scan_end = (end_ms + interval_ms).div_euclid(1000);
-    let scan_end = scan_end - scan_end.rem_euclid(3600) + 3599;
-    let window = (scan_start * 1000, (scan_end + 1) * 1000);
+    Ok(Resolved {
+        metric,
+        metric_name,
+        wanted_tsuids,
+        tagk_uids,
+        pushed,
+    })
+}
 
+/// The hours a sub-query reads (seconds, whole hours): its range, widened by one
+/// downsampling interval at the end.
+#[derive(Debug, Clone, Copy)]
+struct ScanHours {
+    start: i64,
+    end: i64,
+}
+
+impl ScanHours {
+    fn of(q: &SubQuery, start_ms: i64, end_ms: i64) -> ScanHours {
+        let interval_ms = q.downsample.map_or(0, |d| d.interval_ms);
+        let start = start_ms.div_euclid(1000);
+        let end = (end_ms + interval_ms).div_euclid(1000);
+        ScanHours {
+            start: start - start.rem_euclid(3600),
+            end: end - end.rem_euclid(3600) + 3599,
+        }
+    }
+
+    /// The same hours in ms, end exclusive.
+    fn window(self) -> (i64, i64) {
+        (self.start * 1000, (self.end + 1) * 1000)
+    }
+}
+
+/// Reads the series' rows (the hours in two halves on two threads when worth it), each
+/// series filtered and fed as its rows arrive.
+fn read_series(
+    tsdb: &Tsdb,
+    q: &SubQuery,
+    resolved: &Resolved<'_>,
+    query: (i64, i64),
+    hours: ScanHours,
+    options: &RunOptions,
+) -> Result<Part> {
     // Filters on one tag key: literal_or ones are ORed together, the others ANDed.
     let mut by_tagk: BTreeMap<&str, Vec<&TagFilter>> = BTreeMap::new();
     for f in &q.filters {
@@ -317,23 +394,23 @@ pub fn run(
     let scan = Scan {
         tsdb,
         q,
-        metric,
-        wanted_tsuids: wanted_tsuids.as_ref(),
+        metric: resolved.metric,
+        wanted_tsuids: resolved.wanted_tsuids.as_ref(),
         by_tagk,
-        pushed,
-        query: (start_ms, end_ms),
-        window,
+        pushed: resolved.pushed.clone(),
+        query,
+        window: hours.window(),
         options,
-        deadline,
+        deadline: options.limits.deadline(options.started),
         shared: SharedCounts::default(),
     };
-    let part = match split_hour(q, scan_start, scan_end, options) {
+    Ok(match split_hour(q, hours.start, hours.end, options) {
         // Two halves of the hours on two threads; each series' later points follow its
         // earlier ones, so the halves join without sorting.
         Some(mid) => {
             let (earlier, later) = std::thread::scope(|threads| {
-                let later = threads.spawn(|| scan.part(mid, scan_end));
-                let earlier = scan.part(scan_start, mid - 1);
+                let later = threads.spawn(|| scan.part(mid, hours.end));
+                let earlier = scan.part(hours.start, mid - 1);
                 (earlier, later.join())
             });
             let later = later.map_err(|_| Error::Internal("a query thread failed".into()))?;
@@ -342,30 +419,28 @@ pub fn run(
             options.limits.check(&part.stats, part.held, None)?;
             part
         }
-        None => scan.part(scan_start, scan_end)?,
-    };
-    let Part {
-        series,
-        mut stats,
-        held,
-        deletions,
-        ..
-    } = part;
-    stats.scan_time = scan_started.elapsed();
-    if !deletions.is_empty() {
-        tsdb.store().mutate_rows(&schema.data_table, &deletions)?;
-    }
-    drop(flushes);
-    let aggregation_started = Instant::now();
+        None => scan.part(hours.start, hours.end)?,
+    })
+}
 
-    // Groups by the values of the group-by tag keys (ordered by UID), or one per series for
-    // `none`; TSUID sub-queries form one group.
+/// Groups the series by the values of the group-by tag keys (ordered by UID), or one per
+/// series for `none` (TSUID sub-queries form one group), then finishes and aggregates each
+/// group into its result.
+fn finish_groups(
+    q: &SubQuery,
+    resolved: &Resolved<'_>,
+    series: Vec<SeriesState>,
+    held: u64,
+    window: (i64, i64),
+    (start_ms, end_ms): (i64, i64),
+    limits: &Limits,
+) -> Result<Vec<GroupResult>> {
     let group_keys: Vec<Uid> = {
         let mut ks: Vec<Uid> = q
             .filters
             .iter()
             .filter(|f| f.group_by)
-            .filter_map(|f| tagk_uids.get(f.tagk.as_str()).copied())
+            .filter_map(|f| resolved.tagk_uids.get(f.tagk.as_str()).copied())
             .collect();
         ks.sort();
         ks.dedup();
@@ -388,7 +463,6 @@ pub fn run(
         };
         groups.entry(key).or_default().push(s);
     }
-
     let mut out = Vec::with_capacity(groups.len());
     for mut members in groups.into_values() {
         let dps = match finish_series(&mut members, q, window, budget)? {
@@ -441,7 +515,7 @@ pub fn run(
             .collect();
         annotations.sort_by_key(|a| a.time_ms);
         out.push(GroupResult {
-            metric: metric_name.clone(),
+            metric: resolved.metric_name.clone(),
             tags,
             aggregate_tags,
             tsuids,
@@ -449,8 +523,7 @@ pub fn run(
             dps,
         });
     }
-    stats.aggregation_time = aggregation_started.elapsed();
-    Ok(Outcome { groups: out, stats })
+    Ok(out)
 }
 
 /// A group's series in their final form: one sub-query makes one kind.
