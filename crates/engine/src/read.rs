@@ -84,7 +84,7 @@ enum RowData<'a> {
 }
 
 fn is_encoded(c: &hourglass_storage::Cell) -> bool {
-    c.family == DATA_FAMILY && c.qualifier.is_empty()
+    c.family == DATA_FAMILY && c.is_encoded()
 }
 
 impl RowData<'_> {

@@ -9,7 +9,7 @@
 //!       | timestamp (zigzag varint) | value len (varint) | value |
 //! ```
 
-use crate::{Cell, Check, Error, Mutation, ReadOptions, Result, Row, TableSpec};
+use crate::{Cell, CellForm, Check, Error, Mutation, ReadOptions, Result, Row, TableSpec};
 
 /// Cells stored as they are.
 const ROW_FORMAT_PLAIN: u8 = 1;
@@ -104,6 +104,7 @@ impl RowData {
                     qualifier: qualifier.to_vec(),
                     timestamp,
                     value,
+                    form: CellForm::Plain,
                 },
             ),
         }
@@ -262,6 +263,11 @@ impl RowData {
             let coded = coded_format && r.byte()? == 1;
             let family = String::from_utf8(r.chunk()?.to_vec())
                 .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+            let form = if coded && keep_encoded {
+                CellForm::Encoded
+            } else {
+                CellForm::Plain
+            };
             let (qualifier, timestamp, value) = if coded && keep_encoded {
                 let z = r.varint()?;
                 let blob = r.chunk()?.to_vec();
@@ -288,6 +294,7 @@ impl RowData {
                 qualifier,
                 timestamp,
                 value,
+                form,
             });
         }
         if r.pos != bytes.len() {

@@ -2,10 +2,30 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cell {
     pub family: String,
+    /// Empty for a cell in its codec's form ([`CellForm::Encoded`]): the value holds it.
     pub qualifier: Vec<u8>,
     /// Milliseconds; meaning is the writer's (wall clock by default, logical if it chooses).
     pub timestamp: i64,
     pub value: Vec<u8>,
+    pub form: CellForm,
+}
+
+/// What a cell read holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CellForm {
+    /// Its qualifier and value as written.
+    #[default]
+    Plain,
+    /// A table codec's compact form of qualifier and value, in `value` (asked for with
+    /// [`ReadOptions::encoded_cells`]; decoded by the reader that knows the codec).
+    Encoded,
+}
+
+impl Cell {
+    /// Whether the cell is in its codec's compact form.
+    pub fn is_encoded(&self) -> bool {
+        self.form == CellForm::Encoded
+    }
 }
 
 /// A row as read: cells sorted by family, then qualifier (byte order), then newest first.

@@ -3,7 +3,9 @@
 use bigtable_rs::bigtable::RowCell;
 use bigtable_rs::google::bigtable::v2 as data;
 use data::row_filter::{Chain, Filter};
-use hourglass_storage::{Cell, Check, Error, Mutation, ReadOptions, Row, TableSpec, TimeRange};
+use hourglass_storage::{
+    Cell, CellForm, Check, Error, Mutation, ReadOptions, Row, TableSpec, TimeRange,
+};
 
 /// Milliseconds to Bigtable's microseconds (millisecond granularity), saturating.
 fn micros(ms: i64) -> i64 {
@@ -139,6 +141,7 @@ pub(crate) fn to_row(
             qualifier: c.qualifier,
             timestamp: c.timestamp_micros / 1000,
             value: c.value,
+            form: CellForm::Plain,
         })
         .collect();
     cells.sort_by(|a, b| {
