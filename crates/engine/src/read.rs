@@ -74,8 +74,8 @@ pub struct RowColumns<'a, V> {
 
 /// A row's data cells before decoding.
 enum RowData<'a> {
-    /// The row's only data cell, compacted: OpenTSDB's bytes, or the embedded store's
-    /// compact form when its qualifier is empty.
+    /// The row's only data cell (single point, compacted, appended): OpenTSDB's bytes, or
+    /// the embedded store's compact form when the cell says so (`Cell::is_encoded`).
     Single(&'a hourglass_storage::Cell),
     /// Several data cells, or points still buffered for the row: merged by time.
     Merge(&'a Row, &'a [Point]),

@@ -135,7 +135,8 @@ impl Log {
     }
 
     /// Appends a frame made by [`EntryBuilder::finish_framed`] for `seq` to OS buffers
-    /// (`sync` adds an fsync). On failure nothing of the frame stays in the log.
+    /// (`sync` adds an fsync). On failure the log is cut back to its last good frame; when even
+    /// that fails, the torn bytes stay and the log is poisoned (nothing more is acknowledged).
     pub(crate) fn append_frame(&mut self, seq: u64, frame: &[u8], sync: bool) -> Result<()> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Unavailable(why.clone()));

@@ -1,12 +1,14 @@
 //! The semantics of one row, shared by backends that keep rows themselves (memory, embedded):
 //! applying mutations, version garbage collection, read filters, and a compact encoding.
 //!
-//! Encoded row (version 1):
+//! Encoded row: format `0x01` (plain cells) or `0x02` (a table with a codec: each cell says
+//! whether it is coded), see docs/rfcs/0002-embedded-row-encoding.md:
 //!
 //! ```text
-//! | 0x01 | cell count (varint) | cells... |
-//! cell: | family len (varint) | family | qualifier len (varint) | qualifier |
-//!       | timestamp (zigzag varint) | value len (varint) | value |
+//! | format (1) | cell count (varint) | cells... |
+//! cell: | [coded (1), format 0x02 only] | family len (varint) | family |
+//!   plain: | qualifier len (varint) | qualifier | timestamp (zigzag varint) | value len (varint) | value |
+//!   coded: | timestamp (zigzag varint) | blob len (varint) | blob |
 //! ```
 
 use crate::{Cell, CellForm, Check, Error, Mutation, ReadOptions, Result, Row, TableSpec};

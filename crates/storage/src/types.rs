@@ -158,9 +158,11 @@ pub struct ReadOptions {
     pub time_range: TimeRange,
     /// Only the newest version of each column (after the time filter).
     pub latest_only: bool,
-    /// Cells a table's [`crate::CellCodec`] stored come back in its encoded form, with an
-    /// empty qualifier, for a reader that decodes that form itself. Stores without codecs
-    /// return every cell as it is.
+    /// In a scan, cells a table's [`crate::CellCodec`] stored come back in its encoded form
+    /// ([`CellForm::Encoded`], empty qualifier), for a reader that decodes that form itself
+    /// (a single-row get always decodes). Stores without codecs return every cell as it is.
+    /// Not to be combined with `latest_only` on a family holding several coded cells: their
+    /// empty qualifiers would read as one column.
     pub encoded_cells: bool,
 }
 
