@@ -52,7 +52,7 @@ pub struct FsckReport {
     pub out_of_order_compacted: u64,
     /// Rows rewritten in time order for them.
     pub out_of_order_compacted_fixed: u64,
-    /// Rows of hours closed for more than [`UNCOMPACTED_GRACE_SECS`] holding several data
+    /// Rows of hours closed for more than [`super::UNCOMPACTED_GRACE_SECS`] holding several data
     /// cells.
     pub uncompacted_rows: u64,
     /// Such rows compacted into one column.
