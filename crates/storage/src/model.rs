@@ -397,6 +397,69 @@ mod tests {
             .is_err()
         );
     }
+
+    /// A codec that stores qualifier `q` cells as `[0xC0, value...]`.
+    #[derive(Debug)]
+    struct Tagged;
+
+    impl CellCodec for Tagged {
+        fn encode(&self, _family: &str, qualifier: &[u8], value: &[u8]) -> Option<Vec<u8>> {
+            (qualifier == b"q").then(|| [&[0xC0][..], value].concat())
+        }
+        fn decode(&self, _family: &str, encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+            match encoded.split_first() {
+                Some((0xC0, v)) => Ok((b"q".to_vec(), v.to_vec())),
+                _ => Err(Error::Corrupt("not ours".into())),
+            }
+        }
+    }
+
+    /// The coded row format's bytes (docs/rfcs/0002-embedded-row-encoding.md), reading it
+    /// back decoded or in the codec's form, and refusing it without the codec.
+    #[test]
+    fn coded_rows_have_their_documented_bytes() {
+        let spec = TableSpec {
+            name: "t".into(),
+            families: vec![FamilySpec::new("f", None)],
+        };
+        let mut row = RowData::default();
+        row.apply(
+            &spec,
+            &[
+                Mutation::set_at("f", b"q".to_vec(), 1, vec![7, 8]),
+                Mutation::set_at("f", b"r".to_vec(), -1, vec![9]),
+            ],
+            0,
+        )
+        .unwrap();
+        let bytes = row.encode(Some(&Tagged));
+        assert_eq!(
+            bytes,
+            [
+                0x02, 2, // coded format, two cells
+                1, 1, b'f', 2, 3, 0xC0, 7, 8, // coded: family, zigzag ts 1, blob
+                0, 1, b'f', 1, b'r', 1, 1, 9, // plain: family, qualifier, zigzag ts -1, value
+            ]
+        );
+        assert_eq!(RowData::decode(&bytes, Some(&Tagged)), Ok(row.clone()));
+        let kept = RowData::decode_with(&bytes, Some(&Tagged), true).unwrap();
+        let coded = &kept.cells[0];
+        assert_eq!(
+            (
+                coded.form,
+                coded.qualifier.as_slice(),
+                coded.value.as_slice()
+            ),
+            (CellForm::Encoded, &b""[..], &[0xC0, 7, 8][..])
+        );
+        assert_eq!(kept.cells[1].form, CellForm::Plain);
+        assert_eq!(
+            RowData::decode(&bytes, None),
+            Err(Error::Corrupt(
+                "cell was stored with a codec this store was not given".into()
+            ))
+        );
+    }
 }
 
 /// The per-row part of a scan: key regex, cell filters and the row limit.
