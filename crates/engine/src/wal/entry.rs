@@ -126,6 +126,26 @@ mod tests {
     use super::*;
     use hourglass_core::value::Value;
 
+    /// The example frame of docs/rfcs/0004-write-ahead-log-frames.md, byte for byte.
+    #[test]
+    fn a_frame_has_its_documented_bytes() {
+        let mut b = EntryBuilder::default();
+        let key = [0, 0, 1, 0x50, 0xE2, 0x27, 0x00, 0, 0, 1, 0, 0, 1];
+        let r = b.add_row(&key);
+        b.add_point(
+            r,
+            Point::new(Qualifier::seconds(123, Value::Int(42).flags()).unwrap(), 42),
+        );
+        assert_eq!(
+            b.finish_framed(1),
+            [
+                0x17, 0, 0, 0, 0xDB, 0xDF, 0x9B, 0x86, 1, 0, 0, 0, 0, 0, 0, 0, // header
+                0x01, 0x01, 0x0D, 0, 0, 1, 0x50, 0xE2, 0x27, 0, 0, 0, 1, 0, 0, 1, // rows
+                0x01, 0x00, 0, 0, 0x07, 0xB0, 0x2A, // points
+            ]
+        );
+    }
+
     #[test]
     fn entries_round_trip() {
         let mut b = EntryBuilder::default();
