@@ -492,10 +492,7 @@ fn verify(shared: &Shared) -> anyhow::Result<(u64, u64, u64, u64)> {
 }
 
 pub(crate) fn run(args: &ChaosArgs) -> anyhow::Result<()> {
-    let tsdb = match &args.tsdb {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("tsdb"),
-    };
+    let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
     let temp = tempfile::tempdir()?;
     let work = args
         .data_dir

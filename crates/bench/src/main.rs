@@ -2,12 +2,15 @@
 //! over 1 and 8 connections to Hourglass, VictoriaMetrics and InfluxDB 1.x, one after the
 //! other on this machine, and prints for each: points/s until every point is durable, server
 //! CPU time per point (ingest through graceful shutdown), peak RSS, and bytes on disk per
-//! point after shutdown; then the ratios to Hourglass. With `--repeat N` each configuration
-//! runs N times and the run with the median CPU per point is reported.
+//! point after shutdown (less VictoriaMetrics's rebuildable `cache/`); then the ratios to
+//! Hourglass. With `--repeat N` each configuration runs N times and the run with the median
+//! CPU per point is reported. `hourglass-bench realdata` does the same on real monitoring
+//! data and times queries afterwards.
 #![allow(clippy::print_stdout)]
 
 mod chaos;
 mod dataset;
+mod load;
 mod metabench;
 mod proc;
 mod querybench;
@@ -16,8 +19,6 @@ mod syncbench;
 mod targets;
 
 use std::io::Write;
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
@@ -88,10 +89,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Chaos(args) => return chaos::run(&args),
         Cli::Sync(args) => return syncbench::run(&args),
     };
-    let tsdb = match &args.tsdb {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("tsdb"),
-    };
+    let tsdb = targets::tsdb_binary(args.tsdb.as_deref())?;
     println!(
         "generating {} points over {} series ...",
         args.points, args.series
@@ -139,41 +137,17 @@ fn measure(
     conns: usize,
 ) -> anyhow::Result<Run> {
     let dir = tempfile::tempdir()?;
-    let mut server = target.start(dir.path())?;
-    let cpu_before = proc::cpu_seconds(server.pid())?;
-    let started = Instant::now();
-    let senders: Vec<_> = streams
-        .iter()
-        .map(|bytes| {
-            let addr = server.put_addr.clone();
-            let bytes = bytes.clone();
-            std::thread::spawn(move || -> anyhow::Result<TcpStream> {
-                let mut s = TcpStream::connect(&addr)?;
-                s.write_all(&bytes)?;
-                Ok(s)
-            })
-        })
-        .collect();
-    let mut sockets = Vec::new();
-    for s in senders {
-        sockets.push(s.join().map_err(|_| anyhow::anyhow!("sender panicked"))??);
-    }
-    target.wait_durable(&mut server, &mut sockets, points)?;
-    let elapsed = started.elapsed().as_secs_f64();
-    let peak_rss = proc::peak_rss_bytes(server.pid())?;
-    drop(sockets);
-    let cpu_total = server.stop(Duration::from_secs(600))? - cpu_before;
-    let disk = proc::dir_bytes(dir.path());
+    let loaded = load::load_and_stop(target, dir.path(), streams, points)?;
     if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
         println!("(data kept in {})", dir.keep().display());
     }
     Ok(Run {
         target: target.name().to_string(),
         connections: conns,
-        points_per_sec: points as f64 / elapsed,
-        cpu_us_per_point: cpu_total * 1e6 / points as f64,
-        peak_rss_mib: peak_rss as f64 / (1 << 20) as f64,
-        disk_bytes_per_point: disk as f64 / points as f64,
+        points_per_sec: points as f64 / loaded.durable_secs,
+        cpu_us_per_point: loaded.cpu_secs * 1e6 / points as f64,
+        peak_rss_mib: loaded.peak_rss_bytes as f64 / (1 << 20) as f64,
+        disk_bytes_per_point: loaded.disk_bytes as f64 / points as f64,
     })
 }
 

@@ -27,10 +27,7 @@ pub(crate) struct MetaArgs {
 }
 
 pub(crate) fn run(args: &MetaArgs) -> anyhow::Result<()> {
-    let tsdb = match &args.tsdb {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("tsdb"),
-    };
+    let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
     let dir = tempfile::tempdir()?;
     let conf = dir.path().join("opentsdb.conf");
     std::fs::write(

@@ -173,10 +173,7 @@ pub(crate) fn time_get(url: &str, runs: usize) -> anyhow::Result<(f64, String)> 
 }
 
 pub(crate) fn run(args: &QueryArgs) -> anyhow::Result<()> {
-    let tsdb = match &args.tsdb {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("tsdb"),
-    };
+    let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();

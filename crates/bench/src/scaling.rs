@@ -95,10 +95,7 @@ fn spawn_tsd(
 }
 
 pub(crate) fn run(args: &ScalingArgs) -> anyhow::Result<()> {
-    let tsdb = match &args.tsdb {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("tsdb"),
-    };
+    let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
     let data = dataset::generate(args.points, args.series);
     println!(
         "| TSDs | points/s | Bigtable row mutations per point | cells in Bigtable per point |"

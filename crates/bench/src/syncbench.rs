@@ -90,10 +90,7 @@ fn log_syncs(addr: &str) -> anyhow::Result<u64> {
 }
 
 pub(crate) fn run(args: &SyncArgs) -> anyhow::Result<()> {
-    let tsdb = match &args.tsdb {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("tsdb"),
-    };
+    let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
     std::fs::create_dir_all("target")?;
     let tmp = tempfile::tempdir_in("target")?;
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());

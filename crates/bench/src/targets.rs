@@ -24,6 +24,14 @@ pub(crate) struct Server {
     http_addr: String,
 }
 
+/// The `tsdb` binary to run: the one given, else the one next to this binary.
+pub(crate) fn tsdb_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    Ok(match given {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()?.with_file_name("tsdb"),
+    })
+}
+
 pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -71,7 +79,11 @@ impl Target {
         let put_port = free_port()?;
         let http_port = free_port()?;
         let put_addr = format!("127.0.0.1:{put_port}");
-        let http_addr = format!("127.0.0.1:{http_port}");
+        let http_addr = match self {
+            // One port serves telnet and HTTP.
+            Target::Hourglass(_) => put_addr.clone(),
+            _ => format!("127.0.0.1:{http_port}"),
+        };
         let mut child = match self {
             Target::Hourglass(tsdb) => Command::new(tsdb)
                 .args([
@@ -123,6 +135,16 @@ impl Target {
             put_addr,
             http_addr,
         })
+    }
+
+    /// Bytes the server keeps on disk under `dir` (after [`Target::start`] on it), less what
+    /// it rebuilds by itself: VictoriaMetrics's `cache/` directory.
+    pub(crate) fn disk_bytes(&self, dir: &Path) -> u64 {
+        let all = proc::dir_bytes(dir);
+        match self {
+            Target::VictoriaMetrics => all.saturating_sub(proc::dir_bytes(&dir.join("data/cache"))),
+            _ => all,
+        }
     }
 
     /// Returns once every point sent is durable (Hourglass: acknowledged into its log;
