@@ -310,4 +310,21 @@ mod tests {
             assert_eq!(parse_time(bad, now), Err(Error::invalid(want)), "{bad}");
         }
     }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(text in "\\PC{0,24}") {
+            let _ = parse_time(&text, 1_700_000_000_000);
+        }
+
+        #[test]
+        fn never_panics_on_date_shaped_text(
+            a in "-?[0-9]{1,6}", b in "-?[0-9]{1,4}", c in "-?[0-9]{1,4}",
+            sep in "[-/ :]", d in "-?[0-9]{1,6}", e in "-?[0-9]{1,4}",
+        ) {
+            for text in [format!("{a}/{b}/{c}"), format!("{a}/{b}/{c}{sep}{d}:{e}"), format!("{a}/{b}/{c}{sep}{d}:{e}:{c}")] {
+                let _ = parse_time(&text, 1_700_000_000_000);
+            }
+        }
+    }
 }

@@ -413,4 +413,11 @@ mod tests {
             )
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn routing_never_panics(path in "/\\PC{0,40}") {
+            let _ = route(&path);
+        }
+    }
 }

@@ -144,4 +144,12 @@ mod tests {
         assert!(n(r#"{"n": 1e300}"#).is_err());
         assert!(n(r#"{"n": true}"#).is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn quoting_never_panics(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120)) {
+            let _ = quote_non_numeric(&body);
+            let _ = from_slice::<Value>(&body);
+        }
+    }
 }
