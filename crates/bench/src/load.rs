@@ -19,8 +19,10 @@ pub(crate) struct Loaded {
     pub(crate) cpu_secs: f64,
     /// Peak resident set size once every point was durable.
     pub(crate) peak_rss_bytes: u64,
-    /// Bytes on disk after shutdown, less rebuildable caches ([`Target::disk_bytes`]).
+    /// Bytes allocated on disk after shutdown, less rebuildable caches ([`Target::disk_bytes`]).
     pub(crate) disk_bytes: u64,
+    /// Bytes of data in those files, likewise: without block rounding nor unwritten space.
+    pub(crate) file_bytes: u64,
 }
 
 /// Starts `target` on `dir`, sends `streams` (one connection each, all at once), waits until
@@ -58,10 +60,12 @@ pub(crate) fn load_and_stop(
     let peak_rss_bytes = proc::peak_rss_bytes(server.pid())?;
     drop(sockets);
     let cpu_secs = server.stop(Duration::from_secs(600))? - cpu_before;
+    let (disk_bytes, file_bytes) = target.disk_bytes(dir);
     Ok(Loaded {
         durable_secs,
         cpu_secs,
         peak_rss_bytes,
-        disk_bytes: target.disk_bytes(dir),
+        disk_bytes,
+        file_bytes,
     })
 }

@@ -14,6 +14,7 @@ mod load;
 mod metabench;
 mod proc;
 mod querybench;
+mod realdata;
 mod scaling;
 mod syncbench;
 mod targets;
@@ -41,6 +42,9 @@ enum Cli {
     Chaos(chaos::ChaosArgs),
     /// `/api/put?sync` throughput with concurrent clients against one fsync per request.
     Sync(syncbench::SyncArgs),
+    /// Real monitoring data (CSV files) into Hourglass and VictoriaMetrics: CPU, disk and
+    /// query latency side by side (`--fetch-help` tells how to get the data).
+    Realdata(realdata::RealDataArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Meta(args) => return metabench::run(&args),
         Cli::Chaos(args) => return chaos::run(&args),
         Cli::Sync(args) => return syncbench::run(&args),
+        Cli::Realdata(args) => return realdata::run(&args),
     };
     let tsdb = targets::tsdb_binary(args.tsdb.as_deref())?;
     println!(

@@ -34,19 +34,26 @@ pub(crate) fn peak_rss_bytes(pid: u32) -> anyhow::Result<u64> {
     Ok(kb * 1024)
 }
 
-/// Bytes allocated on disk by every file under `dir` (as `du`: preallocated but unwritten
-/// space does not count).
-pub(crate) fn dir_bytes(dir: &Path) -> u64 {
+/// (bytes allocated, bytes of data) of `dir` and everything under it. Allocated is what `du`
+/// counts (directories included; preallocated but unwritten space does not count). Data is
+/// each file's length or allocation, whichever is less: its contents without the rounding up
+/// to whole blocks and without unwritten (sparse) space.
+pub(crate) fn dir_sizes(dir: &Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return (0, 0);
     };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.blocks() * 512,
-            Err(_) => 0,
-        })
-        .sum()
+    let mut sizes = (meta.blocks() * 512, 0);
+    if !meta.is_dir() {
+        return (sizes.0, sizes.0.min(meta.len()));
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return sizes;
+    };
+    for e in entries.flatten() {
+        let (allocated, apparent) = dir_sizes(&e.path());
+        sizes.0 += allocated;
+        sizes.1 += apparent;
+    }
+    sizes
 }

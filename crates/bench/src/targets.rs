@@ -138,13 +138,15 @@ impl Target {
     }
 
     /// Bytes the server keeps on disk under `dir` (after [`Target::start`] on it), less what
-    /// it rebuilds by itself: VictoriaMetrics's `cache/` directory.
-    pub(crate) fn disk_bytes(&self, dir: &Path) -> u64 {
-        let all = proc::dir_bytes(dir);
-        match self {
-            Target::VictoriaMetrics => all.saturating_sub(proc::dir_bytes(&dir.join("data/cache"))),
-            _ => all,
-        }
+    /// it rebuilds by itself (VictoriaMetrics's `cache/` directory): allocated, and of data
+    /// ([`proc::dir_sizes`]).
+    pub(crate) fn disk_bytes(&self, dir: &Path) -> (u64, u64) {
+        let all = proc::dir_sizes(dir);
+        let cache = match self {
+            Target::VictoriaMetrics => proc::dir_sizes(&dir.join("data/cache")),
+            _ => (0, 0),
+        };
+        (all.0.saturating_sub(cache.0), all.1.saturating_sub(cache.1))
     }
 
     /// Returns once every point sent is durable (Hourglass: acknowledged into its log;

@@ -1,0 +1,446 @@
+//! `hourglass-bench realdata`: real public monitoring series (CSV files of `timestamp,value`
+//! lines, such as the Numenta Anomaly Benchmark's) sent as one `put` stream, in time order,
+//! over one telnet connection to Hourglass and to VictoriaMetrics in turn. For each: points/s
+//! until durable, CPU per point from the first byte through graceful shutdown, peak RSS, disk
+//! per point after shutdown (less rebuildable caches); then, restarted on its data, the
+//! median latency of three queries, whose point counts must agree between the servers.
+
+mod series;
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+
+use crate::load::{self, Loaded};
+use crate::querybench::{encode, time_get};
+use crate::targets::{self, Target};
+use series::Series;
+
+/// How to get the real data, for `--fetch-help`.
+const FETCH_HELP: &str = "\
+`hourglass-bench realdata --data DIR` reads every *.csv under DIR (searched recursively): one
+series a file, lines `YYYY-MM-DD HH:MM:SS,value` (UTC) after an optional header line. A file's
+series is metric `nab.<its folder>` (see --prefix), tag `file=<its name>`; values are sent as
+written.
+
+The Numenta Anomaly Benchmark (NAB, MIT licence) has 47 real monitoring series in this form:
+cloud CPU, network, disk and request counts, request latency, temperatures, traffic sensors,
+ad-exchange rates and tweet volumes, mostly at 5-minute intervals over weeks to months. Its
+real-data folders make DIR:
+
+  git clone --depth 1 https://github.com/numenta/NAB.git /tmp/NAB
+  mkdir -p /tmp/nab-real && cp -r /tmp/NAB/data/real* /tmp/nab-real/
+  cargo build --release -p hourglass-cli -p hourglass-bench
+  target/release/hourglass-bench realdata --data /tmp/nab-real
+";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RealDataArgs {
+    /// Directory of `timestamp,value` CSV files, searched recursively (see --fetch-help).
+    #[arg(long, required_unless_present = "fetch_help")]
+    data: Option<PathBuf>,
+    /// Metric prefix: a file's series is `<prefix>.<its folder>`.
+    #[arg(long, default_value = "nab")]
+    prefix: String,
+    /// Print how to get the real data, and exit.
+    #[arg(long)]
+    fetch_help: bool,
+    /// Timed runs per query (after one warm-up run); the median is reported.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Targets, comma separated: hourglass, victoriametrics. Ratios are to the first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "hourglass,victoriametrics"
+    )]
+    targets: Vec<String>,
+    /// The tsdb binary (default: next to this one).
+    #[arg(long)]
+    tsdb: Option<PathBuf>,
+}
+
+/// One query in both languages.
+#[derive(Debug)]
+struct Query {
+    name: &'static str,
+    /// The series it reads.
+    detail: String,
+    /// `/api/query` parameters.
+    opentsdb: String,
+    /// A PromQL API path and its parameters.
+    promql: String,
+    /// Points the answer must hold, when known beforehand.
+    expect: Option<usize>,
+}
+
+/// `{__name__="metric",tagk="tagv"...}`.
+fn selector(metric: &str, tags: &[(String, String)]) -> String {
+    let mut s = format!("{{__name__=\"{metric}\"");
+    for (k, v) in tags {
+        s.push_str(&format!(",{k}=\"{v}\""));
+    }
+    s.push('}');
+    s
+}
+
+fn hour(ts: u64) -> u64 {
+    ts - ts % 3600
+}
+
+/// The three queries: the longest series raw and 1h-avg over its whole range, and the sum of
+/// the 1h-avg of every series of the metric with the most series, over that metric's range.
+///
+/// OpenTSDB's hour buckets are `[h, h + 3600)`; PromQL windows are `(t - 1h, t]`, so with
+/// whole-second times `t = h + 3599` covers the same points and both answer one point per
+/// hour that has data.
+fn queries(series: &[Series]) -> anyhow::Result<Vec<Query>> {
+    let Some(one) = series.iter().reduce(|a, b| {
+        if b.points.len() > a.points.len() {
+            b
+        } else {
+            a
+        }
+    }) else {
+        bail!("no points");
+    };
+    let mut metrics: Vec<(&str, usize, usize, u64, u64)> = Vec::new();
+    for s in series {
+        match metrics.iter_mut().find(|m| m.0 == s.metric) {
+            Some(m) => {
+                m.1 += 1;
+                m.2 += s.points.len();
+                m.3 = m.3.min(s.first());
+                m.4 = m.4.max(s.last());
+            }
+            None => metrics.push((&s.metric, 1, s.points.len(), s.first(), s.last())),
+        }
+    }
+    let Some(&(metric, count, metric_points, m_first, m_last)) = metrics
+        .iter()
+        .reduce(|a, b| if (b.1, b.2) > (a.1, a.2) { b } else { a })
+    else {
+        bail!("no metric");
+    };
+    let (first, last) = (one.first(), one.last());
+    let one_tags = format!("{{{}}}", one.tag_text(","));
+    let one_sel = selector(&one.metric, &one.tags);
+    let days = |a: u64, b: u64| (b - a) as f64 / 86_400.0;
+    Ok(vec![
+        Query {
+            name: "one series raw, whole range",
+            detail: format!(
+                "{} {}: {} points over {:.0} days",
+                one.metric,
+                one.tag_text(" "),
+                thousands(one.points.len() as f64),
+                days(first, last)
+            ),
+            opentsdb: format!(
+                "start={first}&end={last}&m={}",
+                encode(&format!("sum:{}{one_tags}", one.metric))
+            ),
+            promql: format!(
+                "query?query={}&time={last}",
+                encode(&format!("{one_sel}[{}s]", last - first + 1))
+            ),
+            expect: Some(one.points.len()),
+        },
+        Query {
+            name: "one series 1h-avg, whole range",
+            detail: "the same series".to_string(),
+            opentsdb: format!(
+                "start={}&end={last}&m={}",
+                hour(first),
+                encode(&format!("sum:1h-avg:{}{one_tags}", one.metric))
+            ),
+            promql: format!(
+                "query_range?query={}&start={}&end={}&step=3600",
+                encode(&format!("avg_over_time({one_sel}[1h])")),
+                hour(first) + 3599,
+                hour(last) + 3599
+            ),
+            expect: None,
+        },
+        Query {
+            name: "sum of one metric's series 1h-avg, whole range",
+            detail: format!(
+                "{metric}: {count} series, {} points over {:.0} days",
+                thousands(metric_points as f64),
+                days(m_first, m_last)
+            ),
+            opentsdb: format!(
+                "start={}&end={m_last}&m={}",
+                hour(m_first),
+                encode(&format!("sum:1h-avg:{metric}"))
+            ),
+            promql: format!(
+                "query_range?query={}&start={}&end={}&step=3600",
+                encode(&format!(
+                    "sum(avg_over_time({}[1h]))",
+                    selector(metric, &[])
+                )),
+                hour(m_first) + 3599,
+                hour(m_last) + 3599
+            ),
+            expect: None,
+        },
+    ])
+}
+
+/// Points in an answer: the `dps` of each OpenTSDB result, the `values` of each PromQL one.
+fn count_points(target: &Target, body: &str) -> anyhow::Result<usize> {
+    let v: serde_json::Value = serde_json::from_str(body)?;
+    let results = match target {
+        Target::Hourglass(_) => v.as_array(),
+        _ => v["data"]["result"].as_array(),
+    };
+    let Some(results) = results else {
+        bail!("unexpected answer: {body:.300}");
+    };
+    Ok(results
+        .iter()
+        .map(|r| match target {
+            Target::Hourglass(_) => r["dps"].as_object().map_or(0, |d| d.len()),
+            _ => r["values"].as_array().map_or(0, Vec::len),
+        })
+        .sum())
+}
+
+/// One target's figures.
+#[derive(Debug)]
+struct Measured {
+    name: &'static str,
+    loaded: Loaded,
+    /// Median seconds and points answered, per query.
+    queries: Vec<(f64, usize)>,
+}
+
+fn measure(
+    target: &Target,
+    streams: &[Vec<u8>],
+    points: usize,
+    queries: &[Query],
+    runs: usize,
+) -> anyhow::Result<Measured> {
+    let dir = tempfile::tempdir()?;
+    let loaded = load::load_and_stop(target, dir.path(), streams, points)?;
+    println!(
+        "{}: {points} points durable in {:.2} s, {:.2} µs CPU/point through shutdown, {:.2} bytes/point on disk",
+        target.name(),
+        loaded.durable_secs,
+        loaded.cpu_secs * 1e6 / points as f64,
+        loaded.disk_bytes as f64 / points as f64
+    );
+    let mut server = target.start(dir.path())?;
+    let mut timed = Vec::new();
+    for q in queries {
+        let url = match target {
+            Target::Hourglass(_) => {
+                format!("http://{}/api/query?{}", server.http_addr(), q.opentsdb)
+            }
+            _ => format!(
+                "http://{}/api/v1/{}&nocache=1",
+                server.http_addr(),
+                q.promql
+            ),
+        };
+        let (secs, body) = time_get(&url, runs)?;
+        let n = count_points(target, &body)?;
+        println!("  {:<60} {:>8.2} ms, {n} points", q.name, secs * 1000.0);
+        timed.push((secs, n));
+    }
+    server.stop(std::time::Duration::from_secs(600))?;
+    if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
+        println!("(data kept in {})", dir.keep().display());
+    }
+    Ok(Measured {
+        name: target.name(),
+        loaded,
+        queries: timed,
+    })
+}
+
+/// `1234567.8` as `1,234,568`.
+fn thousands(n: f64) -> String {
+    let digits = format!("{:.0}", n);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 && c.is_ascii_digit() {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn print_table(results: &[Measured], queries: &[Query], points: usize) {
+    let Some(base) = results.first() else {
+        return;
+    };
+    let others = &results[1..];
+    let mut header = String::from("| figure |");
+    let mut rule = String::from("|---|");
+    for r in results {
+        header.push_str(&format!(" {} |", r.name));
+        rule.push_str("---|");
+    }
+    for r in others {
+        header.push_str(&format!(" {} vs {} |", r.name, base.name));
+        rule.push_str("---|");
+    }
+    println!("\n{header}\n{rule}");
+    let row = |name: &str, value: &dyn Fn(&Measured) -> f64, show: &dyn Fn(f64) -> String| {
+        let mut line = format!("| {name} |");
+        for r in results {
+            line.push_str(&format!(" {} |", show(value(r))));
+        }
+        for r in others {
+            line.push_str(&format!(" {:.2}x |", value(r) / value(base)));
+        }
+        println!("{line}");
+    };
+    let p = points as f64;
+    row(
+        "points/s until durable",
+        &|r| p / r.loaded.durable_secs,
+        &thousands,
+    );
+    row(
+        "CPU µs/point through graceful stop",
+        &|r| r.loaded.cpu_secs * 1e6 / p,
+        &|v| format!("{v:.2}"),
+    );
+    row(
+        "peak RSS MiB",
+        &|r| r.loaded.peak_rss_bytes as f64 / f64::from(1 << 20),
+        &|v| format!("{v:.0}"),
+    );
+    row(
+        "disk bytes/point (allocated)",
+        &|r| r.loaded.disk_bytes as f64 / p,
+        &|v| format!("{v:.2}"),
+    );
+    row(
+        "data bytes/point (files less block rounding)",
+        &|r| r.loaded.file_bytes as f64 / p,
+        &|v| format!("{v:.2}"),
+    );
+    for (i, q) in queries.iter().enumerate() {
+        let answered = base.queries[i].1;
+        row(
+            &format!("{} ms ({answered} points answered)", q.name),
+            &|r| r.queries[i].0 * 1000.0,
+            &|v| format!("{v:.2}"),
+        );
+    }
+}
+
+pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
+    if args.fetch_help {
+        print!("{FETCH_HELP}");
+        return Ok(());
+    }
+    let Some(dir) = &args.data else {
+        bail!("--data DIR is needed (see --fetch-help)");
+    };
+    let tsdb = targets::tsdb_binary(args.tsdb.as_deref())?;
+    let (series, notes) = series::load_dir(dir, &args.prefix)?;
+    let points = series::points(&series);
+    println!(
+        "{} files, {} series, {points} points ({} duplicate timestamps dropped, {} points out of order sorted)",
+        notes.files,
+        series.len(),
+        notes.duplicates,
+        notes.reordered
+    );
+    let stream = series::put_stream(&series)?;
+    println!(
+        "{} bytes of put lines ({:.1} bytes/line), one connection",
+        stream.len(),
+        stream.len() as f64 / points as f64
+    );
+    let queries = queries(&series)?;
+    for q in &queries {
+        println!("{}: {}", q.name, q.detail);
+    }
+    let mut results = Vec::new();
+    for name in &args.targets {
+        let target = Target::parse(name, &tsdb)?;
+        if matches!(target, Target::InfluxDb) {
+            bail!("realdata compares hourglass and victoriametrics (PromQL) only");
+        }
+        results.push(measure(
+            &target,
+            std::slice::from_ref(&stream),
+            points,
+            &queries,
+            args.runs,
+        )?);
+    }
+    print_table(&results, &queries, points);
+    let mut wrong = Vec::new();
+    for (i, q) in queries.iter().enumerate() {
+        let counts: Vec<String> = results
+            .iter()
+            .map(|r| format!("{} {}", r.name, r.queries[i].1))
+            .collect();
+        let agree = results
+            .iter()
+            .all(|r| Some(r.queries[i].1) == q.expect.or(Some(results[0].queries[i].1)));
+        if !agree {
+            wrong.push(format!(
+                "{}: {}{}",
+                q.name,
+                counts.join(", "),
+                q.expect
+                    .map_or(String::new(), |e| format!(" (expected {e})"))
+            ));
+        }
+    }
+    if !wrong.is_empty() {
+        bail!(
+            "the servers answered different numbers of points:\n  {}",
+            wrong.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(1_234_567.8), "1,234,568");
+    }
+
+    #[test]
+    fn queries_pick_the_longest_series_and_the_widest_metric() {
+        let s = |metric: &str, file: &str, points: u64| Series {
+            metric: metric.into(),
+            tags: vec![("file".into(), file.into())],
+            points: (0..points)
+                .map(|i| (7200 + i * 300, "1.5".into()))
+                .collect(),
+        };
+        let series = vec![s("m.a", "x", 10), s("m.b", "y", 30), s("m.a", "z", 5)];
+        let q = queries(&series).expect("queries");
+        assert_eq!(q[0].expect, Some(30));
+        assert!(
+            q[0].opentsdb.contains("m.b%7Bfile%3Dy%7D"),
+            "{}",
+            q[0].opentsdb
+        );
+        assert!(q[2].detail.starts_with("m.a: 2 series"), "{}", q[2].detail);
+        assert!(
+            q[2].promql.contains("start=10799&end=10799"),
+            "{}",
+            q[2].promql
+        );
+    }
+}
