@@ -33,15 +33,31 @@ pub(crate) struct Dataset {
     per_series: Vec<Vec<u8>>,
 }
 
-struct Rng(u64);
+/// xorshift64*: deterministic and fast; the same seed gives the same numbers.
+#[derive(Debug)]
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*: deterministic and fast.
+    /// A generator from any seed (xorshift must not start at zero).
+    pub(crate) fn seeded(seed: u64) -> Rng {
+        Rng((seed ^ 0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [0, 1).
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [0, n).
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
     }
 }
 

@@ -4,7 +4,9 @@
 //! until durable, CPU per point from the first byte through graceful shutdown, peak RSS, disk
 //! per point after shutdown (less rebuildable caches); then, restarted on its data, the
 //! median latency of three queries, whose point counts must agree between the servers.
+//! `--generated` sends a generated stream of the same traits instead (reproducible by seed).
 
+mod generated;
 mod series;
 
 use std::path::PathBuf;
@@ -37,8 +39,21 @@ real-data folders make DIR:
 #[derive(Debug, clap::Args)]
 pub(crate) struct RealDataArgs {
     /// Directory of `timestamp,value` CSV files, searched recursively (see --fetch-help).
-    #[arg(long, required_unless_present = "fetch_help")]
+    #[arg(long, required_unless_present_any = ["fetch_help", "generated"])]
     data: Option<PathBuf>,
+    /// A generated stream instead of files: dense and sparse series, 10 s to 5 min
+    /// intervals, floats with many decimals, counters with resets, gaps, short-lived series.
+    #[arg(long, conflicts_with = "data")]
+    generated: bool,
+    /// Seed of the generated stream: the same seed, the same stream.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Series of the generated stream.
+    #[arg(long, default_value_t = 200)]
+    series: usize,
+    /// Days of the generated stream.
+    #[arg(long, default_value_t = 2)]
+    days: u64,
     /// Metric prefix: a file's series is `<prefix>.<its folder>`.
     #[arg(long, default_value = "nab")]
     prefix: String,
@@ -341,19 +356,33 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
         print!("{FETCH_HELP}");
         return Ok(());
     }
-    let Some(dir) = &args.data else {
-        bail!("--data DIR is needed (see --fetch-help)");
-    };
     let tsdb = targets::tsdb_binary(args.tsdb.as_deref())?;
-    let (series, notes) = series::load_dir(dir, &args.prefix)?;
+    let series = match &args.data {
+        Some(dir) => {
+            let (series, notes) = series::load_dir(dir, &args.prefix)?;
+            println!(
+                "{} files, {} series, {} points ({} duplicate timestamps dropped, {} points out of order sorted)",
+                notes.files,
+                series.len(),
+                series::points(&series),
+                notes.duplicates,
+                notes.reordered
+            );
+            series
+        }
+        None => {
+            let series = generated::generate(args.seed, args.series, args.days);
+            println!(
+                "generated (seed {}): {} series over {} days, {} points",
+                args.seed,
+                series.len(),
+                args.days,
+                series::points(&series)
+            );
+            series
+        }
+    };
     let points = series::points(&series);
-    println!(
-        "{} files, {} series, {points} points ({} duplicate timestamps dropped, {} points out of order sorted)",
-        notes.files,
-        series.len(),
-        notes.duplicates,
-        notes.reordered
-    );
     let stream = series::put_stream(&series)?;
     println!(
         "{} bytes of put lines ({:.1} bytes/line), one connection",
