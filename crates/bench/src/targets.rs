@@ -130,6 +130,10 @@ impl Target {
             }
         };
         wait_port(&put_addr, &mut child)?;
+        if http_addr != put_addr {
+            // The two listeners open one after the other.
+            wait_port(&http_addr, &mut child)?;
+        }
         Ok(Server {
             child,
             put_addr,
