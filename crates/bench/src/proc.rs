@@ -13,6 +13,23 @@ pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok((utime + stime) / clock_ticks())
 }
 
+/// Waits until the process uses under 5% of a core over half a second (background merges and
+/// compactions after a start are done), at most `limit`; returns whether it went idle.
+pub(crate) fn wait_idle(pid: u32, limit: std::time::Duration) -> anyhow::Result<bool> {
+    let deadline = std::time::Instant::now() + limit;
+    let window = std::time::Duration::from_millis(500);
+    let mut before = cpu_seconds(pid)?;
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(window);
+        let now = cpu_seconds(pid)?;
+        if now - before < 0.05 * window.as_secs_f64() {
+            return Ok(true);
+        }
+        before = now;
+    }
+    Ok(false)
+}
+
 fn clock_ticks() -> f64 {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")

@@ -141,35 +141,53 @@ fn load(
     Ok(points)
 }
 
-/// Runs one request `runs` times after a warm-up; returns the median seconds and the last body.
-pub(crate) fn time_get(url: &str, runs: usize) -> anyhow::Result<(f64, String)> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+/// An HTTP client for timed queries: long timeout, answers of any status returned.
+pub(crate) fn query_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(600)))
         .http_status_as_error(false)
         .build()
-        .into();
+        .into()
+}
+
+/// One GET: the seconds until its whole answer was read, and the answer (an error unless 200).
+pub(crate) fn get_timed(agent: &ureq::Agent, url: &str) -> anyhow::Result<(f64, String)> {
+    let started = Instant::now();
+    let mut resp = agent
+        .get(url)
+        .call()
+        .with_context(|| format!("GET {url}"))?;
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_string()?;
+    let secs = started.elapsed().as_secs_f64();
+    if resp.status() != 200 {
+        bail!("{url}: {} {body}", resp.status());
+    }
+    Ok((secs, body))
+}
+
+/// Runs one request `runs` times after a warm-up; returns the median seconds and the last body.
+pub(crate) fn time_get(url: &str, runs: usize) -> anyhow::Result<(f64, String)> {
+    let agent = query_agent();
     let mut times = Vec::new();
     let mut body = String::new();
     for i in 0..=runs {
-        let started = Instant::now();
-        let mut resp = agent
-            .get(url)
-            .call()
-            .with_context(|| format!("GET {url}"))?;
-        body = resp
-            .body_mut()
-            .with_config()
-            .limit(1 << 30)
-            .read_to_string()?;
-        if resp.status() != 200 {
-            bail!("{url}: {} {body}", resp.status());
-        }
+        let (secs, b) = get_timed(&agent, url)?;
+        body = b;
         if i > 0 {
-            times.push(started.elapsed().as_secs_f64());
+            times.push(secs);
         }
     }
-    times.sort_by(f64::total_cmp);
-    Ok((times[times.len() / 2], body))
+    Ok((median(&mut times), body))
+}
+
+/// The median (the upper one of an even count); NaN when empty.
+pub(crate) fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 pub(crate) fn run(args: &QueryArgs) -> anyhow::Result<()> {

@@ -2,20 +2,23 @@
 //! lines, such as the Numenta Anomaly Benchmark's) sent as one `put` stream, in time order,
 //! over one telnet connection to Hourglass and to VictoriaMetrics in turn. For each: points/s
 //! until durable, CPU per point from the first byte through graceful shutdown, peak RSS, disk
-//! per point after shutdown (less rebuildable caches); then, restarted on its data, the
-//! median latency of three queries, whose point counts must agree between the servers.
+//! per point after shutdown (less rebuildable caches); then, restarted on its data and once
+//! it is idle, the median latency of three queries, whose point counts must agree between
+//! the servers.
 //! `--generated` sends a generated stream of the same traits instead (reproducible by seed).
 
 mod generated;
 mod series;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::bail;
 
 use crate::load::{self, Loaded};
-use crate::querybench::{encode, time_get};
-use crate::targets::{self, Target};
+use crate::proc;
+use crate::querybench::{encode, get_timed, median, query_agent};
+use crate::targets::{self, Server, Target};
 use series::Series;
 
 /// How to get the real data, for `--fetch-help`.
@@ -61,8 +64,11 @@ pub(crate) struct RealDataArgs {
     #[arg(long)]
     fetch_help: bool,
     /// Timed runs per query (after one warm-up run); the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 15)]
     runs: usize,
+    /// Loads of each target; the one with the median CPU per point is reported and queried.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Targets, comma separated: hourglass, victoriametrics. Ratios are to the first.
     #[arg(
         long,
@@ -231,49 +237,110 @@ struct Measured {
     queries: Vec<(f64, usize)>,
 }
 
+/// The URL of a query on a target.
+fn query_url(target: &Target, server: &Server, q: &Query) -> String {
+    match target {
+        Target::Hourglass(_) => format!("http://{}/api/query?{}", server.http_addr(), q.opentsdb),
+        _ => format!(
+            "http://{}/api/v1/{}&nocache=1",
+            server.http_addr(),
+            q.promql
+        ),
+    }
+}
+
+/// Loads each target in turn, alone on the machine so the CPU it uses is its own (`repeat`
+/// times, keeping the load of median CPU); then restarts them all on their data, waits until
+/// each is idle, and times the queries with the targets taking turns run by run, so the
+/// machine's noise falls on all of them alike.
 fn measure(
-    target: &Target,
+    targets: &[Target],
     streams: &[Vec<u8>],
     points: usize,
     queries: &[Query],
     runs: usize,
-) -> anyhow::Result<Measured> {
-    let dir = tempfile::tempdir()?;
-    let loaded = load::load_and_stop(target, dir.path(), streams, points)?;
-    println!(
-        "{}: {points} points durable in {:.2} s, {:.2} µs CPU/point through shutdown, {:.2} bytes/point on disk",
-        target.name(),
-        loaded.durable_secs,
-        loaded.cpu_secs * 1e6 / points as f64,
-        loaded.disk_bytes as f64 / points as f64
-    );
-    let mut server = target.start(dir.path())?;
-    let mut timed = Vec::new();
+    repeat: usize,
+) -> anyhow::Result<Vec<Measured>> {
+    let mut loads = Vec::new();
+    for target in targets {
+        let mut tries = Vec::new();
+        for _ in 0..repeat.max(1) {
+            let dir = tempfile::tempdir()?;
+            let loaded = load::load_and_stop(target, dir.path(), streams, points)?;
+            tries.push((dir, loaded));
+        }
+        tries.sort_by(|a, b| a.1.cpu_secs.total_cmp(&b.1.cpu_secs));
+        let (dir, loaded) = tries.swap_remove(tries.len() / 2);
+        println!(
+            "{}: {points} points durable in {:.2} s, {:.2} µs CPU/point through shutdown, {:.2} bytes/point on disk",
+            target.name(),
+            loaded.durable_secs,
+            loaded.cpu_secs * 1e6 / points as f64,
+            loaded.disk_bytes as f64 / points as f64
+        );
+        loads.push((dir, loaded));
+    }
+    let mut servers = Vec::new();
+    for (target, (dir, _)) in targets.iter().zip(&loads) {
+        servers.push(target.start(dir.path())?);
+    }
+    for (target, server) in targets.iter().zip(&servers) {
+        if !proc::wait_idle(server.pid(), Duration::from_secs(60))? {
+            println!("({} still busy 60 s after its restart)", target.name());
+        }
+    }
+    let agent = query_agent();
+    let mut timed: Vec<Vec<(f64, usize)>> = vec![Vec::new(); targets.len()];
     for q in queries {
-        let url = match target {
-            Target::Hourglass(_) => {
-                format!("http://{}/api/query?{}", server.http_addr(), q.opentsdb)
+        let urls: Vec<String> = targets
+            .iter()
+            .zip(&servers)
+            .map(|(t, s)| query_url(t, s, q))
+            .collect();
+        let mut counts = vec![0; targets.len()];
+        let mut times = vec![Vec::new(); targets.len()];
+        // Run 0 warms up and is counted; the others are timed.
+        for run in 0..=runs {
+            for (i, target) in targets.iter().enumerate() {
+                let (secs, body) = get_timed(&agent, &urls[i])?;
+                if run == 0 {
+                    counts[i] = count_points(target, &body)?;
+                } else {
+                    times[i].push(secs);
+                }
             }
-            _ => format!(
-                "http://{}/api/v1/{}&nocache=1",
-                server.http_addr(),
-                q.promql
-            ),
-        };
-        let (secs, body) = time_get(&url, runs)?;
-        let n = count_points(target, &body)?;
-        println!("  {:<60} {:>8.2} ms, {n} points", q.name, secs * 1000.0);
-        timed.push((secs, n));
+        }
+        for (i, target) in targets.iter().enumerate() {
+            let secs = median(&mut times[i]);
+            println!(
+                "  {:<16} {:<48} {:>8.2} ms, {} points",
+                target.name(),
+                q.name,
+                secs * 1000.0,
+                counts[i]
+            );
+            timed[i].push((secs, counts[i]));
+        }
     }
-    server.stop(std::time::Duration::from_secs(600))?;
-    if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
-        println!("(data kept in {})", dir.keep().display());
+    for server in &mut servers {
+        server.stop(Duration::from_secs(600))?;
     }
-    Ok(Measured {
-        name: target.name(),
-        loaded,
-        queries: timed,
-    })
+    let keep = std::env::var_os("HOURGLASS_BENCH_KEEP").is_some();
+    Ok(targets
+        .iter()
+        .zip(loads)
+        .zip(timed)
+        .map(|((target, (dir, loaded)), queries)| {
+            if keep {
+                println!("({} data kept in {})", target.name(), dir.keep().display());
+            }
+            Measured {
+                name: target.name(),
+                loaded,
+                queries,
+            }
+        })
+        .collect())
 }
 
 /// `1234567.8` as `1,234,568`.
@@ -393,20 +460,22 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
     for q in &queries {
         println!("{}: {}", q.name, q.detail);
     }
-    let mut results = Vec::new();
+    let mut targets = Vec::new();
     for name in &args.targets {
         let target = Target::parse(name, &tsdb)?;
         if matches!(target, Target::InfluxDb) {
             bail!("realdata compares hourglass and victoriametrics (PromQL) only");
         }
-        results.push(measure(
-            &target,
-            std::slice::from_ref(&stream),
-            points,
-            &queries,
-            args.runs,
-        )?);
+        targets.push(target);
     }
+    let results = measure(
+        &targets,
+        std::slice::from_ref(&stream),
+        points,
+        &queries,
+        args.runs,
+        args.repeat,
+    )?;
     print_table(&results, &queries, points);
     let mut wrong = Vec::new();
     for (i, q) in queries.iter().enumerate() {

@@ -214,6 +214,16 @@ impl Target {
     }
 }
 
+impl Drop for Server {
+    /// A server still running when dropped (a run failed half-way) is killed, not left behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Server {
     /// Where the server answers HTTP (Hourglass: the put port).
     pub(crate) fn http_addr(&self) -> &str {
