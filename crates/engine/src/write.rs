@@ -456,14 +456,16 @@ impl Writer {
         }
         // UIDs first: the entry may reach the disk (OS writeback) before any fsync of ours.
         self.sync_new_uids()?;
+        // The entry is built before the state lock is taken: building it reads the series
+        // templates, and readers take the series lock before the state lock (one order
+        // everywhere, or a reader, this batch and a batch adding a series deadlock).
+        let entry = self.files.is_some().then(|| self.log_entry(resolved));
         let seq = {
             let mut state = self.state.lock();
             let seq = state.next_seq;
-            if state.log.is_some() {
-                let frame = self.log_entry(resolved).finish_framed(seq);
-                if let Some(log) = state.log.as_mut() {
-                    log.append_frame(seq, &frame, false)?;
-                }
+            if let (Some(entry), Some(log)) = (entry, state.log.as_mut()) {
+                let frame = entry.finish_framed(seq);
+                log.append_frame(seq, &frame, false)?;
             }
             state.next_seq += 1;
             if state.active.oldest_ms.is_none() {

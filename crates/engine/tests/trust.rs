@@ -382,3 +382,61 @@ fn sync_on_a_shared_store_writes_the_store() {
         assert_eq!(db.buffered_points() == 0, shared, "{name}");
     }
 }
+
+/// A seen deadlock: a query held the series lock and waited for the state lock, a batch held
+/// the state lock and waited for the series lock (to build its log entry), and a batch
+/// adding a series waited to write the series lock, which holds new readers back. Batches
+/// that add series, batches of known series and queries run together; all must finish.
+#[test]
+fn queries_and_batches_adding_series_never_deadlock() {
+    let store: Arc<dyn Store> = Arc::new(hourglass_storage::memory::MemoryStore::new());
+    let db = open(
+        &store,
+        &SimFiles::new(Arc::new(Faults::new(1, 0))),
+        &settings(),
+    );
+    db.add_points(&batch(WEB01, 1_356_998_400, 10));
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for t in 0..2u64 {
+        let (db, done) = (Arc::clone(&db), Arc::clone(&done));
+        threads.push(std::thread::spawn(move || {
+            for i in 0..3_000u64 {
+                // A new series each time.
+                let host = format!("h{t}-{i}");
+                let tags = [("host", host.as_str())];
+                let p = IncomingPoint {
+                    metric: "m",
+                    timestamp: 1_356_998_400 + i as i64,
+                    value: Value::Int(1),
+                    tags: &tags,
+                };
+                db.add_points(&[p]);
+                // And a known one, whose entry reads the series templates.
+                db.add_points(&batch(WEB01, 1_356_998_500 + i as i64, 1));
+            }
+            done.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    for _ in 0..2 {
+        let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = visible(&db, 1_356_998_400, 1_357_002_000);
+            }
+        }));
+    }
+    let started = std::time::Instant::now();
+    while done.load(Ordering::SeqCst) < 2 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "batches and queries deadlocked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+}
