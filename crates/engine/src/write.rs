@@ -45,8 +45,15 @@ use crate::{Error, Result, Settings, wal};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-/// Rows per storage batch during a flush.
+/// Rows per storage batch when compacting rows on demand.
 const FLUSH_BATCH_ROWS: usize = 1000;
+/// A flush writes its rows in batches of at most this many rows...
+const FLUSH_CHUNK_ROWS: usize = 65_536;
+/// ...and this many points. Each batch is one storage write (the embedded store makes a
+/// large one a table file of its own, with a sync and a new version), so few large batches
+/// cost much less than many small ones; the bound keeps a batch's copy of its cells (a few
+/// bytes a point) small beside the buffers being flushed.
+const FLUSH_CHUNK_POINTS: usize = 1 << 20;
 /// Seconds after an hour ends before its rows are compacted (late points still arrive).
 const COMPACTION_GRACE_SECS: i64 = 1;
 /// Longest wait before a failed flush is tried again.
@@ -871,7 +878,7 @@ impl Writer {
         if self.settings.enable_appends {
             return self.append_rows(sealed, rows);
         }
-        for chunk in rows.chunks(FLUSH_BATCH_ROWS) {
+        for chunk in flush_chunks(sealed, rows) {
             // Rows of closed hours are merged with what they hold: read them in one go.
             let closed: Vec<Vec<u8>> = chunk
                 .iter()
@@ -968,5 +975,75 @@ impl Writer {
             }
         }
         Ok(written)
+    }
+}
+
+/// `rows` cut into consecutive batches of at most [`FLUSH_CHUNK_ROWS`] rows and about
+/// [`FLUSH_CHUNK_POINTS`] points (a batch ends at the row that reaches it).
+fn flush_chunks<'a>(
+    sealed: &[Arc<Buffer>],
+    rows: &'a [(Vec<u8>, u64)],
+) -> impl Iterator<Item = &'a [(Vec<u8>, u64)]> {
+    let mut ends = Vec::new();
+    let mut points = 0;
+    let mut start = 0;
+    for (i, (_, row)) in rows.iter().enumerate() {
+        points += sealed
+            .iter()
+            .filter_map(|s| s.get(*row))
+            .map(<[Point]>::len)
+            .sum::<usize>();
+        if points >= FLUSH_CHUNK_POINTS || i + 1 - start >= FLUSH_CHUNK_ROWS {
+            ends.push(i + 1);
+            start = i + 1;
+            points = 0;
+        }
+    }
+    if start < rows.len() {
+        ends.push(rows.len());
+    }
+    let mut from = 0;
+    ends.into_iter().map(move |end| {
+        let chunk = &rows[from..end];
+        from = end;
+        chunk
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sealed_with(rows: &[(u64, usize)]) -> Vec<Arc<Buffer>> {
+        let mut buffer = Buffer::default();
+        for &(row, points) in rows {
+            for i in 0..points {
+                let q = Qualifier::seconds(i as u32 % 3600, 0).unwrap();
+                buffer.push(row, Point::new(q, 0));
+            }
+        }
+        vec![Arc::new(buffer)]
+    }
+
+    #[test]
+    fn flush_chunks_cut_at_the_point_and_row_bounds() {
+        // Three rows of half the point bound: a chunk ends at the row that reaches it.
+        let half = FLUSH_CHUNK_POINTS / 2;
+        let rows: Vec<(Vec<u8>, u64)> = (0..3u64).map(|r| (vec![r as u8], r << 32)).collect();
+        let sealed = sealed_with(&[(0, half), (1 << 32, half), (2 << 32, half)]);
+        let lens: Vec<usize> = flush_chunks(&sealed, &rows).map(<[_]>::len).collect();
+        assert_eq!(lens, vec![2, 1]);
+
+        // Rows of one point: the row bound cuts, every row is in exactly one chunk.
+        let n = FLUSH_CHUNK_ROWS + 5;
+        let rows: Vec<(Vec<u8>, u64)> = (0..n as u64).map(|r| (Vec::new(), r << 32)).collect();
+        let sealed = sealed_with(&rows.iter().map(|(_, r)| (*r, 1)).collect::<Vec<_>>());
+        let chunks: Vec<&[(Vec<u8>, u64)]> = flush_chunks(&sealed, &rows).collect();
+        assert_eq!(
+            chunks.iter().map(|c| c.len()).collect::<Vec<_>>(),
+            vec![FLUSH_CHUNK_ROWS, 5]
+        );
+        assert_eq!(chunks[1][0].1, (FLUSH_CHUNK_ROWS as u64) << 32);
+        assert_eq!(flush_chunks(&sealed, &[]).count(), 0);
     }
 }

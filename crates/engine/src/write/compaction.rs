@@ -9,7 +9,10 @@ use hourglass_storage::{Mutation, ReadOptions, RowMutation, ScanRequest};
 use std::sync::atomic::Ordering;
 
 use super::open_hours::{self, OpenHours};
-use super::{COMPACTION_GRACE_SECS, FLUSH_BATCH_ROWS, Writer};
+use super::{COMPACTION_GRACE_SECS, FLUSH_BATCH_ROWS, FLUSH_CHUNK_ROWS, Writer};
+
+/// Stored cell bytes of the rows in one compaction batch.
+const COMPACT_BATCH_BYTES: usize = 8 << 20;
 use crate::uid::format_signed_bytes;
 use crate::{Error, Result, rows};
 
@@ -80,18 +83,22 @@ impl Writer {
         };
         let mut rewritten = 0;
         let mut batch = Vec::new();
+        let mut batch_bytes = 0;
         for row in self.store.scan(table, &request)? {
             let row = row?;
             if let Some(mutations) = self.compaction_mutations(&row.key, Some(&row), &[])? {
+                batch_bytes += row.cells.iter().map(|c| c.value.len()).sum::<usize>();
                 batch.push(RowMutation {
                     key: row.key.clone(),
                     mutations,
                 });
             }
-            if batch.len() >= FLUSH_BATCH_ROWS {
+            // Few large batches: each is one storage write (see `FLUSH_CHUNK_POINTS`).
+            if batch.len() >= FLUSH_CHUNK_ROWS || batch_bytes >= COMPACT_BATCH_BYTES {
                 self.store.mutate_rows(table, &batch)?;
                 rewritten += batch.len();
                 batch.clear();
+                batch_bytes = 0;
             }
         }
         if !batch.is_empty() {
