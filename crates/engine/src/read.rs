@@ -1,7 +1,7 @@
 //! Reading series: stored rows of a metric over a time range merged with the points still
 //! buffered in memory, so a query sees every acknowledged point at once.
 //!
-//! [`Tsdb::visit_rows`] streams rows in key order, one at a time: nothing but the current
+//! [`Tsdb::visit_rows`] streams rows (each series in time order), one at a time: nothing but the current
 //! row is held, so a reader that reduces as it goes (downsampling, counting) runs in memory
 //! bounded by its output, whatever the range.
 
@@ -165,7 +165,9 @@ impl RowData<'_> {
 impl Tsdb {
     /// Calls `visit` with the data of every row of `query.metric` between `query.start_secs`
     /// and `query.end_secs` (hours overlapping the range) having all of `query.tags`, stored
-    /// or buffered, in row-key order, with the row's annotations and stored size.
+    /// or buffered, with the row's annotations and stored size: each series' rows in time
+    /// order, series in the order the store returns them (`Store::scan`'s key or period
+    /// order), buffered rows of a series before its stored rows of later hours.
     fn visit_row_data(
         &self,
         query: &RowQuery,
@@ -184,22 +186,41 @@ impl Tsdb {
                 && i64::from(row.base_time) <= query.end_secs
                 && query.matches_tags(&row.series.tags)
         });
-        let mut buffered: BTreeMap<Vec<u8>, Vec<Point>> = buffered.into_iter().collect();
+        // Keyed series first, then hour: a series' buffered rows are found by range, in
+        // time order, whatever order the store returns series in.
+        let at = schema.timestamp_offset();
+        let mut buffered: BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)> = buffered
+            .into_iter()
+            .map(|(key, points)| (series_major(&key, at), (key, points)))
+            .collect();
+        let mut earlier = Vec::new();
         for mut request in scan_requests(schema, query) {
             // Compacted cells in the embedded store's compact form are decoded straight
             // from it, without rebuilding OpenTSDB's bytes first.
             request.read.encoded_cells = true;
             for row in self.store().scan(&schema.data_table, &request)? {
                 let row = row?;
-                // Buffered rows sorting before this one (not stored yet) go first.
-                while let Some(entry) = buffered.first_entry() {
-                    if entry.key().as_slice() >= row.key.as_slice() {
-                        break;
+                // The series' buffered rows of earlier hours (not stored yet) go first.
+                let extra = if buffered.is_empty() {
+                    None
+                } else {
+                    let this = series_major(&row.key, at);
+                    let mut series_start = this.clone();
+                    let n = series_start.len();
+                    series_start[n.saturating_sub(4)..].fill(0);
+                    earlier.clear();
+                    earlier.extend(
+                        buffered
+                            .range(series_start..this.clone())
+                            .map(|(k, _)| k.clone()),
+                    );
+                    for k in &earlier {
+                        if let Some((key, points)) = buffered.remove(k) {
+                            visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
+                        }
                     }
-                    let (key, points) = entry.remove_entry();
-                    visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
-                }
-                let extra = buffered.remove(&row.key);
+                    buffered.remove(&this).map(|(_, points)| points)
+                };
                 let stored_bytes = stored_bytes(&row);
                 let mut data_cells = row.cells.iter().filter(|c| {
                     is_encoded(c)
@@ -218,7 +239,7 @@ impl Tsdb {
                 visit(&row.key, data, annotations, stored_bytes)?;
             }
         }
-        for (key, points) in buffered {
+        for (key, points) in buffered.into_values() {
             visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
         }
         Ok(())
@@ -226,7 +247,8 @@ impl Tsdb {
 
     /// Calls `visit` for every row of `query.metric` between `query.start_secs` and
     /// `query.end_secs` (hours overlapping the range) having all of `query.tags`, stored or
-    /// buffered, in row-key order. Points outside the range are included; callers trim.
+    /// buffered, each series' rows in time order (see `visit_row_data`). Points outside the
+    /// range are included; callers trim.
     pub fn visit_rows(
         &self,
         query: &RowQuery,
@@ -293,5 +315,19 @@ impl Tsdb {
                 SeriesPoints { series, points }
             })
             .collect())
+    }
+}
+
+/// `key` with its 4-byte base time (at `at`) moved to the end: series-major order.
+fn series_major(key: &[u8], at: usize) -> Vec<u8> {
+    match key.get(at..at + 4) {
+        Some(time) => {
+            let mut out = Vec::with_capacity(key.len());
+            out.extend_from_slice(&key[..at]);
+            out.extend_from_slice(&key[at + 4..]);
+            out.extend_from_slice(time);
+            out
+        }
+        None => key.to_vec(),
     }
 }

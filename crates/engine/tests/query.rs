@@ -444,3 +444,37 @@ fn two_threads_answer_as_one() {
         }
     }
 }
+
+#[test]
+fn none_answers_series_in_row_key_order_whatever_hour_they_start() {
+    // web02 is created first (smallest tag value UID) but written only in the later hour:
+    // OpenTSDB orders `none` results by the row key without the timestamp (salt, metric,
+    // tags), not by the hour a series first appears in or the order a store returns rows.
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        let (w1, w2, w3) = (
+            [("host", "web01")],
+            [("host", "web02")],
+            [("host", "web03")],
+        );
+        let pt = |ts: i64, tags: &'static [(&'static str, &'static str)]| IncomingPoint {
+            metric: "sys.cpu.user",
+            timestamp: ts,
+            value: Value::Int(1),
+            tags,
+        };
+        let (w1, w2, w3): (&'static _, &'static _, &'static _) = (
+            Box::leak(Box::new(w1)),
+            Box::leak(Box::new(w2)),
+            Box::leak(Box::new(w3)),
+        );
+        db.add_points(&[pt(1357002000, w2)]); // hour 2 only, smallest tag value UID
+        db.add_points(&[pt(1356998400, w3), pt(1356998400, w1)]); // hour 1
+        db.flush().unwrap();
+        let names: Vec<String> = go(&db, &sub("none"))
+            .iter()
+            .map(|g| g.tags["host"].clone())
+            .collect();
+        assert_eq!(names, vec!["web02", "web03", "web01"], "{backend}");
+    }
+}

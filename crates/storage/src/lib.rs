@@ -28,7 +28,7 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Rows of a scan, in key order.
+/// Rows of a scan, in the order [`Store::scan`] states.
 pub type RowIter = Box<dyn Iterator<Item = Result<Row>> + Send>;
 
 /// A wide-column store. Implementations are internally synchronized; a row mutation is atomic.
@@ -68,7 +68,12 @@ pub trait Store: Send + Sync + Debug {
     /// Applies mutations to many rows; each row's mutations are atomic, the batch is not.
     fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()>;
 
-    /// Rows with `start <= key < end` (no end: to the last row) passing the filters, in order.
+    /// Rows with `start <= key < end` (no end: to the last row) passing the filters, each
+    /// once, in key order, or, for a data table a backend keeps a series' period together
+    /// in (RFC 0006), in *period order*: the key order of each row's key with its base time
+    /// replaced by the start of its period, then the base time. Either way the rows of one
+    /// series come in time order, and all rows of a period before a later period's (for the
+    /// same salt and metric). Callers of data-table scans must accept both orders.
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter>;
 
     /// Adds `delta` to an 8-byte big-endian counter (absent counts as 0); returns the new value.

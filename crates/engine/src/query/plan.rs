@@ -202,6 +202,9 @@ struct Tag {
 struct SeriesState {
     tags: Vec<Tag>,
     tsuid: String,
+    /// Salt and TSUID bytes: the order of `none` results (OpenTSDB's row-key order less the
+    /// timestamp), whatever order the rows were read in.
+    order: Vec<u8>,
     points: Points,
     annotations: Vec<StoredAnnotation>,
 }
@@ -451,6 +454,12 @@ fn finish_groups(
     } else {
         limits.max_held_points.saturating_sub(held).max(1)
     };
+    let mut series = series;
+    if q.aggregator == Aggregator::None {
+        // One result per series, in row-key order (as OpenTSDB's span map orders them),
+        // not in the order the store returned rows.
+        series.sort_by(|a, b| a.order.cmp(&b.order));
+    }
     let mut groups: BTreeMap<Vec<Uid>, Vec<SeriesState>> = BTreeMap::new();
     for (i, s) in series.into_iter().enumerate() {
         let key = if q.aggregator == Aggregator::None {
@@ -706,6 +715,7 @@ impl Scan<'_> {
         {
             return Ok(None);
         }
+        let row_key = key;
         let key = decode_row_key(schema, key)?;
         let mut tags = Vec::with_capacity(key.series.tags.len());
         for (k, v) in &key.series.tags {
@@ -721,9 +731,15 @@ impl Scan<'_> {
         }
         let mut tsuid = self.metric.to_bytes(schema.metric_width);
         tsuid.extend_from_slice(tag_bytes);
+        let mut order = row_key
+            .get(..usize::from(schema.salt_width))
+            .unwrap_or_default()
+            .to_vec();
+        order.extend_from_slice(&tsuid);
         Ok(Some(SeriesState {
             tags,
             tsuid: hex_upper(&tsuid),
+            order,
             points: match self.q.downsample {
                 Some(ds) => {
                     Points::Downsampled(Downsampler::new(ds, self.query).expect_until(until_ms))

@@ -14,6 +14,11 @@ pub(crate) fn backends() -> Vec<(&'static str, Arc<dyn Store>)> {
     vec![
         ("memory", Arc::new(MemoryStore::new()) as Arc<dyn Store>),
         (
+            // Scans in period order, the weakest order a store may return (RFC 0006).
+            "memory-period",
+            Arc::new(period_ordered_memory()) as Arc<dyn Store>,
+        ),
+        (
             "bigtable",
             Arc::new(hourglass_store_bigtable::emulator::fresh_store()) as Arc<dyn Store>,
         ),
@@ -26,6 +31,12 @@ pub(crate) fn backends() -> Vec<(&'static str, Arc<dyn Store>)> {
             )) as Arc<dyn Store>,
         ),
     ]
+}
+
+/// A memory store whose data-table scans come series by series within each UTC day.
+pub(crate) fn period_ordered_memory() -> MemoryStore {
+    let schema = hourglass_core::schema::Schema::default();
+    MemoryStore::new().with_period_order(&schema.data_table, schema.timestamp_offset(), 86_400)
 }
 
 pub(crate) fn auto_create() -> Settings {

@@ -31,7 +31,16 @@ pub(crate) struct TestServer {
 /// A fresh store of the named backend: `memory`, `embedded` or `bigtable` (emulator).
 pub(crate) fn store_for(backend: &str) -> Arc<dyn Store> {
     match backend {
-        "memory" => Arc::new(MemoryStore::new()),
+        // Data-table scans in period order (series by series within a UTC day), the
+        // weakest order a store may return (RFC 0006); the other backends give key order.
+        "memory" => {
+            let schema = hourglass_core::schema::Schema::default();
+            Arc::new(MemoryStore::new().with_period_order(
+                &schema.data_table,
+                schema.timestamp_offset(),
+                86_400,
+            ))
+        }
         "embedded" => {
             let dir = tempfile::tempdir().unwrap().keep();
             // As `tsdb` opens it: compacted data cells in the compact stored form.
