@@ -45,6 +45,13 @@ impl std::fmt::Debug for FaultStore {
     }
 }
 
+/// A memory store returning the default data table in period order (series by series
+/// within a UTC day), the weakest scan order a store may use.
+fn period_ordered() -> MemoryStore {
+    let schema = hourglass_core::schema::Schema::default();
+    MemoryStore::new().with_period_order(&schema.data_table, schema.timestamp_offset(), 86_400)
+}
+
 fn injected(what: &str) -> Error {
     Error::Unavailable(format!("simulated fault: {what}"))
 }
@@ -52,11 +59,11 @@ fn injected(what: &str) -> Error {
 impl FaultStore {
     /// Over a fresh memory store (power losses can be simulated).
     pub fn new(faults: Arc<Faults>) -> FaultStore {
-        let memory = Arc::new(MemoryStore::new());
+        let memory = Arc::new(period_ordered());
         FaultStore {
             current: RwLock::new(Arc::clone(&memory) as Arc<dyn Store>),
             memory: RwLock::new(Some(memory)),
-            synced: Mutex::new(Arc::new(MemoryStore::new())),
+            synced: Mutex::new(Arc::new(period_ordered())),
             faults,
             hook: Mutex::new(None),
         }
