@@ -9,7 +9,7 @@ use hourglass_engine::cell_codec::DataCellCodec;
 use hourglass_engine::{Settings, Tsdb};
 use hourglass_storage::Store;
 use hourglass_store_bigtable::{BigtableConfig, BigtableStore};
-use hourglass_store_fjall::FjallStore;
+use hourglass_store_fjall::{FjallStore, Grouping};
 
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StoreArgs {
@@ -118,8 +118,25 @@ impl StoreArgs {
         let schema = self.settings()?.schema;
         match config.get_str("tsd.storage.backend", "embedded") {
             "embedded" => {
-                let store = FjallStore::open(&self.data_dir)?
+                let mut store = FjallStore::open(&self.data_dir)?
                     .with_cell_codec(&schema.data_table, Arc::new(DataCellCodec));
+                // A series' rows of each closed period kept under one key (RFC 0006).
+                let period = config.get_int("tsd.storage.embedded.group_period", 86_400)?;
+                if period != 0 {
+                    if period < 3600 || period % 3600 != 0 || period > i64::from(u32::MAX) {
+                        anyhow::bail!(
+                            "tsd.storage.embedded.group_period must be 0 (no grouping) or a whole number of hours in seconds, not {period}"
+                        );
+                    }
+                    store = store.with_grouping(
+                        &schema.data_table,
+                        Grouping {
+                            timestamp_offset: schema.timestamp_offset(),
+                            period_secs: period as u32,
+                            grace_secs: 3600,
+                        },
+                    );
+                }
                 Ok(Arc::new(store))
             }
             "bigtable" => {

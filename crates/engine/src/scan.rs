@@ -185,13 +185,16 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
         .collect()
 }
 
-/// Every stored row of `query`, bucket by bucket.
+/// Every stored row of `query`, bucket by bucket, each bucket in key order (as OpenTSDB's
+/// tools print them) whatever order the store returns ([`Store::scan`]).
 pub fn scan_rows(store: &dyn Store, schema: &Schema, query: &RowQuery) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for request in scan_requests(schema, query) {
+        let from = rows.len();
         for row in store.scan(&schema.data_table, &request)? {
             rows.push(row?);
         }
+        rows[from..].sort_by(|a, b| a.key.cmp(&b.key));
     }
     Ok(rows)
 }

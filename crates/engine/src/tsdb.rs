@@ -71,6 +71,9 @@ impl Tsdb {
                 true
             }
         };
+        if tables_ready {
+            maintain(store.as_ref(), settings.clock.now_ms());
+        }
         let uids = Arc::new(
             UidRegistry::new(Arc::clone(&store), settings.schema.clone())
                 .with_realtime_meta(settings.meta.realtime_uid)
@@ -261,5 +264,13 @@ impl Tsdb {
         self.store.sync()?;
         self.store.checkpoint()?;
         Ok(())
+    }
+}
+
+/// The store's upkeep ([`Store::maintain`]); a failure is logged and retried at the next
+/// flush (it never fails a write: the rows are stored either way).
+pub(crate) fn maintain(store: &dyn Store, now_ms: i64) {
+    if let Err(e) = store.maintain(now_ms) {
+        tracing::error!(error = %e, "storage upkeep failed; retried at the next flush");
     }
 }

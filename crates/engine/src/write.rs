@@ -751,6 +751,9 @@ impl Writer {
             crate::tables::create_tables(self.store.as_ref(), &self.settings.schema)?;
             self.tables_ready.store(true, Ordering::Relaxed);
         }
+        // Before the rows: a store that groups closed periods (RFC 0006) then writes rows
+        // of newly closed ones straight into their groups.
+        crate::tsdb::maintain(self.store.as_ref(), self.settings.clock.now_ms());
         // Seal: the active buffer becomes immutable and stays readable until stored.
         let (sealed, through) = {
             let mut state = self.state.lock();

@@ -143,4 +143,12 @@ pub trait Store: Send + Sync + Debug {
     fn checkpoint(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Upkeep a backend does at its caller's pace, given the writer's clock (ms): the
+    /// embedded store moves rows of periods closed by `now_ms` into their groups (RFC 0006).
+    /// Cheap when there is nothing to do. Backends without upkeep do nothing.
+    fn maintain(&self, now_ms: i64) -> Result<()> {
+        let _ = now_ms;
+        Ok(())
+    }
 }

@@ -229,6 +229,10 @@ impl Store for Metered {
     fn checkpoint(&self) -> Result<()> {
         self.inner.checkpoint()
     }
+
+    fn maintain(&self, now_ms: i64) -> Result<()> {
+        self.inner.maintain(now_ms)
+    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,14 @@
 //! before it returns, so a killed process loses nothing it acknowledged; [`Store::sync`]
 //! adds an fsync for power loss.
 
-use std::collections::HashMap;
+mod groups;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fjall::config::CompressionPolicy;
@@ -24,8 +26,17 @@ use hourglass_storage::{
 };
 use parking_lot::{Mutex, RwLock};
 
+pub use groups::Grouping;
+use groups::{decode_group, encode_group, group_members};
+
 const TABLES_KEYSPACE: &str = "_tables";
 const TABLE_PREFIX: &str = "t:";
+/// The keyspace of a grouped table's groups (RFC 0006).
+const GROUP_PREFIX: &str = "g:";
+/// The catalog line of a grouped table: `@grouped=<timestamp offset>,<period>,<grace>`.
+const GROUPED_LINE: &str = "@grouped=";
+/// Bytes of rows one grouping step moves under the write lock.
+const GROUPING_STEP_BYTES: usize = 32 << 20;
 /// Batches of at least this many rows are written as a new table (bulk ingestion).
 const INGEST_MIN_ROWS: usize = 256;
 
@@ -34,6 +45,29 @@ struct Table {
     spec: Arc<TableSpec>,
     rows: Keyspace,
     codec: Option<Arc<dyn CellCodec>>,
+    groups: Option<Groups>,
+}
+
+/// A grouped table's groups (RFC 0006).
+#[derive(Clone)]
+struct Groups {
+    rows: Keyspace,
+    grouping: Grouping,
+    /// Periods ending at or before this (seconds) are grouped: writes to their rows go to
+    /// their groups. 0 until the first grouping pass of this open.
+    grouped_through: Arc<AtomicU64>,
+    /// The last grouping pass that finished moved every row of periods ending at or
+    /// before this into their groups.
+    passed_through: Arc<AtomicU64>,
+}
+
+/// A change to one member of a group: its offset and its new row value (`None`: gone).
+type MemberWrite = (u32, Option<Vec<u8>>);
+
+/// A row as a write finds it: its cells, and whether the row keyspace holds it.
+struct Loaded {
+    row: RowData,
+    in_rows: bool,
 }
 
 /// The fjall database and its handles, replaced whole when the database is reopened.
@@ -54,6 +88,8 @@ pub struct FjallStore {
     /// `None` only while a reopen failed (tried again on the next operation).
     open: RwLock<Option<Arc<Open>>>,
     codecs: RwLock<HashMap<String, Arc<dyn CellCodec>>>,
+    /// Tables to group (RFC 0006), applied when each is created or bound.
+    groupings: RwLock<HashMap<String, Grouping>>,
     /// Serializes read-modify-write of rows. Readers never take it.
     write_lock: Mutex<()>,
     /// fjall reported the database poisoned: reopen it before the next operation.
@@ -105,6 +141,7 @@ impl FjallStore {
             path: dir.to_path_buf(),
             open: RwLock::new(Some(Arc::new(open))),
             codecs: RwLock::new(HashMap::new()),
+            groupings: RwLock::new(HashMap::new()),
             write_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             last_reopen: Mutex::new(None),
@@ -127,14 +164,18 @@ impl FjallStore {
                 .map_err(|e| io_err("cannot read table catalog", e))?;
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| Error::Corrupt("table name is not UTF-8".into()))?;
-            let spec = decode_spec(&name, &spec)?;
-            let rows = open_keyspace(&db, &name)?;
+            let (spec, grouping) = decode_spec(&name, &spec)?;
+            let rows = open_keyspace(&db, TABLE_PREFIX, &name)?;
+            let groups = grouping
+                .map(|grouping| open_groups(&db, &name, grouping))
+                .transpose()?;
             tables.insert(
                 name.clone(),
                 Table {
                     spec: Arc::new(spec),
                     rows,
                     codec: codecs.get(&name).cloned(),
+                    groups,
                 },
             );
         }
@@ -245,10 +286,60 @@ impl FjallStore {
     }
 
     fn load_row(table: &Table, key: &[u8]) -> Result<RowData> {
-        match table.rows.get(key).map_err(|e| io_err("read failed", e))? {
-            Some(bytes) => RowData::decode(&bytes, table.codec.as_deref()),
-            None => Ok(RowData::default()),
+        Ok(Self::load(table, key)?.row)
+    }
+
+    /// A row where it is: the row keyspace, else its group's member, else empty.
+    fn load(table: &Table, key: &[u8]) -> Result<Loaded> {
+        if let Some(bytes) = table.rows.get(key).map_err(|e| io_err("read failed", e))? {
+            return Ok(Loaded {
+                row: RowData::decode(&bytes, table.codec.as_deref())?,
+                in_rows: true,
+            });
         }
+        let mut row = RowData::default();
+        if let Some(groups) = &table.groups
+            && let Some((group_key, offset)) = groups.grouping.split(key)
+            && let Some(value) = groups
+                .rows
+                .get(&group_key)
+                .map_err(|e| io_err("read failed", e))?
+            && let Some((_, bytes)) = decode_group(&value)?
+                .into_iter()
+                .find(|(o, _)| *o == offset)
+        {
+            row = RowData::decode(bytes, table.codec.as_deref())?;
+        }
+        Ok(Loaded {
+            row,
+            in_rows: false,
+        })
+    }
+
+    /// Groups the rows of `table` with `grouping` (RFC 0006) from now on: when the table is
+    /// created, or at once if it exists. A data dir whose table is grouped stays grouped
+    /// (its catalog says so), whatever later opens bind.
+    pub fn with_grouping(self, table: &str, grouping: Grouping) -> Self {
+        let grouping = Grouping {
+            period_secs: grouping.period_secs.max(3600),
+            ..grouping
+        };
+        self.groupings.write().insert(table.to_string(), grouping);
+        let exists = self
+            .open
+            .read()
+            .as_ref()
+            .is_some_and(|open| open.tables.read().contains_key(table));
+        if exists {
+            let spec = TableSpec {
+                name: table.to_string(),
+                families: Vec::new(),
+            };
+            if let Err(e) = self.create_table(&spec) {
+                tracing::error!(table, error = %e, "cannot switch grouping on");
+            }
+        }
+        self
     }
 
     /// Stores the cells of `table` through `codec` from now on (reads decode either form).
@@ -277,41 +368,97 @@ impl FjallStore {
         let open = self.handle()?;
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in tables {
-            t.rows
-                .rotate_memtable_and_wait()
-                .map_err(|e| io_err("flush failed", e))?;
-            t.rows
-                .major_compact()
-                .map_err(|e| io_err("compaction failed", e))?;
+            for rows in std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)) {
+                rows.rotate_memtable_and_wait()
+                    .map_err(|e| io_err("flush failed", e))?;
+                rows.major_compact()
+                    .map_err(|e| io_err("compaction failed", e))?;
+            }
         }
         Ok(())
     }
 }
 
-fn open_keyspace(db: &Database, table: &str) -> Result<Keyspace> {
+fn open_keyspace(db: &Database, prefix: &str, table: &str) -> Result<Keyspace> {
     // LZ4 on every level: rows are written once and read many times.
     let options = || {
         KeyspaceCreateOptions::default()
             .data_block_compression_policy(CompressionPolicy::all(CompressionType::Lz4))
     };
-    db.keyspace(&format!("{TABLE_PREFIX}{table}"), options)
+    db.keyspace(&format!("{prefix}{table}"), options)
         .map_err(|e| io_err(&format!("cannot open table {table}"), e))
 }
 
-/// Table spec in the catalog: `name:max_versions` per family, one per line (0 = unlimited).
-fn encode_spec(spec: &TableSpec) -> Vec<u8> {
-    spec.families
-        .iter()
-        .map(|f| format!("{}:{}\n", f.name, f.max_versions.unwrap_or(0)))
-        .collect::<String>()
-        .into_bytes()
+/// The smallest key after every key starting with `prefix` (`None`: there is none).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut next = prefix.to_vec();
+    while let Some(last) = next.pop() {
+        if last < 0xFF {
+            next.push(last + 1);
+            return Some(next);
+        }
+    }
+    None
 }
 
-fn decode_spec(name: &str, bytes: &[u8]) -> Result<TableSpec> {
+fn open_groups(db: &Database, table: &str, grouping: Grouping) -> Result<Groups> {
+    Ok(Groups {
+        rows: open_keyspace(db, GROUP_PREFIX, table)?,
+        grouping,
+        grouped_through: Arc::new(AtomicU64::new(0)),
+        passed_through: Arc::new(AtomicU64::new(0)),
+    })
+}
+
+/// Table spec in the catalog: `name:max_versions` per family, one per line (0 = unlimited),
+/// then `@grouped=<timestamp offset>,<period>,<grace>` for a grouped table (a line older
+/// binaries refuse, so they do not open a table whose closed periods they cannot read).
+fn encode_spec(spec: &TableSpec, grouping: Option<Grouping>) -> Vec<u8> {
+    let mut text: String = spec
+        .families
+        .iter()
+        .map(|f| format!("{}:{}\n", f.name, f.max_versions.unwrap_or(0)))
+        .collect();
+    if let Some(g) = grouping {
+        text.push_str(&format!(
+            "{GROUPED_LINE}{},{},{}\n",
+            g.timestamp_offset, g.period_secs, g.grace_secs
+        ));
+    }
+    text.into_bytes()
+}
+
+fn decode_grouping(name: &str, text: &str) -> Result<Grouping> {
+    let bad = || Error::Corrupt(format!("bad table spec. table={name}"));
+    let parts: Vec<u64> = text
+        .split(',')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_>>()?;
+    match parts[..] {
+        [offset, period, grace] if period >= 3600 && period <= u64::from(u32::MAX) => {
+            Ok(Grouping {
+                timestamp_offset: usize::try_from(offset).map_err(|_| bad())?,
+                period_secs: period as u32,
+                grace_secs: u32::try_from(grace).map_err(|_| bad())?,
+            })
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn decode_spec(name: &str, bytes: &[u8]) -> Result<(TableSpec, Option<Grouping>)> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| Error::Corrupt(format!("table spec is not UTF-8. table={name}")))?;
+    let mut grouping = None;
     let families = text
         .lines()
+        .filter(|line| match line.strip_prefix(GROUPED_LINE) {
+            Some(g) => {
+                grouping = Some(decode_grouping(name, g));
+                false
+            }
+            None => true,
+        })
         .map(|line| {
             let (family, versions) = line
                 .rsplit_once(':')
@@ -322,40 +469,41 @@ fn decode_spec(name: &str, bytes: &[u8]) -> Result<TableSpec> {
             Ok(FamilySpec::new(family, (versions > 0).then_some(versions)))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(TableSpec {
+    let spec = TableSpec {
         name: name.to_string(),
         families,
-    })
+    };
+    Ok((spec, grouping.transpose()?))
 }
 
 /// Keys read past toward a skip hint's target before seeking there instead.
 const READ_ON_BEFORE_SEEK: u32 = 8;
 
-/// A range scan over one table; follows the request's skip hint by seeking when the next
-/// possible match is further than a few keys away.
-struct Scan {
-    /// Keeps the database from being reopened under the scan.
-    _open: Arc<Open>,
+/// The keys and values of a range whose keys pass a scan's regex; follows the request's
+/// skip hint by seeking when the next possible match is further than a few keys away.
+struct RawRows {
     rows: Keyspace,
-    codec: Option<Arc<dyn CellCodec>>,
-    keep_encoded: bool,
-    filter: ScanFilter,
     skip: Option<SkipHint>,
     upper: Bound<Vec<u8>>,
     iter: fjall::Iter,
     /// Where the hint says the next match may be, and keys read since.
     target: Option<(Vec<u8>, u32)>,
-    returned: usize,
 }
 
-impl Iterator for Scan {
-    type Item = Result<Row>;
+impl RawRows {
+    fn new(rows: Keyspace, start: Vec<u8>, upper: Bound<Vec<u8>>, skip: Option<SkipHint>) -> Self {
+        let iter = rows.range::<Vec<u8>, _>((Bound::Included(start), upper.clone()));
+        RawRows {
+            rows,
+            skip,
+            upper,
+            iter,
+            target: None,
+        }
+    }
 
-    fn next(&mut self) -> Option<Result<Row>> {
+    fn next(&mut self, filter: &ScanFilter) -> Option<Result<(fjall::Slice, fjall::Slice)>> {
         loop {
-            if self.filter.is_full(self.returned) {
-                return None;
-            }
             let (key, value) = match self.iter.next()?.into_inner() {
                 Ok(kv) => kv,
                 Err(e) => return Some(Err(io_err("scan failed", e))),
@@ -372,7 +520,7 @@ impl Iterator for Scan {
                 }
                 self.target = None;
             }
-            if !self.filter.key_matches(&key) {
+            if !filter.key_matches(&key) {
                 if let Some(skip) = &self.skip {
                     self.target = (skip.0)(&key)
                         .filter(|t| t.as_slice() > key.as_ref())
@@ -380,13 +528,217 @@ impl Iterator for Scan {
                 }
                 continue;
             }
+            return Some(Ok((key, value)));
+        }
+    }
+}
+
+/// A range scan over one table.
+struct Scan {
+    /// Keeps the database from being reopened under the scan.
+    _open: Arc<Open>,
+    codec: Option<Arc<dyn CellCodec>>,
+    keep_encoded: bool,
+    filter: ScanFilter,
+    raw: RawRows,
+}
+
+impl Iterator for Scan {
+    type Item = Result<Row>;
+
+    fn next(&mut self) -> Option<Result<Row>> {
+        loop {
+            let (key, value) = match self.raw.next(&self.filter)? {
+                Ok(kv) => kv,
+                Err(e) => return Some(Err(e)),
+            };
             let row = match RowData::decode_with(&value, self.codec.as_deref(), self.keep_encoded) {
                 Ok(row) => row,
                 Err(e) => return Some(Err(e)),
             };
             if let Some(out) = self.filter.accept(&key, &row) {
-                self.returned += 1;
                 return Some(Ok(out));
+            }
+        }
+    }
+}
+
+/// A range scan over a grouped table, in period order (RFC 0006): window by window (salt,
+/// metric and period); a window without groups streams its rows in key order, a window with
+/// groups gives each group's series in time order, merged with that series' rows in the row
+/// keyspace (which shadow the group's), then the series that have no group.
+struct GroupedScan {
+    _open: Arc<Open>,
+    codec: Option<Arc<dyn CellCodec>>,
+    keep_encoded: bool,
+    filter: ScanFilter,
+    grouping: Grouping,
+    start: Vec<u8>,
+    upper: Bound<Vec<u8>>,
+    rows: RawRows,
+    row_next: Option<(fjall::Slice, fjall::Slice)>,
+    groups: fjall::Iter,
+    group_next: Option<(fjall::Slice, fjall::Slice)>,
+    out: VecDeque<Row>,
+    done: bool,
+}
+
+impl GroupedScan {
+    fn in_range(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice()
+            && match &self.upper {
+                Bound::Excluded(end) => key < end.as_slice(),
+                _ => true,
+            }
+    }
+
+    fn pull_row(&mut self) -> Result<()> {
+        if self.row_next.is_none() {
+            self.row_next = self.rows.next(&self.filter).transpose()?;
+        }
+        Ok(())
+    }
+
+    fn pull_group(&mut self) -> Result<()> {
+        while self.group_next.is_none() {
+            let Some(item) = self.groups.next() else {
+                return Ok(());
+            };
+            let (key, value) = item.into_inner().map_err(|e| io_err("scan failed", e))?;
+            // A key too short to be a group cannot be one: never written, skipped.
+            if self.grouping.window(&key).is_some() {
+                self.group_next = Some((key, value));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes and filters one row into the output.
+    fn emit(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let row = RowData::decode_with(value, self.codec.as_deref(), self.keep_encoded)?;
+        if let Some(out) = self.filter.accept(key, &row) {
+            self.out.push_back(out);
+        }
+        Ok(())
+    }
+
+    /// Fills the output with the next window's rows (or one row of a window without groups).
+    fn fill(&mut self) -> Result<()> {
+        self.pull_row()?;
+        self.pull_group()?;
+        let g = self.grouping;
+        let window_has_groups = match (&self.row_next, &self.group_next) {
+            (None, None) => {
+                self.done = true;
+                return Ok(());
+            }
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some((row, _)), Some((group, _))) => {
+                g.cmp_windows(row, group) != std::cmp::Ordering::Less
+            }
+        };
+        if !window_has_groups {
+            if let Some((key, value)) = self.row_next.take() {
+                self.emit(&key, &value)?;
+            }
+            return Ok(());
+        }
+        let Some((first_group, _)) = &self.group_next else {
+            return Ok(());
+        };
+        let window = first_group.clone();
+        // The window's rows in the row keyspace, series by series.
+        let mut rows: BTreeMap<Vec<u8>, (fjall::Slice, fjall::Slice)> = BTreeMap::new();
+        loop {
+            self.pull_row()?;
+            match self.row_next.take() {
+                Some((key, value)) if g.same_window(&key, &window) => {
+                    rows.insert(g.series_major(&key), (key, value));
+                }
+                other => {
+                    self.row_next = other;
+                    break;
+                }
+            }
+        }
+        loop {
+            self.pull_group()?;
+            let Some((group_key, value)) = self.group_next.take() else {
+                break;
+            };
+            if !g.same_window(&group_key, &window) {
+                self.group_next = Some((group_key, value));
+                break;
+            }
+            let members = decode_group(&value)?;
+            // This series' rows in the row keyspace: its series-major keys are the group's
+            // key (period start at the end) with the base time in place of the start.
+            let series = g.series_major(&group_key);
+            let prefix = &series[..series.len() - 4];
+            let mut own: Vec<(u32, fjall::Slice, fjall::Slice)> = Vec::new();
+            let from = prefix.to_vec();
+            let keys: Vec<Vec<u8>> = rows
+                .range(from..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .filter(|(k, _)| k.len() == series.len())
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                if let Some((key, value)) = rows.remove(&k)
+                    && let Some(base) = g.base(&key)
+                {
+                    own.push((base, key, value));
+                }
+            }
+            let period = g.base(&group_key).unwrap_or(0);
+            let mut own = own.into_iter().peekable();
+            for (offset, bytes) in members {
+                let Some(base) = period.checked_add(offset) else {
+                    continue;
+                };
+                // Its rows in the row keyspace up to this time go first; one at this time
+                // replaces the member.
+                let mut shadowed = false;
+                while let Some((b, key, value)) = own.next_if(|(b, _, _)| *b <= base) {
+                    shadowed |= b == base;
+                    self.emit(&key, &value)?;
+                }
+                if shadowed {
+                    continue;
+                }
+                let Some(key) = g.member_key(&group_key, offset) else {
+                    continue;
+                };
+                if self.in_range(&key) && self.filter.key_matches(&key) {
+                    self.emit(&key, bytes)?;
+                }
+            }
+            for (_, key, value) in own {
+                self.emit(&key, &value)?;
+            }
+        }
+        for (_, (key, value)) in std::mem::take(&mut rows) {
+            self.emit(&key, &value)?;
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for GroupedScan {
+    type Item = Result<Row>;
+
+    fn next(&mut self) -> Option<Result<Row>> {
+        loop {
+            if let Some(row) = self.out.pop_front() {
+                return Some(Ok(row));
+            }
+            if self.done {
+                return None;
+            }
+            if let Err(e) = self.fill() {
+                self.done = true;
+                return Some(Err(e));
             }
         }
     }
@@ -410,15 +762,36 @@ impl FjallStore {
                 merged.families.push(f.clone());
             }
         }
-        if existing.as_ref().is_some_and(|t| *t.spec == merged) {
+        // A grouped table stays grouped as its catalog says; otherwise grouping is switched
+        // on when bound.
+        let wanted = self.groupings.read().get(&spec.name).copied();
+        let grouped = existing.as_ref().and_then(|t| t.groups.clone());
+        if let (Some(have), Some(want)) = (&grouped, wanted)
+            && have.grouping != want
+        {
+            tracing::warn!(table = %spec.name, "table is grouped as its catalog says, not as configured");
+        }
+        if existing
+            .as_ref()
+            .is_some_and(|t| *t.spec == merged && (grouped.is_some() || wanted.is_none()))
+        {
             return Ok(());
         }
-        let rows = match existing {
-            Some(t) => t.rows,
-            None => open_keyspace(&open.db, &spec.name)?,
+        let rows = match &existing {
+            Some(t) => t.rows.clone(),
+            None => open_keyspace(&open.db, TABLE_PREFIX, &spec.name)?,
+        };
+        let groups = match grouped {
+            Some(g) => Some(g),
+            None => wanted
+                .map(|g| open_groups(&open.db, &spec.name, g))
+                .transpose()?,
         };
         open.catalog
-            .insert(spec.name.as_bytes(), encode_spec(&merged))
+            .insert(
+                spec.name.as_bytes(),
+                encode_spec(&merged, groups.as_ref().map(|g| g.grouping)),
+            )
             .map_err(|e| self.write_failed("cannot write table catalog", e))?;
         open.db
             .persist(PersistMode::SyncAll)
@@ -429,6 +802,7 @@ impl FjallStore {
                 spec: Arc::new(merged),
                 rows,
                 codec: self.codecs.read().get(&spec.name).cloned(),
+                groups,
             },
         );
         Ok(())
@@ -439,30 +813,37 @@ impl FjallStore {
         let now = now_ms();
         let _w = self.write_lock.lock();
         // Rows repeated in one batch apply in order on the pending state.
-        let mut pending: HashMap<&[u8], RowData> = HashMap::new();
+        let mut pending: HashMap<&[u8], Loaded> = HashMap::new();
         for r in rows {
-            let row = match pending.remove(r.key.as_slice()) {
-                Some(row) => row,
-                None => Self::load_row(&t, &r.key)?,
+            let mut loaded = match pending.remove(r.key.as_slice()) {
+                Some(loaded) => loaded,
+                None => Self::load(&t, &r.key)?,
             };
-            let mut row = row;
-            row.apply(&t.spec, &r.mutations, now)?;
-            pending.insert(&r.key, row);
+            loaded.row.apply(&t.spec, &r.mutations, now)?;
+            pending.insert(&r.key, loaded);
         }
-        if pending.len() >= INGEST_MIN_ROWS {
+        self.commit(&open, &t, pending.into_iter().collect())
+    }
+
+    /// Writes rows as they now are (an empty row is removed). Under the write lock.
+    fn commit(&self, open: &Open, t: &Table, rows: Vec<(&[u8], Loaded)>) -> Result<()> {
+        if let Some(groups) = &t.groups {
+            return self.commit_grouped(open, t, groups, rows);
+        }
+        if rows.len() >= INGEST_MIN_ROWS {
             // Large batches (flushes of many rows) become a new table directly: no journal
             // copy, no memtable, no memtable flush. The table is registered atomically.
-            let mut sorted: Vec<(&[u8], RowData)> = pending.into_iter().collect();
+            let mut sorted = rows;
             sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
             let mut ingestion = t
                 .rows
                 .start_ingestion()
                 .map_err(|e| self.write_failed("write failed", e))?;
-            for (key, row) in sorted {
-                if row.is_empty() {
+            for (key, loaded) in sorted {
+                if loaded.row.is_empty() {
                     ingestion.write_tombstone(key)
                 } else {
-                    ingestion.write(key, row.encode(t.codec.as_deref()))
+                    ingestion.write(key, loaded.row.encode(t.codec.as_deref()))
                 }
                 .map_err(|e| self.write_failed("write failed", e))?;
             }
@@ -471,11 +852,128 @@ impl FjallStore {
                 .map_err(|e| self.write_failed("write failed", e));
         }
         let mut batch = open.db.batch();
-        for (key, row) in pending {
-            if row.is_empty() {
+        for (key, loaded) in rows {
+            if loaded.row.is_empty() {
                 batch.remove(&t.rows, key);
             } else {
-                batch.insert(&t.rows, key, row.encode(t.codec.as_deref()));
+                batch.insert(&t.rows, key, loaded.row.encode(t.codec.as_deref()));
+            }
+        }
+        batch
+            .commit()
+            .map_err(|e| self.write_failed("write failed", e))
+    }
+
+    /// [`FjallStore::commit`] for a grouped table: rows of grouped periods go to their groups
+    /// (and leave the row keyspace), other rows to the row keyspace; a row emptied in an
+    /// ungrouped period also leaves a group that holds it (the clock went back).
+    fn commit_grouped(
+        &self,
+        open: &Open,
+        t: &Table,
+        groups: &Groups,
+        rows: Vec<(&[u8], Loaded)>,
+    ) -> Result<()> {
+        let g = &groups.grouping;
+        let through = groups.grouped_through.load(Ordering::Acquire);
+        let mut row_writes: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
+        let mut member_writes: BTreeMap<Vec<u8>, Vec<MemberWrite>> = BTreeMap::new();
+        for (key, loaded) in rows {
+            let value = (!loaded.row.is_empty()).then(|| loaded.row.encode(t.codec.as_deref()));
+            match g.split(key) {
+                Some((group_key, offset))
+                    if g.period_end(key).is_some_and(|end| end <= through) =>
+                {
+                    member_writes
+                        .entry(group_key)
+                        .or_default()
+                        .push((offset, value));
+                    if loaded.in_rows {
+                        row_writes.push((key, None));
+                    }
+                }
+                Some((group_key, offset)) if value.is_none() => {
+                    member_writes
+                        .entry(group_key)
+                        .or_default()
+                        .push((offset, None));
+                    if loaded.in_rows {
+                        row_writes.push((key, None));
+                    }
+                }
+                _ => {
+                    if value.is_some() || loaded.in_rows {
+                        row_writes.push((key, value));
+                    }
+                }
+            }
+        }
+        let mut group_writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        for (group_key, changes) in member_writes {
+            let stored = groups
+                .rows
+                .get(&group_key)
+                .map_err(|e| io_err("read failed", e))?;
+            let mut members = group_members(stored.as_deref())?;
+            let mut changed = false;
+            for (offset, value) in changes {
+                changed |= match value {
+                    Some(v) => {
+                        members.insert(offset, v);
+                        true
+                    }
+                    None => members.remove(&offset).is_some(),
+                };
+            }
+            if changed {
+                let value = (!members.is_empty()).then(|| encode_group(&members));
+                if value.is_some() || stored.is_some() {
+                    group_writes.push((group_key, value));
+                }
+            }
+        }
+        let ingest = |keyspace: &Keyspace, writes: Vec<(&[u8], Option<Vec<u8>>)>| -> Result<()> {
+            let mut writes = writes;
+            writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let mut ingestion = keyspace
+                .start_ingestion()
+                .map_err(|e| self.write_failed("write failed", e))?;
+            for (key, value) in writes {
+                match value {
+                    Some(v) => ingestion.write(key, v),
+                    None => ingestion.write_tombstone(key),
+                }
+                .map_err(|e| self.write_failed("write failed", e))?;
+            }
+            ingestion
+                .finish()
+                .map_err(|e| self.write_failed("write failed", e))
+        };
+        // One keyspace written: a large batch is ingested as a table of its own. Both: one
+        // atomic batch, so a row is never in neither place nor stale in both.
+        if group_writes.is_empty() && row_writes.len() >= INGEST_MIN_ROWS {
+            return ingest(&t.rows, row_writes);
+        }
+        if row_writes.is_empty() && group_writes.len() >= INGEST_MIN_ROWS {
+            return ingest(
+                &groups.rows,
+                group_writes
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.clone()))
+                    .collect(),
+            );
+        }
+        let mut batch = open.db.batch();
+        for (key, value) in row_writes {
+            match value {
+                Some(v) => batch.insert(&t.rows, key, v),
+                None => batch.remove(&t.rows, key),
+            }
+        }
+        for (key, value) in group_writes {
+            match value {
+                Some(v) => batch.insert(&groups.rows, key, v),
+                None => batch.remove(&groups.rows, key),
             }
         }
         batch
@@ -491,13 +989,13 @@ impl FjallStore {
         qualifier: &[u8],
         delta: i64,
     ) -> Result<i64> {
-        let (_open, t) = self.table(table)?;
+        let (open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
-        let mut row = Self::load_row(&t, key)?;
-        let v = row.increment(&t.spec, family, qualifier, delta, now_ms())?;
-        t.rows
-            .insert(key, row.encode(t.codec.as_deref()))
-            .map_err(|e| self.write_failed("write failed", e))?;
+        let mut loaded = Self::load(&t, key)?;
+        let v = loaded
+            .row
+            .increment(&t.spec, family, qualifier, delta, now_ms())?;
+        self.commit(&open, &t, vec![(key, loaded)])?;
         Ok(v)
     }
 
@@ -508,23 +1006,118 @@ impl FjallStore {
         check: &Check,
         mutations: &[Mutation],
     ) -> Result<bool> {
-        let (_open, t) = self.table(table)?;
+        let (open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
-        let mut row = Self::load_row(&t, key)?;
-        if !row.check(check) {
+        let mut loaded = Self::load(&t, key)?;
+        if !loaded.row.check(check) {
             return Ok(false);
         }
-        row.apply(&t.spec, mutations, now_ms())?;
-        if row.is_empty() {
-            t.rows
-                .remove(key)
-                .map_err(|e| self.write_failed("write failed", e))?;
-        } else {
-            t.rows
-                .insert(key, row.encode(t.codec.as_deref()))
-                .map_err(|e| self.write_failed("write failed", e))?;
-        }
+        loaded.row.apply(&t.spec, mutations, now_ms())?;
+        self.commit(&open, &t, vec![(key, loaded)])?;
         Ok(true)
+    }
+
+    /// Groups every grouped table's periods closed at `now_ms` (RFC 0006): from now on
+    /// writes to their rows go to their groups, and the rows still in the row keyspace move
+    /// there, a bounded step at a time under the write lock.
+    fn maintain_once(&self, now_ms: i64) -> Result<()> {
+        let open = self.handle()?;
+        let tables: Vec<Table> = open
+            .tables
+            .read()
+            .values()
+            .filter(|t| t.groups.is_some())
+            .cloned()
+            .collect();
+        for t in tables {
+            let Some(groups) = &t.groups else { continue };
+            let closed = groups.grouping.closed_through(now_ms.div_euclid(1000));
+            if closed <= groups.passed_through.load(Ordering::Acquire) {
+                continue;
+            }
+            let moved = self.group_rows(&open, &t, groups, closed)?;
+            groups.passed_through.fetch_max(closed, Ordering::AcqRel);
+            if moved > 0 {
+                // The moved rows left tombstones: drop them with the rows they cover.
+                t.rows
+                    .major_compact()
+                    .map_err(|e| io_err("compaction failed", e))?;
+                tracing::debug!(table = %t.spec.name, rows = moved, "rows moved into their groups");
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the rows of periods ending at or before `closed` from the row keyspace into
+    /// their groups. Returns how many moved.
+    fn group_rows(&self, open: &Open, t: &Table, groups: &Groups, closed: u64) -> Result<usize> {
+        let g = groups.grouping;
+        let mut cursor: Vec<u8> = Vec::new();
+        let mut moved = 0;
+        // Writes wait for the whole pass: none finds a row of a grouped period still in
+        // the row keyspace (a step at a time bounds only the memory).
+        let _w = self.write_lock.lock();
+        groups.grouped_through.fetch_max(closed, Ordering::AcqRel);
+        loop {
+            let mut changes: BTreeMap<Vec<u8>, Vec<(u32, fjall::Slice, fjall::Slice)>> =
+                BTreeMap::new();
+            let mut bytes = 0usize;
+            let mut resume = None;
+            let mut iter = t.rows.range::<Vec<u8>, _>(cursor.clone()..);
+            while let Some(item) = iter.next() {
+                let (key, value) = item.into_inner().map_err(|e| io_err("read failed", e))?;
+                match g.period_end(&key) {
+                    Some(end) if end <= closed => {
+                        if let Some((group_key, offset)) = g.split(&key) {
+                            bytes += key.len() + value.len();
+                            changes.entry(group_key).or_default().push((
+                                offset,
+                                key.clone(),
+                                value,
+                            ));
+                        }
+                    }
+                    Some(_) => {
+                        // Later keys of this salt and metric are later periods, open too.
+                        match prefix_successor(&key[..g.timestamp_offset]) {
+                            Some(next) => {
+                                iter = t.rows.range::<Vec<u8>, _>(next..);
+                                continue;
+                            }
+                            None => break,
+                        }
+                    }
+                    None => {}
+                }
+                if bytes >= GROUPING_STEP_BYTES {
+                    let mut next = key.to_vec();
+                    next.push(0);
+                    resume = Some(next);
+                    break;
+                }
+            }
+            let mut batch = open.db.batch();
+            for (group_key, rows) in changes {
+                let stored = groups
+                    .rows
+                    .get(&group_key)
+                    .map_err(|e| io_err("read failed", e))?;
+                let mut members = group_members(stored.as_deref())?;
+                for (offset, key, value) in rows {
+                    members.insert(offset, value.to_vec());
+                    batch.remove(&t.rows, key);
+                    moved += 1;
+                }
+                batch.insert(&groups.rows, group_key, encode_group(&members));
+            }
+            batch
+                .commit()
+                .map_err(|e| self.write_failed("write failed", e))?;
+            match resume {
+                Some(next) => cursor = next,
+                None => return Ok(moved),
+            }
+        }
     }
 
     fn sync_once(&self) -> Result<()> {
@@ -538,9 +1131,10 @@ impl FjallStore {
         let open = self.handle()?;
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in tables {
-            t.rows
-                .rotate_memtable_and_wait()
-                .map_err(|e| self.write_failed("flush failed", e))?;
+            for rows in std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)) {
+                rows.rotate_memtable_and_wait()
+                    .map_err(|e| self.write_failed("flush failed", e))?;
+            }
         }
         open.db
             .persist(PersistMode::SyncAll)
@@ -586,6 +1180,10 @@ impl Store for FjallStore {
         self.retrying(|| self.checkpoint_once())
     }
 
+    fn maintain(&self, now_ms: i64) -> Result<()> {
+        self.retrying(|| self.maintain_once(now_ms))
+    }
+
     fn backend(&self) -> &'static str {
         "embedded"
     }
@@ -616,23 +1214,42 @@ impl Store for FjallStore {
             Some(end) => Bound::Excluded(end.clone()),
             None => Bound::Unbounded,
         };
-        let iter = t
-            .rows
-            .range::<Vec<u8>, _>((Bound::Included(request.start.clone()), upper.clone()));
+        let raw = RawRows::new(
+            t.rows.clone(),
+            request.start.clone(),
+            upper.clone(),
+            request.skip.clone(),
+        );
+        // Stop pulling from the tree once the limit is reached.
+        let limit = request.limit.unwrap_or(usize::MAX);
+        if let Some(groups) = &t.groups {
+            let from = groups.grouping.group_scan_start(&request.start);
+            let rows = GroupedScan {
+                codec: t.codec.clone(),
+                keep_encoded: request.read.encoded_cells,
+                filter,
+                grouping: groups.grouping,
+                start: request.start.clone(),
+                upper: upper.clone(),
+                rows: raw,
+                row_next: None,
+                groups: groups
+                    .rows
+                    .range::<Vec<u8>, _>((Bound::Included(from), upper)),
+                group_next: None,
+                out: VecDeque::new(),
+                done: false,
+                _open: open,
+            };
+            return Ok(Box::new(rows.take(limit)));
+        }
         let rows = Scan {
             _open: open,
             codec: t.codec.clone(),
-            rows: t.rows,
             keep_encoded: request.read.encoded_cells,
             filter,
-            skip: request.skip.clone(),
-            upper,
-            iter,
-            target: None,
-            returned: 0,
+            raw,
         };
-        // Stop pulling from the tree once the limit is reached.
-        let limit = request.limit.unwrap_or(usize::MAX);
         Ok(Box::new(rows.take(limit)))
     }
 }

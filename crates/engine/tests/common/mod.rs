@@ -22,14 +22,7 @@ pub(crate) fn backends() -> Vec<(&'static str, Arc<dyn Store>)> {
             "bigtable",
             Arc::new(hourglass_store_bigtable::emulator::fresh_store()) as Arc<dyn Store>,
         ),
-        (
-            "embedded",
-            // As `tsdb` opens it: compacted data cells in the compact stored form.
-            Arc::new(FjallStore::open(&dir).expect("open fjall").with_cell_codec(
-                &hourglass_core::schema::Schema::default().data_table,
-                Arc::new(hourglass_engine::cell_codec::DataCellCodec),
-            )) as Arc<dyn Store>,
-        ),
+        ("embedded", Arc::new(embedded(&dir)) as Arc<dyn Store>),
     ]
 }
 
@@ -37,6 +30,26 @@ pub(crate) fn backends() -> Vec<(&'static str, Arc<dyn Store>)> {
 pub(crate) fn period_ordered_memory() -> MemoryStore {
     let schema = hourglass_core::schema::Schema::default();
     MemoryStore::new().with_period_order(&schema.data_table, schema.timestamp_offset(), 86_400)
+}
+
+/// The embedded store as `tsdb` opens it (compacted cells in their compact form, closed
+/// periods grouped), with one-hour periods grouped at once so the tests go through groups.
+pub(crate) fn embedded(dir: &std::path::Path) -> FjallStore {
+    let schema = hourglass_core::schema::Schema::default();
+    FjallStore::open(dir)
+        .expect("open fjall")
+        .with_cell_codec(
+            &schema.data_table,
+            Arc::new(hourglass_engine::cell_codec::DataCellCodec),
+        )
+        .with_grouping(
+            &schema.data_table,
+            hourglass_store_fjall::Grouping {
+                timestamp_offset: schema.timestamp_offset(),
+                period_secs: 3600,
+                grace_secs: 0,
+            },
+        )
 }
 
 pub(crate) fn auto_create() -> Settings {

@@ -44,12 +44,23 @@ pub(crate) fn store_for(backend: &str) -> Arc<dyn Store> {
         "embedded" => {
             let dir = tempfile::tempdir().unwrap().keep();
             // As `tsdb` opens it: compacted data cells in the compact stored form.
+            // Closed periods grouped, one-hour periods at once, so the tests go through
+            // groups (RFC 0006).
+            let schema = hourglass_core::schema::Schema::default();
             Arc::new(
                 hourglass_store_fjall::FjallStore::open(&dir)
                     .unwrap()
                     .with_cell_codec(
-                        &hourglass_core::schema::Schema::default().data_table,
+                        &schema.data_table,
                         Arc::new(hourglass_engine::cell_codec::DataCellCodec),
+                    )
+                    .with_grouping(
+                        &schema.data_table,
+                        hourglass_store_fjall::Grouping {
+                            timestamp_offset: schema.timestamp_offset(),
+                            period_secs: 3600,
+                            grace_secs: 0,
+                        },
                     ),
             )
         }

@@ -1,0 +1,270 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Series-period groups (RFC 0006) against a model: any mix of writes, deletes and grouping
+//! passes leaves every row readable exactly as the memory store (key order, no groups) has
+//! it, and scans return the same rows in period order.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hourglass_storage::memory::MemoryStore;
+use hourglass_storage::{
+    FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, Store, TableSpec, TimeRange,
+};
+use hourglass_store_fjall::{FjallStore, Grouping};
+use proptest::prelude::*;
+
+const TABLE: &str = "tsdb";
+/// Keys: metric (1 byte) | base hour (4 bytes) | series (1 byte, or 2 for a longer series).
+const GROUPING: Grouping = Grouping {
+    timestamp_offset: 1,
+    period_secs: 7200,
+    grace_secs: 0,
+};
+
+fn spec() -> TableSpec {
+    TableSpec {
+        name: TABLE.into(),
+        families: vec![FamilySpec::new("t", Some(1))],
+    }
+}
+
+fn open(dir: &Path, grouped: bool) -> FjallStore {
+    let store = FjallStore::open(dir).unwrap();
+    let store = if grouped {
+        store.with_grouping(TABLE, GROUPING)
+    } else {
+        store
+    };
+    store.create_table(&spec()).unwrap();
+    store
+}
+
+fn key(metric: u8, hour: u32, series: u8) -> Vec<u8> {
+    let mut k = vec![metric];
+    k.extend_from_slice(&(hour * 3600).to_be_bytes());
+    k.push(series);
+    if series >= 3 {
+        k.push(0xFF); // a longer series key beside the short ones
+    }
+    k
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(Vec<u8>, u8, u8),
+    DeleteCell(Vec<u8>, u8),
+    DeleteRow(Vec<u8>),
+    /// Several rows in one call (a flush), a key possibly twice.
+    Batch(Vec<(Vec<u8>, u8, u8)>),
+    /// A grouping pass at this many hours.
+    Maintain(u32),
+    Reopen,
+}
+
+fn any_key() -> impl Strategy<Value = Vec<u8>> {
+    (1u8..3, 0u32..8, 0u8..4).prop_map(|(m, h, s)| key(m, h, s))
+}
+
+fn any_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (any_key(), 0u8..3, any::<u8>()).prop_map(|(k, q, v)| Op::Put(k, q, v)),
+        1 => (any_key(), 0u8..3).prop_map(|(k, q)| Op::DeleteCell(k, q)),
+        1 => any_key().prop_map(Op::DeleteRow),
+        2 => prop::collection::vec((any_key(), 0u8..3, any::<u8>()), 1..12).prop_map(Op::Batch),
+        2 => (0u32..12).prop_map(Op::Maintain),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+fn mutations(op: &Op) -> Vec<RowMutation> {
+    let set = |k: &Vec<u8>, q: u8, v: u8| RowMutation {
+        key: k.clone(),
+        mutations: vec![Mutation::set_at("t", vec![q], 1, vec![v])],
+    };
+    match op {
+        Op::Put(k, q, v) => vec![set(k, *q, *v)],
+        Op::DeleteCell(k, q) => vec![RowMutation {
+            key: k.clone(),
+            mutations: vec![Mutation::DeleteCells {
+                family: "t".into(),
+                qualifier: vec![*q],
+                range: TimeRange::ALL,
+            }],
+        }],
+        Op::DeleteRow(k) => vec![RowMutation {
+            key: k.clone(),
+            mutations: vec![Mutation::DeleteRow],
+        }],
+        Op::Batch(rows) => rows.iter().map(|(k, q, v)| set(k, *q, *v)).collect(),
+        Op::Maintain(_) | Op::Reopen => Vec::new(),
+    }
+}
+
+fn scan(store: &dyn Store, request: &ScanRequest) -> Vec<Row> {
+    store
+        .scan(TABLE, request)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+/// Period order: for one metric, periods never go back; each series (metric and the key
+/// after the time) strictly forward in time; no row twice.
+fn assert_period_order(rows: &[Row]) {
+    let g = GROUPING;
+    for (i, a) in rows.iter().enumerate() {
+        for b in &rows[i + 1..] {
+            assert_ne!(a.key, b.key, "a row twice");
+            if a.key[0] != b.key[0] {
+                continue;
+            }
+            let (ta, tb) = (
+                u32::from_be_bytes(a.key[1..5].try_into().unwrap()),
+                u32::from_be_bytes(b.key[1..5].try_into().unwrap()),
+            );
+            let (pa, pb) = (ta - ta % g.period_secs, tb - tb % g.period_secs);
+            assert!(pa <= pb, "period went back: {:?} then {:?}", a.key, b.key);
+            if a.key[5..] == b.key[5..] {
+                assert!(ta < tb, "series went back: {:?} then {:?}", a.key, b.key);
+            }
+        }
+    }
+}
+
+fn sorted(mut rows: Vec<Row>) -> Vec<Row> {
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    rows
+}
+
+fn check(store: &dyn Store, model: &MemoryStore) {
+    let read = ReadOptions::default();
+    for m in 1u8..3 {
+        for h in 0..8 {
+            for s in 0..4 {
+                let k = key(m, h, s);
+                assert_eq!(
+                    store.get(TABLE, &k, &read).unwrap(),
+                    model.get(TABLE, &k, &read).unwrap(),
+                    "get {k:?}"
+                );
+            }
+        }
+    }
+    // Whole table, one metric, a range starting and ending mid-period, a regex.
+    let requests = [
+        ScanRequest::range(Vec::new(), None),
+        ScanRequest::range(vec![1], Some(vec![2])),
+        ScanRequest::range(key(2, 1, 2), Some(key(2, 6, 1))),
+        ScanRequest {
+            key_regex: Some("(?s)^.{5}\\x01$".into()),
+            ..ScanRequest::range(Vec::new(), None)
+        },
+    ];
+    for request in &requests {
+        let got = scan(store, request);
+        assert_period_order(&got);
+        assert_eq!(
+            sorted(got.clone()),
+            scan(model, request),
+            "scan {request:?}"
+        );
+        // A limit returns the first rows of the same order.
+        let limited = scan(
+            store,
+            &ScanRequest {
+                limit: Some(3),
+                ..request.clone()
+            },
+        );
+        assert_eq!(limited, got.into_iter().take(3).collect::<Vec<_>>());
+    }
+}
+
+fn run(ops: &[Op]) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = MemoryStore::new();
+    model.create_table(&spec()).unwrap();
+    let mut store = Arc::new(open(dir.path(), true));
+    for op in ops {
+        match op {
+            // The clock may go back (across a reopen, a period grouped before is open
+            // again by it): rows then go to the row keyspace over their groups.
+            Op::Maintain(hours) => store.maintain(i64::from(*hours) * 3_600_000).unwrap(),
+            Op::Reopen => {
+                drop(store);
+                store = Arc::new(open(dir.path(), true));
+            }
+            _ => {
+                let rows = mutations(op);
+                store.mutate_rows(TABLE, &rows).unwrap();
+                model.mutate_rows(TABLE, &rows).unwrap();
+            }
+        }
+        check(store.as_ref(), &model);
+    }
+    // Opened without grouping bound, the table is still grouped as its catalog says.
+    drop(store);
+    let plain = open(dir.path(), false);
+    check(&plain, &model);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn grouped_rows_read_as_the_model_has_them(ops in prop::collection::vec(any_op(), 1..40)) {
+        run(&ops);
+    }
+}
+
+#[test]
+fn closed_periods_move_into_groups_and_late_writes_join_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = MemoryStore::new();
+    model.create_table(&spec()).unwrap();
+    let mut store = Arc::new(open(dir.path(), true));
+    let ops = [
+        Op::Batch(vec![
+            (key(1, 0, 1), 0, 1),
+            (key(1, 1, 1), 0, 2),
+            (key(1, 0, 2), 0, 3),
+        ]),
+        Op::Put(key(1, 2, 1), 0, 4),
+        // Hours 0-1 close: their rows move into groups; hour 2 stays.
+        Op::Maintain(2),
+        // Late writes to the grouped period go to the group; a delete leaves it.
+        Op::Put(key(1, 1, 2), 1, 5),
+        Op::DeleteRow(key(1, 0, 1)),
+        Op::Maintain(4),
+        Op::Put(key(1, 3, 1), 2, 6),
+        // Reopened, nothing is grouped by the clock until a pass: a delete of a grouped row
+        // must still leave its group, and a write shadows it until the next pass.
+        Op::Reopen,
+        Op::DeleteRow(key(1, 1, 1)),
+        Op::Put(key(1, 0, 2), 2, 7),
+        Op::Maintain(3),
+    ];
+    for op in &ops {
+        match op {
+            Op::Maintain(h) => store.maintain(i64::from(*h) * 3_600_000).unwrap(),
+            Op::Reopen => {
+                drop(store);
+                store = Arc::new(open(dir.path(), true));
+            }
+            _ => {
+                store.mutate_rows(TABLE, &mutations(op)).unwrap();
+                model.mutate_rows(TABLE, &mutations(op)).unwrap();
+            }
+        }
+        check(store.as_ref(), &model);
+    }
+    // Period order: metric 1, period 0 series by series, then period 1 (hours 2-3).
+    let keys: Vec<Vec<u8>> = scan(store.as_ref(), &ScanRequest::range(Vec::new(), None))
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert_eq!(
+        keys,
+        vec![key(1, 0, 2), key(1, 1, 2), key(1, 2, 1), key(1, 3, 1)]
+    );
+}
