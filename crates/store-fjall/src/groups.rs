@@ -218,6 +218,32 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Vec<(u32, &[u8])>> {
     Ok(out)
 }
 
+/// The value of the member at `offset` of a group value, found without decoding the rest.
+pub(crate) fn find_member(bytes: &[u8], offset: u32) -> Result<Option<&[u8]>> {
+    match bytes.first() {
+        Some(&GROUP_FORMAT) => {}
+        _ => return Err(Error::Corrupt("unknown group format".into())),
+    }
+    let mut r = Reader { bytes, pos: 1 };
+    let n = r.varint()?;
+    let mut at = 0u64;
+    for i in 0..n {
+        let delta = r.varint()?;
+        if i > 0 && delta == 0 {
+            return Err(corrupt("offsets not increasing"));
+        }
+        at = at.saturating_add(delta);
+        let len = usize::try_from(r.varint()?).map_err(|_| corrupt("truncated"))?;
+        let value = r.take(len)?;
+        match at.cmp(&u64::from(offset)) {
+            Ordering::Less => {}
+            Ordering::Equal => return Ok(Some(value)),
+            Ordering::Greater => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
 /// A group value's members as owned values (to change and encode again).
 pub(crate) fn group_members(bytes: Option<&[u8]>) -> Result<BTreeMap<u32, Vec<u8>>> {
     let Some(bytes) = bytes else {
@@ -298,8 +324,15 @@ mod tests {
         }
 
         #[test]
-        fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64), offset: u32) {
             let _ = decode_group(&bytes);
+            let _ = find_member(&bytes, offset);
+        }
+
+        #[test]
+        fn find_member_finds_what_decode_lists(members in prop::collection::btree_map(0u32..5000, prop::collection::vec(any::<u8>(), 0..4), 0..12), probe in 0u32..5000) {
+            let bytes = encode_group(&members);
+            prop_assert_eq!(find_member(&bytes, probe).unwrap(), members.get(&probe).map(Vec::as_slice));
         }
     }
 }

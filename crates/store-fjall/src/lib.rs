@@ -27,7 +27,7 @@ use hourglass_storage::{
 use parking_lot::{Mutex, RwLock};
 
 pub use groups::Grouping;
-use groups::{decode_group, encode_group, group_members};
+use groups::{decode_group, encode_group, find_member, group_members};
 
 const TABLES_KEYSPACE: &str = "_tables";
 const TABLE_PREFIX: &str = "t:";
@@ -60,6 +60,9 @@ struct Groups {
     /// before this into their groups.
     passed_through: Arc<AtomicU64>,
 }
+
+/// Group values read during one call, by group key (`None`: no such group).
+type GroupCache = HashMap<Vec<u8>, Option<fjall::Slice>, foldhash::fast::RandomState>;
 
 /// A change to one member of a group: its offset and its new row value (`None`: gone).
 type MemberWrite = (u32, Option<Vec<u8>>);
@@ -286,11 +289,12 @@ impl FjallStore {
     }
 
     fn load_row(table: &Table, key: &[u8]) -> Result<RowData> {
-        Ok(Self::load(table, key)?.row)
+        Ok(Self::load(table, key, &mut GroupCache::default())?.row)
     }
 
-    /// A row where it is: the row keyspace, else its group's member, else empty.
-    fn load(table: &Table, key: &[u8]) -> Result<Loaded> {
+    /// A row where it is: the row keyspace, else its group's member, else empty. Groups
+    /// read are kept in `cache` for the other rows of the same call.
+    fn load(table: &Table, key: &[u8], cache: &mut GroupCache) -> Result<Loaded> {
         if let Some(bytes) = table.rows.get(key).map_err(|e| io_err("read failed", e))? {
             return Ok(Loaded {
                 row: RowData::decode(&bytes, table.codec.as_deref())?,
@@ -300,15 +304,23 @@ impl FjallStore {
         let mut row = RowData::default();
         if let Some(groups) = &table.groups
             && let Some((group_key, offset)) = groups.grouping.split(key)
-            && let Some(value) = groups
-                .rows
-                .get(&group_key)
-                .map_err(|e| io_err("read failed", e))?
-            && let Some((_, bytes)) = decode_group(&value)?
-                .into_iter()
-                .find(|(o, _)| *o == offset)
         {
-            row = RowData::decode(bytes, table.codec.as_deref())?;
+            let value = match cache.get(&group_key) {
+                Some(value) => value.clone(),
+                None => {
+                    let value = groups
+                        .rows
+                        .get(&group_key)
+                        .map_err(|e| io_err("read failed", e))?;
+                    cache.insert(group_key, value.clone());
+                    value
+                }
+            };
+            if let Some(value) = value
+                && let Some(bytes) = find_member(&value, offset)?
+            {
+                row = RowData::decode(bytes, table.codec.as_deref())?;
+            }
         }
         Ok(Loaded {
             row,
@@ -813,22 +825,30 @@ impl FjallStore {
         let now = now_ms();
         let _w = self.write_lock.lock();
         // Rows repeated in one batch apply in order on the pending state.
-        let mut pending: HashMap<&[u8], Loaded> = HashMap::new();
+        let mut pending: HashMap<&[u8], Loaded, foldhash::fast::RandomState> = HashMap::default();
+        let mut cache = GroupCache::default();
         for r in rows {
             let mut loaded = match pending.remove(r.key.as_slice()) {
                 Some(loaded) => loaded,
-                None => Self::load(&t, &r.key)?,
+                None => Self::load(&t, &r.key, &mut cache)?,
             };
             loaded.row.apply(&t.spec, &r.mutations, now)?;
             pending.insert(&r.key, loaded);
         }
-        self.commit(&open, &t, pending.into_iter().collect())
+        self.commit(&open, &t, pending.into_iter().collect(), &cache)
     }
 
-    /// Writes rows as they now are (an empty row is removed). Under the write lock.
-    fn commit(&self, open: &Open, t: &Table, rows: Vec<(&[u8], Loaded)>) -> Result<()> {
+    /// Writes rows as they now are (an empty row is removed). Under the write lock; `cache`
+    /// holds groups the call already read.
+    fn commit(
+        &self,
+        open: &Open,
+        t: &Table,
+        rows: Vec<(&[u8], Loaded)>,
+        cache: &GroupCache,
+    ) -> Result<()> {
         if let Some(groups) = &t.groups {
-            return self.commit_grouped(open, t, groups, rows);
+            return self.commit_grouped(open, t, groups, rows, cache);
         }
         if rows.len() >= INGEST_MIN_ROWS {
             // Large batches (flushes of many rows) become a new table directly: no journal
@@ -873,6 +893,7 @@ impl FjallStore {
         t: &Table,
         groups: &Groups,
         rows: Vec<(&[u8], Loaded)>,
+        cache: &GroupCache,
     ) -> Result<()> {
         let g = &groups.grouping;
         let through = groups.grouped_through.load(Ordering::Acquire);
@@ -910,10 +931,13 @@ impl FjallStore {
         }
         let mut group_writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         for (group_key, changes) in member_writes {
-            let stored = groups
-                .rows
-                .get(&group_key)
-                .map_err(|e| io_err("read failed", e))?;
+            let stored = match cache.get(&group_key) {
+                Some(value) => value.clone(),
+                None => groups
+                    .rows
+                    .get(&group_key)
+                    .map_err(|e| io_err("read failed", e))?,
+            };
             let mut members = group_members(stored.as_deref())?;
             let mut changed = false;
             for (offset, value) in changes {
@@ -991,11 +1015,11 @@ impl FjallStore {
     ) -> Result<i64> {
         let (open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
-        let mut loaded = Self::load(&t, key)?;
+        let mut loaded = Self::load(&t, key, &mut GroupCache::default())?;
         let v = loaded
             .row
             .increment(&t.spec, family, qualifier, delta, now_ms())?;
-        self.commit(&open, &t, vec![(key, loaded)])?;
+        self.commit(&open, &t, vec![(key, loaded)], &GroupCache::default())?;
         Ok(v)
     }
 
@@ -1008,12 +1032,12 @@ impl FjallStore {
     ) -> Result<bool> {
         let (open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
-        let mut loaded = Self::load(&t, key)?;
+        let mut loaded = Self::load(&t, key, &mut GroupCache::default())?;
         if !loaded.row.check(check) {
             return Ok(false);
         }
         loaded.row.apply(&t.spec, mutations, now_ms())?;
-        self.commit(&open, &t, vec![(key, loaded)])?;
+        self.commit(&open, &t, vec![(key, loaded)], &GroupCache::default())?;
         Ok(true)
     }
 
@@ -1195,6 +1219,20 @@ impl Store for FjallStore {
     fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
         let (_open, t) = self.table_for_read(table)?;
         Ok(Self::load_row(&t, key)?.read(key, read))
+    }
+
+    fn get_rows(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        read: &ReadOptions,
+    ) -> Result<Vec<Option<Row>>> {
+        let (_open, t) = self.table_for_read(table)?;
+        // Rows of one group (a series' hours) read it once.
+        let mut cache = GroupCache::default();
+        keys.iter()
+            .map(|key| Ok(Self::load(&t, key, &mut cache)?.row.read(key, read)))
+            .collect()
     }
 
     fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
