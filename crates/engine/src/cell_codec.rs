@@ -1,19 +1,28 @@
 //! A compact stored form for compacted data cells, used by the embedded backend. It is an
 //! encoding of the same bytes, not a new format: every read gives back OpenTSDB's exact
 //! qualifier and value, and a cell whose round trip is not exact is stored as it is.
+//! Version 2 (docs/rfcs/0005-cell-codec-v2.md) is written; version 1 (RFC 0003) is still read.
 //!
 //! ```text
-//! | 0x01 | point count (varint) | has meta (1) | [meta byte] |
+//! | 0x02 | point count (varint) | has meta (1) | [meta byte] |
 //! | resolution runs: count (varint), first is-ms (1), run lengths (varint)... |
 //! | first offset ms (varint) | offset delta runs: count (varint), (zigzag delta, length)... |
 //! | flag runs: count (varint), (flags (1), length (varint))... |
-//! | integers: first (zigzag varint), gcd of the deltas (varint), least delta / gcd (zigzag |
-//! |           varint), then each delta / gcd minus that least, bit-packed (width (1), bits) |
-//! | floats: 0x00 k (1) then decimal mantissas x 10^k packed as the integers |
-//! |       or 0x01 then each value's bytes as stored |
+//! | integers, when some point is one: first (zigzag varint), gcd of the deltas (varint), |
+//! |           least delta / gcd (zigzag varint), then each delta / gcd minus that least, |
+//! |           bit-packed (width (1), bits) |
+//! | floats, when some point is one: |
+//! |       0x00 k (1) then decimal mantissas x 10^k (k <= 18) packed as the integers |
+//! |    or 0x01 then each value's bytes as stored |
+//! |    or 0x02 k (1), the mantissas, then corrections: least (zigzag varint), each minus it |
+//! |       bit-packed (width (1), bits); a value's bits are its mantissa's rebuilt bits plus |
+//! |       its correction (wrapping, truncated to the value's length) |
 //! ```
 //!
-//! Regular intervals collapse to one delta run, and slowly changing values to a few bits each.
+//! Version 1 differs only in its version byte (0x01), in always writing both sections (empty
+//! ones too), in float modes 0x00 (k <= 9) and 0x01 only, and in its point-count limit.
+//! Regular intervals collapse to one delta run, and slowly changing values to a few bits each;
+//! floats a unit or two in the last place off a short decimal cost a few bits of correction.
 
 use hourglass_core::compact::{self, Point};
 use hourglass_core::qualifier::Qualifier;
@@ -25,8 +34,16 @@ use crate::num::Num;
 use crate::num::Sample;
 use hourglass_storage::{CellCodec, Error, Result};
 
-const VERSION: u8 = 1;
-const MAX_DECIMALS: u32 = 9;
+/// The version encode writes (RFC 0005).
+const VERSION: u8 = 2;
+/// RFC 0003's version, still decoded.
+const VERSION_1: u8 = 1;
+/// The largest decimal scale of version 1.
+const MAX_DECIMALS_V1: u32 = 9;
+/// The largest decimal scale of version 2.
+const MAX_DECIMALS: u32 = 18;
+/// Version 2 encodes mantissas below 2^62 in magnitude (their deltas never overflow).
+const MANTISSA_LIMIT: f64 = 4_611_686_018_427_387_904.0;
 
 /// The codec for the data table's family `t`.
 #[derive(Debug, Default, Clone, Copy)]
@@ -41,26 +58,36 @@ impl CellCodec for DataCellCodec {
         {
             return None;
         }
-        let mut points = Vec::with_capacity(qualifier.len() / 2);
-        compact::decode_cell(qualifier, value, &mut points).ok()?;
-        let values_len: usize = points.iter().map(|p| p.qualifier.value_len()).sum();
-        let meta = match value.len() - values_len {
-            0 => None,
-            _ => value.last().copied(),
-        };
-        let blob = encode_points(&points, meta);
-        if blob.len() >= qualifier.len() + value.len() {
-            return None;
-        }
-        // Lossless or not at all.
-        match decode_blob(&blob) {
-            Ok((q, v)) if q == qualifier && v == value => Some(blob),
-            _ => None,
-        }
+        encode_cell(qualifier, value, encode_points)
     }
 
     fn decode(&self, _family: &str, encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
         decode_blob(encoded).map_err(|e| Error::Corrupt(format!("bad encoded data cell: {e}")))
+    }
+}
+
+/// A compacted data cell's blob by `encoder` (points and meta byte to blob), when it is shorter
+/// than the cell and decodes back to it.
+fn encode_cell(
+    qualifier: &[u8],
+    value: &[u8],
+    encoder: fn(&[Point], Option<u8>) -> Vec<u8>,
+) -> Option<Vec<u8>> {
+    let mut points = Vec::with_capacity(qualifier.len() / 2);
+    compact::decode_cell(qualifier, value, &mut points).ok()?;
+    let values_len: usize = points.iter().map(|p| p.qualifier.value_len()).sum();
+    let meta = match value.len() - values_len {
+        0 => None,
+        _ => value.last().copied(),
+    };
+    let blob = encoder(&points, meta);
+    if blob.len() >= qualifier.len() + value.len() {
+        return None;
+    }
+    // Lossless or not at all.
+    match decode_blob(&blob) {
+        Ok((q, v)) if q == qualifier && v == value => Some(blob),
+        _ => None,
     }
 }
 
@@ -158,8 +185,11 @@ fn float_f64(p: &Point) -> f64 {
     }
 }
 
-/// Exact powers of ten for the decimal scales.
-const POW10: [f64; MAX_DECIMALS as usize + 1] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
+/// Exact powers of ten for the decimal scales (10^k is exact in binary64 up to 10^22).
+const POW10: [f64; MAX_DECIMALS as usize + 1] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18,
+];
 
 fn float_bits(m: i64, k: u32, len: usize) -> u64 {
     let f = m as f64 / POW10[k as usize];
@@ -170,9 +200,10 @@ fn float_bits(m: i64, k: u32, len: usize) -> u64 {
     }
 }
 
-/// The fewest decimals that write every float exactly as an integer mantissa.
+/// The fewest decimals (at most 9) that write every float exactly as an integer mantissa:
+/// version 1's float mode 0x00.
 fn decimal_scale(floats: &[&Point]) -> Option<(u32, Vec<i64>)> {
-    'k: for k in 0..=MAX_DECIMALS {
+    'k: for k in 0..=MAX_DECIMALS_V1 {
         let scale = POW10[k as usize];
         let mut mantissas = Vec::with_capacity(floats.len());
         for p in floats {
@@ -191,55 +222,197 @@ fn decimal_scale(floats: &[&Point]) -> Option<(u32, Vec<i64>)> {
     None
 }
 
-fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(points.len() + 16);
-    out.push(VERSION);
-    put_varint(&mut out, points.len() as u64);
+/// A float's mantissa at scale `k` (`round(v × 10^k)`, when finite and under 2^62 in
+/// magnitude) and its correction.
+fn decimal(p: &Point, k: u32) -> Option<(i64, i64)> {
+    let m = round(float_f64(p) * POW10[k as usize])?;
+    Some((m, correction(p, m, k)))
+}
+
+/// `x` rounded half away from zero, when finite and under 2^62 in magnitude (`f64::round`
+/// without its library call).
+fn round(x: f64) -> Option<i64> {
+    if x.is_nan() || x.abs() >= MANTISSA_LIMIT {
+        return None;
+    }
+    // Exact: below 2^53 the fraction is exact, above it every double is an integer.
+    let whole = x as i64;
+    let fraction = x - whole as f64;
+    Some(whole + i64::from(fraction >= 0.5) - i64::from(fraction <= -0.5))
+}
+
+/// What to add to the bits mantissa `m` rebuilds at scale `k` to get the float's bits: the
+/// difference as `i64` (wrapping) for doubles, of the 32-bit patterns read as `i32` for floats.
+fn correction(p: &Point, m: i64, k: u32) -> i64 {
+    let len = p.qualifier.value_len();
+    let rebuilt = float_bits(m, k, len);
+    if len == 4 {
+        i64::from(p.bits as u32 as i32) - i64::from(rebuilt as u32 as i32)
+    } else {
+        (p.bits as i64).wrapping_sub(rebuilt as i64)
+    }
+}
+
+/// Version 2's corrections: the least (zigzag varint), then each one minus it, bit-packed.
+fn pack_corrections(corrections: &[i64], out: &mut Vec<u8>) {
+    let floor = corrections.iter().copied().min().unwrap_or(0);
+    put_varint(out, zigzag(floor));
+    let packed: Vec<u64> = corrections
+        .iter()
+        .map(|c| c.wrapping_sub(floor) as u64)
+        .collect();
+    pack(&packed, out);
+}
+
+/// The smallest scale at which a float is within one unit in the last place of what its
+/// mantissa rebuilds, below 2^47 (about 14 digits: longer mantissas save little against the
+/// raw bytes, and trying them costs time).
+/// Before the division, a cheap necessary condition: `v × 10^k` within a few units in its
+/// last place of an integer (2^-48 of it, 2^-19 for 4-byte floats).
+fn near_scale(p: &Point) -> Option<u32> {
+    let v = float_f64(p);
+    let tolerance = if p.qualifier.value_len() == 4 {
+        NEAR_F32
+    } else {
+        NEAR_F64
+    };
+    for k in 0..=MAX_DECIMALS {
+        let x = v * POW10[k as usize];
+        if x.is_nan() || x.abs() >= NEAR_LIMIT {
+            return None;
+        }
+        if round(x).is_some_and(|m| (x - m as f64).abs() <= x.abs() * tolerance)
+            && decimal(p, k).is_some_and(|(_, c)| c.unsigned_abs() <= 1)
+        {
+            return Some(k);
+        }
+    }
+    None
+}
+
+/// 2^-48 and 2^-19: a few units in the last place of a double or a float, relative.
+const NEAR_F64: f64 = 1.0 / 281_474_976_710_656.0;
+const NEAR_F32: f64 = 1.0 / 524_288.0;
+/// 2^47.
+const NEAR_LIMIT: f64 = 140_737_488_355_328.0;
+
+/// The shortest float section among raw bytes and the decimal scales worth trying: 0, each
+/// float's smallest scale within one unit in the last place, and version 1's scale. Larger
+/// scales go first; a scale is dropped as soon as its corrections need more than 32 bits (its
+/// values are not near decimals) or alone would take the best section's size.
+fn encode_floats(floats: &[&Point], out: &mut Vec<u8>) {
+    let mut best = Vec::with_capacity(1 + floats.len() * 8);
+    best.push(1);
+    for p in floats {
+        write_bits(p.bits, p.qualifier.flags(), &mut best);
+    }
+    let mut candidates = 1u32;
+    for p in floats {
+        if let Some(k) = near_scale(p) {
+            candidates |= 1 << k;
+        }
+    }
+    if let Some((k, _)) = decimal_scale(floats) {
+        candidates |= 1 << k;
+    }
+    let mut section = Vec::with_capacity(best.len());
+    for k in (0..=MAX_DECIMALS)
+        .rev()
+        .filter(|k| candidates & (1 << k) != 0)
+    {
+        section.clear();
+        if decimal_section(floats, k, Some(best.len()), &mut section) && section.len() < best.len()
+        {
+            std::mem::swap(&mut best, &mut section);
+        }
+    }
+    out.extend_from_slice(&best);
+}
+
+/// The float section at decimal scale `k`: mode 0x00 when every correction is zero, else 0x02.
+/// With a `limit`, gives up (false) once the corrections need more than 32 bits or alone would
+/// take `limit` bytes or more.
+fn decimal_section(floats: &[&Point], k: u32, limit: Option<usize>, out: &mut Vec<u8>) -> bool {
+    let mut mantissas = Vec::with_capacity(floats.len());
+    let mut corrections = Vec::with_capacity(floats.len());
+    let (mut previous, mut low, mut high) = (0, i64::MAX, i64::MIN);
+    for p in floats {
+        // A value without a mantissa keeps the previous one: its correction says it all.
+        let (m, c) = decimal(p, k).unwrap_or_else(|| (previous, correction(p, previous, k)));
+        mantissas.push(m);
+        corrections.push(c);
+        previous = m;
+        if c < low || c > high {
+            (low, high) = (low.min(c), high.max(c));
+            let width = 64 - (high.wrapping_sub(low) as u64).leading_zeros() as usize;
+            let bytes = 2 + (floats.len() * width).div_ceil(8);
+            if limit.is_some_and(|limit| width > 32 || bytes >= limit) {
+                return false;
+            }
+        }
+    }
+    let exact = corrections.iter().all(|c| *c == 0);
+    out.push(if exact { 0 } else { 2 });
+    out.push(k as u8);
+    pack_deltas(&mantissas, out);
+    if !exact {
+        pack_corrections(&corrections, out);
+    }
+    true
+}
+
+/// Everything before the value sections, the same in both versions.
+fn encode_head(points: &[Point], meta: Option<u8>, version: u8, out: &mut Vec<u8>) {
+    out.push(version);
+    put_varint(out, points.len() as u64);
     out.push(u8::from(meta.is_some()));
     if let Some(m) = meta {
         out.push(m);
     }
     let resolution = runs(points.iter().map(|p| p.qualifier.is_millis()));
-    put_varint(&mut out, resolution.len() as u64);
+    put_varint(out, resolution.len() as u64);
     out.push(u8::from(resolution.first().is_some_and(|r| r.0)));
     for (_, n) in &resolution {
-        put_varint(&mut out, *n);
+        put_varint(out, *n);
     }
     let offsets: Vec<i64> = points.iter().map(|p| i64::from(p.offset_ms())).collect();
-    put_varint(&mut out, offsets.first().copied().unwrap_or(0) as u64);
+    put_varint(out, offsets.first().copied().unwrap_or(0) as u64);
     let deltas = runs(offsets.windows(2).map(|w| w[1] - w[0]));
-    put_varint(&mut out, deltas.len() as u64);
+    put_varint(out, deltas.len() as u64);
     for (d, n) in &deltas {
-        put_varint(&mut out, zigzag(*d));
-        put_varint(&mut out, *n);
+        put_varint(out, zigzag(*d));
+        put_varint(out, *n);
     }
     let flags = runs(points.iter().map(|p| p.qualifier.flags()));
-    put_varint(&mut out, flags.len() as u64);
+    put_varint(out, flags.len() as u64);
     for (f, n) in &flags {
         out.push(*f);
-        put_varint(&mut out, *n);
+        put_varint(out, *n);
     }
-    let ints: Vec<i64> = points
+}
+
+/// The integer points' values, sign-extended.
+fn int_values(points: &[Point]) -> Vec<i64> {
+    points
         .iter()
         .filter_map(|p| match p.value() {
-            hourglass_core::value::Value::Int(i) => Some(i),
+            Value::Int(i) => Some(i),
             _ => None,
         })
-        .collect();
-    pack_deltas(&ints, &mut out);
+        .collect()
+}
+
+/// A version 2 blob.
+fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(points.len() + 16);
+    encode_head(points, meta, VERSION, &mut out);
+    let ints = int_values(points);
+    if !ints.is_empty() {
+        pack_deltas(&ints, &mut out);
+    }
     let floats: Vec<&Point> = points.iter().filter(|p| is_float(p)).collect();
-    match decimal_scale(&floats) {
-        Some((k, mantissas)) => {
-            out.push(0);
-            out.push(k as u8);
-            pack_deltas(&mantissas, &mut out);
-        }
-        None => {
-            out.push(1);
-            for p in floats {
-                write_bits(p.bits, p.qualifier.flags(), &mut out);
-            }
-        }
+    if !floats.is_empty() {
+        encode_floats(&floats, &mut out);
     }
     out
 }
@@ -320,9 +493,31 @@ impl Reader<'_> {
     }
 }
 
+/// Whether a blob of `version` holds the integer or float section of `count` values: version 1
+/// always does, version 2 only when there are values.
+fn has_section(version: u8, count: usize) -> bool {
+    version == VERSION_1 || count > 0
+}
+
+enum FloatMode {
+    /// Mantissas at a decimal scale (modes 0x00 and, version 2, 0x02 with corrections).
+    Decimal { corrected: bool },
+    /// Each value's bytes (mode 0x01).
+    Raw,
+}
+
+fn float_mode(version: u8, mode: u8) -> Result<FloatMode, &'static str> {
+    match mode {
+        0 => Ok(FloatMode::Decimal { corrected: false }),
+        1 => Ok(FloatMode::Raw),
+        2 if version != VERSION_1 => Ok(FloatMode::Decimal { corrected: true }),
+        _ => Err("bad float mode"),
+    }
+}
+
 /// Decodes a blob into its points (appended to `out`); returns the cell's meta byte.
 fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &'static str> {
-    let (mut r, n, meta) = Reader::header(blob)?;
+    let (mut r, version, n, meta) = Reader::header(blob)?;
     let res_runs = r.varint()? as usize;
     let mut is_ms = r.byte()? == 1;
     let mut resolution = Vec::with_capacity(n);
@@ -363,31 +558,43 @@ fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &
         return Err("stream lengths differ");
     }
     let float_count = flags.iter().filter(|f| *f & FLAG_FLOAT != 0).count();
-    let ints = r.unpack_deltas(n - float_count)?;
+    let ints = if has_section(version, n - float_count) {
+        r.unpack_deltas(n - float_count)?
+    } else {
+        Vec::new()
+    };
     let mut float_bits_out = Vec::with_capacity(float_count);
     let float_lens: Vec<usize> = flags
         .iter()
         .filter(|f| *f & FLAG_FLOAT != 0)
         .map(|f| usize::from(f & 7) + 1)
         .collect();
-    match r.byte()? {
-        0 => {
-            let k = u32::from(r.byte()?);
-            if k > MAX_DECIMALS {
-                return Err("bad decimal scale");
+    if has_section(version, float_count) {
+        match float_mode(version, r.byte()?)? {
+            FloatMode::Decimal { corrected } => {
+                let k = r.scale(version)?;
+                let mantissas = r.unpack_deltas(float_count)?;
+                let corrections = if corrected {
+                    let floor = unzigzag(r.varint()?);
+                    r.unpack(float_count)?
+                        .into_iter()
+                        .map(|u| u.wrapping_add(floor as u64))
+                        .collect()
+                } else {
+                    vec![0; float_count]
+                };
+                for ((m, c), len) in mantissas.into_iter().zip(corrections).zip(&float_lens) {
+                    float_bits_out.push(float_bits(m, k, *len).wrapping_add(c));
+                }
             }
-            for (m, len) in r.unpack_deltas(float_count)?.into_iter().zip(&float_lens) {
-                float_bits_out.push(float_bits(m, k, *len));
+            FloatMode::Raw => {
+                for len in &float_lens {
+                    let b = r.bytes.get(r.pos..r.pos + len).ok_or("truncated")?;
+                    r.pos += len;
+                    float_bits_out.push(b.iter().fold(0u64, |a, x| (a << 8) | u64::from(*x)));
+                }
             }
         }
-        1 => {
-            for len in &float_lens {
-                let b = r.bytes.get(r.pos..r.pos + len).ok_or("truncated")?;
-                r.pos += len;
-                float_bits_out.push(b.iter().fold(0u64, |a, x| (a << 8) | u64::from(*x)));
-            }
-        }
-        _ => return Err("bad float mode"),
     }
     if r.pos != blob.len() {
         return Err("trailing bytes");
@@ -477,6 +684,21 @@ struct Deltas<'a> {
 }
 
 impl Deltas<'_> {
+    /// An absent section: no values (reads as zeros).
+    fn empty() -> Self {
+        Deltas {
+            value: 0,
+            divisor: 1,
+            floor: 0,
+            bits: Unpacker {
+                data: &[],
+                width: 0,
+                mask: 0,
+                bit: 0,
+            },
+        }
+    }
+
     /// The next value (after the last one, the stream reads as zero bits: no harm done).
     fn next(&mut self) -> i64 {
         let v = self.value;
@@ -521,25 +743,44 @@ impl Deltas<'_> {
 }
 
 impl<'a> Reader<'a> {
-    /// A reader past a blob's version, point count and meta byte, with those two.
-    fn header(blob: &'a [u8]) -> Result<(Reader<'a>, usize, Option<u8>), &'static str> {
+    /// A reader past a blob's version, point count and meta byte, with those three.
+    fn header(blob: &'a [u8]) -> Result<(Reader<'a>, u8, usize, Option<u8>), &'static str> {
         let mut r = Reader {
             bytes: blob,
             pos: 0,
         };
-        if r.byte()? != VERSION {
-            return Err("unknown version");
-        }
-        let n = r.varint()? as usize;
-        if n > blob.len() * 64 {
+        let version = r.byte()?;
+        // Version 2 also allows a whole hour of seconds, however regular.
+        let limit = match version {
+            VERSION_1 => blob.len() * 64,
+            VERSION => blob.len() * 64 + 3600,
+            _ => return Err("unknown version"),
+        };
+        let n = r.varint()?;
+        if n > limit as u64 {
             return Err("point count too large");
         }
+        let n = n as usize;
         let meta = if r.byte()? == 1 {
             Some(r.byte()?)
         } else {
             None
         };
-        Ok((r, n, meta))
+        Ok((r, version, n, meta))
+    }
+
+    /// A float section's decimal scale, within its version's range.
+    fn scale(&mut self, version: u8) -> Result<u32, &'static str> {
+        let k = u32::from(self.byte()?);
+        let max = if version == VERSION_1 {
+            MAX_DECIMALS_V1
+        } else {
+            MAX_DECIMALS
+        };
+        if k > max {
+            return Err("bad decimal scale");
+        }
+        Ok(k)
     }
 
     /// Skips a `pack_deltas` stream of `n` values, returning a reader over them.
@@ -601,6 +842,20 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Where `decode_columns` takes the floats' bits from.
+enum Floats<'a> {
+    /// Mantissas at a decimal scale, with their corrections' least value and packed stream.
+    Decimal {
+        mantissas: Deltas<'a>,
+        scale: u32,
+        corrections: Option<(u64, Unpacker<'a>)>,
+    },
+    /// Each value's bytes.
+    Raw(Reader<'a>),
+    /// No float section (version 2, no floats).
+    Absent,
+}
+
 /// Sign-extends the low `len` bytes of `v`, as a value read from `len` bytes.
 fn sign_extend(v: i64, len: u32) -> i64 {
     let shift = 64 - 8 * len;
@@ -632,7 +887,7 @@ fn decode_blob_columns<V: Sample>(
     values: &mut Vec<V>,
 ) -> Result<bool, &'static str> {
     const HOUR_MS: i64 = 3_600_000;
-    let (mut r, n, _meta) = Reader::header(blob)?;
+    let (mut r, version, n, _meta) = Reader::header(blob)?;
     if n == 0 {
         return Err("stream lengths differ");
     }
@@ -704,37 +959,51 @@ fn decode_blob_columns<V: Sample>(
             is_ms = !is_ms;
         }
     }
-    let mut ints = r.deltas(n - float_count)?;
-    // Floats: decimal mantissas (mode 0) or each value's bytes (mode 1).
-    let (mut mantissas, mut raw_floats, scale) = match r.byte()? {
-        0 => {
-            let k = u32::from(r.byte()?);
-            if k > MAX_DECIMALS {
-                return Err("bad decimal scale");
-            }
-            (Some(r.deltas(float_count)?), None, k)
-        }
-        1 => {
-            let raw = Reader {
-                bytes: blob,
-                pos: r.pos,
-            };
-            // Skip the floats' bytes: their lengths come from the flags.
-            let mut flags = Reader {
-                bytes: blob,
-                pos: flags_at,
-            };
-            for _ in 0..flag_runs {
-                let f = flags.byte()?;
-                let len = flags.varint()? as usize;
-                if f & FLAG_FLOAT != 0 {
-                    let bytes = len * (usize::from(f & 7) + 1);
-                    r.pos = r.pos.checked_add(bytes).ok_or("truncated")?;
+    let mut ints = if has_section(version, n - float_count) {
+        r.deltas(n - float_count)?
+    } else {
+        Deltas::empty()
+    };
+    let mut floats = if has_section(version, float_count) {
+        match float_mode(version, r.byte()?)? {
+            FloatMode::Decimal { corrected } => {
+                let scale = r.scale(version)?;
+                let mantissas = r.deltas(float_count)?;
+                let corrections = if corrected {
+                    let floor = unzigzag(r.varint()?);
+                    Some((floor as u64, r.packed(float_count)?))
+                } else {
+                    None
+                };
+                Floats::Decimal {
+                    mantissas,
+                    scale,
+                    corrections,
                 }
             }
-            (None, Some(raw), 0)
+            FloatMode::Raw => {
+                let raw = Reader {
+                    bytes: blob,
+                    pos: r.pos,
+                };
+                // Skip the floats' bytes: their lengths come from the flags.
+                let mut flags = Reader {
+                    bytes: blob,
+                    pos: flags_at,
+                };
+                for _ in 0..flag_runs {
+                    let f = flags.byte()?;
+                    let len = flags.varint()? as usize;
+                    if f & FLAG_FLOAT != 0 {
+                        let bytes = len * (usize::from(f & 7) + 1);
+                        r.pos = r.pos.checked_add(bytes).ok_or("truncated")?;
+                    }
+                }
+                Floats::Raw(raw)
+            }
         }
-        _ => return Err("bad float mode"),
+    } else {
+        Floats::Absent
     };
     if r.pos != blob.len() {
         return Err("trailing bytes");
@@ -754,9 +1023,19 @@ fn decode_blob_columns<V: Sample>(
             continue;
         }
         for _ in 0..len {
-            let bits = match (&mut mantissas, &mut raw_floats) {
-                (Some(m), _) => float_bits(m.next(), scale, value_len as usize),
-                (_, Some(raw)) => {
+            let bits = match &mut floats {
+                Floats::Decimal {
+                    mantissas,
+                    scale,
+                    corrections,
+                } => {
+                    let bits = float_bits(mantissas.next(), *scale, value_len as usize);
+                    match corrections {
+                        Some((floor, c)) => bits.wrapping_add(c.next().wrapping_add(*floor)),
+                        None => bits,
+                    }
+                }
+                Floats::Raw(raw) => {
                     let b = raw
                         .bytes
                         .get(raw.pos..raw.pos + value_len as usize)
@@ -764,7 +1043,8 @@ fn decode_blob_columns<V: Sample>(
                     raw.pos += value_len as usize;
                     b.iter().fold(0u64, |a, x| (a << 8) | u64::from(*x))
                 }
-                _ => return Err("bad float mode"),
+                // Unreachable: floats counted from these same runs.
+                Floats::Absent => return Err("missing float"),
             };
             let bits = if value_len >= 8 {
                 bits

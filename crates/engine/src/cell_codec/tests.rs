@@ -1,9 +1,37 @@
 use super::*;
 use hourglass_core::value::Value;
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 
-fn cell(points: &[(bool, u32, Value)]) -> (Vec<u8>, Vec<u8>) {
-    let pts: Vec<Point> = points
+/// RFC 0003's encoder as it was: version 1 (both sections always, float modes 0x00 and 0x01).
+fn encode_points_v1(points: &[Point], meta: Option<u8>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_head(points, meta, VERSION_1, &mut out);
+    pack_deltas(&int_values(points), &mut out);
+    let floats: Vec<&Point> = points.iter().filter(|p| is_float(p)).collect();
+    match decimal_scale(&floats) {
+        Some((k, mantissas)) => {
+            out.push(0);
+            out.push(k as u8);
+            pack_deltas(&mantissas, &mut out);
+        }
+        None => {
+            out.push(1);
+            for p in floats {
+                write_bits(p.bits, p.qualifier.flags(), &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// What `DataCellCodec::encode` returned before version 2.
+fn encode_v1(q: &[u8], v: &[u8]) -> Option<Vec<u8>> {
+    encode_cell(q, v, encode_points_v1)
+}
+
+fn points_of(points: &[(bool, u32, Value)]) -> Vec<Point> {
+    points
         .iter()
         .map(|(ms, off, v)| {
             let q = if *ms {
@@ -13,8 +41,55 @@ fn cell(points: &[(bool, u32, Value)]) -> (Vec<u8>, Vec<u8>) {
             };
             Point::new(q.unwrap(), v.to_bits())
         })
+        .collect()
+}
+
+/// Seconds points `step_s` apart from the hour's start.
+fn every(step_s: u32, values: &[Value]) -> Vec<(bool, u32, Value)> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (false, i as u32 * step_s * 1000, *v))
+        .collect()
+}
+
+/// A double `ulps` units in the last place from `d` (bits plus `ulps`).
+fn nudge(d: f64, ulps: i64) -> f64 {
+    f64::from_bits((d.to_bits() as i64).wrapping_add(ulps) as u64)
+}
+
+fn nudge32(f: f32, ulps: i32) -> f32 {
+    f32::from_bits((f.to_bits() as i32).wrapping_add(ulps) as u32)
+}
+
+/// A float-only blob's float mode (the byte after the head).
+fn float_mode_of(blob: &[u8], points: &[Point]) -> u8 {
+    let mut head = Vec::new();
+    encode_head(points, Some(0), VERSION, &mut head);
+    blob[head.len()]
+}
+
+/// Both decoders agree with the cell's own points (NaN payloads compared by bits).
+fn assert_decoders_agree(blob: &[u8], want: &[Point]) {
+    let mut points = Vec::new();
+    decode_points(blob, &mut points).unwrap();
+    assert_eq!(points, want, "points");
+    let (mut times, mut values) = (Vec::new(), Vec::<Num>::new());
+    decode_columns(blob, 0, &mut times, &mut values).unwrap();
+    let got: Vec<(i64, u64)> = times
+        .iter()
+        .zip(&values)
+        .map(|(t, v)| (*t, v.as_f64().to_bits()))
         .collect();
-    compact::encode_cell(&pts)
+    let expected: Vec<(i64, u64)> = want
+        .iter()
+        .map(|p| (p.qualifier.timestamp_ms(0), p.value().as_f64().to_bits()))
+        .collect();
+    assert_eq!(got, expected, "columns");
+}
+
+fn cell(points: &[(bool, u32, Value)]) -> (Vec<u8>, Vec<u8>) {
+    compact::encode_cell(&points_of(points))
 }
 
 #[test]
@@ -90,10 +165,11 @@ fn leaves_other_cells_alone() {
     );
 }
 
-/// A blob of `n` zero integers: one resolution run, the given offset runs.
-fn blob_with_offsets(ms: bool, first: u64, runs: &[(i64, u64)]) -> Vec<u8> {
+/// A blob of `n` zero integers: one resolution run, the given offset runs; version 1 writes
+/// an empty float section, version 2 none.
+fn blob_with_offsets(version: u8, ms: bool, first: u64, runs: &[(i64, u64)]) -> Vec<u8> {
     let n = 1 + runs.iter().map(|r| r.1).sum::<u64>();
-    let mut b = vec![VERSION];
+    let mut b = vec![version];
     put_varint(&mut b, n);
     b.extend([0, 1, u8::from(ms)]);
     put_varint(&mut b, n);
@@ -106,8 +182,10 @@ fn blob_with_offsets(ms: bool, first: u64, runs: &[(i64, u64)]) -> Vec<u8> {
     b.extend([1, 0]);
     put_varint(&mut b, n);
     pack_deltas(&vec![0; n as usize], &mut b);
-    b.extend([0, 0]);
-    pack_deltas(&[], &mut b);
+    if version == VERSION_1 {
+        b.extend([0, 0]);
+        pack_deltas(&[], &mut b);
+    }
     b
 }
 
@@ -115,33 +193,500 @@ fn blob_with_offsets(ms: bool, first: u64, runs: &[(i64, u64)]) -> Vec<u8> {
 fn columns_refuse_what_points_refuse() {
     let columns = |b: &[u8]| decode_columns::<Num>(b, 0, &mut Vec::new(), &mut Vec::new());
     let points = |b: &[u8]| decode_points(b, &mut Vec::new());
-    let ok = blob_with_offsets(false, 0, &[(10_000, 359)]);
-    let mut times = Vec::new();
-    decode_columns::<f64>(&ok, 5_000, &mut times, &mut Vec::new()).unwrap();
-    assert_eq!(times.len(), 360);
-    assert_eq!((times[0], times[359]), (5_000, 5_000 + 3_590_000));
-    for (what, bad) in [
-        ("half seconds", blob_with_offsets(false, 0, &[(1500, 3)])),
-        (
-            "first not whole",
-            blob_with_offsets(false, 500, &[(1000, 3)]),
-        ),
-        (
-            "past the hour",
-            blob_with_offsets(true, 0, &[(10_000, 360)]),
-        ),
-        ("before the hour", blob_with_offsets(true, 10, &[(-20, 1)])),
-    ] {
-        assert!(points(&bad).is_err(), "{what}");
-        assert!(columns(&bad).is_err(), "{what}");
+    for version in [VERSION_1, VERSION] {
+        let ok = blob_with_offsets(version, false, 0, &[(10_000, 359)]);
+        let mut times = Vec::new();
+        decode_columns::<f64>(&ok, 5_000, &mut times, &mut Vec::new()).unwrap();
+        assert_eq!(times.len(), 360);
+        assert_eq!((times[0], times[359]), (5_000, 5_000 + 3_590_000));
+        for (what, bad) in [
+            (
+                "half seconds",
+                blob_with_offsets(version, false, 0, &[(1500, 3)]),
+            ),
+            (
+                "first not whole",
+                blob_with_offsets(version, false, 500, &[(1000, 3)]),
+            ),
+            (
+                "past the hour",
+                blob_with_offsets(version, true, 0, &[(10_000, 360)]),
+            ),
+            (
+                "before the hour",
+                blob_with_offsets(version, true, 10, &[(-20, 1)]),
+            ),
+        ] {
+            assert!(points(&bad).is_err(), "{what} (version {version})");
+            assert!(columns(&bad).is_err(), "{what} (version {version})");
+        }
+        for good in [
+            blob_with_offsets(version, true, 500, &[(1500, 3)]),
+            blob_with_offsets(version, true, 3_599_999, &[]),
+            blob_with_offsets(version, true, 10, &[(-10, 1), (5, 2)]),
+        ] {
+            assert!(points(&good).is_ok(), "version {version}");
+            assert!(columns(&good).is_ok(), "version {version}");
+        }
     }
-    for good in [
-        blob_with_offsets(true, 500, &[(1500, 3)]),
-        blob_with_offsets(true, 3_599_999, &[]),
-        blob_with_offsets(true, 10, &[(-10, 1), (5, 2)]),
+}
+
+/// RFC 0003's example: 60 points a minute apart, integer 5.
+fn rfc_integer_example() -> Vec<(bool, u32, Value)> {
+    every(60, &[Value::Int(5); 60])
+}
+
+/// RFC 0005's second example: six doubles, two of them a unit in the last place off.
+fn rfc_artifact_example() -> Vec<(bool, u32, Value)> {
+    let values = [
+        23.412,
+        nudge(23.518, 1),
+        23.407,
+        23.611,
+        nudge(23.59, -1),
+        23.702,
+    ];
+    every(300, &values.map(Value::Double))
+}
+
+fn hex(bytes: &str) -> Vec<u8> {
+    bytes
+        .split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn rfc_0005_examples() {
+    let (q, v) = cell(&rfc_integer_example());
+    let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+    assert_eq!(
+        blob,
+        hex("02 3C 01 00  01 00 3C  00 01 C0 A9 07 3B  01 00 3C  0A 01 00 00")
+    );
+    assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
+
+    let example = rfc_artifact_example();
+    assert_eq!(
+        example
+            .iter()
+            .map(|p| p.2.as_f64().to_string())
+            .collect::<Vec<_>>(),
+        [
+            "23.412",
+            "23.518000000000004",
+            "23.407",
+            "23.611",
+            "23.589999999999996",
+            "23.702"
+        ]
+    );
+    let (q, v) = cell(&example);
+    assert_eq!((q.len(), v.len()), (12, 49));
+    assert_eq!(encode_v1(&q, &v), None, "version 1 stores it as it is");
+    assert_eq!(encode_points_v1(&points_of(&example), Some(0)).len(), 69);
+    let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+    assert_eq!(
+        blob,
+        hex("02 06 01 00  01 00 06  00 01 C0 CF 24 05  01 0F 06  02 03 \
+             E8 ED 02 01 DD 01 09  D9 00 EC D4 F2 0D  01 02 59 04")
+    );
+    assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
+    assert_decoders_agree(&blob, &points_of(&example));
+}
+
+#[test]
+fn float_artifacts_cost_little() {
+    // Three-decimal gauges every five minutes; four carry a one-ULP artifact.
+    let decimals = [
+        23.412, 23.518, 23.407, 23.611, 23.59, 23.702, 23.655, 23.689, 23.701, 23.812, 23.79,
+        23.845,
+    ];
+    let ulps = [0, 1, 0, 0, -1, 0, 0, 1, 0, 0, -1, 0];
+    let doubles: Vec<Value> = decimals
+        .iter()
+        .zip(ulps)
+        .map(|(d, u)| Value::Double(nudge(*d, u)))
+        .collect();
+    let floats: Vec<Value> = decimals
+        .iter()
+        .zip(ulps)
+        .map(|(d, u)| Value::Float(nudge32(*d as f32, u as i32)))
+        .collect();
+    // (values, version 1's blob, version 2's bound: 16 bytes of head, then mode, k, 20 bytes
+    // of 9-bit mantissa deltas and 5 of 2-bit corrections). Version 1 writes the doubles raw,
+    // and the floats at a scale where every one is exact (9 digits), with wide deltas.
+    for (values, v1_len, v2_max) in [(doubles, 117, 43), (floats, 58, 43)] {
+        let points = every(300, &values);
+        let (q, v) = cell(&points);
+        let v1 = encode_v1(&q, &v).unwrap();
+        let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+        assert_eq!(v1.len(), v1_len, "version 1");
+        assert!(blob.len() <= v2_max, "{} > {v2_max}", blob.len());
+        assert_eq!(float_mode_of(&blob, &points_of(&points)), 2);
+        assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
+        assert_decoders_agree(&blob, &points_of(&points));
+        assert_decoders_agree(&v1, &points_of(&points));
+    }
+}
+
+/// Floats whose bits no short decimal gives.
+fn special_doubles() -> Vec<f64> {
+    vec![
+        f64::from_bits(0x7FF0_0000_0000_0001), // signalling NaN, payload 1
+        f64::from_bits(0xFFF8_0000_0000_1234), // negative quiet NaN with a payload
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -0.0,
+        0.0,
+        5e-324,
+        f64::MIN_POSITIVE,
+        f64::MAX,
+        f64::MIN,
+        1e-20,
+        1e300,
+        0.1 + 0.2,
+        51.846000000000004,
+        94.79799999999999,
+        41.361999999999995,
+        123_456_789.123_456_78,
+        std::f64::consts::PI,
+        -9.223_372_036_854_776e18,
+    ]
+}
+
+fn special_floats() -> Vec<f32> {
+    vec![
+        f32::from_bits(0x7F80_0001),
+        f32::from_bits(0xFFC0_1234),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        1e-45,
+        f32::MAX,
+        f32::MIN,
+        0.1 + 0.2,
+        nudge32(23.412, 1),
+        nudge32(-23.412, -1),
+        std::f32::consts::E,
+    ]
+}
+
+#[test]
+fn special_floats_round_trip() {
+    let mut values: Vec<Value> = special_doubles().into_iter().map(Value::Double).collect();
+    values.extend(special_floats().into_iter().map(Value::Float));
+    let decimals = [12.5, 12.625, 12.75, 13.0];
+    let mut rows: Vec<Vec<Value>> = Vec::new();
+    for v in &values {
+        // Alone, and among decimals of its width.
+        rows.push(vec![*v, *v]);
+        let around = |d: f64| match v {
+            Value::Float(_) => Value::Float(d as f32),
+            _ => Value::Double(d),
+        };
+        let mut row: Vec<Value> = decimals.iter().map(|d| around(*d)).collect();
+        row.insert(2, *v);
+        rows.push(row);
+    }
+    rows.push(values.clone());
+    for row in rows {
+        let points = every(10, &row);
+        let pts = points_of(&points);
+        let (q, v) = cell(&points);
+        if let Some(blob) = DataCellCodec.encode("t", &q, &v) {
+            assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v), "{row:?}");
+            assert_decoders_agree(&blob, &pts);
+        }
+        // Mode 0x02 takes any value at any scale, whatever it costs.
+        let floats: Vec<&Point> = pts.iter().collect();
+        for k in 0..=MAX_DECIMALS {
+            let mut blob = Vec::new();
+            encode_head(&pts, None, VERSION, &mut blob);
+            assert!(decimal_section(&floats, k, None, &mut blob));
+            assert_decoders_agree(&blob, &pts);
+        }
+    }
+}
+
+#[test]
+fn sections_left_out() {
+    let ints = every(10, &[3, 4, 300, 7, 7, 9, 12].map(Value::Int));
+    let floats = every(10, &[1.5, 2.25, 3.0, 3.75, 4.5].map(Value::Double));
+    for (points, absent_len, absent) in [
+        // Version 1's empty float section: mode 0x00, k = 0, an empty sequence.
+        (ints, 6, [0, 0, 0, 1, 0, 0].as_slice()),
+        // Its empty integer section, before the floats.
+        (floats, 4, [0, 1, 0, 0].as_slice()),
     ] {
-        assert!(points(&good).is_ok());
-        assert!(columns(&good).is_ok());
+        let pts = points_of(&points);
+        let (q, v) = cell(&points);
+        let blob = encode_points(&pts, Some(0));
+        assert_eq!(decode_blob(&blob).unwrap(), (q, v));
+        let v1 = encode_points_v1(&pts, Some(0));
+        assert_eq!(blob.len() + absent_len, v1.len());
+        assert_decoders_agree(&blob, &pts);
+        // The empty section written anyway is refused in version 2.
+        let mut head = Vec::new();
+        encode_head(&pts, Some(0), VERSION, &mut head);
+        let at = if absent_len == 6 {
+            blob.len()
+        } else {
+            head.len()
+        };
+        let mut with = blob.clone();
+        with.splice(at..at, absent.iter().copied());
+        assert!(decode_points(&with, &mut Vec::new()).is_err());
+        assert!(decode_columns::<Num>(&with, 0, &mut Vec::new(), &mut Vec::new()).is_err());
+        assert!(DataCellCodec.decode("t", &with).is_err());
+    }
+}
+
+#[test]
+fn version_1_blobs_still_decode() {
+    // RFC 0003's example, byte for byte.
+    let v1 =
+        hex("01 3C 01 00  01 00 3C  00 01 C0 A9 07 3B  01 00 3C  0A 01 00 00  00 00 00 01 00 00");
+    let example = rfc_integer_example();
+    assert_eq!(DataCellCodec.decode("t", &v1).unwrap(), cell(&example));
+    assert_decoders_agree(&v1, &points_of(&example));
+    // The kept version 1 encoder: decimal and raw floats, integers, milliseconds, meta.
+    let mixed: Vec<(bool, u32, Value)> = (0..60u32)
+        .map(|i| match i {
+            0..20 => (false, i * 1000, Value::Double(f64::from(1234 + i) / 100.0)),
+            20..30 => (false, i * 1000, Value::Float(1.5 + i as f32)),
+            _ => (true, i * 1000 + 250, Value::Int(70000 - i64::from(i) * 3)),
+        })
+        .collect();
+    let raw = every(
+        10,
+        &special_doubles()
+            .into_iter()
+            .map(Value::Double)
+            .collect::<Vec<_>>(),
+    );
+    for points in [example, mixed, raw, rfc_artifact_example()] {
+        let pts = points_of(&points);
+        let meta = cell(&points).1.last().copied();
+        let blob = encode_points_v1(&pts, meta);
+        assert_eq!(blob[0], VERSION_1);
+        assert_eq!(decode_blob(&blob).unwrap(), cell(&points));
+        assert_decoders_agree(&blob, &pts);
+        assert_decoders_agree(&encode_points(&pts, meta), &pts);
+    }
+    // Version 1's limits stay: no mode 0x02, k at most 9; version 2 takes k up to 18.
+    let pts = points_of(&every(10, &[Value::Double(1.5), Value::Double(2.25)]));
+    let refused = |b: &[u8]| {
+        let points = decode_points(b, &mut Vec::new()).is_err();
+        let columns = decode_columns::<f64>(b, 0, &mut Vec::new(), &mut Vec::new()).is_err();
+        assert_eq!(points, columns, "{b:?}");
+        points
+    };
+    for (blob, k_max) in [
+        (encode_points_v1(&pts, Some(0)), 9u8),
+        (encode_points(&pts, Some(0)), 18),
+    ] {
+        // The float section is the last 7 bytes: mode 0x00, k = 2, then 150 and 225.
+        let mode_at = blob.len() - 7;
+        assert_eq!(blob[mode_at..mode_at + 2], [0, 2]);
+        assert!(!refused(&blob));
+        let mut b = blob.clone();
+        b[mode_at + 1] = k_max;
+        assert!(!refused(&b), "k = {k_max}");
+        b[mode_at + 1] = k_max + 1;
+        assert!(refused(&b), "k = {}", k_max + 1);
+        // Mode 0x02 with an empty correction stream (f = 0, width 0).
+        let mut b = blob.clone();
+        b[mode_at] = 2;
+        b.extend([0, 0]);
+        assert_eq!(refused(&b), blob[0] == VERSION_1, "mode 0x02");
+        if blob[0] == VERSION {
+            assert_decoders_agree(&b, &pts);
+        }
+    }
+}
+
+#[test]
+fn never_longer_than_version_1() {
+    // Both within one unit in the last place of a 7-decimal number, so 7 is each one's
+    // candidate scale; at 9 decimals both are exact. Mantissas at 7 decimals with 1-bit
+    // corrections take 2 bytes more than version 1's exact ones at 9: version 1's scale
+    // must be a candidate too.
+    let values = [
+        Value::Double(8_953_352.731_831_899),
+        Value::Int(1),
+        Value::Double(8_953_352.731_831_9),
+    ];
+    let pts = points_of(&every(10, &values));
+    let floats: Vec<&Point> = pts.iter().filter(|p| is_float(p)).collect();
+    assert_eq!(decimal_scale(&floats).map(|s| s.0), Some(9));
+    for p in &floats {
+        assert_eq!(decimal(p, 7).map(|d| d.1.abs() <= 1), Some(true));
+    }
+    let (mut at_7, mut at_9) = (Vec::new(), Vec::new());
+    assert!(decimal_section(&floats, 7, None, &mut at_7));
+    assert!(decimal_section(&floats, 9, None, &mut at_9));
+    assert_eq!((at_7[0], at_9[0]), (2, 0));
+    assert!(at_7.len() > at_9.len(), "{at_7:?} {at_9:?}");
+    let (v2, v1) = (
+        encode_points(&pts, Some(0)),
+        encode_points_v1(&pts, Some(0)),
+    );
+    assert_eq!(v2.len(), v1.len(), "{v2:02X?}");
+    assert_decoders_agree(&v2, &pts);
+}
+
+#[test]
+fn whole_hours_of_seconds_encode() {
+    // 3600 points a second apart, one value: version 1's point-count limit (64 × the blob's
+    // length) refused its own 29-byte blob, so such a cell was stored as it is.
+    let points = every(1, &[Value::Int(7); 3600]);
+    let pts = points_of(&points);
+    let (q, v) = cell(&points);
+    assert_eq!(encode_v1(&q, &v), None);
+    let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+    assert!(blob.len() < 30, "{}", blob.len());
+    assert_decoders_agree(&blob, &pts);
+}
+
+/// A stable generator for the measurements below.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// In `-span..=span`.
+    fn step(&mut self, span: i64) -> i64 {
+        (self.next() % (2 * span as u64 + 1)) as i64 - span
+    }
+}
+
+/// A cell's points: (milliseconds, offset ms, value).
+type CellPoints = Vec<(bool, u32, Value)>;
+
+/// Rows of 360 points every 10 s for the measurements: (name, points).
+fn measured_rows() -> Vec<(&'static str, CellPoints)> {
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let artifacts = {
+        let d = [
+            23.412, 23.518, 23.407, 23.611, 23.59, 23.702, 23.655, 23.689, 23.701, 23.812, 23.79,
+            23.845,
+        ];
+        let u = [0, 1, 0, 0, -1, 0, 0, 1, 0, 0, -1, 0];
+        let values: Vec<Value> = d
+            .iter()
+            .zip(u)
+            .map(|(d, u)| Value::Double(nudge(*d, u)))
+            .collect();
+        every(300, &values)
+    };
+    let mut m = 5000i64;
+    let walk: Vec<Value> = (0..360)
+        .map(|_| {
+            m += rng.step(20);
+            Value::Double(m as f64 / 100.0)
+        })
+        .collect();
+    // The same kind of walk summed in floating point: artifacts as real data has them.
+    let mut x = 50.0f64;
+    let summed: Vec<Value> = (0..360)
+        .map(|_| {
+            x += rng.step(20) as f64 * 0.01;
+            Value::Double(x)
+        })
+        .collect();
+    let random: Vec<Value> = (0..360)
+        .map(|_| Value::Double((rng.next() >> 11) as f64 / (1u64 << 53) as f64 * 100.0))
+        .collect();
+    let mut i = 1_000_000i64;
+    let ints: Vec<Value> = (0..360)
+        .map(|_| {
+            i += rng.step(1000);
+            Value::Int(i)
+        })
+        .collect();
+    vec![
+        ("(a) 12 3-decimal doubles, 4 artifacts", artifacts),
+        ("(b) 360 2-decimal random walk", every(10, &walk)),
+        ("(b') 360 random walk summed in f64", every(10, &summed)),
+        ("(c) 360 full-precision random doubles", every(10, &random)),
+        ("(d) 360 integers, random walk", every(10, &ints)),
+        (
+            "(d') 360 integers, constant",
+            every(10, &[Value::Int(42); 360]),
+        ),
+    ]
+}
+
+/// Sizes of the RFC's rows and the time to encode, and to decode into columns, 10,000 rows of
+/// 360 points (run with `--ignored --nocapture`, in release for meaningful times). Asserts
+/// nothing about time.
+#[test]
+#[ignore]
+fn encode_timing() {
+    for (name, points) in measured_rows() {
+        let (q, v) = cell(&points);
+        let pts = points_of(&points);
+        let n = points.len() as f64;
+        let (b1, b2) = (
+            encode_points_v1(&pts, Some(0)),
+            encode_points(&pts, Some(0)),
+        );
+        let stored = |b: Option<Vec<u8>>| b.map_or(q.len() + v.len(), |b| b.len());
+        eprintln!(
+            "{name}: cell {} B; v1 blob {} B ({:.2} B/pt), stored {:.2} B/pt; v2 blob {} B ({:.2} B/pt), stored {:.2} B/pt",
+            q.len() + v.len(),
+            b1.len(),
+            b1.len() as f64 / n,
+            stored(encode_v1(&q, &v)) as f64 / n,
+            b2.len(),
+            b2.len() as f64 / n,
+            stored(DataCellCodec.encode("t", &q, &v)) as f64 / n,
+        );
+    }
+    let rows = measured_rows();
+    for (name, points) in rows.iter().skip(1) {
+        let (q, v) = cell(points);
+        for (version, encoder) in [
+            (1, encode_v1 as fn(&[u8], &[u8]) -> Option<Vec<u8>>),
+            (2, |q: &[u8], v: &[u8]| DataCellCodec.encode("t", q, v)),
+        ] {
+            let start = std::time::Instant::now();
+            let mut bytes = 0;
+            for _ in 0..10_000 {
+                bytes += encoder(std::hint::black_box(&q), &v).map_or(0, |b| b.len());
+            }
+            let took = start.elapsed();
+            eprintln!(
+                "{name}: version {version} encode of 10,000 rows {took:?}, {:.1} µs/row, {:.0} ns/point ({bytes} B)",
+                took.as_secs_f64() * 1e6 / 10_000.0,
+                took.as_secs_f64() * 1e9 / 3_600_000.0,
+            );
+        }
+        let pts = points_of(points);
+        for (version, blob) in [
+            (1, encode_points_v1(&pts, Some(0))),
+            (2, encode_points(&pts, Some(0))),
+        ] {
+            let (mut times, mut values) = (Vec::with_capacity(360), Vec::<f64>::with_capacity(360));
+            let start = std::time::Instant::now();
+            for _ in 0..10_000 {
+                times.clear();
+                values.clear();
+                decode_columns(std::hint::black_box(&blob), 0, &mut times, &mut values).unwrap();
+            }
+            let took = start.elapsed();
+            eprintln!(
+                "{name}: version {version} decode_columns of 10,000 rows {took:?}, {:.1} ns/point",
+                took.as_secs_f64() * 1e9 / 3_600_000.0,
+            );
+        }
     }
 }
 
@@ -155,9 +700,69 @@ fn value_strategy() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// Decimals of `k` places a random walk apart, doubles or 4-byte floats, most exact and some
+/// up to two units in the last place off (never off zero: that would be a NaN's bits).
+fn noisy_decimals(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Value>> {
+    (
+        any::<bool>(),
+        0u32..=6,
+        -1_000_000i64..1_000_000,
+        prop::collection::vec(
+            (-500i64..500, prop_oneof![3 => Just(0i64), 1 => -2i64..=2]),
+            len,
+        ),
+    )
+        .prop_map(|(single, k, start, steps)| {
+            let mut m = start;
+            steps
+                .into_iter()
+                .map(|(step, noise)| {
+                    m += step;
+                    let noise = if m == 0 { 0 } else { noise };
+                    let d = m as f64 / POW10[k as usize];
+                    if single {
+                        Value::Float(nudge32(d as f32, noise as i32))
+                    } else {
+                        Value::Double(nudge(d, noise))
+                    }
+                })
+                .collect()
+        })
+}
+
+/// Cells' points by offset: any values, or noisy decimals (with an integer here and there).
+fn cell_points(len: std::ops::Range<usize>) -> impl Strategy<Value = BTreeMap<u32, (bool, Value)>> {
+    let noisy = (
+        prop::collection::btree_set(0u32..3_600_000, len.clone()),
+        noisy_decimals(len.start..len.end),
+        any::<bool>(),
+        prop::collection::vec(any::<bool>(), len.end),
+    )
+        .prop_map(|(offsets, values, ints, ms)| {
+            offsets
+                .into_iter()
+                .zip(values)
+                .zip(ms)
+                .enumerate()
+                .map(|(i, ((off, v), ms))| {
+                    let v = if ints && i % 7 == 3 {
+                        Value::Int(i as i64)
+                    } else {
+                        v
+                    };
+                    (off, (ms, v))
+                })
+                .collect()
+        });
+    prop_oneof![
+        prop::collection::btree_map(0u32..3_600_000, (any::<bool>(), value_strategy()), len),
+        noisy,
+    ]
+}
+
 proptest! {
     #[test]
-    fn lossless_on_any_cell(points in prop::collection::btree_map(0u32..3_600_000, (any::<bool>(), value_strategy()), 2..100)) {
+    fn lossless_on_any_cell(points in cell_points(2..100)) {
         let pts: Vec<(bool, u32, Value)> = points.into_iter().map(|(off, (ms, v))| (ms, if ms { off } else { off / 1000 * 1000 }, v)).collect();
         let mut dedup: Vec<(bool, u32, Value)> = Vec::new();
         for p in pts {
@@ -173,12 +778,46 @@ proptest! {
             let mut via_bytes = Vec::new();
             compact::decode_cell(&q, &v, &mut via_bytes).unwrap();
             prop_assert_eq!(direct, via_bytes, "points straight from the blob");
-            prop_assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
+            prop_assert_eq!(blob[0], VERSION);
+            prop_assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q.clone(), v.clone()));
+        }
+        // Never longer than version 1.
+        let pts = points_of(&dedup);
+        prop_assert!(encode_points(&pts, Some(0)).len() <= encode_points_v1(&pts, Some(0)).len());
+        if let Some(v1) = encode_v1(&q, &v) {
+            let v2 = DataCellCodec.encode("t", &q, &v);
+            prop_assert!(v2.as_ref().is_some_and(|b| b.len() <= v1.len()), "{v2:?} vs {v1:?}");
+        }
+    }
+
+    /// Decimal rows with a few units in the last place of noise keep their decimal form and
+    /// come back exactly.
+    #[test]
+    fn noisy_decimals_round_trip(values in noisy_decimals(2..200)) {
+        let points = every(10, &values);
+        let pts = points_of(&points);
+        let (q, v) = cell(&points);
+        let blob = encode_points(&pts, Some(0));
+        prop_assert_eq!(decode_blob(&blob).unwrap(), (q.clone(), v.clone()));
+        let mut direct = Vec::new();
+        decode_points(&blob, &mut direct).unwrap();
+        prop_assert_eq!(&direct, &pts);
+        if values.len() >= 16 {
+            let mode = float_mode_of(&blob, &pts);
+            prop_assert!(mode == 0 || mode == 2, "mode {mode}");
+        }
+        if let Some(encoded) = DataCellCodec.encode("t", &q, &v) {
+            prop_assert_eq!(&encoded, &blob);
+            prop_assert_eq!(DataCellCodec.decode("t", &encoded).unwrap(), (q, v));
         }
     }
 
     #[test]
-    fn decode_never_panics(blob in prop::collection::vec(any::<u8>(), 0..120)) {
+    fn decode_never_panics(
+        version in prop_oneof![Just(None), (1u8..=2).prop_map(Some)],
+        bytes in prop::collection::vec(any::<u8>(), 0..120),
+    ) {
+        let blob: Vec<u8> = version.into_iter().chain(bytes).collect();
         let _ = decode_points(&blob, &mut Vec::new());
         let _ = DataCellCodec.decode("t", &blob);
         let _ = decode_columns::<Num>(&blob, 0, &mut Vec::new(), &mut Vec::new());
@@ -188,9 +827,10 @@ proptest! {
     /// on valid cells and on cells with bytes flipped.
     #[test]
     fn columns_equal_points(
-        points in prop::collection::btree_map(0u32..3_600_000, (any::<bool>(), value_strategy()), 1..400),
+        points in cell_points(1..400),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
         base in 0u32..2_000_000_000,
+        v1 in any::<bool>(),
     ) {
         let mut pts: Vec<(bool, u32, Value)> = Vec::new();
         for (off, (ms, v)) in points {
@@ -202,11 +842,12 @@ proptest! {
         let blob = match pts.len() {
             1 => {
                 let p = Point::new(if pts[0].0 { Qualifier::millis(pts[0].1, pts[0].2.flags()) } else { Qualifier::seconds(pts[0].1 / 1000, pts[0].2.flags()) }.unwrap(), pts[0].2.to_bits());
-                encode_points(&[p], None)
+                if v1 { encode_points_v1(&[p], None) } else { encode_points(&[p], None) }
             }
             _ => {
                 let (q, v) = cell(&pts);
-                match DataCellCodec.encode("t", &q, &v) {
+                let encoded = if v1 { encode_v1(&q, &v) } else { DataCellCodec.encode("t", &q, &v) };
+                match encoded {
                     Some(b) => b,
                     None => return Ok(()),
                 }
