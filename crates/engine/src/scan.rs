@@ -179,6 +179,8 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
                 end: Some(end),
                 key_regex: regex.clone(),
                 skip: skip.clone(),
+                // Tag filters: neither the regex nor the hint reads the base time.
+                series_filter: true,
                 ..Default::default()
             }
         })

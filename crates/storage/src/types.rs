@@ -203,6 +203,10 @@ pub struct ScanRequest {
     pub limit: Option<usize>,
     /// Where the next row the regex accepts can be, for backends that can seek.
     pub skip: Option<SkipHint>,
+    /// The regex and the skip hint never look at a data-table key's base time (they filter
+    /// series): a backend keeping a series' rows together (RFC 0006) may test them once
+    /// per series and period, on a key with any base time in place.
+    pub series_filter: bool,
 }
 
 /// A scan's hint of where the next matching row can be: given a row key the regex refused,

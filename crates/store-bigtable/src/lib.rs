@@ -415,6 +415,7 @@ impl Store for BigtableStore {
             read: read.clone(),
             limit: Some(1),
             skip: None,
+            series_filter: false,
         };
         let spec = self.spec(table)?;
         let mut req = self.read_request(table, &request)?;

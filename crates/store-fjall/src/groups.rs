@@ -102,6 +102,15 @@ impl Grouping {
         }
     }
 
+    /// A key with its base time (if it holds one) replaced by its period's start: the
+    /// smallest group key at or after every row key from `key` on in its series and period.
+    pub(crate) fn floor_key(&self, key: &[u8]) -> Vec<u8> {
+        match self.split(key) {
+            Some((group_key, _)) => group_key,
+            None => key.to_vec(),
+        }
+    }
+
     /// `Some` when the two keys are in the same window.
     pub(crate) fn same_window(&self, a: &[u8], b: &[u8]) -> bool {
         matches!((self.window(a), self.window(b)), (Some(x), Some(y)) if x == y)

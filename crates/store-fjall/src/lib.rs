@@ -591,6 +591,10 @@ struct GroupedScan {
     row_next: Option<(fjall::Slice, fjall::Slice)>,
     groups: fjall::Iter,
     group_next: Option<(fjall::Slice, fjall::Slice)>,
+    /// The groups keyspace, to seek in when the request's filter is a series filter.
+    group_rows: Keyspace,
+    series_filter: bool,
+    skip: Option<SkipHint>,
     out: VecDeque<Row>,
     done: bool,
 }
@@ -618,9 +622,26 @@ impl GroupedScan {
             };
             let (key, value) = item.into_inner().map_err(|e| io_err("scan failed", e))?;
             // A key too short to be a group cannot be one: never written, skipped.
-            if self.grouping.window(&key).is_some() {
-                self.group_next = Some((key, value));
+            if self.grouping.window(&key).is_none() {
+                continue;
             }
+            // A series filter refusing the group refuses every member: skip it, and seek
+            // where the hint says the next matching series can be (floored to its period:
+            // every group key before that is a row key the hint passes over).
+            if self.series_filter && !self.filter.key_matches(&key) {
+                if let Some(skip) = &self.skip
+                    && let Some(target) = (skip.0)(&key)
+                {
+                    let target = self.grouping.floor_key(&target);
+                    if target.as_slice() > key.as_ref() {
+                        self.groups = self
+                            .group_rows
+                            .range::<Vec<u8>, _>((Bound::Included(target), self.upper.clone()));
+                    }
+                }
+                continue;
+            }
+            self.group_next = Some((key, value));
         }
         Ok(())
     }
@@ -1275,6 +1296,9 @@ impl Store for FjallStore {
                     .rows
                     .range::<Vec<u8>, _>((Bound::Included(from), upper)),
                 group_next: None,
+                group_rows: groups.rows.clone(),
+                series_filter: request.series_filter,
+                skip: request.skip.clone(),
                 out: VecDeque::new(),
                 done: false,
                 _open: open,

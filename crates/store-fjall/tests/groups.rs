@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use hourglass_storage::memory::MemoryStore;
 use hourglass_storage::{
-    FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, Store, TableSpec, TimeRange,
+    FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint, Store, TableSpec,
+    TimeRange,
 };
 use hourglass_store_fjall::{FjallStore, Grouping};
 use proptest::prelude::*;
@@ -131,6 +132,27 @@ fn assert_period_order(rows: &[Row]) {
     }
 }
 
+/// The hint of the regex `^.{5}\x01$` (series 1): a smaller series jumps to series 1 of
+/// the same hour, a larger one past the hour.
+fn series_one_hint() -> SkipHint {
+    SkipHint(Arc::new(|key: &[u8]| {
+        let series = *key.get(5)?;
+        if series < 1 {
+            let mut next = key[..5].to_vec();
+            next.push(1);
+            return Some(next);
+        }
+        let mut next = key[..5].to_vec();
+        while let Some(last) = next.pop() {
+            if last < 0xFF {
+                next.push(last + 1);
+                return Some(next);
+            }
+        }
+        None
+    }))
+}
+
 fn sorted(mut rows: Vec<Row>) -> Vec<Row> {
     rows.sort_by(|a, b| a.key.cmp(&b.key));
     rows
@@ -158,6 +180,19 @@ fn check(store: &dyn Store, model: &MemoryStore) {
         ScanRequest {
             key_regex: Some("(?s)^.{5}\\x01$".into()),
             ..ScanRequest::range(Vec::new(), None)
+        },
+        // A series filter with a hint: groups of other series skipped by seeking.
+        ScanRequest {
+            key_regex: Some("(?s)^.{5}\\x01$".into()),
+            skip: Some(series_one_hint()),
+            series_filter: true,
+            ..ScanRequest::range(Vec::new(), None)
+        },
+        ScanRequest {
+            key_regex: Some("(?s)^.{5}\\x01$".into()),
+            skip: Some(series_one_hint()),
+            series_filter: true,
+            ..ScanRequest::range(key(1, 1, 0), Some(key(2, 5, 0)))
         },
     ];
     for request in &requests {
