@@ -496,6 +496,11 @@ impl ScanFilter {
         row.read(key, &self.read)
     }
 
+    /// [`ScanFilter::accept`] for a key already known to pass the regex.
+    pub fn accept_matched(&self, key: &[u8], row: &RowData) -> Option<Row> {
+        row.read(key, &self.read)
+    }
+
     /// True once `returned` rows reach the limit.
     pub fn is_full(&self, returned: usize) -> bool {
         self.limit.is_some_and(|l| returned >= l)

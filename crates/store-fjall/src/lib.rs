@@ -568,7 +568,8 @@ impl Iterator for Scan {
                 Ok(row) => row,
                 Err(e) => return Some(Err(e)),
             };
-            if let Some(out) = self.filter.accept(&key, &row) {
+            // `RawRows` passed the key through the regex already.
+            if let Some(out) = self.filter.accept_matched(&key, &row) {
                 return Some(Ok(out));
             }
         }
@@ -646,10 +647,10 @@ impl GroupedScan {
         Ok(())
     }
 
-    /// Decodes and filters one row into the output.
+    /// Decodes and filters one row, whose key passed the regex, into the output.
     fn emit(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         let row = RowData::decode_with(value, self.codec.as_deref(), self.keep_encoded)?;
-        if let Some(out) = self.filter.accept(key, &row) {
+        if let Some(out) = self.filter.accept_matched(key, &row) {
             self.out.push_back(out);
         }
         Ok(())
@@ -743,7 +744,8 @@ impl GroupedScan {
                 let Some(key) = g.member_key(&group_key, offset) else {
                     continue;
                 };
-                if self.in_range(&key) && self.filter.key_matches(&key) {
+                // Under a series filter the group's key passed it for every member.
+                if self.in_range(&key) && (self.series_filter || self.filter.key_matches(&key)) {
                     self.emit(&key, bytes)?;
                 }
             }
