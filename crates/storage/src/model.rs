@@ -203,6 +203,28 @@ impl RowData {
         }
     }
 
+    /// [`RowData::read`] taking the cells instead of copying them (a scan's decoded rows).
+    pub fn into_read(self, key: &[u8], read: &ReadOptions) -> Option<Row> {
+        let mut cells: Vec<Cell> = Vec::with_capacity(self.cells.len());
+        for c in self.cells {
+            if !read.wants_family(&c.family) || !read.time_range.contains(c.timestamp) {
+                continue;
+            }
+            if read.latest_only
+                && cells
+                    .last()
+                    .is_some_and(|prev| prev.family == c.family && prev.qualifier == c.qualifier)
+            {
+                continue;
+            }
+            cells.push(c);
+        }
+        (!cells.is_empty()).then(|| Row {
+            key: key.to_vec(),
+            cells,
+        })
+    }
+
     /// The stored bytes of the row; cells the codec takes are stored in its form.
     pub fn encode(&self, codec: Option<&dyn CellCodec>) -> Vec<u8> {
         let size: usize = self
@@ -496,9 +518,9 @@ impl ScanFilter {
         row.read(key, &self.read)
     }
 
-    /// [`ScanFilter::accept`] for a key already known to pass the regex.
-    pub fn accept_matched(&self, key: &[u8], row: &RowData) -> Option<Row> {
-        row.read(key, &self.read)
+    /// [`ScanFilter::accept`] for a key already known to pass the regex, taking the row.
+    pub fn accept_matched(&self, key: &[u8], row: RowData) -> Option<Row> {
+        row.into_read(key, &self.read)
     }
 
     /// True once `returned` rows reach the limit.

@@ -569,7 +569,7 @@ impl Iterator for Scan {
                 Err(e) => return Some(Err(e)),
             };
             // `RawRows` passed the key through the regex already.
-            if let Some(out) = self.filter.accept_matched(&key, &row) {
+            if let Some(out) = self.filter.accept_matched(&key, row) {
                 return Some(Ok(out));
             }
         }
@@ -650,7 +650,7 @@ impl GroupedScan {
     /// Decodes and filters one row, whose key passed the regex, into the output.
     fn emit(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         let row = RowData::decode_with(value, self.codec.as_deref(), self.keep_encoded)?;
-        if let Some(out) = self.filter.accept_matched(key, &row) {
+        if let Some(out) = self.filter.accept_matched(key, row) {
             self.out.push_back(out);
         }
         Ok(())
