@@ -1085,11 +1085,11 @@ impl FjallStore {
             let moved = self.group_rows(&open, &t, groups, closed)?;
             groups.passed_through.fetch_max(closed, Ordering::AcqRel);
             if moved > 0 {
+                tracing::info!(table = %t.spec.name, rows = moved, "rows of closed periods moved into their groups");
                 // The moved rows left tombstones: drop them with the rows they cover.
                 t.rows
                     .major_compact()
                     .map_err(|e| io_err("compaction failed", e))?;
-                tracing::debug!(table = %t.spec.name, rows = moved, "rows moved into their groups");
             }
         }
         Ok(())
