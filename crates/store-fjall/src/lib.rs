@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fjall::config::CompressionPolicy;
-use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{
+    CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot,
+};
 use hourglass_storage::model::{RowData, ScanFilter};
 use hourglass_storage::{
     CellCodec, Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
@@ -288,14 +290,21 @@ impl FjallStore {
         Ok((open, table))
     }
 
-    fn load_row(table: &Table, key: &[u8]) -> Result<RowData> {
-        Ok(Self::load(table, key, &mut GroupCache::default())?.row)
-    }
-
     /// A row where it is: the row keyspace, else its group's member, else empty. Groups
-    /// read are kept in `cache` for the other rows of the same call.
-    fn load(table: &Table, key: &[u8], cache: &mut GroupCache) -> Result<Loaded> {
-        if let Some(bytes) = table.rows.get(key).map_err(|e| io_err("read failed", e))? {
+    /// read are kept in `cache` for the other rows of the same call. Writers (under the
+    /// write lock) read the latest state; readers pass a snapshot, so a grouping pass
+    /// moving the row between its two lookups cannot hide it.
+    fn load(
+        table: &Table,
+        key: &[u8],
+        cache: &mut GroupCache,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<Loaded> {
+        let get = |keyspace: &Keyspace, key: &[u8]| match snapshot {
+            Some(s) => s.get(keyspace, key),
+            None => keyspace.get(key),
+        };
+        if let Some(bytes) = get(&table.rows, key).map_err(|e| io_err("read failed", e))? {
             return Ok(Loaded {
                 row: RowData::decode(&bytes, table.codec.as_deref())?,
                 in_rows: true,
@@ -308,10 +317,8 @@ impl FjallStore {
             let value = match cache.get(&group_key) {
                 Some(value) => value.clone(),
                 None => {
-                    let value = groups
-                        .rows
-                        .get(&group_key)
-                        .map_err(|e| io_err("read failed", e))?;
+                    let value =
+                        get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
                     cache.insert(group_key, value.clone());
                     value
                 }
@@ -488,6 +495,19 @@ fn decode_spec(name: &str, bytes: &[u8]) -> Result<(TableSpec, Option<Grouping>)
     Ok((spec, grouping.transpose()?))
 }
 
+/// A range of a keyspace, as of `snapshot` when given.
+fn range_of(
+    rows: &Keyspace,
+    snapshot: Option<&Snapshot>,
+    from: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+) -> fjall::Iter {
+    match snapshot {
+        Some(s) => s.range::<Vec<u8>, _>(rows, (from, upper)),
+        None => rows.range::<Vec<u8>, _>((from, upper)),
+    }
+}
+
 /// Keys read past toward a skip hint's target before seeking there instead.
 const READ_ON_BEFORE_SEEK: u32 = 8;
 
@@ -495,6 +515,8 @@ const READ_ON_BEFORE_SEEK: u32 = 8;
 /// skip hint by seeking when the next possible match is further than a few keys away.
 struct RawRows {
     rows: Keyspace,
+    /// Reads (and seeks) through this snapshot when set.
+    snapshot: Option<Snapshot>,
     skip: Option<SkipHint>,
     upper: Bound<Vec<u8>>,
     iter: fjall::Iter,
@@ -503,10 +525,22 @@ struct RawRows {
 }
 
 impl RawRows {
-    fn new(rows: Keyspace, start: Vec<u8>, upper: Bound<Vec<u8>>, skip: Option<SkipHint>) -> Self {
-        let iter = rows.range::<Vec<u8>, _>((Bound::Included(start), upper.clone()));
+    fn new(
+        rows: Keyspace,
+        snapshot: Option<Snapshot>,
+        start: Vec<u8>,
+        upper: Bound<Vec<u8>>,
+        skip: Option<SkipHint>,
+    ) -> Self {
+        let iter = range_of(
+            &rows,
+            snapshot.as_ref(),
+            Bound::Included(start),
+            upper.clone(),
+        );
         RawRows {
             rows,
+            snapshot,
             skip,
             upper,
             iter,
@@ -525,7 +559,8 @@ impl RawRows {
                     *read += 1;
                     if *read >= READ_ON_BEFORE_SEEK {
                         let from = Bound::Included(std::mem::take(target));
-                        self.iter = self.rows.range::<Vec<u8>, _>((from, self.upper.clone()));
+                        self.iter =
+                            range_of(&self.rows, self.snapshot.as_ref(), from, self.upper.clone());
                         self.target = None;
                     }
                     continue;
@@ -594,6 +629,9 @@ struct GroupedScan {
     group_next: Option<(fjall::Slice, fjall::Slice)>,
     /// The groups keyspace, to seek in when the request's filter is a series filter.
     group_rows: Keyspace,
+    /// Both keyspaces are read as of one moment: a grouping pass moving rows meanwhile
+    /// neither hides nor repeats them.
+    snapshot: Snapshot,
     series_filter: bool,
     skip: Option<SkipHint>,
     out: VecDeque<Row>,
@@ -635,9 +673,12 @@ impl GroupedScan {
                 {
                     let target = self.grouping.floor_key(&target);
                     if target.as_slice() > key.as_ref() {
-                        self.groups = self
-                            .group_rows
-                            .range::<Vec<u8>, _>((Bound::Included(target), self.upper.clone()));
+                        self.groups = range_of(
+                            &self.group_rows,
+                            Some(&self.snapshot),
+                            Bound::Included(target),
+                            self.upper.clone(),
+                        );
                     }
                 }
                 continue;
@@ -853,7 +894,7 @@ impl FjallStore {
         for r in rows {
             let mut loaded = match pending.remove(r.key.as_slice()) {
                 Some(loaded) => loaded,
-                None => Self::load(&t, &r.key, &mut cache)?,
+                None => Self::load(&t, &r.key, &mut cache, None)?,
             };
             loaded.row.apply(&t.spec, &r.mutations, now)?;
             pending.insert(&r.key, loaded);
@@ -1038,7 +1079,7 @@ impl FjallStore {
     ) -> Result<i64> {
         let (open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
-        let mut loaded = Self::load(&t, key, &mut GroupCache::default())?;
+        let mut loaded = Self::load(&t, key, &mut GroupCache::default(), None)?;
         let v = loaded
             .row
             .increment(&t.spec, family, qualifier, delta, now_ms())?;
@@ -1055,7 +1096,7 @@ impl FjallStore {
     ) -> Result<bool> {
         let (open, t) = self.table(table)?;
         let _w = self.write_lock.lock();
-        let mut loaded = Self::load(&t, key, &mut GroupCache::default())?;
+        let mut loaded = Self::load(&t, key, &mut GroupCache::default(), None)?;
         if !loaded.row.check(check) {
             return Ok(false);
         }
@@ -1240,8 +1281,8 @@ impl Store for FjallStore {
     }
 
     fn get(&self, table: &str, key: &[u8], read: &ReadOptions) -> Result<Option<Row>> {
-        let (_open, t) = self.table_for_read(table)?;
-        Ok(Self::load_row(&t, key)?.read(key, read))
+        self.get_rows(table, &[key.to_vec()], read)
+            .map(|mut rows| rows.pop().flatten())
     }
 
     fn get_rows(
@@ -1250,11 +1291,15 @@ impl Store for FjallStore {
         keys: &[Vec<u8>],
         read: &ReadOptions,
     ) -> Result<Vec<Option<Row>>> {
-        let (_open, t) = self.table_for_read(table)?;
-        // Rows of one group (a series' hours) read it once.
+        let (open, t) = self.table_for_read(table)?;
+        // Rows of one group (a series' hours) read it once, all from one snapshot.
+        let snapshot = t.groups.is_some().then(|| open.db.snapshot());
         let mut cache = GroupCache::default();
         keys.iter()
-            .map(|key| Ok(Self::load(&t, key, &mut cache)?.row.read(key, read)))
+            .map(|key| {
+                let loaded = Self::load(&t, key, &mut cache, snapshot.as_ref())?;
+                Ok(loaded.row.into_read(key, read))
+            })
             .collect()
     }
 
@@ -1275,15 +1320,17 @@ impl Store for FjallStore {
             Some(end) => Bound::Excluded(end.clone()),
             None => Bound::Unbounded,
         };
+        let snapshot = t.groups.is_some().then(|| open.db.snapshot());
         let raw = RawRows::new(
             t.rows.clone(),
+            snapshot.clone(),
             request.start.clone(),
             upper.clone(),
             request.skip.clone(),
         );
         // Stop pulling from the tree once the limit is reached.
         let limit = request.limit.unwrap_or(usize::MAX);
-        if let Some(groups) = &t.groups {
+        if let (Some(groups), Some(snapshot)) = (&t.groups, snapshot) {
             let from = groups.grouping.group_scan_start(&request.start);
             let rows = GroupedScan {
                 codec: t.codec.clone(),
@@ -1294,11 +1341,10 @@ impl Store for FjallStore {
                 upper: upper.clone(),
                 rows: raw,
                 row_next: None,
-                groups: groups
-                    .rows
-                    .range::<Vec<u8>, _>((Bound::Included(from), upper)),
+                groups: range_of(&groups.rows, Some(&snapshot), Bound::Included(from), upper),
                 group_next: None,
                 group_rows: groups.rows.clone(),
+                snapshot,
                 series_filter: request.series_filter,
                 skip: request.skip.clone(),
                 out: VecDeque::new(),
