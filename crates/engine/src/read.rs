@@ -191,7 +191,7 @@ impl Tsdb {
         let at = schema.timestamp_offset();
         let mut buffered: BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)> = buffered
             .into_iter()
-            .map(|(key, points)| (series_major(&key, at), (key, points)))
+            .map(|(key, points)| (hourglass_storage::series_major(&key, at), (key, points)))
             .collect();
         let mut earlier = Vec::new();
         for mut request in scan_requests(schema, query) {
@@ -204,7 +204,7 @@ impl Tsdb {
                 let extra = if buffered.is_empty() {
                     None
                 } else {
-                    let this = series_major(&row.key, at);
+                    let this = hourglass_storage::series_major(&row.key, at);
                     let mut series_start = this.clone();
                     let n = series_start.len();
                     series_start[n.saturating_sub(4)..].fill(0);
@@ -315,19 +315,5 @@ impl Tsdb {
                 SeriesPoints { series, points }
             })
             .collect())
-    }
-}
-
-/// `key` with its 4-byte base time (at `at`) moved to the end: series-major order.
-fn series_major(key: &[u8], at: usize) -> Vec<u8> {
-    match key.get(at..at + 4) {
-        Some(time) => {
-            let mut out = Vec::with_capacity(key.len());
-            out.extend_from_slice(&key[..at]);
-            out.extend_from_slice(&key[at + 4..]);
-            out.extend_from_slice(time);
-            out
-        }
-        None => key.to_vec(),
     }
 }

@@ -21,6 +21,23 @@ pub use types::*;
 
 use std::fmt::Debug;
 
+/// A data-table row key with its 4-byte base time (at `timestamp_offset`) moved to the end:
+/// keys in this order come series by series, each in time order (the order within a period
+/// of [`Store::scan`]'s period order). A key too short to hold a base time is returned as it is.
+pub fn series_major(key: &[u8], timestamp_offset: usize) -> Vec<u8> {
+    let at = timestamp_offset;
+    match key.get(at..at + 4) {
+        Some(time) => {
+            let mut out = Vec::with_capacity(key.len());
+            out.extend_from_slice(&key[..at]);
+            out.extend_from_slice(&key[at + 4..]);
+            out.extend_from_slice(time);
+            out
+        }
+        None => key.to_vec(),
+    }
+}
+
 /// Wall-clock milliseconds: the cell timestamp of writes that do not choose one.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

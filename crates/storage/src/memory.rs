@@ -41,11 +41,9 @@ impl PeriodOrder {
             return key.to_vec();
         };
         let base = u32::from_be_bytes([time[0], time[1], time[2], time[3]]);
-        let mut out = Vec::with_capacity(key.len() + 4);
-        out.extend_from_slice(&key[..at]);
+        let mut out = key[..at].to_vec();
         out.extend_from_slice(&(base - base % self.period_secs).to_be_bytes());
-        out.extend_from_slice(&key[at + 4..]);
-        out.extend_from_slice(time);
+        out.extend_from_slice(&crate::series_major(key, at)[at..]);
         out
     }
 }

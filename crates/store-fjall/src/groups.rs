@@ -76,17 +76,7 @@ impl Grouping {
     /// A key with its base time moved to the end: the order of rows within a window, series
     /// by series, each in time order.
     pub(crate) fn series_major(&self, key: &[u8]) -> Vec<u8> {
-        let at = self.timestamp_offset;
-        match key.get(at..at + 4) {
-            Some(time) => {
-                let mut out = Vec::with_capacity(key.len());
-                out.extend_from_slice(&key[..at]);
-                out.extend_from_slice(&key[at + 4..]);
-                out.extend_from_slice(time);
-                out
-            }
-            None => key.to_vec(),
-        }
+        hourglass_storage::series_major(key, self.timestamp_offset)
     }
 
     /// The smallest group key whose members can be at or after `start`.
