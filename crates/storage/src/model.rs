@@ -203,26 +203,28 @@ impl RowData {
         }
     }
 
-    /// [`RowData::read`] taking the cells instead of copying them (a scan's decoded rows).
-    pub fn into_read(self, key: &[u8], read: &ReadOptions) -> Option<Row> {
-        let mut cells: Vec<Cell> = Vec::with_capacity(self.cells.len());
-        for c in self.cells {
+    /// [`RowData::read`] taking the cells and the key instead of copying them (a scan's
+    /// decoded rows).
+    pub fn into_read(self, key: Vec<u8>, read: &ReadOptions) -> Option<Row> {
+        let mut cells = self.cells;
+        let mut kept = 0;
+        for i in 0..cells.len() {
+            let c = &cells[i];
             if !read.wants_family(&c.family) || !read.time_range.contains(c.timestamp) {
                 continue;
             }
             if read.latest_only
-                && cells
-                    .last()
-                    .is_some_and(|prev| prev.family == c.family && prev.qualifier == c.qualifier)
+                && kept > 0
+                && cells[kept - 1].family == c.family
+                && cells[kept - 1].qualifier == c.qualifier
             {
                 continue;
             }
-            cells.push(c);
+            cells.swap(kept, i);
+            kept += 1;
         }
-        (!cells.is_empty()).then(|| Row {
-            key: key.to_vec(),
-            cells,
-        })
+        cells.truncate(kept);
+        (!cells.is_empty()).then_some(Row { key, cells })
     }
 
     /// The stored bytes of the row; cells the codec takes are stored in its form.
@@ -519,7 +521,7 @@ impl ScanFilter {
     }
 
     /// [`ScanFilter::accept`] for a key already known to pass the regex, taking the row.
-    pub fn accept_matched(&self, key: &[u8], row: RowData) -> Option<Row> {
+    pub fn accept_matched(&self, key: Vec<u8>, row: RowData) -> Option<Row> {
         row.into_read(key, &self.read)
     }
 

@@ -604,7 +604,7 @@ impl Iterator for Scan {
                 Err(e) => return Some(Err(e)),
             };
             // `RawRows` passed the key through the regex already.
-            if let Some(out) = self.filter.accept_matched(&key, row) {
+            if let Some(out) = self.filter.accept_matched(key.to_vec(), row) {
                 return Some(Ok(out));
             }
         }
@@ -689,7 +689,7 @@ impl GroupedScan {
     }
 
     /// Decodes and filters one row, whose key passed the regex, into the output.
-    fn emit(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+    fn emit(&mut self, key: Vec<u8>, value: &[u8]) -> Result<()> {
         let row = RowData::decode_with(value, self.codec.as_deref(), self.keep_encoded)?;
         if let Some(out) = self.filter.accept_matched(key, row) {
             self.out.push_back(out);
@@ -715,7 +715,7 @@ impl GroupedScan {
         };
         if !window_has_groups {
             if let Some((key, value)) = self.row_next.take() {
-                self.emit(&key, &value)?;
+                self.emit(key.to_vec(), &value)?;
             }
             return Ok(());
         }
@@ -777,7 +777,7 @@ impl GroupedScan {
                 let mut shadowed = false;
                 while let Some((b, key, value)) = own.next_if(|(b, _, _)| *b <= base) {
                     shadowed |= b == base;
-                    self.emit(&key, &value)?;
+                    self.emit(key.to_vec(), &value)?;
                 }
                 if shadowed {
                     continue;
@@ -787,15 +787,15 @@ impl GroupedScan {
                 };
                 // Under a series filter the group's key passed it for every member.
                 if self.in_range(&key) && (self.series_filter || self.filter.key_matches(&key)) {
-                    self.emit(&key, bytes)?;
+                    self.emit(key, bytes)?;
                 }
             }
             for (_, key, value) in own {
-                self.emit(&key, &value)?;
+                self.emit(key.to_vec(), &value)?;
             }
         }
         for (_, (key, value)) in std::mem::take(&mut rows) {
-            self.emit(&key, &value)?;
+            self.emit(key.to_vec(), &value)?;
         }
         Ok(())
     }
@@ -1298,7 +1298,7 @@ impl Store for FjallStore {
         keys.iter()
             .map(|key| {
                 let loaded = Self::load(&t, key, &mut cache, snapshot.as_ref())?;
-                Ok(loaded.row.into_read(key, read))
+                Ok(loaded.row.into_read(key.clone(), read))
             })
             .collect()
     }
