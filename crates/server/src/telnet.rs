@@ -190,6 +190,11 @@ fn handle_lines(
     out: &mut Vec<u8>,
 ) -> Next {
     let mut batch = PutBatch::default();
+    // Every line but the overlong ones is a command (counted once per read, not per line).
+    state.stats.telnet_rpcs.fetch_add(
+        lines.len().saturating_sub(too_long.len()) as u64,
+        Ordering::Relaxed,
+    );
     for (i, line) in lines.iter().enumerate() {
         if let Some((_, len)) = too_long.iter().find(|(at, _)| *at == i) {
             batch.submit(state, out);
@@ -205,11 +210,11 @@ fn handle_lines(
         // Words are split on single spaces, as OpenTSDB does: an empty line is the empty
         // command, a leading space makes the command empty too.
         let line = line.as_ref();
-        let (cmd, args) = match line.split_once(' ') {
-            Some((cmd, args)) => (cmd, Some(args)),
+        let (cmd, args) = match memchr::memchr(b' ', line.as_bytes()) {
+            // A space is one byte: both sides are on char boundaries.
+            Some(at) => (&line[..at], Some(&line[at + 1..])),
             None => (line, None),
         };
-        state.stats.telnet_rpcs.fetch_add(1, Ordering::Relaxed);
         if cmd == "put" && !state.settings.read_only {
             batch.add(args);
             continue;
