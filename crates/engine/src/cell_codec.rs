@@ -139,13 +139,7 @@ fn pack_deltas(values: &[i64], out: &mut Vec<u8>) {
         .max(1);
     put_varint(out, divisor);
     let quotients: Vec<i64> = deltas.iter().map(|d| d / divisor as i64).collect();
-    let floor = quotients.iter().copied().min().unwrap_or(0);
-    put_varint(out, zigzag(floor));
-    let packed: Vec<u64> = quotients
-        .iter()
-        .map(|q| q.wrapping_sub(floor) as u64)
-        .collect();
-    pack(&packed, out);
+    pack_above_floor(&quotients, out);
 }
 
 fn pack(values: &[u64], out: &mut Vec<u8>) {
@@ -253,13 +247,14 @@ fn correction(p: &Point, m: i64, k: u32) -> i64 {
     }
 }
 
-/// Version 2's corrections: the least (zigzag varint), then each one minus it, bit-packed.
-fn pack_corrections(corrections: &[i64], out: &mut Vec<u8>) {
-    let floor = corrections.iter().copied().min().unwrap_or(0);
+/// The least value (zigzag varint), then each value minus it, bit-packed: a packed
+/// sequence's quotients, and version 2's corrections.
+fn pack_above_floor(values: &[i64], out: &mut Vec<u8>) {
+    let floor = values.iter().copied().min().unwrap_or(0);
     put_varint(out, zigzag(floor));
-    let packed: Vec<u64> = corrections
+    let packed: Vec<u64> = values
         .iter()
-        .map(|c| c.wrapping_sub(floor) as u64)
+        .map(|v| v.wrapping_sub(floor) as u64)
         .collect();
     pack(&packed, out);
 }
@@ -356,7 +351,7 @@ fn decimal_section(floats: &[&Point], k: u32, limit: Option<usize>, out: &mut Ve
     out.push(k as u8);
     pack_deltas(&mantissas, out);
     if !exact {
-        pack_corrections(&corrections, out);
+        pack_above_floor(&corrections, out);
     }
     true
 }
