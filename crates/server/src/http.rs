@@ -5,6 +5,7 @@ mod annotation;
 mod deprecated;
 mod error;
 mod front;
+mod gexp;
 mod graph;
 mod json;
 mod last;
@@ -52,6 +53,7 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/api/histogram", any(put::histogram))
         .route("/api/query", any(query::handle))
         .route("/api/query/last", any(last::handle))
+        .route("/api/query/gexp", any(gexp::handle))
         .route("/api/config/filters", any(misc::filters))
         .route("/api/suggest", any(suggest::handle))
         .route("/api/search", any(search::handle_root))

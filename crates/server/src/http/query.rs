@@ -216,7 +216,7 @@ fn split_param<'a>(
     Ok((aggregator, parts))
 }
 
-fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
+pub(crate) fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
     let (aggregator, parts) = split_param(m, "The query string was empty", 5)?;
     let (metric, filters) = parse_metric_and_filters(parts[parts.len() - 1])?;
     let mut q = SubQuery::new(aggregator, &metric);
@@ -283,7 +283,7 @@ fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
 }
 
 /// A GET `tsuid=AGG:[tokens:]TSUID[,TSUID...]` sub-query.
-fn parse_tsuid_param(text: &str) -> Result<SubQuery, ApiError> {
+pub(crate) fn parse_tsuid_param(text: &str) -> Result<SubQuery, ApiError> {
     let (aggregator, parts) = split_param(text, "The tsuid query string was empty", 4)?;
     let mut q = SubQuery::new(aggregator, "");
     q.tsuids = parts[parts.len() - 1]
@@ -297,18 +297,36 @@ fn parse_tsuid_param(text: &str) -> Result<SubQuery, ApiError> {
 
 /// What a request asks for besides its sub-queries.
 #[derive(Debug, Default, Clone)]
-struct Flags {
+pub(crate) struct Flags {
     ms: bool,
     arrays: bool,
     show_tsuids: bool,
-    no_annotations: bool,
-    global_annotations: bool,
+    pub(crate) no_annotations: bool,
+    pub(crate) global_annotations: bool,
     show_query: bool,
     show_stats: bool,
-    show_summary: bool,
+    pub(crate) show_summary: bool,
     delete: bool,
     override_bytes: bool,
     override_points: bool,
+}
+
+impl Flags {
+    /// The flags a GET request's URL sets (`ms`, `arrays`, `show_tsuids`, ...).
+    pub(crate) fn from_url(params: &[(String, String)]) -> Flags {
+        let has = |k: &str| params.iter().any(|(p, _)| p == k);
+        Flags {
+            ms: has("ms"),
+            arrays: has("arrays"),
+            show_tsuids: has("show_tsuids"),
+            no_annotations: has("no_annotations"),
+            global_annotations: has("global_annotations"),
+            show_query: has("show_query"),
+            show_stats: has("show_stats"),
+            show_summary: has("show_summary"),
+            ..Flags::default()
+        }
+    }
 }
 
 /// A JSON string literal.
@@ -331,7 +349,7 @@ pub(crate) fn push_num(out: &mut String, v: Num, null_for_nan: bool) {
     }
 }
 
-fn annotations_json(list: &[StoredAnnotation]) -> Value {
+pub(crate) fn annotations_json(list: &[StoredAnnotation]) -> Value {
     Value::Array(
         list.iter()
             .filter_map(|a| Annotation::from_stored(&a.json).ok())
@@ -392,13 +410,23 @@ fn millis(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-struct Serialized<'a> {
-    flags: &'a Flags,
-    global: Option<Value>,
+/// Writes result groups as `/api/query` answers them.
+pub(crate) struct Serialized<'a> {
+    pub(crate) flags: &'a Flags,
+    /// The global annotations to write with each group (`global_annotations`).
+    pub(crate) global: Option<Value>,
 }
 
 impl Serialized<'_> {
-    fn group(&self, out: &mut String, q: &SubQuery, index: usize, o: &Outcome, g: &GroupResult) {
+    /// One group `g` of sub-query `q` (number `index` of the request) that ran as `o`.
+    pub(crate) fn group(
+        &self,
+        out: &mut String,
+        q: &SubQuery,
+        index: usize,
+        o: &Outcome,
+        g: &GroupResult,
+    ) {
         let flags = self.flags;
         out.push_str("{\"metric\":");
         push_str_json(out, &g.metric);
@@ -486,20 +514,11 @@ pub(crate) async fn handle(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let params = url_params(raw.as_deref());
-    let has = |k: &str| params.iter().any(|(p, _)| p == k);
     let get = |k: &str| params.iter().find(|(p, _)| p == k).map(|(_, v)| v.clone());
     let now_ms = hourglass_storage::now_ms();
     let mut flags = Flags {
-        ms: has("ms"),
-        arrays: has("arrays"),
-        show_tsuids: has("show_tsuids"),
-        no_annotations: has("no_annotations"),
-        global_annotations: has("global_annotations"),
-        show_query: has("show_query"),
-        show_stats: has("show_stats"),
-        show_summary: has("show_summary"),
         delete: method == Method::DELETE,
-        ..Flags::default()
+        ..Flags::from_url(&params)
     };
     let mut tz = Tz::UTC;
     let mut use_calendar = false;
@@ -577,30 +596,10 @@ pub(crate) async fn handle(
             unique.push(q);
         }
     }
-    // Each sub-query's limits: the defaults, or its metric's override; a request may lift
-    // the byte and point limits where the configuration allows it.
     let started = std::time::Instant::now();
     let options: Vec<RunOptions> = unique
         .iter()
-        .map(|q| {
-            let defaults = state.settings.query_limits;
-            let mut limits = match &state.settings.limit_overrides {
-                Some(o) if !q.metric.is_empty() => o.limits_for(&q.metric, defaults),
-                _ => defaults,
-            };
-            if flags.override_bytes && state.settings.allow_byte_limit_override {
-                limits.max_bytes = 0;
-            }
-            if flags.override_points && state.settings.allow_point_limit_override {
-                limits.max_points = 0;
-            }
-            RunOptions {
-                limits,
-                started,
-                delete: flags.delete,
-                parallel: true,
-            }
-        })
+        .map(|q| run_options(&state, q, &flags, started))
         .collect();
     let body = blocking(&state.tsdb, move |tsdb| {
         let global = if flags.global_annotations && !flags.no_annotations {
@@ -616,36 +615,21 @@ pub(crate) async fn handle(
         let mut out = String::with_capacity(4096);
         out.push('[');
         let mut first = true;
-        let (mut points, mut raw) = (0u64, 0u64);
-        let (mut storage, mut aggregation) = (0.0, 0.0);
+        let mut summary = Summary::default();
         for (index, q) in unique.iter().enumerate() {
             let outcome = run(tsdb, start, end, q, &options[index]).map_err(ApiError::from)?;
-            raw += outcome.stats.points;
-            storage += millis(outcome.stats.scan_time);
-            aggregation += millis(outcome.stats.aggregation_time);
+            summary.add_run(&outcome);
             for g in &outcome.groups {
                 if !first {
                     out.push(',');
                 }
                 first = false;
-                points += g.dps.len() as u64;
+                summary.add_emitted(g.dps.len());
                 ser.group(&mut out, q, index, &outcome, g);
             }
         }
         if flags.show_summary {
-            if !first {
-                out.push(',');
-            }
-            let total = millis(started.elapsed());
-            let summary = json!({"statsSummary": {
-                "datapoints": points,
-                "rawDatapoints": raw,
-                "aggregationTime": aggregation,
-                "storageTime": storage,
-                "serializationTime": (total - storage - aggregation).max(0.0),
-                "timeTotal": total,
-            }});
-            out.push_str(&summary.to_string());
+            summary.write(&mut out, first, started);
         }
         out.push(']');
         Ok(out)
@@ -654,8 +638,75 @@ pub(crate) async fn handle(
     Ok(json_text_response(StatusCode::OK, body))
 }
 
+/// How sub-query `q` runs: the default limits, or its metric's override; a request may
+/// lift the byte and point limits where the configuration allows it.
+pub(crate) fn run_options(
+    state: &State,
+    q: &SubQuery,
+    flags: &Flags,
+    started: std::time::Instant,
+) -> RunOptions {
+    let defaults = state.settings.query_limits;
+    let mut limits = match &state.settings.limit_overrides {
+        Some(o) if !q.metric.is_empty() => o.limits_for(&q.metric, defaults),
+        _ => defaults,
+    };
+    if flags.override_bytes && state.settings.allow_byte_limit_override {
+        limits.max_bytes = 0;
+    }
+    if flags.override_points && state.settings.allow_point_limit_override {
+        limits.max_points = 0;
+    }
+    RunOptions {
+        limits,
+        started,
+        delete: flags.delete,
+        parallel: true,
+    }
+}
+
+/// The figures of `show_summary`, summed over a request's sub-queries.
+#[derive(Debug, Default)]
+pub(crate) struct Summary {
+    points: u64,
+    raw: u64,
+    storage: f64,
+    aggregation: f64,
+}
+
+impl Summary {
+    /// What one sub-query's run read.
+    pub(crate) fn add_run(&mut self, o: &Outcome) {
+        self.raw += o.stats.points;
+        self.storage += millis(o.stats.scan_time);
+        self.aggregation += millis(o.stats.aggregation_time);
+    }
+
+    /// Points written in the answer.
+    pub(crate) fn add_emitted(&mut self, points: usize) {
+        self.points += points as u64;
+    }
+
+    /// The `{"statsSummary":...}` element, after the results (`first`: none were written).
+    pub(crate) fn write(&self, out: &mut String, first: bool, started: std::time::Instant) {
+        if !first {
+            out.push(',');
+        }
+        let total = millis(started.elapsed());
+        let summary = json!({"statsSummary": {
+            "datapoints": self.points,
+            "rawDatapoints": self.raw,
+            "aggregationTime": self.aggregation,
+            "storageTime": self.storage,
+            "serializationTime": (total - self.storage - self.aggregation).max(0.0),
+            "timeTotal": total,
+        }});
+        out.push_str(&summary.to_string());
+    }
+}
+
 /// Whether two sub-queries ask for the same thing.
-fn same_query(a: &SubQuery, b: &SubQuery) -> bool {
+pub(crate) fn same_query(a: &SubQuery, b: &SubQuery) -> bool {
     format!("{a:?}") == format!("{b:?}")
 }
 
