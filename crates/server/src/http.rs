@@ -4,6 +4,7 @@
 mod annotation;
 mod deprecated;
 mod error;
+mod exp;
 mod front;
 mod gexp;
 mod graph;
@@ -54,6 +55,7 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/api/query", any(query::handle))
         .route("/api/query/last", any(last::handle))
         .route("/api/query/gexp", any(gexp::handle))
+        .route("/api/query/exp", any(exp::handle))
         .route("/api/config/filters", any(misc::filters))
         .route("/api/suggest", any(suggest::handle))
         .route("/api/search", any(search::handle_root))

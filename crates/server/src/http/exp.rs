@@ -1,0 +1,1144 @@
+//! `/api/query/exp`: OpenTSDB 2.4's expression queries. A JSON body names sub-queries
+//! (`metrics`, each over a set of `filters`), arithmetic `expressions` over their ids
+//! joined on tags (union or intersection), and the `outputs` to write; the answer is one
+//! table per output, `dps` rows `[ts, v1, v2…]`, plus the validated query.
+//!
+//! Validation follows OpenTSDB's `Query.validate()` order and messages (answered 400);
+//! where OpenTSDB 2.4.1 has bugs (nested expressions stepped without time alignment and
+//! losing their fill policy, upper-case ids unusable, union gaps always 0, `x/0 == 0`),
+//! this endpoint does what the API documents; the README lists each difference.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State as Extract};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use hourglass_core::time::{Tz, parse_time_in, parse_timezone};
+use hourglass_engine::num::Num;
+use hourglass_engine::query::aggregator::Aggregator;
+use hourglass_engine::query::downsample::{DownsampleSpec, parse_duration};
+use hourglass_engine::query::filter::TagFilter;
+use hourglass_engine::query::plan::{GroupResult, SubQuery, run};
+use serde_json::{Map, Value, json};
+
+use super::ApiError;
+use super::error::json_text_response;
+use super::query::{Flags, push_num, push_str_json, run_options};
+use super::request::{blocking, url_params};
+use crate::State;
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::bad_request(msg)
+}
+
+/// OpenTSDB's wrapped validation failure: the outer message, the cause as details.
+fn wrapped(msg: impl Into<String>, cause: impl Into<String>) -> ApiError {
+    bad(msg).with_details(cause)
+}
+
+fn refused(what: &str) -> ApiError {
+    bad(format!("{what} is not implemented by this TSD"))
+        .with_details(format!("remove {what} from the request"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The request
+
+/// A string field: JSON strings as they are, numbers and booleans as their text (Jackson
+/// coerces scalars), null or absent as `None`.
+fn text(obj: &Value, key: &str) -> Option<String> {
+    match obj.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn flag(obj: &Value, key: &str, default: bool) -> Result<bool, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
+        Some(other) => Err(bad("Unable to parse the given JSON")
+            .with_details(format!("{key}: expected a boolean, found {other}"))),
+    }
+}
+
+fn list<'a>(obj: &'a Value, key: &str) -> Result<Option<&'a Vec<Value>>, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) => Ok(Some(a)),
+        Some(_) => {
+            Err(bad("Unable to parse the given JSON")
+                .with_details(format!("{key}: expected an array")))
+        }
+    }
+}
+
+/// OpenTSDB's `NumericFillPolicy`: the policy name (lower case) and its value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Fill {
+    policy: &'static str,
+    value: f64,
+}
+
+impl Fill {
+    const ZERO: Fill = Fill {
+        policy: "zero",
+        value: 0.0,
+    };
+    const NAN: Fill = Fill {
+        policy: "nan",
+        value: f64::NAN,
+    };
+
+    fn parse(v: &Value) -> Result<Fill, String> {
+        let value = match v.get("value") {
+            None | Some(Value::Null) => 0.0,
+            Some(Value::Number(n)) => n.as_f64().unwrap_or(0.0),
+            Some(Value::String(s)) => s
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("Invalid fill policy value: {s}"))?,
+            Some(other) => return Err(format!("Invalid fill policy value: {other}")),
+        };
+        let name = text(v, "policy");
+        let nan_or_zero = value == 0.0 || value.is_nan();
+        Ok(
+            match name.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                None if value == 0.0 => Fill::ZERO,
+                None if value.is_nan() => Fill::NAN,
+                None => Fill {
+                    policy: "scalar",
+                    value,
+                },
+                Some(p @ ("none" | "nan")) if nan_or_zero => Fill {
+                    policy: if p == "none" { "none" } else { "nan" },
+                    value: f64::NAN,
+                },
+                Some("none" | "nan") => return Err("The value for NONE and NAN must be NaN".into()),
+                Some("zero") if value == 0.0 => Fill::ZERO,
+                Some("zero") => return Err("The value for ZERO must be 0".into()),
+                Some("null") if nan_or_zero => Fill {
+                    policy: "null",
+                    value: f64::NAN,
+                },
+                Some("null") => return Err("The value for NULL must be 0".into()),
+                Some("scalar") => Fill {
+                    policy: "scalar",
+                    value,
+                },
+                Some(_) => {
+                    return Err(format!(
+                        "Unrecognized fill policy: {}",
+                        name.unwrap_or_default()
+                    ));
+                }
+            },
+        )
+    }
+
+    fn json(&self) -> Value {
+        json!({"policy": self.policy, "value": num_json(self.value)})
+    }
+}
+
+fn num_json(v: f64) -> Value {
+    serde_json::Number::from_f64(v)
+        .map(Value::Number)
+        .unwrap_or_else(|| Value::String(hourglass_core::value::java_double_text(v)))
+}
+
+fn opt_fill(obj: &Value, key: &str) -> Result<Option<Fill>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => Fill::parse(v).map(Some),
+    }
+}
+
+/// `Query.validateId`.
+fn validate_id(id: Option<&str>, missing: &str) -> Result<(), String> {
+    let id = id
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| missing.to_string())?;
+    if let Some(c) = id.chars().find(|c| !c.is_alphanumeric()) {
+        return Err(format!("Invalid id (\"{id}\"): illegal character: {c}"));
+    }
+    if id.chars().count() == 1 && id.chars().all(|c| c.is_ascii_digit()) {
+        return Err("The ID cannot be an integer".into());
+    }
+    Ok(())
+}
+
+fn aggregator(name: &str) -> Result<Aggregator, String> {
+    Aggregator::parse(&name.to_lowercase()).map_err(|_| "Invalid aggregator".to_string())
+}
+
+struct TagSpec {
+    kind: String,
+    tagk: String,
+    filter: String,
+    group_by: bool,
+}
+
+struct FilterSet {
+    id: String,
+    tags: Vec<TagSpec>,
+    explicit: bool,
+}
+
+struct Metric {
+    id: String,
+    metric: String,
+    filter: Option<String>,
+    aggregator: Option<String>,
+    fill: Option<Fill>,
+}
+
+struct Join {
+    union: bool,
+    use_query_tags: bool,
+    include_agg_tags: bool,
+}
+
+struct Expr {
+    id: String,
+    text: String,
+    join: Join,
+    fill: Option<Fill>,
+    ast: Node,
+}
+
+struct Output {
+    id: String,
+    alias: Option<String>,
+}
+
+struct Request {
+    start: i64,
+    end: i64,
+    tz: Tz,
+    aggregator: String,
+    downsample: Option<(String, Option<Fill>)>,
+    rate: bool,
+    filters: Vec<FilterSet>,
+    metrics: Vec<Metric>,
+    exprs: Vec<Expr>,
+    outputs: Vec<Output>,
+    echo: Value,
+}
+
+fn parse_request(body: &Value, now_ms: i64) -> Result<Request, ApiError> {
+    if !body.is_object() {
+        return Err(bad("Unable to parse the given JSON").with_details("expected an object"));
+    }
+    // 1-2. time
+    let time = body
+        .get("time")
+        .filter(|t| !t.is_null())
+        .ok_or_else(|| bad("missing time"))?;
+    let invalid_time = |cause: String| wrapped("Invalid time", cause);
+    let start_text = text(time, "start")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| invalid_time("missing or empty start".into()))?;
+    let tz_text = text(time, "timezone");
+    let tz = match tz_text.as_deref().filter(|t| !t.is_empty()) {
+        Some(name) => parse_timezone(name).map_err(|e| invalid_time(e.to_string()))?,
+        None => Tz::UTC,
+    };
+    let start = parse_time_in(&start_text, now_ms, tz).map_err(|e| invalid_time(e.to_string()))?;
+    let end_text = text(time, "end");
+    let end = match end_text.as_deref().filter(|e| !e.is_empty()) {
+        Some(e) => parse_time_in(e, now_ms, tz).map_err(|e| invalid_time(e.to_string()))?,
+        None => now_ms,
+    };
+    let mut echo_ds = Value::Null;
+    let downsample = match time.get("downsampler").filter(|d| !d.is_null()) {
+        None => None,
+        Some(d) => {
+            let interval = text(d, "interval")
+                .filter(|i| !i.is_empty())
+                .ok_or_else(|| invalid_time("Missing or empty interval".into()))?;
+            parse_duration(&interval).map_err(|e| invalid_time(e.to_string()))?;
+            let agg = text(d, "aggregator")
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| invalid_time("Missing or empty aggregator".into()))?;
+            aggregator(&agg).map_err(invalid_time)?;
+            let fill = opt_fill(d, "fillPolicy").map_err(invalid_time)?;
+            echo_ds = json!({"interval": interval, "aggregator": agg,
+                "fillPolicy": fill.map_or(Value::Null, |f| f.json())});
+            Some((format!("{interval}-{}", agg.to_lowercase()), fill))
+        }
+    };
+    let agg = text(time, "aggregator")
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| invalid_time("Missing or empty aggregator".into()))?;
+    aggregator(&agg).map_err(invalid_time)?;
+    let rate = flag(time, "rate", false)?;
+
+    // 3. metrics
+    let raw_metrics = list(body, "metrics")?
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| bad("missing or empty metrics"))?;
+    let raw_filters = list(body, "filters")?;
+    let raw_exprs = list(body, "expressions")?;
+    let raw_outputs = list(body, "outputs")?;
+    // 4-6. duplicates
+    let mut seen = BTreeSet::new();
+    for m in raw_metrics {
+        if let Some(id) = text(m, "id")
+            && !seen.insert(id.clone())
+        {
+            return Err(bad(format!("duplicated metric id: {id}")));
+        }
+    }
+    let mut filter_ids = BTreeSet::new();
+    for f in raw_filters.into_iter().flatten() {
+        if let Some(id) = text(f, "id")
+            && !filter_ids.insert(id.clone())
+        {
+            return Err(bad(format!("duplicated filter id: {id}")));
+        }
+    }
+    for e in raw_exprs.into_iter().flatten() {
+        if let Some(id) = text(e, "id")
+            && !seen.insert(id.clone())
+        {
+            return Err(bad(format!("Duplicated variable or expression id: {id}")));
+        }
+    }
+    // 7. metrics
+    let mut metrics = Vec::new();
+    for (i, m) in raw_metrics.iter().enumerate() {
+        let metric = (|| -> Result<Metric, String> {
+            let name = text(m, "metric")
+                .filter(|n| !n.is_empty())
+                .ok_or("missing or empty metric")?;
+            let id = text(m, "id");
+            validate_id(id.as_deref(), "missing or empty id")?;
+            if let Some(off) = text(m, "timeOffset").filter(|o| !o.is_empty()) {
+                parse_time_in(&off, now_ms, Tz::UTC).map_err(|e| e.to_string())?;
+                return Err(
+                    "timeOffset is not implemented by this TSD (OpenTSDB 2.4 ignores it)".into(),
+                );
+            }
+            let agg = text(m, "aggregator");
+            if let Some(a) = agg.as_deref().filter(|a| !a.is_empty()) {
+                aggregator(a)?;
+            }
+            Ok(Metric {
+                id: id.unwrap_or_default(),
+                metric: name,
+                filter: text(m, "filter").filter(|f| !f.is_empty()),
+                aggregator: agg,
+                fill: opt_fill(m, "fillPolicy")?,
+            })
+        })()
+        .map_err(|cause| wrapped(format!("Invalid metric at index {i}"), cause))?;
+        metrics.push(metric);
+    }
+    // 8. filters
+    let mut filters = Vec::new();
+    for (i, f) in raw_filters.into_iter().flatten().enumerate() {
+        let set = (|| -> Result<FilterSet, String> {
+            let id = text(f, "id");
+            validate_id(id.as_deref(), "Missing or empty id")?;
+            let mut tags = Vec::new();
+            for t in f
+                .get("tags")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let kind = text(t, "type")
+                    .filter(|k| !k.is_empty())
+                    .ok_or("The filter type cannot be null or empty")?;
+                let tagk = text(t, "tagk")
+                    .filter(|k| !k.is_empty())
+                    .ok_or("The tagk cannot be null or empty")?;
+                let filter = text(t, "filter").unwrap_or_default();
+                let group_by = flag(t, "groupBy", false).map_err(|e| e.message)?
+                    || flag(t, "group_by", false).map_err(|e| e.message)?;
+                TagFilter::new(&kind, &tagk, &filter, group_by).map_err(|e| e.to_string())?;
+                tags.push(TagSpec {
+                    kind,
+                    tagk,
+                    filter,
+                    group_by,
+                });
+            }
+            Ok(FilterSet {
+                id: id.unwrap_or_default(),
+                tags,
+                explicit: flag(f, "explicitTags", false).map_err(|e| e.message)?,
+            })
+        })()
+        .map_err(|cause| wrapped(format!("Invalid filter at index {i}"), cause))?;
+        filters.push(set);
+    }
+    // 9. expressions
+    let mut exprs = Vec::new();
+    for (i, e) in raw_exprs.into_iter().flatten().enumerate() {
+        let at = |cause: String| wrapped(format!("Invalid expression at index {i}"), cause);
+        let id = text(e, "id");
+        validate_id(id.as_deref(), "missing or empty id").map_err(at)?;
+        let expr_text = text(e, "expr")
+            .filter(|x| !x.is_empty())
+            .ok_or_else(|| at("missing or empty expr".into()))?;
+        let ast = Parser::parse(&expr_text)?;
+        let join = match e.get("join").filter(|j| !j.is_null()) {
+            None => Join {
+                union: true,
+                use_query_tags: false,
+                include_agg_tags: true,
+            },
+            Some(j) => Join {
+                union: match text(j, "operator").map(|o| o.to_lowercase()).as_deref() {
+                    Some("union") => true,
+                    Some("intersection") => false,
+                    Some(_) => {
+                        return Err(bad(format!(
+                            "Unrecognized set operator: {}",
+                            text(j, "operator").unwrap_or_default()
+                        )));
+                    }
+                    None => return Err(bad("The set operator cannot be null")),
+                },
+                use_query_tags: flag(j, "useQueryTags", false)?,
+                include_agg_tags: flag(j, "includeAggTags", true)?,
+            },
+        };
+        exprs.push(Expr {
+            id: id.unwrap_or_default(),
+            text: expr_text,
+            join,
+            fill: opt_fill(e, "fillPolicy").map_err(at)?,
+            ast,
+        });
+    }
+    // 10. filter references
+    for m in &metrics {
+        if let Some(f) = &m.filter
+            && !filters.iter().any(|s| &s.id == f)
+        {
+            return Err(if raw_filters.is_some() {
+                bad(format!("unrecognized filter id {f} in metric {}", m.id))
+            } else {
+                bad(format!("No filter defined: {f}"))
+            });
+        }
+    }
+    // 11. variables
+    for e in &exprs {
+        let mut vars = Vec::new();
+        e.ast.variables(&mut vars);
+        for v in &vars {
+            if !metrics.iter().any(|m| &m.id == v) && !exprs.iter().any(|x| &x.id == v) {
+                return Err(bad(format!(
+                    "Expression [{}] was missing input {v}",
+                    e.text
+                )));
+            }
+        }
+        if vars.is_empty() {
+            return Err(bad("The expression didn't appear to have any variables")
+                .with_details(format!("expression {}: {}", e.id, e.text)));
+        }
+    }
+    // Cycles, checked before any data is read.
+    for e in &exprs {
+        let mut path = Vec::new();
+        check_cycles(&e.id, &exprs, &mut path)?;
+    }
+    if end <= start {
+        return Err(bad(format!(
+            "End time [{end}] must be greater than the start time [{start}]"
+        )));
+    }
+    let mut outputs = Vec::new();
+    for o in raw_outputs.into_iter().flatten() {
+        let id = text(o, "id").unwrap_or_default();
+        if !metrics.iter().any(|m| m.id == id) && !exprs.iter().any(|x| x.id == id) {
+            return Err(bad(format!(
+                "Output id {id} is neither a metric nor an expression id"
+            )));
+        }
+        outputs.push(Output {
+            id,
+            alias: text(o, "alias"),
+        });
+    }
+
+    let echo = json!({
+        "name": text(body, "name"),
+        "time": {"start": start_text, "end": end_text, "timezone": tz_text,
+            "downsampler": echo_ds, "aggregator": agg, "rate": rate},
+        "filters": raw_filters.map(|_| filters.iter().map(|f| json!({
+            "id": f.id,
+            "tags": f.tags.iter().map(|t| json!({"tagk": t.tagk, "filter": t.filter,
+                "group_by": t.group_by, "type": t.kind})).collect::<Vec<_>>(),
+            "explicitTags": f.explicit})).collect::<Vec<_>>()),
+        "metrics": metrics.iter().map(|m| json!({"metric": m.metric, "id": m.id,
+            "filter": m.filter, "aggregator": m.aggregator, "timeOffset": Value::Null,
+            "fillPolicy": m.fill.map_or(Value::Null, |f| f.json())})).collect::<Vec<_>>(),
+        "expressions": raw_exprs.map(|_| exprs.iter().map(|e| json!({"id": e.id,
+            "expr": e.text, "join": {"operator": if e.join.union { "union" } else { "intersection" },
+            "useQueryTags": e.join.use_query_tags, "includeAggTags": e.join.include_agg_tags},
+            "fillPolicy": e.fill.map_or(Value::Null, |f| f.json())})).collect::<Vec<_>>()),
+        "outputs": raw_outputs.map(|_| outputs.iter().map(|o| json!({"id": o.id,
+            "alias": o.alias})).collect::<Vec<_>>()),
+    });
+    Ok(Request {
+        start,
+        end,
+        tz,
+        aggregator: agg,
+        downsample,
+        rate,
+        filters,
+        metrics,
+        exprs,
+        outputs,
+        echo,
+    })
+}
+
+fn check_cycles(id: &str, exprs: &[Expr], path: &mut Vec<String>) -> Result<(), ApiError> {
+    let Some(e) = exprs.iter().find(|e| e.id == id) else {
+        return Ok(());
+    };
+    let mut vars = Vec::new();
+    e.ast.variables(&mut vars);
+    if vars.iter().any(|v| v == id) {
+        return Err(bad(format!("Self referencing expression found: {id}")));
+    }
+    if path.iter().any(|p| p == id) {
+        return Err(bad(format!("Circular reference found: {id}")));
+    }
+    path.push(id.to_string());
+    for v in &vars {
+        check_cycles(v, exprs, path)?;
+    }
+    path.pop();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Expressions: JEXL's arithmetic, comparisons, logic and conditional over doubles
+
+#[derive(Debug, Clone)]
+enum Node {
+    Num(f64),
+    Var(String),
+    Neg(Box<Node>),
+    Not(Box<Node>),
+    Bin(Op, Box<Node>, Box<Node>),
+    Cond(Box<Node>, Box<Node>, Box<Node>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    And,
+    Or,
+}
+
+impl Node {
+    fn variables(&self, out: &mut Vec<String>) {
+        match self {
+            Node::Num(_) => {}
+            Node::Var(v) => {
+                if !out.contains(v) {
+                    out.push(v.clone());
+                }
+            }
+            Node::Neg(a) | Node::Not(a) => a.variables(out),
+            Node::Bin(_, a, b) => {
+                a.variables(out);
+                b.variables(out);
+            }
+            Node::Cond(a, b, c) => {
+                a.variables(out);
+                b.variables(out);
+                c.variables(out);
+            }
+        }
+    }
+
+    fn eval(&self, vars: &dyn Fn(&str) -> f64) -> f64 {
+        let truth = |v: f64| v != 0.0 && !v.is_nan();
+        let bool_num = |b: bool| if b { 1.0 } else { 0.0 };
+        match self {
+            Node::Num(n) => *n,
+            Node::Var(v) => vars(v),
+            Node::Neg(a) => -a.eval(vars),
+            Node::Not(a) => bool_num(!truth(a.eval(vars))),
+            Node::Cond(c, a, b) => {
+                if truth(c.eval(vars)) {
+                    a.eval(vars)
+                } else {
+                    b.eval(vars)
+                }
+            }
+            Node::Bin(op, a, b) => {
+                let x = a.eval(vars);
+                match op {
+                    Op::And => return bool_num(truth(x) && truth(b.eval(vars))),
+                    Op::Or => return bool_num(truth(x) || truth(b.eval(vars))),
+                    _ => {}
+                }
+                let y = b.eval(vars);
+                match op {
+                    Op::Add => x + y,
+                    Op::Sub => x - y,
+                    Op::Mul => x * y,
+                    Op::Div => x / y,
+                    Op::Rem => x % y,
+                    Op::Lt => bool_num(x < y),
+                    Op::Le => bool_num(x <= y),
+                    Op::Gt => bool_num(x > y),
+                    Op::Ge => bool_num(x >= y),
+                    Op::Eq => bool_num(x == y),
+                    Op::Ne => bool_num(x != y),
+                    Op::And | Op::Or => unreachable!("handled above"),
+                }
+            }
+        }
+    }
+}
+
+struct Parser<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn parse(text: &str) -> Result<Node, ApiError> {
+        let mut p = Parser { text, pos: 0 };
+        let node = p.cond()?;
+        p.skip();
+        if p.pos < text.len() {
+            return Err(p.error());
+        }
+        Ok(node)
+    }
+
+    fn error(&self) -> ApiError {
+        let what = self.text[self.pos..]
+            .chars()
+            .next()
+            .map_or_else(|| "the end".to_string(), |c| format!("'{c}'"));
+        bad(format!("parsing error in '{}'", self.text)).with_details(format!(
+            "unexpected {what} at position {}; expressions take numbers, ids, \
+             + - * / %, comparisons, && || !, ?: and parentheses",
+            self.pos
+        ))
+    }
+
+    fn skip(&mut self) {
+        while self.text[self.pos..].starts_with(char::is_whitespace) {
+            self.pos += self.text[self.pos..]
+                .chars()
+                .next()
+                .map_or(1, char::len_utf8);
+        }
+    }
+
+    fn eat(&mut self, token: &str) -> bool {
+        self.skip();
+        if self.text[self.pos..].starts_with(token) {
+            self.pos += token.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn cond(&mut self) -> Result<Node, ApiError> {
+        let c = self.or()?;
+        if self.eat("?") {
+            let a = self.cond()?;
+            if !self.eat(":") {
+                return Err(self.error());
+            }
+            let b = self.cond()?;
+            return Ok(Node::Cond(Box::new(c), Box::new(a), Box::new(b)));
+        }
+        Ok(c)
+    }
+
+    fn binary(
+        &mut self,
+        ops: &[(&str, Op)],
+        next: fn(&mut Self) -> Result<Node, ApiError>,
+    ) -> Result<Node, ApiError> {
+        let mut left = next(self)?;
+        'outer: loop {
+            for (token, op) in ops {
+                if self.eat(token) {
+                    let right = next(self)?;
+                    left = Node::Bin(*op, Box::new(left), Box::new(right));
+                    continue 'outer;
+                }
+            }
+            return Ok(left);
+        }
+    }
+
+    fn or(&mut self) -> Result<Node, ApiError> {
+        self.binary(&[("||", Op::Or)], Self::and)
+    }
+
+    fn and(&mut self) -> Result<Node, ApiError> {
+        self.binary(&[("&&", Op::And)], Self::equality)
+    }
+
+    fn equality(&mut self) -> Result<Node, ApiError> {
+        self.binary(&[("==", Op::Eq), ("!=", Op::Ne)], Self::relation)
+    }
+
+    fn relation(&mut self) -> Result<Node, ApiError> {
+        self.binary(
+            &[("<=", Op::Le), (">=", Op::Ge), ("<", Op::Lt), (">", Op::Gt)],
+            Self::sum,
+        )
+    }
+
+    fn sum(&mut self) -> Result<Node, ApiError> {
+        self.binary(&[("+", Op::Add), ("-", Op::Sub)], Self::product)
+    }
+
+    fn product(&mut self) -> Result<Node, ApiError> {
+        self.binary(
+            &[("*", Op::Mul), ("/", Op::Div), ("%", Op::Rem)],
+            Self::unary,
+        )
+    }
+
+    fn unary(&mut self) -> Result<Node, ApiError> {
+        if self.eat("-") {
+            return Ok(Node::Neg(Box::new(self.unary()?)));
+        }
+        if self.eat("!") {
+            return Ok(Node::Not(Box::new(self.unary()?)));
+        }
+        if self.eat("(") {
+            let n = self.cond()?;
+            if !self.eat(")") {
+                return Err(self.error());
+            }
+            return Ok(n);
+        }
+        self.skip();
+        let rest = &self.text[self.pos..];
+        let first = rest.chars().next().ok_or_else(|| self.error())?;
+        if first.is_ascii_digit() || first == '.' {
+            let len = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(rest.len());
+            let n = rest[..len].parse::<f64>().map_err(|_| self.error())?;
+            self.pos += len;
+            return Ok(Node::Num(n));
+        }
+        if first.is_alphabetic() || first == '_' || first == '$' {
+            let len = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+                .unwrap_or(rest.len());
+            let word = &rest[..len];
+            if matches!(
+                word,
+                "or" | "and"
+                    | "eq"
+                    | "ne"
+                    | "lt"
+                    | "gt"
+                    | "le"
+                    | "ge"
+                    | "div"
+                    | "mod"
+                    | "not"
+                    | "null"
+                    | "true"
+                    | "false"
+                    | "new"
+                    | "empty"
+                    | "size"
+            ) {
+                return Err(
+                    bad(format!("parsing error in '{}'", self.text)).with_details(format!(
+                        "the JEXL word '{word}' is not implemented by this TSD; use its operator"
+                    )),
+                );
+            }
+            self.pos += len;
+            return Ok(Node::Var(word.to_string()));
+        }
+        Err(self.error())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Evaluation
+
+/// One series of a variable or result.
+#[derive(Debug, Clone)]
+struct Series {
+    tags: BTreeMap<String, String>,
+    agg_tags: Vec<String>,
+    metrics: BTreeSet<String>,
+    dps: BTreeMap<i64, f64>,
+}
+
+/// A variable's or an expression's series, and what fills its gaps.
+#[derive(Debug, Clone)]
+struct Set {
+    series: Vec<Series>,
+    fill: f64,
+    /// The tag keys named by the metric's filters (`None` for expressions and unfiltered
+    /// metrics), what `useQueryTags` joins on.
+    query_tagks: Option<BTreeSet<String>>,
+}
+
+type Key = (Vec<(String, String)>, Vec<String>);
+
+fn join_key(s: &Series, set: &Set, join: &Join) -> Key {
+    if s.tags.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let tags = s
+        .tags
+        .iter()
+        .filter(|(k, _)| {
+            !join.use_query_tags || set.query_tagks.as_ref().is_some_and(|q| q.contains(*k))
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut agg = if join.include_agg_tags {
+        s.agg_tags.clone()
+    } else {
+        Vec::new()
+    };
+    agg.sort();
+    (tags, agg)
+}
+
+fn evaluate(
+    e: &Expr,
+    exprs: &[Expr],
+    metric_sets: &HashMap<String, Set>,
+    done: &mut HashMap<String, Set>,
+) -> Result<Set, ApiError> {
+    if let Some(s) = done.get(&e.id) {
+        return Ok(s.clone());
+    }
+    let mut names = Vec::new();
+    e.ast.variables(&mut names);
+    let mut inputs: Vec<Set> = Vec::new();
+    for v in &names {
+        let set = match metric_sets.get(v) {
+            Some(s) => s.clone(),
+            None => {
+                let child = exprs
+                    .iter()
+                    .find(|x| &x.id == v)
+                    .ok_or_else(|| bad(format!("Missing results for variable {v}")))?;
+                evaluate(child, exprs, metric_sets, done)?
+            }
+        };
+        inputs.push(set);
+    }
+    // The join: each key, the series of each variable under it.
+    let mut keyed: BTreeMap<Key, Vec<Option<usize>>> = BTreeMap::new();
+    for (i, set) in inputs.iter().enumerate() {
+        for (j, s) in set.series.iter().enumerate() {
+            keyed
+                .entry(join_key(s, set, &e.join))
+                .or_insert_with(|| vec![None; inputs.len()])[i] = Some(j);
+        }
+    }
+    if !e.join.union {
+        let any = inputs.iter().any(|s| !s.series.is_empty());
+        keyed.retain(|_, slots| slots.iter().all(Option::is_some));
+        if any && keyed.is_empty() {
+            return Err(
+                bad(format!("No intersections found: {}", e.text)).with_details(format!(
+                    "expression {}: no tag set is common to all of {names:?}",
+                    e.id
+                )),
+            );
+        }
+    }
+    let times: BTreeSet<i64> = keyed
+        .values()
+        .flat_map(|slots| {
+            slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.map(|j| &inputs[i].series[j]))
+        })
+        .flat_map(|s| s.dps.keys().copied())
+        .collect();
+    let fill = e.fill.map_or(f64::NAN, |f| f.value);
+    let mut series = Vec::with_capacity(keyed.len());
+    for slots in keyed.values() {
+        let present: Vec<&Series> = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.map(|j| &inputs[i].series[j]))
+            .collect();
+        let mut tags = present[0].tags.clone();
+        let mut agg: BTreeSet<String> = BTreeSet::new();
+        for s in &present {
+            agg.extend(s.agg_tags.iter().cloned());
+            for (k, v) in &s.tags {
+                if tags.get(k) != Some(v) {
+                    agg.insert(k.clone());
+                }
+            }
+            tags.retain(|k, v| s.tags.get(k) == Some(v));
+        }
+        agg.retain(|k| !tags.contains_key(k));
+        let mut dps = BTreeMap::new();
+        for &t in &times {
+            let value = |name: &str| {
+                let i = names.iter().position(|n| n == name).unwrap_or(0);
+                let set = &inputs[i];
+                match slots[i].and_then(|j| set.series[j].dps.get(&t)) {
+                    Some(v) if !v.is_nan() => *v,
+                    _ => set.fill,
+                }
+            };
+            dps.insert(t, e.ast.eval(&value));
+        }
+        series.push(Series {
+            tags,
+            agg_tags: agg.into_iter().collect(),
+            metrics: present
+                .iter()
+                .flat_map(|s| s.metrics.iter().cloned())
+                .collect(),
+            dps,
+        });
+    }
+    let set = Set {
+        series,
+        fill,
+        query_tagks: None,
+    };
+    done.insert(e.id.clone(), set.clone());
+    Ok(set)
+}
+
+fn sub_query(req: &Request, m: &Metric) -> Result<SubQuery, ApiError> {
+    let agg_name = match m.aggregator.as_deref() {
+        Some("") => return Err(bad("Missing the aggregation function")),
+        Some(a) => a.to_lowercase(),
+        None => req.aggregator.to_lowercase(),
+    };
+    let agg = Aggregator::parse(&agg_name)
+        .map_err(|_| bad(format!("No such aggregation function: {agg_name}")))?;
+    let mut q = SubQuery::new(agg, &m.metric);
+    if let Some(f) = &m.filter
+        && let Some(set) = req.filters.iter().find(|s| &s.id == f)
+    {
+        for t in &set.tags {
+            q.filters.push(
+                TagFilter::new(&t.kind, &t.tagk, &t.filter, t.group_by)
+                    .map_err(|e| bad(e.to_string()))?,
+            );
+        }
+        q.explicit_tags = set.explicit;
+    }
+    if let Some((spec, fill)) = &req.downsample {
+        let text = match fill {
+            None => spec.clone(),
+            Some(f) if f.policy == "scalar" => {
+                return Err(refused("the downsampler's scalar fillPolicy"));
+            }
+            Some(f) => format!("{spec}-{}", f.policy),
+        };
+        let ds = DownsampleSpec::parse(&text)
+            .and_then(|d| d.in_zone(req.tz, false))
+            .map_err(|e| bad(e.to_string()))?;
+        q.downsample = Some(ds);
+        q.downsample_text = Some(text);
+    }
+    q.rate = req.rate;
+    Ok(q)
+}
+
+fn metric_set(m: &Metric, q: &SubQuery, groups: &[GroupResult]) -> Set {
+    let tagks: BTreeSet<String> = q.filters.iter().map(|f| f.tagk.clone()).collect();
+    Set {
+        series: groups
+            .iter()
+            .map(|g| Series {
+                tags: g.tags.clone(),
+                agg_tags: g.aggregate_tags.clone(),
+                metrics: BTreeSet::from([g.metric.clone()]),
+                dps: g.dps.iter().map(|&(t, v)| (t, v.as_f64())).collect(),
+            })
+            .collect(),
+        fill: m.fill.map_or(0.0, |f| f.value),
+        query_tagks: (!tagks.is_empty()).then_some(tagks),
+    }
+}
+
+/// One output object, keys in OpenTSDB's order.
+fn write_output(out: &mut String, o: &Output, set: &Set, start: i64, end: i64) {
+    let times: BTreeSet<i64> = set
+        .series
+        .iter()
+        .flat_map(|s| s.dps.keys().copied())
+        .filter(|t| (start..=end).contains(t))
+        .collect();
+    out.push_str("{\"id\":");
+    push_str_json(out, &o.id);
+    if let Some(alias) = &o.alias {
+        out.push_str(",\"alias\":");
+        push_str_json(out, alias);
+    }
+    out.push_str(",\"dps\":[");
+    for (n, &t) in times.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push('[');
+        out.push_str(itoa::Buffer::new().format(t));
+        for s in &set.series {
+            out.push(',');
+            let v = s.dps.get(&t).copied().unwrap_or(set.fill);
+            push_num(out, Num::Float(v), false);
+        }
+        out.push(']');
+    }
+    out.push(']');
+    let meta = json!({
+        "firstTimestamp": times.first().copied().unwrap_or(0),
+        "lastTimestamp": times.last().copied().unwrap_or(0),
+        "setCount": times.len(),
+        "series": set.series.len(),
+    });
+    out.push_str(",\"dpsMeta\":");
+    out.push_str(&meta.to_string());
+    if !set.series.is_empty() {
+        let mut rows = vec![json!({"index": 0, "metrics": ["timestamp"]})];
+        for (i, s) in set.series.iter().enumerate() {
+            let mut row = Map::new();
+            row.insert("index".into(), json!(i + 1));
+            row.insert("metrics".into(), json!(s.metrics));
+            row.insert("commonTags".into(), json!(s.tags));
+            row.insert("aggregatedTags".into(), json!(s.agg_tags));
+            rows.push(Value::Object(row));
+        }
+        out.push_str(",\"meta\":");
+        out.push_str(&Value::Array(rows).to_string());
+    }
+    out.push('}');
+}
+
+// ---------------------------------------------------------------------------------------
+// The endpoint
+
+pub(crate) async fn handle(
+    method: Method,
+    RawQuery(raw): RawQuery,
+    Extract(state): Extract<Arc<State>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    match method {
+        Method::GET | Method::POST => {}
+        Method::DELETE if !state.settings.allow_delete => {
+            return Err(bad("Bad request")
+                .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
+        }
+        Method::DELETE => {}
+        other => return Err(ApiError::method_not_allowed(&other)),
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(bad("Incoming data was null or empty"));
+    }
+    let value: Value = super::json::from_slice(&body)
+        .map_err(|e| bad("Unable to parse the given JSON").with_details(e.to_string()))?;
+    let now_ms = hourglass_storage::now_ms();
+    let req = parse_request(&value, now_ms)?;
+    let params = url_params(raw.as_deref());
+    let flags = Flags::from_url(&params);
+    let queries = req
+        .metrics
+        .iter()
+        .map(|m| sub_query(&req, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let started = std::time::Instant::now();
+    let options: Vec<_> = queries
+        .iter()
+        .map(|q| run_options(&state, q, &flags, started))
+        .collect();
+    let body = blocking(&state.tsdb, move |tsdb| {
+        let mut sets = HashMap::new();
+        for (i, m) in req.metrics.iter().enumerate() {
+            let outcome =
+                run(tsdb, req.start, req.end, &queries[i], &options[i]).map_err(ApiError::from)?;
+            sets.insert(m.id.clone(), metric_set(m, &queries[i], &outcome.groups));
+        }
+        let mut done = HashMap::new();
+        for e in &req.exprs {
+            evaluate(e, &req.exprs, &sets, &mut done)?;
+        }
+        let outputs: Vec<Output> = if !req.outputs.is_empty() {
+            req.outputs
+        } else if !req.exprs.is_empty() {
+            req.exprs
+                .iter()
+                .map(|e| Output {
+                    id: e.id.clone(),
+                    alias: None,
+                })
+                .collect()
+        } else {
+            req.metrics
+                .iter()
+                .map(|m| Output {
+                    id: m.id.clone(),
+                    alias: None,
+                })
+                .collect()
+        };
+        let mut out = String::with_capacity(4096);
+        out.push_str("{\"outputs\":[");
+        for (n, o) in outputs.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            // Raw metric outputs show their points, gaps filled with 0 as OpenTSDB does.
+            let set = match done.get(&o.id) {
+                Some(s) => s.clone(),
+                None => Set {
+                    fill: 0.0,
+                    ..sets[&o.id].clone()
+                },
+            };
+            write_output(&mut out, o, &set, req.start, req.end);
+        }
+        out.push_str("],\"query\":");
+        out.push_str(&req.echo.to_string());
+        out.push('}');
+        Ok(out)
+    })
+    .await?;
+    Ok(json_text_response(StatusCode::OK, body))
+}
