@@ -20,6 +20,9 @@ const MS: i64 = T0 * 1000;
 /// e.b{host=h2}:  0:40         120:60
 /// e.b{host=h3}:  0:7
 /// e.c{host=h1}:  30:1
+/// e.d{host=h1,dc=x}:  0:100
+/// e.d{host=h2,dc=x}:  0:200
+/// e.f{dc=x}:          0:5
 /// ```
 async fn load(srv: &TestServer) {
     /// (offset in seconds, value as written).
@@ -38,6 +41,9 @@ async fn load(srv: &TestServer) {
             lines.push_str(&format!("put {metric} {} {v} host={host}\n", T0 + off));
         }
     }
+    lines.push_str(&format!(
+        "put e.d {T0} 100 host=h1 dc=x\nput e.d {T0} 200 host=h2 dc=x\nput e.f {T0} 5 dc=x\n"
+    ));
     assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
 }
 
@@ -139,6 +145,64 @@ async fn arithmetic_and_joins(backend: &str) {
         got["outputs"][0]["meta"][1],
         json!({"index": 1, "metrics": ["e.a", "e.b"], "commonTags": {}, "aggregatedTags": ["host"]})
     );
+}
+
+async fn join_options(backend: &str) {
+    let srv = start(backend).await;
+    load(&srv).await;
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    // e.d's series also carry dc=x: they join e.a's on host only with useQueryTags.
+    let metrics = json!([
+        {"id": "a", "metric": "e.a", "filter": "f"},
+        {"id": "d", "metric": "e.d", "filter": "f"}
+    ]);
+    let join = |extra: Value| {
+        let mut j = json!({"operator": "intersection"});
+        for (k, v) in extra.as_object().unwrap() {
+            j[k] = v.clone();
+        }
+        json!([{"id": "e", "expr": "a + d", "join": j}])
+    };
+    let r = post(&srv, &request(metrics.clone(), join(json!({})))).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "No intersections found: a + d"
+    );
+    let got = ok(&srv, &request(metrics, join(json!({"useQueryTags": true})))).await;
+    assert_eq!(
+        got["outputs"][0]["dps"],
+        json!([[t0, 101.0, 204.0], [t1, 2.0, 5.0], [t2, 3.0, 0.0]])
+    );
+    assert_eq!(
+        got["outputs"][0]["meta"][1]["commonTags"],
+        json!({"host": "h1"})
+    );
+    assert_eq!(
+        got["outputs"][0]["meta"][1]["aggregatedTags"],
+        json!(["dc"])
+    );
+    // e.d grouped by dc aggregates host away; e.f has no host at all: they join only
+    // without the aggregated tag keys.
+    let mut body = request(
+        json!([
+            {"id": "d", "metric": "e.d", "filter": "dc"},
+            {"id": "g", "metric": "e.f", "filter": "dc"}
+        ]),
+        json!([{"id": "e", "expr": "d + g", "join": {"operator": "intersection"}}]),
+    );
+    body["filters"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "dc", "tags": [{"type": "wildcard", "tagk": "dc", "filter": "*", "groupBy": true}]}));
+    let r = post(&srv, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "No intersections found: d + g"
+    );
+    body["expressions"][0]["join"]["includeAggTags"] = json!(false);
+    assert_eq!(dps(&srv, &body).await[0], json!([[t0, 305.0]]));
 }
 
 async fn fill_policies(backend: &str) {
@@ -516,6 +580,36 @@ async fn errors(backend: &str) {
             assert_eq!(e["details"], *d, "{body}");
         }
     }
+    // Nesting depth.
+    let chain: Vec<Value> = (0..70)
+        .map(|i| {
+            let input = if i == 0 {
+                "a".to_string()
+            } else {
+                format!("x{}", i - 1)
+            };
+            expr(&format!("x{i}"), &format!("{input} + 1"), "union")
+        })
+        .collect();
+    // 70 deep is refused, declared in either order; 64 deep is answered.
+    for reversed in [false, true] {
+        let order = |mut c: Vec<Value>| {
+            if reversed {
+                c.reverse();
+            }
+            Value::from(c)
+        };
+        let r = post(&srv, &request(ab(), order(chain.clone()))).await;
+        assert_eq!(r.status, 400);
+        assert!(
+            r.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Expressions nest more than 64 deep")
+        );
+        let r = post(&srv, &request(ab(), order(chain[..64].to_vec()))).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
     // Cycles.
     let body = request(
         ab(),
@@ -666,6 +760,7 @@ macro_rules! on_backends {
 
 on_backends!(
     arithmetic_and_joins,
+    join_options,
     fill_policies,
     nested_and_outputs,
     errors,

@@ -450,9 +450,9 @@ fn parse_request(body: &Value, now_ms: i64) -> Result<Request, ApiError> {
         }
     }
     // Cycles, checked before any data is read.
+    let mut checked = BTreeMap::new();
     for e in &exprs {
-        let mut path = Vec::new();
-        check_cycles(&e.id, &exprs, &mut path)?;
+        check_cycles(&e.id, &exprs, &mut Vec::new(), &mut checked)?;
     }
     if end <= start {
         return Err(bad(format!(
@@ -507,9 +507,19 @@ fn parse_request(body: &Value, now_ms: i64) -> Result<Request, ApiError> {
     })
 }
 
-fn check_cycles(id: &str, exprs: &[Expr], path: &mut Vec<String>) -> Result<(), ApiError> {
+/// Refuses a cycle through `id`, and expressions nested deeper than [`MAX_NESTING`];
+/// `checked` holds the depth of the ids already known to reach no cycle (metrics: 0).
+fn check_cycles(
+    id: &str,
+    exprs: &[Expr],
+    path: &mut Vec<String>,
+    checked: &mut BTreeMap<String, usize>,
+) -> Result<usize, ApiError> {
+    if let Some(&depth) = checked.get(id) {
+        return Ok(depth);
+    }
     let Some(e) = exprs.iter().find(|e| e.id == id) else {
-        return Ok(());
+        return Ok(0);
     };
     let mut vars = Vec::new();
     e.ast.variables(&mut vars);
@@ -519,12 +529,24 @@ fn check_cycles(id: &str, exprs: &[Expr], path: &mut Vec<String>) -> Result<(), 
     if path.iter().any(|p| p == id) {
         return Err(bad(format!("Circular reference found: {id}")));
     }
+    if path.len() >= MAX_NESTING {
+        return Err(bad(format!(
+            "Expressions nest more than {MAX_NESTING} deep at: {id}"
+        )));
+    }
     path.push(id.to_string());
+    let mut depth = 1;
     for v in &vars {
-        check_cycles(v, exprs, path)?;
+        depth = depth.max(1 + check_cycles(v, exprs, path, checked)?);
     }
     path.pop();
-    Ok(())
+    if depth > MAX_NESTING {
+        return Err(bad(format!(
+            "Expressions nest more than {MAX_NESTING} deep at: {id}"
+        )));
+    }
+    checked.insert(id.to_string(), depth);
+    Ok(depth)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -621,14 +643,26 @@ impl Node {
     }
 }
 
+/// The most operations and values an expression may hold, and the deepest nesting of
+/// parentheses, signs and conditionals: evaluation recurses over the tree.
+const MAX_NODES: usize = 1000;
+const MAX_NESTING: usize = 64;
+
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
+    nodes: usize,
+    nesting: usize,
 }
 
 impl Parser<'_> {
     fn parse(text: &str) -> Result<Node, ApiError> {
-        let mut p = Parser { text, pos: 0 };
+        let mut p = Parser {
+            text,
+            pos: 0,
+            nodes: 0,
+            nesting: 0,
+        };
         let node = p.cond()?;
         p.skip();
         if p.pos < text.len() {
@@ -668,14 +702,37 @@ impl Parser<'_> {
         }
     }
 
+    /// Counts one more node, refusing expressions too large to evaluate safely.
+    fn grow(&mut self) -> Result<(), ApiError> {
+        self.nodes += 1;
+        if self.nodes > MAX_NODES || self.nesting > MAX_NESTING {
+            return Err(
+                bad(format!("parsing error in '{}'", self.text)).with_details(format!(
+                    "expressions hold at most {MAX_NODES} values and operators, \
+                     nested at most {MAX_NESTING} deep"
+                )),
+            );
+        }
+        Ok(())
+    }
+
+    /// Parses what `f` reads one nesting level deeper.
+    fn nested(&mut self, f: fn(&mut Self) -> Result<Node, ApiError>) -> Result<Node, ApiError> {
+        self.nesting += 1;
+        self.grow()?;
+        let n = f(self);
+        self.nesting -= 1;
+        n
+    }
+
     fn cond(&mut self) -> Result<Node, ApiError> {
         let c = self.or()?;
         if self.eat("?") {
-            let a = self.cond()?;
+            let a = self.nested(Self::cond)?;
             if !self.eat(":") {
                 return Err(self.error());
             }
-            let b = self.cond()?;
+            let b = self.nested(Self::cond)?;
             return Ok(Node::Cond(Box::new(c), Box::new(a), Box::new(b)));
         }
         Ok(c)
@@ -690,6 +747,7 @@ impl Parser<'_> {
         'outer: loop {
             for (token, op) in ops {
                 if self.eat(token) {
+                    self.grow()?;
                     let right = next(self)?;
                     left = Node::Bin(*op, Box::new(left), Box::new(right));
                     continue 'outer;
@@ -731,18 +789,19 @@ impl Parser<'_> {
 
     fn unary(&mut self) -> Result<Node, ApiError> {
         if self.eat("-") {
-            return Ok(Node::Neg(Box::new(self.unary()?)));
+            return Ok(Node::Neg(Box::new(self.nested(Self::unary)?)));
         }
         if self.eat("!") {
-            return Ok(Node::Not(Box::new(self.unary()?)));
+            return Ok(Node::Not(Box::new(self.nested(Self::unary)?)));
         }
         if self.eat("(") {
-            let n = self.cond()?;
+            let n = self.nested(Self::cond)?;
             if !self.eat(")") {
                 return Err(self.error());
             }
             return Ok(n);
         }
+        self.grow()?;
         self.skip();
         let rest = &self.text[self.pos..];
         let first = rest.chars().next().ok_or_else(|| self.error())?;
@@ -1141,4 +1200,61 @@ pub(crate) async fn handle(
     })
     .await?;
     Ok(json_text_response(StatusCode::OK, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn eval(text: &str) -> f64 {
+        Parser::parse(text).unwrap().eval(&|v| match v {
+            "a" => 6.0,
+            "b" => 4.0,
+            _ => f64::NAN,
+        })
+    }
+
+    #[test]
+    fn expressions_read_as_jexl_reads_them() {
+        assert_eq!(eval("a + b * 2 - -1"), 15.0);
+        assert_eq!(eval("(a + b) * 2 % 7"), 6.0);
+        assert_eq!(eval("a / b"), 1.5);
+        assert_eq!(eval("1 / 2"), 0.5);
+        assert_eq!(eval("a > b && !(b >= a) || 0"), 1.0);
+        assert_eq!(eval("a < b ? 1 : b == 4 ? 2 : 3"), 2.0);
+        assert_eq!(eval("a / 0"), f64::INFINITY);
+        assert!(eval("0 / 0").is_nan() && eval("a % 0").is_nan());
+        let mut vars = Vec::new();
+        Parser::parse("x + y * x - Z1")
+            .unwrap()
+            .variables(&mut vars);
+        assert_eq!(vars, ["x", "y", "Z1"]);
+    }
+
+    #[test]
+    fn deep_or_long_expressions_are_refused() {
+        let deep = format!("{}a{}", "(".repeat(100_000), ")".repeat(100_000));
+        assert_eq!(
+            Parser::parse(&deep).unwrap_err().message,
+            format!("parsing error in '{deep}'")
+        );
+        let long = vec!["a"; 5000].join("+");
+        assert!(Parser::parse(&long).is_err());
+        let signs = format!("{}a", "-".repeat(100_000));
+        assert!(Parser::parse(&signs).is_err());
+        let conds = "a?b:".repeat(10_000) + "a";
+        assert!(Parser::parse(&conds).is_err());
+        assert!(Parser::parse(&vec!["a"; 400].join("+")).is_ok());
+    }
+
+    proptest! {
+        /// Whatever a client puts in `expr`, reading and evaluating it answers.
+        #[test]
+        fn expressions_never_panic(e in "[a-z0-9.()+*/%<>=!&|?: \\-]{0,40}") {
+            if let Ok(node) = Parser::parse(&e) {
+                let _ = node.eval(&|_| 1.0);
+            }
+        }
+    }
 }
