@@ -366,6 +366,16 @@ async fn nested_and_outputs(backend: &str) {
         ok(&srv, &body).await["outputs"],
         json!([{"id": "x", "dps": [], "dpsMeta": {"firstTimestamp": 0, "lastTimestamp": 0, "setCount": 0, "series": 0}}])
     );
+    // `rate` turns every metric into its rate (per second) before the expression.
+    let mut body = request(ab(), json!([expr("e", "a + b", "intersection")]));
+    body["time"]["rate"] = json!(true);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([
+            [t1, 1.0 / 60.0 + 10.0 / 60.0, 1.0 / 60.0],
+            [t2, 1.0 / 60.0 + 10.0 / 60.0, 20.0 / 120.0]
+        ])
+    );
     // Downsampling with its fill policy: empty buckets are NaN, which the metrics' default
     // fill (0) replaces inside the expression.
     let mut body = request(ab(), json!([expr("e", "a + b", "intersection")]));
