@@ -2,6 +2,7 @@
 //! `/api/query/exp` end to end over real sockets, on the memory and embedded backends:
 //! requests against tables worked out by hand from the points below, joins, fill policies,
 //! nested expressions, outputs, every documented error, and `a + b` against `/api/query`.
+#[macro_use]
 mod common;
 
 use common::{Response, TestServer, http, start};
@@ -744,28 +745,6 @@ async fn sum_matches_query_api(backend: &str) {
             assert_eq!(out["meta"][i + 1]["commonTags"]["host"], json!(h));
         }
     }
-}
-
-/// Runs each named `async fn name(backend: &str)` on the memory and embedded backends.
-macro_rules! on_backends {
-    ($($test:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test("memory").await;
-                }
-            )*
-        }
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test("embedded").await;
-                }
-            )*
-        }
-    };
 }
 
 on_backends!(

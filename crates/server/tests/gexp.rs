@@ -2,6 +2,7 @@
 //! `/api/query/gexp` end to end over real sockets, on the memory and embedded backends:
 //! each function against outputs worked out by hand from the points below, nesting, the
 //! `/api/query` options that apply, and every documented error.
+#[macro_use]
 mod common;
 
 use common::{Response, TestServer, http, start};
@@ -992,28 +993,6 @@ async fn errors() {
         "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
     );
     srv.stop().await;
-}
-
-/// Runs each named `async fn name(backend: &str)` on the memory and embedded backends.
-macro_rules! on_backends {
-    ($($test:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test("memory").await;
-                }
-            )*
-        }
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test("embedded").await;
-                }
-            )*
-        }
-    };
 }
 
 on_backends!(

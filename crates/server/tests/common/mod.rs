@@ -344,3 +344,26 @@ macro_rules! on_every_backend {
         }
     };
 }
+
+/// Runs each named `async fn name(backend: &str)` on the memory and embedded backends.
+#[allow(unused_macros)]
+macro_rules! on_backends {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test("memory").await;
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test("embedded").await;
+                }
+            )*
+        }
+    };
+}
