@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! `/api/query/exp` end to end over real sockets, on the memory and embedded backends:
+//! `/api/query/exp` end to end over real sockets, on the memory, embedded and Bigtable (emulator) backends:
 //! requests against tables worked out by hand from the points below, joins, fill policies,
 //! nested expressions, outputs, every documented error, and `a + b` against `/api/query`.
 #[macro_use]

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! `/api/query/gexp` end to end over real sockets, on the memory and embedded backends:
+//! `/api/query/gexp` end to end over real sockets, on the memory, embedded and Bigtable (emulator) backends:
 //! each function against outputs worked out by hand from the points below, nesting, the
 //! `/api/query` options that apply, and every documented error.
 #[macro_use]

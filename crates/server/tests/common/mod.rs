@@ -345,7 +345,8 @@ macro_rules! on_every_backend {
     };
 }
 
-/// Runs each named `async fn name(backend: &str)` on the memory and embedded backends.
+/// Runs each named `async fn name(backend: &str)` on the memory, embedded and Bigtable
+/// (emulator) backends.
 #[allow(unused_macros)]
 macro_rules! on_backends {
     ($($test:ident),* $(,)?) => {
@@ -362,6 +363,14 @@ macro_rules! on_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test("embedded").await;
+                }
+            )*
+        }
+        mod bigtable {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test("bigtable").await;
                 }
             )*
         }
