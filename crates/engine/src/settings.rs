@@ -68,6 +68,9 @@ pub struct Settings {
     pub wal_dir: Option<std::path::PathBuf>,
     /// `tsd.storage.wal.sync`: fsync the log for each batch (power-loss safety; default false).
     pub wal_sync: bool,
+    /// Size past which a log segment is closed and the next one started (64 MiB; tests make
+    /// it small so that segments turn over).
+    pub wal_segment_bytes: u64,
     /// `tsd.core.meta.*`: meta data tracking (all off by default, as in OpenTSDB).
     pub meta: crate::meta::MetaTracking,
     pub clock: Clock,
@@ -91,6 +94,7 @@ impl Default for Settings {
             wal: true,
             wal_dir: None,
             wal_sync: false,
+            wal_segment_bytes: crate::wal::SEGMENT_BYTES,
             meta: crate::meta::MetaTracking::default(),
             clock: Clock::system(),
         }
@@ -137,6 +141,7 @@ impl Settings {
             wal: c.get_bool("tsd.storage.wal.enable", d.wal),
             wal_dir: c.get("tsd.storage.wal.dir").map(std::path::PathBuf::from),
             wal_sync: c.get_bool("tsd.storage.wal.sync", d.wal_sync),
+            wal_segment_bytes: d.wal_segment_bytes,
             meta: crate::meta::MetaTracking::from_config(c),
             clock: d.clock,
         })

@@ -81,7 +81,7 @@ impl Tsdb {
         );
         let (log, entries) = match &files {
             Some(files) => {
-                let (log, entries) = wal::Log::open(Arc::clone(files))?;
+                let (log, entries) = wal::Log::open(Arc::clone(files), settings.wal_segment_bytes)?;
                 (Some(log), entries)
             }
             None => (None, Vec::new()),

@@ -22,16 +22,22 @@ pub mod files;
 
 use std::sync::Arc;
 
-pub(crate) use entry::{EntryBuilder, decode_entry};
+pub(crate) use entry::{Dictionary, EntryBuilder, decode_entry};
 use files::{LogFiles, SegmentFile};
 
 use crate::{Error, Result};
 
-/// A logged entry: sequence number and payload.
-pub(crate) type Entry = (u64, Vec<u8>);
+/// A logged entry found at open: the segment holding it, its sequence number and payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) segment: u64,
+    pub(crate) seq: u64,
+    pub(crate) payload: Vec<u8>,
+}
 
-/// Segment files past this size are closed and a new one started.
-const SEGMENT_BYTES: u64 = 64 << 20;
+/// Segment files past this size are closed and a new one started (the default of
+/// `Settings::wal_segment_bytes`).
+pub(crate) const SEGMENT_BYTES: u64 = 64 << 20;
 
 /// The log: an open segment being appended to and closed segments awaiting release.
 #[derive(Debug)]
@@ -41,6 +47,8 @@ pub(crate) struct Log {
     file_id: u64,
     /// Bytes of whole frames in the open segment.
     file_bytes: u64,
+    /// Past this many bytes the open segment is closed before the next append.
+    segment_bytes: u64,
     /// Last sequence number in the open segment (0: none yet).
     file_last_seq: u64,
     /// Closed segments: (file id, last sequence number).
@@ -71,7 +79,7 @@ impl PendingSync {
 
 impl Log {
     /// Opens the log, returning it and every entry a previous process left, in order.
-    pub(crate) fn open(files: Arc<dyn LogFiles>) -> Result<(Log, Vec<Entry>)> {
+    pub(crate) fn open(files: Arc<dyn LogFiles>, segment_bytes: u64) -> Result<(Log, Vec<Entry>)> {
         let fail = |context: &str, e: std::io::Error| Error::Internal(io_error(context, &e));
         let mut ids = files
             .list()
@@ -91,7 +99,11 @@ impl Log {
             let mut last = 0;
             let mut pos = 0usize;
             while let Some((seq, payload, next)) = read_frame(&bytes, pos) {
-                entries.push((seq, payload.to_vec()));
+                entries.push(Entry {
+                    segment: *id,
+                    seq,
+                    payload: payload.to_vec(),
+                });
                 last = seq;
                 pos = next;
             }
@@ -116,6 +128,7 @@ impl Log {
             file,
             file_id,
             file_bytes: 0,
+            segment_bytes,
             file_last_seq: 0,
             closed,
             poisoned: None,
@@ -134,16 +147,25 @@ impl Log {
         Error::Unavailable(why)
     }
 
-    /// Appends a frame made by [`EntryBuilder::finish_framed`] for `seq` to OS buffers
-    /// (`sync` adds an fsync). On failure the log is cut back to its last good frame; when even
-    /// that fails, the torn bytes stay and the log is poisoned (nothing more is acknowledged).
-    pub(crate) fn append_frame(&mut self, seq: u64, frame: &[u8], sync: bool) -> Result<()> {
+    /// The segment the next append goes to, closing a full one first. An entry is built
+    /// for a segment (it defines the series that segment has not seen): the caller appends
+    /// it only if this is the segment it was built for.
+    pub(crate) fn next_segment(&mut self) -> Result<u64> {
         if let Some(why) = &self.poisoned {
             return Err(Error::Unavailable(why.clone()));
         }
-        if self.file_bytes >= SEGMENT_BYTES {
+        if self.file_bytes >= self.segment_bytes {
             self.rotate()?;
         }
+        Ok(self.file_id)
+    }
+
+    /// Appends a frame made by [`EntryBuilder::finish_framed`] for `seq` to OS buffers
+    /// (`sync` adds an fsync), in the segment [`Log::next_segment`] names. On failure the log
+    /// is cut back to its last good frame; when even that fails, the torn bytes stay and the
+    /// log is poisoned (nothing more is acknowledged).
+    pub(crate) fn append_frame(&mut self, seq: u64, frame: &[u8], sync: bool) -> Result<()> {
+        self.next_segment()?;
         if let Err(e) = self.file.append(frame) {
             let why = io_error("append failed", &e);
             if let Err(t) = self.file.truncate(self.file_bytes) {

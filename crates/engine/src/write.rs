@@ -106,6 +106,10 @@ struct SeriesCache {
     by_text: Map<Box<str>, u32>,
     by_template: Map<Box<[u8]>, u32>,
     templates: Vec<Box<[u8]>>,
+    /// By series id: the log segment whose entries define its template (0: none yet). Set
+    /// once an entry defining it is appended there; entries built for that segment refer to
+    /// the series without repeating its key.
+    logged_in: Vec<AtomicU64>,
 }
 
 impl SeriesCache {
@@ -117,6 +121,7 @@ impl SeriesCache {
         let template: Box<[u8]> = template.into();
         self.by_template.insert(template.clone(), id);
         self.templates.push(template);
+        self.logged_in.push(AtomicU64::new(0));
         id
     }
 }
@@ -168,6 +173,9 @@ pub(crate) struct Writer {
     uids: Arc<UidRegistry>,
     series: RwLock<SeriesCache>,
     state: Mutex<LogState>,
+    /// The log segment appends went to last, read without the lock: entries are built for
+    /// it (and rebuilt when the log has moved on by the time they are appended).
+    log_segment: AtomicU64,
     /// Mirror of the buffers' bytes, read without the lock (admission checks).
     buffered_bytes: AtomicUsize,
     flush: Mutex<FlushState>,
@@ -233,6 +241,7 @@ impl Writer {
             tracker,
             uids,
             series: RwLock::new(SeriesCache::default()),
+            log_segment: AtomicU64::new(0),
             state: Mutex::new(LogState {
                 active: Buffer::default(),
                 sealed: Vec::new(),
@@ -253,29 +262,47 @@ impl Writer {
     }
 
     /// Replays log entries left by a previous process into the buffer.
-    pub(crate) fn recover(&self, entries: &[(u64, Vec<u8>)]) -> Result<usize> {
+    pub(crate) fn recover(&self, entries: &[wal::Entry]) -> Result<usize> {
         let mut state = self.state.lock();
         let mut series = self.series.write();
         let mut replayed = 0usize;
-        for (seq, entry) in entries {
-            let mut points = Vec::new();
-            wal::decode_entry(entry, |key, p| points.push((key.to_vec(), p)))?;
-            for (key, p) in points {
+        let at = self.settings.schema.timestamp_offset();
+        // Entries name series defined earlier in their own segment.
+        let mut dictionary = wal::Dictionary::default();
+        let mut segment = None;
+        let mut points = Vec::new();
+        let mut last: Option<(Vec<u8>, u32)> = None;
+        for entry in entries {
+            if segment != Some(entry.segment) {
+                dictionary.clear();
+                segment = Some(entry.segment);
+            }
+            points.clear();
+            wal::decode_entry(&entry.payload, &mut dictionary, at, |key, p| {
+                points.push((key.to_vec(), p));
+            })?;
+            for (key, p) in points.drain(..) {
                 let Some(base) = rowkey::base_time_of(&self.settings.schema, &key) else {
                     return Err(Error::Corrupt(
                         "write-ahead log holds a short row key".into(),
                     ));
                 };
                 let mut template = key;
-                let at = self.settings.schema.timestamp_offset();
                 template[at..at + 4].fill(0);
-                let id = series.intern(template);
+                let id = match &last {
+                    Some((t, id)) if *t == template => *id,
+                    _ => {
+                        let id = series.intern(template.clone());
+                        last = Some((template, id));
+                        id
+                    }
+                };
                 state
                     .active
                     .push((u64::from(id) << 32) | u64::from(base), p);
                 replayed += 1;
             }
-            state.next_seq = state.next_seq.max(seq + 1);
+            state.next_seq = state.next_seq.max(entry.seq + 1);
         }
         if !state.active.is_empty() {
             state.active.oldest_ms = Some(self.settings.clock.now_ms());
@@ -465,14 +492,28 @@ impl Writer {
         self.sync_new_uids()?;
         // The entry is built before the state lock is taken: building it reads the series
         // templates, and readers take the series lock before the state lock (one order
-        // everywhere, or a reader, this batch and a batch adding a series deadlock).
-        let entry = self.files.is_some().then(|| self.log_entry(resolved));
-        let seq = {
+        // everywhere, or a reader, this batch and a batch adding a series deadlock). It is
+        // built for the segment appends went to last; when the log has moved to another by
+        // the time the lock is held, it is built again for that one.
+        let mut segment = self.log_segment.load(Ordering::Acquire);
+        let (seq, defined) = loop {
+            let entry = self
+                .files
+                .is_some()
+                .then(|| self.log_entry(resolved, segment));
             let mut state = self.state.lock();
             let seq = state.next_seq;
-            if let (Some(entry), Some(log)) = (entry, state.log.as_mut()) {
+            let mut defined = Vec::new();
+            if let (Some((entry, d)), Some(log)) = (entry, state.log.as_mut()) {
+                let next = log.next_segment()?;
+                if next != segment {
+                    self.log_segment.store(next, Ordering::Release);
+                    segment = next;
+                    continue;
+                }
                 let frame = entry.finish_framed(seq);
                 log.append_frame(seq, &frame, false)?;
+                defined = d;
             }
             state.next_seq += 1;
             if state.active.oldest_ms.is_none() {
@@ -482,36 +523,49 @@ impl Writer {
                 state.active.push(*row, *p);
             }
             self.buffered_bytes.store(state.bytes(), Ordering::Relaxed);
-            seq
+            break (seq, defined);
         };
+        // Later entries for this segment may now leave these series' keys out: they are
+        // appended after this one.
+        if !defined.is_empty() {
+            let series = self.series.read();
+            for id in defined {
+                if let Some(logged) = series.logged_in.get(id as usize) {
+                    logged.store(segment, Ordering::Release);
+                }
+            }
+        }
         if self.settings.wal_sync {
             self.sync_through(seq)?;
         }
         Ok(())
     }
 
-    /// The log entry of resolved points: consecutive points of one row share its key.
-    fn log_entry(&self, resolved: &[(u64, Point)]) -> wal::EntryBuilder {
+    /// The log entry of resolved points for log segment `segment`: consecutive points of
+    /// one row make a run, and series the segment has not defined yet are defined (their
+    /// ids are returned, to be marked once the entry is appended).
+    fn log_entry(&self, resolved: &[(u64, Point)], segment: u64) -> (wal::EntryBuilder, Vec<u32>) {
         let mut entry = wal::EntryBuilder::default();
+        let mut defined = Vec::new();
+        let mut in_entry: std::collections::HashSet<u32, foldhash::fast::RandomState> =
+            Default::default();
         let series = self.series.read();
-        let at = self.settings.schema.timestamp_offset();
-        let mut key = Vec::new();
-        let mut last: Option<(u64, u64)> = None;
-        for (row, p) in resolved {
-            let idx = match last {
-                Some((r, i)) if r == *row => i,
-                _ => {
-                    key.clear();
-                    key.extend_from_slice(&series.templates[(row >> 32) as usize]);
-                    key[at..at + 4].copy_from_slice(&(*row as u32).to_be_bytes());
-                    let i = entry.add_row(&key);
-                    last = Some((*row, i));
-                    i
-                }
-            };
-            entry.add_point(idx, *p);
+        let mut rest = resolved;
+        while let Some(((row, _), _)) = rest.split_first() {
+            let run = rest.iter().take_while(|(r, _)| r == row).count();
+            let id = (row >> 32) as u32;
+            let logged = series
+                .logged_in
+                .get(id as usize)
+                .is_some_and(|l| l.load(Ordering::Acquire) == segment);
+            if !logged && in_entry.insert(id) {
+                entry.define(id, &series.templates[id as usize]);
+                defined.push(id);
+            }
+            entry.add_run(id, *row as u32, rest[..run].iter().map(|(_, p)| *p));
+            rest = &rest[run..];
         }
-        entry
+        (entry, defined)
     }
 
     /// Syncs the store when UID mappings were written since it was last synced.

@@ -109,3 +109,48 @@ fn unflushed_batches_are_replayed_into_bigtable() {
         "the restarted TSD wrote the logged points"
     );
 }
+
+/// Log entries name a series by id once its segment has its key (RFC 0004): after the
+/// segment that defined a series is released, entries in later segments must define it
+/// again, or a crash leaves points the replay cannot place.
+#[test]
+fn series_are_defined_again_in_each_segment_the_log_turns_over_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = hourglass_engine::Settings {
+        wal_segment_bytes: 256,
+        ..with_log(dir.path())
+    };
+    let hosts = ["a", "b", "c", "d"];
+    let tags: Vec<[(&str, &str); 1]> = hosts.iter().map(|h| [("host", *h)]).collect();
+    let batch = |db: &hourglass_engine::Tsdb, from: i64| {
+        let pts: Vec<IncomingPoint<'_>> = (0..20)
+            .map(|i| IncomingPoint {
+                metric: "m",
+                timestamp: 1356998400 + from + i,
+                value: Value::Int(from + i),
+                tags: &tags[i as usize % hosts.len()],
+            })
+            .collect();
+        assert_eq!(db.add_points(&pts).stored, 20);
+    };
+    {
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+        let db = common::open(Arc::clone(&store), settings.clone());
+        batch(&db, 0);
+        batch(&db, 20);
+        // The segments defining the four series are released.
+        db.flush().unwrap();
+        assert_eq!(count_points(&store), 40);
+        for from in (40..200).step_by(20) {
+            batch(&db, from);
+        }
+        // Dropped without close(): as if the process died.
+    }
+    let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+    let _db = common::open(Arc::clone(&store), settings);
+    assert_eq!(
+        count_points(&store),
+        200,
+        "every acknowledged point is back"
+    );
+}

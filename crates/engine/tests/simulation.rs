@@ -198,10 +198,14 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     let clock_now = Arc::clone(&now);
     let budget = [32usize << 10, 128 << 10, 1 << 20][rng.below(3) as usize];
     let wal_sync = rng.chance(300);
+    // Small segments turn over within a run: entries built for one segment must define
+    // every series they name there, or replay after a crash cannot read them.
+    let segment_bytes = [512u64, 8 << 10, 64 << 20][rng.below(3) as usize];
     let settings = Settings {
         auto_create_metrics: true,
         wal: true,
         wal_sync,
+        wal_segment_bytes: segment_bytes,
         fix_duplicates: true,
         max_buffer_bytes: budget,
         max_buffered_points: usize::MAX,
@@ -211,7 +215,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     };
     let trace = std::env::var("HOURGLASS_SIM_TRACE").is_ok();
     if trace {
-        eprintln!("seed {seed}: fault rate {rate}/1000, budget {budget}, wal_sync {wal_sync}");
+        eprintln!(
+            "seed {seed}: fault rate {rate}/1000, budget {budget}, wal_sync {wal_sync}, segments of {segment_bytes} bytes"
+        );
     }
     let mut model = Model::default();
     let model_shared: Arc<Mutex<Option<Model>>> = Arc::new(Mutex::new(None));
