@@ -52,15 +52,18 @@ pub fn parse_put<'a>(
     args: &'a str,
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<PutLine<'a>, PutError> {
-    let mut words = Words(Some(args));
+    let mut words = Words::new(args);
     let metric = words.next().unwrap_or_default();
     let (Some(ts), Some(val), Some(first_tag)) = (words.next(), words.next(), words.next()) else {
-        return Err(PutError::not_enough_arguments(Words(Some(args)).count()));
+        return Err(PutError::not_enough_arguments(Words::new(args).count()));
     };
     if metric.is_empty() {
         return Err(illegal("empty metric name".into()));
     }
-    let timestamp = parse_timestamp(ts)?;
+    let timestamp = match digits_value(ts.as_bytes()) {
+        Some(t) if t > 0 => t,
+        _ => parse_timestamp(ts)?,
+    };
     if val.is_empty() {
         return Err(illegal("empty value".into()));
     }
@@ -69,7 +72,11 @@ pub fn parse_put<'a>(
         tags.truncate(start);
         return Err(e);
     }
-    match value::parse_value(val) {
+    let integer = match val.as_bytes() {
+        [b'-', digits @ ..] => digits_value(digits).map(|v| Value::Int(-v)),
+        digits => digits_value(digits).map(Value::Int),
+    };
+    match integer.map_or_else(|| value::parse_value(val), Ok) {
         Ok(value) => Ok(PutLine {
             metric,
             timestamp,
@@ -83,23 +90,57 @@ pub fn parse_put<'a>(
     }
 }
 
-/// Words separated by single spaces, empty ones kept (`str::split(' ')`, with the memchr
-/// crate's search, which is faster on these short words).
-struct Words<'a>(Option<&'a str>);
+/// The number a run of 1 to 18 ASCII digits spells (no sign, no overflow possible), `None`
+/// for anything else: the common case of [`parse_timestamp`] and of integer values, in one
+/// pass over the bytes.
+fn digits_value(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() || bytes.len() > 18 {
+        return None;
+    }
+    let mut v = 0i64;
+    for &b in bytes {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + i64::from(d);
+    }
+    Some(v)
+}
+
+/// Words separated by single spaces, empty ones kept (`str::split(' ')`): the spaces of the
+/// whole line are found by one vectorised scan (memchr's iterator), not one search per word.
+struct Words<'a> {
+    text: &'a str,
+    /// Where the next word starts; `None` once the last word was given.
+    at: Option<usize>,
+    spaces: memchr::Memchr<'a>,
+}
+
+impl<'a> Words<'a> {
+    fn new(text: &'a str) -> Words<'a> {
+        Words {
+            text,
+            at: Some(0),
+            spaces: memchr::memchr_iter(b' ', text.as_bytes()),
+        }
+    }
+}
 
 impl<'a> Iterator for Words<'a> {
     type Item = &'a str;
 
     fn next(&mut self) -> Option<&'a str> {
-        let rest = self.0?;
-        match memchr::memchr(b' ', rest.as_bytes()) {
+        let at = self.at?;
+        // A space is one byte: both sides are on char boundaries.
+        match self.spaces.next() {
             Some(i) => {
-                self.0 = Some(&rest[i + 1..]);
-                Some(&rest[..i])
+                self.at = Some(i + 1);
+                self.text.get(at..i)
             }
             None => {
-                self.0 = None;
-                Some(rest)
+                self.at = None;
+                self.text.get(at..)
             }
         }
     }
@@ -113,12 +154,23 @@ fn parse_tags<'a>(
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<(), PutError> {
     for w in words.filter(|w| !w.is_empty()) {
-        let Some((k, v)) = w.split_once('=') else {
+        // One pass: the first `=` and whether another follows.
+        let mut equals = None;
+        let mut more = false;
+        for (i, b) in w.bytes().enumerate() {
+            if b == b'=' {
+                more = equals.is_some();
+                equals.get_or_insert(i);
+                if more {
+                    break;
+                }
+            }
+        }
+        let Some(at) = equals.filter(|at| *at > 0 && *at + 1 < w.len() && !more) else {
             return Err(illegal(format!("invalid tag: {w}")));
         };
-        if k.is_empty() || v.is_empty() || v.contains('=') {
-            return Err(illegal(format!("invalid tag: {w}")));
-        }
+        // `=` is ASCII: both sides are on char boundaries.
+        let (k, v) = (&w[..at], &w[at + 1..]);
         match tags[start..].iter().find(|(have, _)| *have == k) {
             Some((_, have_v)) if *have_v == v => {}
             Some(_) => {
@@ -312,6 +364,21 @@ mod tests {
         fn never_panics(line in "\\PC{0,80}") {
             let mut tags = Vec::new();
             let _ = parse_put(&line, &mut tags);
+        }
+
+        /// The digit fast paths read what the general parsers read.
+        #[test]
+        fn numbers_parse_as_the_general_parsers_read_them(ts in "[+-]?[0-9]{0,20}", v in "[+-]?[0-9]{0,20}") {
+            let got = parse(&format!("m {ts} {v} h=a")).map(|p| (p.1, p.2));
+            let want = parse_timestamp(&ts).and_then(|t| {
+                if v.is_empty() {
+                    return Err(illegal("empty value".into()));
+                }
+                value::parse_value(&v)
+                    .map(|v| (t, v))
+                    .map_err(|e| PutError::InvalidValue(e.to_string()))
+            });
+            prop_assert_eq!(got, want);
         }
 
         #[test]
