@@ -19,6 +19,7 @@
 mod buffer;
 mod compaction;
 mod open_hours;
+mod series_index;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -103,7 +104,7 @@ pub struct WriteStats {
 /// Interned series: row-key templates (salted, base hour zero) by id.
 #[derive(Debug, Default)]
 struct SeriesCache {
-    by_text: Map<Box<str>, u32>,
+    by_text: series_index::TextIndex,
     by_template: Map<Box<[u8]>, u32>,
     templates: Vec<Box<[u8]>>,
     /// By series id: the log segment whose entries define its template (0: none yet). Set
@@ -314,7 +315,7 @@ impl Writer {
     /// Resolves a point's series to an interned id, creating UIDs as the settings allow.
     fn resolve_series(&self, p: &IncomingPoint<'_>, text: &str) -> Result<u32> {
         if let Some(id) = self.series.read().by_text.get(text) {
-            return Ok(*id);
+            return Ok(id);
         }
         let s = &self.settings;
         if p.tags.is_empty() {
@@ -381,7 +382,7 @@ impl Writer {
         }
         let mut series = self.series.write();
         let id = series.intern(template);
-        series.by_text.insert(text.into(), id);
+        series.by_text.insert(text, id);
         Ok(id)
     }
 
@@ -440,7 +441,7 @@ impl Writer {
                 .iter()
                 .map(|p| {
                     series_text(p, &mut text);
-                    series.by_text.get(text.as_str()).copied()
+                    series.by_text.get(&text)
                 })
                 .collect()
         };
