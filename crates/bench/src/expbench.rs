@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::querybench::{get_timed, median, query_agent};
-use crate::targets::Target;
+use crate::targets::{Server, Target};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ExpArgs {
@@ -37,6 +37,10 @@ pub(crate) struct ExpArgs {
     /// The tsdb binary (default: next to this one).
     #[arg(long)]
     tsdb: Option<std::path::PathBuf>,
+    /// Keep the TSD's data in this directory: loaded when it holds none, else reused as it is
+    /// (loaded earlier with the same --series, --days and --step, ending at the same hour).
+    #[arg(long)]
+    data: Option<std::path::PathBuf>,
 }
 
 const METRIC_A: &str = "bench.exp.a";
@@ -101,27 +105,16 @@ fn post_timed(agent: &ureq::Agent, url: &str, body: &str) -> anyhow::Result<(f64
     Ok((secs, text))
 }
 
-pub(crate) fn run(args: &ExpArgs) -> anyhow::Result<()> {
-    if args.series == 0 || args.days == 0 || args.step == 0 {
-        bail!("--series, --days and --step must be above 0");
-    }
-    let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs();
-    let end = now - now % 3600 - 3600;
-    let start = end - args.days * 86_400;
-    let per_metric = args.series as u64 * (end - start) / args.step;
-    println!(
-        "2 metrics x {} series x {} days at {} s = {} points",
-        args.series,
-        args.days,
-        args.step,
-        2 * per_metric
-    );
-    let target = Target::parse("hourglass", &tsdb)?;
-    let dir = tempfile::tempdir()?;
-    let mut server = target.start(dir.path())?;
+/// Starts the TSD on `dir`, loads both metrics, and restarts it so every row is compacted in
+/// storage and nothing is left in the write buffers.
+fn load(
+    target: &Target,
+    dir: &std::path::Path,
+    args: &ExpArgs,
+    (start, end): (u64, u64),
+    per_metric: u64,
+) -> anyhow::Result<Server> {
+    let mut server = target.start(dir)?;
     let loaded_at = Instant::now();
     let conns = 2;
     let senders: Vec<_> = (0..conns)
@@ -138,9 +131,55 @@ pub(crate) fn run(args: &ExpArgs) -> anyhow::Result<()> {
     target.wait_durable(&mut server, &mut sockets, 2 * per_metric as usize)?;
     drop(sockets);
     println!("loaded in {:.1} s", loaded_at.elapsed().as_secs_f64());
-    // Restart: everything compacted in storage, nothing left in the write buffers.
     server.stop(Duration::from_secs(1800))?;
-    server = target.start(dir.path())?;
+    target.start(dir)
+}
+
+pub(crate) fn run(args: &ExpArgs) -> anyhow::Result<()> {
+    if args.series == 0 || args.days == 0 || args.step == 0 {
+        bail!("--series, --days and --step must be above 0");
+    }
+    let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let temp = tempfile::tempdir()?;
+    let dir = args.data.as_deref().unwrap_or(temp.path());
+    // A reused data dir keeps the hour its data ends at.
+    let range_file = dir.join("bench-exp-end");
+    let reuse = dir.join("data").exists();
+    let end = if reuse {
+        std::fs::read_to_string(&range_file)
+            .with_context(|| {
+                format!(
+                    "{} holds data but no {}",
+                    dir.display(),
+                    range_file.display()
+                )
+            })?
+            .trim()
+            .parse()?
+    } else {
+        now - now % 3600 - 3600
+    };
+    let start = end - args.days * 86_400;
+    let per_metric = args.series as u64 * (end - start) / args.step;
+    println!(
+        "2 metrics x {} series x {} days at {} s = {} points",
+        args.series,
+        args.days,
+        args.step,
+        2 * per_metric
+    );
+    let target = Target::parse("hourglass", &tsdb)?;
+    let mut server = if reuse {
+        println!("reusing the data in {}", dir.display());
+        target.start(dir)?
+    } else {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&range_file, end.to_string())?;
+        load(&target, dir, args, (start, end), per_metric)?
+    };
 
     let addr = server.http_addr().to_string();
     let agent = query_agent();
