@@ -644,8 +644,9 @@ impl Node {
     }
 
     /// The values over `rows` rows at once, `column` giving each variable's (one value per
-    /// row). Each row's value is exactly what [`Node::eval`] gives for it: the operations are
-    /// the same, and computing both sides of `&&`, `||` and `?:` changes nothing but time.
+    /// row). Each row's value is exactly what `Node::eval` (the tests' reference) gives for
+    /// it: the operations are the same, and computing both sides of `&&`, `||` and `?:`
+    /// changes nothing but time.
     fn eval_rows<'a>(&self, rows: usize, column: &dyn Fn(&str) -> &'a [f64]) -> Vec<f64> {
         match self {
             Node::Num(n) => vec![*n; rows],
