@@ -53,3 +53,9 @@ export function query(body, signal) {
     signal,
   });
 }
+
+// A Graphite-style expression (`params` from state.js's gexpParams); answered as /api/query
+// answers, one object per series.
+export function gexp(params, signal) {
+  return call(`/api/query/gexp?${params}`, { signal });
+}

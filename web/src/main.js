@@ -1,11 +1,11 @@
-// The query page: sub-queries, time range and chart. The whole view lives in the URL
+// The query page: sub-queries, expressions over them, time range and chart. The whole view lives in the URL
 // fragment in OpenTSDB's /q form, so a reload, a shared link or Back shows the same thing.
 
 import * as api from './api.js';
 import { autocomplete } from './autocomplete.js';
 import { chartSize, drawChart, seriesLabel } from './chart.js';
 import {
-  FILLS, FILTER_TYPES, fromHash, newFilter, newQuery, queryBody, toHash,
+  FILLS, FILTER_TYPES, fromHash, gexpParams, newFilter, newQuery, queryBody, toHash,
 } from './state.js';
 import { formatTime, parseTime } from './time.js';
 
@@ -160,6 +160,36 @@ function renderQueries() {
   $('#queries').replaceChildren(...state.queries.map(queryCard));
 }
 
+// An expression row: a Graphite-style expression over m sub-queries (/api/query/gexp).
+function expressionCard(text, index) {
+  const input = el('input', {
+    class: 'expression',
+    placeholder: 'scale(sum:sys.cpu.user{host=*},10)',
+    size: 60,
+    spellcheck: false,
+    'aria-label': `Expression ${index + 1}`,
+    value: text,
+  });
+  input.addEventListener('input', () => {
+    state.expressions[index] = input.value;
+  });
+  const remove = el('button', { type: 'button', class: 'remove-expression', 'aria-label': `Remove expression ${index + 1}` }, 'Remove');
+  remove.addEventListener('click', () => {
+    state.expressions.splice(index, 1);
+    renderExpressions();
+  });
+  return el('fieldset', { class: 'expression-row panel', 'data-index': String(index) },
+    el('legend', {}, `Expression ${index + 1}`, remove),
+    el('div', { class: 'row' }, input,
+      el('span', { class: 'muted hint' },
+        'Graphite-style functions over sub-queries: absolute, alias, scale, movingAverage, highestCurrent, '
+        + 'highestMax, timeShift, sumSeries, diffSeries, multiplySeries, divideSeries')));
+}
+
+function renderExpressions() {
+  $('#expressions').replaceChildren(...state.expressions.map(expressionCard));
+}
+
 function renderTime() {
   $('#start').value = state.start;
   $('#end').value = state.end;
@@ -178,6 +208,7 @@ function renderControls() {
   }
   reload.value = String(state.autoreload);
   renderQueries();
+  renderExpressions();
 }
 
 function readControls() {
@@ -248,8 +279,21 @@ function scheduleReload() {
   }
 }
 
-// Runs the view's query and draws the answer. `explicit`: the Run button, which asks for a
-// metric when there is none (other triggers then do nothing).
+// Runs one expression; an error names the expression it is about.
+async function runExpression(exp, index, signal) {
+  try {
+    return await api.gexp(gexpParams(state, exp), signal);
+  } catch (e) {
+    if (e.name !== 'AbortError') {
+      e.details = [`Expression ${index + 1}: ${exp.trim()}`, e.details].filter(Boolean).join('\n');
+    }
+    throw e;
+  }
+}
+
+// Runs the view's sub-queries (one /api/query) and expressions (one /api/query/gexp each)
+// and draws the answers on one chart. `explicit`: the Run button, which asks for a metric
+// when there is nothing to run (other triggers then do nothing).
 async function run({ push = true, explicit = false } = {}) {
   readControls();
   writeHash(push);
@@ -257,14 +301,15 @@ async function run({ push = true, explicit = false } = {}) {
   inflight?.abort();
   inflight = null;
   const subs = state.queries.filter((q) => q.metric.trim());
-  if (!subs.length) {
-    if (explicit) fail('Enter a metric to query.');
+  const exps = state.expressions.filter((e) => e.trim());
+  if (!subs.length && !exps.length) {
+    if (explicit) fail('Enter a metric or an expression to query.');
     else setStatus('idle');
     return;
   }
   let body;
   try {
-    body = queryBody(state);
+    body = subs.length ? queryBody(state) : null;
   } catch (e) {
     fail(e.message);
     return;
@@ -275,9 +320,16 @@ async function run({ push = true, explicit = false } = {}) {
   const started = performance.now();
   setStatus('running', 'Running…');
   try {
-    const results = await api.query(body, ctl.signal);
+    const [results, ...expResults] = await Promise.all([
+      body ? api.query(body, ctl.signal) : [],
+      ...exps.map((e, i) => runExpression(e, i, ctl.signal)),
+    ]);
     showError('');
-    draw(results, subs, [parseTime(state.start, state.tz, now), parseTime(state.end, state.tz, now)], performance.now() - started);
+    const lines = results.map((r) => ({ label: seriesLabel(r), right: Boolean(subs[r.query?.index]?.right), result: r }));
+    exps.forEach((e, i) => {
+      for (const r of expResults[i]) lines.push({ label: `${e.trim()} → ${seriesLabel(r)}`, right: false, result: r });
+    });
+    draw(lines, [parseTime(state.start, state.tz, now), parseTime(state.end, state.tz, now)], performance.now() - started);
   } catch (e) {
     if (e.name !== 'AbortError') fail(e.message, e.details);
   } finally {
@@ -291,11 +343,13 @@ async function run({ push = true, explicit = false } = {}) {
 // Annotations are stored with seconds, or milliseconds past 2^32 as OpenTSDB tells them.
 const annotationMs = (t) => (t > 0xffffffff ? t : t * 1000);
 
-function draw(results, subs, range, elapsed) {
+// Draws `series` ([{label, right, result}], result an answer of /api/query or
+// /api/query/gexp), their annotations once each.
+function draw(series, range, elapsed) {
   const lines = [];
   const notes = new Map();
-  for (const r of results) {
-    lines.push({ label: seriesLabel(r), right: Boolean(subs[r.query?.index]?.right), points: r.dps || [] });
+  for (const { label, right, result: r } of series) {
+    lines.push({ label, right, points: r.dps || [] });
     for (const n of [...(r.annotations || []), ...(r.globalAnnotations || [])]) {
       notes.set(`${n.tsuid || ''}:${n.startTime}`, { ...n, time: annotationMs(n.startTime) });
     }
@@ -407,6 +461,11 @@ async function init() {
     renderQueries();
     $('#queries .query:last-of-type .metric').focus();
   });
+  $('#add-expression').addEventListener('click', () => {
+    state.expressions.push('');
+    renderExpressions();
+    $('#expressions .expression-row:last-of-type .expression').focus();
+  });
   for (const b of document.querySelectorAll('[data-range]')) {
     b.addEventListener('click', () => {
       $('#start').value = b.dataset.range;
@@ -435,7 +494,7 @@ async function init() {
     resizeTimer = setTimeout(() => plot?.setSize(chartSize($('#chart'))), 150);
   });
 
-  if (state.queries.some((q) => q.metric.trim())) run({ push: false });
+  if (state.queries.some((q) => q.metric.trim()) || state.expressions.some((e) => e.trim())) run({ push: false });
   else setStatus('idle');
 }
 

@@ -7,6 +7,8 @@
 // m: AGG:[INTERVAL-FUNC[-FILL]:][rate[{counter[,max[,reset]]}]:]METRIC[{grouped}][{not grouped}]
 // with each filter `tagk=v1|v2` (literal_or), `tagk=glob*` (iwildcard) or `tagk=type(expr)`.
 // o: gnuplot options, one per m; `axis x1y2` puts that sub-query on the right axis.
+// exp: a Graphite-style expression over m sub-queries, as /api/query/gexp takes it
+//   (`scale(sum:sys.cpu.user{host=*},10)`), one per expression row, drawn beside the m ones.
 // Parameters and m tokens the page does not use (key, wxh, yrange, pre-agg, ...) are kept
 // and written back unchanged.
 
@@ -34,6 +36,7 @@ function defaultState(tz) {
   return {
     start: '1h-ago', end: '', tz, ylog: false, y2log: false, autoreload: 0,
     queries: [newQuery()],
+    expressions: [], // the exp texts, one per expression row
     extra: [], // [name, value] of parameters not used here
   };
 }
@@ -159,6 +162,7 @@ export function toHash(state) {
   const parts = [param('start', state.start)];
   if (state.end) parts.push(param('end', state.end));
   for (const q of state.queries) parts.push(param('m', formatM(q)), `o=${encode(formatO(q))}`);
+  for (const e of state.expressions) parts.push(param('exp', e));
   if (state.tz) parts.push(param('tz', state.tz));
   if (state.ylog) parts.push('ylog');
   if (state.y2log) parts.push('y2log');
@@ -167,7 +171,7 @@ export function toHash(state) {
   return parts.join('&');
 }
 
-const KNOWN = new Set(['start', 'end', 'tz', 'm', 'o', 'ylog', 'y2log', 'autoreload']);
+const KNOWN = new Set(['start', 'end', 'tz', 'm', 'o', 'exp', 'ylog', 'y2log', 'autoreload']);
 
 // The state a fragment describes; `tz` is the zone when it names none.
 export function fromHash(hash, tz) {
@@ -187,6 +191,7 @@ export function fromHash(hash, tz) {
       return { ...parseM(m), right: RIGHT_AXIS.test(o), options: o.replace(RIGHT_AXIS, ' ').trim() };
     });
   }
+  state.expressions = params.getAll('exp');
   state.extra = [...params].filter(([k]) => !KNOWN.has(k));
   return state;
 }
@@ -236,4 +241,14 @@ export function queryBody(state) {
       return sub;
     }),
   };
+}
+
+// The /api/query/gexp query string for the expression `exp` over the view's range: points
+// as [ms, value] arrays, with the global annotations.
+export function gexpParams(state, exp) {
+  const params = new URLSearchParams({ start: state.start });
+  if (state.end) params.set('end', state.end);
+  params.set('tz', state.tz);
+  params.set('exp', exp.trim());
+  return `${params}&ms&arrays&global_annotations`;
 }

@@ -2,7 +2,7 @@
 // a browser or a TSD.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatM, fromHash, parseM, queryBody, toHash } from '../src/state.js';
+import { formatM, fromHash, gexpParams, parseM, queryBody, toHash } from '../src/state.js';
 import { formatTime, parseTime } from '../src/time.js';
 
 test('m expressions round-trip unchanged', () => {
@@ -82,6 +82,25 @@ test('the /api/query body', () => {
   });
   assert.equal(queryBody(fromHash('start=1357000000&end=1357000000123&m=sum:a', 'UTC')).end, 1357000000123);
   assert.throws(() => queryBody(fromHash('m=sum:rate{counter,lots}:a', 'UTC')), /counter max must be a whole number/);
+});
+
+test('expression rows round-trip through the URL and make /api/query/gexp parameters', () => {
+  const link = 'start=2013/01/01-00:00:00&m=sum:a&o=&exp=scale(sum:sys.cpu.user{host=*},10)'
+    + '&exp=alias(sumSeries(sum:a,sum:b),a+b)&tz=UTC&wxh=1300x600';
+  const state = fromHash(`#${link}`, 'Europe/Paris');
+  assert.deepEqual(state.expressions, ['scale(sum:sys.cpu.user{host=*},10)', 'alias(sumSeries(sum:a,sum:b),a b)']);
+  assert.deepEqual(state.extra, [['wxh', '1300x600']]);
+  assert.equal(toHash(state), link);
+  // An empty row is kept too; a view without expressions writes none.
+  assert.deepEqual(fromHash('m=sum:a&exp', 'UTC').expressions, ['']);
+  assert.equal(toHash(fromHash('m=sum:a&exp', 'UTC')), 'start=1h-ago&m=sum:a&o=&exp&tz=UTC');
+  assert.deepEqual(fromHash('m=sum:a', 'UTC').expressions, []);
+
+  assert.equal(gexpParams(state, ' scale(sum:sys.cpu.user{host=*},10) '),
+    'start=2013%2F01%2F01-00%3A00%3A00&tz=UTC&exp=scale%28sum%3Asys.cpu.user%7Bhost%3D*%7D%2C10%29&ms&arrays&global_annotations');
+  const ranged = fromHash('start=1357000000&end=1357003600&tz=America/Denver', 'UTC');
+  assert.equal(gexpParams(ranged, 'absolute(sum:a)'),
+    'start=1357000000&end=1357003600&tz=America%2FDenver&exp=absolute%28sum%3Aa%29&ms&arrays&global_annotations');
 });
 
 test('OpenTSDB times, in a zone', () => {

@@ -358,6 +358,70 @@ test('API errors are shown plainly, not as an empty chart', async () => {
   await page.close();
 });
 
+test('expression rows are charted beside the sub-queries and kept in the URL', async () => {
+  const page = await open(`/#${RANGE}&m=sum:sys.cpu.user{host=web01}&o=`);
+  await settled(page);
+  assert.deepEqual(await stats(page), { series: 1, points: 300 });
+
+  // web02 (300 down to 1) times 10, through /api/query/gexp, on the same chart.
+  const exp = 'scale(sum:sys.cpu.user{host=web02},10)';
+  const label = `${exp} → sys.cpu.user{host=web02}`;
+  await page.click('#add-expression');
+  const input = page.locator('.expression-row .expression');
+  assert.equal(await input.evaluate((e) => e === document.activeElement), true, 'the new row has the focus');
+  await input.fill(exp);
+  await run(page);
+  assert.deepEqual(await stats(page), { series: 2, points: 600 });
+  let rows = await legend(page);
+  assert.deepEqual(Object.keys(rows), ['sys.cpu.user{host=web01}', label]);
+  assert.deepEqual(rows[label], { axis: 'left', last: '10', min: '10', max: '3000', hover: '—' });
+  assert.ok(hash(page).includes(`&m=sum:sys.cpu.user{host=web01}&o=&exp=${exp}&tz=UTC`), hash(page));
+
+  // Hovering: the expression's value under the cursor beside the sub-query's.
+  const { x, y } = await plotAt(page, 0.4);
+  await page.mouse.move(x, y);
+  const step = (Number(await page.getAttribute('#cursor-time', 'data-ts')) / 1000 - T0 - 30) / 30;
+  assert.ok(Number.isInteger(step) && step > 100 && step < 200, `cursor at step ${step}`);
+  rows = await legend(page);
+  assert.equal(rows['sys.cpu.user{host=web01}'].hover, String(step + 1));
+  assert.equal(rows[label].hover, String(10 * (300 - step)));
+  await shot(page, '07-expression');
+
+  // A reload restores the row and draws it again.
+  await page.reload();
+  await settled(page);
+  assert.equal(await page.locator('.expression-row').count(), 1);
+  assert.equal(await input.inputValue(), exp);
+  assert.deepEqual(Object.keys(await legend(page)), ['sys.cpu.user{host=web01}', label]);
+  assert.deepEqual(await stats(page), { series: 2, points: 600 });
+
+  // The TSD's parse error, naming the expression; then the row removed, from the URL too.
+  await input.fill('scale(sum:sys.cpu.user{host=web02}');
+  await page.click('#run');
+  await settled(page, 'error');
+  assert.match(await page.locator('#error strong').textContent(), /^Failed to parse scale\(sum:sys\.cpu\.user\{host=web02\}/);
+  assert.match(await page.locator('#error pre').textContent(), /^Expression 1: scale\(sum:sys\.cpu\.user\{host=web02\}\n/);
+  await page.click('.remove-expression');
+  assert.equal(await page.locator('.expression-row').count(), 0);
+  await run(page);
+  assert.deepEqual(Object.keys(await legend(page)), ['sys.cpu.user{host=web01}']);
+  assert.ok(!hash(page).includes('exp='), hash(page));
+  await page.close();
+});
+
+test('an expression alone, from a link', async () => {
+  // user summed over hosts is 301 at every step, system 4i: 301 + 4i, named by alias.
+  const exp = 'alias(sumSeries(sum:sys.cpu.user,sum:sys.cpu.system),busy)';
+  const page = await open(`/#${RANGE}&exp=${encodeURIComponent(exp)}`);
+  await settled(page);
+  assert.deepEqual(await legend(page), {
+    [`${exp} → busy{}`]: { axis: 'left', last: '1497', min: '301', max: '1497', hover: '—' },
+  });
+  assert.deepEqual(await stats(page), { series: 1, points: 300 });
+  assert.equal(await page.locator('#chart .annotation-marker').count(), 1, 'the global annotation');
+  await page.close();
+});
+
 test('dozens of series and 100,000 points are charted', async () => {
   const started = Date.now();
   const page = await open(`/#${RANGE}&m=sum:load.test{host=*}`);

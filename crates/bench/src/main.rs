@@ -10,6 +10,7 @@
 
 mod chaos;
 mod dataset;
+mod expbench;
 mod load;
 mod metabench;
 mod proc;
@@ -35,6 +36,9 @@ enum Cli {
     Bigtable(scaling::ScalingArgs),
     /// Query latency against VictoriaMetrics on the same points.
     Query(querybench::QueryArgs),
+    /// An `/api/query/exp` expression against the two sub-queries it reads through
+    /// `/api/query`.
+    Exp(expbench::ExpArgs),
     /// Suggest and lookup latency with many tag values.
     Meta(metabench::MetaArgs),
     /// Writers and readers against a TSD that is killed, stopped, starved of disk and of its
@@ -89,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Ingest(args) => args,
         Cli::Bigtable(args) => return scaling::run(&args),
         Cli::Query(args) => return querybench::run(&args),
+        Cli::Exp(args) => return expbench::run(&args),
         Cli::Meta(args) => return metabench::run(&args),
         Cli::Chaos(args) => return chaos::run(&args),
         Cli::Sync(args) => return syncbench::run(&args),

@@ -395,6 +395,108 @@ async fn nested_and_outputs(backend: &str) {
     );
 }
 
+/// `timeOffset`: a metric read a duration earlier, its points moved forward by it.
+///
+/// ```text
+/// o.m{host=h1}:  -1d-60:99  -1d:1  -1d+60:2  -1d+700:77   0:10  60:20  120:30
+/// o.m{host=h2}:  -1d:3                                     0:40
+/// ```
+async fn time_offsets(backend: &str) {
+    const DAY: i64 = 86_400;
+    let srv = start(backend).await;
+    let mut lines = String::new();
+    for (off, v, host) in [
+        (-DAY - 60, 99, "h1"),
+        (-DAY, 1, "h1"),
+        (-DAY + 60, 2, "h1"),
+        (-DAY + 700, 77, "h1"),
+        (0, 10, "h1"),
+        (60, 20, "h1"),
+        (120, 30, "h1"),
+        (-DAY, 3, "h2"),
+        (0, 40, "h2"),
+    ] {
+        lines.push_str(&format!("put o.m {} {v} host={host}\n", T0 + off));
+    }
+    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    let body = |offset: &str| {
+        let mut b = request(
+            json!([
+                {"id": "a", "metric": "o.m", "filter": "f"},
+                {"id": "b", "metric": "o.m", "filter": "f", "timeOffset": offset}
+            ]),
+            json!([expr("e", "a - b", "union")]),
+        );
+        b["outputs"] = json!([{"id": "e"}, {"id": "b"}]);
+        b
+    };
+    // Today less yesterday; b reads [T0 - 1d, T0 + 600 - 1d] only (not 99 or 77), its gaps
+    // count 0.
+    let today_less_yesterday = json!([
+        [[t0, 9.0, 37.0], [t1, 18.0, 0.0], [t2, 30.0, 0.0]],
+        [[t0, 1.0, 3.0], [t1, 2.0, 0.0]]
+    ]);
+    for offset in ["1d", "24h", "1440m", "1d-ago", " 1d-AGO "] {
+        assert_eq!(
+            Value::from(dps(&srv, &body(offset)).await),
+            today_less_yesterday,
+            "{offset}"
+        );
+    }
+    // The offset is echoed as given.
+    let got = ok(&srv, &body("24h")).await;
+    assert_eq!(got["query"]["metrics"][0]["timeOffset"], Value::Null);
+    assert_eq!(got["query"]["metrics"][1]["timeOffset"], json!("24h"));
+    // One minute: b's T0 - 60 (none), T0 (10, 40) and T0 + 60 (20) land a minute later.
+    assert_eq!(
+        Value::from(dps(&srv, &body("1m")).await),
+        json!([
+            [
+                [t0, 10.0, 40.0],
+                [t1, 10.0, -40.0],
+                [t2, 10.0, 0.0],
+                [MS + 180_000, -30.0, 0.0]
+            ],
+            [[t1, 10.0, 40.0], [t2, 20.0, 0.0], [MS + 180_000, 30.0, 0.0]]
+        ])
+    );
+    // Before 1970: b reads nothing, a - b is a.
+    assert_eq!(
+        Value::from(dps(&srv, &body("100y")).await),
+        json!([[[t0, 10.0, 40.0], [t1, 20.0, 0.0], [t2, 30.0, 0.0]], []])
+    );
+    // Downsampled into 2-minute maxima, then offset by a day: buckets stay aligned.
+    let mut b = body("1d");
+    b["time"]["downsampler"] = json!({"interval": "2m", "aggregator": "max"});
+    b["time"]["end"] = json!((T0 + 180).to_string());
+    assert_eq!(
+        Value::from(dps(&srv, &b).await),
+        json!([[[t0, 18.0, 37.0], [t2, 30.0, 0.0]], [[t0, 2.0, 3.0]]])
+    );
+    // Bad durations: 400 with the cause.
+    for (offset, cause) in [
+        ("5min", "Invalid duration (suffix): 5min"),
+        ("0d", "Zero or negative duration: 0d"),
+        ("d", "Invalid duration (number): d"),
+        ("12", "Invalid duration, must have an integer and unit: 12"),
+        ("2013/01/01", "Invalid duration (suffix): 2013/01/01"),
+        ("-ago", "Cannot parse null or empty duration"),
+    ] {
+        let r = post(&srv, &body(offset)).await;
+        assert_eq!(r.status, 400, "{offset}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["message"], "Invalid metric at index 1", "{offset}");
+        assert_eq!(
+            e["details"],
+            format!(
+                "Invalid timeOffset (\"{offset}\"): {cause}; expected a duration such as 1h, 1d or 1w"
+            ),
+            "{offset}"
+        );
+    }
+}
+
 async fn errors(backend: &str) {
     let srv = start(backend).await;
     load(&srv).await;
@@ -511,9 +613,12 @@ async fn errors(backend: &str) {
             Some("The value for ZERO must be 0"),
         ),
         (
-            with(&["metrics", "0", "timeOffset"], json!("1h-ago")),
+            with(&["metrics", "0", "timeOffset"], json!("1hour")),
             "Invalid metric at index 0",
-            None,
+            Some(
+                "Invalid timeOffset (\"1hour\"): Invalid duration (suffix): 1hour; \
+                 expected a duration such as 1h, 1d or 1w",
+            ),
         ),
         (
             with(&["filters", "0", "id"], Value::Null),
@@ -752,6 +857,7 @@ on_backends!(
     join_options,
     fill_policies,
     nested_and_outputs,
+    time_offsets,
     errors,
     sum_matches_query_api,
 );
