@@ -359,7 +359,113 @@ mod tests {
         );
     }
 
+    /// The parser as it was written before its fast paths, kept as the reference they must
+    /// agree with.
+    mod reference {
+        use super::super::*;
+
+        pub(super) fn parse_put<'a>(
+            args: &'a str,
+            tags: &mut Vec<(&'a str, &'a str)>,
+        ) -> Result<PutLine<'a>, PutError> {
+            let mut words = Words(Some(args));
+            let metric = words.next().unwrap_or_default();
+            let (Some(ts), Some(val), Some(first_tag)) = (words.next(), words.next(), words.next())
+            else {
+                return Err(PutError::not_enough_arguments(Words(Some(args)).count()));
+            };
+            if metric.is_empty() {
+                return Err(illegal("empty metric name".into()));
+            }
+            let timestamp = parse_timestamp(ts)?;
+            if val.is_empty() {
+                return Err(illegal("empty value".into()));
+            }
+            let start = tags.len();
+            if let Err(e) = parse_tags(std::iter::once(first_tag).chain(words), start, tags) {
+                tags.truncate(start);
+                return Err(e);
+            }
+            match value::parse_value(val) {
+                Ok(value) => Ok(PutLine {
+                    metric,
+                    timestamp,
+                    value,
+                    tags: start..tags.len(),
+                }),
+                Err(e) => {
+                    tags.truncate(start);
+                    Err(PutError::InvalidValue(e.to_string()))
+                }
+            }
+        }
+
+        /// Words separated by single spaces, empty ones kept (`str::split(' ')`, with the memchr
+        /// crate's search, which is faster on these short words).
+        struct Words<'a>(Option<&'a str>);
+
+        impl<'a> Iterator for Words<'a> {
+            type Item = &'a str;
+
+            fn next(&mut self) -> Option<&'a str> {
+                let rest = self.0?;
+                match memchr::memchr(b' ', rest.as_bytes()) {
+                    Some(i) => {
+                        self.0 = Some(&rest[i + 1..]);
+                        Some(&rest[..i])
+                    }
+                    None => {
+                        self.0 = None;
+                        Some(rest)
+                    }
+                }
+            }
+        }
+
+        /// OpenTSDB's `Tags.parse` over each non-empty word: `k=v`, both sides non-empty, one `=`;
+        /// a repeated key with the same value is ignored, with another value refused.
+        fn parse_tags<'a>(
+            words: impl Iterator<Item = &'a str>,
+            start: usize,
+            tags: &mut Vec<(&'a str, &'a str)>,
+        ) -> Result<(), PutError> {
+            for w in words.filter(|w| !w.is_empty()) {
+                let Some((k, v)) = w.split_once('=') else {
+                    return Err(illegal(format!("invalid tag: {w}")));
+                };
+                if k.is_empty() || v.is_empty() || v.contains('=') {
+                    return Err(illegal(format!("invalid tag: {w}")));
+                }
+                match tags[start..].iter().find(|(have, _)| *have == k) {
+                    Some((_, have_v)) if *have_v == v => {}
+                    Some(_) => {
+                        let so_far = tag_map_text(&tags[start..]);
+                        return Err(illegal(format!("duplicate tag: {w}, tags={so_far}")));
+                    }
+                    None => tags.push((k, v)),
+                }
+            }
+            Ok(())
+        }
+    }
+
     proptest! {
+        /// Any line of put-like characters parses exactly as the reference parses it: the
+        /// same words, numbers and tags, or the same error.
+        #[test]
+        fn parses_as_the_reference_parser(
+            any in "[a-c0-9=. +-]{0,40}",
+            shaped in "[a-c.=]{0,3} [0-9]{1,4}(\\.[0-9]{0,2})? -?[0-9.e=]{0,4}( {1,2}[a-c=]{0,5}){0,4} ?",
+        ) {
+            for line in [any, shaped] {
+                let (mut got_tags, mut want_tags) = (vec![("x", "y")], vec![("x", "y")]);
+                let got = parse_put(&line, &mut got_tags);
+                let want = reference::parse_put(&line, &mut want_tags);
+                prop_assert_eq!(got, want, "{:?}", line);
+                prop_assert_eq!(got_tags, want_tags);
+            }
+        }
+
         #[test]
         fn never_panics(line in "\\PC{0,80}") {
             let mut tags = Vec::new();
