@@ -102,6 +102,7 @@ fn dataset(series: usize, days: usize) -> PathBuf {
                 timestamp: t,
                 value: Value::Int(*v),
                 tags: &tag_refs[i],
+                line_tags: None,
             });
         }
         let out = db.add_points(&batch);

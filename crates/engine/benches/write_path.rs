@@ -65,6 +65,7 @@ fn ingest(c: &mut Criterion) {
                         timestamp: 1356990000,
                         value: Value::Int(0),
                         tags: t,
+                        line_tags: None,
                     })
                     .collect();
                 db.add_points(&warm);
@@ -79,6 +80,7 @@ fn ingest(c: &mut Criterion) {
                         timestamp: ts,
                         value: Value::Int((n % 977) as i64),
                         tags: &tag_sets[s],
+                        line_tags: None,
                     });
                     if batch.len() == BATCH {
                         let out = db.add_points(&batch);

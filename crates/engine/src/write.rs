@@ -68,6 +68,10 @@ pub struct IncomingPoint<'a> {
     pub timestamp: i64,
     pub value: Value,
     pub tags: &'a [(&'a str, &'a str)],
+    /// The tags as a telnet `put` line wrote them (`k=v k2=v2`, exactly the text `tags` was
+    /// parsed from), when the point came from one: the series is then looked up by this
+    /// text and the metric, without building its canonical text.
+    pub line_tags: Option<&'a str>,
 }
 
 /// What became of a batch: points stored and the errors of the others, by index.
@@ -105,6 +109,9 @@ pub struct WriteStats {
 #[derive(Debug, Default)]
 struct SeriesCache {
     by_text: series_index::TextIndex,
+    /// The same for points of telnet lines, keyed by [`line_key`] (a separate index: its
+    /// keys never meet the canonical texts).
+    by_line: series_index::TextIndex,
     by_template: Map<Box<[u8]>, u32>,
     templates: Vec<Box<[u8]>>,
     /// By series id: the log segment whose entries define its template (0: none yet). Set
@@ -194,6 +201,15 @@ pub(crate) struct Writer {
     /// Series tracking in the meta table (`tsd.core.meta.*`), when on.
     tracker: Option<crate::meta::Tracker>,
     pub(crate) stats: WriteStats,
+}
+
+/// The series cache key of a point from a telnet line: its metric, a space (which no metric
+/// word holds), and its tags as the line wrote them.
+fn line_key(metric: &str, written_tags: &str, text: &mut String) {
+    text.clear();
+    text.push_str(metric);
+    text.push(' ');
+    text.push_str(written_tags);
 }
 
 /// The series cache key of a point: metric and tags as sent, `\0`-separated.
@@ -434,14 +450,21 @@ impl Writer {
         }
         let mut resolved: Vec<(u64, Point)> = Vec::with_capacity(points.len());
         let mut text = String::new();
-        // Known series under one read lock for the whole batch.
+        // Known series under one read lock for the whole batch: by the line's own tag text
+        // when the point came from a telnet line, else by the canonical series text.
         let known: Vec<Option<u32>> = {
             let series = self.series.read();
             points
                 .iter()
-                .map(|p| {
-                    series_text(p, &mut text);
-                    series.by_text.get(&text)
+                .map(|p| match p.line_tags {
+                    Some(written) => {
+                        line_key(p.metric, written, &mut text);
+                        series.by_line.get(&text)
+                    }
+                    None => {
+                        series_text(p, &mut text);
+                        series.by_text.get(&text)
+                    }
                 })
                 .collect()
         };
@@ -451,7 +474,12 @@ impl Writer {
                     Some(id) => id,
                     None => {
                         series_text(p, &mut text);
-                        self.resolve_series(p, &text)?
+                        let id = self.resolve_series(p, &text)?;
+                        if let Some(written) = p.line_tags {
+                            line_key(p.metric, written, &mut text);
+                            self.series.write().by_line.insert(&text, id);
+                        }
+                        id
                     }
                 };
                 Ok((id, base, q))

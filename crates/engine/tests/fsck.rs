@@ -44,12 +44,14 @@ fn fixtures_with(settings: Settings) -> Vec<Fixture> {
                     timestamp: 1356998430 + i * 30,
                     value: Value::Int(i + 1),
                     tags: &w1,
+                    line_tags: None,
                 });
                 pts.push(IncomingPoint {
                     metric: "sys.cpu.user",
                     timestamp: 1356998430 + i * 30,
                     value: Value::Int(HEALTHY_POINTS - i),
                     tags: &w2,
+                    line_tags: None,
                 });
             }
             pts.push(IncomingPoint {
@@ -57,6 +59,7 @@ fn fixtures_with(settings: Settings) -> Vec<Fixture> {
                 timestamp: 1356998400,
                 value: Value::Int(7),
                 tags: &w1,
+                line_tags: None,
             });
             assert_eq!(db.add_points(&pts).stored, pts.len(), "{backend}");
             db.flush().unwrap();

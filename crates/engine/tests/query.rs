@@ -25,12 +25,14 @@ fn load(db: &hourglass_engine::Tsdb) {
             timestamp: 1356998430 + i * 30,
             value: Value::Int(i + 1),
             tags: &w1,
+            line_tags: None,
         });
         pts.push(IncomingPoint {
             metric: "sys.cpu.user",
             timestamp: 1356998430 + i * 30,
             value: Value::Int(300 - i),
             tags: &w2,
+            line_tags: None,
         });
     }
     assert_eq!(db.add_points(&pts).stored, 600);
@@ -101,6 +103,7 @@ fn standard_fixture_through_the_pipeline() {
                 timestamp: 1356998430 + i * 30,
                 value: Value::Int(7),
                 tags: &w3,
+                line_tags: None,
             })
             .collect();
         assert_eq!(db.add_points(&extra).stored, 300);
@@ -123,6 +126,7 @@ fn standard_fixture_through_the_pipeline() {
                 timestamp: 1357000000 + i,
                 value: Value::Int(1000),
                 tags: &w1,
+                line_tags: None,
             })
             .collect();
         assert_eq!(db.add_points(&more).stored, 2);
@@ -311,6 +315,7 @@ fn calendar_days_in_a_time_zone() {
                 timestamp: 1356998400 + h * 3600,
                 value: Value::Int(1),
                 tags: &tags,
+                line_tags: None,
             })
             .collect();
         db.add_points(&pts);
@@ -373,6 +378,7 @@ fn two_threads_answer_as_one() {
                         timestamp: t,
                         value,
                         tags,
+                        line_tags: None,
                     });
                 }
             }
@@ -386,6 +392,7 @@ fn two_threads_answer_as_one() {
                 timestamp: t0 + 29 * 3600 + i * 7,
                 value: Value::Int(5),
                 tags: &hosts[0],
+                line_tags: None,
             })
             .collect();
         db.add_points(&late);
@@ -462,6 +469,7 @@ fn none_answers_series_in_row_key_order_whatever_hour_they_start() {
             timestamp: ts,
             value: Value::Int(1),
             tags,
+            line_tags: None,
         };
         let (w1, w2, w3): (&'static _, &'static _, &'static _) = (
             Box::leak(Box::new(w1)),

@@ -12,6 +12,7 @@ fn p<'a>(ts: i64, v: i64, tags: &'a [(&'a str, &'a str)]) -> IncomingPoint<'a> {
         timestamp: ts,
         value: Value::Int(v),
         tags,
+        line_tags: None,
     }
 }
 

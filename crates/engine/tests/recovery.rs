@@ -42,6 +42,7 @@ fn unflushed_batches_are_replayed_from_the_log() {
                     timestamp: 1356998400 + batch * 100 + i,
                     value: Value::Int(i),
                     tags: &tags,
+                    line_tags: None,
                 })
                 .collect();
             assert_eq!(db.add_points(&pts).stored, 100);
@@ -96,6 +97,7 @@ fn unflushed_batches_are_replayed_into_bigtable() {
                 timestamp: 1356998400 + i,
                 value: Value::Int(i),
                 tags: &tags,
+                line_tags: None,
             })
             .collect();
         assert_eq!(db.add_points(&pts).stored, 500);
@@ -129,6 +131,7 @@ fn series_are_defined_again_in_each_segment_the_log_turns_over_to() {
                 timestamp: 1356998400 + from + i,
                 value: Value::Int(from + i),
                 tags: &tags[i as usize % hosts.len()],
+                line_tags: None,
             })
             .collect();
         assert_eq!(db.add_points(&pts).stored, 20);

@@ -322,6 +322,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                         timestamp: *ts,
                         value: Value::Int(*v),
                         tags,
+                        line_tags: None,
                     })
                     .collect();
                 let out = db.add_points(&incoming);

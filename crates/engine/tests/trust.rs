@@ -52,6 +52,7 @@ fn batch(
             timestamp: start + i,
             value: Value::Int(start + i),
             tags: host,
+            line_tags: None,
         })
         .collect()
 }
@@ -411,6 +412,7 @@ fn queries_and_batches_adding_series_never_deadlock() {
                     timestamp: 1_356_998_400 + i as i64,
                     value: Value::Int(1),
                     tags: &tags,
+                    line_tags: None,
                 };
                 db.add_points(&[p]);
                 // And a known one, whose entry reads the series templates.

@@ -18,6 +18,7 @@ fn point<'a>(
         timestamp: ts,
         value: v,
         tags,
+        line_tags: None,
     }
 }
 
@@ -273,5 +274,58 @@ fn auto_create_switches_are_honoured() {
                 .stored,
             1
         );
+    }
+}
+
+/// Points of telnet lines are looked up by the tag text the line wrote: every spelling of
+/// one series (tag order, doubled tags, empty words) lands in that series' one row, and a
+/// point without line text finds the same series.
+#[test]
+fn every_spelling_of_a_line_finds_its_one_series() {
+    for (name, store) in common::backends() {
+        let db = common::open(store.clone(), common::auto_create());
+        let both = [("host", "a"), ("cpu", "0")];
+        let reversed = [("cpu", "0"), ("host", "a")];
+        let other = [("host", "b"), ("cpu", "0")];
+        type Tags<'a> = &'a [(&'a str, &'a str)];
+        let spellings: [(Tags<'_>, Option<&str>); 6] = [
+            (&both, Some("host=a cpu=0")),
+            (&reversed, Some("cpu=0 host=a")),
+            (&both, Some("host=a  cpu=0 host=a")),
+            (&both, None),
+            (&other, Some("host=b cpu=0")),
+            (&both, Some("host=a cpu=0")),
+        ];
+        for (i, (tags, written)) in spellings.iter().enumerate() {
+            let p = IncomingPoint {
+                line_tags: *written,
+                ..point("m", 1356998400 + i as i64, Value::Int(i as i64), tags)
+            };
+            assert_eq!(db.add_points(&[p]).stored, 1, "{name} spelling {i}");
+        }
+        // The same tag text under another metric is another series.
+        let p = IncomingPoint {
+            line_tags: Some("host=a cpu=0"),
+            ..point("m2", 1356998400, Value::Int(9), &both)
+        };
+        assert_eq!(db.add_points(&[p]).stored, 1, "{name}");
+        db.flush().unwrap();
+        let rows: Vec<_> = store
+            .scan("tsdb", &ScanRequest::default())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let counts: Vec<usize> = rows
+            .iter()
+            .map(|r| {
+                hourglass_engine::rows::decode_row(Some(r), &[])
+                    .unwrap()
+                    .points
+                    .len()
+            })
+            .collect();
+        let mut counts = counts;
+        counts.sort_unstable();
+        assert_eq!(counts, [1, 1, 5], "{name}: m host=a, m host=b, m2 host=a");
     }
 }

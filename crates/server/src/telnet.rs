@@ -264,6 +264,7 @@ impl<'a> PutBatch<'a> {
                     timestamp: p.timestamp,
                     value: p.value,
                     tags: &self.tags[p.tags.clone()],
+                    line_tags: Some(p.tags_text),
                 });
                 origin.push(i);
             }

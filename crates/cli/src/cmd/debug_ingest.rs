@@ -41,6 +41,7 @@ pub(crate) fn run(args: &DebugIngestArgs) -> anyhow::Result<ExitCode> {
                     timestamp: 1356998400 + (k / 100) as i64,
                     value: Value::Int(k as i64),
                     tags: &tags[(k % 100) as usize],
+                    line_tags: None,
                 }
             })
             .collect();

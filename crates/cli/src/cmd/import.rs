@@ -178,6 +178,7 @@ fn send_batch(
                     timestamp: p.timestamp,
                     value: p.value,
                     tags: &tags[p.tags.clone()],
+                    line_tags: Some(p.tags_text),
                 })
                 .collect();
             let outcome = db.add_points(&points);

@@ -222,6 +222,7 @@ fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
             timestamp: c.timestamp,
             value: c.value,
             tags,
+            line_tags: None,
         })
         .collect();
     let outcome = state.tsdb.add_points(&points);
