@@ -84,9 +84,13 @@ fn encode_cell(
     if blob.len() >= qualifier.len() + value.len() {
         return None;
     }
-    // Lossless or not at all.
-    match decode_blob(&blob) {
-        Ok((q, v)) if q == qualifier && v == value => Some(blob),
+    // Lossless or not at all: the blob must give back these points and meta byte. That is
+    // the cell itself: a compacted cell is exactly its points' qualifiers and values in
+    // order, then the meta byte, and `decode_cell` read each byte once (widths by the
+    // qualifiers' flags, at most one byte left for the meta).
+    let mut back = Vec::with_capacity(points.len());
+    match decode_blob_points(&blob, &mut back) {
+        Ok(m) if m == meta && back == points => Some(blob),
         _ => None,
     }
 }
