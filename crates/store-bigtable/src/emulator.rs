@@ -69,6 +69,33 @@ pub fn host() -> &'static str {
         .0
 }
 
+/// An emulator of the caller's own (for tests that stop or kill it), on a free loopback
+/// port: the process and its `host:port`, ready for connections. The caller kills it.
+pub fn spawn_own() -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(emulator_binary())
+        .args(["-host", "127.0.0.1", "-port", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the emulator");
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the Bigtable emulator did not start on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, addr)
+}
+
 /// A store on a fresh instance of the shared emulator (instances are isolated).
 pub fn fresh_store() -> BigtableStore {
     static N: AtomicUsize = AtomicUsize::new(0);

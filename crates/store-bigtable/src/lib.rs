@@ -553,17 +553,39 @@ impl Store for BigtableStore {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Row>>(256);
         let mut client = self.data.clone();
         let read = request.read.clone();
+        // The call's timeout covers the answer's start only: a store that stops answering in
+        // the middle of a stream would hold the scan (and the query reading it) as long as it
+        // stays silent. Each wait for the stream's next rows gets the same bound.
+        let timeout = self.config.timeout;
+        let stalled = move || {
+            Error::Unavailable(format!(
+                "bigtable scan stalled: no answer for {} s",
+                timeout.as_secs_f64()
+            ))
+        };
         self.handle()?.spawn(async move {
             use futures_util::StreamExt;
-            let stream = match client.stream_rows(req).await {
-                Ok(s) => s,
-                Err(e) => {
+            let stream = match tokio::time::timeout(timeout, client.stream_rows(req)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
                     let _ = tx.send(Err(convert::client_error(e)));
+                    return;
+                }
+                Err(_) => {
+                    let _ = tx.send(Err(stalled()));
                     return;
                 }
             };
             futures_util::pin_mut!(stream);
-            while let Some(item) = stream.next().await {
+            loop {
+                let item = match tokio::time::timeout(timeout, stream.next()).await {
+                    Ok(Some(item)) => item,
+                    Ok(None) => return,
+                    Err(_) => {
+                        let _ = tx.send(Err(stalled()));
+                        return;
+                    }
+                };
                 let row = match item {
                     Ok((key, cells)) => match to_row(&spec, &read, key, cells) {
                         Some(row) => Ok(row),
