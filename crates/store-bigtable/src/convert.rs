@@ -196,7 +196,28 @@ pub(crate) fn status_error(s: &tonic::Status) -> Error {
         | tonic::Code::FailedPrecondition
         | tonic::Code::OutOfRange => Error::InvalidRequest(msg),
         tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => Error::Unavailable(msg),
+        // The client's own call timeout ends a call as cancelled: the store did not answer
+        // in time, as with a deadline (not retried: the call may have been applied).
+        tonic::Code::Cancelled => Error::Unavailable(msg),
         _ => Error::Internal(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_that_does_not_answer_is_unavailable_not_broken() {
+        let timed_out = tonic::Status::cancelled("Timeout expired");
+        assert!(matches!(status_error(&timed_out), Error::Unavailable(_)));
+        assert!(!is_transient(timed_out.code()), "a cancelled call is not retried");
+        let deadline = tonic::Status::deadline_exceeded("late");
+        assert!(matches!(status_error(&deadline), Error::Unavailable(_)));
+        assert!(matches!(
+            status_error(&tonic::Status::unknown("?")),
+            Error::Internal(_)
+        ));
     }
 }
 
