@@ -203,24 +203,6 @@ pub(crate) fn status_error(s: &tonic::Status) -> Error {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_store_that_does_not_answer_is_unavailable_not_broken() {
-        let timed_out = tonic::Status::cancelled("Timeout expired");
-        assert!(matches!(status_error(&timed_out), Error::Unavailable(_)));
-        assert!(!is_transient(timed_out.code()), "a cancelled call is not retried");
-        let deadline = tonic::Status::deadline_exceeded("late");
-        assert!(matches!(status_error(&deadline), Error::Unavailable(_)));
-        assert!(matches!(
-            status_error(&tonic::Status::unknown("?")),
-            Error::Internal(_)
-        ));
-    }
-}
-
 pub(crate) fn client_error(e: bigtable_rs::bigtable::Error) -> Error {
     use bigtable_rs::bigtable::Error as E;
     match e {
@@ -230,5 +212,26 @@ pub(crate) fn client_error(e: bigtable_rs::bigtable::Error) -> Error {
             Error::Unavailable(format!("bigtable call timed out after {secs} s"))
         }
         other => Error::Internal(format!("bigtable: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_that_does_not_answer_is_unavailable_not_broken() {
+        let timed_out = tonic::Status::cancelled("Timeout expired");
+        assert!(matches!(status_error(&timed_out), Error::Unavailable(_)));
+        assert!(
+            !is_transient(timed_out.code()),
+            "a cancelled call is not retried"
+        );
+        let deadline = tonic::Status::deadline_exceeded("late");
+        assert!(matches!(status_error(&deadline), Error::Unavailable(_)));
+        assert!(matches!(
+            status_error(&tonic::Status::unknown("?")),
+            Error::Internal(_)
+        ));
     }
 }
