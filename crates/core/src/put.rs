@@ -158,18 +158,10 @@ fn parse_tags<'a>(
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<(), PutError> {
     for w in words.filter(|w| !w.is_empty()) {
-        // One pass: the first `=` and whether another follows.
-        let mut equals = None;
-        let mut more = false;
-        for (i, b) in w.bytes().enumerate() {
-            if b == b'=' {
-                more = equals.is_some();
-                equals.get_or_insert(i);
-                if more {
-                    break;
-                }
-            }
-        }
+        // The first `=`, and none after it.
+        let bytes = w.as_bytes();
+        let equals = bytes.iter().position(|b| *b == b'=');
+        let more = equals.is_some_and(|at| bytes[at + 1..].iter().any(|b| *b == b'='));
         let Some(at) = equals.filter(|at| *at > 0 && *at + 1 < w.len() && !more) else {
             return Err(illegal(format!("invalid tag: {w}")));
         };
