@@ -210,10 +210,14 @@ fn handle_lines(
         // Words are split on single spaces, as OpenTSDB does: an empty line is the empty
         // command, a leading space makes the command empty too.
         let line = line.as_ref();
-        let (cmd, args) = match memchr::memchr(b' ', line.as_bytes()) {
-            // A space is one byte: both sides are on char boundaries.
-            Some(at) => (&line[..at], Some(&line[at + 1..])),
-            None => (line, None),
+        let (cmd, args) = match line.strip_prefix("put ") {
+            // Most lines: no search needed for the command's end.
+            Some(args) => ("put", Some(args)),
+            None => match memchr::memchr(b' ', line.as_bytes()) {
+                // A space is one byte: both sides are on char boundaries.
+                Some(at) => (&line[..at], Some(&line[at + 1..])),
+                None => (line, None),
+            },
         };
         if cmd == "put" && !state.settings.read_only {
             batch.add(args);
