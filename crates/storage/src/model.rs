@@ -20,11 +20,62 @@ const ROW_FORMAT_CODED: u8 = 2;
 
 /// A compact stored form for some cells (e.g. compacted time series cells), chosen by the
 /// backend's user. It must be lossless: `decode(encode(q, v)) == (q, v)`.
+///
+/// The joint form (RFC 0006, group format 0x02) stores the only cells of several rows of one
+/// series and period together: one stream for all their points, and per cell a
+/// [`JointShape`]. It must be lossless too: `decode_joint` of what `encode_joint` returned
+/// gives back every cell it took, byte for byte. By default a codec takes no cell jointly.
 pub trait CellCodec: Send + Sync + std::fmt::Debug {
     /// The compact form of a cell's qualifier and value, or `None` to store them as they are.
     fn encode(&self, family: &str, qualifier: &[u8], value: &[u8]) -> Option<Vec<u8>>;
     /// The qualifier and value of an encoded cell.
     fn decode(&self, family: &str, encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)>;
+
+    /// The joint form of `cells` (in offset order): for each cell its shape, `None` for a
+    /// cell left out, and the stream of the cells taken. `None`: no cell taken.
+    fn encode_joint(&self, _family: &str, _cells: &[JointCell<'_>]) -> Option<JointForm> {
+        None
+    }
+
+    /// The qualifier and value of each member of a joint stream, in `members`' order.
+    fn decode_joint(
+        &self,
+        _family: &str,
+        _stream: &[u8],
+        _members: &[JointMember],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Err(Error::Corrupt(
+            "bad joint stream: this store's codec has no joint form".into(),
+        ))
+    }
+}
+
+/// What [`CellCodec::encode_joint`] returns: each cell's shape (`None`: left out) and the
+/// stream of the cells taken.
+pub type JointForm = (Vec<Option<JointShape>>, Vec<u8>);
+
+/// A cell offered to [`CellCodec::encode_joint`]: a row's only cell, and the row's offset in
+/// its group (seconds from the period start).
+#[derive(Debug, Clone, Copy)]
+pub struct JointCell<'a> {
+    pub offset_secs: u32,
+    pub qualifier: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// What a jointly stored cell keeps beside its points in the stream: how many points it has
+/// and its trailing meta byte, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JointShape {
+    pub points: u32,
+    pub meta: Option<u8>,
+}
+
+/// A member of a joint stream as [`CellCodec::decode_joint`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JointMember {
+    pub offset_secs: u32,
+    pub shape: JointShape,
 }
 
 /// The cells of one row, sorted by family, qualifier, then newest first.
@@ -34,6 +85,23 @@ pub struct RowData {
 }
 
 impl RowData {
+    /// A row of these cells (sorted into [`RowData`]'s order).
+    pub fn from_cells(mut cells: Vec<Cell>) -> RowData {
+        cells.sort_by(|a, b| {
+            (
+                a.family.as_str(),
+                a.qualifier.as_slice(),
+                std::cmp::Reverse(a.timestamp),
+            )
+                .cmp(&(
+                    b.family.as_str(),
+                    b.qualifier.as_slice(),
+                    std::cmp::Reverse(b.timestamp),
+                ))
+        });
+        RowData { cells }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.cells.is_empty()
     }

@@ -29,7 +29,7 @@ use hourglass_storage::{
 use parking_lot::{Mutex, RwLock};
 
 pub use groups::Grouping;
-use groups::{decode_group, encode_group, find_member, group_members};
+use groups::{encode_group, group_members, member_rows};
 
 const TABLES_KEYSPACE: &str = "_tables";
 const TABLE_PREFIX: &str = "t:";
@@ -63,11 +63,11 @@ struct Groups {
     passed_through: Arc<AtomicU64>,
 }
 
-/// Group values read during one call, by group key (`None`: no such group).
-type GroupCache = HashMap<Vec<u8>, Option<fjall::Slice>, foldhash::fast::RandomState>;
+/// Groups read during one call, by group key, as their member rows (`None`: no such group).
+type GroupCache = HashMap<Vec<u8>, Option<BTreeMap<u32, RowData>>, foldhash::fast::RandomState>;
 
-/// A change to one member of a group: its offset and its new row value (`None`: gone).
-type MemberWrite = (u32, Option<Vec<u8>>);
+/// A change to one member of a group: its offset and its new row (`None`: gone).
+type MemberWrite = (u32, Option<RowData>);
 
 /// A row as a write finds it: its cells, and whether the row keyspace holds it.
 struct Loaded {
@@ -314,19 +314,17 @@ impl FjallStore {
         if let Some(groups) = &table.groups
             && let Some((group_key, offset)) = groups.grouping.split(key)
         {
-            let value = match cache.get(&group_key) {
-                Some(value) => value.clone(),
-                None => {
-                    let value =
-                        get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
-                    cache.insert(group_key, value.clone());
-                    value
-                }
-            };
-            if let Some(value) = value
-                && let Some(bytes) = find_member(&value, offset)?
+            if !cache.contains_key(&group_key) {
+                let value = get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
+                let members = value
+                    .map(|v| group_members(Some(&v), table.codec.as_deref()))
+                    .transpose()?;
+                cache.insert(group_key.clone(), members);
+            }
+            if let Some(Some(members)) = cache.get(&group_key)
+                && let Some(member) = members.get(&offset)
             {
-                row = RowData::decode(bytes, table.codec.as_deref())?;
+                row = member.clone();
             }
         }
         Ok(Loaded {
@@ -691,10 +689,15 @@ impl GroupedScan {
     /// Decodes and filters one row, whose key passed the regex, into the output.
     fn emit(&mut self, key: Vec<u8>, value: &[u8]) -> Result<()> {
         let row = RowData::decode_with(value, self.codec.as_deref(), self.keep_encoded)?;
+        self.emit_row(key, row);
+        Ok(())
+    }
+
+    /// Filters one decoded row, whose key passed the regex, into the output.
+    fn emit_row(&mut self, key: Vec<u8>, row: RowData) {
         if let Some(out) = self.filter.accept_matched(key, row) {
             self.out.push_back(out);
         }
-        Ok(())
     }
 
     /// Fills the output with the next window's rows (or one row of a window without groups).
@@ -746,7 +749,7 @@ impl GroupedScan {
                 self.group_next = Some((group_key, value));
                 break;
             }
-            let members = decode_group(&value)?;
+            let members = member_rows(&value, self.codec.as_deref(), self.keep_encoded)?;
             // This series' rows in the row keyspace: its series-major keys are the group's
             // key (period start at the end) with the base time in place of the start.
             let series = g.series_major(&group_key);
@@ -768,7 +771,7 @@ impl GroupedScan {
             }
             let period = g.base(&group_key).unwrap_or(0);
             let mut own = own.into_iter().peekable();
-            for (offset, bytes) in members {
+            for (offset, row) in members {
                 let Some(base) = period.checked_add(offset) else {
                     continue;
                 };
@@ -787,7 +790,7 @@ impl GroupedScan {
                 };
                 // Under a series filter the group's key passed it for every member.
                 if self.in_range(&key) && (self.series_filter || self.filter.key_matches(&key)) {
-                    self.emit(key, bytes)?;
+                    self.emit_row(key, row);
                 }
             }
             for (_, key, value) in own {
@@ -899,7 +902,7 @@ impl FjallStore {
             loaded.row.apply(&t.spec, &r.mutations, now)?;
             pending.insert(&r.key, loaded);
         }
-        self.commit(&open, &t, pending.into_iter().collect(), &cache)
+        self.commit(&open, &t, pending.into_iter().collect(), cache)
     }
 
     /// Writes rows as they now are (an empty row is removed). Under the write lock; `cache`
@@ -909,7 +912,7 @@ impl FjallStore {
         open: &Open,
         t: &Table,
         rows: Vec<(&[u8], Loaded)>,
-        cache: &GroupCache,
+        cache: GroupCache,
     ) -> Result<()> {
         if let Some(groups) = &t.groups {
             return self.commit_grouped(open, t, groups, rows, cache);
@@ -957,14 +960,14 @@ impl FjallStore {
         t: &Table,
         groups: &Groups,
         rows: Vec<(&[u8], Loaded)>,
-        cache: &GroupCache,
+        mut cache: GroupCache,
     ) -> Result<()> {
         let g = &groups.grouping;
         let through = groups.grouped_through.load(Ordering::Acquire);
         let mut row_writes: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
         let mut member_writes: BTreeMap<Vec<u8>, Vec<MemberWrite>> = BTreeMap::new();
         for (key, loaded) in rows {
-            let value = (!loaded.row.is_empty()).then(|| loaded.row.encode(t.codec.as_deref()));
+            let empty = loaded.row.is_empty();
             match g.split(key) {
                 Some((group_key, offset))
                     if g.period_end(key).is_some_and(|end| end <= through) =>
@@ -972,12 +975,12 @@ impl FjallStore {
                     member_writes
                         .entry(group_key)
                         .or_default()
-                        .push((offset, value));
+                        .push((offset, (!empty).then_some(loaded.row)));
                     if loaded.in_rows {
                         row_writes.push((key, None));
                     }
                 }
-                Some((group_key, offset)) if value.is_none() => {
+                Some((group_key, offset)) if empty => {
                     member_writes
                         .entry(group_key)
                         .or_default()
@@ -987,7 +990,8 @@ impl FjallStore {
                     }
                 }
                 _ => {
-                    if value.is_some() || loaded.in_rows {
+                    if !empty || loaded.in_rows {
+                        let value = (!empty).then(|| loaded.row.encode(t.codec.as_deref()));
                         row_writes.push((key, value));
                     }
                 }
@@ -995,14 +999,17 @@ impl FjallStore {
         }
         let mut group_writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         for (group_key, changes) in member_writes {
-            let stored = match cache.get(&group_key) {
-                Some(value) => value.clone(),
+            let stored = match cache.remove(&group_key) {
+                Some(members) => members,
                 None => groups
                     .rows
                     .get(&group_key)
-                    .map_err(|e| io_err("read failed", e))?,
+                    .map_err(|e| io_err("read failed", e))?
+                    .map(|v| group_members(Some(&v), t.codec.as_deref()))
+                    .transpose()?,
             };
-            let mut members = group_members(stored.as_deref())?;
+            let existed = stored.is_some();
+            let mut members = stored.unwrap_or_default();
             let mut changed = false;
             for (offset, value) in changes {
                 changed |= match value {
@@ -1014,8 +1021,9 @@ impl FjallStore {
                 };
             }
             if changed {
-                let value = (!members.is_empty()).then(|| encode_group(&members));
-                if value.is_some() || stored.is_some() {
+                let value =
+                    (!members.is_empty()).then(|| encode_group(&members, t.codec.as_deref()));
+                if value.is_some() || existed {
                     group_writes.push((group_key, value));
                 }
             }
@@ -1083,7 +1091,7 @@ impl FjallStore {
         let v = loaded
             .row
             .increment(&t.spec, family, qualifier, delta, now_ms())?;
-        self.commit(&open, &t, vec![(key, loaded)], &GroupCache::default())?;
+        self.commit(&open, &t, vec![(key, loaded)], GroupCache::default())?;
         Ok(v)
     }
 
@@ -1101,7 +1109,7 @@ impl FjallStore {
             return Ok(false);
         }
         loaded.row.apply(&t.spec, mutations, now_ms())?;
-        self.commit(&open, &t, vec![(key, loaded)], &GroupCache::default())?;
+        self.commit(&open, &t, vec![(key, loaded)], GroupCache::default())?;
         Ok(true)
     }
 
@@ -1190,13 +1198,14 @@ impl FjallStore {
                     .rows
                     .get(&group_key)
                     .map_err(|e| io_err("read failed", e))?;
-                let mut members = group_members(stored.as_deref())?;
+                let codec = t.codec.as_deref();
+                let mut members = group_members(stored.as_deref(), codec)?;
                 for (offset, key, value) in rows {
-                    members.insert(offset, value.to_vec());
+                    members.insert(offset, RowData::decode(&value, codec)?);
                     batch.remove(&t.rows, key);
                     moved += 1;
                 }
-                batch.insert(&groups.rows, group_key, encode_group(&members));
+                batch.insert(&groups.rows, group_key, encode_group(&members, codec));
             }
             batch
                 .commit()

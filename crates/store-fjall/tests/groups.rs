@@ -1,15 +1,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Series-period groups (RFC 0006) against a model: any mix of writes, deletes and grouping
 //! passes leaves every row readable exactly as the memory store (key order, no groups) has
-//! it, and scans return the same rows in period order.
+//! it, and scans return the same rows in period order. The table's codec takes most one-cell
+//! rows jointly, so groups are written in format 0x02 with every member shape.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use hourglass_storage::memory::MemoryStore;
 use hourglass_storage::{
-    FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint, Store, TableSpec,
-    TimeRange,
+    CellCodec, Error, FamilySpec, JointCell, JointForm, JointMember, JointShape, Mutation,
+    ReadOptions, Row, RowMutation, ScanRequest, SkipHint, Store, TableSpec, TimeRange,
 };
 use hourglass_store_fjall::{FjallStore, Grouping};
 use proptest::prelude::*;
@@ -29,8 +30,70 @@ fn spec() -> TableSpec {
     }
 }
 
+/// A joint codec (RFC 0006, group format 0x02) for the model: it takes a row's only cell of
+/// qualifier `[0]`, `[1]` or `[2]` unless its value's first byte is 7 modulo 8 (those stay
+/// row values); the cell's shape has the value's length plus one points and meta byte
+/// `Some(q)` (`None` for 2), so every joint shape occurs; the stream is `A7` then the values.
+#[derive(Debug)]
+struct Joint;
+
+impl CellCodec for Joint {
+    fn encode(&self, _family: &str, _qualifier: &[u8], _value: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decode(
+        &self,
+        _family: &str,
+        _encoded: &[u8],
+    ) -> hourglass_storage::Result<(Vec<u8>, Vec<u8>)> {
+        Err(Error::Corrupt("no blobs".into()))
+    }
+    fn encode_joint(&self, _family: &str, cells: &[JointCell<'_>]) -> Option<JointForm> {
+        let mut stream = vec![0xA7];
+        let shapes: Vec<Option<JointShape>> = cells
+            .iter()
+            .map(|c| match c.qualifier {
+                [q @ 0..=2] if c.value.first().is_none_or(|v| v % 8 != 7) => {
+                    stream.extend_from_slice(c.value);
+                    Some(JointShape {
+                        points: c.value.len() as u32 + 1,
+                        meta: (*q < 2).then_some(*q),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        shapes
+            .iter()
+            .any(Option::is_some)
+            .then_some((shapes, stream))
+    }
+    fn decode_joint(
+        &self,
+        _family: &str,
+        stream: &[u8],
+        members: &[JointMember],
+    ) -> hourglass_storage::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let bad = || Error::Corrupt("bad stream".into());
+        let (first, mut rest) = stream.split_first().ok_or_else(bad)?;
+        if *first != 0xA7 {
+            return Err(bad());
+        }
+        let mut out = Vec::new();
+        for m in members {
+            let n = m.shape.points as usize - 1;
+            let value = rest.get(..n).ok_or_else(bad)?;
+            rest = &rest[n..];
+            out.push((vec![m.shape.meta.unwrap_or(2)], value.to_vec()));
+        }
+        if rest.is_empty() { Ok(out) } else { Err(bad()) }
+    }
+}
+
 fn open(dir: &Path, grouped: bool) -> FjallStore {
-    let store = FjallStore::open(dir).unwrap();
+    let store = FjallStore::open(dir)
+        .unwrap()
+        .with_cell_codec(TABLE, Arc::new(Joint));
     let store = if grouped {
         store.with_grouping(TABLE, GROUPING)
     } else {
