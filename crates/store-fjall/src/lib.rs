@@ -21,15 +21,15 @@ use fjall::config::CompressionPolicy;
 use fjall::{
     CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot,
 };
-use hourglass_storage::model::{RowData, ScanFilter};
+use hourglass_storage::model::{RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
-    CellCodec, Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
-    ScanRequest, SkipHint, Store, TableSpec, now_ms,
+    Cell, CellCodec, CellForm, Check, Error, FamilySpec, JointMember, Mutation, ReadOptions,
+    Result, Row, RowIter, RowMutation, ScanRequest, SkipHint, Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
 pub use groups::Grouping;
-use groups::{encode_group, group_members, member_rows};
+use groups::{Member, decode_group, encode_group, group_members, member_rows};
 
 const TABLES_KEYSPACE: &str = "_tables";
 const TABLE_PREFIX: &str = "t:";
@@ -617,6 +617,8 @@ struct GroupedScan {
     _open: Arc<Open>,
     codec: Option<Arc<dyn CellCodec>>,
     keep_encoded: bool,
+    /// Groups of joint members only may come back as one row (`ReadOptions::joint_rows`).
+    joint_rows: bool,
     filter: ScanFilter,
     grouping: Grouping,
     start: Vec<u8>,
@@ -700,6 +702,53 @@ impl GroupedScan {
         }
     }
 
+    /// A group as one row of form `CellForm::Joint` (`ReadOptions::joint_rows`), when every
+    /// member is joint, in range, passes the regex and the cell filters.
+    fn joint_row(&self, group_key: &[u8], value: &[u8]) -> Result<Option<Row>> {
+        let group = decode_group(value)?;
+        let Some((family, stream)) = group.joint else {
+            return Ok(None);
+        };
+        let read = self.filter.read();
+        if !read.wants_family(family) {
+            return Ok(None);
+        }
+        let mut members = Vec::with_capacity(group.members.len());
+        let mut first = None;
+        for (offset, member) in &group.members {
+            let Member::Joint { shape, timestamp } = member else {
+                return Ok(None);
+            };
+            let Some(key) = self.grouping.member_key(group_key, *offset) else {
+                return Ok(None);
+            };
+            if !read.time_range.contains(*timestamp)
+                || !self.in_range(&key)
+                || !(self.series_filter || self.filter.key_matches(&key))
+            {
+                return Ok(None);
+            }
+            first.get_or_insert(*timestamp);
+            members.push((
+                JointMember {
+                    offset_secs: *offset,
+                    shape: *shape,
+                },
+                *timestamp,
+            ));
+        }
+        Ok(Some(Row {
+            key: group_key.to_vec(),
+            cells: vec![Cell {
+                family: family.to_string(),
+                qualifier: Vec::new(),
+                timestamp: first.unwrap_or(0),
+                value: encode_joint_row(&members, stream),
+                form: CellForm::Joint,
+            }],
+        }))
+    }
+
     /// Fills the output with the next window's rows (or one row of a window without groups).
     fn fill(&mut self) -> Result<()> {
         self.pull_row()?;
@@ -749,7 +798,6 @@ impl GroupedScan {
                 self.group_next = Some((group_key, value));
                 break;
             }
-            let members = member_rows(&value, self.codec.as_deref(), self.keep_encoded)?;
             // This series' rows in the row keyspace: its series-major keys are the group's
             // key (period start at the end) with the base time in place of the start.
             let series = g.series_major(&group_key);
@@ -769,6 +817,15 @@ impl GroupedScan {
                     own.push((base, key, value));
                 }
             }
+            // A group of joint members only, none shadowed: one row, if the reader asks.
+            if self.joint_rows
+                && own.is_empty()
+                && let Some(row) = self.joint_row(&group_key, &value)?
+            {
+                self.out.push_back(row);
+                continue;
+            }
+            let members = member_rows(&value, self.codec.as_deref(), self.keep_encoded)?;
             let period = g.base(&group_key).unwrap_or(0);
             let mut own = own.into_iter().peekable();
             for (offset, row) in members {
@@ -1344,6 +1401,7 @@ impl Store for FjallStore {
             let rows = GroupedScan {
                 codec: t.codec.clone(),
                 keep_encoded: request.read.encoded_cells,
+                joint_rows: request.read.joint_rows,
                 filter,
                 grouping: groups.grouping,
                 start: request.start.clone(),
