@@ -172,6 +172,23 @@ fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
 /// The body of a joint stream over `members`, with its point count checked against its
 /// length.
 fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static str> {
+    let n = joint_count(stream, members)?;
+    let mut r = Reader {
+        bytes: stream,
+        pos: 0,
+    };
+    if r.byte()? != JOINT_VERSION {
+        return Err("unknown version");
+    }
+    let body = decode_body(&mut r, VERSION, n)?;
+    if r.pos != stream.len() {
+        return Err("trailing bytes");
+    }
+    Ok(body)
+}
+
+/// The number of points of a joint stream's members, checked against its length.
+fn joint_count(stream: &[u8], members: &[JointMember]) -> Result<usize, &'static str> {
     let mut n = 0usize;
     for m in members {
         if m.shape.points == 0 {
@@ -190,18 +207,7 @@ fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static s
     if n as u64 > limit {
         return Err("point count too large");
     }
-    let mut r = Reader {
-        bytes: stream,
-        pos: 0,
-    };
-    if r.byte()? != JOINT_VERSION {
-        return Err("unknown version");
-    }
-    let body = decode_body(&mut r, VERSION, n)?;
-    if r.pos != stream.len() {
-        return Err("trailing bytes");
-    }
-    Ok(body)
+    Ok(n)
 }
 
 /// A cell's qualifier and value.
@@ -242,35 +248,52 @@ pub fn decode_joint_columns<V: Sample>(
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
 ) -> Result<bool> {
-    let body = joint_body(stream, members)
-        .map_err(|e| Error::Corrupt(format!("bad joint stream: {e}")))?;
+    let (t0, v0) = (times.len(), values.len());
+    joint_columns(stream, members, period_ms, times, values).map_err(|e| {
+        times.truncate(t0);
+        values.truncate(v0);
+        Error::Corrupt(format!("bad joint stream: {e}"))
+    })
+}
+
+fn joint_columns<V: Sample>(
+    stream: &[u8],
+    members: &[JointMember],
+    period_ms: i64,
+    times: &mut Vec<i64>,
+    values: &mut Vec<V>,
+) -> Result<bool, &'static str> {
+    let n = joint_count(stream, members)?;
+    let mut r = Reader {
+        bytes: stream,
+        pos: 0,
+    };
+    if r.byte()? != JOINT_VERSION {
+        return Err("unknown version");
+    }
+    let limit = members
+        .iter()
+        .map(|m| i64::from(m.offset_secs) * 1000 + HOUR_MS)
+        .max()
+        .unwrap_or(0);
+    let start = times.len();
+    // Seconds points are checked whole from the period's start: so are the members'.
+    decode_body_columns(r, VERSION, n, period_ms, limit, times, values)?;
+    // Each member's points in its hour; whether each member's times strictly increase.
     let mut increasing = true;
-    let mut at = 0usize;
-    times.reserve(body.offsets.len());
-    values.reserve(body.offsets.len());
+    let mut at = start;
     for m in members {
-        let base = i64::from(m.offset_secs) * 1000;
+        let low = period_ms.wrapping_add(i64::from(m.offset_secs) * 1000);
         let end = at + m.shape.points as usize;
-        for i in at..end {
-            let off = body.offsets[i].saturating_sub(base);
+        let own = times.get(at..end).ok_or("stream lengths differ")?;
+        for (i, t) in own.iter().enumerate() {
+            let off = t.wrapping_sub(low);
             if !(0..HOUR_MS).contains(&off) {
-                return Err(Error::Corrupt(
-                    "bad joint stream: offset out of range".into(),
-                ));
+                return Err("offset out of range");
             }
-            if !body.resolution[i] && off % 1000 != 0 {
-                return Err(Error::Corrupt(
-                    "bad joint stream: second offset not whole".into(),
-                ));
-            }
-            if i > at && body.offsets[i] <= body.offsets[i - 1] {
+            if i > 0 && *t <= own[i - 1] {
                 increasing = false;
             }
-            times.push(period_ms.wrapping_add(body.offsets[i]));
-            values.push(match Value::from_bits(body.flags[i], body.bits[i]) {
-                Value::Int(v) => V::from_int(v),
-                other => V::from_float(other.as_f64()),
-            });
         }
         at = end;
     }
@@ -1138,7 +1161,22 @@ fn decode_blob_columns<V: Sample>(
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
 ) -> Result<bool, &'static str> {
-    let (mut r, version, n, _meta) = Reader::header(blob)?;
+    let (r, version, n, _meta) = Reader::header(blob)?;
+    decode_body_columns(r, version, n, base_ms, HOUR_MS, times, values)
+}
+
+/// The columns of a body of `n` points from `r` on to the end of its bytes (a blob's after
+/// its header, a joint stream's after its version), every offset below `limit_ms`.
+fn decode_body_columns<V: Sample>(
+    mut r: Reader<'_>,
+    version: u8,
+    n: usize,
+    base_ms: i64,
+    limit_ms: i64,
+    times: &mut Vec<i64>,
+    values: &mut Vec<V>,
+) -> Result<bool, &'static str> {
+    let blob = r.bytes;
     if n == 0 {
         return Err("stream lengths differ");
     }
@@ -1172,7 +1210,7 @@ fn decode_blob_columns<V: Sample>(
         times.extend((1..=len as i64).map(|k| base.wrapping_add(k.wrapping_mul(d))));
         (low, high, at) = (low.min(last), high.max(last), last);
     }
-    if low < 0 || high >= HOUR_MS {
+    if low < 0 || high >= limit_ms {
         return Err("offset out of range");
     }
     // Flag runs.

@@ -1101,6 +1101,33 @@ proptest! {
         prop_assert_eq!(bits, want_bits);
     }
 
+    /// The columns decoder fails on exactly the joint streams the cell decoder fails on,
+    /// bytes flipped or members moved.
+    #[test]
+    fn joint_columns_refuse_what_cells_refuse(
+        members in joint_members(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        shift in prop_oneof![3 => Just(0u32), 1 => 1u32..4000],
+    ) {
+        let (shapes, mut stream) = DataCellCodec.encode_joint("t", &joint_cells(&members)).unwrap();
+        for (at, b) in flips {
+            let i = at.index(stream.len());
+            stream[i] ^= b;
+        }
+        let joint: Vec<JointMember> = members
+            .iter()
+            .zip(&shapes)
+            .map(|((o, _), s)| JointMember { offset_secs: o + shift, shape: s.unwrap() })
+            .collect();
+        let cells = DataCellCodec.decode_joint("t", &stream, &joint);
+        let (mut times, mut values) = (vec![7], vec![Num::Int(7)]);
+        let columns = decode_joint_columns(&stream, &joint, 0, &mut times, &mut values);
+        prop_assert_eq!(cells.is_err(), columns.is_err(), "{:?} / {:?}", cells, columns);
+        if columns.is_err() {
+            prop_assert_eq!((times, values), (vec![7], vec![Num::Int(7)]));
+        }
+    }
+
     #[test]
     fn joint_decode_never_panics(
         bytes in prop::collection::vec(any::<u8>(), 0..120),
