@@ -32,7 +32,7 @@ use hourglass_core::value::{FLAG_FLOAT, Value, write_bits};
 #[cfg(test)]
 use crate::num::Num;
 use crate::num::Sample;
-use hourglass_storage::{CellCodec, Error, Result};
+use hourglass_storage::{CellCodec, Error, JointCell, JointForm, JointMember, JointShape, Result};
 
 /// The version encode writes (RFC 0005).
 const VERSION: u8 = 2;
@@ -64,6 +64,240 @@ impl CellCodec for DataCellCodec {
     fn decode(&self, _family: &str, encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
         decode_blob(encoded).map_err(|e| Error::Corrupt(format!("bad encoded data cell: {e}")))
     }
+
+    fn encode_joint(&self, family: &str, cells: &[JointCell<'_>]) -> Option<JointForm> {
+        if family != DATA_FAMILY {
+            return None;
+        }
+        encode_joint(cells)
+    }
+
+    fn decode_joint(
+        &self,
+        _family: &str,
+        stream: &[u8],
+        members: &[JointMember],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        decode_joint_cells(stream, members)
+            .map_err(|e| Error::Corrupt(format!("bad joint stream: {e}")))
+    }
+}
+
+/// The version of the joint stream (RFC 0006, group format 0x02).
+const JOINT_VERSION: u8 = 1;
+const HOUR_MS: i64 = 3_600_000;
+
+/// A data cell's points and meta byte, when they rebuild its exact bytes and every point
+/// lies in its hour: the cells the joint form takes (the append column excepted).
+fn joint_points(qualifier: &[u8], value: &[u8]) -> Option<(Vec<Point>, Option<u8>)> {
+    if !compact::is_data_qualifier(qualifier) || qualifier == compact::APPEND_QUALIFIER {
+        return None;
+    }
+    let mut points = Vec::with_capacity(qualifier.len() / 2);
+    compact::decode_cell(qualifier, value, &mut points).ok()?;
+    if points.is_empty() || points.len() > u32::MAX as usize {
+        return None;
+    }
+    let values_len: usize = points.iter().map(|p| p.qualifier.value_len()).sum();
+    let meta = match value.len().checked_sub(values_len)? {
+        0 => None,
+        1 => value.last().copied(),
+        _ => return None,
+    };
+    if points.iter().any(|p| i64::from(p.offset_ms()) >= HOUR_MS) {
+        return None;
+    }
+    let (q, v) = rebuild_cell(&points, meta);
+    (q == qualifier && v == value).then_some((points, meta))
+}
+
+/// A cell's qualifier and value from its points and meta byte.
+fn rebuild_cell(points: &[Point], meta: Option<u8>) -> (Vec<u8>, Vec<u8>) {
+    let mut qualifier = Vec::with_capacity(points.len() * 2);
+    let mut value = Vec::with_capacity(points.len() * 4 + 1);
+    for p in points {
+        p.qualifier.write(&mut qualifier);
+        write_bits(p.bits, p.qualifier.flags(), &mut value);
+    }
+    if let Some(m) = meta {
+        value.push(m);
+    }
+    (qualifier, value)
+}
+
+/// The joint stream of the cells it takes: version, then a version-2 blob's runs and value
+/// sections over all their points, offsets from the period start. Checked back against every
+/// cell taken; `None` when it takes none or the check fails.
+fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
+    let mut shapes = Vec::with_capacity(cells.len());
+    let mut members = Vec::with_capacity(cells.len());
+    let mut points = Vec::new();
+    let mut offsets = Vec::new();
+    for c in cells {
+        let Some((pts, meta)) = joint_points(c.qualifier, c.value) else {
+            shapes.push(None);
+            continue;
+        };
+        let shape = JointShape {
+            points: pts.len() as u32,
+            meta,
+        };
+        let base = i64::from(c.offset_secs) * 1000;
+        offsets.extend(pts.iter().map(|p| base + i64::from(p.offset_ms())));
+        points.extend(pts);
+        shapes.push(Some(shape));
+        members.push(JointMember {
+            offset_secs: c.offset_secs,
+            shape,
+        });
+    }
+    if points.is_empty() {
+        return None;
+    }
+    let mut stream = Vec::with_capacity(points.len() * 2 + 16);
+    stream.push(JOINT_VERSION);
+    encode_runs(&points, &offsets, &mut stream);
+    encode_values(&points, &mut stream);
+    // Lossless or not at all.
+    let decoded = decode_joint_cells(&stream, &members).ok()?;
+    let taken = cells.iter().zip(&shapes).filter(|(_, s)| s.is_some());
+    for ((c, _), (q, v)) in taken.zip(&decoded) {
+        if c.qualifier != q.as_slice() || c.value != v.as_slice() {
+            return None;
+        }
+    }
+    Some((shapes, stream))
+}
+
+/// The body of a joint stream over `members`, with its point count checked against its
+/// length.
+fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static str> {
+    let n = joint_count(stream, members)?;
+    let mut r = Reader {
+        bytes: stream,
+        pos: 0,
+    };
+    if r.byte()? != JOINT_VERSION {
+        return Err("unknown version");
+    }
+    let body = decode_body(&mut r, VERSION, n)?;
+    if r.pos != stream.len() {
+        return Err("trailing bytes");
+    }
+    Ok(body)
+}
+
+/// The number of points of a joint stream's members, checked against its length.
+fn joint_count(stream: &[u8], members: &[JointMember]) -> Result<usize, &'static str> {
+    let mut n = 0usize;
+    for m in members {
+        if m.shape.points == 0 {
+            return Err("member without points");
+        }
+        n = n
+            .checked_add(m.shape.points as usize)
+            .ok_or("point count too large")?;
+    }
+    if n == 0 {
+        return Err("stream lengths differ");
+    }
+    let limit = (stream.len() as u64)
+        .saturating_mul(64)
+        .saturating_add(3600u64.saturating_mul(members.len() as u64));
+    if n as u64 > limit {
+        return Err("point count too large");
+    }
+    Ok(n)
+}
+
+/// A cell's qualifier and value.
+type Rebuilt = (Vec<u8>, Vec<u8>);
+
+/// Each joint member's qualifier and value, rebuilt from the stream.
+fn decode_joint_cells(
+    stream: &[u8],
+    members: &[JointMember],
+) -> Result<Vec<Rebuilt>, &'static str> {
+    let body = joint_body(stream, members)?;
+    let mut out = Vec::with_capacity(members.len());
+    let mut at = 0usize;
+    let mut points = Vec::new();
+    for m in members {
+        let base = i64::from(m.offset_secs) * 1000;
+        points.clear();
+        for i in at..at + m.shape.points as usize {
+            if body.offsets[i].saturating_sub(base) >= HOUR_MS {
+                return Err("offset out of range");
+            }
+            points.push(body_point(&body, i, base)?);
+        }
+        at += m.shape.points as usize;
+        out.push(rebuild_cell(&points, m.shape.meta));
+    }
+    Ok(out)
+}
+
+/// The points of a joint stream's members, as times (the period's start `period_ms` plus
+/// each offset) and values appended to `times` and `values`, and each member's number of
+/// points appended to `counts`: what [`decode_columns`] gives for each member's cell, member
+/// after member. Returns whether each member's times strictly increase.
+pub fn decode_joint_columns<V: Sample>(
+    stream: &[u8],
+    members: &[JointMember],
+    period_ms: i64,
+    times: &mut Vec<i64>,
+    values: &mut Vec<V>,
+) -> Result<bool> {
+    let (t0, v0) = (times.len(), values.len());
+    joint_columns(stream, members, period_ms, times, values).map_err(|e| {
+        times.truncate(t0);
+        values.truncate(v0);
+        Error::Corrupt(format!("bad joint stream: {e}"))
+    })
+}
+
+fn joint_columns<V: Sample>(
+    stream: &[u8],
+    members: &[JointMember],
+    period_ms: i64,
+    times: &mut Vec<i64>,
+    values: &mut Vec<V>,
+) -> Result<bool, &'static str> {
+    let n = joint_count(stream, members)?;
+    let mut r = Reader {
+        bytes: stream,
+        pos: 0,
+    };
+    if r.byte()? != JOINT_VERSION {
+        return Err("unknown version");
+    }
+    let limit = members
+        .iter()
+        .map(|m| i64::from(m.offset_secs) * 1000 + HOUR_MS)
+        .max()
+        .unwrap_or(0);
+    let start = times.len();
+    // Seconds points are checked whole from the period's start: so are the members'.
+    decode_body_columns(r, VERSION, n, period_ms, limit, times, values)?;
+    // Each member's points in its hour; whether each member's times strictly increase.
+    let mut increasing = true;
+    let mut at = start;
+    for m in members {
+        let low = period_ms.wrapping_add(i64::from(m.offset_secs) * 1000);
+        let end = at + m.shape.points as usize;
+        let own = times.get(at..end).ok_or("stream lengths differ")?;
+        for (i, t) in own.iter().enumerate() {
+            let off = t.wrapping_sub(low);
+            if !(0..HOUR_MS).contains(&off) {
+                return Err("offset out of range");
+            }
+            if i > 0 && *t <= own[i - 1] {
+                increasing = false;
+            }
+        }
+        at = end;
+    }
+    Ok(increasing)
 }
 
 /// A compacted data cell's blob by `encoder` (points and meta byte to blob), when it is shorter
@@ -368,13 +602,19 @@ fn encode_head(points: &[Point], meta: Option<u8>, version: u8, out: &mut Vec<u8
     if let Some(m) = meta {
         out.push(m);
     }
+    let offsets: Vec<i64> = points.iter().map(|p| i64::from(p.offset_ms())).collect();
+    encode_runs(points, &offsets, out);
+}
+
+/// The resolution, offset and flag runs of `points`, at `offsets` (ms: from the hour in a
+/// blob, from the period in a joint stream).
+fn encode_runs(points: &[Point], offsets: &[i64], out: &mut Vec<u8>) {
     let resolution = runs(points.iter().map(|p| p.qualifier.is_millis()));
     put_varint(out, resolution.len() as u64);
     out.push(u8::from(resolution.first().is_some_and(|r| r.0)));
     for (_, n) in &resolution {
         put_varint(out, *n);
     }
-    let offsets: Vec<i64> = points.iter().map(|p| i64::from(p.offset_ms())).collect();
     put_varint(out, offsets.first().copied().unwrap_or(0) as u64);
     let deltas = runs(offsets.windows(2).map(|w| w[1] - w[0]));
     put_varint(out, deltas.len() as u64);
@@ -405,15 +645,20 @@ fn int_values(points: &[Point]) -> Vec<i64> {
 fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(points.len() + 16);
     encode_head(points, meta, VERSION, &mut out);
+    encode_values(points, &mut out);
+    out
+}
+
+/// Version 2's integer and float sections, each present only when some point needs it.
+fn encode_values(points: &[Point], out: &mut Vec<u8>) {
     let ints = int_values(points);
     if !ints.is_empty() {
-        pack_deltas(&ints, &mut out);
+        pack_deltas(&ints, out);
     }
     let floats: Vec<&Point> = points.iter().filter(|p| is_float(p)).collect();
     if !floats.is_empty() {
-        encode_floats(&floats, &mut out);
+        encode_floats(&floats, out);
     }
-    out
 }
 
 struct Reader<'a> {
@@ -514,9 +759,53 @@ fn float_mode(version: u8, mode: u8) -> Result<FloatMode, &'static str> {
     }
 }
 
+/// The streams of a blob's body (or a joint stream's), point by point.
+struct Body {
+    /// Whether each point has millisecond resolution.
+    resolution: Vec<bool>,
+    /// Each point's offset (ms).
+    offsets: Vec<i64>,
+    flags: Vec<u8>,
+    /// Each point's value bits, the low bytes of its value length.
+    bits: Vec<u64>,
+}
+
 /// Decodes a blob into its points (appended to `out`); returns the cell's meta byte.
 fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &'static str> {
     let (mut r, version, n, meta) = Reader::header(blob)?;
+    let body = decode_body(&mut r, version, n)?;
+    if r.pos != blob.len() {
+        return Err("trailing bytes");
+    }
+    out.reserve(n);
+    for i in 0..n {
+        out.push(body_point(&body, i, 0)?);
+    }
+    Ok(meta)
+}
+
+/// Point `i` of a body, its offset taken less `base_ms` (the start of its hour).
+fn body_point(body: &Body, i: usize, base_ms: i64) -> Result<Point, &'static str> {
+    let off = body.offsets[i]
+        .checked_sub(base_ms)
+        .and_then(|o| u32::try_from(o).ok())
+        .ok_or("offset out of range")?;
+    let flags = body.flags[i];
+    let q = if body.resolution[i] {
+        Qualifier::millis(off, flags)
+    } else {
+        if off % 1000 != 0 {
+            return Err("second offset not whole");
+        }
+        Qualifier::seconds(off / 1000, flags)
+    }
+    .map_err(|_| "offset out of range")?;
+    Ok(Point::new(q, body.bits[i]))
+}
+
+/// The resolution, offset and flag runs and the value sections of `n` points (`n` checked
+/// against the bytes by the caller).
+fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'static str> {
     let res_runs = r.varint()? as usize;
     let mut is_ms = r.byte()? == 1;
     let mut resolution = Vec::with_capacity(n);
@@ -595,23 +884,10 @@ fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &
             }
         }
     }
-    if r.pos != blob.len() {
-        return Err("trailing bytes");
-    }
-    out.reserve(n);
+    let mut bits = Vec::with_capacity(n);
     let (mut ii, mut fi) = (0usize, 0usize);
-    for i in 0..n {
-        let off = u32::try_from(offsets[i]).map_err(|_| "offset out of range")?;
-        let q = if resolution[i] {
-            Qualifier::millis(off, flags[i])
-        } else {
-            if off % 1000 != 0 {
-                return Err("second offset not whole");
-            }
-            Qualifier::seconds(off / 1000, flags[i])
-        }
-        .map_err(|_| "offset out of range")?;
-        let bits = if flags[i] & FLAG_FLOAT != 0 {
+    for f in &flags {
+        let b = if f & FLAG_FLOAT != 0 {
             let b = *float_bits_out.get(fi).ok_or("missing float")?;
             fi += 1;
             b
@@ -621,15 +897,19 @@ fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &
             v as u64
         };
         // As read from the value bytes: the low `len` bytes, zero-extended.
-        let len = q.value_len();
-        let bits = if len >= 8 {
-            bits
+        let len = usize::from(f & 7) + 1;
+        bits.push(if len >= 8 {
+            b
         } else {
-            bits & ((1u64 << (8 * len)) - 1)
-        };
-        out.push(Point::new(q, bits));
+            b & ((1u64 << (8 * len)) - 1)
+        });
     }
-    Ok(meta)
+    Ok(Body {
+        resolution,
+        offsets,
+        flags,
+        bits,
+    })
 }
 
 /// The points of an encoded data cell, straight from its stored form (no byte rebuild).
@@ -885,8 +1165,22 @@ fn decode_blob_columns<V: Sample>(
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
 ) -> Result<bool, &'static str> {
-    const HOUR_MS: i64 = 3_600_000;
-    let (mut r, version, n, _meta) = Reader::header(blob)?;
+    let (r, version, n, _meta) = Reader::header(blob)?;
+    decode_body_columns(r, version, n, base_ms, HOUR_MS, times, values)
+}
+
+/// The columns of a body of `n` points from `r` on to the end of its bytes (a blob's after
+/// its header, a joint stream's after its version), every offset below `limit_ms`.
+fn decode_body_columns<V: Sample>(
+    mut r: Reader<'_>,
+    version: u8,
+    n: usize,
+    base_ms: i64,
+    limit_ms: i64,
+    times: &mut Vec<i64>,
+    values: &mut Vec<V>,
+) -> Result<bool, &'static str> {
+    let blob = r.bytes;
     if n == 0 {
         return Err("stream lengths differ");
     }
@@ -920,7 +1214,7 @@ fn decode_blob_columns<V: Sample>(
         times.extend((1..=len as i64).map(|k| base.wrapping_add(k.wrapping_mul(d))));
         (low, high, at) = (low.min(last), high.max(last), last);
     }
-    if low < 0 || high >= HOUR_MS {
+    if low < 0 || high >= limit_ms {
         return Err("offset out of range");
     }
     // Flag runs.
@@ -1062,16 +1356,7 @@ fn decode_blob_columns<V: Sample>(
 fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
     let mut points = Vec::new();
     let meta = decode_blob_points(blob, &mut points)?;
-    let mut qualifier = Vec::with_capacity(points.len() * 2);
-    let mut value = Vec::with_capacity(points.len() * 4 + 1);
-    for p in &points {
-        p.qualifier.write(&mut qualifier);
-        write_bits(p.bits, p.qualifier.flags(), &mut value);
-    }
-    if let Some(m) = meta {
-        value.push(m);
-    }
-    Ok((qualifier, value))
+    Ok(rebuild_cell(&points, meta))
 }
 
 #[cfg(test)]

@@ -12,12 +12,13 @@ use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::{SeriesKey, base_time_of, decode_row_key};
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::Value;
-use hourglass_storage::{CellCodec, Row};
+use hourglass_storage::model::decode_joint_row;
+use hourglass_storage::{CellCodec, CellForm, JointMember, Row};
 
-use crate::cell_codec::{DataCellCodec, decode_columns, decode_points};
-use crate::num::Sample;
+use crate::cell_codec::{DataCellCodec, decode_columns, decode_joint_columns, decode_points};
+use crate::num::{Num, Sample};
 use crate::scan::{RowQuery, scan_requests};
-use crate::{Result, Tsdb, rows};
+use crate::{Error, Result, Tsdb, rows};
 
 /// One series' points in time order.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +82,8 @@ enum RowData<'a> {
     Merge(&'a Row, &'a [Point]),
     /// Points of a row not stored yet.
     Buffered(&'a [Point]),
+    /// A group member's points, decoded with the rest of its group (strictly increasing).
+    Columns(&'a [i64], &'a [Num]),
 }
 
 fn is_encoded(c: &hourglass_storage::Cell) -> bool {
@@ -101,6 +104,11 @@ impl RowData<'_> {
             }
             RowData::Merge(row, extra) => (*row, *extra),
             RowData::Buffered(points) => return Ok(rows::decode_row(None, points)?.points),
+            RowData::Columns(..) => {
+                return Err(Error::Internal(
+                    "a group member's columns read as points".into(),
+                ));
+            }
         };
         if row.cells.iter().any(is_encoded) {
             let mut row = row.clone();
@@ -140,6 +148,14 @@ impl RowData<'_> {
     ) -> Result<()> {
         times.clear();
         values.clear();
+        if let RowData::Columns(t, v) = self {
+            times.extend_from_slice(t);
+            values.extend(v.iter().map(|n| match n {
+                Num::Int(i) => V::from_int(*i),
+                Num::Float(f) => V::from_float(*f),
+            }));
+            return Ok(());
+        }
         if let RowData::Single(c) = self
             && is_encoded(c)
         {
@@ -162,15 +178,53 @@ impl RowData<'_> {
     }
 }
 
+/// Buffered rows keyed series first, then hour: (row key, points).
+type Buffered = BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)>;
+
+/// Before the stored row `key`: visits its series' buffered rows of earlier hours, and
+/// returns its own buffered points (taken out of `buffered`).
+fn take_buffered(
+    buffered: &mut Buffered,
+    earlier: &mut Vec<Vec<u8>>,
+    at: usize,
+    key: &[u8],
+    visit: &mut impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
+) -> Result<Option<Vec<Point>>> {
+    if buffered.is_empty() {
+        return Ok(None);
+    }
+    let this = hourglass_storage::series_major(key, at);
+    let mut series_start = this.clone();
+    let n = series_start.len();
+    series_start[n.saturating_sub(4)..].fill(0);
+    earlier.clear();
+    earlier.extend(
+        buffered
+            .range(series_start..this.clone())
+            .map(|(k, _)| k.clone()),
+    );
+    for k in earlier.iter() {
+        if let Some((key, points)) = buffered.remove(k) {
+            visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
+        }
+    }
+    Ok(buffered.remove(&this).map(|(_, points)| points))
+}
+
 impl Tsdb {
     /// Calls `visit` with the data of every row of `query.metric` between `query.start_secs`
     /// and `query.end_secs` (hours overlapping the range) having all of `query.tags`, stored
     /// or buffered, with the row's annotations and stored size: each series' rows in time
     /// order, series in the order the store returns them (`Store::scan`'s key or period
     /// order), buffered rows of a series before its stored rows of later hours.
+    ///
+    /// With `joint`, a group of the embedded store read whole (`ReadOptions::joint_rows`) is
+    /// decoded in one pass and its members handed over as [`RowData::Columns`] (or, merged
+    /// with buffered points or out of order, as their rebuilt cells).
     fn visit_row_data(
         &self,
         query: &RowQuery,
+        joint: bool,
         mut visit: impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
     ) -> Result<()> {
         let schema = &self.settings().schema;
@@ -189,38 +243,95 @@ impl Tsdb {
         // Keyed series first, then hour: a series' buffered rows are found by range, in
         // time order, whatever order the store returns series in.
         let at = schema.timestamp_offset();
-        let mut buffered: BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)> = buffered
+        let mut buffered: Buffered = buffered
             .into_iter()
             .map(|(key, points)| (hourglass_storage::series_major(&key, at), (key, points)))
             .collect();
         let mut earlier = Vec::new();
+        // A group's members decoded together.
+        let (mut group_times, mut group_values) = (Vec::new(), Vec::<Num>::new());
         for mut request in scan_requests(schema, query) {
             // Compacted cells in the embedded store's compact form are decoded straight
             // from it, without rebuilding OpenTSDB's bytes first.
             request.read.encoded_cells = true;
+            request.read.joint_rows = joint;
             for row in self.store().scan(&schema.data_table, &request)? {
                 let row = row?;
-                // The series' buffered rows of earlier hours (not stored yet) go first.
-                let extra = if buffered.is_empty() {
-                    None
-                } else {
-                    let this = hourglass_storage::series_major(&row.key, at);
-                    let mut series_start = this.clone();
-                    let n = series_start.len();
-                    series_start[n.saturating_sub(4)..].fill(0);
-                    earlier.clear();
-                    earlier.extend(
-                        buffered
-                            .range(series_start..this.clone())
-                            .map(|(k, _)| k.clone()),
-                    );
-                    for k in &earlier {
-                        if let Some((key, points)) = buffered.remove(k) {
-                            visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
+                if let [cell] = row.cells.as_slice()
+                    && cell.form == CellForm::Joint
+                    && cell.family == DATA_FAMILY
+                {
+                    let (members, stream) = decode_joint_row(&cell.value)?;
+                    let (members, timestamps): (Vec<JointMember>, Vec<i64>) =
+                        members.into_iter().unzip();
+                    let period = base_time_of(schema, &row.key)
+                        .ok_or_else(|| Error::Corrupt("group key without a base time".into()))?;
+                    group_times.clear();
+                    group_values.clear();
+                    decode_joint_columns(
+                        stream,
+                        &members,
+                        i64::from(period) * 1000,
+                        &mut group_times,
+                        &mut group_values,
+                    )?;
+                    let total = group_times.len().max(1);
+                    let mut rebuilt: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
+                    let mut from = 0usize;
+                    for (i, m) in members.iter().enumerate() {
+                        let to = from + m.shape.points as usize;
+                        let mut key = row.key.clone();
+                        let base = period.checked_add(m.offset_secs).ok_or_else(|| {
+                            Error::Corrupt("group member past the end of time".into())
+                        })?;
+                        if let Some(b) = key.get_mut(at..at + 4) {
+                            b.copy_from_slice(&base.to_be_bytes());
                         }
+                        let extra =
+                            take_buffered(&mut buffered, &mut earlier, at, &key, &mut visit)?;
+                        let stored = key.len() + stream.len() * (to - from) / total;
+                        let (times, values) = (
+                            group_times.get(from..to).unwrap_or_default(),
+                            group_values.get(from..to).unwrap_or_default(),
+                        );
+                        if extra.is_none() && times.windows(2).all(|w| w[0] < w[1]) {
+                            visit(&key, RowData::Columns(times, values), Vec::new(), stored)?;
+                        } else {
+                            // Merged with buffered points, or out of order: as its cell.
+                            if rebuilt.is_none() {
+                                rebuilt = Some(DataCellCodec.decode_joint(
+                                    &cell.family,
+                                    stream,
+                                    &members,
+                                )?);
+                            }
+                            let (q, v) = rebuilt
+                                .as_ref()
+                                .and_then(|r| r.get(i))
+                                .cloned()
+                                .unwrap_or_default();
+                            let member = Row {
+                                key: key.clone(),
+                                cells: vec![hourglass_storage::Cell {
+                                    family: cell.family.clone(),
+                                    qualifier: q,
+                                    timestamp: timestamps.get(i).copied().unwrap_or_default(),
+                                    value: v,
+                                    form: CellForm::Plain,
+                                }],
+                            };
+                            let data = match &extra {
+                                None => RowData::Single(&member.cells[0]),
+                                Some(points) => RowData::Merge(&member, points),
+                            };
+                            visit(&key, data, Vec::new(), stored)?;
+                        }
+                        from = to;
                     }
-                    buffered.remove(&this).map(|(_, points)| points)
-                };
+                    continue;
+                }
+                // The series' buffered rows of earlier hours (not stored yet) go first.
+                let extra = take_buffered(&mut buffered, &mut earlier, at, &row.key, &mut visit)?;
                 let stored_bytes = stored_bytes(&row);
                 let mut data_cells = row.cells.iter().filter(|c| {
                     is_encoded(c)
@@ -255,7 +366,7 @@ impl Tsdb {
         mut visit: impl FnMut(RowView<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut points = Vec::new();
-        self.visit_row_data(query, |key, data, annotations, stored_bytes| {
+        self.visit_row_data(query, false, |key, data, annotations, stored_bytes| {
             data.points(&mut points)?;
             visit(RowView {
                 key,
@@ -275,7 +386,7 @@ impl Tsdb {
     ) -> Result<()> {
         let schema = &self.settings().schema;
         let (mut times, mut values) = (Vec::new(), Vec::new());
-        self.visit_row_data(query, |key, data, annotations, stored_bytes| {
+        self.visit_row_data(query, true, |key, data, annotations, stored_bytes| {
             let base_ms = i64::from(base_time_of(schema, key).unwrap_or(0)) * 1000;
             data.columns(base_ms, &mut times, &mut values)?;
             visit(RowColumns {

@@ -15,7 +15,7 @@ mod regex_filter;
 mod types;
 
 pub use error::{Error, ErrorKind, Result};
-pub use model::CellCodec;
+pub use model::{CellCodec, JointCell, JointForm, JointMember, JointShape};
 pub use regex_filter::KeyRegex;
 pub use types::*;
 

@@ -20,11 +20,115 @@ const ROW_FORMAT_CODED: u8 = 2;
 
 /// A compact stored form for some cells (e.g. compacted time series cells), chosen by the
 /// backend's user. It must be lossless: `decode(encode(q, v)) == (q, v)`.
+///
+/// The joint form (RFC 0006, group format 0x02) stores the only cells of several rows of one
+/// series and period together: one stream for all their points, and per cell a
+/// [`JointShape`]. It must be lossless too: `decode_joint` of what `encode_joint` returned
+/// gives back every cell it took, byte for byte. By default a codec takes no cell jointly.
 pub trait CellCodec: Send + Sync + std::fmt::Debug {
     /// The compact form of a cell's qualifier and value, or `None` to store them as they are.
     fn encode(&self, family: &str, qualifier: &[u8], value: &[u8]) -> Option<Vec<u8>>;
     /// The qualifier and value of an encoded cell.
     fn decode(&self, family: &str, encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)>;
+
+    /// The joint form of `cells` (in offset order): for each cell its shape, `None` for a
+    /// cell left out, and the stream of the cells taken. `None`: no cell taken.
+    fn encode_joint(&self, _family: &str, _cells: &[JointCell<'_>]) -> Option<JointForm> {
+        None
+    }
+
+    /// The qualifier and value of each member of a joint stream, in `members`' order.
+    fn decode_joint(
+        &self,
+        _family: &str,
+        _stream: &[u8],
+        _members: &[JointMember],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Err(Error::Corrupt(
+            "bad joint stream: this store's codec has no joint form".into(),
+        ))
+    }
+}
+
+/// What [`CellCodec::encode_joint`] returns: each cell's shape (`None`: left out) and the
+/// stream of the cells taken.
+pub type JointForm = (Vec<Option<JointShape>>, Vec<u8>);
+
+/// The value of a [`crate::CellForm::Joint`] cell, as a scan hands it over (never stored):
+/// `| member count (varint) | members: offset s (varint) | point count (varint) | meta: 0x00,
+/// or 0x01 then the byte | cell timestamp (zigzag varint) | joint stream |`.
+pub fn encode_joint_row(members: &[(JointMember, i64)], stream: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(members.len() * 8 + stream.len() + 2);
+    put_varint(&mut out, members.len() as u64);
+    for (m, timestamp) in members {
+        put_varint(&mut out, u64::from(m.offset_secs));
+        put_varint(&mut out, u64::from(m.shape.points));
+        match m.shape.meta {
+            None => out.push(0),
+            Some(b) => out.extend_from_slice(&[1, b]),
+        }
+        put_varint(&mut out, ((timestamp << 1) ^ (timestamp >> 63)) as u64);
+    }
+    out.extend_from_slice(stream);
+    out
+}
+
+/// A [`crate::CellForm::Joint`] cell's members (with their cell timestamps) and stream.
+pub type JointRow<'a> = (Vec<(JointMember, i64)>, &'a [u8]);
+
+/// The members and joint stream of a [`crate::CellForm::Joint`] cell's value.
+pub fn decode_joint_row(bytes: &[u8]) -> Result<JointRow<'_>> {
+    let mut r = Reader { bytes, pos: 0 };
+    let n = r.varint()?;
+    if n > bytes.len() as u64 {
+        return Err(Error::Corrupt(
+            "bad joint row: member count past its bytes".into(),
+        ));
+    }
+    let bad = || Error::Corrupt("bad joint row: value out of range".into());
+    let mut members = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let offset_secs = u32::try_from(r.varint()?).map_err(|_| bad())?;
+        let points = u32::try_from(r.varint()?).map_err(|_| bad())?;
+        let meta = match r.byte()? {
+            0 => None,
+            1 => Some(r.byte()?),
+            _ => return Err(bad()),
+        };
+        let z = r.varint()?;
+        members.push((
+            JointMember {
+                offset_secs,
+                shape: JointShape { points, meta },
+            },
+            ((z >> 1) as i64) ^ -((z & 1) as i64),
+        ));
+    }
+    Ok((members, &bytes[r.pos..]))
+}
+
+/// A cell offered to [`CellCodec::encode_joint`]: a row's only cell, and the row's offset in
+/// its group (seconds from the period start).
+#[derive(Debug, Clone, Copy)]
+pub struct JointCell<'a> {
+    pub offset_secs: u32,
+    pub qualifier: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// What a jointly stored cell keeps beside its points in the stream: how many points it has
+/// and its trailing meta byte, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JointShape {
+    pub points: u32,
+    pub meta: Option<u8>,
+}
+
+/// A member of a joint stream as [`CellCodec::decode_joint`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JointMember {
+    pub offset_secs: u32,
+    pub shape: JointShape,
 }
 
 /// The cells of one row, sorted by family, qualifier, then newest first.
@@ -34,6 +138,23 @@ pub struct RowData {
 }
 
 impl RowData {
+    /// A row of these cells (sorted into [`RowData`]'s order).
+    pub fn from_cells(mut cells: Vec<Cell>) -> RowData {
+        cells.sort_by(|a, b| {
+            (
+                a.family.as_str(),
+                a.qualifier.as_slice(),
+                std::cmp::Reverse(a.timestamp),
+            )
+                .cmp(&(
+                    b.family.as_str(),
+                    b.qualifier.as_slice(),
+                    std::cmp::Reverse(b.timestamp),
+                ))
+        });
+        RowData { cells }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.cells.is_empty()
     }
@@ -525,6 +646,11 @@ impl ScanFilter {
         row.into_read(key, &self.read)
     }
 
+    /// The cell filters.
+    pub fn read(&self) -> &ReadOptions {
+        &self.read
+    }
+
     /// True once `returned` rows reach the limit.
     pub fn is_full(&self, returned: usize) -> bool {
         self.limit.is_some_and(|l| returned >= l)
@@ -539,6 +665,22 @@ mod fuzz_tests {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
             let _ = RowData::decode(&bytes, None);
+            let _ = super::decode_joint_row(&bytes);
+        }
+
+        #[test]
+        fn joint_rows_round_trip(
+            members in proptest::collection::vec((proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>(), proptest::option::of(proptest::prelude::any::<u8>()), proptest::prelude::any::<i64>()), 0..10),
+            stream in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20),
+        ) {
+            let members: Vec<(super::JointMember, i64)> = members
+                .into_iter()
+                .map(|(offset_secs, points, meta, ts)| (super::JointMember { offset_secs, shape: super::JointShape { points, meta } }, ts))
+                .collect();
+            let bytes = super::encode_joint_row(&members, &stream);
+            let (m, s) = super::decode_joint_row(&bytes).unwrap();
+            proptest::prop_assert_eq!(m, members);
+            proptest::prop_assert_eq!(s, stream.as_slice());
         }
     }
 }

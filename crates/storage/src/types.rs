@@ -19,6 +19,9 @@ pub enum CellForm {
     /// A table codec's compact form of qualifier and value, in `value` (asked for with
     /// [`ReadOptions::encoded_cells`]; decoded by the reader that knows the codec).
     Encoded,
+    /// A group's joint members in one cell (asked for with [`ReadOptions::joint_rows`]): the
+    /// row key is the group key, the value [`crate::model::encode_joint_row`]'s form.
+    Joint,
 }
 
 impl Cell {
@@ -164,6 +167,12 @@ pub struct ReadOptions {
     /// Not to be combined with `latest_only` on a family holding several coded cells: their
     /// empty qualifiers would read as one column.
     pub encoded_cells: bool,
+    /// In a scan of a grouped table (RFC 0006), a group whose members in the scan are all
+    /// joint, none shadowed by a row of the row keyspace, may come back as one row: the group
+    /// key, one cell of form [`CellForm::Joint`] (the members and their joint stream, see
+    /// [`crate::model::decode_joint_row`]), for a reader that decodes it itself. Such a row
+    /// counts once toward a scan's limit. Other stores ignore it.
+    pub joint_rows: bool,
 }
 
 impl ReadOptions {

@@ -4,9 +4,12 @@
 //! its member in its group, else nothing.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use hourglass_storage::{Error, Result};
+use hourglass_storage::model::RowData;
+use hourglass_storage::{
+    Cell, CellCodec, CellForm, Error, JointCell, JointMember, JointShape, Result,
+};
 
 /// How a table groups rows: where the 4-byte base time sits in a row key (after the salt
 /// and metric), the period a group spans, and how long after a period ends it is grouped.
@@ -123,11 +126,38 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// A group value:
+/// The first byte of a group value holding joint members (phase 3).
+pub(crate) const GROUP_FORMAT_JOINT: u8 = 0x02;
+/// Member shapes of format 0x02: a row value, or a joint member without a meta byte, with
+/// meta byte 0x00, with the meta byte that follows.
+const SHAPE_ROW: u8 = 0x00;
+const SHAPE_JOINT: u8 = 0x01;
+const SHAPE_JOINT_META_0: u8 = 0x02;
+const SHAPE_JOINT_META: u8 = 0x03;
+const HOUR_SECS: u32 = 3600;
+
+/// One member of a group value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Member<'a> {
+    /// The member's row value (RFC 0002).
+    Row(&'a [u8]),
+    /// One cell of the group's joint family, rebuilt by the codec from the joint stream.
+    Joint { shape: JointShape, timestamp: i64 },
+}
+
+/// A group value's members, offsets increasing, and for format 0x02 the family and stream
+/// of its joint members.
+#[derive(Debug)]
+pub(crate) struct Group<'a> {
+    pub(crate) members: Vec<(u32, Member<'a>)>,
+    pub(crate) joint: Option<(&'a str, &'a [u8])>,
+}
+
+/// A group value of format 0x01:
 /// `| format 0x01 | member count (varint) | members: offset delta (varint) | value length (varint) | value |`,
 /// offsets strictly increasing (the first delta is the first offset), each value a row value
 /// as the row keyspace holds it (RFC 0002).
-pub(crate) fn encode_group(members: &BTreeMap<u32, Vec<u8>>) -> Vec<u8> {
+pub(crate) fn encode_rows_group(members: &BTreeMap<u32, Vec<u8>>) -> Vec<u8> {
     let size: usize = members.values().map(|v| v.len() + 8).sum();
     let mut out = Vec::with_capacity(size + 6);
     out.push(GROUP_FORMAT);
@@ -145,6 +175,104 @@ pub(crate) fn encode_group(members: &BTreeMap<u32, Vec<u8>>) -> Vec<u8> {
     out
 }
 
+/// The group value of these member rows: format 0x02 when the codec takes some member's
+/// only cell jointly (one family: the first one-cell member's), else format 0x01.
+pub(crate) fn encode_group(
+    members: &BTreeMap<u32, RowData>,
+    codec: Option<&dyn CellCodec>,
+) -> Vec<u8> {
+    if let Some(codec) = codec
+        && let Some(joint) = joint_form(members, codec)
+    {
+        return joint;
+    }
+    encode_rows_group(
+        &members
+            .iter()
+            .map(|(o, row)| (*o, row.encode(codec)))
+            .collect(),
+    )
+}
+
+/// Format 0x02 of `members`, when the codec takes a cell jointly.
+fn joint_form(members: &BTreeMap<u32, RowData>, codec: &dyn CellCodec) -> Option<Vec<u8>> {
+    let family = members.values().find_map(|row| match row.cells() {
+        [cell] => Some(cell.family.as_str()),
+        _ => None,
+    })?;
+    let candidates: Vec<(u32, &Cell)> = members
+        .iter()
+        .filter_map(|(o, row)| match row.cells() {
+            [cell] if cell.family == family => Some((*o, cell)),
+            _ => None,
+        })
+        .collect();
+    let cells: Vec<JointCell<'_>> = candidates
+        .iter()
+        .map(|(o, c)| JointCell {
+            offset_secs: *o,
+            qualifier: &c.qualifier,
+            value: &c.value,
+        })
+        .collect();
+    let (shapes, stream) = codec.encode_joint(family, &cells)?;
+    if shapes.len() != cells.len() || stream.is_empty() || shapes.iter().all(Option::is_none) {
+        return None;
+    }
+    let joint: HashMap<u32, (JointShape, i64)> = candidates
+        .iter()
+        .zip(&shapes)
+        .filter_map(|((o, c), shape)| shape.map(|s| (*o, (s, c.timestamp))))
+        .collect();
+    let size: usize = members.len() * 6 + stream.len() + family.len() + 8;
+    let mut out = Vec::with_capacity(size);
+    out.push(GROUP_FORMAT_JOINT);
+    put_varint(&mut out, members.len() as u64);
+    let (mut previous, mut previous_ts) = (0u32, 0i64);
+    for (i, (offset, row)) in members.iter().enumerate() {
+        let d = if i == 0 { *offset } else { offset - previous };
+        previous = *offset;
+        put_varint(
+            &mut out,
+            if d % HOUR_SECS == 0 {
+                u64::from(d / HOUR_SECS) << 1
+            } else {
+                (u64::from(d) << 1) | 1
+            },
+        );
+        match joint.get(offset) {
+            Some((shape, timestamp)) => {
+                match shape.meta {
+                    None => out.push(SHAPE_JOINT),
+                    Some(0) => out.push(SHAPE_JOINT_META_0),
+                    Some(m) => out.extend_from_slice(&[SHAPE_JOINT_META, m]),
+                }
+                put_varint(&mut out, u64::from(shape.points));
+                put_varint(&mut out, zigzag(timestamp.wrapping_sub(previous_ts)));
+                previous_ts = *timestamp;
+            }
+            None => {
+                out.push(SHAPE_ROW);
+                let value = row.encode(Some(codec));
+                put_varint(&mut out, value.len() as u64);
+                out.extend_from_slice(&value);
+            }
+        }
+    }
+    put_varint(&mut out, family.len() as u64);
+    out.extend_from_slice(family.as_bytes());
+    out.extend_from_slice(&stream);
+    Some(out)
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
@@ -155,14 +283,19 @@ fn corrupt(what: &str) -> Error {
 }
 
 impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Result<u8> {
+        let b = *self
+            .bytes
+            .get(self.pos)
+            .ok_or_else(|| corrupt("truncated"))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
     fn varint(&mut self) -> Result<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
-            let b = *self
-                .bytes
-                .get(self.pos)
-                .ok_or_else(|| corrupt("truncated"))?;
-            self.pos += 1;
+            let b = self.byte()?;
             v |= u64::from(b & 0x7F) << shift;
             if b & 0x80 == 0 {
                 return Ok(v);
@@ -183,23 +316,38 @@ impl<'a> Reader<'a> {
         self.pos = end;
         Ok(out)
     }
+
+    fn chunk(&mut self) -> Result<&'a [u8]> {
+        let len = usize::try_from(self.varint()?).map_err(|_| corrupt("truncated"))?;
+        self.take(len)
+    }
 }
 
-/// The members of a group value, offsets increasing, values borrowed.
-pub(crate) fn decode_group(bytes: &[u8]) -> Result<Vec<(u32, &[u8])>> {
-    match bytes.first() {
-        Some(&GROUP_FORMAT) => {}
+/// A group value's members (formats 0x01 and 0x02), values borrowed.
+pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
+    let joint_format = match bytes.first() {
+        Some(&GROUP_FORMAT) => false,
+        Some(&GROUP_FORMAT_JOINT) => true,
         _ => return Err(Error::Corrupt("unknown group format".into())),
-    }
+    };
     let mut r = Reader { bytes, pos: 1 };
     let n = r.varint()?;
     if n > bytes.len() as u64 {
         return Err(corrupt("member count past its bytes"));
     }
-    let mut out = Vec::with_capacity(n as usize);
-    let mut offset = 0u64;
+    let mut members = Vec::with_capacity(n as usize);
+    let (mut offset, mut timestamp, mut joint) = (0u64, 0i64, false);
     for i in 0..n {
-        let delta = r.varint()?;
+        let delta = if joint_format {
+            let step = r.varint()?;
+            if step & 1 == 0 {
+                (step >> 1).saturating_mul(u64::from(HOUR_SECS))
+            } else {
+                step >> 1
+            }
+        } else {
+            r.varint()?
+        };
         if i > 0 && delta == 0 {
             return Err(corrupt("offsets not increasing"));
         }
@@ -207,57 +355,124 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Vec<(u32, &[u8])>> {
             .checked_add(delta)
             .filter(|o| *o <= u64::from(u32::MAX))
             .ok_or_else(|| corrupt("offset out of range"))?;
-        let len = r.varint()?;
-        let len = usize::try_from(len).map_err(|_| corrupt("truncated"))?;
-        out.push((offset as u32, r.take(len)?));
+        let shape = if joint_format { r.byte()? } else { SHAPE_ROW };
+        let member = match shape {
+            SHAPE_ROW => Member::Row(r.chunk()?),
+            SHAPE_JOINT | SHAPE_JOINT_META_0 | SHAPE_JOINT_META => {
+                let meta = match shape {
+                    SHAPE_JOINT => None,
+                    SHAPE_JOINT_META_0 => Some(0),
+                    _ => Some(r.byte()?),
+                };
+                let points = u32::try_from(r.varint()?)
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| corrupt("bad point count"))?;
+                timestamp = timestamp.wrapping_add(unzigzag(r.varint()?));
+                joint = true;
+                Member::Joint {
+                    shape: JointShape { points, meta },
+                    timestamp,
+                }
+            }
+            _ => return Err(corrupt("unknown member shape")),
+        };
+        members.push((offset as u32, member));
     }
+    let joint = if joint_format {
+        if !joint {
+            return Err(corrupt("no joint member"));
+        }
+        let family =
+            std::str::from_utf8(r.chunk()?).map_err(|_| corrupt("family name is not UTF-8"))?;
+        let stream = &bytes[r.pos..];
+        if stream.is_empty() {
+            return Err(corrupt("truncated"));
+        }
+        r.pos = bytes.len();
+        Some((family, stream))
+    } else {
+        None
+    };
     if r.pos != bytes.len() {
         return Err(corrupt("trailing bytes"));
+    }
+    Ok(Group { members, joint })
+}
+
+/// Every member of a group value as its row: row values decoded (`keep_encoded` as
+/// [`RowData::decode_with`]), joint members rebuilt by the codec (one plain cell each).
+pub(crate) fn member_rows(
+    bytes: &[u8],
+    codec: Option<&dyn CellCodec>,
+    keep_encoded: bool,
+) -> Result<Vec<(u32, RowData)>> {
+    let group = decode_group(bytes)?;
+    let mut joint_cells = match group.joint {
+        Some((family, stream)) => {
+            let codec = codec.ok_or_else(|| {
+                Error::Corrupt("cell was stored with a codec this store was not given".into())
+            })?;
+            let members: Vec<JointMember> = group
+                .members
+                .iter()
+                .filter_map(|(o, m)| match m {
+                    Member::Joint { shape, .. } => Some(JointMember {
+                        offset_secs: *o,
+                        shape: *shape,
+                    }),
+                    Member::Row(_) => None,
+                })
+                .collect();
+            let cells = codec.decode_joint(family, stream, &members)?;
+            if cells.len() != members.len() {
+                return Err(corrupt("joint stream does not match its members"));
+            }
+            Some((family, cells.into_iter()))
+        }
+        None => None,
+    };
+    let mut out = Vec::with_capacity(group.members.len());
+    for (offset, member) in group.members {
+        let row = match member {
+            Member::Row(value) => RowData::decode_with(value, codec, keep_encoded)?,
+            Member::Joint { timestamp, .. } => {
+                let Some((family, cells)) = &mut joint_cells else {
+                    return Err(corrupt("no joint stream"));
+                };
+                let (qualifier, value) = cells
+                    .next()
+                    .ok_or_else(|| corrupt("joint stream does not match its members"))?;
+                RowData::from_cells(vec![Cell {
+                    family: (*family).to_string(),
+                    qualifier,
+                    timestamp,
+                    value,
+                    form: CellForm::Plain,
+                }])
+            }
+        };
+        out.push((offset, row));
     }
     Ok(out)
 }
 
-/// The value of the member at `offset` of a group value, found without decoding the rest.
-pub(crate) fn find_member(bytes: &[u8], offset: u32) -> Result<Option<&[u8]>> {
-    match bytes.first() {
-        Some(&GROUP_FORMAT) => {}
-        _ => return Err(Error::Corrupt("unknown group format".into())),
-    }
-    let mut r = Reader { bytes, pos: 1 };
-    let n = r.varint()?;
-    let mut at = 0u64;
-    for i in 0..n {
-        let delta = r.varint()?;
-        if i > 0 && delta == 0 {
-            return Err(corrupt("offsets not increasing"));
-        }
-        at = at.saturating_add(delta);
-        let len = usize::try_from(r.varint()?).map_err(|_| corrupt("truncated"))?;
-        let value = r.take(len)?;
-        match at.cmp(&u64::from(offset)) {
-            Ordering::Less => {}
-            Ordering::Equal => return Ok(Some(value)),
-            Ordering::Greater => return Ok(None),
-        }
-    }
-    Ok(None)
-}
-
-/// A group value's members as owned values (to change and encode again).
-pub(crate) fn group_members(bytes: Option<&[u8]>) -> Result<BTreeMap<u32, Vec<u8>>> {
+/// A group value's members as rows (to change and encode again).
+pub(crate) fn group_members(
+    bytes: Option<&[u8]>,
+    codec: Option<&dyn CellCodec>,
+) -> Result<BTreeMap<u32, RowData>> {
     let Some(bytes) = bytes else {
         return Ok(BTreeMap::new());
     };
-    Ok(decode_group(bytes)?
-        .into_iter()
-        .map(|(o, v)| (o, v.to_vec()))
-        .collect())
+    Ok(member_rows(bytes, codec, false)?.into_iter().collect())
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use hourglass_storage::JointForm;
     use proptest::prelude::*;
 
     const G: Grouping = Grouping {
@@ -300,38 +515,207 @@ mod tests {
         let mut members = BTreeMap::new();
         members.insert(0u32, vec![1, 2]);
         members.insert(3_600u32, vec![]);
-        let bytes = encode_group(&members);
+        let bytes = encode_rows_group(&members);
         assert_eq!(bytes, vec![1, 2, 0, 2, 1, 2, 0x90, 0x1C, 0]);
-        assert_eq!(group_members(Some(&bytes)).unwrap(), members);
+        let group = decode_group(&bytes).unwrap();
+        assert_eq!(
+            group.members,
+            vec![(0, Member::Row(&[1, 2])), (3_600, Member::Row(&[]))]
+        );
+        assert!(group.joint.is_none());
         for bad in [
             vec![],
-            vec![2, 0],
+            vec![3, 0],
             vec![1, 1, 0, 5, 1],
             vec![1, 2, 0, 0, 0, 0],
             vec![1, 0, 0],
             vec![1, 200],
+            // Format 0x02: no joint member; a joint member without family and stream; an
+            // unknown shape; a zero point count; an offset that does not increase.
+            vec![2, 1, 0, 0, 0],
+            vec![2, 1, 0, 1, 1, 0],
+            vec![2, 1, 0, 1, 1, 0, 1, b't'],
+            vec![2, 1, 0, 4, 1, 0, 1, b't', 9],
+            vec![2, 1, 0, 1, 0, 0, 1, b't', 9],
+            vec![2, 2, 0, 1, 1, 0, 0, 1, 1, 0, 1, b't', 9],
         ] {
             assert!(decode_group(&bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            decode_group(&[2, 1, 0, 1, 1, 0, 1, b't', 9]).unwrap().joint,
+            Some(("t", &[9u8][..]))
+        );
+    }
+
+    /// A joint codec for the tests: takes a cell of qualifier `[0]`, `[1]` or `[2]` whose
+    /// value does not start with 7; its shape has the value's length plus one points and
+    /// meta `Some(q)` (`None` for 2); the stream is `A7` then the values taken.
+    #[derive(Debug)]
+    pub(crate) struct Toy;
+
+    impl CellCodec for Toy {
+        fn encode(&self, _family: &str, _qualifier: &[u8], _value: &[u8]) -> Option<Vec<u8>> {
+            None
+        }
+        fn decode(&self, _family: &str, _encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+            Err(Error::Corrupt("no blobs".into()))
+        }
+        fn encode_joint(&self, _family: &str, cells: &[JointCell<'_>]) -> Option<JointForm> {
+            let mut stream = vec![0xA7];
+            let shapes: Vec<Option<JointShape>> = cells
+                .iter()
+                .map(|c| match c.qualifier {
+                    [q @ 0..=2] if c.value.first() != Some(&7) => {
+                        stream.extend_from_slice(c.value);
+                        Some(JointShape {
+                            points: c.value.len() as u32 + 1,
+                            meta: (*q < 2).then_some(*q),
+                        })
+                    }
+                    _ => None,
+                })
+                .collect();
+            shapes
+                .iter()
+                .any(Option::is_some)
+                .then_some((shapes, stream))
+        }
+        fn decode_joint(
+            &self,
+            _family: &str,
+            stream: &[u8],
+            members: &[JointMember],
+        ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            let bad = || Error::Corrupt("bad toy stream".into());
+            let (first, mut rest) = stream.split_first().ok_or_else(bad)?;
+            if *first != 0xA7 {
+                return Err(bad());
+            }
+            let mut out = Vec::new();
+            for m in members {
+                let n = m.shape.points as usize - 1;
+                let value = rest.get(..n).ok_or_else(bad)?;
+                rest = &rest[n..];
+                out.push((vec![m.shape.meta.unwrap_or(2)], value.to_vec()));
+            }
+            if rest.is_empty() { Ok(out) } else { Err(bad()) }
+        }
+    }
+
+    fn cell(family: &str, qualifier: &[u8], timestamp: i64, value: &[u8]) -> Cell {
+        Cell {
+            family: family.into(),
+            qualifier: qualifier.to_vec(),
+            timestamp,
+            value: value.to_vec(),
+            form: CellForm::Plain,
+        }
+    }
+
+    /// RFC 0006's example of format 0x02: joint members at 0 (meta 0x00, 3 points) and
+    /// 3600 (no meta, 1 point), a row member at 5400 (two cells), a joint member at 7200
+    /// (meta 0x01, 2 points, written 2 ms earlier); the stream is the codec's.
+    #[test]
+    fn format_2_has_its_documented_bytes() {
+        let mut members = BTreeMap::new();
+        members.insert(0, RowData::from_cells(vec![cell("t", &[0], 1000, &[5, 6])]));
+        members.insert(3600, RowData::from_cells(vec![cell("t", &[2], 1000, &[])]));
+        members.insert(
+            5400,
+            RowData::from_cells(vec![cell("t", &[0], 1, &[1]), cell("t", &[1], 1, &[2])]),
+        );
+        members.insert(7200, RowData::from_cells(vec![cell("t", &[1], 998, &[8])]));
+        let bytes = encode_group(&members, Some(&Toy));
+        #[rustfmt::skip]
+        let want = vec![
+            0x02, 0x04,                     // format 0x02, 4 members
+            0x00, 0x02, 0x03, 0xD0, 0x0F,   // step 0 h, joint meta 0x00, 3 points, timestamp +1000
+            0x02, 0x01, 0x01, 0x00,         // step 1 h, joint no meta, 1 point, timestamp +0
+            0x91, 0x1C, 0x00, 0x12,         // step 1800 s, row value of 18 bytes (RFC 0002):
+            0x02, 0x02,                     //   coded format, 2 cells, both plain
+            0x00, 0x01, b't', 0x01, 0x00, 0x02, 0x01, 0x01,
+            0x00, 0x01, b't', 0x01, 0x01, 0x02, 0x01, 0x02,
+            0x91, 0x1C, 0x03, 0x01,         // step 1800 s, joint meta 0x01,
+            0x02, 0x03,                     //   2 points, timestamp -2
+            0x01, b't',                     // family
+            0xA7, 5, 6, 8,                  // the codec's stream
+        ];
+        assert_eq!(bytes, want);
+        assert_eq!(group_members(Some(&bytes), Some(&Toy)).unwrap(), members);
+        // Without the codec the joint members cannot be read.
+        assert!(group_members(Some(&bytes), None).is_err());
+        // A codec taking nothing jointly: format 0x01, the same rows.
+        let plain = encode_group(&members, None);
+        assert_eq!(plain[0], 0x01);
+        assert_eq!(group_members(Some(&plain), None).unwrap(), members);
+    }
+
+    fn any_row() -> impl Strategy<Value = RowData> {
+        let one = (0u8..4, prop::collection::vec(any::<u8>(), 0..4), -3i64..3)
+            .prop_map(|(q, v, ts)| vec![cell("t", &[q], ts, &v)]);
+        let other = (0u8..3, prop::collection::vec(any::<u8>(), 0..3))
+            .prop_map(|(q, v)| vec![cell("u", &[q], 5, &v)]);
+        let several = prop::collection::vec((0u8..3, any::<u8>()), 2..4).prop_map(|cells| {
+            cells
+                .into_iter()
+                .enumerate()
+                .map(|(i, (q, v))| cell("t", &[q, i as u8], 1, &[v]))
+                .collect()
+        });
+        prop_oneof![6 => one, 1 => other, 1 => several].prop_map(RowData::from_cells)
     }
 
     proptest! {
         #[test]
         fn groups_round_trip(members in prop::collection::btree_map(any::<u32>(), prop::collection::vec(any::<u8>(), 0..20), 0..30)) {
-            let bytes = encode_group(&members);
-            prop_assert_eq!(group_members(Some(&bytes)).unwrap(), members);
+            let bytes = encode_rows_group(&members);
+            let group = decode_group(&bytes).unwrap();
+            let back: BTreeMap<u32, Vec<u8>> = group.members.into_iter().map(|(o, m)| match m {
+                Member::Row(v) => (o, v.to_vec()),
+                Member::Joint { .. } => panic!("a joint member in format 0x01"),
+            }).collect();
+            prop_assert_eq!(back, members);
+        }
+
+        /// Every member shape (joint with and without meta bytes, rows of several cells or
+        /// another family, cells the codec declines), at any offsets, reads back as written;
+        /// the format is 0x02 exactly when a member is joint.
+        #[test]
+        fn joint_groups_round_trip(
+            members in prop::collection::btree_map(
+                prop_oneof![0u32..30_000, any::<u32>(), (0u32..24).prop_map(|h| h * 3600)],
+                any_row(),
+                1..30,
+            )
+        ) {
+            let bytes = encode_group(&members, Some(&Toy));
+            prop_assert_eq!(group_members(Some(&bytes), Some(&Toy)).unwrap(), members.clone());
+            let first_single = members.values().find_map(|r| match r.cells() {
+                [c] => Some(c.family.clone()),
+                _ => None,
+            });
+            let joint = members.values().any(|r| match r.cells() {
+                [c] => Some(&c.family) == first_single.as_ref()
+                    && matches!(c.qualifier[..], [0..=2])
+                    && c.value.first() != Some(&7),
+                _ => false,
+            });
+            prop_assert_eq!(bytes[0], if joint { 2 } else { 1 });
         }
 
         #[test]
-        fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64), offset: u32) {
+        fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
             let _ = decode_group(&bytes);
-            let _ = find_member(&bytes, offset);
+            let _ = member_rows(&bytes, Some(&Toy), false);
+            let _ = member_rows(&bytes, None, true);
         }
 
         #[test]
-        fn find_member_finds_what_decode_lists(members in prop::collection::btree_map(0u32..5000, prop::collection::vec(any::<u8>(), 0..4), 0..12), probe in 0u32..5000) {
-            let bytes = encode_group(&members);
-            prop_assert_eq!(find_member(&bytes, probe).unwrap(), members.get(&probe).map(Vec::as_slice));
+        fn decode_never_panics_after_a_format_byte(format in 1u8..3, rest in prop::collection::vec(any::<u8>(), 0..64)) {
+            let mut bytes = vec![format];
+            bytes.extend(rest);
+            let _ = decode_group(&bytes);
+            let _ = member_rows(&bytes, Some(&Toy), false);
         }
     }
 }

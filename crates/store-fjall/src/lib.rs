@@ -21,15 +21,15 @@ use fjall::config::CompressionPolicy;
 use fjall::{
     CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot,
 };
-use hourglass_storage::model::{RowData, ScanFilter};
+use hourglass_storage::model::{RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
-    CellCodec, Check, Error, FamilySpec, Mutation, ReadOptions, Result, Row, RowIter, RowMutation,
-    ScanRequest, SkipHint, Store, TableSpec, now_ms,
+    Cell, CellCodec, CellForm, Check, Error, FamilySpec, JointMember, Mutation, ReadOptions,
+    Result, Row, RowIter, RowMutation, ScanRequest, SkipHint, Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
 pub use groups::Grouping;
-use groups::{decode_group, encode_group, find_member, group_members};
+use groups::{Member, decode_group, encode_group, group_members, member_rows};
 
 const TABLES_KEYSPACE: &str = "_tables";
 const TABLE_PREFIX: &str = "t:";
@@ -63,11 +63,11 @@ struct Groups {
     passed_through: Arc<AtomicU64>,
 }
 
-/// Group values read during one call, by group key (`None`: no such group).
-type GroupCache = HashMap<Vec<u8>, Option<fjall::Slice>, foldhash::fast::RandomState>;
+/// Groups read during one call, by group key, as their member rows (`None`: no such group).
+type GroupCache = HashMap<Vec<u8>, Option<BTreeMap<u32, RowData>>, foldhash::fast::RandomState>;
 
-/// A change to one member of a group: its offset and its new row value (`None`: gone).
-type MemberWrite = (u32, Option<Vec<u8>>);
+/// A change to one member of a group: its offset and its new row (`None`: gone).
+type MemberWrite = (u32, Option<RowData>);
 
 /// A row as a write finds it: its cells, and whether the row keyspace holds it.
 struct Loaded {
@@ -314,19 +314,17 @@ impl FjallStore {
         if let Some(groups) = &table.groups
             && let Some((group_key, offset)) = groups.grouping.split(key)
         {
-            let value = match cache.get(&group_key) {
-                Some(value) => value.clone(),
-                None => {
-                    let value =
-                        get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
-                    cache.insert(group_key, value.clone());
-                    value
-                }
-            };
-            if let Some(value) = value
-                && let Some(bytes) = find_member(&value, offset)?
+            if !cache.contains_key(&group_key) {
+                let value = get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
+                let members = value
+                    .map(|v| group_members(Some(&v), table.codec.as_deref()))
+                    .transpose()?;
+                cache.insert(group_key.clone(), members);
+            }
+            if let Some(Some(members)) = cache.get(&group_key)
+                && let Some(member) = members.get(&offset)
             {
-                row = RowData::decode(bytes, table.codec.as_deref())?;
+                row = member.clone();
             }
         }
         Ok(Loaded {
@@ -619,6 +617,8 @@ struct GroupedScan {
     _open: Arc<Open>,
     codec: Option<Arc<dyn CellCodec>>,
     keep_encoded: bool,
+    /// Groups of joint members only may come back as one row (`ReadOptions::joint_rows`).
+    joint_rows: bool,
     filter: ScanFilter,
     grouping: Grouping,
     start: Vec<u8>,
@@ -691,10 +691,62 @@ impl GroupedScan {
     /// Decodes and filters one row, whose key passed the regex, into the output.
     fn emit(&mut self, key: Vec<u8>, value: &[u8]) -> Result<()> {
         let row = RowData::decode_with(value, self.codec.as_deref(), self.keep_encoded)?;
+        self.emit_row(key, row);
+        Ok(())
+    }
+
+    /// Filters one decoded row, whose key passed the regex, into the output.
+    fn emit_row(&mut self, key: Vec<u8>, row: RowData) {
         if let Some(out) = self.filter.accept_matched(key, row) {
             self.out.push_back(out);
         }
-        Ok(())
+    }
+
+    /// A group as one row of form `CellForm::Joint` (`ReadOptions::joint_rows`), when every
+    /// member is joint, in range, passes the regex and the cell filters.
+    fn joint_row(&self, group_key: &[u8], value: &[u8]) -> Result<Option<Row>> {
+        let group = decode_group(value)?;
+        let Some((family, stream)) = group.joint else {
+            return Ok(None);
+        };
+        let read = self.filter.read();
+        if !read.wants_family(family) {
+            return Ok(None);
+        }
+        let mut members = Vec::with_capacity(group.members.len());
+        let mut first = None;
+        for (offset, member) in &group.members {
+            let Member::Joint { shape, timestamp } = member else {
+                return Ok(None);
+            };
+            let Some(key) = self.grouping.member_key(group_key, *offset) else {
+                return Ok(None);
+            };
+            if !read.time_range.contains(*timestamp)
+                || !self.in_range(&key)
+                || !(self.series_filter || self.filter.key_matches(&key))
+            {
+                return Ok(None);
+            }
+            first.get_or_insert(*timestamp);
+            members.push((
+                JointMember {
+                    offset_secs: *offset,
+                    shape: *shape,
+                },
+                *timestamp,
+            ));
+        }
+        Ok(Some(Row {
+            key: group_key.to_vec(),
+            cells: vec![Cell {
+                family: family.to_string(),
+                qualifier: Vec::new(),
+                timestamp: first.unwrap_or(0),
+                value: encode_joint_row(&members, stream),
+                form: CellForm::Joint,
+            }],
+        }))
     }
 
     /// Fills the output with the next window's rows (or one row of a window without groups).
@@ -746,7 +798,6 @@ impl GroupedScan {
                 self.group_next = Some((group_key, value));
                 break;
             }
-            let members = decode_group(&value)?;
             // This series' rows in the row keyspace: its series-major keys are the group's
             // key (period start at the end) with the base time in place of the start.
             let series = g.series_major(&group_key);
@@ -766,9 +817,18 @@ impl GroupedScan {
                     own.push((base, key, value));
                 }
             }
+            // A group of joint members only, none shadowed: one row, if the reader asks.
+            if self.joint_rows
+                && own.is_empty()
+                && let Some(row) = self.joint_row(&group_key, &value)?
+            {
+                self.out.push_back(row);
+                continue;
+            }
+            let members = member_rows(&value, self.codec.as_deref(), self.keep_encoded)?;
             let period = g.base(&group_key).unwrap_or(0);
             let mut own = own.into_iter().peekable();
-            for (offset, bytes) in members {
+            for (offset, row) in members {
                 let Some(base) = period.checked_add(offset) else {
                     continue;
                 };
@@ -787,7 +847,7 @@ impl GroupedScan {
                 };
                 // Under a series filter the group's key passed it for every member.
                 if self.in_range(&key) && (self.series_filter || self.filter.key_matches(&key)) {
-                    self.emit(key, bytes)?;
+                    self.emit_row(key, row);
                 }
             }
             for (_, key, value) in own {
@@ -899,7 +959,7 @@ impl FjallStore {
             loaded.row.apply(&t.spec, &r.mutations, now)?;
             pending.insert(&r.key, loaded);
         }
-        self.commit(&open, &t, pending.into_iter().collect(), &cache)
+        self.commit(&open, &t, pending.into_iter().collect(), cache)
     }
 
     /// Writes rows as they now are (an empty row is removed). Under the write lock; `cache`
@@ -909,7 +969,7 @@ impl FjallStore {
         open: &Open,
         t: &Table,
         rows: Vec<(&[u8], Loaded)>,
-        cache: &GroupCache,
+        cache: GroupCache,
     ) -> Result<()> {
         if let Some(groups) = &t.groups {
             return self.commit_grouped(open, t, groups, rows, cache);
@@ -957,14 +1017,14 @@ impl FjallStore {
         t: &Table,
         groups: &Groups,
         rows: Vec<(&[u8], Loaded)>,
-        cache: &GroupCache,
+        mut cache: GroupCache,
     ) -> Result<()> {
         let g = &groups.grouping;
         let through = groups.grouped_through.load(Ordering::Acquire);
         let mut row_writes: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
         let mut member_writes: BTreeMap<Vec<u8>, Vec<MemberWrite>> = BTreeMap::new();
         for (key, loaded) in rows {
-            let value = (!loaded.row.is_empty()).then(|| loaded.row.encode(t.codec.as_deref()));
+            let empty = loaded.row.is_empty();
             match g.split(key) {
                 Some((group_key, offset))
                     if g.period_end(key).is_some_and(|end| end <= through) =>
@@ -972,12 +1032,12 @@ impl FjallStore {
                     member_writes
                         .entry(group_key)
                         .or_default()
-                        .push((offset, value));
+                        .push((offset, (!empty).then_some(loaded.row)));
                     if loaded.in_rows {
                         row_writes.push((key, None));
                     }
                 }
-                Some((group_key, offset)) if value.is_none() => {
+                Some((group_key, offset)) if empty => {
                     member_writes
                         .entry(group_key)
                         .or_default()
@@ -987,7 +1047,8 @@ impl FjallStore {
                     }
                 }
                 _ => {
-                    if value.is_some() || loaded.in_rows {
+                    if !empty || loaded.in_rows {
+                        let value = (!empty).then(|| loaded.row.encode(t.codec.as_deref()));
                         row_writes.push((key, value));
                     }
                 }
@@ -995,14 +1056,17 @@ impl FjallStore {
         }
         let mut group_writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         for (group_key, changes) in member_writes {
-            let stored = match cache.get(&group_key) {
-                Some(value) => value.clone(),
+            let stored = match cache.remove(&group_key) {
+                Some(members) => members,
                 None => groups
                     .rows
                     .get(&group_key)
-                    .map_err(|e| io_err("read failed", e))?,
+                    .map_err(|e| io_err("read failed", e))?
+                    .map(|v| group_members(Some(&v), t.codec.as_deref()))
+                    .transpose()?,
             };
-            let mut members = group_members(stored.as_deref())?;
+            let existed = stored.is_some();
+            let mut members = stored.unwrap_or_default();
             let mut changed = false;
             for (offset, value) in changes {
                 changed |= match value {
@@ -1014,8 +1078,9 @@ impl FjallStore {
                 };
             }
             if changed {
-                let value = (!members.is_empty()).then(|| encode_group(&members));
-                if value.is_some() || stored.is_some() {
+                let value =
+                    (!members.is_empty()).then(|| encode_group(&members, t.codec.as_deref()));
+                if value.is_some() || existed {
                     group_writes.push((group_key, value));
                 }
             }
@@ -1083,7 +1148,7 @@ impl FjallStore {
         let v = loaded
             .row
             .increment(&t.spec, family, qualifier, delta, now_ms())?;
-        self.commit(&open, &t, vec![(key, loaded)], &GroupCache::default())?;
+        self.commit(&open, &t, vec![(key, loaded)], GroupCache::default())?;
         Ok(v)
     }
 
@@ -1101,7 +1166,7 @@ impl FjallStore {
             return Ok(false);
         }
         loaded.row.apply(&t.spec, mutations, now_ms())?;
-        self.commit(&open, &t, vec![(key, loaded)], &GroupCache::default())?;
+        self.commit(&open, &t, vec![(key, loaded)], GroupCache::default())?;
         Ok(true)
     }
 
@@ -1190,13 +1255,14 @@ impl FjallStore {
                     .rows
                     .get(&group_key)
                     .map_err(|e| io_err("read failed", e))?;
-                let mut members = group_members(stored.as_deref())?;
+                let codec = t.codec.as_deref();
+                let mut members = group_members(stored.as_deref(), codec)?;
                 for (offset, key, value) in rows {
-                    members.insert(offset, value.to_vec());
+                    members.insert(offset, RowData::decode(&value, codec)?);
                     batch.remove(&t.rows, key);
                     moved += 1;
                 }
-                batch.insert(&groups.rows, group_key, encode_group(&members));
+                batch.insert(&groups.rows, group_key, encode_group(&members, codec));
             }
             batch
                 .commit()
@@ -1335,6 +1401,7 @@ impl Store for FjallStore {
             let rows = GroupedScan {
                 codec: t.codec.clone(),
                 keep_encoded: request.read.encoded_cells,
+                joint_rows: request.read.joint_rows,
                 filter,
                 grouping: groups.grouping,
                 start: request.start.clone(),

@@ -896,3 +896,250 @@ proptest! {
         }
     }
 }
+
+/// Joint members of a period (RFC 0006, group format 0x02): cells at member offsets (s).
+fn joint_cells(members: &[(u32, Rebuilt)]) -> Vec<JointCell<'_>> {
+    members
+        .iter()
+        .map(|(o, (q, v))| JointCell {
+            offset_secs: *o,
+            qualifier: q,
+            value: v,
+        })
+        .collect()
+}
+
+fn strictly_increasing(points: &[Point]) -> bool {
+    points
+        .windows(2)
+        .all(|w| w[0].offset_ms() < w[1].offset_ms())
+}
+
+/// Each member's points as times from the period start and values, member after member.
+fn joint_expected(members: &[(u32, Rebuilt)]) -> (Vec<i64>, Vec<u64>) {
+    let (mut times, mut bits) = (Vec::new(), Vec::new());
+    for (o, (q, v)) in members {
+        let mut points = Vec::new();
+        compact::decode_cell(q, v, &mut points).unwrap();
+        for p in points {
+            times.push(i64::from(*o) * 1000 + i64::from(p.offset_ms()));
+            bits.push(match p.value() {
+                Value::Int(i) => i as u64,
+                other => other.as_f64().to_bits(),
+            });
+        }
+    }
+    (times, bits)
+}
+
+/// RFC 0006's joint stream example: three integers five minutes apart in the first hour
+/// (a compacted cell, meta 0x00), one 4-byte float 1.5 at the start of the next (a single
+/// point: no meta): one offset context across the hours, integer and float sections.
+#[test]
+fn joint_stream_example() {
+    let members = vec![
+        (
+            0,
+            cell(&every(300, &[Value::Int(5), Value::Int(6), Value::Int(7)])),
+        ),
+        (3600, cell(&[(false, 0, Value::Float(1.5))])),
+    ];
+    assert_eq!(members[1].1, (vec![0x00, 0x0B], vec![0x3F, 0xC0, 0, 0]));
+    let (shapes, stream) = DataCellCodec
+        .encode_joint("t", &joint_cells(&members))
+        .unwrap();
+    assert_eq!(
+        shapes,
+        vec![
+            Some(JointShape {
+                points: 3,
+                meta: Some(0)
+            }),
+            Some(JointShape {
+                points: 1,
+                meta: None
+            })
+        ]
+    );
+    assert_eq!(
+        stream,
+        hex(concat!(
+            "01 ",                               // joint stream version 1
+            "01 00 04 ",                         // one resolution run: seconds, 4 points
+            "00 02 C0 CF 24 02 80 9B EE 02 01 ", // from 0 ms: +300000 x 2, +3000000 x 1
+            "02 00 03 0B 01 ",                   // flags: 0x0 (1-byte integer) x 3, 0xB (float) x 1
+            "0A 01 02 00 ",                      // integers: 5, g = 1, f = +1, width 0
+            "01 3F C0 00 00",                    // floats raw: 1.5
+        ))
+    );
+    let joint: Vec<JointMember> = [(0, shapes[0]), (3600, shapes[1])]
+        .into_iter()
+        .map(|(o, s)| JointMember {
+            offset_secs: o,
+            shape: s.unwrap(),
+        })
+        .collect();
+    let cells: Vec<(Vec<u8>, Vec<u8>)> = members.iter().map(|(_, c)| c.clone()).collect();
+    assert_eq!(
+        DataCellCodec.decode_joint("t", &stream, &joint).unwrap(),
+        cells
+    );
+    let (mut times, mut values) = (Vec::new(), Vec::<Num>::new());
+    assert!(decode_joint_columns(&stream, &joint, 1_000_000, &mut times, &mut values).unwrap());
+    assert_eq!(times, vec![1_000_000, 1_300_000, 1_600_000, 4_600_000]);
+    assert_eq!(
+        values,
+        vec![Num::Int(5), Num::Int(6), Num::Int(7), Num::Float(1.5)]
+    );
+    // Another family, the append column, an annotation and a cell whose meta byte is not
+    // one byte are not taken.
+    assert!(
+        DataCellCodec
+            .encode_joint("u", &joint_cells(&members))
+            .is_none()
+    );
+    let other = vec![
+        (0, (compact::APPEND_QUALIFIER.to_vec(), vec![0, 0x10, 1])),
+        (3600, (vec![1, 0, 0], b"{}".to_vec())),
+        (7200, (vec![0, 0, 0, 0x10], vec![1, 2, 0, 0])),
+        (10800, cell(&[(false, 0, Value::Int(9))])),
+    ];
+    let (shapes, _) = DataCellCodec
+        .encode_joint("t", &joint_cells(&other))
+        .unwrap();
+    assert_eq!(
+        shapes,
+        vec![
+            None,
+            None,
+            None,
+            Some(JointShape {
+                points: 1,
+                meta: None
+            })
+        ]
+    );
+    // Points outside their member's hour are refused.
+    let shifted: Vec<JointMember> = joint
+        .iter()
+        .map(|m| JointMember {
+            offset_secs: m.offset_secs + 1,
+            ..*m
+        })
+        .collect();
+    assert!(DataCellCodec.decode_joint("t", &stream, &shifted).is_err());
+    // An unknown version, a member count not matching the stream.
+    let mut v2 = stream.clone();
+    v2[0] = 2;
+    assert_eq!(
+        DataCellCodec.decode_joint("t", &v2, &joint),
+        Err(Error::Corrupt("bad joint stream: unknown version".into()))
+    );
+    assert!(
+        DataCellCodec
+            .decode_joint("t", &stream, &joint[..1])
+            .is_err()
+    );
+}
+
+/// Members of one period: hours (or any second offsets) with cells of any points.
+fn joint_members() -> impl Strategy<Value = Vec<(u32, Rebuilt)>> {
+    prop::collection::btree_map(
+        prop_oneof![3 => (0u32..24).prop_map(|h| h * 3600), 1 => 0u32..90_000],
+        cell_points(1..40),
+        1..12,
+    )
+    .prop_map(|members| {
+        members
+            .into_iter()
+            .map(|(o, points)| {
+                let mut pts: Vec<(bool, u32, Value)> = Vec::new();
+                for (off, (ms, v)) in points {
+                    let off = if ms { off } else { off / 1000 * 1000 };
+                    if pts.last().is_none_or(|l| l.1 != off) {
+                        pts.push((ms, off, v));
+                    }
+                }
+                (o, cell(&pts))
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    /// Every cell the write path makes is taken jointly and comes back byte for byte; the
+    /// columns decoder gives each member's points, member after member.
+    #[test]
+    fn joint_streams_round_trip(members in joint_members(), period in 0i64..1 << 40) {
+        let (shapes, stream) = DataCellCodec.encode_joint("t", &joint_cells(&members)).unwrap();
+        prop_assert!(shapes.iter().all(Option::is_some));
+        let joint: Vec<JointMember> = members
+            .iter()
+            .zip(&shapes)
+            .map(|((o, _), s)| JointMember { offset_secs: *o, shape: s.unwrap() })
+            .collect();
+        let cells: Vec<(Vec<u8>, Vec<u8>)> = members.iter().map(|(_, c)| c.clone()).collect();
+        prop_assert_eq!(DataCellCodec.decode_joint("t", &stream, &joint).unwrap(), cells);
+        let (mut times, mut values) = (Vec::new(), Vec::<Num>::new());
+        let increasing = decode_joint_columns(&stream, &joint, period, &mut times, &mut values).unwrap();
+        let ordered = members.iter().all(|(_, (q, v))| {
+            let mut points = Vec::new();
+            compact::decode_cell(q, v, &mut points).unwrap();
+            strictly_increasing(&points)
+        });
+        prop_assert_eq!(increasing, ordered);
+        let (want_times, want_bits) = joint_expected(&members);
+        let want_times: Vec<i64> = want_times.into_iter().map(|t| t + period).collect();
+        prop_assert_eq!(times, want_times);
+        let bits: Vec<u64> = values
+            .iter()
+            .map(|v| match v {
+                Num::Int(i) => *i as u64,
+                Num::Float(f) => f.to_bits(),
+            })
+            .collect();
+        prop_assert_eq!(bits, want_bits);
+    }
+
+    /// The columns decoder fails on exactly the joint streams the cell decoder fails on,
+    /// bytes flipped or members moved.
+    #[test]
+    fn joint_columns_refuse_what_cells_refuse(
+        members in joint_members(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        shift in prop_oneof![3 => Just(0u32), 1 => 1u32..4000],
+    ) {
+        let (shapes, mut stream) = DataCellCodec.encode_joint("t", &joint_cells(&members)).unwrap();
+        for (at, b) in flips {
+            let i = at.index(stream.len());
+            stream[i] ^= b;
+        }
+        let joint: Vec<JointMember> = members
+            .iter()
+            .zip(&shapes)
+            .map(|((o, _), s)| JointMember { offset_secs: o + shift, shape: s.unwrap() })
+            .collect();
+        let cells = DataCellCodec.decode_joint("t", &stream, &joint);
+        let (mut times, mut values) = (vec![7], vec![Num::Int(7)]);
+        let columns = decode_joint_columns(&stream, &joint, 0, &mut times, &mut values);
+        prop_assert_eq!(cells.is_err(), columns.is_err(), "{:?} / {:?}", cells, columns);
+        if columns.is_err() {
+            prop_assert_eq!((times, values), (vec![7], vec![Num::Int(7)]));
+        }
+    }
+
+    #[test]
+    fn joint_decode_never_panics(
+        bytes in prop::collection::vec(any::<u8>(), 0..120),
+        version in any::<bool>(),
+        members in prop::collection::vec((0u32..200_000, 0u32..50, prop::option::of(any::<u8>())), 0..6),
+    ) {
+        let stream: Vec<u8> = version.then_some(JOINT_VERSION).into_iter().chain(bytes).collect();
+        let members: Vec<JointMember> = members
+            .into_iter()
+            .map(|(o, n, meta)| JointMember { offset_secs: o, shape: JointShape { points: n, meta } })
+            .collect();
+        let _ = DataCellCodec.decode_joint("t", &stream, &members);
+        let _ = decode_joint_columns::<Num>(&stream, &members, 0, &mut Vec::new(), &mut Vec::new());
+    }
+}

@@ -23,6 +23,12 @@ pub(crate) fn backends() -> Vec<(&'static str, Arc<dyn Store>)> {
             Arc::new(hourglass_store_bigtable::emulator::fresh_store()) as Arc<dyn Store>,
         ),
         ("embedded", Arc::new(embedded(&dir)) as Arc<dyn Store>),
+        (
+            // Day periods as `tsdb` groups them: groups of many members, joint streams
+            // spanning hours, read whole by the query path (RFC 0006 phase 3).
+            "embedded-day",
+            Arc::new(embedded_with_period(&dir.join("day"), 86_400)) as Arc<dyn Store>,
+        ),
     ]
 }
 
@@ -35,6 +41,11 @@ pub(crate) fn period_ordered_memory() -> MemoryStore {
 /// The embedded store as `tsdb` opens it (compacted cells in their compact form, closed
 /// periods grouped), with one-hour periods grouped at once so the tests go through groups.
 pub(crate) fn embedded(dir: &std::path::Path) -> FjallStore {
+    embedded_with_period(dir, 3600)
+}
+
+/// [`embedded`] with periods of `period_secs`.
+pub(crate) fn embedded_with_period(dir: &std::path::Path, period_secs: u32) -> FjallStore {
     let schema = hourglass_core::schema::Schema::default();
     FjallStore::open(dir)
         .expect("open fjall")
@@ -46,7 +57,7 @@ pub(crate) fn embedded(dir: &std::path::Path) -> FjallStore {
             &schema.data_table,
             hourglass_store_fjall::Grouping {
                 timestamp_offset: schema.timestamp_offset(),
-                period_secs: 3600,
+                period_secs,
                 grace_secs: 0,
             },
         )
