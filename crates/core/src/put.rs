@@ -161,7 +161,7 @@ fn parse_tags<'a>(
         // The first `=`, and none after it.
         let bytes = w.as_bytes();
         let equals = bytes.iter().position(|b| *b == b'=');
-        let more = equals.is_some_and(|at| bytes[at + 1..].iter().any(|b| *b == b'='));
+        let more = equals.is_some_and(|at| bytes[at + 1..].contains(&b'='));
         let Some(at) = equals.filter(|at| *at > 0 && *at + 1 < w.len() && !more) else {
             return Err(illegal(format!("invalid tag: {w}")));
         };
