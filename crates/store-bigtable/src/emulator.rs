@@ -56,14 +56,7 @@ pub fn host() -> &'static str {
                 .spawn()
                 .expect("start the emulator");
             let addr = format!("127.0.0.1:{port}");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while TcpStream::connect(&addr).is_err() {
-                assert!(
-                    Instant::now() < deadline,
-                    "the Bigtable emulator did not start on {addr}"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            wait_until_listening(&addr);
             (addr, std::sync::Mutex::new(watcher))
         })
         .0
@@ -85,15 +78,20 @@ pub fn spawn_own() -> (std::process::Child, String) {
         .spawn()
         .expect("start the emulator");
     let addr = format!("127.0.0.1:{port}");
+    wait_until_listening(&addr);
+    (child, addr)
+}
+
+/// Waits up to 30 s for an emulator to take connections on `addr`.
+fn wait_until_listening(addr: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(&addr).is_err() {
+    while TcpStream::connect(addr).is_err() {
         assert!(
             Instant::now() < deadline,
             "the Bigtable emulator did not start on {addr}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    (child, addr)
 }
 
 /// A store on a fresh instance of the shared emulator (instances are isolated).
