@@ -169,9 +169,12 @@ fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
     Some((shapes, stream))
 }
 
-/// The body of a joint stream over `members`, with its point count checked against its
-/// length.
-fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static str> {
+/// A reader past a joint stream's version byte, and the stream's point count (checked
+/// against its members).
+fn joint_reader<'a>(
+    stream: &'a [u8],
+    members: &[JointMember],
+) -> Result<(Reader<'a>, usize), &'static str> {
     let n = joint_count(stream, members)?;
     let mut r = Reader {
         bytes: stream,
@@ -180,6 +183,13 @@ fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static s
     if r.byte()? != JOINT_VERSION {
         return Err("unknown version");
     }
+    Ok((r, n))
+}
+
+/// The body of a joint stream over `members`, with its point count checked against its
+/// length.
+fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static str> {
+    let (mut r, n) = joint_reader(stream, members)?;
     let body = decode_body(&mut r, VERSION, n)?;
     if r.pos != stream.len() {
         return Err("trailing bytes");
@@ -263,14 +273,7 @@ fn joint_columns<V: Sample>(
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
 ) -> Result<bool, &'static str> {
-    let n = joint_count(stream, members)?;
-    let mut r = Reader {
-        bytes: stream,
-        pos: 0,
-    };
-    if r.byte()? != JOINT_VERSION {
-        return Err("unknown version");
-    }
+    let (mut r, n) = joint_reader(stream, members)?;
     let limit = members
         .iter()
         .map(|m| i64::from(m.offset_secs) * 1000 + HOUR_MS)
