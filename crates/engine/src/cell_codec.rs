@@ -273,7 +273,7 @@ fn joint_columns<V: Sample>(
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
 ) -> Result<bool, &'static str> {
-    let (mut r, n) = joint_reader(stream, members)?;
+    let (r, n) = joint_reader(stream, members)?;
     let limit = members
         .iter()
         .map(|m| i64::from(m.offset_secs) * 1000 + HOUR_MS)
