@@ -57,6 +57,10 @@ pub(crate) struct RealDataArgs {
     /// Days of the generated stream.
     #[arg(long, default_value_t = 2)]
     days: u64,
+    /// Write the generated series as CSV files under this directory (one folder per
+    /// metric, the layout `--data` reads), then go on with the run.
+    #[arg(long, requires = "generated")]
+    write_csv: Option<PathBuf>,
     /// Metric prefix: a file's series is `<prefix>.<its folder>`.
     #[arg(long, default_value = "nab")]
     prefix: String,
@@ -446,6 +450,10 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
                 args.days,
                 series::points(&series)
             );
+            if let Some(dir) = &args.write_csv {
+                series::write_dir(&series, dir)?;
+                println!("written as CSV under {}", dir.display());
+            }
             series
         }
     };

@@ -71,6 +71,47 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Epoch seconds as `YYYY-MM-DD HH:MM:SS` (UTC): `days_from_civil` turned around.
+pub(crate) fn format_timestamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64 + 719_468;
+    let era = days.div_euclid(146_097);
+    let doe = days - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let s = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Writes each series as `DIR/<metric>/<tag values joined by _>.csv` of `timestamp,value`
+/// lines, the layout `load_dir` reads (it names a file's metric by its folder).
+pub(crate) fn write_dir(series: &[Series], dir: &Path) -> anyhow::Result<()> {
+    for one in series {
+        let folder = dir.join(&one.metric);
+        std::fs::create_dir_all(&folder)
+            .with_context(|| format!("creating {}", folder.display()))?;
+        let name: Vec<&str> = one.tags.iter().map(|(_, v)| v.as_str()).collect();
+        let mut text = String::from("timestamp,value\n");
+        for (ts, value) in &one.points {
+            text.push_str(&format_timestamp(*ts));
+            text.push(',');
+            text.push_str(value);
+            text.push('\n');
+        }
+        let file = folder.join(format!("{}.csv", name.join("_")));
+        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(())
+}
+
 /// `YYYY-MM-DD HH:MM:SS` (or with `T` between date and time), read as UTC, to epoch seconds.
 pub(crate) fn parse_timestamp(text: &str) -> Option<u64> {
     let b = text.as_bytes();
@@ -250,6 +291,16 @@ mod tests {
         assert_eq!(parse_timestamp("2014-02-14 24:00:00"), None);
         assert_eq!(parse_timestamp("2014-2-14 14:30:00"), None);
         assert_eq!(parse_timestamp("timestamp"), None);
+        for secs in [
+            0,
+            951_868_799,
+            1_392_388_200,
+            1_735_689_600,
+            4_102_444_800 + 86_399,
+        ] {
+            assert_eq!(parse_timestamp(&format_timestamp(secs)), Some(secs));
+        }
+        assert_eq!(format_timestamp(951_868_799), "2000-02-29 23:59:59");
     }
 
     #[test]

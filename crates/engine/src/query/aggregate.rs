@@ -247,7 +247,7 @@ fn in_two_halves<I: Sync, T: Send>(
     work: impl Fn(&[I]) -> Result<Vec<T>> + Sync,
 ) -> Result<Vec<T>> {
     const WORTH_A_THREAD: usize = 1 << 18;
-    let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    let parallel = super::two_cores();
     if !parallel || times.len().saturating_mul(series) < WORTH_A_THREAD || times.len() < 2 {
         return work(times);
     }

@@ -580,8 +580,7 @@ fn finish_series(
     budget: u64,
 ) -> Result<Finished> {
     let held: usize = members.iter().map(SeriesState::held).sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores > 1 && members.len() > 1 && held >= FINISH_ON_TWO_THREADS {
+    if super::two_cores() && members.len() > 1 && held >= FINISH_ON_TWO_THREADS {
         let (first, second) = members.split_at_mut(members.len() / 2);
         let (a, b) = std::thread::scope(|threads| {
             let later = threads.spawn(|| finish_series_here(second, q, window, budget));
@@ -903,8 +902,7 @@ impl SeriesState {
 /// a downsampling bucket boundary (so no bucket is cut in two).
 fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOptions) -> Option<i64> {
     let hours = (last_hour - first_hour) / 3600 + 1;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if hours < 2 || cores < 2 || options.delete || !options.parallel {
+    if hours < 2 || !super::two_cores() || options.delete || !options.parallel {
         return None;
     }
     let aligned = |hour: i64| match q.downsample {
