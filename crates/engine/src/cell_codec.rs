@@ -83,8 +83,33 @@ impl CellCodec for DataCellCodec {
     }
 }
 
-/// The version of the joint stream (RFC 0006, group format 0x02).
-const JOINT_VERSION: u8 = 1;
+/// The version of the joint stream written (RFC 0006, group format 0x02): version 0x01's
+/// sections, with Rice sequences for the values and a second way to write the offsets.
+const JOINT_VERSION: u8 = 2;
+/// The first joint stream version (a version-2 blob's sections), still decoded.
+const JOINT_VERSION_1: u8 = 1;
+/// The body of a joint stream of version 0x02, as the body decoders take a version; no blob
+/// has it.
+const BODY_RICE: u8 = 3;
+
+/// How a body's integer sequences are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Packing {
+    /// Each sequence at one bit width (blobs, joint stream version 0x01).
+    Frame,
+    /// Rice sequences (`rice`), and offsets as runs or as a Rice sequence (joint stream 0x02).
+    Rice,
+}
+
+impl Packing {
+    fn of(body_version: u8) -> Packing {
+        if body_version == BODY_RICE {
+            Packing::Rice
+        } else {
+            Packing::Frame
+        }
+    }
+}
 const HOUR_MS: i64 = 3_600_000;
 
 /// A data cell's points and meta byte, when they rebuild its exact bytes and every point
@@ -129,6 +154,11 @@ fn rebuild_cell(points: &[Point], meta: Option<u8>) -> (Vec<u8>, Vec<u8>) {
 /// sections over all their points, offsets from the period start. Checked back against every
 /// cell taken; `None` when it takes none or the check fails.
 fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
+    encode_joint_as(cells, Packing::Rice)
+}
+
+/// A joint stream of version 0x02 (Rice packing) or 0x01 (frame packing: tests only).
+fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointForm> {
     let mut shapes = Vec::with_capacity(cells.len());
     let mut members = Vec::with_capacity(cells.len());
     let mut points = Vec::new();
@@ -155,9 +185,12 @@ fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
         return None;
     }
     let mut stream = Vec::with_capacity(points.len() * 2 + 16);
-    stream.push(JOINT_VERSION);
-    encode_runs(&points, &offsets, &mut stream);
-    encode_values(&points, &mut stream);
+    stream.push(match packing {
+        Packing::Frame => JOINT_VERSION_1,
+        Packing::Rice => JOINT_VERSION,
+    });
+    encode_runs(&points, &offsets, packing, &mut stream);
+    encode_values(&points, packing, &mut stream);
     // Lossless or not at all.
     let decoded = decode_joint_cells(&stream, &members).ok()?;
     let taken = cells.iter().zip(&shapes).filter(|(_, s)| s.is_some());
@@ -169,28 +202,30 @@ fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
     Some((shapes, stream))
 }
 
-/// A reader past a joint stream's version byte, and the stream's point count (checked
-/// against its members).
+/// A reader past a joint stream's version byte, the stream's point count (checked against
+/// its members) and the version its body decodes as.
 fn joint_reader<'a>(
     stream: &'a [u8],
     members: &[JointMember],
-) -> Result<(Reader<'a>, usize), &'static str> {
+) -> Result<(Reader<'a>, usize, u8), &'static str> {
     let n = joint_count(stream, members)?;
     let mut r = Reader {
         bytes: stream,
         pos: 0,
     };
-    if r.byte()? != JOINT_VERSION {
-        return Err("unknown version");
-    }
-    Ok((r, n))
+    let body = match r.byte()? {
+        JOINT_VERSION_1 => VERSION,
+        JOINT_VERSION => BODY_RICE,
+        _ => return Err("unknown version"),
+    };
+    Ok((r, n, body))
 }
 
 /// The body of a joint stream over `members`, with its point count checked against its
 /// length.
 fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static str> {
-    let (mut r, n) = joint_reader(stream, members)?;
-    let body = decode_body(&mut r, VERSION, n)?;
+    let (mut r, n, version) = joint_reader(stream, members)?;
+    let body = decode_body(&mut r, version, n)?;
     if r.pos != stream.len() {
         return Err("trailing bytes");
     }
@@ -273,7 +308,7 @@ fn joint_columns<V: Sample>(
     times: &mut Vec<i64>,
     values: &mut Vec<V>,
 ) -> Result<bool, &'static str> {
-    let (r, n) = joint_reader(stream, members)?;
+    let (r, n, version) = joint_reader(stream, members)?;
     let limit = members
         .iter()
         .map(|m| i64::from(m.offset_secs) * 1000 + HOUR_MS)
@@ -281,7 +316,7 @@ fn joint_columns<V: Sample>(
         .unwrap_or(0);
     let start = times.len();
     // Seconds points are checked whole from the period's start: so are the members'.
-    decode_body_columns(r, VERSION, n, period_ms, limit, times, values)?;
+    decode_body_columns(r, version, n, period_ms, limit, times, values)?;
     // Each member's points in its hour; whether each member's times strictly increase.
     let mut increasing = true;
     let mut at = start;
@@ -370,7 +405,9 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// A sequence as its first value (zigzag varint), the greatest common divisor of its deltas
 /// (varint; counters often step in fixed multiples), the smallest quotient (zigzag varint),
 /// then each quotient above it, bit-packed: constant steps cost no bits.
-fn pack_deltas(values: &[i64], out: &mut Vec<u8>) {
+///
+/// With Rice packing, the quotients are a Rice sequence instead.
+fn pack_sequence(values: &[i64], packing: Packing, out: &mut Vec<u8>) {
     let first = values.first().copied().unwrap_or(0);
     put_varint(out, zigzag(first));
     let deltas: Vec<i64> = values.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
@@ -380,7 +417,10 @@ fn pack_deltas(values: &[i64], out: &mut Vec<u8>) {
         .max(1);
     put_varint(out, divisor);
     let quotients: Vec<i64> = deltas.iter().map(|d| d / divisor as i64).collect();
-    pack_above_floor(&quotients, out);
+    match packing {
+        Packing::Frame => pack_above_floor(&quotients, out),
+        Packing::Rice => rice::write(&quotients, out),
+    }
 }
 
 fn pack(values: &[u64], out: &mut Vec<u8>) {
@@ -536,7 +576,7 @@ const NEAR_LIMIT: f64 = 140_737_488_355_328.0;
 /// float's smallest scale within one unit in the last place, and version 1's scale. Larger
 /// scales go first; a scale is dropped as soon as its corrections need more than 32 bits (its
 /// values are not near decimals) or alone would take the best section's size.
-fn encode_floats(floats: &[&Point], out: &mut Vec<u8>) {
+fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
     let mut best = Vec::with_capacity(1 + floats.len() * 8);
     best.push(1);
     for p in floats {
@@ -557,7 +597,8 @@ fn encode_floats(floats: &[&Point], out: &mut Vec<u8>) {
         .filter(|k| candidates & (1 << k) != 0)
     {
         section.clear();
-        if decimal_section(floats, k, Some(best.len()), &mut section) && section.len() < best.len()
+        if decimal_section(floats, k, Some(best.len()), packing, &mut section)
+            && section.len() < best.len()
         {
             std::mem::swap(&mut best, &mut section);
         }
@@ -568,7 +609,13 @@ fn encode_floats(floats: &[&Point], out: &mut Vec<u8>) {
 /// The float section at decimal scale `k`: mode 0x00 when every correction is zero, else 0x02.
 /// With a `limit`, gives up (false) once the corrections need more than 32 bits or alone would
 /// take `limit` bytes or more.
-fn decimal_section(floats: &[&Point], k: u32, limit: Option<usize>, out: &mut Vec<u8>) -> bool {
+fn decimal_section(
+    floats: &[&Point],
+    k: u32,
+    limit: Option<usize>,
+    packing: Packing,
+    out: &mut Vec<u8>,
+) -> bool {
     let mut mantissas = Vec::with_capacity(floats.len());
     let mut corrections = Vec::with_capacity(floats.len());
     let (mut previous, mut low, mut high) = (0, i64::MAX, i64::MIN);
@@ -590,9 +637,12 @@ fn decimal_section(floats: &[&Point], k: u32, limit: Option<usize>, out: &mut Ve
     let exact = corrections.iter().all(|c| *c == 0);
     out.push(if exact { 0 } else { 2 });
     out.push(k as u8);
-    pack_deltas(&mantissas, out);
+    pack_sequence(&mantissas, packing, out);
     if !exact {
-        pack_above_floor(&corrections, out);
+        match packing {
+            Packing::Frame => pack_above_floor(&corrections, out),
+            Packing::Rice => rice::write(&corrections, out),
+        }
     }
     true
 }
@@ -606,24 +656,32 @@ fn encode_head(points: &[Point], meta: Option<u8>, version: u8, out: &mut Vec<u8
         out.push(m);
     }
     let offsets: Vec<i64> = points.iter().map(|p| i64::from(p.offset_ms())).collect();
-    encode_runs(points, &offsets, out);
+    encode_runs(points, &offsets, Packing::Frame, out);
 }
 
 /// The resolution, offset and flag runs of `points`, at `offsets` (ms: from the hour in a
-/// blob, from the period in a joint stream).
-fn encode_runs(points: &[Point], offsets: &[i64], out: &mut Vec<u8>) {
+/// blob, from the period in a joint stream). With Rice packing, the offsets are a mode byte
+/// then their runs (0x00) or a Rice sequence (0x01), whichever is shorter.
+fn encode_runs(points: &[Point], offsets: &[i64], packing: Packing, out: &mut Vec<u8>) {
     let resolution = runs(points.iter().map(|p| p.qualifier.is_millis()));
     put_varint(out, resolution.len() as u64);
     out.push(u8::from(resolution.first().is_some_and(|r| r.0)));
     for (_, n) in &resolution {
         put_varint(out, *n);
     }
-    put_varint(out, offsets.first().copied().unwrap_or(0) as u64);
-    let deltas = runs(offsets.windows(2).map(|w| w[1] - w[0]));
-    put_varint(out, deltas.len() as u64);
-    for (d, n) in &deltas {
-        put_varint(out, zigzag(*d));
-        put_varint(out, *n);
+    match packing {
+        Packing::Frame => offset_runs(offsets, out),
+        Packing::Rice => {
+            let mut as_runs = vec![0u8];
+            offset_runs(offsets, &mut as_runs);
+            let mut as_rice = vec![1u8];
+            offset_rice(offsets, &mut as_rice);
+            out.extend_from_slice(if as_rice.len() < as_runs.len() {
+                &as_rice
+            } else {
+                &as_runs
+            });
+        }
     }
     let flags = runs(points.iter().map(|p| p.qualifier.flags()));
     put_varint(out, flags.len() as u64);
@@ -631,6 +689,41 @@ fn encode_runs(points: &[Point], offsets: &[i64], out: &mut Vec<u8>) {
         out.push(*f);
         put_varint(out, *n);
     }
+}
+
+/// The first offset, then runs of equal deltas.
+fn offset_runs(offsets: &[i64], out: &mut Vec<u8>) {
+    put_varint(out, offsets.first().copied().unwrap_or(0) as u64);
+    let deltas = runs(offsets.windows(2).map(|w| w[1] - w[0]));
+    put_varint(out, deltas.len() as u64);
+    for (d, n) in &deltas {
+        put_varint(out, zigzag(*d));
+        put_varint(out, *n);
+    }
+}
+
+/// The first offset, the divisor of the deltas, then a Rice sequence of the first delta's
+/// quotient and each later quotient less the one before (jittered intervals cost a few bits,
+/// where each jitter would start two runs).
+fn offset_rice(offsets: &[i64], out: &mut Vec<u8>) {
+    put_varint(out, offsets.first().copied().unwrap_or(0) as u64);
+    let deltas: Vec<i64> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+    let divisor = deltas
+        .iter()
+        .fold(0u64, |g, d| gcd(g, d.unsigned_abs()))
+        .max(1);
+    put_varint(out, divisor);
+    let mut previous = 0i64;
+    let changes: Vec<i64> = deltas
+        .iter()
+        .map(|d| {
+            let q = d / divisor as i64;
+            let change = q.wrapping_sub(previous);
+            previous = q;
+            change
+        })
+        .collect();
+    rice::write(&changes, out);
 }
 
 /// The integer points' values, sign-extended.
@@ -648,19 +741,19 @@ fn int_values(points: &[Point]) -> Vec<i64> {
 fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(points.len() + 16);
     encode_head(points, meta, VERSION, &mut out);
-    encode_values(points, &mut out);
+    encode_values(points, Packing::Frame, &mut out);
     out
 }
 
 /// Version 2's integer and float sections, each present only when some point needs it.
-fn encode_values(points: &[Point], out: &mut Vec<u8>) {
+fn encode_values(points: &[Point], packing: Packing, out: &mut Vec<u8>) {
     let ints = int_values(points);
     if !ints.is_empty() {
-        pack_deltas(&ints, out);
+        pack_sequence(&ints, packing, out);
     }
     let floats: Vec<&Point> = points.iter().filter(|p| is_float(p)).collect();
     if !floats.is_empty() {
-        encode_floats(&floats, out);
+        encode_floats(&floats, packing, out);
     }
 }
 
@@ -688,21 +781,74 @@ impl Reader<'_> {
         Err("varint too long")
     }
 
-    /// The `n` values written by `pack_deltas`.
-    fn unpack_deltas(&mut self, n: usize) -> Result<Vec<i64>, &'static str> {
+    /// The `n` values written by `pack_sequence`.
+    fn unpack_deltas(&mut self, n: usize, packing: Packing) -> Result<Vec<i64>, &'static str> {
         let mut v = unzigzag(self.varint()?);
         let divisor = self.varint()? as i64;
-        let floor = unzigzag(self.varint()?);
-        let deltas = self.unpack(n.saturating_sub(1))?;
+        let quotients = match packing {
+            Packing::Frame => {
+                let floor = unzigzag(self.varint()?);
+                self.unpack(n.saturating_sub(1))?
+                    .into_iter()
+                    .map(|d| (d as i64).wrapping_add(floor))
+                    .collect()
+            }
+            Packing::Rice => self.rice(n.saturating_sub(1))?,
+        };
         let mut out = Vec::with_capacity(n);
         if n > 0 {
             out.push(v);
         }
-        for d in deltas {
-            v = v.wrapping_add((d as i64).wrapping_add(floor).wrapping_mul(divisor));
+        for q in quotients {
+            v = v.wrapping_add(q.wrapping_mul(divisor));
             out.push(v);
         }
         Ok(out)
+    }
+
+    /// A Rice sequence of `n` values: its center, byte length, then its bits.
+    fn rice(&mut self, n: usize) -> Result<Vec<i64>, &'static str> {
+        let center = unzigzag(self.varint()?);
+        let len = usize::try_from(self.varint()?).map_err(|_| "truncated")?;
+        let end = self.pos.checked_add(len).ok_or("truncated")?;
+        let data = self.bytes.get(self.pos..end).ok_or("truncated")?;
+        self.pos = end;
+        // Every block takes at least its 6-bit parameter.
+        if n.div_ceil(rice::BLOCK) > len.saturating_mul(8) / 6 {
+            return Err("truncated");
+        }
+        let mut reader = rice::Reader::new(center, data);
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(reader.next()?);
+        }
+        reader.finish()?;
+        Ok(out)
+    }
+
+    /// The `n - 1` offset deltas (ms) after the first offset, written by `offset_rice`.
+    fn offset_deltas(&mut self, n: usize) -> Result<Vec<i64>, &'static str> {
+        let divisor = i64::try_from(self.varint()?).map_err(|_| "offset overflow")?;
+        let mut q = 0i64;
+        self.rice(n.saturating_sub(1))?
+            .into_iter()
+            .map(|change| {
+                q = q.checked_add(change).ok_or("offset overflow")?;
+                q.checked_mul(divisor).ok_or("offset overflow")
+            })
+            .collect()
+    }
+
+    /// A Rice body's offset mode: whether its offsets are a Rice sequence (else runs).
+    fn offset_mode(&mut self, version: u8) -> Result<bool, &'static str> {
+        if version != BODY_RICE {
+            return Ok(false);
+        }
+        match self.byte()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err("bad offset mode"),
+        }
     }
 
     fn unpack(&mut self, n: usize) -> Result<Vec<u64>, &'static str> {
@@ -821,18 +967,26 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
         is_ms = !is_ms;
     }
     let mut offsets = Vec::with_capacity(n);
+    let as_rice = r.offset_mode(version)?;
     let mut at = r.varint()? as i64;
     offsets.push(at);
-    let delta_runs = r.varint()? as usize;
-    for _ in 0..delta_runs {
-        let d = unzigzag(r.varint()?);
-        let len = r.varint()? as usize;
-        if offsets.len() + len > n {
-            return Err("offset runs overflow");
-        }
-        for _ in 0..len {
+    if as_rice {
+        for d in r.offset_deltas(n)? {
             at = at.checked_add(d).ok_or("offset overflow")?;
             offsets.push(at);
+        }
+    } else {
+        let delta_runs = r.varint()? as usize;
+        for _ in 0..delta_runs {
+            let d = unzigzag(r.varint()?);
+            let len = r.varint()? as usize;
+            if offsets.len() + len > n {
+                return Err("offset runs overflow");
+            }
+            for _ in 0..len {
+                at = at.checked_add(d).ok_or("offset overflow")?;
+                offsets.push(at);
+            }
         }
     }
     let flag_runs = r.varint()? as usize;
@@ -850,7 +1004,7 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
     }
     let float_count = flags.iter().filter(|f| *f & FLAG_FLOAT != 0).count();
     let ints = if has_section(version, n - float_count) {
-        r.unpack_deltas(n - float_count)?
+        r.unpack_deltas(n - float_count, Packing::of(version))?
     } else {
         Vec::new()
     };
@@ -864,8 +1018,10 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
         match float_mode(version, r.byte()?)? {
             FloatMode::Decimal { corrected } => {
                 let k = r.scale(version)?;
-                let mantissas = r.unpack_deltas(float_count)?;
-                let corrections = if corrected {
+                let mantissas = r.unpack_deltas(float_count, Packing::of(version))?;
+                let corrections = if corrected && version == BODY_RICE {
+                    r.rice(float_count)?.into_iter().map(|c| c as u64).collect()
+                } else if corrected {
                     let floor = unzigzag(r.varint()?);
                     r.unpack(float_count)?
                         .into_iter()
@@ -957,17 +1113,25 @@ impl Unpacker<'_> {
     }
 }
 
-/// The values `pack_deltas` wrote, one at a time.
+/// The values `pack_sequence` wrote, one at a time.
 struct Deltas<'a> {
     value: i64,
     divisor: i64,
     floor: i64,
     bits: Unpacker<'a>,
+    /// A Rice sequence's values, decoded whole when its section was read (`bits` is then
+    /// empty).
+    listed: Option<std::vec::IntoIter<i64>>,
 }
 
 impl Deltas<'_> {
     /// An absent section: no values (reads as zeros).
     fn empty() -> Self {
+        Deltas::listed(Vec::new())
+    }
+
+    /// Values decoded already.
+    fn listed(values: Vec<i64>) -> Self {
         Deltas {
             value: 0,
             divisor: 1,
@@ -978,11 +1142,15 @@ impl Deltas<'_> {
                 mask: 0,
                 bit: 0,
             },
+            listed: Some(values.into_iter()),
         }
     }
 
     /// The next value (after the last one, the stream reads as zero bits: no harm done).
     fn next(&mut self) -> i64 {
+        if let Some(values) = &mut self.listed {
+            return values.next().unwrap_or(0);
+        }
         let v = self.value;
         let d = self.bits.next() as i64;
         self.value = v.wrapping_add(d.wrapping_add(self.floor).wrapping_mul(self.divisor));
@@ -1065,8 +1233,12 @@ impl<'a> Reader<'a> {
         Ok(k)
     }
 
-    /// Skips a `pack_deltas` stream of `n` values, returning a reader over them.
-    fn deltas(&mut self, n: usize) -> Result<Deltas<'a>, &'static str> {
+    /// Skips a `pack_sequence` stream of `n` values, returning a reader over them (a Rice
+    /// sequence is decoded here, whole).
+    fn deltas(&mut self, n: usize, packing: Packing) -> Result<Deltas<'a>, &'static str> {
+        if packing == Packing::Rice {
+            return Ok(Deltas::listed(self.unpack_deltas(n, packing)?));
+        }
         let first = unzigzag(self.varint()?);
         let divisor = self.varint()? as i64;
         let floor = unzigzag(self.varint()?);
@@ -1076,6 +1248,7 @@ impl<'a> Reader<'a> {
             divisor,
             floor,
             bits,
+            listed: None,
         })
     }
 
@@ -1126,16 +1299,33 @@ impl<'a> Reader<'a> {
 
 /// Where `decode_columns` takes the floats' bits from.
 enum Floats<'a> {
-    /// Mantissas at a decimal scale, with their corrections' least value and packed stream.
+    /// Mantissas at a decimal scale, with their corrections.
     Decimal {
         mantissas: Deltas<'a>,
         scale: u32,
-        corrections: Option<(u64, Unpacker<'a>)>,
+        corrections: Option<Corrections<'a>>,
     },
     /// Each value's bytes.
     Raw(Reader<'a>),
     /// No float section (version 2, no floats).
     Absent,
+}
+
+/// A decimal float section's corrections.
+enum Corrections<'a> {
+    /// Their least value and the packed rest.
+    Packed(u64, Unpacker<'a>),
+    /// A Rice sequence's, decoded.
+    Listed(std::vec::IntoIter<i64>),
+}
+
+impl Corrections<'_> {
+    fn next(&mut self) -> u64 {
+        match self {
+            Corrections::Packed(floor, c) => c.next().wrapping_add(*floor),
+            Corrections::Listed(values) => values.next().unwrap_or(0) as u64,
+        }
+    }
 }
 
 /// Sign-extends the low `len` bytes of `v`, as a value read from `len` bytes.
@@ -1191,15 +1381,27 @@ fn decode_body_columns<V: Sample>(
     let res_runs = r.varint()? as usize;
     let first_ms = r.byte()? == 1;
     let (res_at, res_total) = r.run_lengths(res_runs, n)?;
-    // Offsets: the first, then runs of equal deltas, written out as times.
+    // Offsets: the first, then runs of equal deltas (or a Rice sequence), written out as times.
+    let as_rice = r.offset_mode(version)?;
     let first = r.varint()? as i64;
-    let delta_runs = r.varint()? as usize;
     let start = times.len();
     times.reserve(n);
     times.push(base_ms.wrapping_add(first));
     let (mut low, mut high, mut at) = (first, first, first);
     let mut whole_seconds = first % 1000 == 0;
     let mut increasing = true;
+    let delta_runs = if as_rice {
+        for d in r.offset_deltas(n)? {
+            at = at.checked_add(d).ok_or("offset overflow")?;
+            whole_seconds &= d % 1000 == 0;
+            increasing &= d > 0;
+            (low, high) = (low.min(at), high.max(at));
+            times.push(base_ms.wrapping_add(at));
+        }
+        0
+    } else {
+        r.varint()? as usize
+    };
     for _ in 0..delta_runs {
         let d = unzigzag(r.varint()?);
         let len = r.varint()? as usize;
@@ -1256,7 +1458,7 @@ fn decode_body_columns<V: Sample>(
         }
     }
     let mut ints = if has_section(version, n - float_count) {
-        r.deltas(n - float_count)?
+        r.deltas(n - float_count, Packing::of(version))?
     } else {
         Deltas::empty()
     };
@@ -1264,10 +1466,12 @@ fn decode_body_columns<V: Sample>(
         match float_mode(version, r.byte()?)? {
             FloatMode::Decimal { corrected } => {
                 let scale = r.scale(version)?;
-                let mantissas = r.deltas(float_count)?;
-                let corrections = if corrected {
+                let mantissas = r.deltas(float_count, Packing::of(version))?;
+                let corrections = if corrected && version == BODY_RICE {
+                    Some(Corrections::Listed(r.rice(float_count)?.into_iter()))
+                } else if corrected {
                     let floor = unzigzag(r.varint()?);
-                    Some((floor as u64, r.packed(float_count)?))
+                    Some(Corrections::Packed(floor as u64, r.packed(float_count)?))
                 } else {
                     None
                 };
@@ -1327,7 +1531,7 @@ fn decode_body_columns<V: Sample>(
                 } => {
                     let bits = float_bits(mantissas.next(), *scale, value_len as usize);
                     match corrections {
-                        Some((floor, c)) => bits.wrapping_add(c.next().wrapping_add(*floor)),
+                        Some(c) => bits.wrapping_add(c.next()),
                         None => bits,
                     }
                 }
@@ -1362,5 +1566,6 @@ fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
     Ok(rebuild_cell(&points, meta))
 }
 
+mod rice;
 #[cfg(test)]
 mod tests;

@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 fn encode_points_v1(points: &[Point], meta: Option<u8>) -> Vec<u8> {
     let mut out = Vec::new();
     encode_head(points, meta, VERSION_1, &mut out);
-    pack_deltas(&int_values(points), &mut out);
+    pack_sequence(&int_values(points), Packing::Frame, &mut out);
     let floats: Vec<&Point> = points.iter().filter(|p| is_float(p)).collect();
     match decimal_scale(&floats) {
         Some((k, mantissas)) => {
             out.push(0);
             out.push(k as u8);
-            pack_deltas(&mantissas, &mut out);
+            pack_sequence(&mantissas, Packing::Frame, &mut out);
         }
         None => {
             out.push(1);
@@ -181,10 +181,10 @@ fn blob_with_offsets(version: u8, ms: bool, first: u64, runs: &[(i64, u64)]) -> 
     }
     b.extend([1, 0]);
     put_varint(&mut b, n);
-    pack_deltas(&vec![0; n as usize], &mut b);
+    pack_sequence(&vec![0; n as usize], Packing::Frame, &mut b);
     if version == VERSION_1 {
         b.extend([0, 0]);
-        pack_deltas(&[], &mut b);
+        pack_sequence(&[], Packing::Frame, &mut b);
     }
     b
 }
@@ -404,7 +404,7 @@ fn special_floats_round_trip() {
         for k in 0..=MAX_DECIMALS {
             let mut blob = Vec::new();
             encode_head(&pts, None, VERSION, &mut blob);
-            assert!(decimal_section(&floats, k, None, &mut blob));
+            assert!(decimal_section(&floats, k, None, Packing::Frame, &mut blob));
             assert_decoders_agree(&blob, &pts);
         }
     }
@@ -525,8 +525,8 @@ fn never_longer_than_version_1() {
         assert_eq!(decimal(p, 7).map(|d| d.1.abs() <= 1), Some(true));
     }
     let (mut at_7, mut at_9) = (Vec::new(), Vec::new());
-    assert!(decimal_section(&floats, 7, None, &mut at_7));
-    assert!(decimal_section(&floats, 9, None, &mut at_9));
+    assert!(decimal_section(&floats, 7, None, Packing::Frame, &mut at_7));
+    assert!(decimal_section(&floats, 9, None, Packing::Frame, &mut at_9));
     assert_eq!((at_7[0], at_9[0]), (2, 0));
     assert!(at_7.len() > at_9.len(), "{at_7:?} {at_9:?}");
     let (v2, v1) = (
@@ -964,14 +964,26 @@ fn joint_stream_example() {
     assert_eq!(
         stream,
         hex(concat!(
-            "01 ",                               // joint stream version 1
-            "01 00 04 ",                         // one resolution run: seconds, 4 points
-            "00 02 C0 CF 24 02 80 9B EE 02 01 ", // from 0 ms: +300000 x 2, +3000000 x 1
-            "02 00 03 0B 01 ",                   // flags: 0x0 (1-byte integer) x 3, 0xB (float) x 1
-            "0A 01 02 00 ",                      // integers: 5, g = 1, f = +1, width 0
-            "01 3F C0 00 00",                    // floats raw: 1.5
+            "02 ",             // joint stream version 2
+            "01 00 04 ",       // one resolution run: seconds, 4 points
+            "01 00 E0 A7 12 ", // offsets as a Rice sequence: first 0, divisor 300000 ms,
+            "02 03 02 F4 00 ", //   quotient changes 1, 0, 9 around their median 1, 3 bytes:
+            //                    r = 2 ("010000"), -1: "0 10", 0: "0 00", 8: "11110 00"
+            "02 00 03 0B 01 ", // flags: 0x0 (1-byte integer) x 3, 0xB (float) x 1
+            "0A 01 ",          // integers: 5, g = 1,
+            "02 01 3F ",       //   quotients 1, 1 all at their median 1: one block "111111"
+            "01 3F C0 00 00",  // floats raw: 1.5
         ))
     );
+    // Version 1 of the same stream (runs, bit-packed sequences) still decodes.
+    let version_1 = hex(concat!(
+        "01 ",                               // joint stream version 1
+        "01 00 04 ",                         // one resolution run: seconds, 4 points
+        "00 02 C0 CF 24 02 80 9B EE 02 01 ", // from 0 ms: +300000 x 2, +3000000 x 1
+        "02 00 03 0B 01 ",                   // flags: 0x0 (1-byte integer) x 3, 0xB (float) x 1
+        "0A 01 02 00 ",                      // integers: 5, g = 1, f = +1, width 0
+        "01 3F C0 00 00",                    // floats raw: 1.5
+    ));
     let joint: Vec<JointMember> = [(0, shapes[0]), (3600, shapes[1])]
         .into_iter()
         .map(|(o, s)| JointMember {
@@ -980,17 +992,19 @@ fn joint_stream_example() {
         })
         .collect();
     let cells: Vec<(Vec<u8>, Vec<u8>)> = members.iter().map(|(_, c)| c.clone()).collect();
-    assert_eq!(
-        DataCellCodec.decode_joint("t", &stream, &joint).unwrap(),
-        cells
-    );
-    let (mut times, mut values) = (Vec::new(), Vec::<Num>::new());
-    assert!(decode_joint_columns(&stream, &joint, 1_000_000, &mut times, &mut values).unwrap());
-    assert_eq!(times, vec![1_000_000, 1_300_000, 1_600_000, 4_600_000]);
-    assert_eq!(
-        values,
-        vec![Num::Int(5), Num::Int(6), Num::Int(7), Num::Float(1.5)]
-    );
+    for stream in [&stream, &version_1] {
+        assert_eq!(
+            DataCellCodec.decode_joint("t", stream, &joint).unwrap(),
+            cells
+        );
+        let (mut times, mut values) = (Vec::new(), Vec::<Num>::new());
+        assert!(decode_joint_columns(stream, &joint, 1_000_000, &mut times, &mut values).unwrap());
+        assert_eq!(times, vec![1_000_000, 1_300_000, 1_600_000, 4_600_000]);
+        assert_eq!(
+            values,
+            vec![Num::Int(5), Num::Int(6), Num::Int(7), Num::Float(1.5)]
+        );
+    }
     // Another family, the append column, an annotation and a cell whose meta byte is not
     // one byte are not taken.
     assert!(
@@ -1029,10 +1043,10 @@ fn joint_stream_example() {
         .collect();
     assert!(DataCellCodec.decode_joint("t", &stream, &shifted).is_err());
     // An unknown version, a member count not matching the stream.
-    let mut v2 = stream.clone();
-    v2[0] = 2;
+    let mut v3 = stream.clone();
+    v3[0] = 3;
     assert_eq!(
-        DataCellCodec.decode_joint("t", &v2, &joint),
+        DataCellCodec.decode_joint("t", &v3, &joint),
         Err(Error::Corrupt("bad joint stream: unknown version".into()))
     );
     assert!(
@@ -1070,8 +1084,14 @@ proptest! {
     /// Every cell the write path makes is taken jointly and comes back byte for byte; the
     /// columns decoder gives each member's points, member after member.
     #[test]
-    fn joint_streams_round_trip(members in joint_members(), period in 0i64..1 << 40) {
-        let (shapes, stream) = DataCellCodec.encode_joint("t", &joint_cells(&members)).unwrap();
+    fn joint_streams_round_trip(
+        members in joint_members(),
+        period in 0i64..1 << 40,
+        rice in any::<bool>(),
+    ) {
+        let packing = if rice { Packing::Rice } else { Packing::Frame };
+        let (shapes, stream) = encode_joint_as(&joint_cells(&members), packing).unwrap();
+        prop_assert_eq!(stream[0], if rice { JOINT_VERSION } else { JOINT_VERSION_1 });
         prop_assert!(shapes.iter().all(Option::is_some));
         let joint: Vec<JointMember> = members
             .iter()
@@ -1108,8 +1128,10 @@ proptest! {
         members in joint_members(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
         shift in prop_oneof![3 => Just(0u32), 1 => 1u32..4000],
+        rice in any::<bool>(),
     ) {
-        let (shapes, mut stream) = DataCellCodec.encode_joint("t", &joint_cells(&members)).unwrap();
+        let packing = if rice { Packing::Rice } else { Packing::Frame };
+        let (shapes, mut stream) = encode_joint_as(&joint_cells(&members), packing).unwrap();
         for (at, b) in flips {
             let i = at.index(stream.len());
             stream[i] ^= b;
@@ -1131,10 +1153,10 @@ proptest! {
     #[test]
     fn joint_decode_never_panics(
         bytes in prop::collection::vec(any::<u8>(), 0..120),
-        version in any::<bool>(),
+        version in prop::option::of(prop_oneof![Just(JOINT_VERSION_1), Just(JOINT_VERSION)]),
         members in prop::collection::vec((0u32..200_000, 0u32..50, prop::option::of(any::<u8>())), 0..6),
     ) {
-        let stream: Vec<u8> = version.then_some(JOINT_VERSION).into_iter().chain(bytes).collect();
+        let stream: Vec<u8> = version.into_iter().chain(bytes).collect();
         let members: Vec<JointMember> = members
             .into_iter()
             .map(|(o, n, meta)| JointMember { offset_secs: o, shape: JointShape { points: n, meta } })
@@ -1142,4 +1164,92 @@ proptest! {
         let _ = DataCellCodec.decode_joint("t", &stream, &members);
         let _ = decode_joint_columns::<Num>(&stream, &members, 0, &mut Vec::new(), &mut Vec::new());
     }
+}
+
+/// A day of hourly members, a point every 5 minutes each, as `value(i)` at the `i`-th point's
+/// offset (seconds into its hour) `offset(i)`.
+fn day_members(
+    value: impl Fn(usize) -> Value,
+    offset: impl Fn(usize) -> u32,
+) -> Vec<(u32, Rebuilt)> {
+    (0..24u32)
+        .map(|h| {
+            let points: Vec<(bool, u32, Value)> = (0..12)
+                .map(|k| {
+                    let i = h as usize * 12 + k;
+                    (false, offset(i) * 1000, value(i))
+                })
+                .collect();
+            (h * 3600, cell(&points))
+        })
+        .collect()
+}
+
+/// The offset mode byte of a version 2 stream of one resolution run.
+fn offset_mode(stream: &[u8]) -> u8 {
+    let mut r = Reader {
+        bytes: stream,
+        pos: 1,
+    };
+    assert_eq!(r.varint().unwrap(), 1, "one resolution run");
+    r.byte().unwrap();
+    r.varint().unwrap();
+    r.byte().unwrap()
+}
+
+/// What version 2 buys on a day of 5-minute points: jittered collectors' offsets as a Rice
+/// sequence (runs would restart at every jitter), a spike paid in its own block, and constant
+/// or regular data no larger than version 1.
+#[test]
+fn joint_version_2_packs_real_shapes() {
+    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    let jitter: Vec<u32> = (0..288).map(|_| (rng.next() % 3) as u32).collect();
+    let mut level = 5000i64;
+    let walk: Vec<i64> = (0..288)
+        .map(|i| {
+            level += rng.step(30);
+            if i == 100 {
+                level + 1_000_000_000
+            } else {
+                level
+            }
+        })
+        .collect();
+    let both = |members: &[(u32, Rebuilt)]| {
+        let cells = joint_cells(members);
+        let v1 = encode_joint_as(&cells, Packing::Frame).unwrap().1;
+        let v2 = encode_joint_as(&cells, Packing::Rice).unwrap().1;
+        // Both decode to the same cells.
+        let shapes = DataCellCodec.encode_joint("t", &cells).unwrap().0;
+        let joint: Vec<JointMember> = members
+            .iter()
+            .zip(&shapes)
+            .map(|((o, _), s)| JointMember {
+                offset_secs: *o,
+                shape: s.unwrap(),
+            })
+            .collect();
+        let want: Vec<Rebuilt> = members.iter().map(|(_, c)| c.clone()).collect();
+        assert_eq!(DataCellCodec.decode_joint("t", &v1, &joint).unwrap(), want);
+        assert_eq!(DataCellCodec.decode_joint("t", &v2, &joint).unwrap(), want);
+        (v1, v2)
+    };
+    let slot = |i: usize| (i % 12) as u32 * 300;
+    // A walk with a spike, collectors a second or two late now and then.
+    let (v1, v2) = both(&day_members(
+        |i| Value::Int(walk[i]),
+        |i| slot(i) + jitter[i],
+    ));
+    assert_eq!(offset_mode(&v2), 1);
+    assert!(v2.len() * 4 < v1.len(), "{} against {}", v2.len(), v1.len());
+    // Regular offsets stay runs; a constant costs a marker a block.
+    let (v1, v2) = both(&day_members(|_| Value::Int(42), slot));
+    assert_eq!(offset_mode(&v2), 0);
+    assert!(
+        v2.len() <= v1.len() + 12,
+        "{} against {}",
+        v2.len(),
+        v1.len()
+    );
+    assert!(v2.len() < 40, "{}", v2.len());
 }

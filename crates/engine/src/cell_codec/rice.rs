@@ -1,0 +1,373 @@
+//! Rice sequences: signed integers in blocks of [`BLOCK`], each block with its own Rice
+//! parameter, for the sections of joint stream version 0x02 (RFC 0006). A frame of reference
+//! packs every value of a section at the width of its widest one; a Rice code spends bits on
+//! each value by its own size, and a block's parameter follows the data as it changes over a
+//! day (a quiet night, a busy noon, a counter reset costing its own block only).
+//!
+//! ```text
+//! | center c (zigzag varint) | byte length L (varint) | L bytes of bits, least significant bit first |
+//! block (BLOCK values; the last holds the rest): | r (6 bits) | values |
+//!   r = 63: every value of the block is c, no bits follow
+//! value x: u = zigzag(x - c) (wrapping), q = u >> r
+//!   q < ESCAPE:  q one bits, a zero bit, the low r bits of u
+//!   q >= ESCAPE: ESCAPE one bits, (w - 1) in 6 bits where w is u's bit length,
+//!                the low w - 1 bits of u (its top bit is implied)
+//! ```
+//!
+//! The writer takes c as the values' median: a constant sequence costs 6 bits a block, and a
+//! counter's steady rate or a walk's drift costs nothing per value.
+//! L is exactly the bytes the bits fill (the last byte's unused high bits zero); a reader
+//! refuses other lengths, parameters or escapes past 64 bits, and reads past L.
+
+/// Values per block.
+pub(crate) const BLOCK: usize = 32;
+/// Unary quotients from this on are escaped: a spike costs about its own width.
+const ESCAPE: u64 = 16;
+/// The parameter that marks a block of values all equal to the center.
+const CENTER_BLOCK: u32 = 63;
+/// The largest parameter of a block with bits.
+const MAX_PARAMETER: u32 = 62;
+
+use super::{put_varint, unzigzag, zigzag};
+
+/// Bits appended least significant first.
+struct BitWriter {
+    bytes: Vec<u8>,
+    acc: u64,
+    bits: u32,
+}
+
+impl BitWriter {
+    /// Appends the low `n` bits of `v` (`n` at most 57 so the accumulator never overflows).
+    fn put(&mut self, v: u64, n: u32) {
+        debug_assert!(n <= 57);
+        if n == 0 {
+            return;
+        }
+        self.acc |= (v & ((1u64 << n) - 1)) << self.bits;
+        self.bits += n;
+        while self.bits >= 8 {
+            self.bytes.push(self.acc as u8);
+            self.acc >>= 8;
+            self.bits -= 8;
+        }
+    }
+
+    /// Any number of bits, in pieces.
+    fn put_wide(&mut self, v: u64, n: u32) {
+        if n > 32 {
+            self.put(v, 32);
+            self.put(v >> 32, n - 32);
+        } else {
+            self.put(v, n);
+        }
+    }
+
+    fn ones(&mut self, mut n: u64) {
+        while n > 0 {
+            let k = n.min(32) as u32;
+            self.put((1u64 << k) - 1, k);
+            n -= u64::from(k);
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.bits > 0 {
+            self.bytes.push(self.acc as u8);
+        }
+        self.bytes
+    }
+}
+
+/// Bits one value of `u` costs at parameter `r`.
+fn cost(u: u64, r: u32) -> u64 {
+    let q = u >> r;
+    if q < ESCAPE {
+        q + 1 + u64::from(r)
+    } else {
+        ESCAPE + 6 + u64::from(63 - u.leading_zeros())
+    }
+}
+
+/// The parameter for a block: the cheapest within one of two guesses, the bit length of the
+/// values' mean (right for evenly spread values) and their mean bit length (right when a
+/// spike would pull the mean up).
+fn parameter(us: &[u64]) -> u32 {
+    let count = us.len().max(1) as u128;
+    let mean = us.iter().map(|u| u128::from(*u)).sum::<u128>() / count;
+    let of_mean = (128 - mean.leading_zeros())
+        .saturating_sub(1)
+        .min(MAX_PARAMETER);
+    let bits: u32 = us.iter().map(|u| 64 - u.leading_zeros()).sum();
+    let mean_bits = (bits / count as u32).saturating_sub(1).min(MAX_PARAMETER);
+    let mut best = (u64::MAX, 0);
+    for guess in [mean_bits, of_mean] {
+        for r in guess.saturating_sub(1)..=(guess + 1).min(MAX_PARAMETER) {
+            let total = us.iter().map(|u| cost(*u, r)).sum::<u64>();
+            best = best.min((total, r));
+        }
+    }
+    best.1
+}
+
+/// Appends the Rice sequence of `values` to `out`.
+pub(crate) fn write(values: &[i64], out: &mut Vec<u8>) {
+    let mut w = BitWriter {
+        bytes: Vec::with_capacity(values.len() + 8),
+        acc: 0,
+        bits: 0,
+    };
+    let center = median(values);
+    let mut us = [0u64; BLOCK];
+    for block in values.chunks(BLOCK) {
+        for (u, v) in us.iter_mut().zip(block) {
+            *u = zigzag(v.wrapping_sub(center));
+        }
+        let us = &us[..block.len()];
+        if us.iter().all(|u| *u == 0) {
+            w.put(u64::from(CENTER_BLOCK), 6);
+            continue;
+        }
+        let r = parameter(us);
+        w.put(u64::from(r), 6);
+        for &u in us {
+            let q = u >> r;
+            if q < ESCAPE {
+                w.ones(q);
+                w.put(0, 1);
+                w.put_wide(u, r);
+            } else {
+                let width = 64 - u.leading_zeros();
+                w.ones(ESCAPE);
+                w.put(u64::from(width - 1), 6);
+                w.put_wide(u, width - 1);
+            }
+        }
+    }
+    let bytes = w.finish();
+    put_varint(out, zigzag(center));
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(&bytes);
+}
+
+/// The middle value of `values` (the upper one of an even count), 0 for none.
+fn median(values: &[i64]) -> i64 {
+    if values.is_empty() {
+        return 0;
+    }
+    let mut copy = values.to_vec();
+    let middle = copy.len() / 2;
+    *copy.select_nth_unstable(middle).1
+}
+
+/// Reads a Rice sequence's values one at a time.
+pub(crate) struct Reader<'a> {
+    center: i64,
+    data: &'a [u8],
+    bit: usize,
+    /// Values left in the current block, and its parameter.
+    left: usize,
+    r: u32,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `data`, the sequence's bytes after its length, around `center`.
+    pub(crate) fn new(center: i64, data: &'a [u8]) -> Self {
+        Reader {
+            center,
+            data,
+            bit: 0,
+            left: 0,
+            r: 0,
+        }
+    }
+
+    /// The next 64 bits from the current position (zeros past the end), and how many of them
+    /// are real.
+    fn peek(&self) -> (u64, usize) {
+        let byte = self.bit / 8;
+        let shift = self.bit % 8;
+        let avail = (self.data.len() * 8).saturating_sub(self.bit);
+        let word = match self.data.get(byte..byte + 8) {
+            Some(w) => u64::from_le_bytes(w.try_into().unwrap_or_default()),
+            None => {
+                let mut b = [0u8; 8];
+                let rest = self.data.get(byte..).unwrap_or(&[]);
+                b[..rest.len().min(8)].copy_from_slice(&rest[..rest.len().min(8)]);
+                u64::from_le_bytes(b)
+            }
+        };
+        (word >> shift, avail.min(64 - shift))
+    }
+
+    /// `n` bits (at most 56).
+    fn take(&mut self, n: u32) -> Result<u64, &'static str> {
+        if n == 0 {
+            return Ok(0);
+        }
+        let (word, avail) = self.peek();
+        if (n as usize) > avail {
+            return Err("truncated");
+        }
+        self.bit += n as usize;
+        Ok(word & ((1u64 << n) - 1))
+    }
+
+    /// Any number of bits up to 64.
+    fn take_wide(&mut self, n: u32) -> Result<u64, &'static str> {
+        if n > 32 {
+            let low = self.take(32)?;
+            Ok(low | (self.take(n - 32)? << 32))
+        } else {
+            self.take(n)
+        }
+    }
+
+    /// The next value.
+    pub(crate) fn next(&mut self) -> Result<i64, &'static str> {
+        if self.left == 0 {
+            self.r = self.take(6)? as u32;
+            self.left = BLOCK;
+        }
+        self.left -= 1;
+        if self.r == CENTER_BLOCK {
+            return Ok(self.center);
+        }
+        let (word, avail) = self.peek();
+        let q = u64::from((!word).trailing_zeros());
+        if q < ESCAPE {
+            if q as usize + 1 > avail {
+                return Err("truncated");
+            }
+            self.bit += q as usize + 1;
+            let low = self.take_wide(self.r)?;
+            return Ok(unzigzag((q << self.r) | low).wrapping_add(self.center));
+        }
+        if ESCAPE as usize > avail {
+            return Err("truncated");
+        }
+        self.bit += ESCAPE as usize;
+        let width = self.take(6)? as u32 + 1;
+        let low = self.take_wide(width - 1)?;
+        let u = (1u64 << (width - 1)) | low;
+        if u >> self.r < ESCAPE {
+            return Err("escape not needed");
+        }
+        Ok(unzigzag(u).wrapping_add(self.center))
+    }
+
+    /// After the last value: the bits must have filled exactly the bytes given.
+    pub(crate) fn finish(&self) -> Result<(), &'static str> {
+        if self.bit.div_ceil(8) != self.data.len() {
+            return Err("rice sequence length differs");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(values: &[i64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write(values, &mut out);
+        let mut r = super::super::Reader {
+            bytes: &out,
+            pos: 0,
+        };
+        let center = unzigzag(r.varint().expect("center"));
+        let len = r.varint().expect("length") as usize;
+        let data = &out[r.pos..];
+        assert_eq!(data.len(), len);
+        let mut reader = Reader::new(center, data);
+        for v in values {
+            assert_eq!(reader.next().expect("value"), *v);
+        }
+        reader.finish().expect("exact length");
+        out
+    }
+
+    #[test]
+    fn documented_bytes() {
+        // Median 1 (the upper middle of -1, 0, 1, 2): zigzags of -1, 0, -2, 1 are 1, 0, 3, 2;
+        // r = 0 and r = 1 both take 10 bits, the first is taken: each value in unary.
+        let out = round_trip(&[0, 1, -1, 2]);
+        // Bits in stream order (least significant first): r (6), then the values: 16 bits.
+        let bits = ["000000", "10", "0", "1110", "110"].concat();
+        let acc = bits
+            .chars()
+            .enumerate()
+            .fold(0u32, |a, (i, c)| a | (u32::from(c == '1') << i));
+        let mut want = vec![0x02, 0x02];
+        want.extend_from_slice(&acc.to_le_bytes()[..2]);
+        assert_eq!(out, want);
+        assert_eq!(out, [0x02, 0x02, 0x40, 0x6E]);
+        // A constant sequence: a 6-bit marker a block.
+        assert_eq!(round_trip(&[9; 40]), [0x12, 0x02, 0xFF, 0x0F]);
+    }
+
+    #[test]
+    fn spikes_and_extremes() {
+        round_trip(&[]);
+        round_trip(&[i64::MIN, i64::MAX, 0, -1, 1, i64::MIN]);
+        let mut v = vec![1; 100];
+        v[40] = 1 << 50;
+        let out = round_trip(&v);
+        // One spike costs its own width, not the block's: well under 100 x 51 bits.
+        assert!(out.len() < 60, "{}", out.len());
+    }
+
+    #[test]
+    fn refusals() {
+        let mut out = Vec::new();
+        write(&[5, 6, 7], &mut out);
+        let data = &out[2..];
+        // Cut short.
+        let mut r = Reader::new(6, &data[..data.len() - 1]);
+        assert!((0..3).map(|_| r.next()).any(|v| v.is_err()) || r.finish().is_err());
+        // A byte too many.
+        let mut long = data.to_vec();
+        long.push(0);
+        let mut r = Reader::new(6, &long);
+        for _ in 0..3 {
+            r.next().expect("value");
+        }
+        assert_eq!(r.finish(), Err("rice sequence length differs"));
+        // An escape for a value that fits: r = 0, sixteen ones, width 1.
+        let mut w = BitWriter {
+            bytes: Vec::new(),
+            acc: 0,
+            bits: 0,
+        };
+        w.put(0, 6);
+        w.ones(ESCAPE);
+        w.put(0, 6);
+        let bytes = w.finish();
+        assert_eq!(Reader::new(0, &bytes).next(), Err("escape not needed"));
+    }
+
+    proptest! {
+        #[test]
+        fn any_values_round_trip(values in proptest::collection::vec(any::<i64>(), 0..200)) {
+            round_trip(&values);
+        }
+
+        #[test]
+        fn small_walks_round_trip(values in proptest::collection::vec(-3000i64..3000, 0..300)) {
+            round_trip(&values);
+        }
+
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64), n in 0usize..100) {
+            let mut r = Reader::new(-3, &bytes);
+            for _ in 0..n {
+                if r.next().is_err() {
+                    break;
+                }
+            }
+            let _ = r.finish();
+        }
+    }
+}
