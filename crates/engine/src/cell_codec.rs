@@ -785,29 +785,45 @@ impl Reader<'_> {
     fn unpack_deltas(&mut self, n: usize, packing: Packing) -> Result<Vec<i64>, &'static str> {
         let mut v = unzigzag(self.varint()?);
         let divisor = self.varint()? as i64;
-        let quotients = match packing {
-            Packing::Frame => {
-                let floor = unzigzag(self.varint()?);
-                self.unpack(n.saturating_sub(1))?
-                    .into_iter()
-                    .map(|d| (d as i64).wrapping_add(floor))
-                    .collect()
-            }
-            Packing::Rice => self.rice(n.saturating_sub(1))?,
-        };
         let mut out = Vec::with_capacity(n);
         if n > 0 {
             out.push(v);
         }
-        for q in quotients {
+        let mut push = |q: i64| {
             v = v.wrapping_add(q.wrapping_mul(divisor));
             out.push(v);
+        };
+        match packing {
+            Packing::Frame => {
+                let floor = unzigzag(self.varint()?);
+                for d in self.unpack(n.saturating_sub(1))? {
+                    push((d as i64).wrapping_add(floor));
+                }
+            }
+            Packing::Rice => self.rice_each(n.saturating_sub(1), |q| {
+                push(q);
+                Ok(())
+            })?,
         }
         Ok(out)
     }
 
     /// A Rice sequence of `n` values: its center, byte length, then its bits.
     fn rice(&mut self, n: usize) -> Result<Vec<i64>, &'static str> {
+        let mut out = Vec::with_capacity(n);
+        self.rice_each(n, |v| {
+            out.push(v);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Each of a Rice sequence's `n` values given to `f`, in order.
+    fn rice_each(
+        &mut self,
+        n: usize,
+        mut f: impl FnMut(i64) -> Result<(), &'static str>,
+    ) -> Result<(), &'static str> {
         let center = unzigzag(self.varint()?);
         let len = usize::try_from(self.varint()?).map_err(|_| "truncated")?;
         let end = self.pos.checked_add(len).ok_or("truncated")?;
@@ -818,25 +834,21 @@ impl Reader<'_> {
             return Err("truncated");
         }
         let mut reader = rice::Reader::new(center, data);
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(reader.next()?);
-        }
-        reader.finish()?;
-        Ok(out)
+        reader.for_each(n, f)?;
+        reader.finish()
     }
 
     /// The `n - 1` offset deltas (ms) after the first offset, written by `offset_rice`.
     fn offset_deltas(&mut self, n: usize) -> Result<Vec<i64>, &'static str> {
         let divisor = i64::try_from(self.varint()?).map_err(|_| "offset overflow")?;
         let mut q = 0i64;
-        self.rice(n.saturating_sub(1))?
-            .into_iter()
-            .map(|change| {
-                q = q.checked_add(change).ok_or("offset overflow")?;
-                q.checked_mul(divisor).ok_or("offset overflow")
-            })
-            .collect()
+        let mut out = Vec::with_capacity(n.saturating_sub(1));
+        self.rice_each(n.saturating_sub(1), |change| {
+            q = q.checked_add(change).ok_or("offset overflow")?;
+            out.push(q.checked_mul(divisor).ok_or("offset overflow")?);
+            Ok(())
+        })?;
+        Ok(out)
     }
 
     /// A Rice body's offset mode: whether its offsets are a Rice sequence (else runs).

@@ -160,14 +160,19 @@ fn median(values: &[i64]) -> i64 {
     *copy.select_nth_unstable(middle).1
 }
 
-/// Reads a Rice sequence's values one at a time.
+/// Reads a Rice sequence's values through a 64-bit buffer refilled a word at a time. Past the
+/// end of the bytes it reads zero bits and counts them: a block that needed bits the bytes do
+/// not have fails.
 pub(crate) struct Reader<'a> {
     center: i64,
     data: &'a [u8],
-    bit: usize,
-    /// Values left in the current block, and its parameter.
-    left: usize,
-    r: u32,
+    /// The next byte of `data` to load.
+    pos: usize,
+    /// Bits loaded and not yet taken, least significant first, and how many.
+    acc: u64,
+    bits: u32,
+    /// Bits taken in all.
+    taken: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -176,89 +181,116 @@ impl<'a> Reader<'a> {
         Reader {
             center,
             data,
-            bit: 0,
-            left: 0,
-            r: 0,
+            pos: 0,
+            acc: 0,
+            bits: 0,
+            taken: 0,
         }
     }
 
-    /// The next 64 bits from the current position (zeros past the end), and how many of them
-    /// are real.
-    fn peek(&self) -> (u64, usize) {
-        let byte = self.bit / 8;
-        let shift = self.bit % 8;
-        let avail = (self.data.len() * 8).saturating_sub(self.bit);
-        let word = match self.data.get(byte..byte + 8) {
+    /// Loads bytes until at least 56 bits are buffered (zeros past the end).
+    #[inline]
+    fn refill(&mut self) {
+        if self.bits >= 57 {
+            return;
+        }
+        let room = (63 - self.bits) / 8;
+        let word = match self.data.get(self.pos..self.pos + 8) {
             Some(w) => u64::from_le_bytes(w.try_into().unwrap_or_default()),
             None => {
                 let mut b = [0u8; 8];
-                let rest = self.data.get(byte..).unwrap_or(&[]);
-                b[..rest.len().min(8)].copy_from_slice(&rest[..rest.len().min(8)]);
+                let rest = self.data.get(self.pos..).unwrap_or(&[]);
+                let n = rest.len().min(8);
+                b[..n].copy_from_slice(&rest[..n]);
                 u64::from_le_bytes(b)
             }
         };
-        (word >> shift, avail.min(64 - shift))
+        // The bytes that fit whole above the buffered bits (at most 7: 8 * room <= 56).
+        let keep = word & ((1u64 << (8 * room)) - 1);
+        self.acc |= keep << self.bits;
+        self.bits += 8 * room;
+        self.pos += room as usize;
     }
 
-    /// `n` bits (at most 56).
-    fn take(&mut self, n: u32) -> Result<u64, &'static str> {
-        if n == 0 {
-            return Ok(0);
-        }
-        let (word, avail) = self.peek();
-        if (n as usize) > avail {
-            return Err("truncated");
-        }
-        self.bit += n as usize;
-        Ok(word & ((1u64 << n) - 1))
+    /// Takes `n` bits (at most 56, after a refill).
+    #[inline]
+    fn take(&mut self, n: u32) -> u64 {
+        self.refill();
+        let v = if n == 0 {
+            0
+        } else {
+            self.acc & (u64::MAX >> (64 - n))
+        };
+        self.acc = if n >= 64 { 0 } else { self.acc >> n };
+        self.bits -= n;
+        self.taken += n as usize;
+        v
     }
 
     /// Any number of bits up to 64.
-    fn take_wide(&mut self, n: u32) -> Result<u64, &'static str> {
+    fn take_wide(&mut self, n: u32) -> u64 {
         if n > 32 {
-            let low = self.take(32)?;
-            Ok(low | (self.take(n - 32)? << 32))
+            let low = self.take(32);
+            low | (self.take(n - 32) << 32)
         } else {
             self.take(n)
         }
     }
 
-    /// The next value.
-    pub(crate) fn next(&mut self) -> Result<i64, &'static str> {
-        if self.left == 0 {
-            self.r = self.take(6)? as u32;
-            self.left = BLOCK;
-        }
-        self.left -= 1;
-        if self.r == CENTER_BLOCK {
-            return Ok(self.center);
-        }
-        let (word, avail) = self.peek();
-        let q = u64::from((!word).trailing_zeros());
-        if q < ESCAPE {
-            if q as usize + 1 > avail {
+    /// Each of the next `n` values given to `f`, block by block; fails when the values need
+    /// bits past the bytes, or `f` fails.
+    pub(crate) fn for_each(
+        &mut self,
+        n: usize,
+        mut f: impl FnMut(i64) -> Result<(), &'static str>,
+    ) -> Result<(), &'static str> {
+        let mut left = n;
+        while left > 0 {
+            let count = left.min(BLOCK);
+            left -= count;
+            let r = self.take(6) as u32;
+            if r == CENTER_BLOCK {
+                for _ in 0..count {
+                    f(self.center)?;
+                }
+                continue;
+            }
+            let mask = u64::MAX >> (63 - r) >> 1;
+            for _ in 0..count {
+                self.refill();
+                let q = (!self.acc).trailing_zeros();
+                let used = q + 1 + r;
+                let u = if u64::from(q) < ESCAPE && used <= self.bits {
+                    // The common case: the whole code is in the buffer.
+                    let u = (u64::from(q) << r) | ((self.acc >> (q + 1)) & mask);
+                    self.acc = if used >= 64 { 0 } else { self.acc >> used };
+                    self.bits -= used;
+                    self.taken += used as usize;
+                    u
+                } else if u64::from(q) < ESCAPE {
+                    self.take(q + 1);
+                    (u64::from(q) << r) | self.take_wide(r)
+                } else {
+                    self.take(ESCAPE as u32);
+                    let width = self.take(6) as u32 + 1;
+                    let u = (1u64 << (width - 1)) | self.take_wide(width - 1);
+                    if u >> r < ESCAPE {
+                        return Err("escape not needed");
+                    }
+                    u
+                };
+                f(unzigzag(u).wrapping_add(self.center))?;
+            }
+            if self.taken > self.data.len() * 8 {
                 return Err("truncated");
             }
-            self.bit += q as usize + 1;
-            let low = self.take_wide(self.r)?;
-            return Ok(unzigzag((q << self.r) | low).wrapping_add(self.center));
         }
-        if ESCAPE as usize > avail {
-            return Err("truncated");
-        }
-        self.bit += ESCAPE as usize;
-        let width = self.take(6)? as u32 + 1;
-        let low = self.take_wide(width - 1)?;
-        let u = (1u64 << (width - 1)) | low;
-        if u >> self.r < ESCAPE {
-            return Err("escape not needed");
-        }
-        Ok(unzigzag(u).wrapping_add(self.center))
+        Ok(())
     }
 
     /// After the last value: the bits must have filled exactly the bytes given.
     pub(crate) fn finish(&self) -> Result<(), &'static str> {
-        if self.bit.div_ceil(8) != self.data.len() {
+        if self.taken.div_ceil(8) != self.data.len() {
             return Err("rice sequence length differs");
         }
         Ok(())
@@ -282,9 +314,14 @@ mod tests {
         let data = &out[r.pos..];
         assert_eq!(data.len(), len);
         let mut reader = Reader::new(center, data);
-        for v in values {
-            assert_eq!(reader.next().expect("value"), *v);
-        }
+        let mut back = Vec::new();
+        reader
+            .for_each(values.len(), |v| {
+                back.push(v);
+                Ok(())
+            })
+            .expect("values");
+        assert_eq!(back, values);
         reader.finish().expect("exact length");
         out
     }
@@ -326,14 +363,12 @@ mod tests {
         let data = &out[2..];
         // Cut short.
         let mut r = Reader::new(6, &data[..data.len() - 1]);
-        assert!((0..3).map(|_| r.next()).any(|v| v.is_err()) || r.finish().is_err());
+        assert_eq!(r.for_each(3, |_| Ok(())), Err("truncated"));
         // A byte too many.
         let mut long = data.to_vec();
         long.push(0);
         let mut r = Reader::new(6, &long);
-        for _ in 0..3 {
-            r.next().expect("value");
-        }
+        r.for_each(3, |_| Ok(())).expect("values");
         assert_eq!(r.finish(), Err("rice sequence length differs"));
         // An escape for a value that fits: r = 0, sixteen ones, width 1.
         let mut w = BitWriter {
@@ -345,7 +380,10 @@ mod tests {
         w.ones(ESCAPE);
         w.put(0, 6);
         let bytes = w.finish();
-        assert_eq!(Reader::new(0, &bytes).next(), Err("escape not needed"));
+        assert_eq!(
+            Reader::new(0, &bytes).for_each(1, |_| Ok(())),
+            Err("escape not needed")
+        );
     }
 
     proptest! {
@@ -362,12 +400,9 @@ mod tests {
         #[test]
         fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64), n in 0usize..100) {
             let mut r = Reader::new(-3, &bytes);
-            for _ in 0..n {
-                if r.next().is_err() {
-                    break;
-                }
+            if r.for_each(n, |_| Ok(())).is_ok() {
+                let _ = r.finish();
             }
-            let _ = r.finish();
         }
     }
 }
