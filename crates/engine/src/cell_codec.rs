@@ -32,6 +32,7 @@ use hourglass_core::value::{FLAG_FLOAT, Value, write_bits};
 #[cfg(test)]
 use crate::num::Num;
 use crate::num::Sample;
+use hourglass_storage::rice;
 use hourglass_storage::{CellCodec, Error, JointCell, JointForm, JointMember, JointShape, Result};
 
 /// The version encode writes (RFC 0005).
@@ -822,20 +823,11 @@ impl Reader<'_> {
     fn rice_each(
         &mut self,
         n: usize,
-        mut f: impl FnMut(i64) -> Result<(), &'static str>,
+        f: impl FnMut(i64) -> Result<(), &'static str>,
     ) -> Result<(), &'static str> {
-        let center = unzigzag(self.varint()?);
-        let len = usize::try_from(self.varint()?).map_err(|_| "truncated")?;
-        let end = self.pos.checked_add(len).ok_or("truncated")?;
-        let data = self.bytes.get(self.pos..end).ok_or("truncated")?;
-        self.pos = end;
-        // Every block takes at least its 6-bit parameter.
-        if n.div_ceil(rice::BLOCK) > len.saturating_mul(8) / 6 {
-            return Err("truncated");
-        }
-        let mut reader = rice::Reader::new(center, data);
-        reader.for_each(n, f)?;
-        reader.finish()
+        let rest = self.bytes.get(self.pos..).unwrap_or(&[]);
+        self.pos += rice::read(rest, n, f)?;
+        Ok(())
     }
 
     /// The `n - 1` offset deltas (ms) after the first offset, written by `offset_rice`.
@@ -1578,6 +1570,5 @@ fn decode_blob(blob: &[u8]) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
     Ok(rebuild_cell(&points, meta))
 }
 
-mod rice;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ pub mod memory;
 pub mod metered;
 pub mod model;
 mod regex_filter;
+pub mod rice;
 mod types;
 
 pub use error::{Error, ErrorKind, Result};

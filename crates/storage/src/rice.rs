@@ -1,5 +1,6 @@
 //! Rice sequences: signed integers in blocks of [`BLOCK`], each block with its own Rice
-//! parameter, for the sections of joint stream version 0x02 (RFC 0006). A frame of reference
+//! parameter, for the embedded store's group members (group format 0x03) and joint streams
+//! (version 0x02) of RFC 0006. A frame of reference
 //! packs every value of a section at the width of its widest one; a Rice code spends bits on
 //! each value by its own size, and a block's parameter follows the data as it changes over a
 //! day (a quiet night, a busy noon, a counter reset costing its own block only).
@@ -20,7 +21,7 @@
 //! refuses other lengths, parameters or escapes past 64 bits, and reads past L.
 
 /// Values per block.
-pub(crate) const BLOCK: usize = 32;
+pub const BLOCK: usize = 32;
 /// Unary quotients from this on are escaped: a spike costs about its own width.
 const ESCAPE: u64 = 16;
 /// The parameter that marks a block of values all equal to the center.
@@ -28,7 +29,35 @@ const CENTER_BLOCK: u32 = 63;
 /// The largest parameter of a block with bits.
 const MAX_PARAMETER: u32 = 62;
 
-use super::{put_varint, unzigzag, zigzag};
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A varint at `bytes[*pos..]`, moving `pos` past it.
+fn varint(bytes: &[u8], pos: &mut usize) -> Result<u64, &'static str> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*pos).ok_or("truncated")?;
+        *pos += 1;
+        v |= u64::from(b & 0x7F) << shift;
+        if b < 0x80 {
+            return Ok(v);
+        }
+    }
+    Err("varint too long")
+}
 
 /// Bits appended least significant first.
 struct BitWriter {
@@ -111,7 +140,7 @@ fn parameter(us: &[u64]) -> u32 {
 }
 
 /// Appends the Rice sequence of `values` to `out`.
-pub(crate) fn write(values: &[i64], out: &mut Vec<u8>) {
+pub fn write(values: &[i64], out: &mut Vec<u8>) {
     let mut w = BitWriter {
         bytes: Vec::with_capacity(values.len() + 8),
         acc: 0,
@@ -150,6 +179,29 @@ pub(crate) fn write(values: &[i64], out: &mut Vec<u8>) {
     out.extend_from_slice(&bytes);
 }
 
+/// Reads the Rice sequence of `n` values at the start of `bytes`, giving each to `f` in order;
+/// returns the bytes it took. Fails on a sequence cut short, with bytes past its values, or
+/// with more blocks than its length allows, and when `f` fails.
+pub fn read(
+    bytes: &[u8],
+    n: usize,
+    f: impl FnMut(i64) -> Result<(), &'static str>,
+) -> Result<usize, &'static str> {
+    let mut pos = 0;
+    let center = unzigzag(varint(bytes, &mut pos)?);
+    let len = usize::try_from(varint(bytes, &mut pos)?).map_err(|_| "truncated")?;
+    let end = pos.checked_add(len).ok_or("truncated")?;
+    let data = bytes.get(pos..end).ok_or("truncated")?;
+    // Every block takes at least its 6-bit parameter.
+    if n.div_ceil(BLOCK) > len.saturating_mul(8) / 6 {
+        return Err("truncated");
+    }
+    let mut reader = Reader::new(center, data);
+    reader.for_each(n, f)?;
+    reader.finish()?;
+    Ok(end)
+}
+
 /// The middle value of `values` (the upper one of an even count), 0 for none.
 fn median(values: &[i64]) -> i64 {
     if values.is_empty() {
@@ -163,7 +215,7 @@ fn median(values: &[i64]) -> i64 {
 /// Reads a Rice sequence's values through a 64-bit buffer refilled a word at a time. Past the
 /// end of the bytes it reads zero bits and counts them: a block that needed bits the bytes do
 /// not have fails.
-pub(crate) struct Reader<'a> {
+struct Reader<'a> {
     center: i64,
     data: &'a [u8],
     /// The next byte of `data` to load.
@@ -177,7 +229,7 @@ pub(crate) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// A reader over `data`, the sequence's bytes after its length, around `center`.
-    pub(crate) fn new(center: i64, data: &'a [u8]) -> Self {
+    fn new(center: i64, data: &'a [u8]) -> Self {
         Reader {
             center,
             data,
@@ -239,7 +291,7 @@ impl<'a> Reader<'a> {
 
     /// Each of the next `n` values given to `f`, block by block; fails when the values need
     /// bits past the bytes, or `f` fails.
-    pub(crate) fn for_each(
+    fn for_each(
         &mut self,
         n: usize,
         mut f: impl FnMut(i64) -> Result<(), &'static str>,
@@ -289,7 +341,7 @@ impl<'a> Reader<'a> {
     }
 
     /// After the last value: the bits must have filled exactly the bytes given.
-    pub(crate) fn finish(&self) -> Result<(), &'static str> {
+    fn finish(&self) -> Result<(), &'static str> {
         if self.taken.div_ceil(8) != self.data.len() {
             return Err("rice sequence length differs");
         }
@@ -305,24 +357,14 @@ mod tests {
     fn round_trip(values: &[i64]) -> Vec<u8> {
         let mut out = Vec::new();
         write(values, &mut out);
-        let mut r = super::super::Reader {
-            bytes: &out,
-            pos: 0,
-        };
-        let center = unzigzag(r.varint().expect("center"));
-        let len = r.varint().expect("length") as usize;
-        let data = &out[r.pos..];
-        assert_eq!(data.len(), len);
-        let mut reader = Reader::new(center, data);
         let mut back = Vec::new();
-        reader
-            .for_each(values.len(), |v| {
-                back.push(v);
-                Ok(())
-            })
-            .expect("values");
+        let used = read(&out, values.len(), |v| {
+            back.push(v);
+            Ok(())
+        })
+        .expect("values");
+        assert_eq!(used, out.len());
         assert_eq!(back, values);
-        reader.finish().expect("exact length");
         out
     }
 
