@@ -84,7 +84,7 @@ impl CellCodec for DataCellCodec {
     }
 }
 
-/// The version of the joint stream written (RFC 0006, group format 0x02): version 0x01's
+/// The version of the joint stream written (RFC 0006, group formats 0x02 and 0x03): version 0x01's
 /// sections, with Rice sequences for the values and a second way to write the offsets.
 const JOINT_VERSION: u8 = 2;
 /// The first joint stream version (a version-2 blob's sections), still decoded.

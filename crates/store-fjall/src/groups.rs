@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 
 use hourglass_storage::model::RowData;
+use hourglass_storage::rice;
 use hourglass_storage::{
     Cell, CellCodec, CellForm, Error, JointCell, JointMember, JointShape, Result,
 };
@@ -126,8 +127,11 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// The first byte of a group value holding joint members (phase 3).
+/// The first byte of a group value holding joint members (phase 3), still read.
 pub(crate) const GROUP_FORMAT_JOINT: u8 = 0x02;
+/// The first byte of a group value holding joint members, its member fields in columns: what
+/// is written.
+pub(crate) const GROUP_FORMAT_COLUMNS: u8 = 0x03;
 /// Member shapes of format 0x02: a row value, or a joint member without a meta byte, with
 /// meta byte 0x00, with the meta byte that follows.
 const SHAPE_ROW: u8 = 0x00;
@@ -175,16 +179,16 @@ pub(crate) fn encode_rows_group(members: &BTreeMap<u32, Vec<u8>>) -> Vec<u8> {
     out
 }
 
-/// The group value of these member rows: format 0x02 when the codec takes some member's
+/// The group value of these member rows: format 0x03 when the codec takes some member's
 /// only cell jointly (one family: the first one-cell member's), else format 0x01.
 pub(crate) fn encode_group(
     members: &BTreeMap<u32, RowData>,
     codec: Option<&dyn CellCodec>,
 ) -> Vec<u8> {
     if let Some(codec) = codec
-        && let Some(joint) = joint_form(members, codec)
+        && let Some(joint) = joint_group(members, codec)
     {
-        return joint;
+        return joint.columns();
     }
     encode_rows_group(
         &members
@@ -194,8 +198,27 @@ pub(crate) fn encode_group(
     )
 }
 
-/// Format 0x02 of `members`, when the codec takes a cell jointly.
-fn joint_form(members: &BTreeMap<u32, RowData>, codec: &dyn CellCodec) -> Option<Vec<u8>> {
+/// One member's fields in formats 0x02 and 0x03.
+enum Fields {
+    /// A row value (RFC 0002, with the table's codec).
+    Row(Vec<u8>),
+    /// A joint member: its shape and its cell timestamp less the previous joint member's.
+    Joint { shape: JointShape, timestamp: i64 },
+}
+
+/// Members with their steps (the offset delta as hours << 1, or seconds << 1 | 1), fields,
+/// the joint family and the codec's stream: what formats 0x02 and 0x03 write.
+struct JointGroup<'a> {
+    members: Vec<(u64, Fields)>,
+    family: &'a str,
+    stream: Vec<u8>,
+}
+
+/// The joint form of `members`, when the codec takes a cell jointly.
+fn joint_group<'a>(
+    members: &'a BTreeMap<u32, RowData>,
+    codec: &dyn CellCodec,
+) -> Option<JointGroup<'a>> {
     let family = members.values().find_map(|row| match row.cells() {
         [cell] => Some(cell.family.as_str()),
         _ => None,
@@ -224,49 +247,119 @@ fn joint_form(members: &BTreeMap<u32, RowData>, codec: &dyn CellCodec) -> Option
         .zip(&shapes)
         .filter_map(|((o, c), shape)| shape.map(|s| (*o, (s, c.timestamp))))
         .collect();
-    let size: usize = members.len() * 6 + stream.len() + family.len() + 8;
-    let mut out = Vec::with_capacity(size);
-    out.push(GROUP_FORMAT_JOINT);
-    put_varint(&mut out, members.len() as u64);
     let (mut previous, mut previous_ts) = (0u32, 0i64);
+    let mut out = Vec::with_capacity(members.len());
     for (i, (offset, row)) in members.iter().enumerate() {
         let d = if i == 0 { *offset } else { offset - previous };
         previous = *offset;
-        put_varint(
-            &mut out,
-            if d % HOUR_SECS == 0 {
-                u64::from(d / HOUR_SECS) << 1
-            } else {
-                (u64::from(d) << 1) | 1
-            },
-        );
-        match joint.get(offset) {
+        let step = if d % HOUR_SECS == 0 {
+            u64::from(d / HOUR_SECS) << 1
+        } else {
+            (u64::from(d) << 1) | 1
+        };
+        let fields = match joint.get(offset) {
             Some((shape, timestamp)) => {
-                match shape.meta {
-                    None => out.push(SHAPE_JOINT),
-                    Some(0) => out.push(SHAPE_JOINT_META_0),
-                    Some(m) => out.extend_from_slice(&[SHAPE_JOINT_META, m]),
-                }
-                put_varint(&mut out, u64::from(shape.points));
-                put_varint(&mut out, zigzag(timestamp.wrapping_sub(previous_ts)));
+                let delta = timestamp.wrapping_sub(previous_ts);
                 previous_ts = *timestamp;
+                Fields::Joint {
+                    shape: *shape,
+                    timestamp: delta,
+                }
             }
-            None => {
-                out.push(SHAPE_ROW);
-                let value = row.encode(Some(codec));
-                put_varint(&mut out, value.len() as u64);
-                out.extend_from_slice(&value);
-            }
-        }
+            None => Fields::Row(row.encode(Some(codec))),
+        };
+        out.push((step, fields));
     }
-    put_varint(&mut out, family.len() as u64);
-    out.extend_from_slice(family.as_bytes());
-    out.extend_from_slice(&stream);
-    Some(out)
+    Some(JointGroup {
+        members: out,
+        family,
+        stream,
+    })
 }
 
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
+/// A joint member's shape byte, and its meta byte when the shape says one follows.
+fn shape_byte(shape: &JointShape) -> (u8, Option<u8>) {
+    match shape.meta {
+        None => (SHAPE_JOINT, None),
+        Some(0) => (SHAPE_JOINT_META_0, None),
+        Some(m) => (SHAPE_JOINT_META, Some(m)),
+    }
+}
+
+impl JointGroup<'_> {
+    /// Format 0x03: `| 0x03 | member count (varint) | steps | shapes | meta bytes | point
+    /// counts | timestamp deltas | row values | family | stream |`, the steps and shapes a
+    /// Rice sequence over every member, the meta bytes one per member of shape 0x03, the
+    /// point counts and timestamp deltas a Rice sequence over the joint members, the row
+    /// values (length varint, value) of the row members, all in member order.
+    fn columns(&self) -> Vec<u8> {
+        let n = self.members.len();
+        let (mut steps, mut shapes) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut metas, mut counts, mut timestamps) = (Vec::new(), Vec::new(), Vec::new());
+        let mut rows = Vec::new();
+        for (step, fields) in &self.members {
+            steps.push(*step as i64);
+            match fields {
+                Fields::Joint { shape, timestamp } => {
+                    let (byte, meta) = shape_byte(shape);
+                    shapes.push(i64::from(byte));
+                    metas.extend(meta);
+                    counts.push(i64::from(shape.points));
+                    timestamps.push(*timestamp);
+                }
+                Fields::Row(value) => {
+                    shapes.push(i64::from(SHAPE_ROW));
+                    put_varint(&mut rows, value.len() as u64);
+                    rows.extend_from_slice(value);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.stream.len() + rows.len() + 32);
+        out.push(GROUP_FORMAT_COLUMNS);
+        put_varint(&mut out, n as u64);
+        rice::write(&steps, &mut out);
+        rice::write(&shapes, &mut out);
+        out.extend_from_slice(&metas);
+        rice::write(&counts, &mut out);
+        rice::write(&timestamps, &mut out);
+        out.extend_from_slice(&rows);
+        self.tail(&mut out);
+        out
+    }
+
+    /// Format 0x02, member after member (written before format 0x03; kept to test that it
+    /// is still read).
+    #[cfg(test)]
+    fn members_format(&self) -> Vec<u8> {
+        let mut out = vec![GROUP_FORMAT_JOINT];
+        put_varint(&mut out, self.members.len() as u64);
+        for (step, fields) in &self.members {
+            put_varint(&mut out, *step);
+            match fields {
+                Fields::Joint { shape, timestamp } => {
+                    let (byte, meta) = shape_byte(shape);
+                    out.push(byte);
+                    out.extend(meta);
+                    put_varint(&mut out, u64::from(shape.points));
+                    put_varint(&mut out, ((timestamp << 1) ^ (timestamp >> 63)) as u64);
+                }
+                Fields::Row(value) => {
+                    out.push(SHAPE_ROW);
+                    put_varint(&mut out, value.len() as u64);
+                    out.extend_from_slice(value);
+                }
+            }
+        }
+        self.tail(&mut out);
+        out
+    }
+
+    /// The family and the stream, after the members.
+    fn tail(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.family.len() as u64);
+        out.extend_from_slice(self.family.as_bytes());
+        out.extend_from_slice(&self.stream);
+    }
 }
 
 fn unzigzag(z: u64) -> i64 {
@@ -323,11 +416,12 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A group value's members (formats 0x01 and 0x02), values borrowed.
+/// A group value's members (formats 0x01, 0x02 and 0x03), values borrowed.
 pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
     let joint_format = match bytes.first() {
         Some(&GROUP_FORMAT) => false,
         Some(&GROUP_FORMAT_JOINT) => true,
+        Some(&GROUP_FORMAT_COLUMNS) => return decode_columns(bytes),
         _ => return Err(Error::Corrupt("unknown group format".into())),
     };
     let mut r = Reader { bytes, pos: 1 };
@@ -398,6 +492,100 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
         return Err(corrupt("trailing bytes"));
     }
     Ok(Group { members, joint })
+}
+
+impl<'a> Reader<'a> {
+    /// A Rice sequence of `n` values.
+    fn rice(&mut self, n: usize) -> Result<Vec<i64>> {
+        let mut out = Vec::with_capacity(n);
+        let rest = self.bytes.get(self.pos..).unwrap_or(&[]);
+        self.pos += rice::read(rest, n, |v| {
+            out.push(v);
+            Ok(())
+        })
+        .map_err(corrupt)?;
+        Ok(out)
+    }
+}
+
+/// A group value of format 0x03: format 0x02's member fields, each a Rice sequence over the
+/// members that have it (see [`joint_form`]).
+fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
+    let mut r = Reader { bytes, pos: 1 };
+    let n = usize::try_from(r.varint()?).map_err(|_| corrupt("member count past its bytes"))?;
+    // Every Rice block takes at least 6 bits.
+    if n.div_ceil(rice::BLOCK) > bytes.len().saturating_mul(8) / 6 {
+        return Err(corrupt("member count past its bytes"));
+    }
+    let steps = r.rice(n)?;
+    let shapes = r.rice(n)?;
+    let with_meta = shapes
+        .iter()
+        .filter(|s| **s == i64::from(SHAPE_JOINT_META))
+        .count();
+    let joint_count = shapes
+        .iter()
+        .filter(|s| **s != i64::from(SHAPE_ROW))
+        .count();
+    let metas = r.take(with_meta)?;
+    let counts = r.rice(joint_count)?;
+    let timestamps = r.rice(joint_count)?;
+    let mut members = Vec::with_capacity(n);
+    let (mut offset, mut timestamp) = (0u64, 0i64);
+    let (mut meta_at, mut joint_at) = (0usize, 0usize);
+    for (i, (step, shape)) in steps.iter().zip(&shapes).enumerate() {
+        let step = u64::try_from(*step).map_err(|_| corrupt("bad step"))?;
+        let delta = if step & 1 == 0 {
+            (step >> 1).saturating_mul(u64::from(HOUR_SECS))
+        } else {
+            step >> 1
+        };
+        if i > 0 && delta == 0 {
+            return Err(corrupt("offsets not increasing"));
+        }
+        offset = offset
+            .checked_add(delta)
+            .filter(|o| *o <= u64::from(u32::MAX))
+            .ok_or_else(|| corrupt("offset out of range"))?;
+        let member = match u8::try_from(*shape) {
+            Ok(SHAPE_ROW) => Member::Row(r.chunk()?),
+            Ok(shape @ (SHAPE_JOINT | SHAPE_JOINT_META_0 | SHAPE_JOINT_META)) => {
+                let meta = match shape {
+                    SHAPE_JOINT => None,
+                    SHAPE_JOINT_META_0 => Some(0),
+                    _ => {
+                        meta_at += 1;
+                        Some(metas[meta_at - 1])
+                    }
+                };
+                let points = u32::try_from(counts[joint_at])
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| corrupt("bad point count"))?;
+                timestamp = timestamp.wrapping_add(timestamps[joint_at]);
+                joint_at += 1;
+                Member::Joint {
+                    shape: JointShape { points, meta },
+                    timestamp,
+                }
+            }
+            _ => return Err(corrupt("unknown member shape")),
+        };
+        members.push((offset as u32, member));
+    }
+    if joint_count == 0 {
+        return Err(corrupt("no joint member"));
+    }
+    let family =
+        std::str::from_utf8(r.chunk()?).map_err(|_| corrupt("family name is not UTF-8"))?;
+    let stream = &bytes[r.pos..];
+    if stream.is_empty() {
+        return Err(corrupt("truncated"));
+    }
+    Ok(Group {
+        members,
+        joint: Some((family, stream)),
+    })
 }
 
 /// Every member of a group value as its row: row values decoded (`keep_encoded` as
@@ -612,11 +800,8 @@ mod tests {
         }
     }
 
-    /// RFC 0006's example of format 0x02: joint members at 0 (meta 0x00, 3 points) and
-    /// 3600 (no meta, 1 point), a row member at 5400 (two cells), a joint member at 7200
-    /// (meta 0x01, 2 points, written 2 ms earlier); the stream is the codec's.
-    #[test]
-    fn format_2_has_its_documented_bytes() {
+    /// The members of RFC 0006's examples of formats 0x02 and 0x03.
+    fn example_members() -> BTreeMap<u32, RowData> {
         let mut members = BTreeMap::new();
         members.insert(0, RowData::from_cells(vec![cell("t", &[0], 1000, &[5, 6])]));
         members.insert(3600, RowData::from_cells(vec![cell("t", &[2], 1000, &[])]));
@@ -625,7 +810,17 @@ mod tests {
             RowData::from_cells(vec![cell("t", &[0], 1, &[1]), cell("t", &[1], 1, &[2])]),
         );
         members.insert(7200, RowData::from_cells(vec![cell("t", &[1], 998, &[8])]));
-        let bytes = encode_group(&members, Some(&Toy));
+        members
+    }
+
+    /// RFC 0006's example of format 0x02: joint members at 0 (meta 0x00, 3 points) and
+    /// 3600 (no meta, 1 point), a row member at 5400 (two cells), a joint member at 7200
+    /// (meta 0x01, 2 points, written 2 ms earlier); the stream is the codec's. Format 0x02
+    /// is no longer written, and still read.
+    #[test]
+    fn format_2_has_its_documented_bytes() {
+        let members = example_members();
+        let bytes = joint_group(&members, &Toy).unwrap().members_format();
         #[rustfmt::skip]
         let want = vec![
             0x02, 0x04,                     // format 0x02, 4 members
@@ -643,6 +838,35 @@ mod tests {
         assert_eq!(bytes, want);
         assert_eq!(group_members(Some(&bytes), Some(&Toy)).unwrap(), members);
         // Without the codec the joint members cannot be read.
+        assert!(group_members(Some(&bytes), None).is_err());
+    }
+
+    /// RFC 0006's example of format 0x03: the members of format 0x02's example, their fields
+    /// in columns.
+    #[test]
+    fn format_3_has_its_documented_bytes() {
+        let members = example_members();
+        let bytes = encode_group(&members, Some(&Toy));
+        let mut want = vec![0x03, 0x04]; // format 0x03, 4 members
+        rice::write(&[0, 2, 3601, 3601], &mut want); // steps: 0 h, 1 h, 1800 s, 1800 s
+        rice::write(&[2, 1, 0, 3], &mut want); // shapes: meta 0x00, no meta, row, meta byte
+        want.push(0x01); // the meta byte of the shape-0x03 member
+        rice::write(&[3, 1, 2], &mut want); // the joint members' point counts
+        rice::write(&[1000, 0, -2], &mut want); // their timestamp deltas
+        #[rustfmt::skip]
+        want.extend_from_slice(&[
+            0x12,                           // the row member's value, 18 bytes (RFC 0002)
+            0x02, 0x02,
+            0x00, 0x01, b't', 0x01, 0x00, 0x02, 0x01, 0x01,
+            0x00, 0x01, b't', 0x01, 0x01, 0x02, 0x01, 0x02,
+            0x01, b't',                     // family
+            0xA7, 5, 6, 8,                  // the codec's stream
+        ]);
+        assert_eq!(bytes, want);
+        // The steps' Rice sequence starts: center 3601 (zigzag 7202), 8 bytes of bits, r = 11
+        // ("110100"), then 7201 (-3601 zigzagged) as q = 3 ("1110") and its low 11 bits.
+        assert_eq!(&bytes[2..6], &[0xA2, 0x38, 0x08, 0xCB][..]);
+        assert_eq!(group_members(Some(&bytes), Some(&Toy)).unwrap(), members);
         assert!(group_members(Some(&bytes), None).is_err());
         // A codec taking nothing jointly: format 0x01, the same rows.
         let plain = encode_group(&members, None);
@@ -679,7 +903,7 @@ mod tests {
 
         /// Every member shape (joint with and without meta bytes, rows of several cells or
         /// another family, cells the codec declines), at any offsets, reads back as written;
-        /// the format is 0x02 exactly when a member is joint.
+        /// the format is 0x03 exactly when a member is joint.
         #[test]
         fn joint_groups_round_trip(
             members in prop::collection::btree_map(
@@ -690,6 +914,12 @@ mod tests {
         ) {
             let bytes = encode_group(&members, Some(&Toy));
             prop_assert_eq!(group_members(Some(&bytes), Some(&Toy)).unwrap(), members.clone());
+            // Format 0x02 of the same members still reads back.
+            if let Some(joint) = joint_group(&members, &Toy) {
+                let format_2 = joint.members_format();
+                prop_assert_eq!(format_2[0], 2);
+                prop_assert_eq!(group_members(Some(&format_2), Some(&Toy)).unwrap(), members.clone());
+            }
             let first_single = members.values().find_map(|r| match r.cells() {
                 [c] => Some(c.family.clone()),
                 _ => None,
@@ -700,7 +930,7 @@ mod tests {
                     && c.value.first() != Some(&7),
                 _ => false,
             });
-            prop_assert_eq!(bytes[0], if joint { 2 } else { 1 });
+            prop_assert_eq!(bytes[0], if joint { 3 } else { 1 });
         }
 
         #[test]
@@ -711,7 +941,7 @@ mod tests {
         }
 
         #[test]
-        fn decode_never_panics_after_a_format_byte(format in 1u8..3, rest in prop::collection::vec(any::<u8>(), 0..64)) {
+        fn decode_never_panics_after_a_format_byte(format in 1u8..4, rest in prop::collection::vec(any::<u8>(), 0..64)) {
             let mut bytes = vec![format];
             bytes.extend(rest);
             let _ = decode_group(&bytes);
