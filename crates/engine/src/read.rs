@@ -287,6 +287,11 @@ impl Tsdb {
                         if let Some(b) = key.get_mut(at..at + 4) {
                             b.copy_from_slice(&base.to_be_bytes());
                         }
+                        // A joint row lists the group's members outside the scan too.
+                        if key < request.start || request.end.as_ref().is_some_and(|e| key >= *e) {
+                            from = to;
+                            continue;
+                        }
                         let extra =
                             take_buffered(&mut buffered, &mut earlier, at, &key, &mut visit)?;
                         let stored = key.len() + stream.len() * (to - from) / total;

@@ -279,9 +279,10 @@ impl<'a> Reader<'a> {
         v
     }
 
-    /// Any number of bits up to 64.
+    /// Any number of bits up to 64 (one take up to 56, the buffer's least after a refill).
+    #[inline]
     fn take_wide(&mut self, n: u32) -> u64 {
-        if n > 32 {
+        if n > 56 {
             let low = self.take(32);
             low | (self.take(n - 32) << 32)
         } else {

@@ -167,11 +167,13 @@ pub struct ReadOptions {
     /// Not to be combined with `latest_only` on a family holding several coded cells: their
     /// empty qualifiers would read as one column.
     pub encoded_cells: bool,
-    /// In a scan of a grouped table (RFC 0006), a group whose members in the scan are all
-    /// joint, none shadowed by a row of the row keyspace, may come back as one row: the group
+    /// In a scan of a grouped table (RFC 0006), a group whose members are all joint, none in
+    /// the scan shadowed by a row of the row keyspace, may come back as one row: the group
     /// key, one cell of form [`CellForm::Joint`] (the members and their joint stream, see
-    /// [`crate::model::decode_joint_row`]), for a reader that decodes it itself. Such a row
-    /// counts once toward a scan's limit. Other stores ignore it.
+    /// [`crate::model::decode_joint_row`]), for a reader that decodes it itself. It lists
+    /// every member of the group, also those outside the scan's key range (the stream holds
+    /// their points): the reader skips those. Such a row counts once toward a scan's limit.
+    /// Other stores ignore it.
     pub joint_rows: bool,
 }
 

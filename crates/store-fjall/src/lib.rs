@@ -703,8 +703,10 @@ impl GroupedScan {
     }
 
     /// A group as one row of form `CellForm::Joint` (`ReadOptions::joint_rows`), when every
-    /// member is joint, in range, passes the regex and the cell filters.
-    fn joint_row(&self, group_key: &[u8], value: &[u8]) -> Result<Option<Row>> {
+    /// member is joint, passes the regex and the cell filters, and some member is in the
+    /// scan's key range (members outside it are listed too, for the stream's sake: the reader
+    /// skips them). `Some(None)`: no member is in range, the group has nothing to give.
+    fn joint_row(&self, group_key: &[u8], value: &[u8]) -> Result<Option<Option<Row>>> {
         let group = decode_group(value)?;
         let Some((family, stream)) = group.joint else {
             return Ok(None);
@@ -714,7 +716,7 @@ impl GroupedScan {
             return Ok(None);
         }
         let mut members = Vec::with_capacity(group.members.len());
-        let mut first = None;
+        let (mut first, mut any_in_range) = (None, false);
         for (offset, member) in &group.members {
             let Member::Joint { shape, timestamp } = member else {
                 return Ok(None);
@@ -723,11 +725,11 @@ impl GroupedScan {
                 return Ok(None);
             };
             if !read.time_range.contains(*timestamp)
-                || !self.in_range(&key)
                 || !(self.series_filter || self.filter.key_matches(&key))
             {
                 return Ok(None);
             }
+            any_in_range |= self.in_range(&key);
             first.get_or_insert(*timestamp);
             members.push((
                 JointMember {
@@ -737,7 +739,10 @@ impl GroupedScan {
                 *timestamp,
             ));
         }
-        Ok(Some(Row {
+        if !any_in_range {
+            return Ok(Some(None));
+        }
+        Ok(Some(Some(Row {
             key: group_key.to_vec(),
             cells: vec![Cell {
                 family: family.to_string(),
@@ -746,7 +751,7 @@ impl GroupedScan {
                 value: encode_joint_row(&members, stream),
                 form: CellForm::Joint,
             }],
-        }))
+        })))
     }
 
     /// Fills the output with the next window's rows (or one row of a window without groups).
@@ -822,7 +827,7 @@ impl GroupedScan {
                 && own.is_empty()
                 && let Some(row) = self.joint_row(&group_key, &value)?
             {
-                self.out.push_back(row);
+                self.out.extend(row);
                 continue;
             }
             let members = member_rows(&value, self.codec.as_deref(), self.keep_encoded)?;
