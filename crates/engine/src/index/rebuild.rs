@@ -1,0 +1,1 @@
+//! `tsdb index rebuild`.
