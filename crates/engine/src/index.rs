@@ -115,7 +115,7 @@ impl<'a> Series<'a> {
 
     fn checked(schema: &Schema, metric: &'a [u8], tags: &'a [u8]) -> Option<Series<'a>> {
         let pair = schema.tag_pair_width();
-        (!tags.is_empty() && tags.len() % pair == 0).then_some(Series { metric, tags })
+        (!tags.is_empty() && tags.len().is_multiple_of(pair)).then_some(Series { metric, tags })
     }
 
     /// Its tag pairs as (tag key UID, tag value UID) bytes.

@@ -384,3 +384,172 @@ fn an_index_of_an_unknown_format_is_refused() {
         "{err}"
     );
 }
+
+/// Rows of an index table as comparable cells (key, family, qualifier, value), status rows
+/// left out; cell timestamps too (a counter's is its last increment's).
+fn entries_of(store: &Arc<dyn Store>, table: &str) -> Vec<(Vec<u8>, String, Vec<u8>, Vec<u8>)> {
+    store
+        .scan(table, &ScanRequest::default())
+        .unwrap()
+        .map(Result::unwrap)
+        .filter(|r| r.key[0] != index::kind::STATUS)
+        .flat_map(|r| {
+            r.cells
+                .into_iter()
+                .map(move |c| (r.key.clone(), c.family, c.qualifier, c.value))
+        })
+        .collect()
+}
+
+fn write_some(db: &Tsdb) {
+    for (i, host) in ["web01", "web02", "Web03", "db"].iter().enumerate() {
+        put(db, DAY + 3600 * i as i64, host);
+        put(db, DAY + 86_400 + 60 * i as i64, host);
+    }
+    put(db, DAY - 3600, "web01"); // the day before
+}
+
+#[test]
+fn a_rebuild_writes_what_the_flushes_wrote() {
+    use hourglass_engine::index::rebuild::{RebuildOptions, rebuild};
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 86_400 + 7 * 3600 + 1800));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        write_some(&db);
+        db.flush().unwrap();
+        let options = RebuildOptions {
+            table: Some("tsdb-index-2".into()),
+            now_secs: now.load(Ordering::SeqCst) as u32,
+            ..RebuildOptions::default()
+        };
+        let report = rebuild(&db, &options, |_, _| {}).unwrap();
+        assert_eq!(
+            (report.metrics, report.series, report.pairs),
+            (1, 4, 9),
+            "{name}"
+        );
+        let flushed = entries_of(&store, "tsdb-index");
+        assert!(flushed.len() > 50, "{name}");
+        assert_eq!(entries_of(&store, "tsdb-index-2"), flushed, "{name}");
+        // The scan proved every hour before the last full one complete.
+        let metric = Uids::of(&db).metric;
+        assert_eq!(
+            i64::from(status::verified(store.as_ref(), "tsdb-index-2", &metric).unwrap()),
+            DAY + 86_400 + 6 * 3600,
+            "{name}"
+        );
+        let s = status::read(store.as_ref(), "tsdb-index-2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.live_from,
+            status::NOT_MAINTAINED,
+            "{name}: no TSD maintains it"
+        );
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn fsck_finds_missing_stale_and_bad_entries_and_fixes_them() {
+    use hourglass_engine::index::check::{CheckOptions, check};
+    use hourglass_storage::{Mutation, RowMutation};
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 5 * 86_400));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        write_some(&db);
+        db.flush().unwrap();
+        let options = CheckOptions {
+            now_secs: now.load(Ordering::SeqCst) as u32,
+            ..CheckOptions::default()
+        };
+        let clean = check(&db, &options).unwrap();
+        assert_eq!(clean.findings, Vec::<String>::new(), "{name}");
+        assert!(clean.rows_checked > 50, "{name}");
+
+        let u = Uids::of(&db);
+        let t = u.tags(&db, "web02");
+        let s = Series {
+            metric: &u.metric,
+            tags: &t,
+        };
+        let web02 = Uids::value(&db, "web02");
+        let d1 = DAY as u32;
+        let set = |key: Vec<u8>, family: &str, q: &[u8], ts: i64, v: Vec<u8>| RowMutation {
+            key,
+            mutations: vec![Mutation::set_at(family, q.to_vec(), ts, v)],
+        };
+        let gone = |key: Vec<u8>| RowMutation {
+            key,
+            mutations: vec![Mutation::DeleteRow],
+        };
+        let old = d1 - 86_400 * 3;
+        store
+            .mutate_rows(
+                "tsdb-index",
+                &[
+                    // Missing: a marker and a posting.
+                    gone(index::period_series_key(s, d1)),
+                    gone(index::period_posting_key(s, d1, &u.host, &web02)),
+                    // Stale: a series' period without rows, closed long ago.
+                    set(index::period_series_key(s, old), "p", b"s", 0, vec![]),
+                    // Bad: a posting whose tags lack its pair; a value row naming another UID.
+                    set(
+                        index::period_posting_key(s, d1, &u.dc, &web02),
+                        "p",
+                        b"s",
+                        0,
+                        vec![],
+                    ),
+                    set(
+                        index::value_name_key(&u.metric, &u.host, "web01"),
+                        "g",
+                        b"v",
+                        0,
+                        web02.clone(),
+                    ),
+                    // A counter off.
+                    set(
+                        index::period_counters_key(&u.metric, d1),
+                        "c",
+                        b"s",
+                        4_000_000_000_000, // newer than the increments' cells
+                        99i64.to_be_bytes().to_vec(),
+                    ),
+                ],
+            )
+            .unwrap();
+        let found = check(&db, &options).unwrap();
+        assert_eq!(
+            (
+                found.missing,
+                found.stale,
+                found.bad,
+                found.counters_differing
+            ),
+            (3, 1, 2, 1),
+            "{name}: {:#?}",
+            found.findings
+        );
+        assert_eq!(found.errors(), 5);
+        assert!(
+            found
+                .findings
+                .iter()
+                .any(|f| f.contains("lack its own tag pair")),
+            "{name}"
+        );
+        let fixed = check(
+            &db,
+            &CheckOptions {
+                fix: true,
+                ..options.clone()
+            },
+        )
+        .unwrap();
+        assert!(fixed.fixed >= 7, "{name}: {}", fixed.fixed);
+        let after = check(&db, &options).unwrap();
+        assert_eq!(after.findings, Vec::<String>::new(), "{name}");
+        db.close().unwrap();
+    }
+}

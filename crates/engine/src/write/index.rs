@@ -300,8 +300,7 @@ impl IndexWriter {
         }
         let table = &self.schema.index_table;
         let result = (|| -> Result<()> {
-            let mut rows: Vec<(Vec<u8>, Map<Vec<u8>, i64>)> =
-                pending.counters.0.into_iter().collect();
+            let mut rows: Vec<_> = pending.counters.0.into_iter().collect();
             rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             for (key, deltas) in rows {
                 let mut increments: Vec<Increment> = deltas
