@@ -553,3 +553,52 @@ fn fsck_finds_missing_stale_and_bad_entries_and_fixes_them() {
         db.close().unwrap();
     }
 }
+
+#[test]
+fn a_catalog_row_whose_write_failed_is_written_by_a_later_flush() {
+    use hourglass_engine::sim::{FaultStore, Faults, Op};
+    use std::sync::atomic::AtomicUsize;
+    let memory: Arc<dyn Store> = Arc::new(hourglass_storage::memory::MemoryStore::new());
+    let faults = Arc::new(Faults::new(1, 0));
+    let store = Arc::new(FaultStore::over(Arc::clone(&memory), Arc::clone(&faults)));
+    let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+    let db = common::open(store.clone(), settings(&now, true));
+    put(&db, DAY + 3600, "web01");
+    db.flush().unwrap();
+    let u = Uids::of(&db);
+    let t = u.tags(&db, "web01");
+    let catalog = index::catalog_key(Series {
+        metric: &u.metric,
+        tags: &t,
+    });
+    db.close().unwrap();
+    drop(db);
+    // The catalog row is lost; its day's marker is not.
+    memory
+        .mutate_row(
+            "tsdb-index",
+            &catalog,
+            &[hourglass_storage::Mutation::DeleteRow],
+        )
+        .unwrap();
+    let db = common::open(store.clone(), settings(&now, true));
+    // The next flush's third batch write (index entries, data rows, then markers) fails.
+    let writes = Arc::new(AtomicUsize::new(0));
+    let (w, f) = (Arc::clone(&writes), Arc::clone(&faults));
+    store.set_hook(Some(Arc::new(move |op| {
+        if op == Op::BeforeWrite && w.fetch_add(1, Ordering::SeqCst) == 2 {
+            f.set_store_down(true);
+        }
+    })));
+    put(&db, DAY + 3600 + 1, "web01");
+    db.flush().unwrap(); // the markers' failure is logged, the flush stands
+    store.set_hook(None);
+    faults.set_store_down(false);
+    assert!(writes.load(Ordering::SeqCst) >= 3);
+    assert!(index_rows(&memory).get(&catalog).is_none());
+    // The day is known indexed, the catalog row is not: the next flush writes it.
+    put(&db, DAY + 3600 + 2, "web01");
+    db.flush().unwrap();
+    assert!(index_rows(&memory).contains_key(&catalog));
+    db.close().unwrap();
+}

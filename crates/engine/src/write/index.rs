@@ -169,7 +169,9 @@ impl IndexWriter {
                 missing.push(next);
             }
             last = Some(row_key);
-            if missing.is_empty() {
+            // A series whose catalog row is not known written (its markers' write failed)
+            // is written again even when its periods are known.
+            if missing.is_empty() && known.cataloged {
                 continue;
             }
             let Some(series) = Series::from_row_key(schema, key) else {
