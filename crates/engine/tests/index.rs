@@ -387,7 +387,9 @@ fn an_index_of_an_unknown_format_is_refused() {
 
 /// Rows of an index table as comparable cells (key, family, qualifier, value), status rows
 /// left out; cell timestamps too (a counter's is its last increment's).
-fn entries_of(store: &Arc<dyn Store>, table: &str) -> Vec<(Vec<u8>, String, Vec<u8>, Vec<u8>)> {
+type Cells = Vec<(Vec<u8>, String, Vec<u8>, Vec<u8>)>;
+
+fn entries_of(store: &Arc<dyn Store>, table: &str) -> Cells {
     store
         .scan(table, &ScanRequest::default())
         .unwrap()
@@ -595,7 +597,7 @@ fn a_catalog_row_whose_write_failed_is_written_by_a_later_flush() {
     store.set_hook(None);
     faults.set_store_down(false);
     assert!(writes.load(Ordering::SeqCst) >= 3);
-    assert!(index_rows(&memory).get(&catalog).is_none());
+    assert!(!index_rows(&memory).contains_key(&catalog));
     // The day is known indexed, the catalog row is not: the next flush writes it.
     put(&db, DAY + 3600 + 2, "web01");
     db.flush().unwrap();
