@@ -101,7 +101,6 @@ impl Target {
         };
         let mut child = match self {
             Target::Hourglass(tsdb) | Target::HourglassNoIndex(tsdb) => Command::new(tsdb)
-                .args(self.hourglass_config(dir)?)
                 .args([
                     "tsd",
                     "--bind",
@@ -112,6 +111,7 @@ impl Target {
                     "--data-dir",
                 ])
                 .arg(dir.join("data"))
+                .args(self.hourglass_config(dir)?)
                 .stderr(Stdio::null())
                 .spawn()
                 .with_context(|| format!("cannot run {}", tsdb.display()))?,
