@@ -21,8 +21,9 @@ use crate::uid::UidRegistry;
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
 
-/// Rows per index write.
-const INDEX_BATCH_ROWS: usize = 10_000;
+/// Rows per index write: as many as a flush's data rows (the embedded store makes a large
+/// batch one table file; many small ones would each be probed by every later write).
+const INDEX_BATCH_ROWS: usize = 65_536;
 /// Bound of each set of value rows known written: at it the set starts again empty (the
 /// rows are then written again, idempotently, and counted again: an over-count).
 const KNOWN_VALUES_MAX: usize = 1 << 20;
