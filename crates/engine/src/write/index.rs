@@ -231,7 +231,8 @@ impl IndexWriter {
             }
         }
         missing.sort_unstable_by_key(|m| m.id);
-        // 3. Postings and value rows, values once per flush and process.
+        // 3. Postings and value rows, values once per flush and process (a value already
+        // written gets no name, so no rows are built for it), written as they accumulate.
         let mut pending = Pending::default();
         let mut writes: Vec<RowMutation> = Vec::new();
         let mut flush_values: Set<Vec<u8>> = Set::default();
@@ -239,57 +240,67 @@ impl IndexWriter {
             let names = index::value_names(uids, schema, m.series)?;
             let metric = m.series.metric;
             for &period in &m.periods {
-                let entries = index::period_entries(schema, m.series, period, &names);
-                writes.extend(entries.postings);
                 let counters = index::period_counters_key(metric, period);
                 pending
                     .counters
                     .add(counters.clone(), index::ENTRY_QUALIFIER.to_vec(), 1);
-                for (tagk, _) in m.series.pairs(schema) {
+                let mut fresh = names.clone();
+                for (i, (tagk, tagv)) in m.series.pairs(schema).enumerate() {
                     let q = index::key_series_qualifier(tagk);
                     pending.counters.add(counters.clone(), q, 1);
-                }
-                for v in entries.values {
-                    let id = [metric, &period.to_be_bytes(), &v.tagk, &v.tagv].concat();
-                    if state.period_values.contains(&id) || !flush_values.insert(id.clone()) {
+                    let id = [metric, &period.to_be_bytes(), tagk, tagv].concat();
+                    if fresh[i].is_none()
+                        || state.period_values.contains(&id)
+                        || !flush_values.insert(id.clone())
+                    {
+                        fresh[i] = None;
                         continue;
                     }
-                    let q = index::key_values_qualifier(&v.tagk);
+                    let q = index::key_values_qualifier(tagk);
                     pending.counters.add(counters.clone(), q, 1);
-                    writes.extend(v.rows);
                     pending.period_values.push(id);
                 }
+                let entries = index::period_entries(schema, m.series, period, &fresh);
+                writes.extend(entries.postings);
+                writes.extend(entries.values.into_iter().flat_map(|v| v.rows));
                 pending.pairs.push((m.id, period));
                 pending.markers.push(entries.marker);
             }
             if m.catalog {
-                let entries = index::series_entries(schema, m.series, &names);
-                writes.extend(entries.postings);
                 let counters = index::series_counters_key(metric);
                 pending
                     .counters
                     .add(counters.clone(), index::ENTRY_QUALIFIER.to_vec(), 1);
-                for (tagk, _) in m.series.pairs(schema) {
+                let mut fresh = names;
+                for (i, (tagk, tagv)) in m.series.pairs(schema).enumerate() {
                     let q = index::key_series_qualifier(tagk);
                     pending.counters.add(counters.clone(), q, 1);
-                }
-                for v in entries.values {
-                    let id = [metric, &v.tagk, &v.tagv].concat();
-                    if state.values.contains(&id) || !flush_values.insert(id.clone()) {
+                    let id = [metric, tagk, tagv].concat();
+                    if fresh[i].is_none()
+                        || state.values.contains(&id)
+                        || !flush_values.insert(id.clone())
+                    {
+                        fresh[i] = None;
                         continue;
                     }
-                    let q = index::key_values_qualifier(&v.tagk);
+                    let q = index::key_values_qualifier(tagk);
                     pending.counters.add(counters.clone(), q, 1);
-                    writes.extend(v.rows);
                     pending.values.push(id);
                 }
+                let entries = index::series_entries(schema, m.series, &fresh);
+                writes.extend(entries.postings);
+                writes.extend(entries.values.into_iter().flat_map(|v| v.rows));
                 pending.cataloged.push(m.id);
                 pending.markers.push(entries.catalog);
             }
+            if writes.len() >= INDEX_BATCH_ROWS {
+                store.mutate_rows(table, &writes)?;
+                writes.clear();
+            }
         }
         drop(state);
-        for batch in writes.chunks(INDEX_BATCH_ROWS) {
-            store.mutate_rows(table, batch)?;
+        if !writes.is_empty() {
+            store.mutate_rows(table, &writes)?;
         }
         Ok(pending)
     }
