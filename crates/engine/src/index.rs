@@ -405,3 +405,91 @@ pub fn value_names(
         })
         .collect()
 }
+
+/// Rewrites the value rows of a renamed tag value (`tsdb uid rename`, `/api/uid/rename`):
+/// every `0x04` and `0x12` row naming `uid` by `old` is written again under `new` (and its
+/// `0x05` trigrams), then the old rows are removed. A scan of those two kinds, so its cost
+/// grows with every value of every metric. Returns the value rows rewritten; nothing when
+/// the index table does not exist.
+pub fn rename_value(
+    store: &dyn hourglass_storage::Store,
+    schema: &Schema,
+    uid: &[u8],
+    old: &str,
+    new: &str,
+) -> crate::Result<usize> {
+    use hourglass_storage::{ReadOptions, ScanRequest};
+    let table = &schema.index_table;
+    if !store.table_exists(table)? {
+        return Ok(0);
+    }
+    let (m, k) = (
+        usize::from(schema.metric_width),
+        usize::from(schema.tagk_width),
+    );
+    let old_bytes = name_bytes(old).into_owned();
+    let (old_trigrams, new_trigrams) = (trigrams(old), trigrams(new));
+    let mut writes: Vec<RowMutation> = Vec::new();
+    let mut deletes: Vec<RowMutation> = Vec::new();
+    let gone = |key: Vec<u8>| RowMutation {
+        key,
+        mutations: vec![Mutation::DeleteRow],
+    };
+    for (kind_byte, family, head) in [
+        (kind::VALUE_NAME, GLOBAL_FAMILY, 1 + m + k),
+        (kind::PERIOD_VALUE_NAME, PERIOD_FAMILY, 1 + m + 4 + k),
+    ] {
+        let request = ScanRequest {
+            read: ReadOptions::latest(),
+            ..ScanRequest::prefix(&[kind_byte])
+        };
+        for row in store.scan(table, &request)? {
+            let row = row?;
+            let Some((fixed, name)) = row.key.split_at_checked(head) else {
+                continue;
+            };
+            if name != old_bytes.as_slice() || row.value(family, VALUE_QUALIFIER) != Some(uid) {
+                continue;
+            }
+            let metric = &fixed[1..1 + m];
+            let tagk = &fixed[head - k..];
+            if kind_byte == kind::VALUE_NAME {
+                writes.push(global(
+                    value_name_key(metric, tagk, new),
+                    VALUE_QUALIFIER,
+                    uid.to_vec(),
+                ));
+                for t in &new_trigrams {
+                    writes.push(global(
+                        trigram_key(metric, tagk, *t, uid),
+                        ENTRY_QUALIFIER,
+                        Vec::new(),
+                    ));
+                }
+                for t in old_trigrams.iter().filter(|t| !new_trigrams.contains(t)) {
+                    deletes.push(gone(trigram_key(metric, tagk, *t, uid)));
+                }
+            } else {
+                let p = &fixed[1 + m..1 + m + 4];
+                let period = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+                let key = period_value_name_key(metric, period, tagk, new);
+                writes.push(periodic(key, period, VALUE_QUALIFIER, uid.to_vec()));
+            }
+            deletes.push(gone(row.key));
+        }
+    }
+    let rewritten = deletes
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.key.first(),
+                Some(&kind::VALUE_NAME | &kind::PERIOD_VALUE_NAME)
+            )
+        })
+        .count();
+    // The new names first: a reader meets the value under one name or both, never neither.
+    for batch in writes.chunks(1000).chain(deletes.chunks(1000)) {
+        store.mutate_rows(table, batch)?;
+    }
+    Ok(rewritten)
+}

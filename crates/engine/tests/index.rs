@@ -631,3 +631,58 @@ fn a_catalog_row_whose_write_failed_is_written_by_a_later_flush() {
     assert!(index_rows(&memory).contains_key(&catalog));
     db.close().unwrap();
 }
+
+#[test]
+fn renaming_a_tag_value_renames_its_index_rows() {
+    use hourglass_engine::index::check::{CheckOptions, check};
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 5 * 86_400));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        write_some(&db);
+        db.flush().unwrap();
+        let u = Uids::of(&db);
+        let web01 = Uids::value(&db, "web01");
+        db.uids()
+            .rename(UidKind::TagValue, "web01", "web99")
+            .unwrap();
+        let rows = index_rows(&store);
+        let d1 = DAY as u32;
+        assert!(
+            rows.contains_key(&index::value_name_key(&u.metric, &u.host, "web99")),
+            "{name}"
+        );
+        assert!(
+            !rows.contains_key(&index::value_name_key(&u.metric, &u.host, "web01")),
+            "{name}"
+        );
+        assert!(
+            rows.contains_key(&index::period_value_name_key(
+                &u.metric, d1, &u.host, "web99"
+            )),
+            "{name}"
+        );
+        assert!(
+            !rows.contains_key(&index::period_value_name_key(
+                &u.metric, d1, &u.host, "web01"
+            )),
+            "{name}"
+        );
+        let trigram = |t: &[u8; 3]| index::trigram_key(&u.metric, &u.host, *t, &web01);
+        assert!(rows.contains_key(&trigram(b"b99")), "{name}");
+        assert!(!rows.contains_key(&trigram(b"b01")), "{name}");
+        assert!(
+            rows.contains_key(&trigram(b"web")),
+            "{name}: shared by both names"
+        );
+        let options = CheckOptions {
+            now_secs: now.load(Ordering::SeqCst) as u32,
+            ..CheckOptions::default()
+        };
+        assert_eq!(
+            check(&db, &options).unwrap().findings,
+            Vec::<String>::new(),
+            "{name}"
+        );
+        db.close().unwrap();
+    }
+}
