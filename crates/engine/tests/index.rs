@@ -561,6 +561,27 @@ fn fsck_finds_missing_stale_and_bad_entries_and_fixes_them() {
             found.findings
         );
         assert_eq!(found.errors(), 5);
+        // From the second day on: the first day's entries and counters are not looked at
+        // (the all-time value rows are).
+        let later = check(
+            &db,
+            &CheckOptions {
+                since: Some(d1 + 86_400),
+                ..options.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                later.missing,
+                later.stale,
+                later.bad,
+                later.counters_differing
+            ),
+            (1, 0, 1, 0),
+            "{name}: {:#?}",
+            later.findings
+        );
         assert!(
             found
                 .findings
