@@ -1001,16 +1001,20 @@ impl FjallStore {
         let (open, t) = self.table(table)?;
         let now = now_ms();
         let _w = self.write_lock.lock();
-        // Rows repeated in one batch apply in order on the pending state.
-        let mut pending: HashMap<&[u8], Loaded, foldhash::fast::RandomState> = HashMap::default();
+        // Rows repeated in one batch apply in order on the pending state. Sized once and
+        // hashed once per row: large batches (a flush's rows, its tag index entries) spent
+        // much of their time growing and probing this map.
+        let mut pending: HashMap<&[u8], Loaded, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(rows.len(), Default::default());
         let mut cache = GroupCache::default();
         for r in rows {
-            let mut loaded = match pending.remove(r.key.as_slice()) {
-                Some(loaded) => loaded,
-                None => Self::load(&t, &r.key, &mut cache, None)?,
+            let loaded = match pending.entry(r.key.as_slice()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Self::load(&t, &r.key, &mut cache, None)?)
+                }
             };
             loaded.row.apply(&t.spec, &r.mutations, now)?;
-            pending.insert(&r.key, loaded);
         }
         self.commit(&open, &t, pending.into_iter().collect(), cache)
     }
