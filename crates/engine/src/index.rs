@@ -250,22 +250,26 @@ pub fn trigrams(name: &str) -> Vec<[u8; 3]> {
     out
 }
 
+/// An entry row: one cell, written whole. Deleting the row first makes the write a blind
+/// put (the embedded store then need not read the row), and changes nothing: an entry row
+/// never holds another cell.
 fn global(key: Vec<u8>, qualifier: &[u8], value: Vec<u8>) -> RowMutation {
     RowMutation {
         key,
-        mutations: vec![Mutation::set_at(GLOBAL_FAMILY, qualifier, 0, value)],
+        mutations: vec![
+            Mutation::DeleteRow,
+            Mutation::set_at(GLOBAL_FAMILY, qualifier, 0, value),
+        ],
     }
 }
 
 fn periodic(key: Vec<u8>, period: u32, qualifier: &[u8], value: Vec<u8>) -> RowMutation {
     RowMutation {
         key,
-        mutations: vec![Mutation::set_at(
-            PERIOD_FAMILY,
-            qualifier,
-            period_cell_ms(period),
-            value,
-        )],
+        mutations: vec![
+            Mutation::DeleteRow,
+            Mutation::set_at(PERIOD_FAMILY, qualifier, period_cell_ms(period), value),
+        ],
     }
 }
 

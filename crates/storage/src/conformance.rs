@@ -37,7 +37,8 @@ macro_rules! conformance_tests {
             appends_concatenate_and_racing_appends_lose_nothing,
             increment_many_moves_each_counter_of_a_row,
             concurrent_increment_many_lose_nothing,
-            keys_only_reads_return_cells_without_values
+            keys_only_reads_return_cells_without_values,
+            a_row_is_replaced_by_deleting_it_then_setting_cells
         );
     };
     (@cases $make:expr; $($name:ident),* $(,)?) => {
@@ -1005,4 +1006,46 @@ pub fn keys_only_reads_return_cells_without_values(store: &Arc<dyn Store>) {
         get(store, b"r1").unwrap().value("a", b"q1"),
         Some(&b"newer"[..])
     );
+}
+
+pub fn a_row_is_replaced_by_deleting_it_then_setting_cells(store: &Arc<dyn Store>) {
+    setup(store);
+    store
+        .mutate_row(
+            T,
+            b"r",
+            &[
+                Mutation::set_at("a", b"old".to_vec(), 5, b"1".to_vec()),
+                Mutation::set_at("one", b"q".to_vec(), 5, b"2".to_vec()),
+            ],
+        )
+        .unwrap();
+    let replace = |key: &[u8], value: &[u8]| RowMutation {
+        key: key.to_vec(),
+        mutations: vec![
+            Mutation::DeleteRow,
+            Mutation::set_at("one", b"q".to_vec(), 7, value.to_vec()),
+        ],
+    };
+    store.mutate_rows(T, &[replace(b"r", b"new")]).unwrap();
+    let cells: Vec<(String, Vec<u8>, i64, Vec<u8>)> = get(store, b"r")
+        .unwrap()
+        .cells
+        .into_iter()
+        .map(|c| (c.family, c.qualifier, c.timestamp, c.value))
+        .collect();
+    assert_eq!(
+        cells,
+        vec![("one".to_string(), b"q".to_vec(), 7, b"new".to_vec())]
+    );
+    // Twice in one batch, and on a row that does not exist: the last one stands.
+    store
+        .mutate_rows(T, &[replace(b"r", b"x"), replace(b"r", b"y")])
+        .unwrap();
+    assert_eq!(
+        get(store, b"r").unwrap().value("one", b"q"),
+        Some(&b"y"[..])
+    );
+    store.mutate_rows(T, &[replace(b"fresh", b"z")]).unwrap();
+    assert_eq!(get(store, b"fresh").unwrap().cells.len(), 1);
 }

@@ -1010,6 +1010,17 @@ impl FjallStore {
         for r in rows {
             let loaded = match pending.entry(r.key.as_slice()) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                // A row replaced whole (its mutations start by deleting it) needs no read,
+                // unless its table is grouped (the row may live in a group to remove it from).
+                std::collections::hash_map::Entry::Vacant(e)
+                    if t.groups.is_none()
+                        && matches!(r.mutations.first(), Some(Mutation::DeleteRow)) =>
+                {
+                    e.insert(Loaded {
+                        row: RowData::default(),
+                        in_rows: false,
+                    })
+                }
                 std::collections::hash_map::Entry::Vacant(e) => {
                     e.insert(Self::load(&t, &r.key, &mut cache, None)?)
                 }

@@ -141,12 +141,10 @@ fn entries_carry_fixed_timestamps_and_their_values() {
     );
     assert_eq!(
         p.postings[0].mutations,
-        vec![Mutation::set_at(
-            "p",
-            b"s".to_vec(),
-            1_370_995_200_000,
-            Vec::new()
-        )]
+        vec![
+            Mutation::DeleteRow,
+            Mutation::set_at("p", b"s".to_vec(), 1_370_995_200_000, Vec::new())
+        ]
     );
     assert_eq!(
         p.values.len(),
@@ -157,12 +155,10 @@ fn entries_carry_fixed_timestamps_and_their_values() {
         p.values[0].rows,
         vec![RowMutation {
             key: period_value_name_key(&[0, 0, 1], PERIOD, &[0, 0, 1], "web01"),
-            mutations: vec![Mutation::set_at(
-                "p",
-                b"v".to_vec(),
-                1_370_995_200_000,
-                vec![0, 0, 7]
-            )],
+            mutations: vec![
+                Mutation::DeleteRow,
+                Mutation::set_at("p", b"v".to_vec(), 1_370_995_200_000, vec![0, 0, 7])
+            ],
         }]
     );
     assert_eq!(p.marker.key, period_series_key(series(), PERIOD));
@@ -188,6 +184,10 @@ fn entries_carry_fixed_timestamps_and_their_values() {
         g.postings
             .iter()
             .chain(std::iter::once(&g.catalog))
-            .all(|r| r.mutations == vec![Mutation::set_at("g", b"s".to_vec(), 0, Vec::new())])
+            .all(|r| r.mutations
+                == vec![
+                    Mutation::DeleteRow,
+                    Mutation::set_at("g", b"s".to_vec(), 0, Vec::new())
+                ])
     );
 }
