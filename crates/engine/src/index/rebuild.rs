@@ -277,19 +277,10 @@ fn prepare_table(db: &Tsdb, table: &str) -> Result<()> {
     if status::read(store.as_ref(), table)?.is_some() {
         return Ok(());
     }
-    let live = table == db.settings().schema.index_table && db.settings().index;
-    status::open(store.as_ref(), &schema, true, db.settings().clock.now_ms())?;
-    if !live {
-        store.mutate_row(
-            table,
-            &super::status_key(),
-            &[Mutation::set_at(
-                super::GLOBAL_FAMILY,
-                status::LIVE_FROM_QUALIFIER,
-                0,
-                status::NOT_MAINTAINED.to_be_bytes().to_vec(),
-            )],
-        )?;
+    if table == db.settings().schema.index_table && db.settings().index {
+        status::open(store.as_ref(), &schema, true, db.settings().clock.now_ms())?;
+    } else {
+        status::create(store.as_ref(), table, status::NOT_MAINTAINED)?;
     }
     Ok(())
 }

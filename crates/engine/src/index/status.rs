@@ -147,19 +147,7 @@ pub fn open(
             if has_data {
                 tracing::warn!(table = %table, live_from, "tag index created beside a data table holding rows: covered from the next day; `tsdb index rebuild` makes the past usable");
             }
-            let cells = vec![
-                set(FORMAT_QUALIFIER, vec![FORMAT]),
-                set(PERIOD_QUALIFIER, PERIOD_SECS.to_be_bytes().to_vec()),
-                set(LIVE_FROM_QUALIFIER, live_from.to_be_bytes().to_vec()),
-                set(WRITERS_QUALIFIER, WRITERS_HOURGLASS.to_vec()),
-            ];
-            // Several TSDs starting at once on one Bigtable: the first one's row stands.
-            let check = Check {
-                family: GLOBAL_FAMILY.to_string(),
-                qualifier: FORMAT_QUALIFIER.to_vec(),
-                expected: None,
-            };
-            store.check_and_mutate(table, &status_key(), &check, &cells)?;
+            create(store, table, live_from)?;
             read(store, table)?.map(Some).ok_or_else(|| {
                 Error::Internal(format!(
                     "index status row missing after it was written. table={table}"
@@ -167,6 +155,24 @@ pub fn open(
             })
         }
     }
+}
+
+/// Writes a status row (format, period, `live_from`, writers `hourglass`) unless one exists:
+/// several TSDs starting at once on one Bigtable, the first one's row stands.
+pub fn create(store: &dyn Store, table: &str, live_from: u32) -> Result<()> {
+    let cells = vec![
+        set(FORMAT_QUALIFIER, vec![FORMAT]),
+        set(PERIOD_QUALIFIER, PERIOD_SECS.to_be_bytes().to_vec()),
+        set(LIVE_FROM_QUALIFIER, live_from.to_be_bytes().to_vec()),
+        set(WRITERS_QUALIFIER, WRITERS_HOURGLASS.to_vec()),
+    ];
+    let check = Check {
+        family: GLOBAL_FAMILY.to_string(),
+        qualifier: FORMAT_QUALIFIER.to_vec(),
+        expected: None,
+    };
+    store.check_and_mutate(table, &status_key(), &check, &cells)?;
+    Ok(())
 }
 
 /// The hour before which a metric's hours are proved complete (0: none).
