@@ -111,6 +111,12 @@ pub fn check(db: &Tsdb, options: &CheckOptions) -> Result<CheckReport> {
     for metric in &metrics {
         report.metrics += 1;
         let data = rebuild::scan_metric(db, metric, from, None)?;
+        let judge_by = Judge {
+            db,
+            data: &data,
+            options,
+            all_time,
+        };
         let expected = rebuild::expected(db, metric, &data, all_time)?;
         let mut want: BTreeMap<Vec<u8>, &RowMutation> = BTreeMap::new();
         for row in expected.entries.iter().chain(&expected.markers) {
@@ -152,7 +158,7 @@ pub fn check(db: &Tsdb, options: &CheckOptions) -> Result<CheckReport> {
             for row in rows {
                 report.rows_checked += 1;
                 let tail = &row.key[1 + m..];
-                let verdict = judge(db, k_byte, tail, &row, &data, options, all_time)?;
+                let verdict = judge(&judge_by, k_byte, tail, &row)?;
                 match verdict {
                     Verdict::Good => {}
                     Verdict::Bad(why) => {
@@ -290,17 +296,23 @@ enum Verdict {
     Bad(String),
 }
 
-/// One index row of a metric: `tail` is its key after the kind byte and the metric.
-#[allow(clippy::too_many_arguments)]
-fn judge(
-    db: &Tsdb,
-    kind_byte: u8,
-    tail: &[u8],
-    row: &Row,
-    data: &MetricData,
-    options: &CheckOptions,
+/// What one metric's index rows are judged against.
+struct Judge<'a> {
+    db: &'a Tsdb,
+    data: &'a MetricData,
+    options: &'a CheckOptions,
+    /// The check covers all time (no `--since`).
     all_time: bool,
-) -> Result<Verdict> {
+}
+
+/// One index row of a metric: `tail` is its key after the kind byte and the metric.
+fn judge(j: &Judge<'_>, kind_byte: u8, tail: &[u8], row: &Row) -> Result<Verdict> {
+    let Judge {
+        db,
+        data,
+        options,
+        all_time,
+    } = *j;
     let schema = &db.settings().schema;
     let (k, v) = (
         usize::from(schema.tagk_width),
