@@ -217,7 +217,7 @@ fn queries(series: &[Series]) -> anyhow::Result<Vec<Query>> {
 fn count_points(target: &Target, body: &str) -> anyhow::Result<usize> {
     let v: serde_json::Value = serde_json::from_str(body)?;
     let results = match target {
-        Target::Hourglass(_) => v.as_array(),
+        Target::Hourglass(_) | Target::HourglassNoIndex(_) => v.as_array(),
         _ => v["data"]["result"].as_array(),
     };
     let Some(results) = results else {
@@ -226,7 +226,9 @@ fn count_points(target: &Target, body: &str) -> anyhow::Result<usize> {
     Ok(results
         .iter()
         .map(|r| match target {
-            Target::Hourglass(_) => r["dps"].as_object().map_or(0, |d| d.len()),
+            Target::Hourglass(_) | Target::HourglassNoIndex(_) => {
+                r["dps"].as_object().map_or(0, |d| d.len())
+            }
             _ => r["values"].as_array().map_or(0, Vec::len),
         })
         .sum())
@@ -244,7 +246,9 @@ struct Measured {
 /// The URL of a query on a target.
 fn query_url(target: &Target, server: &Server, q: &Query) -> String {
     match target {
-        Target::Hourglass(_) => format!("http://{}/api/query?{}", server.http_addr(), q.opentsdb),
+        Target::Hourglass(_) | Target::HourglassNoIndex(_) => {
+            format!("http://{}/api/query?{}", server.http_addr(), q.opentsdb)
+        }
         _ => format!(
             "http://{}/api/v1/{}&nocache=1",
             server.http_addr(),

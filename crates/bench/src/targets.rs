@@ -13,6 +13,9 @@ use crate::proc;
 #[derive(Debug)]
 pub(crate) enum Target {
     Hourglass(PathBuf),
+    /// Hourglass with the tag index off (`tsd.index.enable = false`), beside `Hourglass`
+    /// to measure what maintaining the index costs (RFC 0007).
+    HourglassNoIndex(PathBuf),
     VictoriaMetrics,
     InfluxDb,
 }
@@ -61,6 +64,7 @@ impl Target {
     pub(crate) fn parse(name: &str, tsdb: &Path) -> anyhow::Result<Target> {
         Ok(match name {
             "hourglass" => Target::Hourglass(tsdb.to_path_buf()),
+            "hourglass-noindex" => Target::HourglassNoIndex(tsdb.to_path_buf()),
             "victoriametrics" => Target::VictoriaMetrics,
             "influxdb" => Target::InfluxDb,
             other => bail!("unknown target {other}"),
@@ -70,9 +74,20 @@ impl Target {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Target::Hourglass(_) => "hourglass",
+            Target::HourglassNoIndex(_) => "hourglass-noindex",
             Target::VictoriaMetrics => "victoriametrics",
             Target::InfluxDb => "influxdb",
         }
+    }
+
+    /// `--config FILE` for a run with the index off (the file written in `dir`), else nothing.
+    fn hourglass_config(&self, dir: &Path) -> anyhow::Result<Vec<std::ffi::OsString>> {
+        if !matches!(self, Target::HourglassNoIndex(_)) {
+            return Ok(Vec::new());
+        }
+        let conf = dir.join("opentsdb.conf");
+        std::fs::write(&conf, "tsd.index.enable = false\n")?;
+        Ok(vec!["--config".into(), conf.into_os_string()])
     }
 
     pub(crate) fn start(&self, dir: &Path) -> anyhow::Result<Server> {
@@ -81,11 +96,11 @@ impl Target {
         let put_addr = format!("127.0.0.1:{put_port}");
         let http_addr = match self {
             // One port serves telnet and HTTP.
-            Target::Hourglass(_) => put_addr.clone(),
+            Target::Hourglass(_) | Target::HourglassNoIndex(_) => put_addr.clone(),
             _ => format!("127.0.0.1:{http_port}"),
         };
         let mut child = match self {
-            Target::Hourglass(tsdb) => Command::new(tsdb)
+            Target::Hourglass(tsdb) | Target::HourglassNoIndex(tsdb) => Command::new(tsdb)
                 .args([
                     "tsd",
                     "--bind",
@@ -96,6 +111,7 @@ impl Target {
                     "--data-dir",
                 ])
                 .arg(dir.join("data"))
+                .args(self.hourglass_config(dir)?)
                 .stderr(Stdio::null())
                 .spawn()
                 .with_context(|| format!("cannot run {}", tsdb.display()))?,
@@ -163,7 +179,7 @@ impl Target {
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(1800);
         match self {
-            Target::Hourglass(_) => {
+            Target::Hourglass(_) | Target::HourglassNoIndex(_) => {
                 // Commands on a connection run in order: the reply to `version` comes after
                 // every earlier put was acknowledged.
                 for s in sockets.iter_mut() {

@@ -2,6 +2,7 @@ pub(crate) mod create_tables;
 pub(crate) mod debug_ingest;
 pub(crate) mod fsck;
 pub(crate) mod import;
+pub(crate) mod index;
 pub(crate) mod query;
 pub(crate) mod scan;
 pub(crate) mod search;

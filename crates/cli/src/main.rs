@@ -33,6 +33,8 @@ enum Command {
     Query(cmd::query::QueryArgs),
     /// Check the data table for errors (and fix them): OpenTSDB's `fsck`.
     Fsck(cmd::fsck::FsckArgs),
+    /// The tag index: `index rebuild` builds it from the data table.
+    Index(cmd::index::IndexArgs),
     /// Find series by metric and tags: `search lookup METRIC [TAGK=TAGV...]`.
     Search(cmd::search::SearchArgs),
     /// Print the version, the git revision and the build date.
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Query(a) => a.store.verbose,
         Command::Search(a) => a.store.verbose,
         Command::Fsck(a) => a.store.verbose,
+        Command::Index(a) => a.store().verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
         Command::Version => false,
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Command::Query(a) => cmd::query::run_query(&a),
         Command::Search(a) => cmd::search::run(&a),
         Command::Fsck(a) => cmd::fsck::run(&a),
+        Command::Index(a) => cmd::index::run(&a),
         Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
         Command::Version => cmd::version::run(),
     };

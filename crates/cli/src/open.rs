@@ -115,7 +115,8 @@ impl StoreArgs {
     /// OpenTSDB's own TSDs).
     pub(crate) fn open_store(&self) -> anyhow::Result<Arc<dyn Store>> {
         let config = self.config()?;
-        let schema = self.settings()?.schema;
+        let settings = self.settings()?;
+        let schema = settings.schema;
         match config.get_str("tsd.storage.backend", "embedded") {
             "embedded" => {
                 let mut store = FjallStore::open(&self.data_dir)?
@@ -136,6 +137,11 @@ impl StoreArgs {
                             grace_secs: 3600,
                         },
                     );
+                }
+                // Binaries without the tag index refuse the data dir from now on, so none
+                // writes points without their entries (RFC 0007).
+                if settings.index {
+                    store = store.with_indexed(&schema.data_table);
                 }
                 Ok(Arc::new(store))
             }

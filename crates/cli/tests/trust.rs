@@ -420,9 +420,11 @@ fn sigkill_loop_loses_and_duplicates_no_acknowledged_point() {
     let (past, current) = (hour - 12 * 3600, hour);
     let point = move |k: u64| {
         let i = (k / 8) as i64;
+        // New series keep arriving over the first 64 batches (their index entries are
+        // written by the flushes the kills interrupt).
         Pt {
             metric: "trust.kill",
-            host: format!("h{}", k % 8),
+            host: format!("h{}-{}", k % 8, (k / BATCH) % 64),
             ts: if i % 2 == 0 {
                 past + i / 2
             } else {
@@ -498,6 +500,20 @@ fn sigkill_loop_loses_and_duplicates_no_acknowledged_point() {
         "after SIGKILLs, scan",
     );
     assert_eq!(c.found, s.found, "query and scan disagree");
+    // Every stored row's series and day has its index entries (RFC 0007).
+    let o = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["fsck", "--index", "--data-dir"])
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("Index entries missing: 0\n"),
+        "after SIGKILLs, fsck --index: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     eprintln!(
         "{} acknowledged, {} read back ({} of them from batches killed in flight)",
         ledger.acked.len(),

@@ -19,6 +19,8 @@ pub struct Schema {
     pub uid_table: String,
     pub meta_table: String,
     pub tree_table: String,
+    /// The tag index (RFC 0007), a table of Hourglass's own beside OpenTSDB's.
+    pub index_table: String,
     pub metric_width: u8,
     pub tagk_width: u8,
     pub tagv_width: u8,
@@ -35,6 +37,7 @@ impl Default for Schema {
             uid_table: "tsdb-uid".into(),
             meta_table: "tsdb-meta".into(),
             tree_table: "tsdb-tree".into(),
+            index_table: "tsdb-index".into(),
             metric_width: 3,
             tagk_width: 3,
             tagv_width: 3,
@@ -46,7 +49,7 @@ impl Default for Schema {
 }
 
 impl Schema {
-    /// Reads OpenTSDB's keys (`tsd.storage.hbase.*_table`, `tsd.storage.uid.width.*`,
+    /// Reads OpenTSDB's keys (`tsd.storage.hbase.*_table`, the index table's among them, `tsd.storage.uid.width.*`,
     /// `tsd.storage.salt.*`, `tsd.storage.max_tags`).
     pub fn from_config(c: &Config) -> Result<Schema> {
         let d = Schema::default();
@@ -89,6 +92,9 @@ impl Schema {
                 .to_string(),
             tree_table: c
                 .get_str("tsd.storage.hbase.tree_table", &d.tree_table)
+                .to_string(),
+            index_table: c
+                .get_str("tsd.storage.hbase.index_table", &d.index_table)
                 .to_string(),
             metric_width: width("tsd.storage.uid.width.metric", 3)?,
             tagk_width: width("tsd.storage.uid.width.tagk", 3)?,

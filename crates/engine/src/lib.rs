@@ -5,6 +5,7 @@ pub mod annotation;
 pub mod cell_codec;
 mod error;
 pub mod fsck;
+pub mod index;
 pub mod meta;
 pub mod num;
 pub mod query;

@@ -73,6 +73,8 @@ pub struct Settings {
     pub wal_segment_bytes: u64,
     /// `tsd.core.meta.*`: meta data tracking (all off by default, as in OpenTSDB).
     pub meta: crate::meta::MetaTracking,
+    /// `tsd.index.enable` (default true): maintain the tag index (RFC 0007) at each flush.
+    pub index: bool,
     pub clock: Clock,
 }
 
@@ -96,6 +98,7 @@ impl Default for Settings {
             wal_sync: false,
             wal_segment_bytes: crate::wal::SEGMENT_BYTES,
             meta: crate::meta::MetaTracking::default(),
+            index: true,
             clock: Clock::system(),
         }
     }
@@ -143,6 +146,7 @@ impl Settings {
             wal_sync: c.get_bool("tsd.storage.wal.sync", d.wal_sync),
             wal_segment_bytes: d.wal_segment_bytes,
             meta: crate::meta::MetaTracking::from_config(c),
+            index: c.get_bool("tsd.index.enable", d.index),
             clock: d.clock,
         })
     }

@@ -5,7 +5,8 @@ use hourglass_storage::{FamilySpec, Store, TableSpec};
 
 use crate::Result;
 
-/// OpenTSDB's four tables (one version per cell, as OpenTSDB creates them).
+/// OpenTSDB's four tables (one version per cell, as OpenTSDB creates them), and the tag
+/// index beside them (RFC 0007).
 pub fn table_specs(schema: &Schema) -> Vec<TableSpec> {
     let one = Some(1);
     vec![
@@ -28,6 +29,7 @@ pub fn table_specs(schema: &Schema) -> Vec<TableSpec> {
             name: schema.tree_table.clone(),
             families: vec![FamilySpec::new(schema::TREE_FAMILY, one)],
         },
+        crate::index::table_spec(schema),
     ]
 }
 

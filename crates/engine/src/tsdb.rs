@@ -61,7 +61,7 @@ impl Tsdb {
         let store: Arc<dyn Store> = Arc::new(metered);
         // An unreachable store must not keep the TSD down: it starts, answers what it can and
         // reports storage errors until the store is back.
-        let tables_ready = match tables::create_tables(store.as_ref(), &settings.schema) {
+        let tables_ready = match prepare_store(store.as_ref(), &settings) {
             Err(e) if e.kind() == crate::ErrorKind::Unavailable => {
                 tracing::error!(error = %e, "storage unreachable at start; tables not checked, retried at each flush");
                 false
@@ -265,6 +265,20 @@ impl Tsdb {
         self.store.checkpoint()?;
         Ok(())
     }
+}
+
+/// Creates the tables that are missing and brings the tag index's status in line with
+/// `tsd.index.enable` (RFC 0007): what opening a database and a flush after an unreachable
+/// start do before writing.
+pub(crate) fn prepare_store(store: &dyn Store, settings: &Settings) -> Result<()> {
+    tables::create_tables(store, &settings.schema)?;
+    crate::index::status::open(
+        store,
+        &settings.schema,
+        settings.index,
+        settings.clock.now_ms(),
+    )?;
+    Ok(())
 }
 
 /// The store's upkeep ([`Store::maintain`]); a failure is logged and retried at the next

@@ -375,7 +375,7 @@ impl UidRegistry {
     }
 
     /// Gives `old`'s UID to `new`: reverse mapping rewritten, new forward mapping written,
-    /// old forward mapping deleted.
+    /// old forward mapping deleted; a tag value's rows in the tag index renamed too.
     pub fn rename(&self, kind: UidKind, old: &str, new: &str) -> Result<Uid> {
         let uid = self.get_id(kind, old)?;
         if let Some(taken) = self.read_forward(kind, new)? {
@@ -410,6 +410,17 @@ impl UidRegistry {
         let c = &self.caches[kind.index()];
         c.by_name.write().remove(old);
         self.remember(kind, new, uid);
+        // Tag value names are part of the tag index's keys (RFC 0007): rewritten before
+        // the rename answers.
+        if kind == UidKind::TagValue {
+            crate::index::rename_value(
+                self.store.as_ref(),
+                &self.schema,
+                &uid.to_bytes(width),
+                old,
+                new,
+            )?;
+        }
         Ok(uid)
     }
 

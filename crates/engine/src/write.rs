@@ -18,6 +18,7 @@
 
 mod buffer;
 mod compaction;
+mod index;
 mod open_hours;
 mod series_index;
 
@@ -103,6 +104,8 @@ pub struct WriteStats {
     pub last_flush_micros: AtomicU64,
     /// Longest flush so far, in microseconds.
     pub max_flush_micros: AtomicU64,
+    /// Tag index markers written: (series, period) pairs and series catalog rows.
+    pub index_markers_written: AtomicU64,
 }
 
 /// Interned series: row-key templates (salted, base hour zero) by id.
@@ -200,6 +203,8 @@ pub(crate) struct Writer {
     last_cell_ts: AtomicI64,
     /// Series tracking in the meta table (`tsd.core.meta.*`), when on.
     tracker: Option<crate::meta::Tracker>,
+    /// The tag index's maintenance (`tsd.index.enable`), when on.
+    index: Option<index::IndexWriter>,
     pub(crate) stats: WriteStats,
 }
 
@@ -252,10 +257,14 @@ impl Writer {
             },
             None => OpenHours::default(),
         };
+        let index = settings
+            .index
+            .then(|| index::IndexWriter::new(settings.schema.clone()));
         Ok(Writer {
             store,
             settings,
             tracker,
+            index,
             uids,
             series: RwLock::new(SeriesCache::default()),
             log_segment: AtomicU64::new(0),
@@ -831,7 +840,7 @@ impl Writer {
 
     fn flush_locked(&self, flush: &mut FlushState) -> Result<usize> {
         if !self.tables_ready.load(Ordering::Relaxed) {
-            crate::tables::create_tables(self.store.as_ref(), &self.settings.schema)?;
+            crate::tsdb::prepare_store(self.store.as_ref(), &self.settings)?;
             self.tables_ready.store(true, Ordering::Relaxed);
         }
         // Before the rows: a store that groups closed periods (RFC 0006) then writes rows
@@ -848,6 +857,16 @@ impl Writer {
         };
         let flushed: usize = sealed.iter().map(|s| s.points).sum();
         let rows = self.sealed_rows(&sealed);
+        // The index entries of the rows' series and periods before any of the rows.
+        let index = match &self.index {
+            Some(index) => Some(index.prepare(
+                self.store.as_ref(),
+                &self.uids,
+                &rows,
+                self.settings.clock.now_ms() / 1000,
+            )?),
+            None => None,
+        };
         let written = self.write_rows(&sealed, &rows)?;
         // Durable in the store before the log lets go of the points.
         self.store.sync()?;
@@ -864,6 +883,13 @@ impl Writer {
         }
         flush.stored_seq = flush.stored_seq.max(through);
         drop(sealed);
+        // Postings and rows are synced: markers may say so now.
+        if let (Some(index), Some(pending)) = (&self.index, index) {
+            let markers = index.finish(self.store.as_ref(), pending);
+            self.stats
+                .index_markers_written
+                .fetch_add(markers as u64, Ordering::Relaxed);
+        }
         if let Some(tracker) = &self.tracker {
             self.track(tracker, &written);
         }

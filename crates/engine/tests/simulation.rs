@@ -8,7 +8,11 @@
 //! - nothing is read that was never sent (points of failed batches may or may not appear);
 //! - after a power loss, every point acknowledged as synced (`wal.sync`, or a `?sync` that
 //!   succeeded) is readable;
-//! - buffered points stay under their memory budget (plus one batch).
+//! - buffered points stay under their memory budget (plus one batch);
+//! - the tag index (RFC 0007): after a flush that succeeded, every acknowledged point's
+//!   (series, period) has its postings and its series its all-time postings; at every check,
+//!   each `0x10` marker's postings exist and each period's series counter is at least its
+//!   marker count (counters over-count, never under-count).
 //!
 //! `HOURGLASS_SIM_SEEDS=N` runs N seeds (default 200; CI runs thousands in release); `HOURGLASS_SIM_SEED=S` runs one seed
 //! (a failure prints its seed). Seeds that once failed are kept in `REGRESSIONS`.
@@ -114,6 +118,101 @@ fn visible(db: &Tsdb, until: i64) -> Option<BTreeMap<i64, (i64, String)>> {
         }
     }
     Some(out)
+}
+
+/// The tag index against the model (see the module docs); `None` when a read failed (a
+/// fault), so nothing can be concluded. With `flushed`, every acknowledged point must be
+/// indexed (a flush that stored them all just succeeded).
+fn check_index(db: &Tsdb, model: &Model, flushed: bool) -> Option<Result<(), String>> {
+    use hourglass_engine::index::{self, Series, kind};
+    use std::collections::{BTreeSet, HashMap};
+    let schema = &db.settings().schema;
+    let store = db.store();
+    let keys = |prefix: u8| -> Option<BTreeSet<Vec<u8>>> {
+        let request = hourglass_storage::ScanRequest {
+            read: hourglass_storage::ReadOptions::keys_only(),
+            ..hourglass_storage::ScanRequest::prefix(&[prefix])
+        };
+        let rows = store.scan(&schema.index_table, &request).ok()?;
+        rows.map(|r| r.map(|r| r.key))
+            .collect::<Result<_, _>>()
+            .ok()
+    };
+    let postings = keys(kind::PERIOD_POSTING)?;
+    let markers = keys(kind::PERIOD_SERIES)?;
+    let all_time = keys(kind::POSTING)?;
+    let m = usize::from(schema.metric_width);
+    let mut per_period: HashMap<(Vec<u8>, u32), i64> = HashMap::new();
+    for marker in &markers {
+        let metric = &marker[1..1 + m];
+        let period = u32::from_be_bytes(marker[1 + m..5 + m].try_into().unwrap());
+        let Some(series) = Series::from_tsuid(schema, &[metric, &marker[5 + m..]].concat())
+            .map(|s| (s.metric.to_vec(), s.tags.to_vec()))
+        else {
+            return Some(Err(format!("marker {marker:02x?} does not parse")));
+        };
+        let series = Series {
+            metric: &series.0,
+            tags: &series.1,
+        };
+        for (k, v) in series.pairs(schema) {
+            if !postings.contains(&index::period_posting_key(series, period, k, v)) {
+                return Some(Err(format!(
+                    "marker {marker:02x?} without its posting of tag pair {k:02x?}={v:02x?}"
+                )));
+            }
+        }
+        *per_period.entry((metric.to_vec(), period)).or_default() += 1;
+    }
+    for ((metric, period), count) in per_period {
+        let row = store
+            .get(
+                &schema.index_table,
+                &index::period_counters_key(&metric, period),
+                &hourglass_storage::ReadOptions::default(),
+            )
+            .ok()?;
+        let counted = row
+            .as_ref()
+            .and_then(|r| r.value(index::COUNTER_FAMILY, index::ENTRY_QUALIFIER))
+            .map_or(0, |v| i64::from_be_bytes(v.try_into().unwrap()));
+        if counted < count {
+            return Some(Err(format!(
+                "period {period}: {count} markers but the series counter says {counted}"
+            )));
+        }
+    }
+    if !flushed || model.acked.is_empty() {
+        return Some(Ok(()));
+    }
+    let metric = db.uids().get_id(UidKind::Metric, "m").ok()?.to_bytes(3);
+    let host = db.uids().get_id(UidKind::TagKey, "host").ok()?.to_bytes(3);
+    for (v, sent) in &model.acked {
+        let value = db
+            .uids()
+            .get_id(UidKind::TagValue, HOSTS[sent.host])
+            .ok()?
+            .to_bytes(3);
+        let tags = [host.as_slice(), &value].concat();
+        let series = Series {
+            metric: &metric,
+            tags: &tags,
+        };
+        let period = index::period_of((sent.ms / 1000) as u32);
+        if !postings.contains(&index::period_posting_key(series, period, &host, &value)) {
+            return Some(Err(format!(
+                "acknowledged point {v} at {} on {} has no posting for period {period}",
+                sent.ms, HOSTS[sent.host]
+            )));
+        }
+        if !all_time.contains(&index::posting_key(series, &host, &value)) {
+            return Some(Err(format!(
+                "acknowledged point {v} on {}: its series has no all-time posting",
+                HOSTS[sent.host]
+            )));
+        }
+    }
+    Some(Ok(()))
 }
 
 /// Checks what a query sees against the model.
@@ -389,6 +488,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 if let Some(e) = racing_failure.lock().take() {
                     return Err(format!("step {step}: {e}"));
                 }
+                if let Some(Err(e)) = check_index(&db, &model, flushed.is_ok()) {
+                    return Err(format!("step {step}: index: {e}"));
+                }
             }
             70..=81 => {
                 if let Some(seen) = visible(&db, until) {
@@ -436,6 +538,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     check(&seen, &model, true)
                         .map_err(|e| format!("step {step} (power loss): {e}"))?;
                 }
+                if let Some(Err(e)) = check_index(&db, &model, false) {
+                    return Err(format!("step {step} (power loss): index: {e}"));
+                }
             }
         }
     }
@@ -455,6 +560,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     }
     let seen = visible(&db, until).ok_or("final read failed")?;
     check(&seen, &model, false).map_err(|e| format!("end: {e}"))?;
+    check_index(&db, &model, true)
+        .ok_or("final index read failed")?
+        .map_err(|e| format!("end: index: {e}"))?;
     db.close().map_err(|e| format!("close: {e}"))?;
     drop(db);
     files = files.crash();

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Check, FamilySpec, Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint, Store,
-    TableSpec, TimeRange,
+    Check, FamilySpec, Increment, Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint,
+    Store, TableSpec, TimeRange,
 };
 
 /// Expands to one `#[test]` per conformance case, each on a store made by `$make()`.
@@ -34,7 +34,11 @@ macro_rules! conformance_tests {
             concurrent_check_and_mutate_has_one_winner,
             large_rows_and_values,
             get_rows_reads_many_keys_in_order,
-            appends_concatenate_and_racing_appends_lose_nothing
+            appends_concatenate_and_racing_appends_lose_nothing,
+            increment_many_moves_each_counter_of_a_row,
+            concurrent_increment_many_lose_nothing,
+            keys_only_reads_return_cells_without_values,
+            a_row_is_replaced_by_deleting_it_then_setting_cells
         );
     };
     (@cases $make:expr; $($name:ident),* $(,)?) => {
@@ -846,4 +850,202 @@ pub fn appends_concatenate_and_racing_appends_lose_nothing(store: &Arc<dyn Store
     pairs.sort();
     pairs.dedup();
     assert_eq!(pairs.len(), 200);
+}
+
+pub fn increment_many_moves_each_counter_of_a_row(store: &Arc<dyn Store>) {
+    setup(store);
+    store.increment(T, b"c", "a", b"s", 5).unwrap();
+    let values = store
+        .increment_many(
+            T,
+            b"c",
+            &[
+                Increment::new("a", b"s".to_vec(), 2),
+                Increment::new("a", b"k\x00\x01".to_vec(), 1),
+                Increment::new("one", b"s".to_vec(), -3),
+            ],
+        )
+        .unwrap();
+    assert_eq!(values, vec![7, 1, -3], "new values in the order asked");
+    let row = get(store, b"c").unwrap();
+    assert_eq!(row.value("a", b"s"), Some(&7i64.to_be_bytes()[..]));
+    assert_eq!(row.value("a", b"k\x00\x01"), Some(&1i64.to_be_bytes()[..]));
+    assert_eq!(row.value("one", b"s"), Some(&(-3i64).to_be_bytes()[..]));
+    assert_eq!(
+        store.increment_many(T, b"c", &[]).unwrap(),
+        Vec::<i64>::new()
+    );
+    // A column named twice is refused before anything moves.
+    let twice = [
+        Increment::new("a", b"s".to_vec(), 1),
+        Increment::new("a", b"s".to_vec(), 1),
+    ];
+    let err = store.increment_many(T, b"c", &twice).unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+    assert_eq!(
+        get(store, b"c").unwrap().value("a", b"s"),
+        Some(&7i64.to_be_bytes()[..])
+    );
+    // A value that is not a counter is refused; an unknown family is not found.
+    put(store, b"bad", b"c", b"abc");
+    let err = store
+        .increment_many(T, b"bad", &[Increment::new("a", b"c".to_vec(), 1)])
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+    let err = store
+        .increment_many(T, b"c", &[Increment::new("zz", b"s".to_vec(), 1)])
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+}
+
+pub fn concurrent_increment_many_lose_nothing(store: &Arc<dyn Store>) {
+    setup(store);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let store = Arc::clone(store);
+            s.spawn(move || {
+                for _ in 0..50 {
+                    store
+                        .increment_many(
+                            T,
+                            b"ctr",
+                            &[
+                                Increment::new("a", b"x".to_vec(), 1),
+                                Increment::new("a", b"y".to_vec(), 2),
+                            ],
+                        )
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let row = get(store, b"ctr").unwrap();
+    assert_eq!(row.value("a", b"x"), Some(&200i64.to_be_bytes()[..]));
+    assert_eq!(row.value("a", b"y"), Some(&400i64.to_be_bytes()[..]));
+}
+
+pub fn keys_only_reads_return_cells_without_values(store: &Arc<dyn Store>) {
+    setup(store);
+    store
+        .mutate_row(
+            T,
+            b"r1",
+            &[
+                Mutation::set_at("a", b"q1".to_vec(), 10, b"value one".to_vec()),
+                Mutation::set_at("a", b"q1".to_vec(), 20, b"newer".to_vec()),
+                Mutation::set_at("b", b"q2".to_vec(), 30, vec![0xFF; 100]),
+            ],
+        )
+        .unwrap();
+    put(store, b"r2", b"q3", b"");
+    let shape = |row: &Row| -> Vec<(String, Vec<u8>, i64, usize)> {
+        row.cells
+            .iter()
+            .map(|c| {
+                (
+                    c.family.clone(),
+                    c.qualifier.clone(),
+                    c.timestamp,
+                    c.value.len(),
+                )
+            })
+            .collect()
+    };
+    let read = crate::ReadOptions::keys_only();
+    let row = store.get(T, b"r1", &read).unwrap().unwrap();
+    assert_eq!(
+        shape(&row),
+        vec![
+            ("a".to_string(), b"q1".to_vec(), 20, 0),
+            ("a".to_string(), b"q1".to_vec(), 10, 0),
+            ("b".to_string(), b"q2".to_vec(), 30, 0),
+        ]
+    );
+    let rows = store
+        .get_rows(T, &[b"r1".to_vec(), b"none".to_vec()], &read)
+        .unwrap();
+    assert_eq!(rows[0].as_ref().map(shape), Some(shape(&row)));
+    assert_eq!(rows[1], None);
+    // Combined with the other filters, in a scan: the same rows as a full read, no values.
+    let request = ScanRequest {
+        read: ReadOptions {
+            keys_only: true,
+            latest_only: true,
+            families: Some(vec!["a".to_string()]),
+            ..ReadOptions::default()
+        },
+        ..ScanRequest::default()
+    };
+    let rows: Vec<Row> = store
+        .scan(T, &request)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.key.clone(), shape(r)))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                b"r1".to_vec(),
+                vec![("a".to_string(), b"q1".to_vec(), 20, 0)]
+            ),
+            (
+                b"r2".to_vec(),
+                vec![(
+                    "a".to_string(),
+                    b"q3".to_vec(),
+                    rows[1].cells[0].timestamp,
+                    0
+                )]
+            ),
+        ]
+    );
+    // Values are still there for an ordinary read.
+    assert_eq!(
+        get(store, b"r1").unwrap().value("a", b"q1"),
+        Some(&b"newer"[..])
+    );
+}
+
+pub fn a_row_is_replaced_by_deleting_it_then_setting_cells(store: &Arc<dyn Store>) {
+    setup(store);
+    store
+        .mutate_row(
+            T,
+            b"r",
+            &[
+                Mutation::set_at("a", b"old".to_vec(), 5, b"1".to_vec()),
+                Mutation::set_at("one", b"q".to_vec(), 5, b"2".to_vec()),
+            ],
+        )
+        .unwrap();
+    let replace = |key: &[u8], value: &[u8]| RowMutation {
+        key: key.to_vec(),
+        mutations: vec![
+            Mutation::DeleteRow,
+            Mutation::set_at("one", b"q".to_vec(), 7, value.to_vec()),
+        ],
+    };
+    store.mutate_rows(T, &[replace(b"r", b"new")]).unwrap();
+    let cells: Vec<(String, Vec<u8>, i64, Vec<u8>)> = get(store, b"r")
+        .unwrap()
+        .cells
+        .into_iter()
+        .map(|c| (c.family, c.qualifier, c.timestamp, c.value))
+        .collect();
+    assert_eq!(
+        cells,
+        vec![("one".to_string(), b"q".to_vec(), 7, b"new".to_vec())]
+    );
+    // Twice in one batch, and on a row that does not exist: the last one stands.
+    store
+        .mutate_rows(T, &[replace(b"r", b"x"), replace(b"r", b"y")])
+        .unwrap();
+    assert_eq!(
+        get(store, b"r").unwrap().value("one", b"q"),
+        Some(&b"y"[..])
+    );
+    store.mutate_rows(T, &[replace(b"fresh", b"z")]).unwrap();
+    assert_eq!(get(store, b"fresh").unwrap().cells.len(), 1);
 }

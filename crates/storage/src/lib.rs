@@ -39,6 +39,23 @@ pub fn series_major(key: &[u8], timestamp_offset: usize) -> Vec<u8> {
     }
 }
 
+/// Refuses an [`Store::increment_many`] naming one column twice (backends would disagree
+/// on the value to return for it).
+pub fn check_distinct(increments: &[Increment]) -> Result<()> {
+    for (i, a) in increments.iter().enumerate() {
+        if increments[..i]
+            .iter()
+            .any(|b| b.family == a.family && b.qualifier == a.qualifier)
+        {
+            return Err(Error::InvalidRequest(format!(
+                "a column is named twice in one increment. family={} qualifier={:02x?}",
+                a.family, a.qualifier
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Wall-clock milliseconds: the cell timestamp of writes that do not choose one.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -103,6 +120,24 @@ pub trait Store: Send + Sync + Debug {
         qualifier: &[u8],
         delta: i64,
     ) -> Result<i64>;
+
+    /// Adds several deltas to 8-byte big-endian counters of one row (absent counts as 0);
+    /// returns the new values in `increments` order. Each counter is incremented
+    /// atomically; Bigtable applies them all in one ReadModifyWriteRow, the default calls
+    /// [`Store::increment`] once each (an error may leave the earlier ones applied). Each
+    /// column may be named once (an invalid-input error otherwise, before any change).
+    fn increment_many(
+        &self,
+        table: &str,
+        key: &[u8],
+        increments: &[Increment],
+    ) -> Result<Vec<i64>> {
+        check_distinct(increments)?;
+        increments
+            .iter()
+            .map(|i| self.increment(table, key, &i.family, &i.qualifier, i.delta))
+            .collect()
+    }
 
     /// Applies `mutations` only when `check` holds, atomically with the check.
     /// Returns whether it held.

@@ -197,6 +197,17 @@ impl Store for Metered {
         })
     }
 
+    fn increment_many(
+        &self,
+        table: &str,
+        key: &[u8],
+        increments: &[crate::Increment],
+    ) -> Result<Vec<i64>> {
+        self.stats.run(Call::Increment, || {
+            self.inner.increment_many(table, key, increments)
+        })
+    }
+
     fn check_and_mutate(
         &self,
         table: &str,

@@ -312,7 +312,17 @@ impl RowData {
             if read.latest_only && cells.last().is_some_and(repeats) {
                 continue;
             }
-            cells.push(c.clone());
+            if read.keys_only {
+                cells.push(Cell {
+                    family: c.family.clone(),
+                    qualifier: c.qualifier.clone(),
+                    timestamp: c.timestamp,
+                    value: Vec::new(),
+                    form: c.form,
+                });
+            } else {
+                cells.push(c.clone());
+            }
         }
         if cells.is_empty() {
             None
@@ -342,6 +352,9 @@ impl RowData {
                 continue;
             }
             cells.swap(kept, i);
+            if read.keys_only {
+                cells[kept].value = Vec::new();
+            }
             kept += 1;
         }
         cells.truncate(kept);

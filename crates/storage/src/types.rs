@@ -175,6 +175,10 @@ pub struct ReadOptions {
     /// their points): the reader skips those. Such a row counts once toward a scan's limit.
     /// Other stores ignore it.
     pub joint_rows: bool,
+    /// Cells come back with empty values (family, qualifier and timestamp kept): a scan
+    /// that needs only which rows and columns exist moves no values (Bigtable: a
+    /// strip-value filter).
+    pub keys_only: bool,
 }
 
 impl ReadOptions {
@@ -188,6 +192,14 @@ impl ReadOptions {
     pub fn family(family: &str) -> Self {
         ReadOptions {
             families: Some(vec![family.to_string()]),
+            ..Default::default()
+        }
+    }
+
+    /// Keys, qualifiers and timestamps only ([`ReadOptions::keys_only`]).
+    pub fn keys_only() -> Self {
+        ReadOptions {
+            keys_only: true,
             ..Default::default()
         }
     }
@@ -268,6 +280,25 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// One counter of [`crate::Store::increment_many`]: `delta` added to the 8-byte big-endian
+/// counter at `(family, qualifier)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Increment {
+    pub family: String,
+    pub qualifier: Vec<u8>,
+    pub delta: i64,
+}
+
+impl Increment {
+    pub fn new(family: &str, qualifier: impl Into<Vec<u8>>, delta: i64) -> Self {
+        Increment {
+            family: family.to_string(),
+            qualifier: qualifier.into(),
+            delta,
+        }
+    }
 }
 
 /// Condition of a check-and-mutate on one column's newest version.

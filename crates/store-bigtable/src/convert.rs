@@ -102,6 +102,9 @@ pub(crate) fn to_read_filter(
     if read.latest_only {
         filters.push(filter(Filter::CellsPerColumnLimitFilter(1)));
     }
+    if read.keys_only {
+        filters.push(filter(Filter::StripValueTransformer(true)));
+    }
     chain(filters)
 }
 
@@ -140,7 +143,8 @@ pub(crate) fn to_row(
             family: c.family_name,
             qualifier: c.qualifier,
             timestamp: c.timestamp_micros / 1000,
-            value: c.value,
+            // The server strips values already; an empty value costs nothing here.
+            value: if read.keys_only { Vec::new() } else { c.value },
             form: CellForm::Plain,
         })
         .collect();

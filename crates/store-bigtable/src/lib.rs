@@ -618,16 +618,38 @@ impl Store for BigtableStore {
         qualifier: &[u8],
         delta: i64,
     ) -> Result<i64> {
+        let one = [hourglass_storage::Increment::new(family, qualifier, delta)];
+        let values = self.increment_many(table, key, &one)?;
+        values
+            .first()
+            .copied()
+            .ok_or_else(|| Error::Internal("increment returned no cell".into()))
+    }
+
+    /// One ReadModifyWriteRow with a rule per counter: all applied together.
+    fn increment_many(
+        &self,
+        table: &str,
+        key: &[u8],
+        increments: &[hourglass_storage::Increment],
+    ) -> Result<Vec<i64>> {
+        hourglass_storage::check_distinct(increments)?;
+        if increments.is_empty() {
+            return Ok(Vec::new());
+        }
         let spec = self.spec(table)?;
-        self.check_families(&spec, std::iter::once(family))?;
+        self.check_families(&spec, increments.iter().map(|i| i.family.as_str()))?;
         let request = data::ReadModifyWriteRowRequest {
             table_name: self.table_name(table),
             row_key: key.to_vec(),
-            rules: vec![data::ReadModifyWriteRule {
-                family_name: family.to_string(),
-                column_qualifier: qualifier.to_vec(),
-                rule: Some(data::read_modify_write_rule::Rule::IncrementAmount(delta)),
-            }],
+            rules: increments
+                .iter()
+                .map(|i| data::ReadModifyWriteRule {
+                    family_name: i.family.clone(),
+                    column_qualifier: i.qualifier.clone(),
+                    rule: Some(data::read_modify_write_rule::Rule::IncrementAmount(i.delta)),
+                })
+                .collect(),
             ..Default::default()
         };
         let mut client = self.data.clone();
@@ -644,20 +666,35 @@ impl Store for BigtableStore {
                 }
                 _ => status_error(&s),
             })?;
-        let cell = resp
+        let families = resp
             .into_inner()
             .row
-            .and_then(|r| r.families.into_iter().next())
-            .and_then(|f| f.columns.into_iter().next())
-            .and_then(|c| c.cells.into_iter().next())
-            .ok_or_else(|| Error::Internal("increment returned no cell".into()))?;
-        let bytes: [u8; 8] = cell.value.as_slice().try_into().map_err(|_| {
-            Error::InvalidRequest(format!(
-                "counter is not an 8-byte big-endian integer. length={}",
-                cell.value.len()
-            ))
-        })?;
-        Ok(i64::from_be_bytes(bytes))
+            .map(|r| r.families)
+            .unwrap_or_default();
+        increments
+            .iter()
+            .map(|i| {
+                let cell = families
+                    .iter()
+                    .filter(|f| f.name == i.family)
+                    .flat_map(|f| &f.columns)
+                    .find(|c| c.qualifier == i.qualifier)
+                    .and_then(|c| c.cells.first())
+                    .ok_or_else(|| {
+                        Error::Internal(format!(
+                            "increment returned no cell. family={} qualifier={:02x?}",
+                            i.family, i.qualifier
+                        ))
+                    })?;
+                let bytes: [u8; 8] = cell.value.as_slice().try_into().map_err(|_| {
+                    Error::InvalidRequest(format!(
+                        "counter is not an 8-byte big-endian integer. length={}",
+                        cell.value.len()
+                    ))
+                })?;
+                Ok(i64::from_be_bytes(bytes))
+            })
+            .collect()
     }
 
     fn check_and_mutate(

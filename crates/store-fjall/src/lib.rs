@@ -37,6 +37,9 @@ const TABLE_PREFIX: &str = "t:";
 const GROUP_PREFIX: &str = "g:";
 /// The catalog line of a grouped table: `@grouped=<timestamp offset>,<period>,<grace>`.
 const GROUPED_LINE: &str = "@grouped=";
+/// The catalog line of a data table whose writers maintain the tag index (RFC 0007):
+/// binaries without the index refuse the table, so none writes points without entries.
+const INDEXED_LINE: &str = "@indexed=1";
 /// Bytes of rows one grouping step moves under the write lock.
 const GROUPING_STEP_BYTES: usize = 32 << 20;
 /// Batches of at least this many rows are written as a new table (bulk ingestion).
@@ -48,6 +51,8 @@ struct Table {
     rows: Keyspace,
     codec: Option<Arc<dyn CellCodec>>,
     groups: Option<Groups>,
+    /// Its catalog entry carries [`INDEXED_LINE`].
+    indexed: bool,
 }
 
 /// A grouped table's groups (RFC 0006).
@@ -95,6 +100,8 @@ pub struct FjallStore {
     codecs: RwLock<HashMap<String, Arc<dyn CellCodec>>>,
     /// Tables to group (RFC 0006), applied when each is created or bound.
     groupings: RwLock<HashMap<String, Grouping>>,
+    /// Data tables whose catalog entry is to say the tag index is maintained (RFC 0007).
+    indexed: RwLock<std::collections::HashSet<String>>,
     /// Serializes read-modify-write of rows. Readers never take it.
     write_lock: Mutex<()>,
     /// fjall reported the database poisoned: reopen it before the next operation.
@@ -147,6 +154,7 @@ impl FjallStore {
             open: RwLock::new(Some(Arc::new(open))),
             codecs: RwLock::new(HashMap::new()),
             groupings: RwLock::new(HashMap::new()),
+            indexed: RwLock::new(std::collections::HashSet::new()),
             write_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             last_reopen: Mutex::new(None),
@@ -169,7 +177,7 @@ impl FjallStore {
                 .map_err(|e| io_err("cannot read table catalog", e))?;
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| Error::Corrupt("table name is not UTF-8".into()))?;
-            let (spec, grouping) = decode_spec(&name, &spec)?;
+            let (spec, grouping, indexed) = decode_spec(&name, &spec)?;
             let rows = open_keyspace(&db, TABLE_PREFIX, &name)?;
             let groups = grouping
                 .map(|grouping| open_groups(&db, &name, grouping))
@@ -181,6 +189,7 @@ impl FjallStore {
                     rows,
                     codec: codecs.get(&name).cloned(),
                     groups,
+                    indexed,
                 },
             );
         }
@@ -359,6 +368,36 @@ impl FjallStore {
         self
     }
 
+    /// Marks `table`'s catalog entry `@indexed=1` (RFC 0007): when it is created, or at once
+    /// if it exists. The mark stays; binaries that do not maintain the tag index refuse the
+    /// data dir (`bad table spec`).
+    pub fn with_indexed(self, table: &str) -> Self {
+        self.indexed.write().insert(table.to_string());
+        let exists = self
+            .open
+            .read()
+            .as_ref()
+            .is_some_and(|open| open.tables.read().contains_key(table));
+        if exists {
+            let spec = TableSpec {
+                name: table.to_string(),
+                families: Vec::new(),
+            };
+            if let Err(e) = self.create_table(&spec) {
+                tracing::error!(table, error = %e, "cannot mark the table indexed");
+            }
+        }
+        self
+    }
+
+    /// Whether `table`'s catalog entry says the tag index is maintained (`@indexed=1`).
+    pub fn is_indexed(&self, table: &str) -> bool {
+        self.open
+            .read()
+            .as_ref()
+            .is_some_and(|open| open.tables.read().get(table).is_some_and(|t| t.indexed))
+    }
+
     /// Stores the cells of `table` through `codec` from now on (reads decode either form).
     /// A data dir written with a codec must be opened with it.
     pub fn with_cell_codec(self, table: &str, codec: Arc<dyn CellCodec>) -> Self {
@@ -429,8 +468,9 @@ fn open_groups(db: &Database, table: &str, grouping: Grouping) -> Result<Groups>
 
 /// Table spec in the catalog: `name:max_versions` per family, one per line (0 = unlimited),
 /// then `@grouped=<timestamp offset>,<period>,<grace>` for a grouped table (a line older
-/// binaries refuse, so they do not open a table whose closed periods they cannot read).
-fn encode_spec(spec: &TableSpec, grouping: Option<Grouping>) -> Vec<u8> {
+/// binaries refuse, so they do not open a table whose closed periods they cannot read), then
+/// `@indexed=1` for a data table whose writers maintain the tag index (RFC 0007).
+fn encode_spec(spec: &TableSpec, grouping: Option<Grouping>, indexed: bool) -> Vec<u8> {
     let mut text: String = spec
         .families
         .iter()
@@ -441,6 +481,10 @@ fn encode_spec(spec: &TableSpec, grouping: Option<Grouping>) -> Vec<u8> {
             "{GROUPED_LINE}{},{},{}\n",
             g.timestamp_offset, g.period_secs, g.grace_secs
         ));
+    }
+    if indexed {
+        text.push_str(INDEXED_LINE);
+        text.push('\n');
     }
     text.into_bytes()
 }
@@ -463,18 +507,25 @@ fn decode_grouping(name: &str, text: &str) -> Result<Grouping> {
     }
 }
 
-fn decode_spec(name: &str, bytes: &[u8]) -> Result<(TableSpec, Option<Grouping>)> {
+fn decode_spec(name: &str, bytes: &[u8]) -> Result<(TableSpec, Option<Grouping>, bool)> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| Error::Corrupt(format!("table spec is not UTF-8. table={name}")))?;
     let mut grouping = None;
+    let mut indexed = false;
     let families = text
         .lines()
-        .filter(|line| match line.strip_prefix(GROUPED_LINE) {
-            Some(g) => {
-                grouping = Some(decode_grouping(name, g));
-                false
+        .filter(|line| {
+            if *line == INDEXED_LINE {
+                indexed = true;
+                return false;
             }
-            None => true,
+            match line.strip_prefix(GROUPED_LINE) {
+                Some(g) => {
+                    grouping = Some(decode_grouping(name, g));
+                    false
+                }
+                None => true,
+            }
         })
         .map(|line| {
             let (family, versions) = line
@@ -490,7 +541,7 @@ fn decode_spec(name: &str, bytes: &[u8]) -> Result<(TableSpec, Option<Grouping>)
         name: name.to_string(),
         families,
     };
-    Ok((spec, grouping.transpose()?))
+    Ok((spec, grouping.transpose()?, indexed))
 }
 
 /// A range of a keyspace, as of `snapshot` when given.
@@ -912,10 +963,11 @@ impl FjallStore {
         {
             tracing::warn!(table = %spec.name, "table is grouped as its catalog says, not as configured");
         }
-        if existing
-            .as_ref()
-            .is_some_and(|t| *t.spec == merged && (grouped.is_some() || wanted.is_none()))
-        {
+        let indexed = existing.as_ref().is_some_and(|t| t.indexed)
+            || self.indexed.read().contains(&spec.name);
+        if existing.as_ref().is_some_and(|t| {
+            *t.spec == merged && (grouped.is_some() || wanted.is_none()) && t.indexed == indexed
+        }) {
             return Ok(());
         }
         let rows = match &existing {
@@ -931,7 +983,7 @@ impl FjallStore {
         open.catalog
             .insert(
                 spec.name.as_bytes(),
-                encode_spec(&merged, groups.as_ref().map(|g| g.grouping)),
+                encode_spec(&merged, groups.as_ref().map(|g| g.grouping), indexed),
             )
             .map_err(|e| self.write_failed("cannot write table catalog", e))?;
         open.db
@@ -944,6 +996,7 @@ impl FjallStore {
                 rows,
                 codec: self.codecs.read().get(&spec.name).cloned(),
                 groups,
+                indexed,
             },
         );
         Ok(())
@@ -953,16 +1006,31 @@ impl FjallStore {
         let (open, t) = self.table(table)?;
         let now = now_ms();
         let _w = self.write_lock.lock();
-        // Rows repeated in one batch apply in order on the pending state.
-        let mut pending: HashMap<&[u8], Loaded, foldhash::fast::RandomState> = HashMap::default();
+        // Rows repeated in one batch apply in order on the pending state. Sized once and
+        // hashed once per row: large batches (a flush's rows, its tag index entries) spent
+        // much of their time growing and probing this map.
+        let mut pending: HashMap<&[u8], Loaded, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(rows.len(), Default::default());
         let mut cache = GroupCache::default();
         for r in rows {
-            let mut loaded = match pending.remove(r.key.as_slice()) {
-                Some(loaded) => loaded,
-                None => Self::load(&t, &r.key, &mut cache, None)?,
+            let loaded = match pending.entry(r.key.as_slice()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                // A row replaced whole (its mutations start by deleting it) needs no read,
+                // unless its table is grouped (the row may live in a group to remove it from).
+                std::collections::hash_map::Entry::Vacant(e)
+                    if t.groups.is_none()
+                        && matches!(r.mutations.first(), Some(Mutation::DeleteRow)) =>
+                {
+                    e.insert(Loaded {
+                        row: RowData::default(),
+                        in_rows: false,
+                    })
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Self::load(&t, &r.key, &mut cache, None)?)
+                }
             };
             loaded.row.apply(&t.spec, &r.mutations, now)?;
-            pending.insert(&r.key, loaded);
         }
         self.commit(&open, &t, pending.into_iter().collect(), cache)
     }
@@ -1433,5 +1501,37 @@ impl Store for FjallStore {
             raw,
         };
         Ok(Box::new(rows.take(limit)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_indexed_line_is_written_read_and_refused_by_older_parsers() {
+        let spec = TableSpec {
+            name: "tsdb".into(),
+            families: vec![FamilySpec::new("t", Some(1))],
+        };
+        let grouping = Grouping {
+            timestamp_offset: 3,
+            period_secs: 86_400,
+            grace_secs: 3600,
+        };
+        let bytes = encode_spec(&spec, Some(grouping), true);
+        assert_eq!(bytes, b"t:1\n@grouped=3,86400,3600\n@indexed=1\n");
+        let (read, g, indexed) = decode_spec("tsdb", &bytes).unwrap();
+        assert_eq!((read, g, indexed), (spec.clone(), Some(grouping), true));
+        assert!(
+            !decode_spec("tsdb", &encode_spec(&spec, None, false))
+                .unwrap()
+                .2
+        );
+        // Binaries before RFC 0007 read every other line as `family:versions`: this one
+        // has no ':', so they refuse the table (`bad table spec`).
+        assert!(INDEXED_LINE.rsplit_once(':').is_none());
+        assert!(decode_spec("tsdb", b"t:1\n@indexed=2\n").is_err());
     }
 }

@@ -72,3 +72,37 @@ fn second_open_of_a_data_dir_is_refused_clearly() {
     let err = FjallStore::open(dir.path()).unwrap_err();
     assert!(err.to_string().contains("data dir in use"), "{err}");
 }
+
+#[test]
+fn the_indexed_mark_is_kept_in_the_catalog_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = FjallStore::open(dir.path()).unwrap();
+        store.create_table(&spec()).unwrap();
+        assert!(!store.is_indexed("tsdb"));
+        // Marked at once when the table exists.
+        let store = store.with_indexed("tsdb");
+        assert!(store.is_indexed("tsdb"));
+        store
+            .mutate_row(
+                "tsdb",
+                b"r",
+                &[Mutation::set("t", b"q".to_vec(), b"v".to_vec())],
+            )
+            .unwrap();
+        store.sync().unwrap();
+    }
+    // Opened again without asking for it: the mark stays, the data too.
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert!(store.is_indexed("tsdb"));
+    store.create_table(&spec()).unwrap();
+    assert!(
+        store.is_indexed("tsdb"),
+        "creating the table again keeps it"
+    );
+    let row = store
+        .get("tsdb", b"r", &ReadOptions::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.value("t", b"q"), Some(&b"v"[..]));
+}

@@ -200,6 +200,25 @@ impl Store for FaultStore {
         self.inner().increment(table, key, family, qualifier, delta)
     }
 
+    fn increment_many(
+        &self,
+        table: &str,
+        key: &[u8],
+        increments: &[hourglass_storage::Increment],
+    ) -> Result<Vec<i64>> {
+        if self.faults.store_down() {
+            return Err(injected("increment many"));
+        }
+        if self.faults.fail() {
+            // A remote store's timeout: none, some or all of the counters may have moved.
+            let applied = self.faults.below(increments.len() as u64 + 1) as usize;
+            self.inner()
+                .increment_many(table, key, &increments[..applied])?;
+            return Err(injected("increment many (outcome unknown)"));
+        }
+        self.inner().increment_many(table, key, increments)
+    }
+
     fn check_and_mutate(
         &self,
         table: &str,

@@ -1,0 +1,186 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `tsdb index rebuild` and `tsdb fsck --index` on a data dir, and the data dir's
+//! `@indexed` mark.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use hourglass_engine::index;
+use hourglass_storage::{Mutation, ReadOptions, ScanRequest, Store};
+use hourglass_store_fjall::FjallStore;
+
+fn tsdb(args: &[&str], data: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(&args[..args.len().min(2)])
+        .arg("--data-dir")
+        .arg(data)
+        .args(&args[args.len().min(2)..])
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Two series of `sys.cpu.user` over two days of 2013, imported (index on by default).
+fn import(dir: &Path, data: &Path, config: Option<&Path>) {
+    let mut lines = String::new();
+    for (i, host) in ["web01", "web02"].iter().enumerate() {
+        for day in 0..2 {
+            let t = 1_356_998_400 + day * 86_400 + i as i64 * 60;
+            lines.push_str(&format!("sys.cpu.user {t} {i} host={host} dc=lon\n"));
+        }
+    }
+    let file = dir.join("points.txt");
+    std::fs::write(&file, lines).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tsdb"));
+    cmd.args(["import", "--auto-metric", "--data-dir"])
+        .arg(data);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let o = cmd.arg(&file).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
+fn index_keys(data: &Path, table: &str) -> Vec<Vec<u8>> {
+    let store = FjallStore::open(data).unwrap();
+    store
+        .scan(table, &ScanRequest::default())
+        .unwrap()
+        .map(|r| r.unwrap().key)
+        .filter(|k| k[0] != index::kind::STATUS)
+        .collect()
+}
+
+#[test]
+fn fsck_index_finds_a_missing_marker_and_fixes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    import(dir.path(), &data, None);
+    assert!(FjallStore::open(&data).unwrap().is_indexed("tsdb"));
+
+    let o = tsdb(&["fsck", "--index"], &data);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let out = text(&o.stdout);
+    assert!(out.contains("Index metrics checked: 1\n"), "{out}");
+    assert!(out.contains("Index entries missing: 0\n"), "{out}");
+
+    // Damage: one (series, day) marker gone.
+    let marker = index_keys(&data, "tsdb-index")
+        .into_iter()
+        .find(|k| k[0] == index::kind::PERIOD_SERIES)
+        .unwrap();
+    {
+        let store = FjallStore::open(&data).unwrap();
+        store
+            .mutate_row("tsdb-index", &marker, &[Mutation::DeleteRow])
+            .unwrap();
+        store.sync().unwrap();
+    }
+    let o = tsdb(&["fsck", "--index"], &data);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let hex = hourglass_core::uid::hex_upper(&marker);
+    assert!(
+        out.contains(&format!("index entry missing: kind=0x10 key={hex}\n")),
+        "{out}"
+    );
+    assert!(out.contains("Index entries missing: 1\n"), "{out}");
+
+    let o = tsdb(&["fsck", "--index", "--fix"], &data);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "found before fixed: {}",
+        text(&o.stderr)
+    );
+    assert!(text(&o.stdout).contains("Index rows fixed: 1\n"));
+    let o = tsdb(&["fsck", "--index"], &data);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+}
+
+#[test]
+fn rebuild_into_another_table_matches_the_flushed_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    import(dir.path(), &data, None);
+    let o = tsdb(
+        &["index", "rebuild", "--index-table", "tsdb-index-2"],
+        &data,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.starts_with("metric sys.cpu.user: 2 series, 4 series-days\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Rebuilt the index of 1 metrics: 2 series, 4 series-days"),
+        "{out}"
+    );
+    let flushed = index_keys(&data, "tsdb-index");
+    assert!(flushed.len() > 20);
+    assert_eq!(index_keys(&data, "tsdb-index-2"), flushed);
+    // A metric by name, a time range.
+    let o = tsdb(
+        &[
+            "index",
+            "rebuild",
+            "--metric",
+            "sys.cpu.user",
+            "--since",
+            "2013/01/02",
+            "--until",
+            "2013/01/03",
+        ],
+        &data,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).starts_with("metric sys.cpu.user: 2 series, 2 series-days\n"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = tsdb(&["index", "rebuild", "--metric", "nope"], &data);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("nope"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn with_the_index_off_nothing_is_written_until_a_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("opentsdb.conf");
+    std::fs::write(&config, "tsd.index.enable = false\n").unwrap();
+    import(dir.path(), &data, Some(&config));
+    assert!(index_keys(&data, "tsdb-index").is_empty());
+    assert!(!FjallStore::open(&data).unwrap().is_indexed("tsdb"));
+    let o = tsdb(
+        &["fsck", "--index", "--config", config.to_str().unwrap()],
+        &data,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let o = tsdb(
+        &["index", "rebuild", "--config", config.to_str().unwrap()],
+        &data,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = tsdb(
+        &["fsck", "--index", "--config", config.to_str().unwrap()],
+        &data,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let store = FjallStore::open(&data).unwrap();
+    let status = store
+        .get("tsdb-index", &index::status_key(), &ReadOptions::default())
+        .unwrap();
+    assert!(status.is_some(), "the rebuild wrote a status row");
+}

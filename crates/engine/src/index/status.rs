@@ -1,0 +1,198 @@
+//! What the index covers: the status rows (RFC 0007, "Status").
+//!
+//! `| 0x00 |` holds `g:format` (1 byte), `g:period` (4 bytes BE, seconds), `g:live_from`
+//! (4 bytes BE, seconds) and `g:writers` (`hourglass`); `| 0x00 | metric |` holds
+//! `g:verified` (4 bytes BE, an hour: the hours before it were proved complete by a data
+//! scan). `live_from` = [`NOT_MAINTAINED`] records that a TSD ran with the index off: the
+//! next TSD that maintains it again sets it to the next period's start.
+
+use hourglass_core::schema::Schema;
+use hourglass_storage::{Check, Mutation, ReadOptions, ScanRequest, Store};
+
+use super::{GLOBAL_FAMILY, PERIOD_SECS, metric_status_key, status_key};
+use crate::{Error, Result};
+
+/// The index format this binary writes and reads.
+pub const FORMAT: u8 = 0x01;
+/// `live_from` of an index some TSD stopped maintaining: nothing is covered from live
+/// writes until a TSD maintaining it sets it again.
+pub const NOT_MAINTAINED: u32 = u32::MAX;
+/// The value of `g:writers` when only Hourglass TSDs write the data table.
+pub const WRITERS_HOURGLASS: &[u8] = b"hourglass";
+
+pub const FORMAT_QUALIFIER: &[u8] = b"format";
+pub const PERIOD_QUALIFIER: &[u8] = b"period";
+pub const LIVE_FROM_QUALIFIER: &[u8] = b"live_from";
+pub const WRITERS_QUALIFIER: &[u8] = b"writers";
+pub const VERIFIED_QUALIFIER: &[u8] = b"verified";
+
+/// The index's status row, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub format: u8,
+    pub period_secs: u32,
+    /// Hours from this one on are maintained by every writer ([`NOT_MAINTAINED`]: none).
+    pub live_from: u32,
+    pub writers: Vec<u8>,
+}
+
+fn be_u32(table: &str, what: &str, bytes: &[u8]) -> Result<u32> {
+    let b: [u8; 4] = bytes.try_into().map_err(|_| {
+        Error::Corrupt(format!(
+            "index status cell is not 4 bytes. table={table} cell={what} length={}",
+            bytes.len()
+        ))
+    })?;
+    Ok(u32::from_be_bytes(b))
+}
+
+/// The status row, `None` when there is none yet. A format or period this binary does not
+/// know is an error: the index is not to be written or trusted then.
+pub fn read(store: &dyn Store, table: &str) -> Result<Option<Status>> {
+    let Some(row) = store.get(table, &status_key(), &ReadOptions::latest())? else {
+        return Ok(None);
+    };
+    let cell = |q: &[u8]| row.value(GLOBAL_FAMILY, q);
+    let Some(format) = cell(FORMAT_QUALIFIER) else {
+        return Ok(None);
+    };
+    if format != [FORMAT] {
+        return Err(Error::Corrupt(format!(
+            "unknown tag index format (this binary knows 1). table={table} format={format:02x?}"
+        )));
+    }
+    let period_secs = be_u32(table, "period", cell(PERIOD_QUALIFIER).unwrap_or_default())?;
+    if period_secs != PERIOD_SECS {
+        return Err(Error::Corrupt(format!(
+            "unknown tag index period (this binary knows 86400). table={table} period={period_secs}"
+        )));
+    }
+    let live_from = be_u32(
+        table,
+        "live_from",
+        cell(LIVE_FROM_QUALIFIER).unwrap_or_default(),
+    )?;
+    Ok(Some(Status {
+        format: FORMAT,
+        period_secs,
+        live_from,
+        writers: cell(WRITERS_QUALIFIER).unwrap_or_default().to_vec(),
+    }))
+}
+
+fn set(qualifier: &[u8], value: Vec<u8>) -> Mutation {
+    Mutation::set_at(GLOBAL_FAMILY, qualifier, 0, value)
+}
+
+/// Called when a TSD (or a tool writing points) opens the database. With the index on: a
+/// missing status row is written (`live_from` 0 on an empty data table, else the next
+/// period's start, since series written earlier are missing from today's postings), one
+/// left by a TSD that did not maintain the index gets `live_from` again, and an unknown
+/// format is an error. With it off, an existing status row is marked not maintained.
+/// Returns the status now in force (`None` with the index off).
+pub fn open(
+    store: &dyn Store,
+    schema: &Schema,
+    enabled: bool,
+    now_ms: i64,
+) -> Result<Option<Status>> {
+    let table = &schema.index_table;
+    let status = read(store, table)?;
+    let next_period = || {
+        let now = u32::try_from((now_ms / 1000).max(0)).unwrap_or(u32::MAX - PERIOD_SECS);
+        super::period_of(now).saturating_add(PERIOD_SECS)
+    };
+    if !enabled {
+        if let Some(s) = &status
+            && s.live_from != NOT_MAINTAINED
+        {
+            tracing::warn!(table = %table, "tag index off (tsd.index.enable = false): its coverage ends now; the next start with it on covers from the next day, and `tsdb index rebuild` the past");
+            store.mutate_row(
+                table,
+                &status_key(),
+                &[set(
+                    LIVE_FROM_QUALIFIER,
+                    NOT_MAINTAINED.to_be_bytes().to_vec(),
+                )],
+            )?;
+        }
+        return Ok(None);
+    }
+    match status {
+        Some(s) if s.live_from == NOT_MAINTAINED => {
+            let live_from = next_period();
+            tracing::warn!(table = %table, live_from, "tag index maintained again after a run without it: covered from the next day; `tsdb index rebuild` covers the past");
+            store.mutate_row(
+                table,
+                &status_key(),
+                &[set(LIVE_FROM_QUALIFIER, live_from.to_be_bytes().to_vec())],
+            )?;
+            Ok(Some(Status { live_from, ..s }))
+        }
+        Some(s) => Ok(Some(s)),
+        None => {
+            let has_data = store
+                .scan(
+                    &schema.data_table,
+                    &ScanRequest {
+                        read: ReadOptions::keys_only(),
+                        limit: Some(1),
+                        ..ScanRequest::default()
+                    },
+                )?
+                .next()
+                .transpose()?
+                .is_some();
+            let live_from = if has_data { next_period() } else { 0 };
+            if has_data {
+                tracing::warn!(table = %table, live_from, "tag index created beside a data table holding rows: covered from the next day; `tsdb index rebuild` makes the past usable");
+            }
+            create(store, table, live_from)?;
+            read(store, table)?.map(Some).ok_or_else(|| {
+                Error::Internal(format!(
+                    "index status row missing after it was written. table={table}"
+                ))
+            })
+        }
+    }
+}
+
+/// Writes a status row (format, period, `live_from`, writers `hourglass`) unless one exists:
+/// several TSDs starting at once on one Bigtable, the first one's row stands.
+pub fn create(store: &dyn Store, table: &str, live_from: u32) -> Result<()> {
+    let cells = vec![
+        set(FORMAT_QUALIFIER, vec![FORMAT]),
+        set(PERIOD_QUALIFIER, PERIOD_SECS.to_be_bytes().to_vec()),
+        set(LIVE_FROM_QUALIFIER, live_from.to_be_bytes().to_vec()),
+        set(WRITERS_QUALIFIER, WRITERS_HOURGLASS.to_vec()),
+    ];
+    let check = Check {
+        family: GLOBAL_FAMILY.to_string(),
+        qualifier: FORMAT_QUALIFIER.to_vec(),
+        expected: None,
+    };
+    store.check_and_mutate(table, &status_key(), &check, &cells)?;
+    Ok(())
+}
+
+/// The hour before which a metric's hours are proved complete (0: none).
+pub fn verified(store: &dyn Store, table: &str, metric: &[u8]) -> Result<u32> {
+    let row = store.get(table, &metric_status_key(metric), &ReadOptions::latest())?;
+    match row
+        .as_ref()
+        .and_then(|r| r.value(GLOBAL_FAMILY, VERIFIED_QUALIFIER))
+    {
+        Some(v) => be_u32(table, "verified", v),
+        None => Ok(0),
+    }
+}
+
+/// Sets a metric's `verified` hour (the caller decides it only rises).
+pub fn set_verified(store: &dyn Store, table: &str, metric: &[u8], hour: u32) -> Result<()> {
+    store.mutate_row(
+        table,
+        &metric_status_key(metric),
+        &[set(VERIFIED_QUALIFIER, hour.to_be_bytes().to_vec())],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,419 @@
+//! Maintenance of the tag index at flush time (RFC 0007, "Maintenance at flush").
+//!
+//! A flush lists every buffered row as (key, series id, base hour). Before any data row
+//! is written, [`IndexWriter::prepare`] writes the postings and value rows of the (series,
+//! period) pairs not known to be indexed; once the data rows are stored and the store
+//! synced, [`IndexWriter::finish`] adds the new pairs to the counters, then writes their
+//! `0x10` markers and `0x01` catalog rows, then marks them known in memory. So a marker
+//! always means its postings exist, and a crash anywhere replays the log into a process that
+//! knows nothing, which checks every replayed pair again.
+
+use std::collections::{HashMap, HashSet};
+
+use hourglass_core::schema::Schema;
+use hourglass_storage::{Increment, ReadOptions, RowMutation, Store};
+use parking_lot::Mutex;
+
+use crate::Result;
+use crate::index::{self, COUNTER_FAMILY, PERIOD_SECS, Series};
+use crate::uid::UidRegistry;
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Set<K> = HashSet<K, foldhash::fast::RandomState>;
+
+/// Rows per index write: as many as a flush's data rows (the embedded store makes a large
+/// batch one table file; many small ones would each be probed by every later write).
+const INDEX_BATCH_ROWS: usize = 65_536;
+/// Bound of each set of value rows known written: at it the set starts again empty (the
+/// rows are then written again, idempotently, and counted again: an over-count).
+const KNOWN_VALUES_MAX: usize = 1 << 20;
+
+/// What this process knows of one series' entries.
+#[derive(Debug, Clone, Copy, Default)]
+struct Known {
+    /// Its catalog row was read (or written) by this process: `cataloged` is true knowledge.
+    seen: bool,
+    /// Its catalog row and all-time entries exist.
+    cataloged: bool,
+    /// The two latest periods whose entries are known to exist, latest first.
+    periods: [Option<u32>; 2],
+}
+
+impl Known {
+    fn has(&self, period: u32) -> bool {
+        self.periods.contains(&Some(period))
+    }
+
+    fn add(&mut self, period: u32) {
+        match self.periods {
+            _ if self.has(period) => {}
+            [Some(latest), _] if period < latest => {
+                if self.periods[1].is_none_or(|second| period > second) {
+                    self.periods[1] = Some(period);
+                }
+            }
+            [latest, _] => self.periods = [Some(period), latest],
+        }
+    }
+
+    /// Whether a pair of this period is written without reading its marker first: the
+    /// series' catalog was read by this process and the period is newer than any known
+    /// (nearly always absent then). Otherwise (new to the process, or backfill) it is read.
+    fn writes_blind(&self, period: u32) -> bool {
+        self.seen && self.periods[0].is_none_or(|latest| period > latest)
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// By series id.
+    series: Vec<Known>,
+    /// `metric | tagk | tagv` of `0x04` (and trigram) rows written and counted.
+    values: Set<Vec<u8>>,
+    /// `metric | period | tagk | tagv` of `0x12` rows written and counted.
+    period_values: Set<Vec<u8>>,
+}
+
+impl State {
+    fn known(&mut self, id: u32) -> &mut Known {
+        let i = id as usize;
+        if self.series.len() <= i {
+            self.series.resize(i + 1, Known::default());
+        }
+        &mut self.series[i]
+    }
+}
+
+/// Counter deltas of one flush: by counter row, by qualifier.
+#[derive(Debug, Default)]
+struct Counters(Map<Vec<u8>, Map<Vec<u8>, i64>>);
+
+impl Counters {
+    fn add(&mut self, row: Vec<u8>, qualifier: Vec<u8>, delta: i64) {
+        *self.0.entry(row).or_default().entry(qualifier).or_default() += delta;
+    }
+}
+
+/// The second half of a flush's index work, run once its data rows are stored.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    /// (series id, period) pairs whose postings were written.
+    pairs: Vec<(u32, u32)>,
+    /// Series whose all-time entries were written.
+    cataloged: Vec<u32>,
+    /// `0x10` and `0x01` rows.
+    markers: Vec<RowMutation>,
+    counters: Counters,
+    values: Vec<Vec<u8>>,
+    period_values: Vec<Vec<u8>>,
+}
+
+/// The tag index's side of the write path.
+#[derive(Debug)]
+pub(crate) struct IndexWriter {
+    schema: Schema,
+    state: Mutex<State>,
+}
+
+/// One series' pairs to write in a flush, with what its entries need.
+struct Missing<'a> {
+    id: u32,
+    series: Series<'a>,
+    periods: Vec<u32>,
+    catalog: bool,
+}
+
+impl IndexWriter {
+    pub(crate) fn new(schema: Schema) -> IndexWriter {
+        IndexWriter {
+            schema,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Steps 1 to 3: finds the (series, period) pairs of `rows` (key and row id, sorted by
+    /// key) not known indexed, reads the markers of those that may exist, and writes the
+    /// postings and value rows of the missing ones. An error fails the flush before any
+    /// data row is written.
+    pub(crate) fn prepare(
+        &self,
+        store: &dyn Store,
+        uids: &UidRegistry,
+        rows: &[(Vec<u8>, u64)],
+        now_secs: i64,
+    ) -> Result<Pending> {
+        let schema = &self.schema;
+        let table = &schema.index_table;
+        let mut state = self.state.lock();
+        // 1. Pairs not known, each once, by series (first key seen names the series).
+        let mut wanted: Map<u32, (Series<'_>, Vec<u32>)> = Map::default();
+        let mut last: Option<u64> = None;
+        for (key, row) in rows {
+            let id = (row >> 32) as u32;
+            let base = *row as u32;
+            let period = index::period_of(base);
+            let row_key = (u64::from(id) << 32) | u64::from(period);
+            if last == Some(row_key) && base % PERIOD_SECS != PERIOD_SECS - 3600 {
+                continue; // same series and period as the row before, not its last hour
+            }
+            let known = state.known(id);
+            let mut missing = Vec::with_capacity(2);
+            if !known.has(period) {
+                missing.push(period);
+            }
+            // The next period's entries are spread over this one's last hour.
+            if let Some(next) = announced(base, now_secs)
+                && !known.has(next)
+                && let Some(series) = Series::from_row_key(schema, key)
+                && (crc32fast::hash(&series.tsuid()) % 3600) < (now_secs - i64::from(base)) as u32
+            {
+                missing.push(next);
+            }
+            last = Some(row_key);
+            // A series whose catalog row is not known written (its markers' write failed)
+            // is written again even when its periods are known.
+            if missing.is_empty() && known.cataloged {
+                continue;
+            }
+            let Some(series) = Series::from_row_key(schema, key) else {
+                continue; // a key without tags: the write path never makes one
+            };
+            let entry = wanted.entry(id).or_insert_with(|| (series, Vec::new()));
+            for p in missing {
+                if !entry.1.contains(&p) {
+                    entry.1.push(p);
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(Pending::default());
+        }
+        // 2. Read the markers that may exist, and the catalog rows of series new here.
+        let mut reads: Vec<Vec<u8>> = Vec::new();
+        let mut read_of: Vec<(u32, Option<u32>)> = Vec::new();
+        for (id, (series, periods)) in &wanted {
+            let known = state.known(*id);
+            if !known.seen {
+                reads.push(index::catalog_key(*series));
+                read_of.push((*id, None));
+            }
+            for p in periods {
+                if !known.writes_blind(*p) {
+                    reads.push(index::period_series_key(*series, *p));
+                    read_of.push((*id, Some(*p)));
+                }
+            }
+        }
+        let found = store.get_rows(table, &reads, &ReadOptions::keys_only())?;
+        for ((id, what), row) in read_of.iter().zip(&found) {
+            let known = state.known(*id);
+            match what {
+                None => {
+                    known.seen = true;
+                    known.cataloged = row.is_some();
+                }
+                Some(p) if row.is_some() => known.add(*p),
+                Some(_) => {}
+            }
+        }
+        let mut missing: Vec<Missing<'_>> = Vec::new();
+        for (id, (series, periods)) in wanted {
+            let known = state.known(id);
+            let periods: Vec<u32> = periods.into_iter().filter(|p| !known.has(*p)).collect();
+            let catalog = !known.cataloged;
+            if !periods.is_empty() || catalog {
+                missing.push(Missing {
+                    id,
+                    series,
+                    periods,
+                    catalog,
+                });
+            }
+        }
+        missing.sort_unstable_by_key(|m| m.id);
+        // 3. Postings and value rows, values once per flush and process (a value already
+        // written gets no name, so no rows are built for it), written as they accumulate.
+        let mut pending = Pending::default();
+        let mut writes: Vec<RowMutation> = Vec::new();
+        let mut flush_values: Set<Vec<u8>> = Set::default();
+        for m in &missing {
+            let names = index::value_names(uids, schema, m.series)?;
+            let metric = m.series.metric;
+            for &period in &m.periods {
+                let counters = index::period_counters_key(metric, period);
+                pending
+                    .counters
+                    .add(counters.clone(), index::ENTRY_QUALIFIER.to_vec(), 1);
+                let mut fresh = names.clone();
+                for (i, (tagk, tagv)) in m.series.pairs(schema).enumerate() {
+                    let q = index::key_series_qualifier(tagk);
+                    pending.counters.add(counters.clone(), q, 1);
+                    let id = [metric, &period.to_be_bytes(), tagk, tagv].concat();
+                    if fresh[i].is_none()
+                        || state.period_values.contains(&id)
+                        || !flush_values.insert(id.clone())
+                    {
+                        fresh[i] = None;
+                        continue;
+                    }
+                    let q = index::key_values_qualifier(tagk);
+                    pending.counters.add(counters.clone(), q, 1);
+                    pending.period_values.push(id);
+                }
+                let entries = index::period_entries(schema, m.series, period, &fresh);
+                writes.extend(entries.postings);
+                writes.extend(entries.values.into_iter().flat_map(|v| v.rows));
+                pending.pairs.push((m.id, period));
+                pending.markers.push(entries.marker);
+            }
+            if m.catalog {
+                let counters = index::series_counters_key(metric);
+                pending
+                    .counters
+                    .add(counters.clone(), index::ENTRY_QUALIFIER.to_vec(), 1);
+                let mut fresh = names;
+                for (i, (tagk, tagv)) in m.series.pairs(schema).enumerate() {
+                    let q = index::key_series_qualifier(tagk);
+                    pending.counters.add(counters.clone(), q, 1);
+                    let id = [metric, tagk, tagv].concat();
+                    if fresh[i].is_none()
+                        || state.values.contains(&id)
+                        || !flush_values.insert(id.clone())
+                    {
+                        fresh[i] = None;
+                        continue;
+                    }
+                    let q = index::key_values_qualifier(tagk);
+                    pending.counters.add(counters.clone(), q, 1);
+                    pending.values.push(id);
+                }
+                let entries = index::series_entries(schema, m.series, &fresh);
+                writes.extend(entries.postings);
+                writes.extend(entries.values.into_iter().flat_map(|v| v.rows));
+                pending.cataloged.push(m.id);
+                pending.markers.push(entries.catalog);
+            }
+            if writes.len() >= INDEX_BATCH_ROWS {
+                store.mutate_rows(table, &writes)?;
+                writes.clear();
+            }
+        }
+        drop(state);
+        if !writes.is_empty() {
+            store.mutate_rows(table, &writes)?;
+        }
+        Ok(pending)
+    }
+
+    /// Step 5, once the flush's data rows are stored and synced: counters, then markers,
+    /// then the pairs known in memory. A failure is logged: the pairs stay unknown and the
+    /// next flush writes (and counts) them again.
+    pub(crate) fn finish(&self, store: &dyn Store, pending: Pending) -> usize {
+        if pending.markers.is_empty() {
+            return 0;
+        }
+        let table = &self.schema.index_table;
+        let result = (|| -> Result<()> {
+            let mut rows: Vec<_> = pending.counters.0.into_iter().collect();
+            rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (key, deltas) in rows {
+                let mut increments: Vec<Increment> = deltas
+                    .into_iter()
+                    .map(|(q, d)| Increment::new(COUNTER_FAMILY, q, d))
+                    .collect();
+                increments.sort_unstable_by(|a, b| a.qualifier.cmp(&b.qualifier));
+                store.increment_many(table, &key, &increments)?;
+            }
+            for batch in pending.markers.chunks(INDEX_BATCH_ROWS) {
+                store.mutate_rows(table, batch)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::error!(error = %e, "tag index: counters or markers not written; the next flush writes them again");
+            return 0;
+        }
+        let mut state = self.state.lock();
+        for (id, period) in &pending.pairs {
+            state.known(*id).add(*period);
+        }
+        for id in &pending.cataloged {
+            let known = state.known(*id);
+            known.seen = true;
+            known.cataloged = true;
+        }
+        remember(&mut state.values, pending.values);
+        remember(&mut state.period_values, pending.period_values);
+        pending.markers.len()
+    }
+}
+
+/// The next period, when `base` is the last hour of its period and the clock is in it.
+fn announced(base: u32, now_secs: i64) -> Option<u32> {
+    let last_hour = base % PERIOD_SECS == PERIOD_SECS - 3600;
+    let in_it = (i64::from(base)..i64::from(base) + 3600).contains(&now_secs);
+    (last_hour && in_it).then(|| index::period_of(base).saturating_add(PERIOD_SECS))
+}
+
+fn remember(set: &mut Set<Vec<u8>>, ids: Vec<Vec<u8>>) {
+    for id in ids {
+        if set.len() >= KNOWN_VALUES_MAX {
+            set.clear();
+        }
+        set.insert(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_periods_keep_the_two_latest() {
+        let mut k = Known::default();
+        k.add(10);
+        assert_eq!(k.periods, [Some(10), None]);
+        k.add(20);
+        assert_eq!(k.periods, [Some(20), Some(10)]);
+        k.add(5);
+        assert_eq!(k.periods, [Some(20), Some(10)], "older than both: not kept");
+        k.add(15);
+        assert_eq!(k.periods, [Some(20), Some(15)]);
+        k.add(30);
+        assert_eq!(k.periods, [Some(30), Some(20)]);
+        k.add(30);
+        assert_eq!(k.periods, [Some(30), Some(20)]);
+    }
+
+    #[test]
+    fn only_newer_periods_of_seen_series_are_written_blind() {
+        let mut k = Known::default();
+        assert!(!k.writes_blind(10), "new to the process: read first");
+        k.seen = true;
+        assert!(k.writes_blind(10));
+        k.add(10);
+        assert!(k.writes_blind(11));
+        assert!(!k.writes_blind(9), "backfill: read first");
+    }
+
+    #[test]
+    fn the_next_period_is_announced_in_the_last_hour_only() {
+        let day = 86_400 * 20_000;
+        let last = day + PERIOD_SECS - 3600;
+        assert_eq!(
+            announced(last, i64::from(last) + 10),
+            Some(day + PERIOD_SECS)
+        );
+        assert_eq!(
+            announced(last, i64::from(last) - 1),
+            None,
+            "clock before it"
+        );
+        assert_eq!(
+            announced(last, i64::from(last) + 3600),
+            None,
+            "clock past it"
+        );
+        assert_eq!(announced(last - 3600, i64::from(last - 3600) + 10), None);
+    }
+}
