@@ -62,8 +62,8 @@ struct IngestArgs {
     /// Connection counts to run, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,8")]
     connections: Vec<usize>,
-    /// Targets, comma separated: hourglass, hourglass-noindex (the tag index off:
-    /// `tsd.index.enable = false`), victoriametrics, influxdb.
+    /// Targets, comma separated: hourglass, hourglass-index (the tag index on:
+    /// `tsd.index.enable = true`), victoriametrics, influxdb.
     #[arg(
         long,
         value_delimiter = ',',

@@ -215,7 +215,7 @@ pub(crate) fn run(args: &QueryArgs) -> anyhow::Result<()> {
             "{name}: loaded {points} points in {:.1} s",
             loaded_at.elapsed().as_secs_f64()
         );
-        if matches!(target, Target::Hourglass(_) | Target::HourglassNoIndex(_)) {
+        if matches!(target, Target::Hourglass(_) | Target::HourglassIndex(_)) {
             // Restart: everything compacted in storage, nothing left in the write buffers.
             server.stop(Duration::from_secs(600))?;
             server = target.start(dir.path())?;
@@ -224,7 +224,7 @@ pub(crate) fn run(args: &QueryArgs) -> anyhow::Result<()> {
         for c in &cases {
             let q_start = end - c.span;
             let (secs, scanned) = match target {
-                Target::Hourglass(_) | Target::HourglassNoIndex(_) => {
+                Target::Hourglass(_) | Target::HourglassIndex(_) => {
                     let url = format!(
                         "http://{}/api/query?start={q_start}&end={}&{}&show_summary",
                         server.put_addr,

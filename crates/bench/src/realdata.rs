@@ -217,7 +217,7 @@ fn queries(series: &[Series]) -> anyhow::Result<Vec<Query>> {
 fn count_points(target: &Target, body: &str) -> anyhow::Result<usize> {
     let v: serde_json::Value = serde_json::from_str(body)?;
     let results = match target {
-        Target::Hourglass(_) | Target::HourglassNoIndex(_) => v.as_array(),
+        Target::Hourglass(_) | Target::HourglassIndex(_) => v.as_array(),
         _ => v["data"]["result"].as_array(),
     };
     let Some(results) = results else {
@@ -226,7 +226,7 @@ fn count_points(target: &Target, body: &str) -> anyhow::Result<usize> {
     Ok(results
         .iter()
         .map(|r| match target {
-            Target::Hourglass(_) | Target::HourglassNoIndex(_) => {
+            Target::Hourglass(_) | Target::HourglassIndex(_) => {
                 r["dps"].as_object().map_or(0, |d| d.len())
             }
             _ => r["values"].as_array().map_or(0, Vec::len),
@@ -246,7 +246,7 @@ struct Measured {
 /// The URL of a query on a target.
 fn query_url(target: &Target, server: &Server, q: &Query) -> String {
     match target {
-        Target::Hourglass(_) | Target::HourglassNoIndex(_) => {
+        Target::Hourglass(_) | Target::HourglassIndex(_) => {
             format!("http://{}/api/query?{}", server.http_addr(), q.opentsdb)
         }
         _ => format!(

@@ -13,9 +13,9 @@ use crate::proc;
 #[derive(Debug)]
 pub(crate) enum Target {
     Hourglass(PathBuf),
-    /// Hourglass with the tag index off (`tsd.index.enable = false`), beside `Hourglass`
-    /// to measure what maintaining the index costs (RFC 0007).
-    HourglassNoIndex(PathBuf),
+    /// Hourglass with the tag index on (`tsd.index.enable = true`; off by default until
+    /// queries read it), beside `Hourglass` to measure what maintaining it costs (RFC 0007).
+    HourglassIndex(PathBuf),
     VictoriaMetrics,
     InfluxDb,
 }
@@ -64,7 +64,7 @@ impl Target {
     pub(crate) fn parse(name: &str, tsdb: &Path) -> anyhow::Result<Target> {
         Ok(match name {
             "hourglass" => Target::Hourglass(tsdb.to_path_buf()),
-            "hourglass-noindex" => Target::HourglassNoIndex(tsdb.to_path_buf()),
+            "hourglass-index" => Target::HourglassIndex(tsdb.to_path_buf()),
             "victoriametrics" => Target::VictoriaMetrics,
             "influxdb" => Target::InfluxDb,
             other => bail!("unknown target {other}"),
@@ -74,19 +74,19 @@ impl Target {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Target::Hourglass(_) => "hourglass",
-            Target::HourglassNoIndex(_) => "hourglass-noindex",
+            Target::HourglassIndex(_) => "hourglass-index",
             Target::VictoriaMetrics => "victoriametrics",
             Target::InfluxDb => "influxdb",
         }
     }
 
-    /// `--config FILE` for a run with the index off (the file written in `dir`), else nothing.
+    /// `--config FILE` for a run with the index on (the file written in `dir`), else nothing.
     fn hourglass_config(&self, dir: &Path) -> anyhow::Result<Vec<std::ffi::OsString>> {
-        if !matches!(self, Target::HourglassNoIndex(_)) {
+        if !matches!(self, Target::HourglassIndex(_)) {
             return Ok(Vec::new());
         }
         let conf = dir.join("opentsdb.conf");
-        std::fs::write(&conf, "tsd.index.enable = false\n")?;
+        std::fs::write(&conf, "tsd.index.enable = true\n")?;
         Ok(vec!["--config".into(), conf.into_os_string()])
     }
 
@@ -96,11 +96,11 @@ impl Target {
         let put_addr = format!("127.0.0.1:{put_port}");
         let http_addr = match self {
             // One port serves telnet and HTTP.
-            Target::Hourglass(_) | Target::HourglassNoIndex(_) => put_addr.clone(),
+            Target::Hourglass(_) | Target::HourglassIndex(_) => put_addr.clone(),
             _ => format!("127.0.0.1:{http_port}"),
         };
         let mut child = match self {
-            Target::Hourglass(tsdb) | Target::HourglassNoIndex(tsdb) => Command::new(tsdb)
+            Target::Hourglass(tsdb) | Target::HourglassIndex(tsdb) => Command::new(tsdb)
                 .args([
                     "tsd",
                     "--bind",
@@ -179,7 +179,7 @@ impl Target {
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(1800);
         match self {
-            Target::Hourglass(_) | Target::HourglassNoIndex(_) => {
+            Target::Hourglass(_) | Target::HourglassIndex(_) => {
                 // Commands on a connection run in order: the reply to `version` comes after
                 // every earlier put was acknowledged.
                 for s in sockets.iter_mut() {

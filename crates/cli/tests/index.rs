@@ -23,8 +23,12 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Two series of `sys.cpu.user` over two days of 2013, imported (index on by default).
+/// Two series of `sys.cpu.user` over two days of 2013, imported with `config` (by default
+/// one turning the index on).
 fn import(dir: &Path, data: &Path, config: Option<&Path>) {
+    let on = dir.join("index-on.conf");
+    std::fs::write(&on, "tsd.index.enable = true\n").unwrap();
+    let config = config.or(Some(&on));
     let mut lines = String::new();
     for (i, host) in ["web01", "web02"].iter().enumerate() {
         for day in 0..2 {

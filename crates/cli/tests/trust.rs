@@ -411,6 +411,7 @@ fn sigkill_loop_loses_and_duplicates_no_acknowledged_point() {
         &[
             "tsd.storage.flush_interval = 200".into(),
             "tsd.storage.max_buffered_points = 2000".into(),
+            "tsd.index.enable = true".into(),
         ],
     );
     let now = now_secs();

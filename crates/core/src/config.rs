@@ -445,7 +445,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.http.request.max_body", "268435456"),
     ("tsd.http.request.max_chunk", "4096"),
     ("tsd.http.show_stack_trace", "false"),
-    ("tsd.index.enable", "true"),
+    ("tsd.index.enable", "false"),
     ("tsd.mode", "rw"),
     ("tsd.network.async_io", "true"),
     ("tsd.network.backlog", "1024"),

@@ -73,7 +73,8 @@ pub struct Settings {
     pub wal_segment_bytes: u64,
     /// `tsd.core.meta.*`: meta data tracking (all off by default, as in OpenTSDB).
     pub meta: crate::meta::MetaTracking,
-    /// `tsd.index.enable` (default true): maintain the tag index (RFC 0007) at each flush.
+    /// `tsd.index.enable` (default false until queries read the index, RFC 0007 phase 3):
+    /// maintain the tag index at each flush.
     pub index: bool,
     pub clock: Clock,
 }
@@ -98,7 +99,7 @@ impl Default for Settings {
             wal_sync: false,
             wal_segment_bytes: crate::wal::SEGMENT_BYTES,
             meta: crate::meta::MetaTracking::default(),
-            index: true,
+            index: false,
             clock: Clock::system(),
         }
     }

@@ -310,6 +310,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
         max_buffered_points: usize::MAX,
         flush_interval: std::time::Duration::from_secs(3600),
         clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+        index: true,
         ..Settings::default()
     };
     let trace = std::env::var("HOURGLASS_SIM_TRACE").is_ok();
