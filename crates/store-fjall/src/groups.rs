@@ -433,22 +433,11 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
     let (mut offset, mut timestamp, mut joint) = (0u64, 0i64, false);
     for i in 0..n {
         let delta = if joint_format {
-            let step = r.varint()?;
-            if step & 1 == 0 {
-                (step >> 1).saturating_mul(u64::from(HOUR_SECS))
-            } else {
-                step >> 1
-            }
+            step_secs(r.varint()?)
         } else {
             r.varint()?
         };
-        if i > 0 && delta == 0 {
-            return Err(corrupt("offsets not increasing"));
-        }
-        offset = offset
-            .checked_add(delta)
-            .filter(|o| *o <= u64::from(u32::MAX))
-            .ok_or_else(|| corrupt("offset out of range"))?;
+        offset = next_offset(offset, delta, i == 0)?;
         let shape = if joint_format { r.byte()? } else { SHAPE_ROW };
         let member = match shape {
             SHAPE_ROW => Member::Row(r.chunk()?),
@@ -508,6 +497,28 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The offset delta a step stands for: whole hours (`hours << 1`) or seconds
+/// (`seconds << 1 | 1`).
+fn step_secs(step: u64) -> u64 {
+    if step & 1 == 0 {
+        (step >> 1).saturating_mul(u64::from(HOUR_SECS))
+    } else {
+        step >> 1
+    }
+}
+
+/// A member's offset, `delta` after the previous `offset`: strictly increasing after the
+/// `first`, within `u32`.
+fn next_offset(offset: u64, delta: u64, first: bool) -> Result<u64> {
+    if !first && delta == 0 {
+        return Err(corrupt("offsets not increasing"));
+    }
+    offset
+        .checked_add(delta)
+        .filter(|o| *o <= u64::from(u32::MAX))
+        .ok_or_else(|| corrupt("offset out of range"))
+}
+
 /// A group value of format 0x03: format 0x02's member fields, each a Rice sequence over the
 /// members that have it (see [`joint_form`]).
 fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
@@ -535,18 +546,8 @@ fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
     let (mut meta_at, mut joint_at) = (0usize, 0usize);
     for (i, (step, shape)) in steps.iter().zip(&shapes).enumerate() {
         let step = u64::try_from(*step).map_err(|_| corrupt("bad step"))?;
-        let delta = if step & 1 == 0 {
-            (step >> 1).saturating_mul(u64::from(HOUR_SECS))
-        } else {
-            step >> 1
-        };
-        if i > 0 && delta == 0 {
-            return Err(corrupt("offsets not increasing"));
-        }
-        offset = offset
-            .checked_add(delta)
-            .filter(|o| *o <= u64::from(u32::MAX))
-            .ok_or_else(|| corrupt("offset out of range"))?;
+        let delta = step_secs(step);
+        offset = next_offset(offset, delta, i == 0)?;
         let member = match u8::try_from(*shape) {
             Ok(SHAPE_ROW) => Member::Row(r.chunk()?),
             Ok(shape @ (SHAPE_JOINT | SHAPE_JOINT_META_0 | SHAPE_JOINT_META)) => {

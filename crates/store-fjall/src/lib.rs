@@ -351,6 +351,13 @@ impl FjallStore {
             ..grouping
         };
         self.groupings.write().insert(table.to_string(), grouping);
+        self.rewrite_spec(table, "cannot switch grouping on");
+        self
+    }
+
+    /// Writes an existing table's catalog entry again (with its grouping and marks as now
+    /// set); a failure is logged with `what`.
+    fn rewrite_spec(&self, table: &str, what: &str) {
         let exists = self
             .open
             .read()
@@ -362,10 +369,9 @@ impl FjallStore {
                 families: Vec::new(),
             };
             if let Err(e) = self.create_table(&spec) {
-                tracing::error!(table, error = %e, "cannot switch grouping on");
+                tracing::error!(table, error = %e, "{what}");
             }
         }
-        self
     }
 
     /// Marks `table`'s catalog entry `@indexed=1` (RFC 0007): when it is created, or at once
@@ -373,20 +379,7 @@ impl FjallStore {
     /// data dir (`bad table spec`).
     pub fn with_indexed(self, table: &str) -> Self {
         self.indexed.write().insert(table.to_string());
-        let exists = self
-            .open
-            .read()
-            .as_ref()
-            .is_some_and(|open| open.tables.read().contains_key(table));
-        if exists {
-            let spec = TableSpec {
-                name: table.to_string(),
-                families: Vec::new(),
-            };
-            if let Err(e) = self.create_table(&spec) {
-                tracing::error!(table, error = %e, "cannot mark the table indexed");
-            }
-        }
+        self.rewrite_spec(table, "cannot mark the table indexed");
         self
     }
 
