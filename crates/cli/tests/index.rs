@@ -48,8 +48,23 @@ fn import(dir: &Path, data: &Path, config: Option<&Path>) {
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
 
+/// The data dir's store. Tests of this binary spawn `tsdb` processes from other threads: a
+/// child between fork and exec holds a copy of every descriptor, the data dir's lock file
+/// of a store just dropped here included, so the lock can stay taken for a moment.
+fn open_store(data: &Path) -> FjallStore {
+    for _ in 0..200 {
+        match FjallStore::open(data) {
+            Err(hourglass_storage::Error::Unavailable(_)) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other.unwrap(),
+        }
+    }
+    FjallStore::open(data).unwrap()
+}
+
 fn index_keys(data: &Path, table: &str) -> Vec<Vec<u8>> {
-    let store = FjallStore::open(data).unwrap();
+    let store = open_store(data);
     store
         .scan(table, &ScanRequest::default())
         .unwrap()
@@ -63,7 +78,7 @@ fn fsck_index_finds_a_missing_marker_and_fixes_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     import(dir.path(), &data, None);
-    assert!(FjallStore::open(&data).unwrap().is_indexed("tsdb"));
+    assert!(open_store(&data).is_indexed("tsdb"));
 
     let o = tsdb(&["fsck", "--index"], &data);
     assert_eq!(
@@ -83,7 +98,7 @@ fn fsck_index_finds_a_missing_marker_and_fixes_it() {
         .find(|k| k[0] == index::kind::PERIOD_SERIES)
         .unwrap();
     {
-        let store = FjallStore::open(&data).unwrap();
+        let store = open_store(&data);
         store
             .mutate_row("tsdb-index", &marker, &[Mutation::DeleteRow])
             .unwrap();
@@ -166,7 +181,7 @@ fn with_the_index_off_nothing_is_written_until_a_rebuild() {
     std::fs::write(&config, "tsd.index.enable = false\n").unwrap();
     import(dir.path(), &data, Some(&config));
     assert!(index_keys(&data, "tsdb-index").is_empty());
-    assert!(!FjallStore::open(&data).unwrap().is_indexed("tsdb"));
+    assert!(!open_store(&data).is_indexed("tsdb"));
     let o = tsdb(
         &["fsck", "--index", "--config", config.to_str().unwrap()],
         &data,
@@ -182,7 +197,7 @@ fn with_the_index_off_nothing_is_written_until_a_rebuild() {
         &data,
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
-    let store = FjallStore::open(&data).unwrap();
+    let store = open_store(&data);
     let status = store
         .get("tsdb-index", &index::status_key(), &ReadOptions::default())
         .unwrap();
