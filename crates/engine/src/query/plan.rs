@@ -910,12 +910,20 @@ fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOption
         Some(ds) if ds.interval_ms == 0 => false,
         Some(ds) => ds.is_boundary(hour * 1000),
     };
-    // The hour boundary nearest the middle that is also a bucket boundary.
+    // The hour boundary nearest the middle that is also a bucket boundary; a UTC day's start
+    // when one lies in the middle half of the range (the embedded store keeps a series' day
+    // as one group, which a split inside it makes both halves decode).
     let middle = first_hour + (hours / 2) * 3600;
-    (0..hours)
-        .flat_map(|d| [middle + d * 3600, middle - d * 3600])
-        .find(|&h| h > first_hour && h <= last_hour && aligned(h))
+    let nearest = |ok: &dyn Fn(i64) -> bool, within: i64| {
+        (0..=within)
+            .flat_map(|d| [middle + d * 3600, middle - d * 3600])
+            .find(|&h| h > first_hour && h <= last_hour && aligned(h) && ok(h))
+    };
+    nearest(&|h| h % DAY_SECS == 0, hours / 4).or_else(|| nearest(&|_| true, hours))
 }
+
+/// A UTC day.
+const DAY_SECS: i64 = 86_400;
 
 /// The mutation deleting a stored row's points and annotations within `[start_ms, end_ms]`
 /// (read again as stored: kept points are written back byte for byte).
@@ -989,4 +997,47 @@ pub fn global_annotations(
             json: n.storage_json(),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::aggregator::Aggregator;
+    use crate::query::downsample::DownsampleSpec;
+
+    /// Two threads split a query at a UTC day's start when one lies in the middle half of
+    /// its hours (a grouped day is then decoded once), else at the hour nearest the middle
+    /// that starts a bucket.
+    #[test]
+    fn splits_fall_on_days_where_they_can() {
+        if !super::super::two_cores() {
+            return;
+        }
+        let mut q = SubQuery::new(Aggregator::parse("sum").unwrap(), "m");
+        let options = RunOptions::default();
+        let day = 1_735_689_600; // 2025-01-01, a UTC day's start
+        // Three days from 05:00: the middle is 17:00 of day 2, a day's start is 7 h away.
+        let (first, last) = (day + 5 * 3600, day + 3 * 86_400 + 4 * 3600);
+        assert_eq!(
+            split_hour(&q, first, last, &options),
+            Some(day + 2 * 86_400)
+        );
+        // Ten hours from 01:00: no day in the middle half, the middle hour (06:00).
+        assert_eq!(
+            split_hour(&q, day + 3600, day + 10 * 3600, &options),
+            Some(day + 6 * 3600)
+        );
+        // Buckets of 6 h: a day's start is one too.
+        q.downsample = Some(DownsampleSpec::parse("6h-avg").unwrap());
+        assert_eq!(
+            split_hour(&q, first, last, &options),
+            Some(day + 2 * 86_400)
+        );
+        // 30 hours from 01:00: the middle is 16:00, the next day 8 h away (more than a quarter
+        // of the range): the bucket start nearest the middle.
+        assert_eq!(
+            split_hour(&q, day + 3600, day + 30 * 3600, &options),
+            Some(day + 18 * 3600)
+        );
+    }
 }
