@@ -18,6 +18,11 @@ fn settings(now_secs: &Arc<AtomicI64>, index: bool) -> Settings {
     Settings {
         auto_create_metrics: true,
         index,
+        // Series noted in the meta table too, for lookups reading it.
+        meta: hourglass_engine::meta::MetaTracking {
+            tsuid_tracking: true,
+            ..Default::default()
+        },
         clock: Clock::from_fn(move || now.load(Ordering::SeqCst) * 1000),
         ..Settings::default()
     }
@@ -103,7 +108,7 @@ fn random_query(rng: &mut Rng) -> LookupQuery {
     LookupQuery {
         metric,
         tags,
-        use_meta: false,
+        use_meta: rng.below(3) == 0,
         limit: [0, 1, 3, 25][rng.below(4)],
     }
 }
@@ -115,7 +120,7 @@ fn period_ordered(name: &str) -> bool {
 }
 
 fn same(name: &str, q: &LookupQuery, by_index: &[LookupResult], by_scan: &[LookupResult]) {
-    if period_ordered(name) {
+    if period_ordered(name) && !q.use_meta {
         let sorted = |r: &[LookupResult]| {
             let mut v: Vec<Vec<u8>> = r.iter().map(|r| r.tsuid.clone()).collect();
             v.sort();

@@ -37,6 +37,11 @@ pub(super) fn lookup(
     )? {
         return Ok(None);
     }
+    if tsdb.buffered_points() > 0 {
+        // Buffered series have no index entries yet (the flush writes them), though series
+        // tracking may have noted them in the meta table already.
+        tsdb.flush()?;
+    }
     let found = candidates(tsdb, c, metric.as_deref())?;
     let ordered = if q.use_meta {
         in_meta_table(tsdb, found)?
