@@ -13,6 +13,7 @@ use crate::scan::escape_bytes;
 use crate::{Error, Result, Tsdb};
 
 mod indexed;
+pub mod suggest;
 
 /// What to look for. `None` (or `*`) in a pair means any tag key / any value.
 #[derive(Debug, Clone, Default)]

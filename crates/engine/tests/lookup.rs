@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use hourglass_core::value::Value;
+use hourglass_engine::search::suggest::{MetricSuggest, suggest_by_scan, suggest_in_metric};
 use hourglass_engine::search::{LookupQuery, LookupResult, lookup, lookup_by_scan};
 use hourglass_engine::{Clock, IncomingPoint, Settings, Tsdb};
 
@@ -258,6 +259,97 @@ fn a_covered_metric_is_answered_from_the_index() {
         store.mutate_rows("tsdb-index", &catalog).unwrap();
         assert!(lookup(&db, &q).unwrap().is_empty(), "{name}");
         assert_eq!(lookup_by_scan(&db, &q).unwrap().len(), 1, "{name}");
+        db.close().unwrap();
+    }
+}
+
+fn random_suggest(rng: &mut Rng) -> MetricSuggest {
+    let tags = (0..rng.below(3))
+        .map(|_| (rng.pick(&KEYS).to_string(), rng.pick(&VALUES).to_string()))
+        .collect();
+    MetricSuggest {
+        metric: rng.pick(&METRICS).to_string(),
+        tagk: (rng.below(3) > 0).then(|| rng.pick(&KEYS).to_string()),
+        tags,
+        prefix: ["", "w", "web01", "é", "l", "W"][rng.below(6)].to_string(),
+        max: [1, 3, 25][rng.below(3)],
+    }
+}
+
+#[test]
+fn suggest_within_a_metric_from_the_index_equals_the_scan() {
+    for (name, store) in common::backends() {
+        let mut rng = Rng(0x0123_4567_89AB_CDEF ^ name.len() as u64);
+        let now = Arc::new(AtomicI64::new(DAY + 3 * 86_400));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        write_random(&db, &mut rng, 120);
+        let mut answered = 0;
+        for _ in 0..150 {
+            let s = random_suggest(&mut rng);
+            let by_index = suggest_in_metric(&db, &s).unwrap();
+            let by_scan = suggest_by_scan(&db, &s).unwrap();
+            assert_eq!(by_index, by_scan, "{name} {s:?}");
+            answered += usize::from(!by_index.is_empty());
+        }
+        assert!(
+            answered > 30,
+            "{name}: only {answered} suggestions found names"
+        );
+        db.close().unwrap();
+    }
+}
+
+/// The index answers suggestions of a covered metric: with its value rows deleted, no
+/// values are suggested while the scan still finds them.
+#[test]
+fn suggest_within_a_covered_metric_reads_the_index() {
+    use hourglass_storage::{Mutation, RowMutation, ScanRequest};
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        put(&db, "sys.cpu", DAY + 3600, &[("host", "web01")]);
+        put(&db, "sys.cpu", DAY + 3600, &[("host", "web02")]);
+        put(&db, "sys.mem", DAY + 3600, &[("host", "web03")]);
+        let s = MetricSuggest {
+            metric: "sys.cpu".into(),
+            tagk: Some("host".into()),
+            prefix: "web".into(),
+            max: 25,
+            ..MetricSuggest::default()
+        };
+        assert_eq!(
+            suggest_in_metric(&db, &s).unwrap(),
+            ["web01", "web02"],
+            "{name}"
+        );
+        let keys = MetricSuggest {
+            tagk: None,
+            prefix: String::new(),
+            ..s.clone()
+        };
+        assert_eq!(suggest_in_metric(&db, &keys).unwrap(), ["host"], "{name}");
+        let values: Vec<RowMutation> = store
+            .scan(
+                "tsdb-index",
+                &ScanRequest {
+                    start: vec![0x04],
+                    end: Some(vec![0x05]),
+                    ..ScanRequest::default()
+                },
+            )
+            .unwrap()
+            .map(|r| RowMutation {
+                key: r.unwrap().key,
+                mutations: vec![Mutation::DeleteRow],
+            })
+            .collect();
+        store.mutate_rows("tsdb-index", &values).unwrap();
+        assert!(suggest_in_metric(&db, &s).unwrap().is_empty(), "{name}");
+        assert_eq!(
+            suggest_by_scan(&db, &s).unwrap(),
+            ["web01", "web02"],
+            "{name}"
+        );
         db.close().unwrap();
     }
 }

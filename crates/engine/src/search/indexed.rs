@@ -59,7 +59,11 @@ pub(super) fn lookup(
 }
 
 /// The TSUIDs the index lists for the conditions, sorted, each once.
-fn candidates(tsdb: &Tsdb, c: &Conditions, metric: Option<&[u8]>) -> Result<Vec<Vec<u8>>> {
+pub(super) fn candidates(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: Option<&[u8]>,
+) -> Result<Vec<Vec<u8>>> {
     let schema = &tsdb.settings().schema;
     let tagv_width = usize::from(schema.tagv_width);
     // Each prefix scanned, and where the TSUID starts in its keys (with a metric, the TSUID
