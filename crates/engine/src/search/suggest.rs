@@ -33,7 +33,7 @@ pub fn suggest_in_metric(tsdb: &Tsdb, s: &MetricSuggest) -> Result<Vec<String>> 
     match indexed_suggest(tsdb, s) {
         Ok(Some(names)) => Ok(names),
         Ok(None) => suggest_by_scan(tsdb, s),
-        Err(e) if e.kind() == crate::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(crate::Error::NoSuchName { .. }) => Ok(Vec::new()),
         Err(e) => Err(e),
     }
 }
@@ -43,7 +43,7 @@ pub fn suggest_by_scan(tsdb: &Tsdb, s: &MetricSuggest) -> Result<Vec<String>> {
     let q = query_of(s);
     let found = match lookup_by_scan(tsdb, &q) {
         Ok(found) => found,
-        Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(crate::Error::NoSuchName { .. }) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut names = Vec::new();
@@ -139,10 +139,15 @@ fn indexed_suggest(tsdb: &Tsdb, s: &MetricSuggest) -> Result<Option<Vec<String>>
             let tagk = uids.get_id(UidKind::TagKey, k)?.to_bytes(schema.tagk_width);
             let mut head = [&[kind::VALUE_NAME][..], &metric, &tagk].concat();
             let whole = head.len();
-            // A non-ASCII prefix may be stored in either of two encodings: read every name.
-            if s.prefix.is_ascii() {
+            // Rows come in stored-name order, one per name: an ASCII prefix is one range
+            // and the first `max` rows are the answer. A non-ASCII prefix may be stored in
+            // either of two encodings: every name is read.
+            let limit = if s.prefix.is_ascii() {
                 head.extend_from_slice(s.prefix.as_bytes());
-            }
+                Some(s.max)
+            } else {
+                None
+            };
             let request = ScanRequest {
                 end: prefix_end(&head),
                 start: head,
@@ -150,6 +155,7 @@ fn indexed_suggest(tsdb: &Tsdb, s: &MetricSuggest) -> Result<Option<Vec<String>>
                     keys_only: true,
                     ..ReadOptions::family(GLOBAL_FAMILY)
                 },
+                limit,
                 ..ScanRequest::default()
             };
             let mut names = Vec::new();
