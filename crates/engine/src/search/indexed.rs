@@ -44,7 +44,7 @@ pub(super) fn lookup(
     }
     let found = candidates(tsdb, c, metric.as_deref())?;
     let ordered = if q.use_meta {
-        in_meta_table(tsdb, found)?
+        in_meta_table(tsdb, found, q.limit)?
     } else {
         by_first_row(tsdb, found)?
     };
@@ -161,15 +161,24 @@ fn matches(schema: &Schema, c: &Conditions, tsuid: &[u8]) -> bool {
             .any(|(_, v)| c.any_key_values.iter().any(|w| w.as_slice() == *v))
 }
 
-/// The candidates having a row in the meta table, in TSUID order.
-fn in_meta_table(tsdb: &Tsdb, found: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+/// The candidates having a row in the meta table, in TSUID order: the first `limit` of them
+/// (0: all), read back 1,000 at a time until that many are found.
+fn in_meta_table(tsdb: &Tsdb, found: Vec<Vec<u8>>, limit: usize) -> Result<Vec<Vec<u8>>> {
     let schema = &tsdb.settings().schema;
     let read = ReadOptions {
         keys_only: true,
         ..ReadOptions::family(META_FAMILY)
     };
     let mut out = Vec::new();
-    for chunk in found.chunks(BATCH) {
+    let mut rest = found.as_slice();
+    while !rest.is_empty() && (limit == 0 || out.len() < limit) {
+        let want = if limit == 0 {
+            BATCH
+        } else {
+            (limit - out.len()).min(BATCH)
+        };
+        let (chunk, after) = rest.split_at(want.min(rest.len()));
+        rest = after;
         let rows = tsdb.store().get_rows(&schema.meta_table, chunk, &read)?;
         for (tsuid, row) in chunk.iter().zip(rows) {
             if row.is_some() {
