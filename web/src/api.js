@@ -35,8 +35,13 @@ async function call(path, options = {}) {
   return body;
 }
 
-export function suggest(type, q, max = 25) {
+// `within` ({ metric, tagk, tags }, each optional) restricts tag keys and values to a
+// metric's series (Hourglass's parameters, answered from the tag index when it covers them).
+export function suggest(type, q, max = 25, within = {}) {
   const params = new URLSearchParams({ type, q, max: String(max) });
+  for (const key of ['metric', 'tagk', 'tags']) {
+    if (within[key]) params.set(key, within[key]);
+  }
   return call(`/api/suggest?${params}`);
 }
 

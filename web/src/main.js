@@ -83,6 +83,21 @@ const LAST_ALTERNATIVE = {
   apply: (value, name) => value.replace(/[^|]*$/, name),
 };
 
+// Tag values are suggested from the series of the query's metric having its other filters'
+// single literal values (`/api/suggest`'s `metric`, `tagk`, `tags`), once metric and key are
+// typed; before that, from every value.
+function valuesWithin(q, f) {
+  const text = (v) => String(v ?? '').trim();
+  const metric = text(q.metric);
+  const tagk = text(f.tagk);
+  if (!metric || !tagk) return {};
+  const tags = q.filters
+    .filter((o) => o !== f && o.type === 'literal_or' && text(o.tagk) && /^[^|*,=]+$/.test(text(o.value)))
+    .map((o) => `${text(o.tagk)}=${text(o.value)}`)
+    .join(',');
+  return { metric, tagk, tags };
+}
+
 function filterRow(q, f, rerender) {
   const tagk = bind(el('input', { class: 'tagk', placeholder: 'tag key', size: 12, 'aria-label': 'Tag key' }), f, 'tagk');
   const value = bind(el('input', {
@@ -97,8 +112,8 @@ function filterRow(q, f, rerender) {
   });
   const row = el('div', { class: 'filter' },
     el('span', { class: 'ac' }, tagk), type, el('span', { class: 'ac' }, value), check('group by', groupBy), remove);
-  autocomplete(tagk, (text) => api.suggest('tagk', text));
-  autocomplete(value, (text) => api.suggest('tagv', text), LAST_ALTERNATIVE);
+  autocomplete(tagk, (text) => api.suggest('tagk', text, 25, q.metric ? { metric: q.metric } : {}));
+  autocomplete(value, (text) => api.suggest('tagv', text, 25, valuesWithin(q, f)), LAST_ALTERNATIVE);
   return row;
 }
 

@@ -35,6 +35,8 @@ async function seed() {
       { metric: 'sys.cpu.user', timestamp, value: 300 - i, tags: { host: 'web02' } },
       { metric: 'sys.cpu.system', timestamp, value: 2 * i, tags: { host: 'web01' } },
       { metric: 'sys.cpu.system', timestamp, value: 2 * i, tags: { host: 'web02' } },
+      // A host of another metric only: not suggested for sys.cpu.user's host values.
+      { metric: 'sys.disk.used', timestamp, value: i, tags: { host: 'web03' } },
       { metric: 'sys.if.bytes', timestamp, value: 1000 * i, tags: { host: 'web01', dc: 'lga' } },
     );
   }

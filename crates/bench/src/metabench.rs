@@ -1,7 +1,9 @@
-//! `hourglass-bench meta`: suggest and lookup latency with many tag values. Starts a TSD
-//! on a fresh data dir with series tracking on, writes one point for each of `--values`
-//! series `bench.meta host=h0000000…` (so `--values` tag values, UIDs and meta rows), then
-//! times `/api/suggest` and `/api/search/lookup` over HTTP (median of `--runs`).
+//! `hourglass-bench meta`: suggest and lookup latency with many tag values. For each of
+//! `--targets`, starts a server on a fresh data dir (Hourglass with series tracking on, and
+//! the tag index off for `hourglass`, on for `hourglass-index`), writes one point for each of
+//! `--values` series `bench.meta host=h0000000…` (so `--values` tag values, UIDs and meta
+//! rows), then times `/api/suggest` and `/api/search/lookup` over HTTP (median of `--runs`);
+//! VictoriaMetrics answers the lookup's question with `/api/v1/series`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -24,15 +26,35 @@ pub(crate) struct MetaArgs {
     /// The tsdb binary (default: next to this one).
     #[arg(long)]
     tsdb: Option<std::path::PathBuf>,
+    /// Targets, comma separated: hourglass (index off), hourglass-index, victoriametrics.
+    #[arg(long, default_value = "hourglass,hourglass-index,victoriametrics")]
+    targets: String,
 }
 
 pub(crate) fn run(args: &MetaArgs) -> anyhow::Result<()> {
+    for target in args.targets.split(',').map(str::trim) {
+        println!("\n## {target}\n");
+        match target {
+            "hourglass" => run_hourglass(args, false)?,
+            "hourglass-index" => run_hourglass(args, true)?,
+            "victoriametrics" => run_victoria(args)?,
+            other => anyhow::bail!(
+                "unknown target {other} (hourglass, hourglass-index, victoriametrics)"
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn run_hourglass(args: &MetaArgs, index: bool) -> anyhow::Result<()> {
     let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
     let dir = tempfile::tempdir()?;
     let conf = dir.path().join("opentsdb.conf");
     std::fs::write(
         &conf,
-        "tsd.core.meta.enable_tsuid_tracking = true\ntsd.storage.flush_interval = 1000\n",
+        format!(
+            "tsd.core.meta.enable_tsuid_tracking = true\ntsd.storage.flush_interval = 1000\ntsd.index.enable = {index}\n"
+        ),
     )?;
     let port = free_port()?;
     let addr = format!("127.0.0.1:{port}");
@@ -53,8 +75,8 @@ pub(crate) fn run(args: &MetaArgs) -> anyhow::Result<()> {
     result
 }
 
-fn measure(args: &MetaArgs, addr: &str) -> anyhow::Result<()> {
-    let started = Instant::now();
+/// Sends the put lines (then `version`, when `ack` is set, to know they were read).
+fn load(args: &MetaArgs, addr: &str, ack: bool) -> anyhow::Result<TcpStream> {
     let mut s = TcpStream::connect(addr)?;
     let mut buf = Vec::with_capacity(8 << 20);
     for i in 0..args.values {
@@ -64,8 +86,67 @@ fn measure(args: &MetaArgs, addr: &str) -> anyhow::Result<()> {
             buf.clear();
         }
     }
-    buf.extend_from_slice(b"version\n");
+    if ack {
+        buf.extend_from_slice(b"version\n");
+    }
     s.write_all(&buf)?;
+    Ok(s)
+}
+
+fn run_victoria(args: &MetaArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut server = crate::targets::Target::VictoriaMetrics.start(dir.path())?;
+    let result = measure_victoria(args, &server.put_addr, server.http_addr());
+    server.stop(std::time::Duration::from_secs(30)).ok();
+    result
+}
+
+fn measure_victoria(args: &MetaArgs, put_addr: &str, http_addr: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    drop(load(args, put_addr, false)?);
+    let base = format!("http://{http_addr}");
+    let series = |host: &str| {
+        format!(
+            "{base}/api/v1/series?start=1356998000&end=1357000000&match[]={}",
+            encode(&format!("{{__name__=\"bench.meta\",host=\"{host}\"}}"))
+        )
+    };
+    let last = format!("h{:07}", args.values.saturating_sub(1));
+    let deadline = Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        let (_, body) = time_get(&series(&last), 0)?;
+        if body.contains(&last) {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "load incomplete: {body}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    println!(
+        "loaded {} series / tag values in {:.1} s",
+        args.values,
+        started.elapsed().as_secs_f64()
+    );
+    let mid = format!("h{:07}", args.values / 2);
+    let cases = vec![
+        (format!("series host={mid}"), series(&mid)),
+        (
+            "label values host (all)".to_string(),
+            format!("{base}/api/v1/label/host/values?start=1356998000&end=1357000000"),
+        ),
+    ];
+    println!("| request | median ms |");
+    println!("|---|---|");
+    for (name, url) in cases {
+        let (secs, body) = time_get(&url, args.runs)?;
+        anyhow::ensure!(body.contains("success"), "{name}: {body}");
+        println!("| {name} | {:.2} |", secs * 1000.0);
+    }
+    Ok(())
+}
+
+fn measure(args: &MetaArgs, addr: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let s = load(args, addr, true)?;
     let mut reader = BufReader::new(s);
     let mut line = String::new();
     while reader.read_line(&mut line)? > 0 && !line.starts_with("hourglass ") {
@@ -104,6 +185,10 @@ fn measure(args: &MetaArgs, addr: &str) -> anyhow::Result<()> {
         (
             "suggest tagv prefix h0 (max 1000)".into(),
             format!("{base}/api/suggest?type=tagv&q=h0&max=1000"),
+        ),
+        (
+            "suggest tagv within metric, key host, prefix h05 (max 25)".into(),
+            format!("{base}/api/suggest?type=tagv&metric=bench.meta&tagk=host&q=h05"),
         ),
         (
             format!("lookup meta table host={mid}"),

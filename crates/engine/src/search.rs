@@ -12,6 +12,9 @@ use hourglass_storage::{ReadOptions, ScanRequest, prefix_end};
 use crate::scan::escape_bytes;
 use crate::{Error, Result, Tsdb};
 
+mod indexed;
+pub mod suggest;
+
 /// What to look for. `None` (or `*`) in a pair means any tag key / any value.
 #[derive(Debug, Clone, Default)]
 pub struct LookupQuery {
@@ -37,46 +40,87 @@ fn wild(s: &Option<String>) -> Option<&str> {
     s.as_deref().filter(|s| !s.is_empty() && *s != "*")
 }
 
-/// Finds series matching `q`, in key order.
-pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
-    let schema = &tsdb.settings().schema;
-    let uids = tsdb.uids();
-    let metric = match wild(&q.metric) {
-        Some(m) => Some(uids.get_id(UidKind::Metric, m)?),
-        None => None,
-    };
-    // Resolved conditions: (tagk, Some(tagv)) exact, (tagk, None) key present,
-    // and values that must appear under any key.
-    let mut by_key: Vec<(Uid, Option<Uid>)> = Vec::new();
-    let mut any_key_values: Vec<Vec<u8>> = Vec::new();
-    for (k, v) in &q.tags {
-        let v = match wild(v) {
-            Some(v) => Some(uids.get_id(UidKind::TagValue, v)?),
+/// The conditions of a lookup, resolved to UIDs.
+#[derive(Debug)]
+struct Conditions {
+    metric: Option<Uid>,
+    /// (tagk, Some(tagv)) exact, (tagk, None) key present; sorted, a key wanted with any
+    /// value has no exact values beside it.
+    by_key: Vec<(Uid, Option<Uid>)>,
+    /// Values that must appear under some key (any one of them).
+    any_key_values: Vec<Vec<u8>>,
+}
+
+impl Conditions {
+    fn resolve(tsdb: &Tsdb, q: &LookupQuery) -> Result<Conditions> {
+        let schema = &tsdb.settings().schema;
+        let uids = tsdb.uids();
+        let metric = match wild(&q.metric) {
+            Some(m) => Some(uids.get_id(UidKind::Metric, m)?),
             None => None,
         };
-        match wild(k) {
-            Some(k) => by_key.push((uids.get_id(UidKind::TagKey, k)?, v)),
-            None => {
-                if let Some(v) = v {
-                    any_key_values.push(v.to_bytes(schema.tagv_width));
+        let mut by_key: Vec<(Uid, Option<Uid>)> = Vec::new();
+        let mut any_key_values: Vec<Vec<u8>> = Vec::new();
+        for (k, v) in &q.tags {
+            let v = match wild(v) {
+                Some(v) => Some(uids.get_id(UidKind::TagValue, v)?),
+                None => None,
+            };
+            match wild(k) {
+                Some(k) => by_key.push((uids.get_id(UidKind::TagKey, k)?, v)),
+                None => {
+                    if let Some(v) = v {
+                        any_key_values.push(v.to_bytes(schema.tagv_width));
+                    }
                 }
             }
         }
+        // A key wanted with any value swallows exact values of the same key.
+        let any_value: HashSet<Uid> = by_key
+            .iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        by_key.retain(|(k, v)| v.is_none() || !any_value.contains(k));
+        by_key.sort();
+        by_key.dedup();
+        Ok(Conditions {
+            metric,
+            by_key,
+            any_key_values,
+        })
     }
-    // A key wanted with any value swallows exact values of the same key.
-    let any_value: HashSet<Uid> = by_key
-        .iter()
-        .filter(|(_, v)| v.is_none())
-        .map(|(k, _)| *k)
-        .collect();
-    by_key.retain(|(k, v)| v.is_none() || !any_value.contains(k));
-    by_key.sort();
-    by_key.dedup();
+}
 
+/// Finds series matching `q`, in the order of the table read (the data table's: salt
+/// bucket, metric, first hour, tags; the meta table's: TSUID). Answered from the tag index
+/// when this TSD maintains it and it covers every hour of the metric (RFC 0007), else by
+/// scanning the table; both give the same answer.
+pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
+    let conditions = Conditions::resolve(tsdb, q)?;
     if !q.use_meta && tsdb.buffered_points() > 0 {
         // Series still in the write buffers must be found too.
         tsdb.flush()?;
     }
+    match indexed::lookup(tsdb, &conditions, q)? {
+        Some(found) => Ok(found),
+        None => scan(tsdb, &conditions, q),
+    }
+}
+
+/// [`lookup`] by scanning the table, whatever the index covers: the answer the index's
+/// must equal.
+pub fn lookup_by_scan(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
+    let conditions = Conditions::resolve(tsdb, q)?;
+    if !q.use_meta && tsdb.buffered_points() > 0 {
+        tsdb.flush()?;
+    }
+    scan(tsdb, &conditions, q)
+}
+
+fn scan(tsdb: &Tsdb, c: &Conditions, q: &LookupQuery) -> Result<Vec<LookupResult>> {
+    let schema = &tsdb.settings().schema;
+    let (metric, by_key, any_key_values) = (c.metric, &c.by_key, &c.any_key_values);
     let (table, tags_at, family) = if q.use_meta {
         (
             &schema.meta_table,
@@ -86,7 +130,7 @@ pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
     } else {
         (&schema.data_table, schema.tags_offset(), DATA_FAMILY)
     };
-    let regex = key_regex(tsdb, tags_at, &by_key);
+    let regex = key_regex(tsdb, tags_at, by_key);
     let mut starts: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
     let salts = if q.use_meta {
         vec![Vec::new()]

@@ -764,8 +764,94 @@ async fn annotations(backend: &str) {
     srv.stop().await;
 }
 
+/// `metric`, `tagk` and `tags` restrict suggestions to a metric's series, the same with
+/// the tag index on (answered from it) and off (a scan); combinations meaning nothing are
+/// refused.
+async fn suggest_within_a_metric(backend: &str) {
+    for index in ["false", "true"] {
+        let mut c = Config::default();
+        c.set("tsd.core.auto_create_metrics", "true");
+        c.set("tsd.index.enable", index);
+        let srv = start_with(backend, c).await;
+        load(&srv).await;
+        for (req, want) in [
+            (
+                "/api/suggest?type=tagk&metric=sys.cpu.user",
+                json!(["dc", "host"]),
+            ),
+            (
+                "/api/suggest?type=tagk&metric=sys.mem.free",
+                json!(["host"]),
+            ),
+            (
+                "/api/suggest?type=tagv&metric=sys.cpu.user&tagk=host&q=web",
+                json!(["web01", "web02"]),
+            ),
+            (
+                "/api/suggest?type=tagv&metric=sys.cpu.user&tagk=host&max=1",
+                json!(["web01"]),
+            ),
+            (
+                "/api/suggest?type=tagv&metric=sys.cpu.system&tagk=host",
+                json!(["web01"]),
+            ),
+            (
+                "/api/suggest?type=tagv&metric=sys.cpu.user&tagk=dc&tags=host=web02",
+                json!(["lga"]),
+            ),
+            (
+                "/api/suggest?type=tagk&metric=sys.cpu.system&tags=host=web02",
+                json!([]),
+            ),
+            ("/api/suggest?type=tagk&metric=nope", json!([])),
+        ] {
+            let r = get(&srv, req).await;
+            assert_eq!((r.status, r.json()), (200, want), "index={index} {req}");
+        }
+        let r = http(
+            srv.addr,
+            "POST",
+            "/api/suggest",
+            r#"{"type":"tagv","q":"d","metric":"sys.mem.free","tagk":"host"}"#,
+        )
+        .await;
+        assert_eq!(r.json(), json!(["db01"]), "index={index}");
+        for (req, msg) in [
+            (
+                "/api/suggest?type=metrics&metric=sys.cpu.user",
+                "'metric', 'tagk' and 'tags' apply to type=tagk and type=tagv only",
+            ),
+            (
+                "/api/suggest?type=tagv&tagk=host",
+                "Missing parameter 'metric': 'tagk' and 'tags' need it",
+            ),
+            (
+                "/api/suggest?type=tagv&metric=sys.cpu.user",
+                "Missing parameter 'tagk': type=tagv with 'metric' needs it",
+            ),
+            (
+                "/api/suggest?type=tagk&metric=sys.cpu.user&tagk=host",
+                "'tagk' applies to type=tagv only",
+            ),
+            (
+                "/api/suggest?type=tagk&metric=sys.cpu.user&tags=host",
+                "Invalid 'tags' parameter: expected k=v,...: host",
+            ),
+        ] {
+            let r = get(&srv, req).await;
+            assert_eq!(
+                (r.status, error_message(&r).as_str()),
+                (400, msg),
+                "index={index} {req}"
+            );
+        }
+        srv.stop().await;
+    }
+}
+
 on_every_backend!(
     suggest,
+    suggest_within_a_metric,
     lookup,
     meta_tracking_and_tsmeta,
     tsmeta_create,

@@ -196,3 +196,30 @@ pub fn set_verified(store: &dyn Store, table: &str, metric: &[u8], hour: u32) ->
     )?;
     Ok(())
 }
+
+/// Whether every hour of `metric` is covered (RFC 0007, "Lookup, suggest"): the index is
+/// maintained by Hourglass writers only and the metric's coverage has no gap
+/// (`verified(m) >= live_from(m)`). `None` asks about every metric at once, which only an
+/// index maintained from the start (`live_from` 0) answers yes to.
+pub fn covers_all_hours(store: &dyn Store, table: &str, metric: Option<&[u8]>) -> Result<bool> {
+    let Some(status) = read(store, table)? else {
+        return Ok(false);
+    };
+    if status.live_from == NOT_MAINTAINED || status.writers != WRITERS_HOURGLASS {
+        return Ok(false);
+    }
+    let Some(metric) = metric else {
+        return Ok(status.live_from == 0);
+    };
+    let row = store.get(table, &metric_status_key(metric), &ReadOptions::latest())?;
+    let cell = |q: &[u8]| row.as_ref().and_then(|r| r.value(GLOBAL_FAMILY, q));
+    let live_from = match cell(LIVE_FROM_QUALIFIER) {
+        Some(v) => be_u32(table, "live_from", v)?.max(status.live_from),
+        None => status.live_from,
+    };
+    let verified = match cell(VERIFIED_QUALIFIER) {
+        Some(v) => be_u32(table, "verified", v)?,
+        None => 0,
+    };
+    Ok(verified >= live_from)
+}

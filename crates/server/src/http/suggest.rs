@@ -1,5 +1,7 @@
 //! `/api/suggest`: names of one kind starting with a prefix, for autocompletion (Grafana's
-//! template variables and health check use it).
+//! template variables and health check use it). Hourglass's optional `metric`, `tagk` and
+//! `tags` (`k=v,...`) restrict tag keys and values to a metric's series (RFC 0007):
+//! `type=tagk&metric=m`, `type=tagv&metric=m&tagk=k`, either with `tags`.
 
 use std::sync::Arc;
 
@@ -8,6 +10,7 @@ use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::uid::UidKind;
+use hourglass_engine::search::suggest::{MetricSuggest, suggest_in_metric};
 use serde_json::Value;
 
 use super::ApiError;
@@ -25,11 +28,16 @@ pub(crate) async fn handle(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let params = Params::parse(raw.as_deref());
-    let (kind, prefix, max) = match method {
+    let (kind, prefix, max, within) = match method {
         Method::GET => (
             params.required("type")?.to_string(),
             params.get("q").unwrap_or("").to_string(),
             params.get("max").map(str::to_string),
+            Within {
+                metric: params.get("metric").map(str::to_string),
+                tagk: params.get("tagk").map(str::to_string),
+                tags: params.get("tags").map(str::to_string),
+            },
         ),
         Method::POST => {
             let obj = json_object(&body)?;
@@ -41,7 +49,12 @@ pub(crate) async fn handle(
             let kind = text("type")
                 .filter(|t| !t.is_empty())
                 .ok_or_else(|| ApiError::bad_request("Missing 'type' parameter"))?;
-            (kind, text("q").unwrap_or_default(), text("max"))
+            let within = Within {
+                metric: text("metric"),
+                tagk: text("tagk"),
+                tags: text("tags"),
+            };
+            (kind, text("q").unwrap_or_default(), text("max"), within)
         }
         other => return Err(ApiError::method_not_allowed(&other)),
     };
@@ -63,6 +76,14 @@ pub(crate) async fn handle(
             Err(_) => return Err(ApiError::bad_request("Unable to parse 'max' as a number")),
         },
     };
+    if let Some(request) = within.request(kind, &prefix, max)? {
+        let names = blocking(&state.tsdb, move |db| {
+            suggest_in_metric(db, &request).map_err(ApiError::from)
+        })
+        .await?;
+        let list = names.into_iter().map(Value::String).collect();
+        return Ok(json_response(StatusCode::OK, &Value::Array(list)));
+    }
     let names = blocking(&state.tsdb, move |db| {
         db.uids()
             .suggest(kind, &prefix, max)
@@ -72,4 +93,69 @@ pub(crate) async fn handle(
     let list = names.into_iter().map(Value::String).collect();
     let body = Value::Array(list);
     Ok(json_response(StatusCode::OK, &body))
+}
+
+/// The optional parameters restricting a suggestion to a metric's series.
+#[derive(Debug, Default)]
+struct Within {
+    metric: Option<String>,
+    tagk: Option<String>,
+    tags: Option<String>,
+}
+
+impl Within {
+    /// `None` when none is given (OpenTSDB's suggest); a combination that means nothing is
+    /// refused rather than ignored.
+    fn request(
+        self,
+        kind: UidKind,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Option<MetricSuggest>, ApiError> {
+        let given = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+        if !given(&self.metric) && !given(&self.tagk) && !given(&self.tags) {
+            return Ok(None);
+        }
+        let refuse = |why: &str| Err(ApiError::bad_request(why.to_string()));
+        let metric = match (kind, self.metric.filter(|m| !m.is_empty())) {
+            (UidKind::Metric, _) => {
+                return refuse("'metric', 'tagk' and 'tags' apply to type=tagk and type=tagv only");
+            }
+            (_, None) => return refuse("Missing parameter 'metric': 'tagk' and 'tags' need it"),
+            (_, Some(m)) => m,
+        };
+        let tagk = self.tagk.filter(|k| !k.is_empty());
+        match (kind, &tagk) {
+            (UidKind::TagKey, Some(_)) => {
+                return refuse("'tagk' applies to type=tagv only");
+            }
+            (UidKind::TagValue, None) => {
+                return refuse("Missing parameter 'tagk': type=tagv with 'metric' needs it");
+            }
+            _ => {}
+        }
+        let mut tags = Vec::new();
+        for pair in self.tags.iter().flat_map(|t| t.split(',')) {
+            if pair.is_empty() {
+                continue;
+            }
+            match pair.split_once('=') {
+                Some((k, v)) if !k.is_empty() && !v.is_empty() => {
+                    tags.push((k.to_string(), v.to_string()));
+                }
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "Invalid 'tags' parameter: expected k=v,...: {pair}"
+                    )));
+                }
+            }
+        }
+        Ok(Some(MetricSuggest {
+            metric,
+            tagk,
+            tags,
+            prefix: prefix.to_string(),
+            max,
+        }))
+    }
 }

@@ -1,0 +1,326 @@
+//! Lookup answered from the tag index (RFC 0007, "Lookup, suggest"): candidates from the
+//! all-time postings (`0x02` with a metric, `0x03` without) or the catalog (`0x01`), checked
+//! on their tag bytes, then placed as the table scan meets them. The data table's order is
+//! each series' first row key, found from its first period's postings (`0x11`) and a read of
+//! that period's hours; the meta table's is the TSUID's, the candidates read back from it.
+//! Reading the rows back also drops series the index lists but whose rows are gone, so the
+//! answer is the scan's exactly.
+
+use hourglass_core::rowkey::apply_salt;
+use hourglass_core::schema::{DATA_FAMILY, META_FAMILY, Schema};
+use hourglass_storage::{ReadOptions, ScanRequest, prefix_end};
+
+use super::{Conditions, LookupQuery, LookupResult, resolve};
+use crate::index::{self, GLOBAL_FAMILY, PERIOD_FAMILY, PERIOD_SECS, Series, kind, status};
+use crate::{Result, Tsdb};
+
+/// Rows asked for in one `get_rows` call.
+const BATCH: usize = 1_000;
+
+/// The answer from the index, `None` when this TSD does not maintain it or it does not
+/// cover every hour of the metric (every metric, without one).
+pub(super) fn lookup(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    q: &LookupQuery,
+) -> Result<Option<Vec<LookupResult>>> {
+    let settings = tsdb.settings();
+    if !settings.index {
+        return Ok(None);
+    }
+    let schema = &settings.schema;
+    let metric = c.metric.map(|m| m.to_bytes(schema.metric_width));
+    if !status::covers_all_hours(
+        tsdb.store().as_ref(),
+        &schema.index_table,
+        metric.as_deref(),
+    )? {
+        return Ok(None);
+    }
+    if tsdb.buffered_points() > 0 {
+        // Buffered series have no index entries yet (the flush writes them), though series
+        // tracking may have noted them in the meta table already.
+        tsdb.flush()?;
+    }
+    let found = candidates(tsdb, c, metric.as_deref())?;
+    let ordered = if q.use_meta {
+        in_meta_table(tsdb, found, q.limit)?
+    } else {
+        by_first_row(tsdb, found)?
+    };
+    let mut out = Vec::new();
+    for tsuid in ordered {
+        if q.limit > 0 && out.len() >= q.limit {
+            break;
+        }
+        out.push(resolve(tsdb, tsuid)?);
+    }
+    Ok(Some(out))
+}
+
+/// The TSUIDs the index lists for the conditions, sorted, each once.
+pub(super) fn candidates(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: Option<&[u8]>,
+) -> Result<Vec<Vec<u8>>> {
+    let schema = &tsdb.settings().schema;
+    let tagv_width = usize::from(schema.tagv_width);
+    // Each prefix scanned, and where the TSUID starts in its keys (with a metric, the TSUID
+    // is the metric then the key's tail from there).
+    let mut prefixes: Vec<Vec<u8>> = Vec::new();
+    let tail_at;
+    match c.by_key.first() {
+        Some((tagk, _)) => {
+            let head: Vec<u8> = match metric {
+                Some(m) => [&[kind::POSTING][..], m].concat(),
+                None => vec![kind::ANY_METRIC_POSTING],
+            };
+            let mut head = head;
+            tagk.write(schema.tagk_width, &mut head);
+            tail_at = head.len() + tagv_width;
+            let values: Vec<_> = c.by_key.iter().filter(|(k, _)| k == tagk).collect();
+            if values.iter().any(|(_, v)| v.is_none()) {
+                prefixes.push(head);
+            } else {
+                for (_, v) in values {
+                    if let Some(v) = v {
+                        let mut p = head.clone();
+                        v.write(schema.tagv_width, &mut p);
+                        prefixes.push(p);
+                    }
+                }
+            }
+        }
+        None => {
+            let mut head = vec![kind::CATALOG];
+            if let Some(m) = metric {
+                head.extend_from_slice(m);
+            }
+            tail_at = 1;
+            prefixes.push(head);
+        }
+    }
+    // A `0x02` key holds its metric before the tag pair, not in the tail.
+    let metric_in_tail = metric.is_none() || c.by_key.is_empty();
+    let mut out = Vec::new();
+    for start in prefixes {
+        let request = ScanRequest {
+            end: prefix_end(&start),
+            start,
+            read: ReadOptions {
+                keys_only: true,
+                ..ReadOptions::family(GLOBAL_FAMILY)
+            },
+            ..ScanRequest::default()
+        };
+        for row in tsdb.store().scan(&schema.index_table, &request)? {
+            let row = row?;
+            let Some(tail) = row.key.get(tail_at..) else {
+                continue;
+            };
+            let tsuid = match (metric_in_tail, metric) {
+                (false, Some(m)) => [m, tail].concat(),
+                _ => tail.to_vec(),
+            };
+            if matches(schema, c, &tsuid) {
+                out.push(tsuid);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// Whether a TSUID passes the conditions (what the scan's key regex and value check test).
+fn matches(schema: &Schema, c: &Conditions, tsuid: &[u8]) -> bool {
+    let Some(series) = Series::from_tsuid(schema, tsuid) else {
+        return false;
+    };
+    if series.metric.iter().all(|b| *b == 0) {
+        return false;
+    }
+    let pairs: Vec<(&[u8], &[u8])> = series.pairs(schema).collect();
+    for group in c.by_key.chunk_by(|a, b| a.0 == b.0) {
+        let tagk = group[0].0.to_bytes(schema.tagk_width);
+        let ok = pairs.iter().any(|(k, v)| {
+            *k == tagk.as_slice()
+                && group.iter().any(|(_, want)| match want {
+                    None => true,
+                    Some(w) => w.to_bytes(schema.tagv_width).as_slice() == *v,
+                })
+        });
+        if !ok {
+            return false;
+        }
+    }
+    c.any_key_values.is_empty()
+        || pairs
+            .iter()
+            .any(|(_, v)| c.any_key_values.iter().any(|w| w.as_slice() == *v))
+}
+
+/// The candidates having a row in the meta table, in TSUID order: the first `limit` of them
+/// (0: all), read back 1,000 at a time until that many are found.
+fn in_meta_table(tsdb: &Tsdb, found: Vec<Vec<u8>>, limit: usize) -> Result<Vec<Vec<u8>>> {
+    let schema = &tsdb.settings().schema;
+    let read = ReadOptions {
+        keys_only: true,
+        ..ReadOptions::family(META_FAMILY)
+    };
+    let mut out = Vec::new();
+    let mut rest = found.as_slice();
+    while !rest.is_empty() && (limit == 0 || out.len() < limit) {
+        let want = if limit == 0 {
+            BATCH
+        } else {
+            (limit - out.len()).min(BATCH)
+        };
+        let (chunk, after) = rest.split_at(want.min(rest.len()));
+        rest = after;
+        let rows = tsdb.store().get_rows(&schema.meta_table, chunk, &read)?;
+        for (tsuid, row) in chunk.iter().zip(rows) {
+            if row.is_some() {
+                out.push(tsuid.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The candidates having data rows, in the order of their first row key (salt bucket,
+/// metric, first hour, tags: where the table scan meets them first).
+fn by_first_row(tsdb: &Tsdb, found: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+    let schema = &tsdb.settings().schema;
+    let metric_width = usize::from(schema.metric_width);
+    let mut placed: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for group in found.chunk_by(|a, b| a.get(..metric_width) == b.get(..metric_width)) {
+        let Some(metric) = group[0].get(..metric_width) else {
+            continue;
+        };
+        let mut pending: Vec<&Vec<u8>> = group.iter().collect();
+        for period in periods(tsdb, metric)? {
+            if pending.is_empty() {
+                break;
+            }
+            let (first, left) = first_rows_in(tsdb, &pending, period)?;
+            placed.extend(first);
+            pending = left;
+        }
+    }
+    placed.sort_unstable();
+    Ok(placed.into_iter().map(|(_, tsuid)| tsuid).collect())
+}
+
+/// The periods holding postings of a metric, ascending: one short scan per period, each
+/// starting after the last period found.
+fn periods(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<u32>> {
+    let table = &tsdb.settings().schema.index_table;
+    let head = [&[kind::PERIOD_POSTING][..], metric].concat();
+    let end = prefix_end(&head);
+    let mut start = head.clone();
+    let mut out = Vec::new();
+    loop {
+        let request = ScanRequest {
+            start,
+            end: end.clone(),
+            read: ReadOptions {
+                keys_only: true,
+                ..ReadOptions::family(PERIOD_FAMILY)
+            },
+            limit: Some(1),
+            ..ScanRequest::default()
+        };
+        let Some(row) = tsdb.store().scan(table, &request)?.next().transpose()? else {
+            return Ok(out);
+        };
+        let Some(bytes) = row.key.get(head.len()..head.len() + 4) else {
+            return Ok(out);
+        };
+        let mut be = [0u8; 4];
+        be.copy_from_slice(bytes);
+        let period = u32::from_be_bytes(be);
+        out.push(period);
+        let Some(next) = period.checked_add(PERIOD_SECS) else {
+            return Ok(out);
+        };
+        start = [&head[..], &next.to_be_bytes()].concat();
+    }
+}
+
+type FirstRows<'a> = (Vec<(Vec<u8>, Vec<u8>)>, Vec<&'a Vec<u8>>);
+
+/// Of the pending series, those with rows in `period`: (first row key, TSUID); and the rest.
+/// A series posted in a period it has no rows in (announced ahead, or its rows deleted)
+/// stays pending.
+fn first_rows_in<'a>(tsdb: &Tsdb, pending: &[&'a Vec<u8>], period: u32) -> Result<FirstRows<'a>> {
+    let schema = &tsdb.settings().schema;
+    let store = tsdb.store();
+    let mut posted = Vec::new();
+    let mut left = Vec::new();
+    for chunk in pending.chunks(BATCH) {
+        let keys: Vec<Vec<u8>> = chunk
+            .iter()
+            .filter_map(|tsuid| {
+                let series = Series::from_tsuid(schema, tsuid)?;
+                let (tagk, tagv) = series.pairs(schema).next()?;
+                Some(index::period_posting_key(series, period, tagk, tagv))
+            })
+            .collect();
+        if keys.len() != chunk.len() {
+            left.extend(chunk.iter().copied());
+            continue;
+        }
+        let read = ReadOptions {
+            keys_only: true,
+            ..ReadOptions::family(PERIOD_FAMILY)
+        };
+        let rows = store.get_rows(&schema.index_table, &keys, &read)?;
+        for (tsuid, row) in chunk.iter().zip(rows) {
+            if row.is_some() {
+                posted.push(*tsuid);
+            } else {
+                left.push(*tsuid);
+            }
+        }
+    }
+    let hours = PERIOD_SECS / 3600;
+    let per_series = hours as usize;
+    let mut first = Vec::new();
+    let read = ReadOptions {
+        keys_only: true,
+        ..ReadOptions::family(DATA_FAMILY)
+    };
+    for chunk in posted.chunks((BATCH / per_series).max(1)) {
+        let keys: Vec<Vec<u8>> = chunk
+            .iter()
+            .flat_map(|tsuid| (0..hours).map(move |h| row_key(schema, tsuid, period + h * 3600)))
+            .collect();
+        let rows = store.get_rows(&schema.data_table, &keys, &read)?;
+        for (i, tsuid) in chunk.iter().enumerate() {
+            let range = i * per_series..(i + 1) * per_series;
+            let hit = keys[range.clone()]
+                .iter()
+                .zip(&rows[range])
+                .find(|(_, row)| row.is_some());
+            match hit {
+                Some((key, _)) => first.push((key.clone(), (*tsuid).clone())),
+                None => left.push(*tsuid),
+            }
+        }
+    }
+    Ok((first, left))
+}
+
+/// A series' data row key for an hour, salted as the table has it.
+fn row_key(schema: &Schema, tsuid: &[u8], hour: u32) -> Vec<u8> {
+    let metric_width = usize::from(schema.metric_width);
+    let (metric, tags) = tsuid.split_at(metric_width.min(tsuid.len()));
+    let mut key = vec![0u8; usize::from(schema.salt_width)];
+    key.extend_from_slice(metric);
+    key.extend_from_slice(&hour.to_be_bytes());
+    key.extend_from_slice(tags);
+    apply_salt(schema, &mut key);
+    key
+}
