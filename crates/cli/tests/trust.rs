@@ -79,6 +79,11 @@ impl Tsd {
         l[l.len().saturating_sub(30)..].join("\n")
     }
 
+    /// Every line it has logged so far.
+    fn log_all(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
     /// SIGKILL.
     fn kill9(mut self) {
         self.child.kill().unwrap();
@@ -1227,7 +1232,7 @@ fn sigkill_while_rows_move_into_groups_loses_nothing() {
     }
     let end = start + HOURS * 3600;
     let tsd = Tsd::start(&data, Some(&grouped));
-    logs.push_str(&tsd.log_tail());
+    logs.push_str(&tsd.log_all());
     let c = ledger.check(
         &query_points(&tsd.addr, "trust.group", start, end),
         "after SIGKILLs while grouping, /api/query",
