@@ -232,21 +232,12 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
     };
     let report = fsck(&db, &scope, &options)?;
     db.close()?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for line in report.findings.iter().chain(&report.summary_lines()) {
-        writeln!(out, "{line}")?;
-    }
-    writeln!(
-        out,
-        "Completed fsck in [{}] seconds",
-        started.elapsed().as_secs()
-    )?;
-    out.flush()?;
-    Ok(if report.total_errors() == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    print_report(
+        &report.findings,
+        &report.summary_lines(),
+        started,
+        report.total_errors(),
+    )
 }
 
 /// `fsck --index [--fix] [--since T]`: every finding on one line, then the counts. The exit
@@ -272,8 +263,23 @@ fn run_index(args: &FsckArgs, started: Instant) -> anyhow::Result<ExitCode> {
     };
     let report = check(&db, &options)?;
     db.close()?;
+    print_report(
+        &report.findings,
+        &report.summary_lines(),
+        started,
+        report.errors(),
+    )
+}
+
+/// A report's findings and summary, the time taken, and exit 1 when it found errors.
+fn print_report(
+    findings: &[String],
+    summary: &[String],
+    started: std::time::Instant,
+    errors: u64,
+) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for line in report.findings.iter().chain(&report.summary_lines()) {
+    for line in findings.iter().chain(summary) {
         writeln!(out, "{line}")?;
     }
     writeln!(
@@ -282,7 +288,7 @@ fn run_index(args: &FsckArgs, started: Instant) -> anyhow::Result<ExitCode> {
         started.elapsed().as_secs()
     )?;
     out.flush()?;
-    Ok(if report.errors() == 0 {
+    Ok(if errors == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

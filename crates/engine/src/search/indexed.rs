@@ -213,13 +213,26 @@ fn by_first_row(tsdb: &Tsdb, found: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
     Ok(placed.into_iter().map(|(_, tsuid)| tsuid).collect())
 }
 
-/// The periods holding postings of a metric, ascending: one short scan per period, each
-/// starting after the last period found.
+/// The periods holding postings of a metric, ascending.
 fn periods(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<u32>> {
-    let table = &tsdb.settings().schema.index_table;
     let head = [&[kind::PERIOD_POSTING][..], metric].concat();
-    let end = prefix_end(&head);
-    let mut start = head.clone();
+    Ok(distinct_after(tsdb, &head, PERIOD_FAMILY, 4)?
+        .into_iter()
+        .filter_map(|b| b.try_into().ok().map(u32::from_be_bytes))
+        .collect())
+}
+
+/// The distinct `width` bytes that follow `head` in the index's keys of `family`, ascending:
+/// one short keys-only scan each, starting past every key of the last one found.
+pub(super) fn distinct_after(
+    tsdb: &Tsdb,
+    head: &[u8],
+    family: &str,
+    width: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let table = &tsdb.settings().schema.index_table;
+    let end = prefix_end(head);
+    let mut start = head.to_vec();
     let mut out = Vec::new();
     loop {
         let request = ScanRequest {
@@ -227,7 +240,7 @@ fn periods(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<u32>> {
             end: end.clone(),
             read: ReadOptions {
                 keys_only: true,
-                ..ReadOptions::family(PERIOD_FAMILY)
+                ..ReadOptions::family(family)
             },
             limit: Some(1),
             ..ScanRequest::default()
@@ -235,17 +248,14 @@ fn periods(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<u32>> {
         let Some(row) = tsdb.store().scan(table, &request)?.next().transpose()? else {
             return Ok(out);
         };
-        let Some(bytes) = row.key.get(head.len()..head.len() + 4) else {
+        let Some(found) = row.key.get(head.len()..head.len() + width) else {
             return Ok(out);
         };
-        let mut be = [0u8; 4];
-        be.copy_from_slice(bytes);
-        let period = u32::from_be_bytes(be);
-        out.push(period);
-        let Some(next) = period.checked_add(PERIOD_SECS) else {
-            return Ok(out);
-        };
-        start = [&head[..], &next.to_be_bytes()].concat();
+        out.push(found.to_vec());
+        match prefix_end(&[head, found].concat()) {
+            Some(next) => start = next,
+            None => return Ok(out),
+        }
     }
 }
 

@@ -174,39 +174,7 @@ fn indexed_suggest(tsdb: &Tsdb, s: &MetricSuggest) -> Result<Option<Vec<String>>
 /// The tag key UIDs of a metric's series, from its `0x02` postings: one short scan per key,
 /// each starting past the last key found.
 fn tag_keys(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let schema = &tsdb.settings().schema;
     let head = [&[kind::POSTING][..], metric].concat();
-    let end = prefix_end(&head);
-    let width = usize::from(schema.tagk_width);
-    let mut start = head.clone();
-    let mut out = Vec::new();
-    loop {
-        let request = ScanRequest {
-            start,
-            end: end.clone(),
-            read: ReadOptions {
-                keys_only: true,
-                ..ReadOptions::family(GLOBAL_FAMILY)
-            },
-            limit: Some(1),
-            ..ScanRequest::default()
-        };
-        let Some(row) = tsdb
-            .store()
-            .scan(&schema.index_table, &request)?
-            .next()
-            .transpose()?
-        else {
-            return Ok(out);
-        };
-        let Some(tagk) = row.key.get(head.len()..head.len() + width) else {
-            return Ok(out);
-        };
-        let key_prefix = [&head[..], tagk].concat();
-        out.push(tagk.to_vec());
-        match prefix_end(&key_prefix) {
-            Some(next) => start = next,
-            None => return Ok(out),
-        }
-    }
+    let width = usize::from(tsdb.settings().schema.tagk_width);
+    super::indexed::distinct_after(tsdb, &head, GLOBAL_FAMILY, width)
 }
