@@ -1204,24 +1204,42 @@ fn sigkill_while_rows_move_into_groups_loses_nothing() {
         ledger.acked(batch);
     }
     assert!(tsd.stop().success());
-    // Started with grouping, killed at a random moment of its start (the first pass runs
-    // before it serves), again and again; then started to the end.
+    // Started with grouping and killed at a random moment once the pass has begun (it runs
+    // before the TSD serves), again and again until a start finds nothing left to move or
+    // six kills have landed; then started to the end.
     let mut rng = Rng::from_env_or_clock();
     let mut logs = String::new();
-    for cycle in 0..6 {
+    let mut kills_in_pass = 0;
+    for cycle in 0..12 {
         let log_path = dir.path().join(format!("start-{cycle}.log"));
         let mut child = common::tsd_command(Some(&grouped), &data)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
             .unwrap();
-        let wait = 20 + rng.below(1500);
+        let began = Instant::now();
+        let in_pass = loop {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if log.contains("moving the rows of closed periods") {
+                break true;
+            }
+            if log.contains("Ready to serve") || began.elapsed() > Duration::from_secs(60) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let wait = if in_pass { rng.below(1500) } else { 0 };
         std::thread::sleep(Duration::from_millis(wait));
         let _ = child.kill();
         child.wait().unwrap();
         let log = std::fs::read_to_string(&log_path).unwrap();
         eprintln!(
-            "cycle {cycle}: SIGKILL after {wait} ms{}",
+            "cycle {cycle}: {}{}",
+            if in_pass {
+                format!("SIGKILL {wait} ms into the pass")
+            } else {
+                "nothing left to move".to_string()
+            },
             if log.contains("moved into their groups") {
                 " (rows had moved)"
             } else {
@@ -1229,6 +1247,13 @@ fn sigkill_while_rows_move_into_groups_loses_nothing() {
             }
         );
         logs.push_str(&log);
+        if !in_pass {
+            break;
+        }
+        kills_in_pass += 1;
+        if kills_in_pass == 6 {
+            break;
+        }
     }
     let end = start + HOURS * 3600;
     let tsd = Tsd::start(&data, Some(&grouped));
@@ -1238,9 +1263,18 @@ fn sigkill_while_rows_move_into_groups_loses_nothing() {
         "after SIGKILLs while grouping, /api/query",
     );
     assert!(tsd.stop().success());
+    let troubles: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+        .collect();
     assert!(
-        logs.contains("moved into their groups"),
-        "no start moved the rows into groups: the test did not exercise the pass"
+        troubles.is_empty(),
+        "a start logged trouble:\n{}",
+        troubles.join("\n")
+    );
+    assert!(
+        kills_in_pass > 0,
+        "no start began moving rows into groups: the test did not exercise the pass; the logs:\n{logs}"
     );
     let s = ledger.check(
         &scan_points(&data, None, "trust.group", start, end),

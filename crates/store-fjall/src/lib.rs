@@ -1287,6 +1287,9 @@ impl FjallStore {
                 let (key, value) = item.into_inner().map_err(|e| io_err("read failed", e))?;
                 match g.period_end(&key) {
                     Some(end) if end <= closed => {
+                        if moved == 0 && changes.is_empty() {
+                            tracing::info!(table = %t.spec.name, closed, "moving the rows of closed periods into their groups");
+                        }
                         if let Some((group_key, offset)) = g.split(&key) {
                             bytes += key.len() + value.len();
                             changes.entry(group_key).or_default().push((
