@@ -10,6 +10,7 @@ use hourglass_core::value::Value;
 use hourglass_engine::search::suggest::{MetricSuggest, suggest_by_scan, suggest_in_metric};
 use hourglass_engine::search::{LookupQuery, LookupResult, lookup, lookup_by_scan};
 use hourglass_engine::{Clock, IncomingPoint, Settings, Tsdb};
+use hourglass_storage::Store;
 
 /// 2013-06-12 00:00:00 UTC, a period's start.
 const DAY: i64 = 1_370_995_200;
@@ -352,4 +353,39 @@ fn suggest_within_a_covered_metric_reads_the_index() {
         );
         db.close().unwrap();
     }
+}
+
+/// A lookup in the meta table with a limit reads only as many meta rows as it needs: one
+/// read of `limit` rows when every candidate has one, where reading them all takes a read
+/// per 1,000.
+#[test]
+fn a_limited_meta_lookup_stops_reading_at_its_limit() {
+    use hourglass_storage::metered::Call;
+    let store: Arc<dyn Store> = Arc::new(hourglass_storage::memory::MemoryStore::new());
+    let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+    let db = common::open(store, settings(&now, true));
+    let hosts: Vec<String> = (0..2_500).map(|i| format!("h{i:05}")).collect();
+    for host in &hosts {
+        put(&db, "sys.cpu", DAY + 3600, &[("host", host)]);
+    }
+    db.flush().unwrap();
+    let reads = |limit: usize| {
+        let before = db.store_stats().calls(Call::Get);
+        let q = LookupQuery {
+            metric: Some("sys.cpu".into()),
+            use_meta: true,
+            limit,
+            ..LookupQuery::default()
+        };
+        let found = lookup(&db, &q).unwrap().len();
+        (found, db.store_stats().calls(Call::Get) - before)
+    };
+    let (all, reads_all) = reads(0);
+    let (some, reads_some) = reads(5);
+    assert_eq!((all, some), (2_500, 5));
+    assert!(
+        reads_some + 2 <= reads_all,
+        "a lookup limited to 5 made {reads_some} reads, an unlimited one {reads_all}"
+    );
+    db.close().unwrap();
 }
