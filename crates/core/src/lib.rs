@@ -10,6 +10,7 @@ pub mod compact;
 pub mod config;
 mod error;
 pub mod names;
+pub mod permission;
 pub mod put;
 pub mod qualifier;
 pub mod rowkey;
