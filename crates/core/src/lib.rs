@@ -8,6 +8,7 @@ pub mod annotation;
 pub mod calendar;
 pub mod compact;
 pub mod config;
+pub mod credentials;
 mod error;
 pub mod names;
 pub mod permission;
