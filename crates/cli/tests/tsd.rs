@@ -126,3 +126,40 @@ fn logs_page_shows_the_tsds_own_log() {
         .unwrap();
     assert!(child.wait().unwrap().success());
 }
+
+/// Authentication switched on in the config is refused at start, not silently left off:
+/// a TSD that seems protected but is open is worse than one that does not start.
+#[test]
+fn a_switch_for_what_is_not_provided_refuses_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(&config, "tsd.core.authentication.enable = true\n").unwrap();
+    let log = dir.path().join("tsd.log");
+    let mut child = common::tsd_command(Some(&config), &dir.path().join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the TSD started ({status:?}): {stderr}"
+    );
+    assert!(
+        stderr.contains("tsd.core.authentication.enable = true asks for authentication"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Ready to serve"), "{stderr}");
+}

@@ -86,6 +86,20 @@ impl Config {
         self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
+    /// The refusal of the first of [`UNAVAILABLE_SWITCHES`] this config turns on.
+    pub fn unavailable_switch(&self) -> Option<String> {
+        UNAVAILABLE_SWITCHES
+            .iter()
+            .find(|(key, _)| self.get_bool(key, false))
+            .map(|(key, what)| {
+                format!(
+                    "{key} = {} asks for {what}, which this version of Hourglass does not provide: \
+                     set it to false or remove it",
+                    self.get(key).unwrap_or_default().trim()
+                )
+            })
+    }
+
     /// The keys set here that no part of Hourglass reads and that OpenTSDB 2.4 does not
     /// know either ([`is_known_key`]): most likely typos.
     pub fn unknown_keys(&self) -> impl Iterator<Item = &str> {
@@ -308,6 +322,27 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.storage.wal.dir",
     "tsd.storage.wal.enable",
     "tsd.storage.wal.sync",
+];
+
+/// OpenTSDB 2.4's switches for what Hourglass does not provide yet (or OpenTSDB only through
+/// a plugin). Turned on, they promise what the TSD cannot keep (above all
+/// `tsd.core.authentication.enable`, set to keep strangers out), so a TSD with one of them
+/// on refuses to start ([`Config::unavailable_switch`]), as OpenTSDB refuses when the plugin
+/// a switch names cannot be loaded.
+pub const UNAVAILABLE_SWITCHES: &[(&str, &str)] = &[
+    ("tsd.core.authentication.enable", "authentication"),
+    ("tsd.rollups.enable", "rollup tables"),
+    ("tsd.core.tree.enable_processing", "tree processing"),
+    ("tsd.rtpublisher.enable", "a real-time publisher plugin"),
+    ("tsd.search.enable", "a search plugin"),
+    ("tsd.startup.enable", "a start-up plugin"),
+    ("tsd.core.meta.cache.enable", "a meta cache plugin"),
+    (
+        "tsd.core.storage_exception_handler.enable",
+        "a storage exception handler plugin",
+    ),
+    ("tsd.timeseriesfilter.enable", "a time series filter plugin"),
+    ("tsd.uidfilter.enable", "a UID filter plugin"),
 ];
 
 /// OpenTSDB 2.4's keys with no use here (HBase, ZooKeeper, Netty, plugins, rollups,
@@ -664,6 +699,32 @@ mod tests {
         assert!(c.get_bool("b", false));
         assert!(!c.get_bool("f", true));
         assert!(!c.get_bool("n", true));
+    }
+
+    #[test]
+    fn switches_for_what_is_not_provided_refuse_the_start() {
+        let parse = |text: &str| Config::parse(text).unwrap();
+        assert_eq!(
+            parse("tsd.core.authentication.enable = false\n").unavailable_switch(),
+            None
+        );
+        assert_eq!(
+            parse("tsd.network.port = 4242\n").unavailable_switch(),
+            None
+        );
+        let refused = parse("tsd.core.authentication.enable = TRUE\n")
+            .unavailable_switch()
+            .unwrap();
+        assert!(
+            refused.contains("tsd.core.authentication.enable = TRUE"),
+            "{refused}"
+        );
+        assert!(refused.contains("authentication"), "{refused}");
+        for (key, _) in UNAVAILABLE_SWITCHES {
+            assert!(OPENTSDB_UNUSED_KEYS.contains(key), "{key}");
+            let c = parse(&format!("{key} = true\n"));
+            assert!(c.unavailable_switch().unwrap().starts_with(key), "{key}");
+        }
     }
 
     #[test]
