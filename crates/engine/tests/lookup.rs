@@ -230,7 +230,6 @@ fn a_metric_with_a_coverage_gap_is_looked_up_by_scan() {
 /// lookup finds nothing while the scan still finds the series.
 #[test]
 fn a_covered_metric_is_answered_from_the_index() {
-    use hourglass_storage::{Mutation, RowMutation, ScanRequest};
     for (name, store) in common::backends() {
         let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
         let db = common::open(Arc::clone(&store), settings(&now, true));
@@ -241,27 +240,34 @@ fn a_covered_metric_is_answered_from_the_index() {
             ..LookupQuery::default()
         };
         assert_eq!(lookup(&db, &q).unwrap().len(), 1, "{name}");
-        let catalog: Vec<RowMutation> = store
-            .scan(
-                "tsdb-index",
-                &ScanRequest {
-                    start: vec![0x01],
-                    end: Some(vec![0x02]),
-                    ..ScanRequest::default()
-                },
-            )
-            .unwrap()
-            .map(|r| RowMutation {
-                key: r.unwrap().key,
-                mutations: vec![Mutation::DeleteRow],
-            })
-            .collect();
-        assert_eq!(catalog.len(), 1, "{name}");
-        store.mutate_rows("tsdb-index", &catalog).unwrap();
+        assert_eq!(delete_index_rows(&store, 0x01), 1, "{name}");
         assert!(lookup(&db, &q).unwrap().is_empty(), "{name}");
         assert_eq!(lookup_by_scan(&db, &q).unwrap().len(), 1, "{name}");
         db.close().unwrap();
     }
+}
+
+/// Deletes every row of the tag index whose key starts with `kind` (its key kind byte);
+/// returns how many there were.
+fn delete_index_rows(store: &Arc<dyn Store>, kind: u8) -> usize {
+    use hourglass_storage::{Mutation, RowMutation, ScanRequest};
+    let rows: Vec<RowMutation> = store
+        .scan(
+            "tsdb-index",
+            &ScanRequest {
+                start: vec![kind],
+                end: Some(vec![kind + 1]),
+                ..ScanRequest::default()
+            },
+        )
+        .unwrap()
+        .map(|r| RowMutation {
+            key: r.unwrap().key,
+            mutations: vec![Mutation::DeleteRow],
+        })
+        .collect();
+    store.mutate_rows("tsdb-index", &rows).unwrap();
+    rows.len()
 }
 
 fn random_suggest(rng: &mut Rng) -> MetricSuggest {
@@ -304,7 +310,6 @@ fn suggest_within_a_metric_from_the_index_equals_the_scan() {
 /// values are suggested while the scan still finds them.
 #[test]
 fn suggest_within_a_covered_metric_reads_the_index() {
-    use hourglass_storage::{Mutation, RowMutation, ScanRequest};
     for (name, store) in common::backends() {
         let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
         let db = common::open(Arc::clone(&store), settings(&now, true));
@@ -329,22 +334,7 @@ fn suggest_within_a_covered_metric_reads_the_index() {
             ..s.clone()
         };
         assert_eq!(suggest_in_metric(&db, &keys).unwrap(), ["host"], "{name}");
-        let values: Vec<RowMutation> = store
-            .scan(
-                "tsdb-index",
-                &ScanRequest {
-                    start: vec![0x04],
-                    end: Some(vec![0x05]),
-                    ..ScanRequest::default()
-                },
-            )
-            .unwrap()
-            .map(|r| RowMutation {
-                key: r.unwrap().key,
-                mutations: vec![Mutation::DeleteRow],
-            })
-            .collect();
-        store.mutate_rows("tsdb-index", &values).unwrap();
+        delete_index_rows(&store, 0x04);
         assert!(suggest_in_metric(&db, &s).unwrap().is_empty(), "{name}");
         assert_eq!(
             suggest_by_scan(&db, &s).unwrap(),
