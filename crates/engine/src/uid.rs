@@ -98,14 +98,21 @@ impl UidRegistry {
     }
 
     /// Draws new metric UIDs at random (`tsd.core.uid.random_metrics`).
-    pub fn with_random_metrics(mut self, on: bool) -> Self {
-        self.random_metrics = on.then(|| {
-            let seed = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-                ^ (u64::from(std::process::id()) << 32);
-            Mutex::new(crate::sim::Rng::new(seed))
-        });
+    pub fn with_random_metrics(self, on: bool) -> Self {
+        if !on {
+            return self;
+        }
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ (u64::from(std::process::id()) << 32);
+        self.with_random_metrics_seeded(seed)
+    }
+
+    /// Draws new metric UIDs at random from a generator seeded with `seed`: the same seed
+    /// draws the same UIDs, so tests that depend on collisions are repeatable.
+    pub fn with_random_metrics_seeded(mut self, seed: u64) -> Self {
+        self.random_metrics = Some(Mutex::new(crate::sim::Rng::new(seed)));
         self
     }
 

@@ -213,12 +213,15 @@ fn random_metric_uids_leave_maxid_alone_and_resolve_both_ways() {
     for (backend, store) in common::backends() {
         let db = common::open(store.clone(), common::auto_create());
         drop(db);
-        // One byte of metric UID: 255 possible, so 100 names draw some taken ones.
+        // One byte of metric UID: 255 possible, so 100 names draw some taken ones. A fixed
+        // seed: with a clock seed, about one run in a thousand drew ten taken UIDs in a row
+        // for one name and failed the assignment (OpenTSDB's ten attempts), as it should.
         let schema = Schema {
             metric_width: 1,
             ..Schema::default()
         };
-        let reg = UidRegistry::new(Arc::clone(&store), schema.clone()).with_random_metrics(true);
+        let reg = UidRegistry::new(Arc::clone(&store), schema.clone())
+            .with_random_metrics_seeded(0x5eed_0042);
         let mut seen = HashMap::new();
         for i in 0..100 {
             let name = format!("random.metric.{i}");
