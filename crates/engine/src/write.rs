@@ -68,10 +68,13 @@ pub struct IncomingPoint<'a> {
     /// Seconds, or milliseconds when it does not fit 32 bits.
     pub timestamp: i64,
     pub value: Value,
+    /// The tags; empty when `line_tags` is given and the writer is to read them from it.
     pub tags: &'a [(&'a str, &'a str)],
-    /// The tags as a telnet `put` line wrote them (`k=v k2=v2`, exactly the text `tags` was
-    /// parsed from), when the point came from one: the series is then looked up by this
-    /// text and the metric, without building its canonical text.
+    /// The tags as a telnet `put` line wrote them (`k=v k2=v2`), when the point came from
+    /// one: the series is then looked up by this text and the metric, without building its
+    /// canonical text. With `tags` empty they are read from this text only when the series
+    /// is not known by it (a known text was read before, and the same text always reads to
+    /// the same tags), with `put`'s tag errors.
     pub line_tags: Option<&'a str>,
 }
 
@@ -438,6 +441,26 @@ impl Writer {
         })
     }
 
+    /// The point with its tags, read from its line's tag text into `scratch` (empty) when it
+    /// came without them.
+    fn with_tags<'p>(
+        &self,
+        p: &IncomingPoint<'p>,
+        scratch: &'p mut Vec<(&'p str, &'p str)>,
+    ) -> Result<IncomingPoint<'p>> {
+        match p.line_tags {
+            Some(written) if p.tags.is_empty() => {
+                hourglass_core::put::parse_tags(written, scratch)
+                    .map_err(|e| Error::invalid(e.to_string()))?;
+                Ok(IncomingPoint {
+                    tags: scratch,
+                    ..*p
+                })
+            }
+            _ => Ok(*p),
+        }
+    }
+
     /// Whether buffered points are under their memory budget (new batches are accepted).
     pub(crate) fn has_room(&self) -> bool {
         self.buffered_bytes.load(Ordering::Relaxed) < self.settings.max_buffer_bytes
@@ -478,21 +501,26 @@ impl Writer {
                 .collect()
         };
         for (i, p) in points.iter().enumerate() {
-            let result = self.check_point(p).and_then(|(base, q)| {
-                let id = match known[i] {
-                    Some(id) => id,
-                    None => {
-                        series_text(p, &mut text);
-                        let id = self.resolve_series(p, &text)?;
-                        if let Some(written) = p.line_tags {
-                            line_key(p.metric, written, &mut text);
-                            self.series.write().by_line.insert(&text, id);
-                        }
-                        id
+            let mut line_tags = Vec::new();
+            let result = match known[i] {
+                Some(id) => self
+                    .check_point(p)
+                    // Checked again with its tags read, for an error that names them.
+                    .or_else(|_| self.check_point(&self.with_tags(p, &mut line_tags)?))
+                    .map(|(base, q)| (id, base, q)),
+                None => self.with_tags(p, &mut line_tags).and_then(|p| {
+                    // Tag errors first, as a put line's tags are read before its point is
+                    // checked.
+                    let (base, q) = self.check_point(&p)?;
+                    series_text(&p, &mut text);
+                    let id = self.resolve_series(&p, &text)?;
+                    if let Some(written) = p.line_tags {
+                        line_key(p.metric, written, &mut text);
+                        self.series.write().by_line.insert(&text, id);
                     }
-                };
-                Ok((id, base, q))
-            });
+                    Ok((id, base, q))
+                }),
+            };
             match result {
                 Ok((id, base, q)) => resolved.push((
                     (u64::from(id) << 32) | u64::from(base),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
 
-use hourglass_core::put::{PutError, PutLine, parse_put};
+use hourglass_core::put::{PutError, PutHead, parse_put_head};
 use hourglass_engine::IncomingPoint;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -236,27 +236,24 @@ fn handle_lines(
     Next::Continue
 }
 
-/// Consecutive `put` lines waiting to be written as one batch.
+/// Consecutive `put` lines waiting to be written as one batch. Their tags stay as written:
+/// the write path reads them only for series it does not know by that text.
 #[derive(Debug, Default)]
 struct PutBatch<'a> {
-    lines: Vec<Result<PutLine<'a>, PutError>>,
-    tags: Vec<(&'a str, &'a str)>,
+    lines: Vec<Result<PutHead<'a>, PutError>>,
 }
 
 impl<'a> PutBatch<'a> {
-    /// Room for `lines` put lines and their tags (four each, as collectors' series mostly
-    /// have: more grow the vector once or twice).
     fn with_capacity(lines: usize) -> PutBatch<'a> {
         PutBatch {
             lines: Vec::with_capacity(lines),
-            tags: Vec::with_capacity(lines * 4),
         }
     }
 
     /// A `put` line: `args` is what follows `put `, `None` for a bare `put`.
     fn add(&mut self, args: Option<&'a str>) {
         let parsed = match args {
-            Some(args) => parse_put(args, &mut self.tags),
+            Some(args) => parse_put_head(args),
             None => Err(PutError::not_enough_arguments(0)),
         };
         self.lines.push(parsed);
@@ -280,7 +277,7 @@ impl<'a> PutBatch<'a> {
                     metric: p.metric,
                     timestamp: p.timestamp,
                     value: p.value,
-                    tags: &self.tags[p.tags.clone()],
+                    tags: &[],
                     line_tags: Some(p.tags_text),
                 });
                 origin.push(i);
@@ -320,7 +317,6 @@ impl<'a> PutBatch<'a> {
             }
         }
         self.lines.clear();
-        self.tags.clear();
     }
 }
 
