@@ -5,6 +5,7 @@
 //! errors are answered, in line order, in OpenTSDB's words.
 
 mod commands;
+mod rollup;
 
 pub(crate) use commands::stats_text;
 

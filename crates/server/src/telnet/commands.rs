@@ -26,17 +26,9 @@ pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8
             out.extend_from_slice(b"Caches dropped.\n");
         }
         "exit" => return Next::Close,
-        // Rollups and histograms are not stored yet: refused as OpenTSDB refuses them when
-        // they are not configured.
-        "rollup" if writable => {
-            let got = args.map_or(0, |a| a.split(' ').count());
-            let why = if got < 5 {
-                format!("not enough arguments (need least 7, got {got})")
-            } else {
-                "No rollup or aggregations were configured".to_string()
-            };
-            out.extend_from_slice(format!("rollup: illegal argument: {why}\n").as_bytes());
-        }
+        "rollup" if writable => super::rollup::run(state, args, out),
+        // Histograms are not stored yet: refused as OpenTSDB refuses them when they are not
+        // configured.
         "histogram" if writable => out.extend_from_slice(
             b"histogram: illegal argument: Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.\n",
         ),
