@@ -358,3 +358,63 @@ impl Tsdb {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSON: &str = r#"{"aggregationIds":{"sum":0},"intervals":[{"table":"r","preAggregationTable":"p","interval":"1h","rowSpan":"1d","defaultInterval":true}]}"#;
+
+    fn config(pairs: &[(&str, &str)]) -> Config {
+        let mut c = Config::default();
+        for (k, v) in pairs {
+            c.set(k, v);
+        }
+        c
+    }
+
+    #[test]
+    fn settings_read_inline_json_or_a_json_file_with_opentsdbs_defaults() {
+        assert_eq!(RollupSettings::from_config(&config(&[])).unwrap(), None);
+        let on = |conf: &str| {
+            RollupSettings::from_config(&config(&[
+                ("tsd.rollups.enable", "true"),
+                ("tsd.rollups.config", conf),
+            ]))
+        };
+        let inline = on(JSON).unwrap().unwrap();
+        assert_eq!(inline.tables(), ["r", "p"]);
+        assert_eq!(
+            (
+                inline.agg_tag_key.as_str(),
+                inline.raw_agg_tag_value.as_str(),
+                inline.tag_raw,
+                inline.block_derived,
+                inline.split_query
+            ),
+            ("_aggregate", "RAW", false, true, false)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rollups.json");
+        std::fs::write(&path, JSON).unwrap();
+        let from_file = on(path.to_str().unwrap()).unwrap().unwrap();
+        assert_eq!(from_file, inline);
+
+        assert_eq!(
+            on("").unwrap_err().to_string(),
+            "Rollups were enabled but 'tsd.rollups.config' is null or empty."
+        );
+        assert!(
+            on("/nonexistent/rollups.json")
+                .unwrap_err()
+                .to_string()
+                .starts_with("Failed to open conf file: /nonexistent/rollups.json")
+        );
+        assert_eq!(
+            on(r#"{"aggregationIds":{"sum":0},"intervals":[{"table":"r","preAggregationTable":"p","interval":"1h","rowSpan":"1d"}]}"#)
+                .unwrap_err()
+                .to_string(),
+            "None of the rollup intervals were marked as the \"default\"."
+        );
+    }
+}

@@ -158,6 +158,9 @@ fn report(file: &str, line: usize, msg: &str, totals: &mut Totals) {
     eprintln!("{file}:{line}: {msg}");
 }
 
+/// A line of input and its number.
+type Line = (usize, String);
+
 /// Sends a batch's `put` lines, then its `rollup` lines.
 fn send_batch(
     file: &str,
@@ -165,7 +168,7 @@ fn send_batch(
     sink: &Sink,
     totals: &mut Totals,
 ) -> anyhow::Result<()> {
-    let (rollups, puts): (Vec<(usize, String)>, Vec<(usize, String)>) = lines
+    let (rollups, puts): (Vec<Line>, Vec<Line>) = lines
         .iter()
         .cloned()
         .partition(|(_, l)| l.starts_with("rollup "));
