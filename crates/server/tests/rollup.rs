@@ -302,3 +302,39 @@ async fn queries_asking_for_rollups_are_refused_until_they_are_served() {
     }
     srv.stop().await;
 }
+
+/// `rollup` lines between `put` lines are written in batches of their own; replies keep the
+/// lines' order and a bad line does not keep its neighbours out.
+#[tokio::test]
+async fn telnet_rollup_lines_batch_beside_put_lines_in_order() {
+    let srv = start_with("memory", config()).await;
+    let replies = telnet(
+        srv.addr,
+        "put sys.cpu.user 1356998400 1 host=web01\n\
+         rollup 1h-sum sys.cpu.user 1356998400 1 host=web01\n\
+         rollup 13m-sum sys.cpu.user 1356998400 1 host=web01\n\
+         rollup 1h-max sys.cpu.user 1357002000 2 host=web01\n\
+         put sys.cpu.user 1356998401 oops host=web01\n\
+         rollup 1h-sum sys.cpu.user 1356998400000 1 host=web01\n\
+         put sys.cpu.user 1356998402 3 host=web01\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        [
+            "rollup: No such rollup: No rollups configured for the interval: 13m",
+            "put: invalid value: Invalid character 'o' in oops",
+            "rollup: illegal argument: bad timestamp=1356998400000 when trying to add value=[1]/0 to metric=sys.cpu.user, tags={host=web01}",
+        ]
+    );
+    // sum (id 0) at hour 0 and max (id 2) at hour 1 of the January month row.
+    assert_eq!(
+        cells(&srv, "tsdb-rollup-1h"),
+        [
+            (hex(ROW_JAN), hex("00 0000"), hex("01")),
+            (hex(ROW_JAN), hex("02 0010"), hex("02")),
+        ]
+    );
+    assert_eq!(srv.points("sys.cpu.user").len(), 2);
+    srv.stop().await;
+}

@@ -26,9 +26,8 @@ pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8
             out.extend_from_slice(b"Caches dropped.\n");
         }
         "exit" => return Next::Close,
-        "rollup" if writable => super::rollup::run(state, args, out),
         // Histograms are not stored yet: refused as OpenTSDB refuses them when they are not
-        // configured.
+        // configured. (`put` and `rollup` lines are batched by the caller.)
         "histogram" if writable => out.extend_from_slice(
             b"histogram: illegal argument: Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.\n",
         ),

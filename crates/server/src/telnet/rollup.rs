@@ -5,55 +5,93 @@
 //! rollup GROUPBY_AGG METRIC TIMESTAMP VALUE TAG ...                  (a pre-aggregate)
 //! ```
 //!
-//! Silent on success; an error is answered with one `rollup: ...` line.
+//! Silent on success; an error is answered with one `rollup: ...` line. Consecutive
+//! `rollup` lines of one read are written together, as `put` lines are.
 
-use hourglass_core::put::PutError;
-use hourglass_core::rollup::parse_rollup_line;
+use std::sync::atomic::Ordering;
+
+use hourglass_core::put::{PutError, PutLine};
+use hourglass_core::rollup::{IntervalAgg, parse_rollup_line};
 use hourglass_engine::rollup::{RollupPoint, RollupRefusal};
 
 use crate::State;
 
-/// Runs one `rollup` line; `args` is what follows the command's space.
-pub(super) fn run(state: &State, args: Option<&str>, out: &mut Vec<u8>) {
-    if let Err(line) = write(state, args.unwrap_or_default()) {
-        out.extend_from_slice(line.as_bytes());
-    }
+/// `rollup` lines waiting to be written, in line order.
+#[derive(Debug, Default)]
+pub(super) struct RollupBatch<'a> {
+    lines: Vec<Result<(IntervalAgg<'a>, PutLine<'a>), PutError>>,
+    tags: Vec<(&'a str, &'a str)>,
 }
 
-fn write(state: &State, args: &str) -> Result<(), String> {
-    let mut tags = Vec::new();
-    let (which, line) = parse_rollup_line(args, &mut tags).map_err(|e| match e {
-        PutError::InvalidValue(m) => format!("rollup: invalid value: {m}\n"),
-        PutError::IllegalArgument(m) => format!("rollup: illegal argument: {m}\n"),
-    })?;
-    let point = RollupPoint {
-        metric: line.metric,
-        timestamp: line.timestamp,
-        value: line.value,
-        tags: &tags[line.tags.clone()],
-        interval: which.interval,
-        aggregator: which.aggregator,
-        group_by: which.group_by,
-    };
-    let outcome = state
-        .tsdb
-        .add_rollup_points(std::slice::from_ref(&point), false)
-        .map_err(|e| {
-            state.stats.count_error(&e);
-            format!(
-                "{}\n",
-                crate::http::PointError::of_command("rollup", &e).telnet
-            )
-        })?;
-    match outcome.errors.into_iter().next() {
-        None => Ok(()),
-        Some((_, RollupRefusal::NoSuchRollup(m))) => Err(format!("rollup: No such rollup: {m}\n")),
-        Some((_, RollupRefusal::Error(e))) => {
-            state.stats.count_error(&e);
-            Err(format!(
-                "{}\n",
-                crate::http::PointError::of_command("rollup", &e).telnet
-            ))
+impl<'a> RollupBatch<'a> {
+    /// Parses one line; `args` is what follows the command's space.
+    pub(super) fn add(&mut self, args: Option<&'a str>) {
+        let parsed = parse_rollup_line(args.unwrap_or_default(), &mut self.tags);
+        self.lines.push(parsed);
+    }
+
+    /// Writes the batch's points and answers its errors in line order.
+    pub(super) fn submit(&mut self, state: &State, out: &mut Vec<u8>) {
+        if self.lines.is_empty() {
+            return;
         }
+        state
+            .stats
+            .points_received
+            .fetch_add(self.lines.len() as u64, Ordering::Relaxed);
+        let mut points = Vec::with_capacity(self.lines.len());
+        let mut origin = Vec::with_capacity(self.lines.len());
+        for (i, line) in self.lines.iter().enumerate() {
+            if let Ok((which, p)) = line {
+                points.push(RollupPoint {
+                    metric: p.metric,
+                    timestamp: p.timestamp,
+                    value: p.value,
+                    tags: &self.tags[p.tags.clone()],
+                    interval: which.interval,
+                    aggregator: which.aggregator,
+                    group_by: which.group_by,
+                });
+                origin.push(i);
+            }
+        }
+        let mut replies: Vec<Option<String>> = vec![None; self.lines.len()];
+        for (i, line) in self.lines.iter().enumerate() {
+            replies[i] = match line {
+                Err(PutError::InvalidValue(m)) => Some(format!("rollup: invalid value: {m}")),
+                Err(PutError::IllegalArgument(m)) => Some(format!("rollup: illegal argument: {m}")),
+                Ok(_) => None,
+            };
+        }
+        let refusal_text = |e: &hourglass_engine::Error| {
+            state.stats.count_error(e);
+            crate::http::PointError::of_command("rollup", e).telnet
+        };
+        if !points.is_empty() {
+            match state.tsdb.add_rollup_points(&points, false) {
+                Ok(outcome) => {
+                    for (idx, refusal) in outcome.errors {
+                        replies[origin[idx]] = Some(match refusal {
+                            RollupRefusal::NoSuchRollup(m) => {
+                                format!("rollup: No such rollup: {m}")
+                            }
+                            RollupRefusal::Error(e) => refusal_text(&e),
+                        });
+                    }
+                }
+                // The batch's write failed: none of its points is stored.
+                Err(e) => {
+                    for i in &origin {
+                        replies[*i] = Some(refusal_text(&e));
+                    }
+                }
+            }
+        }
+        for reply in replies.into_iter().flatten() {
+            out.extend_from_slice(reply.as_bytes());
+            out.push(b'\n');
+        }
+        self.lines.clear();
+        self.tags.clear();
     }
 }
