@@ -234,7 +234,7 @@ fn handle_lines(
         }
         batch.submit(state, out);
         rollups.submit(state, out);
-        if commands::run(state, cmd, args, out) == Next::Close {
+        if commands::run(state, cmd, out) == Next::Close {
             return Next::Close;
         }
     }

@@ -4,8 +4,8 @@ use super::Next;
 use crate::State;
 use crate::stats::{collect, report_tags};
 
-/// Runs `cmd`; `args` is what follows its space (`None` when the line is only `cmd`).
-pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8>) -> Next {
+/// Runs `cmd` (its arguments, if any, are not read: none of these commands takes one).
+pub(super) fn run(state: &State, cmd: &str, out: &mut Vec<u8>) -> Next {
     let writable = !state.settings.read_only;
     match cmd {
         "version" => out.extend_from_slice(state.settings.build.text().as_bytes()),
