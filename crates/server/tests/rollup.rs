@@ -338,3 +338,34 @@ async fn telnet_rollup_lines_batch_beside_put_lines_in_order() {
     assert_eq!(srv.points("sys.cpu.user").len(), 2);
     srv.stop().await;
 }
+
+/// `tsd.rollups.tag_raw` tags rollups of raw series with `agg_tag_key=RAW` (both keys
+/// configurable); `tsd.rollups.block_derived = false` lets `avg` through.
+#[tokio::test]
+async fn raw_rollups_are_tagged_and_derived_ones_allowed_when_configured() {
+    let mut c = config();
+    c.set("tsd.rollups.tag_raw", "true");
+    c.set("tsd.rollups.agg_tag_key", "agg");
+    c.set("tsd.rollups.raw_agg_tag_value", "NONE");
+    c.set("tsd.rollups.block_derived", "false");
+    let srv = start_with("memory", c).await;
+    let replies = telnet(
+        srv.addr,
+        "rollup 1h-avg sys.cpu.user 1356998400 42 host=web01\n",
+    )
+    .await;
+    assert!(replies.is_empty(), "{replies:?}");
+    // host=1, agg=2 (tag keys); web01=1, NONE=2 (tag values); avg is id 4.
+    assert_eq!(
+        cells(&srv, "tsdb-rollup-1h"),
+        [(hex(ROW_JAN_SUM), hex("04 0000"), hex("2A"))]
+    );
+    let tagv = srv
+        .state
+        .tsdb
+        .uids()
+        .get_id(hourglass_core::uid::UidKind::TagValue, "NONE")
+        .unwrap();
+    assert_eq!(tagv.to_hex(3), "000002");
+    srv.stop().await;
+}
