@@ -60,8 +60,8 @@ pub fn parse_put<'a>(
     let (Some(ts), Some(val)) = (words.next(), words.next()) else {
         return Err(PutError::not_enough_arguments(Words::new(args).count()));
     };
-    let tags_text = words.rest();
-    let Some(first_tag) = words.next() else {
+    // A fifth word, even an empty one, is there when anything follows the value's space.
+    let Some(tags_text) = words.rest() else {
         return Err(PutError::not_enough_arguments(Words::new(args).count()));
     };
     if metric.is_empty() {
@@ -75,7 +75,7 @@ pub fn parse_put<'a>(
         return Err(illegal("empty value".into()));
     }
     let start = tags.len();
-    if let Err(e) = parse_tags(std::iter::once(first_tag).chain(words), start, tags) {
+    if let Err(e) = parse_tags(tags_text, start, tags) {
         tags.truncate(start);
         return Err(e);
     }
@@ -89,7 +89,7 @@ pub fn parse_put<'a>(
             timestamp,
             value,
             tags: start..tags.len(),
-            tags_text: tags_text.unwrap_or_default(),
+            tags_text,
         }),
         Err(e) => {
             tags.truncate(start);
@@ -150,23 +150,41 @@ impl<'a> Iterator for Words<'a> {
     }
 }
 
-/// OpenTSDB's `Tags.parse` over each non-empty word: `k=v`, both sides non-empty, one `=`;
-/// a repeated key with the same value is ignored, with another value refused.
+/// OpenTSDB's `Tags.parse` over each non-empty word of `text` (words split on single
+/// spaces): `k=v`, both sides non-empty, one `=`; a repeated key with the same value is
+/// ignored, with another value refused. One pass over the bytes finds each word's end and
+/// its `=` together.
 fn parse_tags<'a>(
-    words: impl Iterator<Item = &'a str>,
+    text: &'a str,
     start: usize,
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<(), PutError> {
-    for w in words.filter(|w| !w.is_empty()) {
-        // The first `=`, and none after it.
-        let bytes = w.as_bytes();
-        let equals = bytes.iter().position(|b| *b == b'=');
-        let more = equals.is_some_and(|at| bytes[at + 1..].contains(&b'='));
-        let Some(at) = equals.filter(|at| *at > 0 && *at + 1 < w.len() && !more) else {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let begin = at;
+        let (mut equals, mut more) = (usize::MAX, false);
+        while let Some(&b) = bytes.get(at) {
+            if b == b' ' {
+                break;
+            }
+            if b == b'=' {
+                more |= equals != usize::MAX;
+                equals = equals.min(at);
+            }
+            at += 1;
+        }
+        let end = at;
+        at += 1;
+        if end == begin {
+            continue;
+        }
+        // Spaces and `=` are ASCII: every cut is on a char boundary.
+        let w = &text[begin..end];
+        if equals == usize::MAX || equals == begin || equals + 1 == end || more {
             return Err(illegal(format!("invalid tag: {w}")));
-        };
-        // `=` is ASCII: both sides are on char boundaries.
-        let (k, v) = (&w[..at], &w[at + 1..]);
+        }
+        let (k, v) = (&text[begin..equals], &text[equals + 1..end]);
         match tags[start..].iter().find(|(have, _)| *have == k) {
             Some((_, have_v)) if *have_v == v => {}
             Some(_) => {
