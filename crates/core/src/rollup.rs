@@ -200,6 +200,15 @@ impl RollupInterval {
                 self.intervals
             )));
         }
+        // OpenTSDB allows up to 7774 intervals a row but keeps 12 bits of the offset: it
+        // stores offset 4096 as 0, over another value's cell. Refused here instead.
+        if offset >= 1 << 12 {
+            return Err(Error::invalid(format!(
+                "Offset of {offset} does not fit the qualifier's 12 bits (OpenTSDB would store it as {}); use a shorter row span for interval {}",
+                offset % (1 << 12),
+                self.interval
+            )));
+        }
         let packed = ((offset as u16) << 4) | u16::from(flags & crate::value::FLAGS_MASK);
         let [hi, lo] = packed.to_be_bytes();
         Ok([aggregator_id, hi, lo])

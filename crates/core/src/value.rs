@@ -291,9 +291,22 @@ mod tests {
     fn plain_decimals_take_the_short_path_and_nothing_else_does() {
         assert_eq!(plain_decimal("12.34"), Some(12.34));
         assert_eq!(plain_decimal("-0.5"), Some(-0.5));
-        assert_eq!(plain_decimal("-0.0").map(f64::to_bits), Some((-0.0f64).to_bits()));
+        assert_eq!(
+            plain_decimal("-0.0").map(f64::to_bits),
+            Some((-0.0f64).to_bits())
+        );
         assert_eq!(plain_decimal("123456789.012345"), Some(123_456_789.012_345));
-        for other in ["1.", ".5", "1e5", "1.2.3", "+1.5", "1.0000000000000001", "", "-", "1,5"] {
+        for other in [
+            "1.",
+            ".5",
+            "1e5",
+            "1.2.3",
+            "+1.5",
+            "1.0000000000000001",
+            "",
+            "-",
+            "1,5",
+        ] {
             assert_eq!(plain_decimal(other), None, "{other}");
         }
     }

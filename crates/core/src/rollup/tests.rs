@@ -246,3 +246,43 @@ fn interval_and_aggregators_split_as_opentsdb() {
         s(None, Some("sum"), Some("sum"))
     );
 }
+
+#[test]
+fn offsets_past_twelve_bits_are_refused_not_wrapped() {
+    // 7200 intervals pass OpenTSDB's check (at most 7774), but the qualifier keeps 12 bits.
+    let i = iv("1s", "2h");
+    assert_eq!(i.intervals, 7200);
+    assert_eq!(i.qualifier(4095, 0, 0, 1).unwrap(), [1, 0xFF, 0xF0]);
+    assert_eq!(
+        i.qualifier(4096, 0, 0, 1).unwrap_err().to_string(),
+        "Offset of 4096 does not fit the qualifier's 12 bits (OpenTSDB would store it as 0); use a shorter row span for interval 1s"
+    );
+}
+
+proptest::proptest! {
+    #[test]
+    fn rollup_lines_never_panic(line in "\\PC{0,60}") {
+        let mut tags = Vec::new();
+        let _ = parse_rollup_line(&line, &mut tags);
+    }
+
+    #[test]
+    fn intervals_and_times_never_panic(
+        interval in "[0-9]{0,12}(ms|s|m|h|d|w|n|y|x)?",
+        span in "[0-9]{0,12}(ms|s|m|h|d|n|y|q)?",
+        ts in proptest::prelude::any::<i64>(),
+        flags in proptest::prelude::any::<u8>(),
+    ) {
+        if let Ok(i) = RollupInterval::new("t", "p", &interval, &span, false) {
+            if let Ok(base) = i.base_time(ts) {
+                let q = i.qualifier(ts, base, flags, 1);
+                // Every time of a row has a qualifier in it (offset below 4096 or refused).
+                if let Ok(q) = q {
+                    let offset = (u16::from_be_bytes([q[1], q[2]]) >> 4) as i64;
+                    let secs = if crate::time::is_millis(ts) { ts / 1000 } else { ts };
+                    proptest::prop_assert_eq!(offset, (secs - i64::from(base)) / i64::from(i.interval_seconds));
+                }
+            }
+        }
+    }
+}
