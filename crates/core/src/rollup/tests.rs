@@ -268,21 +268,22 @@ proptest::proptest! {
 
     #[test]
     fn intervals_and_times_never_panic(
-        interval in "[0-9]{0,12}(ms|s|m|h|d|w|n|y|x)?",
-        span in "[0-9]{0,12}(ms|s|m|h|d|n|y|q)?",
-        ts in proptest::prelude::any::<i64>(),
+        interval in proptest::prop_oneof!["[1-9][0-9]?(s|m|h|d)", "[0-9]{0,12}(ms|s|m|h|d|w|n|y|x)?"],
+        span in proptest::prop_oneof!["[1-9]?[02468](h|d|n|y)", "[0-9]{0,12}(ms|s|m|h|d|n|y|q)?"],
+        ts in proptest::prop_oneof![0i64..5_000_000_000_000, proptest::prelude::any::<i64>()],
         flags in proptest::prelude::any::<u8>(),
     ) {
-        if let Ok(i) = RollupInterval::new("t", "p", &interval, &span, false) {
-            if let Ok(base) = i.base_time(ts) {
-                let q = i.qualifier(ts, base, flags, 1);
-                // Every time of a row has a qualifier in it (offset below 4096 or refused).
-                if let Ok(q) = q {
-                    let offset = (u16::from_be_bytes([q[1], q[2]]) >> 4) as i64;
-                    let secs = if crate::time::is_millis(ts) { ts / 1000 } else { ts };
-                    proptest::prop_assert_eq!(offset, (secs - i64::from(base)) / i64::from(i.interval_seconds));
-                }
-            }
+        if let Ok(i) = RollupInterval::new("t", "p", &interval, &span, false)
+            && let Ok(base) = i.base_time(ts)
+            // Every time of a row has a qualifier in it (offset below 4096) or is refused.
+            && let Ok(q) = i.qualifier(ts, base, flags, 1)
+        {
+            let offset = i64::from(u16::from_be_bytes([q[1], q[2]]) >> 4);
+            let secs = if crate::time::is_millis(ts) { ts / 1000 } else { ts };
+            proptest::prop_assert_eq!(
+                offset,
+                (secs - i64::from(base)) / i64::from(i.interval_seconds)
+            );
         }
     }
 }
