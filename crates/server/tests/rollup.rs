@@ -369,3 +369,33 @@ async fn raw_rollups_are_tagged_and_derived_ones_allowed_when_configured() {
     assert_eq!(tagv.to_hex(3), "000002");
     srv.stop().await;
 }
+
+/// With salting, a rollup row carries the salt of its series' data rows: OpenTSDB's salt
+/// hashes the metric and tags, not the base time.
+#[tokio::test]
+async fn salted_rollup_rows_share_their_series_salt() {
+    let mut c = config();
+    c.set("tsd.storage.salt.width", "1");
+    c.set("tsd.storage.salt.buckets", "20");
+    let srv = start_with("memory", c).await;
+    let put =
+        r#"{"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01"}}"#;
+    assert_eq!(http(srv.addr, "POST", "/api/put", put).await.status, 204);
+    let rollup = r#"{"metric":"sys.cpu.user","timestamp":1365465600,"value":1,"tags":{"host":"web01"},"interval":"1h","aggregator":"sum"}"#;
+    assert_eq!(
+        http(srv.addr, "POST", "/api/rollup", rollup).await.status,
+        204
+    );
+    assert_eq!(srv.points("sys.cpu.user").len(), 1);
+    let data: Vec<Vec<u8>> = cells(&srv, "tsdb").into_iter().map(|c| c.0).collect();
+    let rollups = cells(&srv, "tsdb-rollup-1h");
+    assert_eq!(rollups.len(), 1);
+    let key = &rollups[0].0;
+    assert_eq!(key.len(), 14);
+    assert_eq!(key[0], data[0][0], "the series' salt");
+    // OpenTSDB's RowKey.prefixKeyWithSalt: Java's Arrays.hashCode (32-bit) over metric and
+    // tags `000001 000001 000001`, remainder of 20 made positive: 8.
+    assert_eq!(key[0], 8);
+    assert_eq!(key[1..], hex("000001 5158CE00 000001 000001")[..]);
+    srv.stop().await;
+}
