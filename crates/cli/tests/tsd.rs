@@ -228,20 +228,34 @@ fn rollups_are_configured_as_opentsdb_configures_them() {
         );
     }
     let (mut child, addr) = common::spawn_tsd_with(Some(&config), &data);
-    let out = telnet_fenced(
-        &addr,
-        "rollup 1h-sum sys.cpu.user 1356998400 42 host=web01\n\
-         rollup 2h-sum sys.cpu.user 1356998400 42 host=web01\n",
-    );
+    let mut text: String = (0..1000)
+        .map(|i| {
+            format!(
+                "rollup 1h-sum sys.cpu.user {} {i} host=h{i}\n",
+                1356998400 + (i % 24) * 3600
+            )
+        })
+        .collect();
+    text.push_str("rollup 2h-sum sys.cpu.user 1356998400 42 host=web01\n");
+    let out = telnet_fenced(&addr, &text);
     assert!(
         out.starts_with(
             "rollup: No such rollup: No rollups configured for the interval: 2h\nhourglass "
         ),
         "{out}"
     );
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    // Acknowledged rollup points survive a kill -9 (they are in the store's journal).
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let store = hourglass_store_fjall::FjallStore::open(&data).unwrap();
+    let rows: Vec<hourglass_storage::Row> = hourglass_storage::Store::scan(
+        &store,
+        "tsdb-rollup-1h",
+        &hourglass_storage::ScanRequest::range(Vec::new(), None),
+    )
+    .unwrap()
+    .map(Result::unwrap)
+    .collect();
+    assert_eq!(rows.len(), 1000);
+    assert!(rows.iter().all(|r| r.cells.len() == 1));
 }
