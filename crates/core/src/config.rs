@@ -299,6 +299,13 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.query.limits.overrides.interval",
     "tsd.query.limits.series.default",
     "tsd.query.timeout",
+    "tsd.rollups.agg_tag_key",
+    "tsd.rollups.block_derived",
+    "tsd.rollups.config",
+    "tsd.rollups.enable",
+    "tsd.rollups.raw_agg_tag_value",
+    "tsd.rollups.split_query.enable",
+    "tsd.rollups.tag_raw",
     "tsd.stats.canonical",
     "tsd.storage.backend",
     "tsd.storage.embedded.group_period",
@@ -331,7 +338,6 @@ pub const READ_KEYS: &[&str] = &[
 /// a switch names cannot be loaded.
 pub const UNAVAILABLE_SWITCHES: &[(&str, &str)] = &[
     ("tsd.core.authentication.enable", "authentication"),
-    ("tsd.rollups.enable", "rollup tables"),
     ("tsd.core.tree.enable_processing", "tree processing"),
     ("tsd.rtpublisher.enable", "a real-time publisher plugin"),
     ("tsd.search.enable", "a search plugin"),
@@ -395,13 +401,6 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.query.multi_get.limit",
     "tsd.query.skip_unresolved_tagvs",
     "tsd.rollups.agg_tag",
-    "tsd.rollups.agg_tag_key",
-    "tsd.rollups.block_derived",
-    "tsd.rollups.config",
-    "tsd.rollups.enable",
-    "tsd.rollups.raw_agg_tag_value",
-    "tsd.rollups.split_query.enable",
-    "tsd.rollups.tag_raw",
     "tsd.rpc.plugins",
     "tsd.rpc.telnet.return_errors",
     "tsd.rtpublisher.enable",
@@ -710,6 +709,11 @@ mod tests {
         );
         assert_eq!(
             parse("tsd.network.port = 4242\n").unavailable_switch(),
+            None
+        );
+        // Rollup tables are stored (RFC 0008): the switch starts a TSD that writes them.
+        assert_eq!(
+            parse("tsd.rollups.enable = true\n").unavailable_switch(),
             None
         );
         let refused = parse("tsd.core.authentication.enable = TRUE\n")

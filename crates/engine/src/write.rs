@@ -345,23 +345,45 @@ impl Writer {
         if let Some(id) = self.series.read().by_text.get(text) {
             return Ok(id);
         }
+        let template = self.series_template(p.metric, p.tags)?;
         let s = &self.settings;
-        if p.tags.is_empty() {
+        // Meta data as the series arrives (OpenTSDB's real-time tracking), so that a lookup
+        // in the meta table finds it before its points are flushed.
+        if let Some(tracker) = &self.tracker
+            && let Err(e) = tracker.first_seen(&rowkey::tsuid_of(&s.schema, &template), now_ms())
+        {
+            tracing::error!(error = %e, "meta data tracking failed for a new series");
+        }
+        let mut series = self.series.write();
+        let id = series.intern(template);
+        series.by_text.insert(text, id);
+        Ok(id)
+    }
+
+    /// A series' row key with a zero base time: metric and tags checked as OpenTSDB checks
+    /// them, UIDs created as the settings allow. Rollup points (RFC 0008) are keyed with it too.
+    pub(crate) fn series_template(
+        &self,
+        metric_name: &str,
+        tag_names: &[(&str, &str)],
+    ) -> Result<Vec<u8>> {
+        let s = &self.settings;
+        if tag_names.is_empty() {
             return Err(Error::invalid(format!(
                 "Need at least one tag (metric={}, tags={{}})",
-                p.metric
+                metric_name
             )));
         }
-        if p.tags.len() > s.schema.max_tags {
+        if tag_names.len() > s.schema.max_tags {
             return Err(Error::invalid(format!(
                 "Too many tags: {} maximum allowed: {}, tags: {}",
-                p.tags.len(),
+                tag_names.len(),
                 s.schema.max_tags,
-                tags_text(p.tags)
+                tags_text(tag_names)
             )));
         }
-        validate_name("metric name", p.metric, &s.allow_special_chars)?;
-        for (k, v) in p.tags {
+        validate_name("metric name", metric_name, &s.allow_special_chars)?;
+        for (k, v) in tag_names {
             validate_name(
                 &format!("tag name with value [{v}]"),
                 k,
@@ -373,21 +395,21 @@ impl Writer {
                 &s.allow_special_chars,
             )?;
         }
-        for (i, (k, _)) in p.tags.iter().enumerate() {
-            if p.tags[..i].iter().any(|(other, _)| other == k) {
+        for (i, (k, _)) in tag_names.iter().enumerate() {
+            if tag_names[..i].iter().any(|(other, _)| other == k) {
                 return Err(Error::invalid(format!(
                     "duplicate tag: {k}, tags={}",
-                    tags_text(p.tags)
+                    tags_text(tag_names)
                 )));
             }
         }
         let metric = if s.auto_create_metrics {
-            self.uids.get_or_create_id(UidKind::Metric, p.metric)?
+            self.uids.get_or_create_id(UidKind::Metric, metric_name)?
         } else {
-            self.uids.get_id(UidKind::Metric, p.metric)?
+            self.uids.get_id(UidKind::Metric, metric_name)?
         };
-        let mut tags = Vec::with_capacity(p.tags.len());
-        for (k, v) in p.tags {
+        let mut tags = Vec::with_capacity(tag_names.len());
+        for (k, v) in tag_names {
             let k = if s.auto_create_tagks {
                 self.uids.get_or_create_id(UidKind::TagKey, k)?
             } else {
@@ -400,18 +422,11 @@ impl Writer {
             };
             tags.push((k, v));
         }
-        let template = rowkey::encode_row_key(&s.schema, &SeriesKey::new(metric, tags), 0);
-        // Meta data as the series arrives (OpenTSDB's real-time tracking), so that a lookup
-        // in the meta table finds it before its points are flushed.
-        if let Some(tracker) = &self.tracker
-            && let Err(e) = tracker.first_seen(&rowkey::tsuid_of(&s.schema, &template), now_ms())
-        {
-            tracing::error!(error = %e, "meta data tracking failed for a new series");
-        }
-        let mut series = self.series.write();
-        let id = series.intern(template);
-        series.by_text.insert(text, id);
-        Ok(id)
+        Ok(rowkey::encode_row_key(
+            &s.schema,
+            &SeriesKey::new(metric, tags),
+            0,
+        ))
     }
 
     fn check_point(&self, p: &IncomingPoint<'_>) -> Result<(u32, Qualifier)> {

@@ -5,6 +5,7 @@
 //! errors are answered, in line order, in OpenTSDB's words.
 
 mod commands;
+mod rollup;
 
 pub(crate) use commands::stats_text;
 
@@ -194,6 +195,7 @@ fn handle_lines(
     out: &mut Vec<u8>,
 ) -> Next {
     let mut batch = PutBatch::with_capacity(lines.len());
+    let mut rollups = rollup::RollupBatch::default();
     // Every line but the overlong ones is a command (counted once per read, not per line).
     state.stats.telnet_rpcs.fetch_add(
         lines.len().saturating_sub(too_long.len()) as u64,
@@ -202,6 +204,7 @@ fn handle_lines(
     for (i, line) in lines.iter().enumerate() {
         if let Some((_, len)) = too_long.iter().find(|(at, _)| *at == i) {
             batch.submit(state, out);
+            rollups.submit(state, out);
             out.extend_from_slice(
                 format!(
                     "put: illegal argument: line too long: {len} bytes, the limit is {} (tsd.network.max_line_length)\n",
@@ -224,15 +227,23 @@ fn handle_lines(
             },
         };
         if cmd == "put" && !state.settings.read_only {
+            rollups.submit(state, out);
             batch.add(args);
             continue;
         }
+        if cmd == "rollup" && !state.settings.read_only {
+            batch.submit(state, out);
+            rollups.add(args);
+            continue;
+        }
         batch.submit(state, out);
-        if commands::run(state, cmd, args, out) == Next::Close {
+        rollups.submit(state, out);
+        if commands::run(state, cmd, out) == Next::Close {
             return Next::Close;
         }
     }
     batch.submit(state, out);
+    rollups.submit(state, out);
     Next::Continue
 }
 
