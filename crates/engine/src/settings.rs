@@ -76,6 +76,10 @@ pub struct Settings {
     /// `tsd.index.enable` (default false until queries read the index, RFC 0007 phase 3):
     /// maintain the tag index at each flush.
     pub index: bool,
+    /// `tsd.storage.series_cache.idle_ms`: a series no point has named for this long (up
+    /// to twice it) leaves the series cache once its points are stored (default an hour), so
+    /// the cache holds the series written lately, not every series ever written.
+    pub series_idle_ms: i64,
     /// `tsd.rollups.*` when `tsd.rollups.enable` is on (RFC 0008).
     pub rollups: Option<std::sync::Arc<crate::rollup::RollupSettings>>,
     pub clock: Clock,
@@ -102,6 +106,7 @@ impl Default for Settings {
             wal_segment_bytes: crate::wal::SEGMENT_BYTES,
             meta: crate::meta::MetaTracking::default(),
             index: false,
+            series_idle_ms: 3_600_000,
             rollups: None,
             clock: Clock::system(),
         }
@@ -151,6 +156,9 @@ impl Settings {
             wal_segment_bytes: d.wal_segment_bytes,
             meta: crate::meta::MetaTracking::from_config(c),
             index: c.get_bool("tsd.index.enable", d.index),
+            series_idle_ms: c
+                .get_int("tsd.storage.series_cache.idle_ms", d.series_idle_ms)?
+                .max(1),
             rollups: crate::rollup::RollupSettings::from_config(c)?.map(std::sync::Arc::new),
             clock: d.clock,
         })

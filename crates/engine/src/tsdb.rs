@@ -219,6 +219,12 @@ impl Tsdb {
         self.writer.buffered_bytes()
     }
 
+    /// Series in the write path's series cache (recently written ones; idle ones leave it,
+    /// `tsd.storage.series_cache.idle_ms`).
+    pub fn cached_series(&self) -> usize {
+        self.writer.cached_series()
+    }
+
     /// Why the write-ahead log refuses writes, when it does (it heals once buffered points
     /// are stored).
     pub fn log_poisoned(&self) -> Option<String> {

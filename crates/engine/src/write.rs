@@ -109,9 +109,15 @@ pub struct WriteStats {
     pub max_flush_micros: AtomicU64,
     /// Tag index markers written: (series, period) pairs and series catalog rows.
     pub index_markers_written: AtomicU64,
+    /// Series evicted from the series cache after an idle epoch.
+    pub series_evicted: AtomicU64,
 }
 
 /// Interned series: row-key templates (salted, base hour zero) by id.
+///
+/// Bounded by eviction: a series no batch has looked up for a whole eviction epoch (see
+/// [`Writer::evict_idle_series`]) is forgotten once its points are stored, and its id is
+/// given to the next new series.
 #[derive(Debug, Default)]
 struct SeriesCache {
     by_text: series_index::TextIndex,
@@ -119,24 +125,102 @@ struct SeriesCache {
     /// keys never meet the canonical texts).
     by_line: series_index::TextIndex,
     by_template: Map<Box<[u8]>, u32>,
+    /// By series id; empty for a free id.
     templates: Vec<Box<[u8]>>,
     /// By series id: the log segment whose entries define its template (0: none yet). Set
     /// once an entry defining it is appended there; entries built for that segment refer to
     /// the series without repeating its key.
     logged_in: Vec<AtomicU64>,
+    /// By series id: the eviction epoch in which a batch last looked it up.
+    used: Vec<AtomicU64>,
+    /// Ids of evicted series, for new ones.
+    free: Vec<u32>,
 }
 
 impl SeriesCache {
-    fn intern(&mut self, template: Vec<u8>) -> u32 {
+    fn intern(&mut self, template: Vec<u8>, epoch: u64) -> u32 {
         if let Some(id) = self.by_template.get(template.as_slice()) {
+            self.touch(*id, epoch);
             return *id;
         }
-        let id = self.templates.len() as u32;
         let template: Box<[u8]> = template.into();
-        self.by_template.insert(template.clone(), id);
-        self.templates.push(template);
-        self.logged_in.push(AtomicU64::new(0));
+        let id = match self.free.pop() {
+            Some(id) => {
+                let i = id as usize;
+                self.templates[i] = template.clone();
+                self.logged_in[i].store(0, Ordering::Release);
+                self.used[i].store(epoch, Ordering::Relaxed);
+                id
+            }
+            None => {
+                let id = self.templates.len() as u32;
+                self.templates.push(template.clone());
+                self.logged_in.push(AtomicU64::new(0));
+                self.used.push(AtomicU64::new(epoch));
+                id
+            }
+        };
+        self.by_template.insert(template, id);
         id
+    }
+
+    /// Notes that a batch of `epoch` looked the series up.
+    fn touch(&self, id: u32, epoch: u64) {
+        if let Some(used) = self.used.get(id as usize) {
+            used.fetch_max(epoch, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets every series last looked up before `epoch`; returns their ids, now free.
+    fn evict_before(&mut self, epoch: u64) -> Vec<u32> {
+        let gone: Vec<bool> = (0..self.templates.len())
+            .map(|i| !self.templates[i].is_empty() && self.used[i].load(Ordering::Relaxed) < epoch)
+            .collect();
+        let evicted: Vec<u32> = (0..gone.len() as u32)
+            .filter(|id| gone[*id as usize])
+            .collect();
+        if evicted.is_empty() {
+            return evicted;
+        }
+        let keep = |id: u32| !gone.get(id as usize).copied().unwrap_or(false);
+        self.by_text.retain(keep);
+        self.by_line.retain(keep);
+        self.by_template.retain(|_, id| keep(*id));
+        self.by_template.shrink_to_fit();
+        for id in &evicted {
+            self.templates[*id as usize] = Box::default();
+            self.logged_in[*id as usize].store(0, Ordering::Release);
+        }
+        self.free.extend(evicted.iter().rev());
+        evicted
+    }
+
+    /// Series held.
+    fn len(&self) -> usize {
+        self.templates.len() - self.free.len()
+    }
+}
+
+/// The eviction epochs of the series cache: batches register in the epoch they start in,
+/// and the series they look up are marked with it.
+#[derive(Debug, Default)]
+struct Epochs {
+    /// The current epoch (starts at 1).
+    current: AtomicU64,
+    /// Batches in flight, by the parity of the epoch they registered in.
+    in_flight: [AtomicUsize; 2],
+    /// When the current epoch began (ms on the writer's clock).
+    began_ms: AtomicI64,
+    /// The epoch before the current one, while series it left idle wait to be evicted.
+    closing: Mutex<Option<u64>>,
+}
+
+/// A batch registered in an epoch, until it is buffered (or refused).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -186,6 +270,7 @@ pub(crate) struct Writer {
     settings: Settings,
     uids: Arc<UidRegistry>,
     series: RwLock<SeriesCache>,
+    epochs: Epochs,
     state: Mutex<LogState>,
     /// The log segment appends went to last, read without the lock: entries are built for
     /// it (and rebuilt when the log has moved on by the time they are appended).
@@ -263,6 +348,7 @@ impl Writer {
         let index = settings
             .index
             .then(|| index::IndexWriter::new(settings.schema.clone()));
+        let began_ms = settings.clock.now_ms();
         Ok(Writer {
             store,
             settings,
@@ -270,6 +356,11 @@ impl Writer {
             index,
             uids,
             series: RwLock::new(SeriesCache::default()),
+            epochs: Epochs {
+                current: AtomicU64::new(1),
+                began_ms: AtomicI64::new(began_ms),
+                ..Epochs::default()
+            },
             log_segment: AtomicU64::new(0),
             state: Mutex::new(LogState {
                 active: Buffer::default(),
@@ -321,7 +412,7 @@ impl Writer {
                 let id = match &last {
                     Some((t, id)) if *t == template => *id,
                     _ => {
-                        let id = series.intern(template.clone());
+                        let id = series.intern(template.clone(), self.epoch());
                         last = Some((template, id));
                         id
                     }
@@ -342,8 +433,12 @@ impl Writer {
 
     /// Resolves a point's series to an interned id, creating UIDs as the settings allow.
     fn resolve_series(&self, p: &IncomingPoint<'_>, text: &str) -> Result<u32> {
-        if let Some(id) = self.series.read().by_text.get(text) {
-            return Ok(id);
+        {
+            let series = self.series.read();
+            if let Some(id) = series.by_text.get(text) {
+                series.touch(id, self.epoch());
+                return Ok(id);
+            }
         }
         let template = self.series_template(p.metric, p.tags)?;
         let s = &self.settings;
@@ -355,7 +450,7 @@ impl Writer {
             tracing::error!(error = %e, "meta data tracking failed for a new series");
         }
         let mut series = self.series.write();
-        let id = series.intern(template);
+        let id = series.intern(template, self.epoch());
         series.by_text.insert(text, id);
         Ok(id)
     }
@@ -476,6 +571,63 @@ impl Writer {
         }
     }
 
+    fn epoch(&self) -> u64 {
+        self.epochs.current.load(Ordering::Acquire)
+    }
+
+    /// Series in the series cache.
+    pub(crate) fn cached_series(&self) -> usize {
+        self.series.read().len()
+    }
+
+    /// Starts a new eviction epoch once the current one has lasted `tsd.storage.series_cache.idle_ms`
+    /// (called after a flush). The epoch that ends becomes the closing one.
+    fn maybe_start_epoch(&self) {
+        let now = self.settings.clock.now_ms();
+        if now - self.epochs.began_ms.load(Ordering::Relaxed) < self.settings.series_idle_ms {
+            return;
+        }
+        let mut closing = self.epochs.closing.lock();
+        if closing.is_some() {
+            return;
+        }
+        // Under the series lock: a batch registers either before (in the old epoch) or after.
+        let _series = self.series.write();
+        let ended = self.epochs.current.fetch_add(1, Ordering::AcqRel);
+        self.epochs.began_ms.store(now, Ordering::Relaxed);
+        *closing = Some(ended);
+    }
+
+    /// The closing epoch, if every batch registered in it is buffered: checked before a
+    /// flush seals, so that flush stores all of them.
+    fn closed_epoch(&self) -> Option<u64> {
+        let closing = (*self.epochs.closing.lock())?;
+        (self.epochs.in_flight[(closing & 1) as usize].load(Ordering::Acquire) == 0)
+            .then_some(closing)
+    }
+
+    /// Evicts the series no batch looked up during the epoch `closed` (nor since), once a
+    /// flush that sealed after all of that epoch's batches has stored them: none of their
+    /// points is buffered, and no batch in flight holds their ids (it would have marked
+    /// them with a later epoch). Their ids go to new series.
+    fn evict_idle_series(&self, closed: u64) {
+        let evicted = self.series.write().evict_before(closed);
+        *self.epochs.closing.lock() = None;
+        if evicted.is_empty() {
+            return;
+        }
+        if let Some(index) = &self.index {
+            index.forget(&evicted);
+        }
+        self.stats
+            .series_evicted
+            .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        tracing::debug!(
+            series = evicted.len(),
+            "idle series evicted from the series cache"
+        );
+    }
+
     /// Whether buffered points are under their memory budget (new batches are accepted).
     pub(crate) fn has_room(&self) -> bool {
         self.buffered_bytes.load(Ordering::Relaxed) < self.settings.max_buffer_bytes
@@ -499,21 +651,33 @@ impl Writer {
         let mut text = String::new();
         // Known series under one read lock for the whole batch: by the line's own tag text
         // when the point came from a telnet line, else by the canonical series text.
-        let known: Vec<Option<u32>> = {
+        // The batch registers in the current epoch, and marks the series it finds with it,
+        // under the same lock as the lookups: no series it uses is evicted until it is done.
+        let (known, _in_flight) = {
             let series = self.series.read();
-            points
+            let epoch = self.epoch();
+            let in_flight = &self.epochs.in_flight[(epoch & 1) as usize];
+            in_flight.fetch_add(1, Ordering::AcqRel);
+            let known: Vec<Option<u32>> = points
                 .iter()
-                .map(|p| match p.line_tags {
-                    Some(written) => {
-                        line_key(p.metric, written, &mut text);
-                        series.by_line.get(&text)
+                .map(|p| {
+                    let id = match p.line_tags {
+                        Some(written) => {
+                            line_key(p.metric, written, &mut text);
+                            series.by_line.get(&text)
+                        }
+                        None => {
+                            series_text(p, &mut text);
+                            series.by_text.get(&text)
+                        }
+                    };
+                    if let Some(id) = id {
+                        series.touch(id, epoch);
                     }
-                    None => {
-                        series_text(p, &mut text);
-                        series.by_text.get(&text)
-                    }
+                    id
                 })
-                .collect()
+                .collect();
+            (known, InFlight(in_flight))
         };
         for (i, p) in points.iter().enumerate() {
             let mut line_tags = Vec::new();
@@ -889,6 +1053,9 @@ impl Writer {
         // Before the rows: a store that groups closed periods (RFC 0006) then writes rows
         // of newly closed ones straight into their groups.
         crate::tsdb::maintain(self.store.as_ref(), self.settings.clock.now_ms());
+        // Before the seal: when every batch of the closing epoch is buffered, this flush
+        // stores them all, and its idle series may be evicted after it.
+        let closed = self.closed_epoch();
         // Seal: the active buffer becomes immutable and stays readable until stored.
         let (sealed, through) = {
             let mut state = self.state.lock();
@@ -940,6 +1107,10 @@ impl Writer {
             self.stats.flushes.fetch_add(1, Ordering::Relaxed);
         }
         self.compact_closed_hours(self.settings.clock.now_ms() / 1000);
+        if let Some(closed) = closed {
+            self.evict_idle_series(closed);
+        }
+        self.maybe_start_epoch();
         Ok(flushed)
     }
 

@@ -157,3 +157,98 @@ fn series_are_defined_again_in_each_segment_the_log_turns_over_to() {
         "every acknowledged point is back"
     );
 }
+
+/// A series idle for a whole epoch of `tsd.storage.series_cache.idle_ms` leaves the series
+/// cache once its points are stored, and its id goes to the next new series: the log then
+/// defines the id again for that series, so a replay after a crash, and every flush, keep
+/// each point in its own series.
+#[test]
+fn evicted_series_ids_go_to_new_series_through_flushes_and_replay() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let now = Arc::new(AtomicI64::new((1356998400 + 7200) * 1000));
+    let clock_now = Arc::clone(&now);
+    let settings = hourglass_engine::Settings {
+        series_idle_ms: 1000,
+        clock: hourglass_engine::Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+        ..with_log(dir.path())
+    };
+    let points = |host: &'static str, n: i64, from: i64| -> Vec<IncomingPoint<'static>> {
+        let tags: &'static [(&'static str, &'static str)] = match host {
+            "a" => &[("host", "a")],
+            "b" => &[("host", "b")],
+            _ => &[("host", "c")],
+        };
+        (0..n)
+            .map(|i| IncomingPoint {
+                metric: "m",
+                timestamp: 1356998400 + from + i,
+                value: Value::Int(i),
+                tags,
+                line_tags: None,
+            })
+            .collect()
+    };
+    {
+        let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+        let db = common::open(Arc::clone(&store), settings.clone());
+        assert_eq!(db.add_points(&points("b", 3, 0)).stored, 3);
+        assert_eq!(db.add_points(&points("a", 1, 0)).stored, 1);
+        db.flush().unwrap();
+        // Epoch 2 starts after a flush an idle period later; "a" is written in it.
+        now.fetch_add(1500, Ordering::SeqCst);
+        assert_eq!(db.add_points(&points("a", 1, 10)).stored, 1);
+        db.flush().unwrap();
+        assert_eq!(db.add_points(&points("a", 1, 20)).stored, 1);
+        db.flush().unwrap();
+        let stats = db.write_stats();
+        assert_eq!(
+            stats.series_evicted.load(Ordering::Relaxed),
+            0,
+            "b was used in epoch 1"
+        );
+        // Epoch 3: epoch 2 closes without "b"; the flush after evicts it.
+        now.fetch_add(1500, Ordering::SeqCst);
+        assert_eq!(db.add_points(&points("a", 2, 30)).stored, 2);
+        db.flush().unwrap();
+        assert_eq!(db.add_points(&points("a", 2, 40)).stored, 2);
+        db.flush().unwrap();
+        assert_eq!(stats.series_evicted.load(Ordering::Relaxed), 1);
+        assert_eq!(db.cached_series(), 1, "only a is cached");
+        // "c" takes b's id, then "b" comes back under another; neither is flushed.
+        assert_eq!(db.add_points(&points("c", 1, 50)).stored, 1);
+        assert_eq!(db.add_points(&points("b", 2, 60)).stored, 2);
+        assert_eq!(db.cached_series(), 3);
+        // Dropped without close(): as if the process died.
+    }
+    let store: Arc<dyn Store> = Arc::new(FjallStore::open(dir.path()).unwrap());
+    let db = common::open(Arc::clone(&store), settings);
+    db.flush().unwrap();
+    let mut counts: Vec<(Vec<u8>, usize)> = store
+        .scan("tsdb", &ScanRequest::default())
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            let n = hourglass_engine::rows::decode_row(Some(&r), &[])
+                .unwrap()
+                .points
+                .len();
+            (r.key.clone(), n)
+        })
+        .collect();
+    counts.sort();
+    let uid = |v: &str| {
+        db.uids()
+            .get_id(hourglass_core::uid::UidKind::TagValue, v)
+            .unwrap()
+            .to_bytes(3)
+    };
+    let of = |v: &str| {
+        counts
+            .iter()
+            .filter(|(key, _)| key.ends_with(&uid(v)))
+            .map(|(_, n)| n)
+            .sum::<usize>()
+    };
+    assert_eq!((of("a"), of("b"), of("c")), (7, 5, 1), "{counts:?}");
+}

@@ -64,6 +64,7 @@ struct Totals {
     crashes: u64,
     power_losses: u64,
     racing_checks: u64,
+    series_evicted: u64,
 }
 
 /// Visible points of metric `m` by value: (ms, host name). `None` when the read failed (a
@@ -300,6 +301,10 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     // Small segments turn over within a run: entries built for one segment must define
     // every series they name there, or replay after a crash cannot read them.
     let segment_bytes = [512u64, 8 << 10, 64 << 20][rng.below(3) as usize];
+    // Series left idle for an epoch are evicted from the series cache and their ids given
+    // to the next new series: often (every flush after the clock moves), now and then, or
+    // as by default.
+    let series_idle_ms = [1i64, 1_800_000, 3_600_000][rng.below(3) as usize];
     let settings = Settings {
         auto_create_metrics: true,
         wal: true,
@@ -311,12 +316,13 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
         flush_interval: std::time::Duration::from_secs(3600),
         clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
         index: true,
+        series_idle_ms,
         ..Settings::default()
     };
     let trace = std::env::var("HOURGLASS_SIM_TRACE").is_ok();
     if trace {
         eprintln!(
-            "seed {seed}: fault rate {rate}/1000, budget {budget}, wal_sync {wal_sync}, segments of {segment_bytes} bytes"
+            "seed {seed}: fault rate {rate}/1000, budget {budget}, wal_sync {wal_sync}, segments of {segment_bytes} bytes, series idle after {series_idle_ms} ms"
         );
     }
     let mut model = Model::default();
@@ -512,6 +518,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
             92..=95 => faults.set_store_down(rng.chance(500)),
             96..=97 => {
                 totals.crashes += 1;
+                totals.series_evicted += evicted(&db);
                 drop(db);
                 files = files.crash();
                 db = open(&dyn_store, &files, &settings, &faults);
@@ -519,6 +526,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
             }
             _ => {
                 totals.power_losses += 1;
+                totals.series_evicted += evicted(&db);
                 drop(db);
                 store.power_loss();
                 files = files.power_loss();
@@ -565,6 +573,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
         .ok_or("final index read failed")?
         .map_err(|e| format!("end: index: {e}"))?;
     db.close().map_err(|e| format!("close: {e}"))?;
+    totals.series_evicted += evicted(&db);
     drop(db);
     files = files.crash();
     let db = open(&dyn_store, &files, &settings, &faults);
@@ -573,6 +582,10 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     store.set_hook(None);
     totals.racing_checks += racing_checks.load(Ordering::SeqCst);
     Ok(faults.injected())
+}
+
+fn evicted(db: &Tsdb) -> u64 {
+    db.write_stats().series_evicted.load(Ordering::SeqCst)
 }
 
 #[test]
@@ -599,7 +612,7 @@ fn write_path_keeps_its_promises_under_injected_faults() {
         }
     }
     eprintln!(
-        "simulation: {} seeds, {} steps, {} faults injected, {} crashes, {} power losses, {} points acknowledged, {} checks from inside flushes, {:.1} s",
+        "simulation: {} seeds, {} steps, {} faults injected, {} crashes, {} power losses, {} points acknowledged, {} checks from inside flushes, {} series evicted, {:.1} s",
         seeds.len(),
         totals.steps,
         injected,
@@ -607,6 +620,7 @@ fn write_path_keeps_its_promises_under_injected_faults() {
         totals.power_losses,
         totals.acked,
         totals.racing_checks,
+        totals.series_evicted,
         started.elapsed().as_secs_f64()
     );
 }

@@ -475,3 +475,117 @@ fn thread_stacks() -> String {
     let _ = std::fs::remove_file(&path);
     stacks
 }
+
+/// Series leave the series cache while batches run: with an eviction epoch at every flush
+/// (`series_idle_ms` of 1 and a clock moving between flushes), writer threads that keep
+/// naming new series and old ones again (each freed id given to the next new series) find
+/// every acknowledged point afterwards in its own series, on every backend.
+#[test]
+fn series_evicted_while_batches_run_keep_every_point_in_its_series() {
+    const HOSTS: usize = 40;
+    let hosts: &'static [[(&'static str, &'static str); 1]] = Box::leak(
+        (0..HOSTS)
+            .map(|h| [("host", &*Box::leak(format!("h{h:02}").into_boxed_str()))])
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new((T0 + 40 * 3600) * 1000));
+        let clock_now = Arc::clone(&now);
+        let db = common::open(
+            store,
+            Settings {
+                series_idle_ms: 1,
+                clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
+                ..settings()
+            },
+        );
+        let done = Arc::new(AtomicBool::new(false));
+        let flushes = Arc::new(AtomicUsize::new(0));
+        let flusher = {
+            let (db, done, now, flushes) = (
+                Arc::clone(&db),
+                Arc::clone(&done),
+                Arc::clone(&now),
+                Arc::clone(&flushes),
+            );
+            std::thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    now.fetch_add(5, Ordering::SeqCst);
+                    db.flush().unwrap();
+                    flushes.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        let writers: Vec<_> = (0..3i64)
+            .map(|t| {
+                let (db, flushes) = (Arc::clone(&db), Arc::clone(&flushes));
+                std::thread::spawn(move || {
+                    let mut sent = Vec::new();
+                    // At least 300 batches, and on until series have been evicted (flushes
+                    // may be slow on a loaded machine), within a deadline.
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                    for i in 0.. {
+                        // (Each writer has 10,000 timestamps of its own.)
+                        if i >= 9_000
+                            || i >= 300
+                                && (db.write_stats().series_evicted.load(Ordering::SeqCst) > 0
+                                    || std::time::Instant::now() > deadline)
+                        {
+                            break;
+                        }
+                        // Each writer names one host for 40 batches, then the next: a
+                        // host is idle for a while, then named again (by a writer or another).
+                        let host = ((t * 13 + i / 40) as usize) % HOSTS;
+                        // Two flushes (an epoch) pass at each change of host, however the
+                        // threads are scheduled.
+                        if i % 40 == 0 {
+                            let seen = flushes.load(Ordering::SeqCst);
+                            while flushes.load(Ordering::SeqCst) < seen + 2
+                                && std::time::Instant::now() < deadline
+                            {
+                                std::thread::yield_now();
+                            }
+                        }
+                        let ts = T0 + t * 40_000 + i * 4;
+                        let points: Vec<IncomingPoint<'static>> = (0..1 + i % 3)
+                            .map(|j| IncomingPoint {
+                                metric: "m",
+                                timestamp: ts + j,
+                                value: Value::Int(ts + j),
+                                tags: &hosts[host],
+                                line_tags: None,
+                            })
+                            .collect();
+                        assert_eq!(db.add_points(&points).stored, points.len());
+                        sent.extend(points.iter().map(|p| (host, p.timestamp * 1000)));
+                    }
+                    sent
+                })
+            })
+            .collect();
+        let sent: Vec<(usize, i64)> = writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        done.store(true, Ordering::SeqCst);
+        flusher.join().unwrap();
+        db.flush().unwrap();
+        let evicted = db.write_stats().series_evicted.load(Ordering::SeqCst);
+        assert!(evicted > 0, "{name}: series were evicted");
+        let uid = |h: usize| {
+            db.uids()
+                .get_id(UidKind::TagValue, hosts[h][0].1)
+                .unwrap()
+                .to_bytes(3)
+        };
+        let expected: BTreeSet<(Vec<u8>, i64)> =
+            sent.iter().map(|(h, ms)| (uid(*h), *ms)).collect();
+        let seen: BTreeSet<(Vec<u8>, i64)> = visible(&db, T0, T0 + 40 * 3600)
+            .into_iter()
+            .map(|(host, ms, _)| (host, ms))
+            .collect();
+        assert_eq!(seen.len(), sent.len(), "{name}: {evicted} evicted");
+        assert!(seen == expected, "{name}: points under other series");
+    }
+}

@@ -394,6 +394,8 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
             &[],
         ),
         stat("tsd.storage.flushes", get(&w.flushes), &[]),
+        stat("tsd.series.cached", state.tsdb.cached_series() as u64, &[]),
+        stat("tsd.series.evicted", get(&w.series_evicted), &[]),
         stat("tsd.storage.rows_written", get(&w.rows_written), &[]),
         stat("tsd.storage.calls", store.total_calls(), &[]),
         stat("tsd.storage.calls_failed", store.failed(), &[]),

@@ -308,6 +308,16 @@ impl IndexWriter {
     /// Step 5, once the flush's data rows are stored and synced: counters, then markers,
     /// then the pairs known in memory. A failure is logged: the pairs stay unknown and the
     /// next flush writes (and counts) them again.
+    /// Forgets what is known of series whose ids were freed (they go to other series).
+    pub(crate) fn forget(&self, ids: &[u32]) {
+        let mut state = self.state.lock();
+        for id in ids {
+            if let Some(known) = state.series.get_mut(*id as usize) {
+                *known = Known::default();
+            }
+        }
+    }
+
     pub(crate) fn finish(&self, store: &dyn Store, pending: Pending) -> usize {
         if pending.markers.is_empty() {
             return 0;

@@ -65,6 +65,25 @@ impl TextIndex {
             }
         }
     }
+
+    /// Keeps only the texts whose id `keep` accepts, in a new table and arena (their bytes
+    /// are given back).
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        let mut kept = TextIndex {
+            hasher: self.hasher.clone(),
+            ..TextIndex::default()
+        };
+        for slot in self.table.iter().filter(|slot| keep(slot.id)) {
+            kept.insert(self.text(slot), slot.id);
+        }
+        *self = kept;
+    }
+
+    /// Texts held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table.len()
+    }
 }
 
 #[cfg(test)]
@@ -88,5 +107,14 @@ mod tests {
         assert_eq!(index.get(""), Some(5));
         assert_eq!(index.get(&text(3)), Some(42));
         assert_eq!(index.get(&text(4)), Some(4));
+        // Dropping the odd ids keeps the even ones, from a smaller arena.
+        let arena = index.arena.len();
+        index.retain(|id| id % 2 == 0);
+        assert!(index.arena.len() < arena);
+        assert_eq!(index.get(&text(4)), Some(4));
+        assert_eq!(index.get(&text(5)), None);
+        assert_eq!(index.get(&text(3)), Some(42), "its id is even");
+        assert_eq!(index.get(""), None);
+        assert_eq!(index.len(), 5_001);
     }
 }
