@@ -330,6 +330,8 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.storage.wal.dir",
     "tsd.storage.wal.enable",
     "tsd.storage.wal.sync",
+    "tsd.uid.lru.id.size",
+    "tsd.uid.lru.name.size",
 ];
 
 /// OpenTSDB 2.4's switches for what Hourglass does not provide yet (or OpenTSDB only through
@@ -426,8 +428,6 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.timeseriesfilter.plugin",
     "tsd.ui.noexport",
     "tsd.uid.lru.enable",
-    "tsd.uid.lru.id.size",
-    "tsd.uid.lru.name.size",
     "tsd.uid.use_mode",
     "tsd.uidfilter.enable",
     "tsd.uidfilter.plugin",

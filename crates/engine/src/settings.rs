@@ -80,6 +80,11 @@ pub struct Settings {
     /// to twice it) leaves the series cache once its points are stored (default an hour), so
     /// the cache holds the series written lately, not every series ever written.
     pub series_idle_ms: i64,
+    /// `tsd.uid.lru.name.size` and `tsd.uid.lru.id.size`: the most names to UIDs and UIDs
+    /// to names cached per kind (5,000,000 each), the least recently used leaving first.
+    /// Always bounded: `tsd.uid.lru.enable` has no effect.
+    pub uid_cache_names: usize,
+    pub uid_cache_ids: usize,
     /// `tsd.rollups.*` when `tsd.rollups.enable` is on (RFC 0008).
     pub rollups: Option<std::sync::Arc<crate::rollup::RollupSettings>>,
     pub clock: Clock,
@@ -107,6 +112,8 @@ impl Default for Settings {
             meta: crate::meta::MetaTracking::default(),
             index: false,
             series_idle_ms: 3_600_000,
+            uid_cache_names: crate::uid::DEFAULT_CACHE_ENTRIES,
+            uid_cache_ids: crate::uid::DEFAULT_CACHE_ENTRIES,
             rollups: None,
             clock: Clock::system(),
         }
@@ -159,6 +166,12 @@ impl Settings {
             series_idle_ms: c
                 .get_int("tsd.storage.series_cache.idle_ms", d.series_idle_ms)?
                 .max(1),
+            uid_cache_names: c
+                .get_int("tsd.uid.lru.name.size", d.uid_cache_names as i64)?
+                .max(2) as usize,
+            uid_cache_ids: c
+                .get_int("tsd.uid.lru.id.size", d.uid_cache_ids as i64)?
+                .max(2) as usize,
             rollups: crate::rollup::RollupSettings::from_config(c)?.map(std::sync::Arc::new),
             clock: d.clock,
         })

@@ -76,6 +76,7 @@ impl Tsdb {
         }
         let uids = Arc::new(
             UidRegistry::new(Arc::clone(&store), settings.schema.clone())
+                .with_cache_bounds(settings.uid_cache_names, settings.uid_cache_ids)
                 .with_realtime_meta(settings.meta.realtime_uid)
                 .with_random_metrics(settings.random_metrics),
         );

@@ -7,30 +7,43 @@
 //! mapping (OpenTSDB leaves it dangling) and takes the winner's. Both directions are cached; mappings never change
 //! except through `rename` and `delete`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hourglass_core::schema::{MAXID_ROW, Schema, UID_ID_FAMILY, UID_NAME_FAMILY};
 use hourglass_core::uid::{Uid, UidKind, name_bytes, name_from_bytes};
 use hourglass_storage::{Check, KeyRegex, Mutation, ReadOptions, ScanRequest, Store};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::{Error, Result};
+
+mod bounded;
+use bounded::BoundedMap;
+
+/// `tsd.uid.lru.name.size` and `tsd.uid.lru.id.size`: OpenTSDB's default bounds.
+pub const DEFAULT_CACHE_ENTRIES: usize = 5_000_000;
 
 const MAX_ATTEMPTS: usize = 3;
 
 /// Random metric UIDs tried before giving up (each taken one is a collision).
 const RANDOM_ATTEMPTS: usize = 10;
 
-type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct KindCache {
-    by_name: RwLock<Map<String, Uid>>,
-    by_uid: RwLock<Map<Uid, String>>,
+    by_name: BoundedMap<String, Uid>,
+    by_uid: BoundedMap<Uid, String>,
     /// Serializes assignments of this kind within the process (processes race via CAS).
     assign: Mutex<()>,
+}
+
+impl KindCache {
+    fn new(names: usize, ids: usize) -> KindCache {
+        KindCache {
+            by_name: BoundedMap::new(names),
+            by_uid: BoundedMap::new(ids),
+            assign: Mutex::new(()),
+        }
+    }
 }
 
 /// Cache counters per kind (indexed by [`UidKind::index`]), for `/api/stats`.
@@ -71,7 +84,9 @@ impl UidRegistry {
         UidRegistry {
             store,
             schema,
-            caches: Default::default(),
+            caches: std::array::from_fn(|_| {
+                KindCache::new(DEFAULT_CACHE_ENTRIES, DEFAULT_CACHE_ENTRIES)
+            }),
             realtime_meta: false,
             random_metrics: None,
             unsynced: std::sync::atomic::AtomicBool::new(false),
@@ -89,6 +104,14 @@ impl UidRegistry {
     /// Marks mappings as not known to be synced (after a failed store sync).
     pub(crate) fn mark_unsynced(&self) {
         self.unsynced.store(true, Ordering::Release);
+    }
+
+    /// Bounds the caches of each kind: at most `names` names to UIDs and `ids` UIDs to
+    /// names, the least recently used leaving first (`tsd.uid.lru.name.size`,
+    /// `tsd.uid.lru.id.size`).
+    pub fn with_cache_bounds(mut self, names: usize, ids: usize) -> Self {
+        self.caches = std::array::from_fn(|_| KindCache::new(names, ids));
+        self
     }
 
     /// Writes UIDMeta (created now) for every UID this registry assigns.
@@ -164,13 +187,13 @@ impl UidRegistry {
     }
 
     fn cached(&self, kind: UidKind, name: &str) -> Option<Uid> {
-        self.caches[kind.index()].by_name.read().get(name).copied()
+        self.caches[kind.index()].by_name.get(name)
     }
 
     fn remember(&self, kind: UidKind, name: &str, uid: Uid) {
         let c = &self.caches[kind.index()];
-        c.by_name.write().insert(name.to_string(), uid);
-        c.by_uid.write().insert(uid, name.to_string());
+        c.by_name.insert(name.to_string(), uid);
+        c.by_uid.insert(uid, name.to_string());
     }
 
     /// The UID of `name`, from cache or storage.
@@ -216,9 +239,9 @@ impl UidRegistry {
 
     /// The name of `uid`, from cache or storage.
     pub fn get_name(&self, kind: UidKind, uid: Uid) -> Result<String> {
-        if let Some(name) = self.caches[kind.index()].by_uid.read().get(&uid) {
+        if let Some(name) = self.caches[kind.index()].by_uid.get(&uid) {
             self.stats.hits[kind.index()].fetch_add(1, Ordering::Relaxed);
-            return Ok(name.clone());
+            return Ok(name);
         }
         self.stats.misses[kind.index()].fetch_add(1, Ordering::Relaxed);
         let key = uid.to_bytes(self.width(kind));
@@ -415,7 +438,7 @@ impl UidRegistry {
             &[Mutation::delete(UID_ID_FAMILY, q)],
         )?;
         let c = &self.caches[kind.index()];
-        c.by_name.write().remove(old);
+        c.by_name.remove(old);
         self.remember(kind, new, uid);
         // Tag value names are part of the tag index's keys (RFC 0007): rewritten before
         // the rename answers.
@@ -451,8 +474,8 @@ impl UidRegistry {
             ],
         )?;
         let c = &self.caches[kind.index()];
-        c.by_name.write().remove(name);
-        c.by_uid.write().remove(&uid);
+        c.by_name.remove(name);
+        c.by_uid.remove(&uid);
         Ok(uid)
     }
 
@@ -505,14 +528,14 @@ impl UidRegistry {
 
     pub fn drop_caches(&self) {
         for c in &self.caches {
-            c.by_name.write().clear();
-            c.by_uid.write().clear();
+            c.by_name.clear();
+            c.by_uid.clear();
         }
     }
 
     /// Number of cached names per kind (metrics, tagk, tagv).
     pub fn cache_sizes(&self) -> [usize; 3] {
-        [0, 1, 2].map(|i| self.caches[i].by_name.read().len())
+        [0, 1, 2].map(|i| self.caches[i].by_name.len())
     }
 }
 

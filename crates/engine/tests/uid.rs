@@ -266,3 +266,48 @@ fn random_metric_uids_leave_maxid_alone_and_resolve_both_ways() {
         );
     }
 }
+
+/// The caches hold at most their bounds (`tsd.uid.lru.*.size`), the least recently used
+/// leaving first; names that left are read from the table again, both ways.
+#[test]
+fn bounded_caches_keep_what_is_used_and_read_the_rest_again() {
+    for (backend, store) in common::backends() {
+        drop(common::open(store.clone(), common::auto_create()));
+        let reg = UidRegistry::new(Arc::clone(&store), Schema::default()).with_cache_bounds(10, 10);
+        let mut uids = Vec::new();
+        for i in 0..100 {
+            uids.push(
+                reg.get_or_create_id(UidKind::TagValue, &format!("pod-{i}"))
+                    .unwrap(),
+            );
+            // One value used all along stays cached.
+            reg.get_id(UidKind::TagValue, "pod-0").unwrap();
+            assert!(
+                reg.cache_sizes()[2] <= 10,
+                "{backend}: {:?}",
+                reg.cache_sizes()
+            );
+        }
+        let misses = |r: &UidRegistry| r.stats.misses[2].load(std::sync::atomic::Ordering::Relaxed);
+        let before = misses(&reg);
+        reg.get_id(UidKind::TagValue, "pod-0").unwrap();
+        assert_eq!(misses(&reg), before, "{backend}: pod-0 is cached");
+        for (i, uid) in uids.iter().enumerate() {
+            let name = format!("pod-{i}");
+            assert_eq!(
+                reg.get_id(UidKind::TagValue, &name).unwrap(),
+                *uid,
+                "{backend}"
+            );
+            assert_eq!(
+                reg.get_name(UidKind::TagValue, *uid).unwrap(),
+                name,
+                "{backend}"
+            );
+        }
+        assert!(
+            misses(&reg) > before,
+            "{backend}: the others were read again"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! A map of at most a given number of entries, the least recently used leaving first (in
+//! two generations: an entry found in the older one moves to the newer; when the newer
+//! holds half the bound, it becomes the older and the older is dropped). The UID caches
+//! (`tsd.uid.lru.name.size`, `tsd.uid.lru.id.size`) are these, so a TSD writing ever new tag
+//! values keeps the names it uses, not every name it ever saw.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use parking_lot::RwLock;
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+#[derive(Debug)]
+struct Generations<K, V> {
+    newer: Map<K, V>,
+    older: Map<K, V>,
+}
+
+#[derive(Debug)]
+pub(crate) struct BoundedMap<K, V> {
+    maps: RwLock<Generations<K, V>>,
+    /// Entries held by the newer generation before it turns older (half the bound).
+    half: usize,
+}
+
+impl<K: Hash + Eq, V: Clone> BoundedMap<K, V> {
+    /// A map of at most `bound` entries (at least 2).
+    pub(crate) fn new(bound: usize) -> Self {
+        BoundedMap {
+            maps: RwLock::new(Generations {
+                newer: Map::default(),
+                older: Map::default(),
+            }),
+            half: (bound / 2).max(1),
+        }
+    }
+
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        {
+            let maps = self.maps.read();
+            if let Some(v) = maps.newer.get(key) {
+                return Some(v.clone());
+            }
+            maps.older.get(key)?;
+        }
+        // Used again: into the newer generation.
+        let mut maps = self.maps.write();
+        if let Some(v) = maps.newer.get(key) {
+            return Some(v.clone());
+        }
+        let (key, v) = maps.older.remove_entry(key)?;
+        self.put(&mut maps, key, v.clone());
+        Some(v)
+    }
+
+    pub(crate) fn insert(&self, key: K, v: V) {
+        let mut maps = self.maps.write();
+        maps.older.remove(&key);
+        self.put(&mut maps, key, v);
+    }
+
+    fn put(&self, maps: &mut Generations<K, V>, key: K, v: V) {
+        if maps.newer.len() >= self.half && !maps.newer.contains_key(&key) {
+            maps.older = std::mem::take(&mut maps.newer);
+        }
+        maps.newer.insert(key, v);
+    }
+
+    pub(crate) fn remove<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut maps = self.maps.write();
+        maps.newer.remove(key);
+        maps.older.remove(key);
+    }
+
+    pub(crate) fn clear(&self) {
+        let mut maps = self.maps.write();
+        maps.newer.clear();
+        maps.older.clear();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        let maps = self.maps.read();
+        maps.newer.len() + maps.older.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_at_most_its_bound_and_keeps_what_is_used() {
+        let map: BoundedMap<String, u32> = BoundedMap::new(100);
+        for i in 0..1_000u32 {
+            map.insert(format!("k{i}"), i);
+            // One key used all along stays.
+            assert_eq!(map.get("k0"), Some(0), "after {i}");
+            assert!(map.len() <= 100, "{} entries after {i}", map.len());
+        }
+        assert_eq!(map.get("k999"), Some(999));
+        assert_eq!(map.get("k500"), None, "long unused: gone");
+        map.remove("k0");
+        assert_eq!(map.get("k0"), None);
+        map.insert("k0".into(), 7);
+        map.insert("k0".into(), 8);
+        assert_eq!(map.get("k0"), Some(8), "the last insert wins");
+        map.clear();
+        assert_eq!(map.len(), 0);
+    }
+}
