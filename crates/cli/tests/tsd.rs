@@ -127,13 +127,15 @@ fn logs_page_shows_the_tsds_own_log() {
     assert!(child.wait().unwrap().success());
 }
 
-/// Authentication switched on in the config is refused at start, not silently left off:
-/// a TSD that seems protected but is open is worse than one that does not start.
-#[test]
-fn a_switch_for_what_is_not_provided_refuses_the_start() {
+/// Runs a TSD with this config, which must refuse to start; returns what it logged.
+fn refused_start(config_text: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("tsd.conf");
-    std::fs::write(&config, "tsd.core.authentication.enable = true\n").unwrap();
+    std::fs::write(
+        &config,
+        config_text.replace("{dir}", &dir.path().display().to_string()),
+    )
+    .unwrap();
     let log = dir.path().join("tsd.log");
     let mut child = common::tsd_command(Some(&config), &dir.path().join("data"))
         .stdout(std::process::Stdio::null())
@@ -157,9 +159,40 @@ fn a_switch_for_what_is_not_provided_refuses_the_start() {
         status.is_some_and(|s| !s.success()),
         "the TSD started ({status:?}): {stderr}"
     );
+    assert!(!stderr.contains("Ready to serve"), "{stderr}");
+    stderr
+}
+
+/// A switch for what is not provided (rollups) is refused at start, not silently left off:
+/// a TSD that seems to do something it does not is worse than one that does not start.
+#[test]
+fn a_switch_for_what_is_not_provided_refuses_the_start() {
+    let stderr = refused_start("tsd.rollups.enable = true\n");
     assert!(
-        stderr.contains("tsd.core.authentication.enable = true asks for authentication"),
+        stderr.contains("tsd.rollups.enable = true asks for rollup tables"),
         "{stderr}"
     );
-    assert!(!stderr.contains("Ready to serve"), "{stderr}");
+}
+
+/// Authentication on without a usable credentials file refuses the start, saying why: a
+/// TSD that looks protected but lets everyone in would be worse.
+#[test]
+fn authentication_without_a_usable_credentials_file_refuses_the_start() {
+    let stderr = refused_start("tsd.core.authentication.enable = true\n");
+    assert!(
+        stderr.contains("tsd.core.authentication.users is not set"),
+        "{stderr}"
+    );
+    let stderr = refused_start(
+        "tsd.core.authentication.enable = true\ntsd.core.authentication.users = {dir}/missing\n",
+    );
+    assert!(
+        stderr.contains("cannot read the credentials file"),
+        "{stderr}"
+    );
+    let stderr = refused_start(
+        "tsd.core.authentication.enable = true\ntsd.core.authentication.users = {dir}/tsd.conf\n",
+    );
+    assert!(stderr.contains("invalid credentials file"), "{stderr}");
+    assert!(stderr.contains("line 1"), "{stderr}");
 }

@@ -6,6 +6,7 @@
 //! accepting, lets in-flight requests finish, and returns; the caller flushes the database.
 
 mod activity;
+pub mod auth;
 mod http;
 mod ingest;
 mod limit_overrides;

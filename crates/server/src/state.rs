@@ -48,6 +48,13 @@ pub struct ServerSettings {
     /// `tsd.core.socket.timeout` (seconds; 0: none): a connection with nothing read or
     /// written for this long is closed.
     pub socket_timeout: Option<Duration>,
+    /// `tsd.core.authentication.enable` with `tsd.core.authentication.users`: who may do
+    /// what. `None`: everyone may do everything (OpenTSDB's default).
+    pub auth: Option<Arc<crate::auth::Authenticator>>,
+    /// `tsd.core.authentication.allow_unauthenticated`: paths served without credentials
+    /// when authentication is on (`/api/version,/api/health`), compared after routing
+    /// (lower case, `/api/v1/` as `/api/`, no trailing slash).
+    pub open_paths: Vec<String>,
     /// What the binary is, for `version` and `/api/version`.
     pub build: BuildInfo,
 }
@@ -105,6 +112,8 @@ impl Default for ServerSettings {
             static_root: None,
             connections_limit: 0,
             socket_timeout: None,
+            auth: None,
+            open_paths: Vec::new(),
             build: BuildInfo::default(),
         }
     }
@@ -177,9 +186,43 @@ impl ServerSettings {
             socket_timeout: Some(c.get_int("tsd.core.socket.timeout", 0)?)
                 .filter(|s| *s > 0)
                 .map(|s| Duration::from_secs(s as u64)),
+            auth: authenticator(c)?,
+            open_paths: c
+                .get_str("tsd.core.authentication.allow_unauthenticated", "")
+                .split(',')
+                .map(|p| p.trim().trim_end_matches('/').to_ascii_lowercase())
+                .filter(|p| !p.is_empty())
+                .collect(),
             build: BuildInfo::default(),
         })
     }
+}
+
+/// The credentials file when `tsd.core.authentication.enable` is on; its absence, or a file
+/// that cannot be read or parsed, refuses the start.
+fn authenticator(
+    c: &Config,
+) -> Result<Option<Arc<crate::auth::Authenticator>>, hourglass_core::Error> {
+    if !c.get_bool("tsd.core.authentication.enable", false) {
+        return Ok(None);
+    }
+    let path = c.get_str("tsd.core.authentication.users", "").trim();
+    if path.is_empty() {
+        return Err(hourglass_core::Error::InvalidInput(
+            "tsd.core.authentication.enable = true but tsd.core.authentication.users is not set: \
+             name a credentials file (tsdb auth add-user --file FILE ... creates one)"
+                .into(),
+        ));
+    }
+    let auth = crate::auth::Authenticator::load(std::path::Path::new(path))
+        .map_err(|e| hourglass_core::Error::InvalidInput(e.to_string()))?;
+    if auth.is_empty() {
+        tracing::warn!(
+            path,
+            "the credentials file names nobody: every request will be refused"
+        );
+    }
+    Ok(Some(Arc::new(auth)))
 }
 
 /// Cross-origin requests, as OpenTSDB allows them.

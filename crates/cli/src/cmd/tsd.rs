@@ -147,6 +147,15 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
         .with_context(|| format!("bad bind address {bind}:{port}"))?;
+    if server_settings.auth.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "AUTHENTICATION IS OFF and the TSD listens on {addr}, beyond loopback: anyone who \
+             reaches this port can write, delete and read everything. Set \
+             tsd.core.authentication.enable = true and tsd.core.authentication.users \
+             (README: Securing a TSD), or bind to 127.0.0.1"
+        );
+    }
     let workers = positive(&config, "tsd.network.worker_threads")?;
     let backlog = positive(&config, "tsd.network.backlog")?.unwrap_or(DEFAULT_BACKLOG);
 
