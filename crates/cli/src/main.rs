@@ -37,6 +37,8 @@ enum Command {
     Index(cmd::index::IndexArgs),
     /// Find series by metric and tags: `search lookup METRIC [TAGK=TAGV...]`.
     Search(cmd::search::SearchArgs),
+    /// Edit a credentials file: `auth add-user`, `auth add-token`, `auth remove`.
+    Auth(cmd::auth::AuthArgs),
     /// Print the version, the git revision and the build date.
     Version,
     /// Write points forever and report each acknowledged batch (crash-safety tests).
@@ -57,7 +59,7 @@ fn main() -> ExitCode {
         Command::Index(a) => a.store().verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
-        Command::Version => false,
+        Command::Auth(_) | Command::Version => false,
     };
     let level = if verbose {
         "info,fjall=warn,lsm_tree=warn"
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
         Command::Fsck(a) => cmd::fsck::run(&a),
         Command::Index(a) => cmd::index::run(&a),
         Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
+        Command::Auth(a) => cmd::auth::run(&a),
         Command::Version => cmd::version::run(),
     };
     match result {
