@@ -15,6 +15,12 @@ pub(crate) struct ServerStats {
     pub(crate) connections_rejected: AtomicU64,
     /// Connections closed for being idle past `tsd.core.socket.timeout`.
     pub(crate) idle_timeouts: AtomicU64,
+    /// HTTP requests with wrong or malformed credentials (answered 401).
+    pub(crate) auth_failures_http: AtomicU64,
+    /// Telnet `auth` lines that failed.
+    pub(crate) auth_failures_telnet: AtomicU64,
+    /// Requests and commands refused for a permission their principal lacks (403).
+    pub(crate) auth_forbidden: AtomicU64,
     /// Put batches refused (HTTP) or held back (telnet) while buffers were over budget.
     pub(crate) throttled: AtomicU64,
     pub(crate) telnet_rpcs: AtomicU64,
@@ -237,6 +243,17 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         stat("tsd.rpc.received", get(&s.http_rpcs), &[("type", "http")]),
         stat("tsd.rpc.received", 0, &[("type", "http_plugin")]),
         stat("tsd.rpc.exceptions", get(&s.rpc_exceptions), &[]),
+        stat(
+            "tsd.auth.failures",
+            get(&s.auth_failures_http),
+            &[("type", "http")],
+        ),
+        stat(
+            "tsd.auth.failures",
+            get(&s.auth_failures_telnet),
+            &[("type", "telnet")],
+        ),
+        stat("tsd.auth.forbidden", get(&s.auth_forbidden), &[]),
     ];
     for (latencies, kind) in [
         (&s.http_latency, "all"),

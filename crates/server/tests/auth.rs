@@ -1,0 +1,345 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Authentication end to end: a real server on port 0 with a credentials file, every
+//! endpoint called over a real socket with no credentials, wrong ones and each permission.
+
+mod common;
+
+use base64::Engine;
+use common::{HttpConn, Response, start_with};
+use hourglass_core::config::Config;
+use hourglass_core::permission::Permission;
+use hourglass_server::auth::{hash_password, token_hash};
+
+const TOKEN: &str = "hg_test_token_for_grafana";
+
+/// A credentials file with one user per permission (`u-read`, password `pw-read`, …) and a
+/// read token, and a config using it.
+fn secured_config(dir: &std::path::Path) -> Config {
+    let mut text = String::new();
+    for permission in Permission::ALL {
+        let name = permission.name();
+        text.push_str(&format!(
+            "user u-{name} {name} {}\n",
+            hash_password(&format!("pw-{name}")).unwrap()
+        ));
+    }
+    text.push_str(&format!("token grafana read {}\n", token_hash(TOKEN)));
+    let users = dir.join("users");
+    std::fs::write(&users, text).unwrap();
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.http.query.allow_delete", "true");
+    c.set("tsd.core.authentication.enable", "true");
+    c.set("tsd.core.authentication.users", users.to_str().unwrap());
+    c.set(
+        "tsd.core.authentication.allow_unauthenticated",
+        "/api/version, /api/health",
+    );
+    c
+}
+
+fn basic(user: &str, password: &str) -> String {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Authorization: Basic {encoded}\r\n")
+}
+
+async fn call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    auth: &str,
+    body: &str,
+) -> Response {
+    HttpConn::open(addr)
+        .await
+        .request(method, path, auth, body.as_bytes())
+        .await
+}
+
+const PUT: &str = r#"[{"metric":"sys.cpu","timestamp":1700000000,"value":1,"tags":{"host":"a"}}]"#;
+const NOTE: &str = r#"{"startTime":1700000000,"description":"deploy"}"#;
+
+/// Every endpoint, the method it is called with, and the permissions it needs (all of them).
+fn endpoints() -> Vec<(&'static str, &'static str, &'static str, Vec<Permission>)> {
+    use Permission::{Admin, Annotate, Delete, Read, Uid, Write};
+    vec![
+        ("POST", "/api/put", PUT, vec![Write]),
+        ("POST", "/api/v1/put?details", PUT, vec![Write]),
+        ("POST", "/api/rollup", "[]", vec![Write]),
+        ("POST", "/api/histogram", "[]", vec![Write]),
+        ("POST", "/api/metadata/put", "[]", vec![Write]),
+        (
+            "GET",
+            "/api/query?start=1h-ago&m=sum:sys.cpu",
+            "",
+            vec![Read],
+        ),
+        (
+            "POST",
+            "/api/query",
+            r#"{"start":1699990000,"queries":[{"aggregator":"sum","metric":"sys.cpu"}]}"#,
+            vec![Read],
+        ),
+        (
+            "POST",
+            "/api/query",
+            r#"{"start":1699990000,"delete":true,"queries":[{"aggregator":"sum","metric":"sys.cpu"}]}"#,
+            vec![Read, Delete],
+        ),
+        (
+            "DELETE",
+            "/api/query?start=1699990000&m=sum:sys.cpu",
+            "",
+            vec![Delete],
+        ),
+        ("GET", "/api/query/last?timeseries=sys.cpu", "", vec![Read]),
+        (
+            "GET",
+            "/api/query/gexp?start=1h-ago&exp=sum:sys.cpu",
+            "",
+            vec![Read],
+        ),
+        ("POST", "/api/query/exp", "{}", vec![Read]),
+        ("GET", "/api/suggest?type=metrics", "", vec![Read]),
+        ("GET", "/api/search/lookup?m=sys.cpu", "", vec![Read]),
+        ("GET", "/api/aggregators", "", vec![Read]),
+        ("GET", "/api/config/filters", "", vec![Read]),
+        ("GET", "/api/uid/assign?metric=new.metric", "", vec![Uid]),
+        (
+            "POST",
+            "/api/uid/rename",
+            r#"{"metric":"a","name":"b"}"#,
+            vec![Uid],
+        ),
+        (
+            "GET",
+            "/api/uid/uidmeta?uid=000001&type=metric",
+            "",
+            vec![Read],
+        ),
+        (
+            "POST",
+            "/api/uid/uidmeta",
+            r#"{"uid":"000001","type":"metric","displayName":"x"}"#,
+            vec![Uid],
+        ),
+        (
+            "DELETE",
+            "/api/uid/uidmeta?uid=000001&type=metric",
+            "",
+            vec![Delete],
+        ),
+        (
+            "GET",
+            "/api/uid/tsmeta?tsuid=000001000001000001",
+            "",
+            vec![Read],
+        ),
+        ("POST", "/api/annotation", NOTE, vec![Annotate]),
+        (
+            "GET",
+            "/api/annotation?start_time=1700000000",
+            "",
+            vec![Read],
+        ),
+        (
+            "DELETE",
+            "/api/annotation?start_time=1700000000",
+            "",
+            vec![Delete],
+        ),
+        (
+            "GET",
+            "/api/annotation?start_time=1700000000&method_override=delete",
+            "",
+            vec![Delete],
+        ),
+        ("POST", "/api/annotation/bulk", "[]", vec![Annotate]),
+        (
+            "GET",
+            "/api/annotations?start_time=1699990000",
+            "",
+            vec![Read],
+        ),
+        ("GET", "/api/dropcaches", "", vec![Admin]),
+        ("GET", "/api/config", "", vec![Admin]),
+        ("GET", "/api/stats", "", vec![Admin]),
+        ("GET", "/api/stats/jvm", "", vec![Admin]),
+        ("GET", "/api/stats/query", "", vec![Admin]),
+        ("GET", "/", "", vec![Read]),
+        ("GET", "/app.js", "", vec![Read]),
+        ("GET", "/q?start=1h-ago&m=sum:sys.cpu&ascii", "", vec![Read]),
+        ("GET", "/aggregators", "", vec![Read]),
+        ("GET", "/logs", "", vec![Admin]),
+        ("GET", "/stats", "", vec![Admin]),
+        ("GET", "/api/no_such_endpoint", "", vec![Read]),
+    ]
+}
+
+fn assert_unauthorized(resp: &Response, what: &str) {
+    assert_eq!(resp.status, 401, "{what}: {}", resp.text());
+    let challenges: Vec<&str> = resp
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "www-authenticate")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert!(
+        challenges
+            .iter()
+            .any(|c| c.starts_with("Basic realm=\"hourglass\"")),
+        "{what}: {challenges:?}"
+    );
+    assert!(
+        challenges.iter().any(|c| c.starts_with("Bearer")),
+        "{what}: {challenges:?}"
+    );
+    assert_eq!(resp.json()["error"]["code"], 401, "{what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_by_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with("memory", secured_config(dir.path())).await;
+    let addr = srv.addr;
+    let wrong: [(&str, String); 5] = [
+        ("none", String::new()),
+        ("wrong password", basic("u-admin", "pw-read")),
+        ("unknown user", basic("mallory", "pw-admin")),
+        (
+            "wrong token",
+            "Authorization: Bearer hg_guess\r\n".to_string(),
+        ),
+        ("malformed", "Authorization: Basic !!!\r\n".to_string()),
+    ];
+    let mut checked = 0;
+    for (method, path, body, needs) in endpoints() {
+        for (label, header) in &wrong {
+            let resp = call(addr, method, path, header, body).await;
+            assert_unauthorized(&resp, &format!("{method} {path} with {label}"));
+            assert!(!resp.text().contains("pw-"), "no secret echoed");
+            checked += 1;
+        }
+        for permission in Permission::ALL {
+            let name = permission.name();
+            let resp = call(
+                addr,
+                method,
+                path,
+                &basic(&format!("u-{name}"), &format!("pw-{name}")),
+                body,
+            )
+            .await;
+            let allowed = needs
+                .iter()
+                .all(|n| permission == Permission::Admin || *n == permission);
+            let what = format!("{method} {path} as {name}: {}", resp.text());
+            if allowed {
+                assert!(![401, 403].contains(&resp.status), "{what}");
+            } else {
+                assert_eq!(resp.status, 403, "{what}");
+                let error = resp.json();
+                assert_eq!(error["error"]["code"], 403, "{what}");
+                assert_eq!(error["error"]["message"], "Permission denied", "{what}");
+            }
+            checked += 1;
+        }
+        // The read token: as the read user.
+        let resp = call(
+            addr,
+            method,
+            path,
+            &format!("Authorization: Bearer {TOKEN}\r\n"),
+            body,
+        )
+        .await;
+        let allowed = needs.iter().all(|n| *n == Permission::Read);
+        let what = format!("{method} {path} with the read token: {}", resp.text());
+        if allowed {
+            assert!(![401, 403].contains(&resp.status), "{what}");
+        } else {
+            assert_eq!(resp.status, 403, "{what}");
+        }
+        checked += 1;
+    }
+    assert!(checked > 400, "{checked}");
+
+    // Failures are counted in the statistics.
+    let stats = call(addr, "GET", "/api/stats", &basic("u-admin", "pw-admin"), "").await;
+    let stats = stats.json();
+    let failures = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metric"] == "tsd.auth.failures" && s["tags"]["type"] == "http")
+        .unwrap_or_else(|| panic!("{stats}"));
+    let counted: u64 = failures["value"].as_str().map_or_else(
+        || failures["value"].as_u64().unwrap(),
+        |v| v.parse().unwrap(),
+    );
+    // Every wrong credential but the missing ones.
+    assert_eq!(counted, 4 * endpoints().len() as u64, "{failures}");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_paths_answer_without_credentials_and_the_rest_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with("memory", secured_config(dir.path())).await;
+    for path in ["/api/version", "/api/v1/version/", "/api/health"] {
+        let resp = call(srv.addr, "GET", path, "", "").await;
+        assert_eq!(resp.status, 200, "{path}: {}", resp.text());
+    }
+    assert_eq!(
+        call(srv.addr, "GET", "/api/health", "", "").await.json()["status"],
+        "ok"
+    );
+    // Not listed: closed.
+    assert_unauthorized(&call(srv.addr, "GET", "/version", "", "").await, "/version");
+    srv.stop().await;
+}
+
+/// A password verified once is remembered: the same pair again is accepted at once, a wrong
+/// one is still refused, on one keep-alive connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_checked_on_every_request_of_a_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with("memory", secured_config(dir.path())).await;
+    let mut conn = HttpConn::open(srv.addr).await;
+    let good = basic("u-read", "pw-read");
+    for _ in 0..3 {
+        let resp = conn.request("GET", "/api/aggregators", &good, b"").await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+    }
+    let resp = conn.request("GET", "/api/aggregators", "", b"").await;
+    assert_unauthorized(&resp, "no credentials after good ones");
+    let resp = conn
+        .request("GET", "/api/aggregators", &basic("u-read", "pw-reaD"), b"")
+        .await;
+    assert_unauthorized(&resp, "a wrong password after the right one");
+    srv.stop().await;
+}
+
+/// Without `tsd.core.authentication.enable`, nothing asks for credentials (OpenTSDB's
+/// default), even with a users file named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_off_lets_everything_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = secured_config(dir.path());
+    config.set("tsd.core.authentication.enable", "false");
+    let srv = start_with("memory", config).await;
+    for (method, path, body) in [
+        ("POST", "/api/put", PUT),
+        ("GET", "/api/stats", ""),
+        ("GET", "/api/uid/assign?metric=x.y", ""),
+    ] {
+        let resp = call(srv.addr, method, path, "", body).await;
+        assert!(
+            ![401, 403].contains(&resp.status),
+            "{path}: {}",
+            resp.text()
+        );
+    }
+    assert_eq!(srv.points("sys.cpu").len(), 1);
+    srv.stop().await;
+}
