@@ -343,3 +343,160 @@ async fn authentication_off_lets_everything_through() {
     assert_eq!(srv.points("sys.cpu").len(), 1);
     srv.stop().await;
 }
+
+/// A telnet connection: lines sent, reply lines read one at a time.
+struct Telnet {
+    reader: tokio::io::BufReader<tokio::net::TcpStream>,
+}
+
+impl Telnet {
+    async fn open(addr: std::net::SocketAddr) -> Telnet {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        Telnet {
+            reader: tokio::io::BufReader::new(stream),
+        }
+    }
+
+    async fn send(&mut self, text: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.reader
+            .get_mut()
+            .write_all(text.as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// The next reply line, without its line end; `None` once the server closed.
+    async fn line(&mut self) -> Option<String> {
+        use tokio::io::AsyncBufReadExt;
+        let mut line = String::new();
+        let n = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            self.reader.read_line(&mut line),
+        )
+        .await
+        .expect("a reply within 10 s")
+        .unwrap();
+        (n > 0).then(|| line.trim_end_matches(['\r', '\n']).to_string())
+    }
+}
+
+const TELNET_PUT: &str = "put sys.cpu 1700000000 1 host=a\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telnet_runs_nothing_before_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with("memory", secured_config(dir.path())).await;
+    let mut t = Telnet::open(srv.addr).await;
+    t.send(&format!("{TELNET_PUT}dropcaches\nversion\n")).await;
+    for cmd in ["put", "dropcaches", "version"] {
+        let line = t.line().await.unwrap();
+        assert!(
+            line.starts_with(&format!("{cmd}: authentication required")),
+            "{line}"
+        );
+    }
+    t.send("auth basic u-write pw-write\n").await;
+    assert_eq!(t.line().await.unwrap(), "AUTH_SUCCESS.");
+    t.send(&format!("{TELNET_PUT}version\n")).await;
+    let line = t.line().await.unwrap();
+    assert!(
+        line.starts_with("hourglass "),
+        "the put was answered: {line}"
+    );
+    drop(t);
+    // Only the put after `auth` was stored.
+    let points = srv.points("sys.cpu");
+    assert_eq!(points.len(), 1, "{points:?}");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telnet_wrong_auth_fails_and_the_third_failure_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with("memory", secured_config(dir.path())).await;
+    let mut t = Telnet::open(srv.addr).await;
+    t.send("auth basic u-admin pw-read\n").await;
+    assert_eq!(t.line().await.unwrap(), "AUTH_FAIL.");
+    t.send("auth token hg_guess\n").await;
+    assert_eq!(t.line().await.unwrap(), "AUTH_FAIL.");
+    // Still not in: a command is refused.
+    t.send("stats\n").await;
+    assert!(
+        t.line()
+            .await
+            .unwrap()
+            .starts_with("stats: authentication required")
+    );
+    t.send("auth basic u-admin\n").await;
+    assert_eq!(t.line().await.unwrap(), "AUTH_FAIL.");
+    assert_eq!(t.line().await, None, "closed after the third failure");
+
+    let mut admin = Telnet::open(srv.addr).await;
+    admin.send("auth basic u-admin pw-admin\nstats\n").await;
+    assert_eq!(admin.line().await.unwrap(), "AUTH_SUCCESS.");
+    let mut failures = None;
+    while let Some(line) = admin.line().await {
+        if line.starts_with("tsd.auth.failures ") && line.contains("type=telnet") {
+            failures = line.split(' ').nth(2).map(String::from);
+            break;
+        }
+    }
+    assert_eq!(failures.as_deref(), Some("3"));
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telnet_commands_need_their_permission() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with("memory", secured_config(dir.path())).await;
+    // (auth line, expected reply to the put, expected reply to dropcaches)
+    let cases = [
+        (
+            "auth basic u-read pw-read".to_string(),
+            Some("put: permission denied: u-read lacks the write permission"),
+            "dropcaches: permission denied: u-read lacks the admin permission",
+        ),
+        (
+            format!("auth token {TOKEN}"),
+            Some("put: permission denied: grafana lacks the write permission"),
+            "dropcaches: permission denied: grafana lacks the admin permission",
+        ),
+        (
+            "auth basic u-write pw-write".to_string(),
+            None,
+            "dropcaches: permission denied: u-write lacks the admin permission",
+        ),
+        (
+            "auth basic u-admin pw-admin".to_string(),
+            None,
+            "Caches dropped.",
+        ),
+    ];
+    let mut stored = 0;
+    for (auth, put_reply, drop_reply) in cases {
+        let mut t = Telnet::open(srv.addr).await;
+        t.send(&format!("{auth}\n{TELNET_PUT}dropcaches\n")).await;
+        assert_eq!(t.line().await.unwrap(), "AUTH_SUCCESS.", "{auth}");
+        if let Some(expected) = put_reply {
+            assert_eq!(t.line().await.unwrap(), expected, "{auth}");
+        } else {
+            stored += 1;
+        }
+        assert_eq!(t.line().await.unwrap(), drop_reply, "{auth}");
+        // `version` needs no permission.
+        t.send("version\n").await;
+        assert!(t.line().await.unwrap().starts_with("hourglass "), "{auth}");
+        assert!(t.line().await.unwrap().starts_with("Built on "), "{auth}");
+        // A later `auth` is no command: a connection is one principal.
+        t.send("auth basic u-admin pw-admin\n").await;
+        assert_eq!(
+            t.line().await.unwrap(),
+            "unknown command: auth.  Try `help'."
+        );
+    }
+    // Same point twice (write and admin): one stored point.
+    assert_eq!(stored, 2);
+    assert_eq!(srv.points("sys.cpu").len(), 1);
+    srv.stop().await;
+}
