@@ -164,3 +164,156 @@ fn auth_commands_store_hashes_and_never_secrets() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].starts_with("user alice "), "{lines:?}");
 }
+
+/// One HTTP/1.1 request on a new connection; the status and body.
+fn http(addr: &str, path: &str, auth: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).unwrap().parse().unwrap();
+    (
+        status,
+        out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string(),
+    )
+}
+
+/// What `tsdb auth` writes, a TSD reads: the user's password and the printed token open
+/// HTTP and telnet, and nothing else does.
+#[test]
+fn a_tsd_accepts_what_tsdb_auth_wrote() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let file = users.to_str().unwrap();
+    let o = auth(
+        &["add-user", "--file", file, "ops", "--permissions", "admin"],
+        "s3cret pass\n",
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = auth(
+        &[
+            "add-token",
+            "--file",
+            file,
+            "grafana",
+            "--permissions",
+            "read",
+        ],
+        "",
+    );
+    let token = text(&o.stdout).trim().to_string();
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!("tsd.core.authentication.enable = true\ntsd.core.authentication.users = {file}\n"),
+    )
+    .unwrap();
+    let (mut child, addr) = common::spawn_tsd_with(Some(&config), &dir.path().join("data"));
+
+    let basic = |user: &str, password: &str| {
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Authorization: Basic {encoded}\r\n")
+    };
+    assert_eq!(http(&addr, "/api/aggregators", "").0, 401);
+    assert_eq!(
+        http(&addr, "/api/aggregators", &basic("ops", "s3cret")).0,
+        401
+    );
+    assert_eq!(
+        http(&addr, "/api/stats", &basic("ops", "s3cret pass")).0,
+        200
+    );
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    assert_eq!(http(&addr, "/api/aggregators", &bearer).0, 200);
+    assert_eq!(http(&addr, "/api/stats", &bearer).0, 403);
+
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.write_all(b"auth basic ops s3cret pass\nversion\n")
+        .unwrap();
+    let mut reader = std::io::BufReader::new(s);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    assert_eq!(line, "AUTH_SUCCESS.\r\n");
+    line.clear();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    assert!(line.starts_with("hourglass "), "{line}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The TSD's log lines up to "Ready to serve" with these extra arguments (and the config),
+/// then it is stopped.
+fn start_log(extra: &[&str], config: Option<&Path>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tsdb"));
+    cmd.args(["tsd", "--port", "0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(extra);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut log = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap())) {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("Ready to serve") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    log
+}
+
+/// Listening beyond loopback without authentication is said loudly; on loopback, or with
+/// authentication on, it is not.
+#[test]
+fn an_open_tsd_beyond_loopback_warns_at_start() {
+    let log = start_log(&["--bind", "0.0.0.0"], None);
+    assert!(log.contains("AUTHENTICATION IS OFF"), "{log}");
+    assert!(log.contains("Ready to serve"), "{log}");
+    let log = start_log(&["--bind", "127.0.0.1"], None);
+    assert!(!log.contains("AUTHENTICATION IS OFF"), "{log}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let o = auth(
+        &[
+            "add-token",
+            "--file",
+            users.to_str().unwrap(),
+            "t",
+            "--permissions",
+            "read",
+        ],
+        "",
+    );
+    assert!(o.status.success());
+    let token = text(&o.stdout).trim().to_string();
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "tsd.core.authentication.enable = true\ntsd.core.authentication.users = {}\n",
+            users.display()
+        ),
+    )
+    .unwrap();
+    let log = start_log(&["--bind", "0.0.0.0"], Some(&config));
+    assert!(!log.contains("AUTHENTICATION IS OFF"), "{log}");
+    assert!(log.contains("Ready to serve"), "{log}");
+    assert!(!log.contains(&token), "{log}");
+}
