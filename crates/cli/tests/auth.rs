@@ -317,3 +317,67 @@ fn an_open_tsd_beyond_loopback_warns_at_start() {
     assert!(log.contains("Ready to serve"), "{log}");
     assert!(!log.contains(&token), "{log}");
 }
+
+/// SIGHUP reloads the credentials file: a removed token is refused, a new user accepted; a
+/// broken file leaves the credentials in force.
+#[test]
+fn sighup_reloads_the_credentials_file() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let file = users.to_str().unwrap();
+    let o = auth(
+        &["add-token", "--file", file, "old", "--permissions", "read"],
+        "",
+    );
+    let old_token = text(&o.stdout).trim().to_string();
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!("tsd.core.authentication.enable = true\ntsd.core.authentication.users = {file}\n"),
+    )
+    .unwrap();
+    let (mut child, addr) = common::spawn_tsd_with(Some(&config), &dir.path().join("data"));
+    let old = format!("Authorization: Bearer {old_token}\r\n");
+    let new = format!(
+        "Authorization: Basic {}\r\n",
+        base64::engine::general_purpose::STANDARD.encode("new:pw")
+    );
+    assert_eq!(http(&addr, "/api/aggregators", &old).0, 200);
+    assert_eq!(http(&addr, "/api/aggregators", &new).0, 401);
+
+    assert!(
+        auth(&["remove", "--file", file, "old"], "")
+            .status
+            .success()
+    );
+    let o = auth(
+        &["add-user", "--file", file, "new", "--permissions", "read"],
+        "pw\n",
+    );
+    assert!(o.status.success());
+    let hangup = || {
+        let status = Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    hangup();
+    // The reload is asynchronous: wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while http(&addr, "/api/aggregators", &new).0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "not reloaded");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(http(&addr, "/api/aggregators", &old).0, 401);
+
+    // A broken file: the TSD keeps running with the credentials it has.
+    std::fs::write(&users, "user broken\n").unwrap();
+    hangup();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    assert_eq!(http(&addr, "/api/aggregators", &new).0, 200);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

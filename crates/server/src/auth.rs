@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -209,6 +210,42 @@ fn is_argon2_hash(secret: &str) -> bool {
             && hash.salt.is_some()
             && hash.hash.is_some()
     })
+}
+
+/// The credentials file a TSD serves with, reloaded on demand (SIGHUP): a reload that fails
+/// keeps the credentials in force. Each reload starts with no remembered password, so a
+/// removed user or a changed password takes effect at once.
+#[derive(Debug)]
+pub struct CredentialsFile {
+    path: PathBuf,
+    current: parking_lot::RwLock<Arc<Authenticator>>,
+}
+
+impl CredentialsFile {
+    pub fn load(path: &Path) -> Result<CredentialsFile, AuthError> {
+        Ok(CredentialsFile {
+            path: path.to_owned(),
+            current: parking_lot::RwLock::new(Arc::new(Authenticator::load(path)?)),
+        })
+    }
+
+    /// The credentials in force.
+    pub fn current(&self) -> Arc<Authenticator> {
+        Arc::clone(&self.current.read())
+    }
+
+    /// Reads the file again; on success its users and tokens replace the ones in force
+    /// (returns how many), on failure nothing changes.
+    pub fn reload(&self) -> Result<usize, AuthError> {
+        let fresh = Authenticator::load(&self.path)?;
+        let count = fresh.len();
+        *self.current.write() = Arc::new(fresh);
+        Ok(count)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// An argon2id PHC string of `password` with a fresh random salt (argon2's default

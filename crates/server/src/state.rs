@@ -50,7 +50,7 @@ pub struct ServerSettings {
     pub socket_timeout: Option<Duration>,
     /// `tsd.core.authentication.enable` with `tsd.core.authentication.users`: who may do
     /// what. `None`: everyone may do everything (OpenTSDB's default).
-    pub auth: Option<Arc<crate::auth::Authenticator>>,
+    pub auth: Option<Arc<crate::auth::CredentialsFile>>,
     /// `tsd.core.authentication.allow_unauthenticated`: paths served without credentials
     /// when authentication is on (`/api/version,/api/health`), compared after routing
     /// (lower case, `/api/v1/` as `/api/`, no trailing slash).
@@ -202,7 +202,7 @@ impl ServerSettings {
 /// that cannot be read or parsed, refuses the start.
 fn authenticator(
     c: &Config,
-) -> Result<Option<Arc<crate::auth::Authenticator>>, hourglass_core::Error> {
+) -> Result<Option<Arc<crate::auth::CredentialsFile>>, hourglass_core::Error> {
     if !c.get_bool("tsd.core.authentication.enable", false) {
         return Ok(None);
     }
@@ -214,9 +214,9 @@ fn authenticator(
                 .into(),
         ));
     }
-    let auth = crate::auth::Authenticator::load(std::path::Path::new(path))
+    let auth = crate::auth::CredentialsFile::load(std::path::Path::new(path))
         .map_err(|e| hourglass_core::Error::InvalidInput(e.to_string()))?;
-    if auth.is_empty() {
+    if auth.current().is_empty() {
         tracing::warn!(
             path,
             "the credentials file names nobody: every request will be refused"
@@ -319,6 +319,23 @@ impl State {
     /// Whether the server has begun to stop.
     pub(crate) fn stopping(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// Reads the credentials file again (SIGHUP). A file that cannot be read or parsed
+    /// leaves the credentials in force, and says why.
+    pub fn reload_credentials(&self) {
+        let Some(file) = &self.settings.auth else {
+            return;
+        };
+        match file.reload() {
+            Ok(count) => {
+                tracing::info!(path = %file.path().display(), count, "credentials reloaded")
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "credentials not reloaded: the previous ones stay in force"
+            ),
+        }
     }
 
     /// Asks the server to stop (as `diediedie` does).

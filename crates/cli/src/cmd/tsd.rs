@@ -169,11 +169,19 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     }
     let runtime = builder.enable_all().build()?;
     let state = State::new(std::sync::Arc::clone(&db), config, server_settings);
+    // Installed before the TSD says it is ready: a SIGHUP is never the default (exit).
+    let hangup = {
+        let _in_runtime = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot install the SIGHUP handler")?
+    };
+    let reloader = runtime.spawn(reload_on_hangup(hangup, std::sync::Arc::clone(&state)));
     let served: anyhow::Result<()> = runtime.block_on(async {
         let listener = listen(addr, backlog).with_context(|| format!("cannot listen on {addr}"))?;
         hourglass_server::run(listener, state, shutdown_signal()).await?;
         Ok(())
     });
+    reloader.abort();
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     tracing::info!("flushing buffered points");
     db.close()?;
@@ -204,6 +212,14 @@ fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpList
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(backlog)
+}
+
+/// SIGHUP reloads the credentials file (`tsd.core.authentication.users`).
+async fn reload_on_hangup(mut hangup: tokio::signal::unix::Signal, state: std::sync::Arc<State>) {
+    while hangup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading");
+        state.reload_credentials();
+    }
 }
 
 async fn shutdown_signal() {

@@ -167,7 +167,7 @@ pub(crate) async fn authorize(
     route: &str,
     req: &mut Request,
 ) -> Result<(), Response> {
-    let Some(auth) = state.settings.auth.clone() else {
+    let Some(auth) = state.settings.auth.as_ref().map(|file| file.current()) else {
         req.extensions_mut().insert(Access::Open);
         return Ok(());
     };

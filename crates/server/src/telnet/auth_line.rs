@@ -39,7 +39,7 @@ impl Login {
         args: Option<&str>,
         out: &mut Vec<u8>,
     ) -> Next {
-        let Some(auth) = state.settings.auth.as_ref() else {
+        let Some(auth) = state.settings.auth.as_ref().map(|file| file.current()) else {
             self.access = Some(Access::Open);
             return Next::Continue;
         };
