@@ -7,6 +7,8 @@
 //! SHA-256(process key, user, password) — never the clear text — so the next request with
 //! the same pair costs one hash. Failures are not remembered; each one runs argon2 again.
 
+pub(crate) mod throttle;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -120,7 +120,7 @@ async fn serve_connection(
         if first[0].is_ascii_uppercase() {
             http::serve(stream, router, stop, peer).await
         } else {
-            telnet::serve(stream, state, stop, &activity).await
+            telnet::serve(stream, state, stop, &activity, peer).await
         }
     };
     match state.settings.socket_timeout {

@@ -55,6 +55,9 @@ pub struct ServerSettings {
     /// when authentication is on (`/api/version,/api/health`), compared after routing
     /// (lower case, `/api/v1/` as `/api/`, no trailing slash).
     pub open_paths: Vec<String>,
+    /// `tsd.core.authentication.max_failures`: failed authentications one client address
+    /// may make in a minute before its attempts are refused unchecked (0: no limit).
+    pub max_auth_failures: u32,
     /// What the binary is, for `version` and `/api/version`.
     pub build: BuildInfo,
 }
@@ -114,6 +117,7 @@ impl Default for ServerSettings {
             socket_timeout: None,
             auth: None,
             open_paths: Vec::new(),
+            max_auth_failures: 10,
             build: BuildInfo::default(),
         }
     }
@@ -193,6 +197,12 @@ impl ServerSettings {
                 .map(|p| p.trim().trim_end_matches('/').to_ascii_lowercase())
                 .filter(|p| !p.is_empty())
                 .collect(),
+            max_auth_failures: c
+                .get_int(
+                    "tsd.core.authentication.max_failures",
+                    i64::from(d.max_auth_failures),
+                )?
+                .clamp(0, i64::from(u32::MAX)) as u32,
             build: BuildInfo::default(),
         })
     }
@@ -291,6 +301,8 @@ pub struct State {
     pub config: Config,
     pub settings: ServerSettings,
     pub(crate) stats: ServerStats,
+    /// Failed authentications per client address.
+    pub(crate) auth_throttle: crate::auth::throttle::Throttle,
     pub(crate) started: Instant,
     shutdown: watch::Sender<bool>,
     /// Woken when buffered points are back under their budget (held-back telnet
@@ -301,11 +313,13 @@ pub struct State {
 impl State {
     pub fn new(tsdb: Arc<Tsdb>, config: Config, settings: ServerSettings) -> Arc<State> {
         let (shutdown, _) = watch::channel(false);
+        let max_auth_failures = settings.max_auth_failures;
         Arc::new(State {
             tsdb,
             config,
             settings,
             stats: ServerStats::default(),
+            auth_throttle: crate::auth::throttle::Throttle::new(max_auth_failures),
             started: Instant::now(),
             shutdown,
             room: tokio::sync::Notify::new(),

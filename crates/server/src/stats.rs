@@ -19,6 +19,8 @@ pub(crate) struct ServerStats {
     pub(crate) auth_failures_http: AtomicU64,
     /// Telnet `auth` lines that failed.
     pub(crate) auth_failures_telnet: AtomicU64,
+    /// Attempts refused unchecked: their address failed too often (HTTP 429).
+    pub(crate) auth_throttled: AtomicU64,
     /// Requests and commands refused for a permission their principal lacks (403).
     pub(crate) auth_forbidden: AtomicU64,
     /// Put batches refused (HTTP) or held back (telnet) while buffers were over budget.
@@ -254,6 +256,7 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
             &[("type", "telnet")],
         ),
         stat("tsd.auth.forbidden", get(&s.auth_forbidden), &[]),
+        stat("tsd.auth.throttled", get(&s.auth_throttled), &[]),
     ];
     for (latencies, kind) in [
         (&s.http_latency, "all"),

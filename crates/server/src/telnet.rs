@@ -43,9 +43,10 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     state: &Arc<State>,
     mut stop: watch::Receiver<bool>,
     activity: &Activity,
+    peer: Option<std::net::SocketAddr>,
 ) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::new();
-    let mut session = Session::new(state);
+    let mut session = Session::new(state, peer.map(|p| p.ip()));
     let mut out = Vec::new();
     loop {
         // Past the memory budget the socket is not read: the client's sends block on TCP
@@ -271,10 +272,10 @@ struct Session {
 }
 
 impl Session {
-    fn new(state: &State) -> Session {
+    fn new(state: &State, peer: Option<std::net::IpAddr>) -> Session {
         Session {
             discarding: false,
-            login: auth_line::Login::new(state),
+            login: auth_line::Login::new(state, peer),
         }
     }
 }

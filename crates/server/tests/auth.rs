@@ -31,6 +31,8 @@ fn secured_config(dir: &std::path::Path) -> Config {
     c.set("tsd.http.query.allow_delete", "true");
     c.set("tsd.core.authentication.enable", "true");
     c.set("tsd.core.authentication.users", users.to_str().unwrap());
+    // The tests fail on purpose more than a client address may (one test sets it).
+    c.set("tsd.core.authentication.max_failures", "0");
     c.set(
         "tsd.core.authentication.allow_unauthenticated",
         "/api/version, /api/health",
@@ -498,5 +500,48 @@ async fn telnet_commands_need_their_permission() {
     // Same point twice (write and admin): one stored point.
     assert_eq!(stored, 2);
     assert_eq!(srv.points("sys.cpu").len(), 1);
+    srv.stop().await;
+}
+
+/// Past `tsd.core.authentication.max_failures` failures from one address, even right
+/// credentials are refused unchecked (HTTP 429, telnet closed) for the rest of the minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_failures_from_one_address_are_throttled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = secured_config(dir.path());
+    config.set("tsd.core.authentication.max_failures", "3");
+    let srv = start_with("memory", config).await;
+    let good = basic("u-read", "pw-read");
+    assert_eq!(
+        call(srv.addr, "GET", "/api/aggregators", &good, "")
+            .await
+            .status,
+        200
+    );
+    for _ in 0..3 {
+        let resp = call(
+            srv.addr,
+            "GET",
+            "/api/aggregators",
+            &basic("u-read", "guess"),
+            "",
+        )
+        .await;
+        assert_unauthorized(&resp, "a guess");
+    }
+    let resp = call(srv.addr, "GET", "/api/aggregators", &good, "").await;
+    assert_eq!(resp.status, 429, "{}", resp.text());
+    assert_eq!(resp.header("retry-after"), Some("60"));
+    assert_eq!(resp.json()["error"]["code"], 429);
+    // No credentials: still asked for them, nothing checked.
+    assert_unauthorized(
+        &call(srv.addr, "GET", "/api/aggregators", "", "").await,
+        "no credentials",
+    );
+    // Telnet from the same address: refused and closed.
+    let mut t = Telnet::open(srv.addr).await;
+    t.send("auth basic u-read pw-read\n").await;
+    assert_eq!(t.line().await.unwrap(), "AUTH_FAIL.");
+    assert_eq!(t.line().await, None);
     srv.stop().await;
 }

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -176,12 +177,25 @@ pub(crate) async fn authorize(
         return Ok(());
     }
     let needed = required(route, &effective_method(req.method(), req.uri().query()));
-    let principal = match credentials(req.headers()) {
-        None => return Err(unauthorized("Authentication required")),
-        Some(Err(())) => None,
+    let found = credentials(req.headers());
+    if found.is_none() {
+        return Err(unauthorized("Authentication required"));
+    }
+    let ip = req
+        .extensions()
+        .get::<super::Peer>()
+        .and_then(|p| p.0)
+        .map(|a| a.ip());
+    if !state.auth_throttle.allows(ip, Instant::now()) {
+        state.stats.auth_throttled.fetch_add(1, Ordering::Relaxed);
+        return Err(throttled());
+    }
+    let principal = match found {
         Some(Ok(credentials)) => verify(auth, credentials).await,
+        _ => None,
     };
     let Some(principal) = principal else {
+        state.auth_throttle.failed(ip, Instant::now());
         state
             .stats
             .auth_failures_http
@@ -226,6 +240,18 @@ fn unauthorized(message: &str) -> Response {
     headers.append(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"hourglass\""),
+    );
+    resp
+}
+
+/// 429: too many failures from this address lately.
+fn throttled() -> Response {
+    let mut resp = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "Too many failed authentications")
+        .with_details("Failed authentications from this address are past tsd.core.authentication.max_failures a minute")
+        .into_response();
+    resp.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(crate::auth::throttle::WINDOW.as_secs()),
     );
     resp
 }

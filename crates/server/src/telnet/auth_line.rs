@@ -5,7 +5,9 @@
 //! connection is closed. The password is what follows the user name (it may hold spaces).
 //! Neither the line nor the reply ever names a secret.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use super::{Next, reply};
 use crate::State;
@@ -21,13 +23,16 @@ pub(super) struct Login {
     /// `None` until an `auth` line succeeds (authentication on); [`Access::Open`] with it off.
     pub(super) access: Option<Access>,
     failures: u32,
+    /// The client's address, for the per-address limit of failures.
+    peer: Option<IpAddr>,
 }
 
 impl Login {
-    pub(super) fn new(state: &State) -> Login {
+    pub(super) fn new(state: &State, peer: Option<IpAddr>) -> Login {
         Login {
             access: state.settings.auth.is_none().then_some(Access::Open),
             failures: 0,
+            peer,
         }
     }
 
@@ -51,6 +56,11 @@ impl Login {
             );
             return Next::Continue;
         }
+        if !state.auth_throttle.allows(self.peer, Instant::now()) {
+            state.stats.auth_throttled.fetch_add(1, Ordering::Relaxed);
+            out.extend_from_slice(b"AUTH_FAIL.\r\n");
+            return Next::Close;
+        }
         let principal = match args.and_then(|a| a.split_once(' ')) {
             Some(("basic", rest)) => rest
                 .split_once(' ')
@@ -65,6 +75,7 @@ impl Login {
                 Next::Continue
             }
             None => {
+                state.auth_throttle.failed(self.peer, Instant::now());
                 state
                     .stats
                     .auth_failures_telnet
