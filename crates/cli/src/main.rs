@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod open;
+mod remote;
 
 /// Hourglass: OpenTSDB's schema, protocols and tools.
 #[derive(Debug, Parser)]

@@ -381,3 +381,107 @@ fn sighup_reloads_the_credentials_file() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `tsdb query --url` and `tsdb import --url` take credentials from the environment.
+#[test]
+fn url_tools_take_credentials_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let file = users.to_str().unwrap();
+    assert!(
+        auth(
+            &[
+                "add-user",
+                "--file",
+                file,
+                "loader",
+                "--permissions",
+                "write"
+            ],
+            "load pw\n"
+        )
+        .status
+        .success()
+    );
+    let o = auth(
+        &[
+            "add-token",
+            "--file",
+            file,
+            "reader",
+            "--permissions",
+            "read",
+        ],
+        "",
+    );
+    let token = text(&o.stdout).trim().to_string();
+    let token_file = dir.path().join("reader.token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!("tsd.core.authentication.enable = true\ntsd.core.authentication.users = {file}\n"),
+    )
+    .unwrap();
+    let (mut child, addr) = common::spawn_tsd_with(Some(&config), &dir.path().join("data"));
+    let url = format!("http://{addr}");
+    let points = dir.path().join("points.txt");
+    std::fs::write(&points, "sys.load 1356998400 5 host=a\n").unwrap();
+    let tool = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tsdb"));
+        for var in [
+            "HOURGLASS_TOKEN",
+            "HOURGLASS_TOKEN_FILE",
+            "HOURGLASS_USER",
+            "HOURGLASS_PASSWORD",
+            "HOURGLASS_PASSWORD_FILE",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.args(args).envs(env.iter().copied()).output().unwrap()
+    };
+    let import = ["import", "--url", &url, points.to_str().unwrap()];
+    let query = ["query", "--url", &url, "1356998000", "sum", "sys.load"];
+
+    let o = tool(&import, &[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("asks for credentials (401)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = tool(
+        &import,
+        &[("HOURGLASS_TOKEN_FILE", token_file.to_str().unwrap())],
+    );
+    assert!(
+        text(&o.stderr).contains("lack the permission (403)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = tool(
+        &import,
+        &[
+            ("HOURGLASS_USER", "loader"),
+            ("HOURGLASS_PASSWORD", "load pw"),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("imported 1 points"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = tool(&query, &[]);
+    assert!(
+        text(&o.stderr).contains("asks for credentials (401)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = tool(&query, &[("HOURGLASS_TOKEN", &token)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "sys.load 1356998400000 5 {host=a}\n");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

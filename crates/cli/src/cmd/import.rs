@@ -38,7 +38,12 @@ pub(crate) struct ImportArgs {
 /// Where batches go.
 enum Sink {
     Local(std::sync::Arc<Tsdb>),
-    Remote { agent: ureq::Agent, url: String },
+    Remote {
+        agent: ureq::Agent,
+        url: String,
+        /// The `Authorization` header from the environment ([`crate::remote`]).
+        authorization: Option<String>,
+    },
 }
 
 #[derive(Default)]
@@ -52,6 +57,7 @@ pub(crate) fn run(args: &ImportArgs) -> anyhow::Result<ExitCode> {
         Some(url) => Sink::Remote {
             agent: ureq::Agent::new_with_defaults(),
             url: format!("{}/api/put?details", url.trim_end_matches('/')),
+            authorization: crate::remote::authorization()?,
         },
         None => {
             let mut settings = args.store.settings()?;
@@ -187,7 +193,11 @@ fn send_batch(
             }
             totals.points += outcome.stored as u64;
         }
-        Sink::Remote { agent, url } => {
+        Sink::Remote {
+            agent,
+            url,
+            authorization,
+        } => {
             let body: Vec<serde_json::Value> = good
                 .iter()
                 .map(|(_, p)| {
@@ -198,13 +208,18 @@ fn send_batch(
             if body.is_empty() {
                 return Ok(());
             }
-            let mut resp = agent
+            let mut request = agent
                 .post(url.as_str())
                 .config()
                 .http_status_as_error(false)
-                .build()
+                .build();
+            if let Some(authorization) = authorization {
+                request = request.header("Authorization", authorization);
+            }
+            let mut resp = request
                 .send_json(&body)
                 .with_context(|| format!("cannot reach {url}"))?;
+            crate::remote::check_status(resp.status().as_u16(), url)?;
             let answer: serde_json::Value = resp
                 .body_mut()
                 .read_json()
