@@ -58,6 +58,8 @@ pub struct ServerSettings {
     /// `tsd.core.authentication.max_failures`: failed authentications one client address
     /// may make in a minute before its attempts are refused unchecked (0: no limit).
     pub max_auth_failures: u32,
+    /// `tsd.network.tls.cert`, `.key` and `.mode`: TLS on the port.
+    pub tls: Option<Arc<crate::tls::Tls>>,
     /// What the binary is, for `version` and `/api/version`.
     pub build: BuildInfo,
 }
@@ -118,6 +120,7 @@ impl Default for ServerSettings {
             auth: None,
             open_paths: Vec::new(),
             max_auth_failures: 10,
+            tls: None,
             build: BuildInfo::default(),
         }
     }
@@ -203,6 +206,9 @@ impl ServerSettings {
                     i64::from(d.max_auth_failures),
                 )?
                 .clamp(0, i64::from(u32::MAX)) as u32,
+            tls: crate::tls::Tls::from_config(c)
+                .map_err(hourglass_core::Error::InvalidInput)?
+                .map(Arc::new),
             build: BuildInfo::default(),
         })
     }
@@ -335,9 +341,18 @@ impl State {
         *self.shutdown.borrow()
     }
 
-    /// Reads the credentials file again (SIGHUP). A file that cannot be read or parsed
-    /// leaves the credentials in force, and says why.
-    pub fn reload_credentials(&self) {
+    /// Reads the credentials file and the TLS certificate and key again (SIGHUP). A file
+    /// that cannot be used leaves what is in force, and the log says why.
+    pub fn reload(&self) {
+        if let Some(tls) = &self.settings.tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("TLS certificate and key reloaded"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "TLS certificate and key not reloaded: the previous ones stay in force"
+                ),
+            }
+        }
         let Some(file) = &self.settings.auth else {
             return;
         };

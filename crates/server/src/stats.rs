@@ -19,6 +19,10 @@ pub(crate) struct ServerStats {
     pub(crate) auth_failures_http: AtomicU64,
     /// Telnet `auth` lines that failed.
     pub(crate) auth_failures_telnet: AtomicU64,
+    /// TLS handshakes that failed or timed out.
+    pub(crate) tls_failures: AtomicU64,
+    /// Plain connections closed because `tsd.network.tls.mode = required`.
+    pub(crate) plain_refused: AtomicU64,
     /// Attempts refused unchecked: their address failed too often (HTTP 429).
     pub(crate) auth_throttled: AtomicU64,
     /// Requests and commands refused for a permission their principal lacks (403).
@@ -257,6 +261,16 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         ),
         stat("tsd.auth.forbidden", get(&s.auth_forbidden), &[]),
         stat("tsd.auth.throttled", get(&s.auth_throttled), &[]),
+        stat(
+            "tsd.connectionmgr.tls",
+            get(&s.tls_failures),
+            &[("type", "handshake_failed")],
+        ),
+        stat(
+            "tsd.connectionmgr.tls",
+            get(&s.plain_refused),
+            &[("type", "plain_refused")],
+        ),
     ];
     for (latencies, kind) in [
         (&s.http_latency, "all"),

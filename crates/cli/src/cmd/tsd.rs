@@ -214,11 +214,12 @@ fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpList
     socket.listen(backlog)
 }
 
-/// SIGHUP reloads the credentials file (`tsd.core.authentication.users`).
+/// SIGHUP reloads the credentials file (`tsd.core.authentication.users`) and the TLS
+/// certificate and key.
 async fn reload_on_hangup(mut hangup: tokio::signal::unix::Signal, state: std::sync::Arc<State>) {
     while hangup.recv().await.is_some() {
         tracing::info!("SIGHUP: reloading");
-        state.reload_credentials();
+        state.reload();
     }
 }
 
