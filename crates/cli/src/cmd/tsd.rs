@@ -156,6 +156,13 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
              (README: Securing a TSD), or bind to 127.0.0.1"
         );
     }
+    if server_settings.auth.is_some() && server_settings.tls.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "authentication is on without TLS beyond loopback: passwords and tokens cross \
+             the network in clear text (set tsd.network.tls.cert and tsd.network.tls.key)"
+        );
+    }
     let workers = positive(&config, "tsd.network.worker_threads")?;
     let backlog = positive(&config, "tsd.network.backlog")?.unwrap_or(DEFAULT_BACKLOG);
 
