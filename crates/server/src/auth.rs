@@ -289,6 +289,28 @@ fn decode_hex(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// What a telnet `auth` line asks to be checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthLine<'a> {
+    /// `auth basic USER PASSWORD`: the password is the rest of the line, spaces and all.
+    Basic { user: &'a str, password: &'a str },
+    /// `auth token TOKEN`.
+    Token(&'a str),
+}
+
+/// Reads what follows `auth ` on a telnet line; `None` when it is neither form (a failed
+/// authentication, like a wrong secret).
+pub fn parse_auth_line(args: &str) -> Option<AuthLine<'_>> {
+    match args.split_once(' ')? {
+        ("basic", rest) => {
+            let (user, password) = rest.split_once(' ')?;
+            (!user.is_empty()).then_some(AuthLine::Basic { user, password })
+        }
+        ("token", token) if !token.is_empty() => Some(AuthLine::Token(token)),
+        _ => None,
+    }
+}
+
 /// What a principal (or nobody, with authentication off) may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Access {
@@ -345,6 +367,42 @@ mod tests {
         assert!(!principal.permissions.allows(Permission::Write));
         assert_eq!(auth.verify_token("t0ken "), None);
         assert_eq!(auth.verify_token("s3cret"), None);
+    }
+
+    #[test]
+    fn auth_lines_read_as_opentsdb_writes_them() {
+        let cases = [
+            (
+                "basic alice s3cret",
+                Some(AuthLine::Basic {
+                    user: "alice",
+                    password: "s3cret",
+                }),
+            ),
+            (
+                "basic alice two words",
+                Some(AuthLine::Basic {
+                    user: "alice",
+                    password: "two words",
+                }),
+            ),
+            (
+                "basic alice ",
+                Some(AuthLine::Basic {
+                    user: "alice",
+                    password: "",
+                }),
+            ),
+            ("token hg_abc", Some(AuthLine::Token("hg_abc"))),
+            ("basic alice", None),
+            ("basic  pw", None),
+            ("token ", None),
+            ("hmacsha256 key:digest:1:n", None),
+            ("", None),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(parse_auth_line(args), expected, "{args:?}");
+        }
     }
 
     #[test]

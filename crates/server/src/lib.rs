@@ -103,6 +103,28 @@ pub async fn run(
     Ok(())
 }
 
+/// What a connection's first byte starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstByte {
+    /// 0x16: a TLS handshake record (served only with TLS configured).
+    Tls,
+    /// An upper-case letter: an HTTP method.
+    Http,
+    /// Anything else: the telnet-style line protocol.
+    Telnet,
+}
+
+/// Tells the protocols apart by the first byte, as OpenTSDB does for HTTP and telnet.
+pub fn sniff(first: u8) -> FirstByte {
+    if first == tls::HANDSHAKE_RECORD {
+        FirstByte::Tls
+    } else if first.is_ascii_uppercase() {
+        FirstByte::Http
+    } else {
+        FirstByte::Telnet
+    }
+}
+
 /// Longest wait for a TLS handshake to finish.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -119,7 +141,7 @@ async fn serve_protocol<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    if first.is_ascii_uppercase() {
+    if sniff(first) == FirstByte::Http {
         http::serve(stream, router, stop, peer).await
     } else {
         telnet::serve(stream, state, stop, activity, peer).await
@@ -145,7 +167,7 @@ async fn serve_connection(
         let Some(tls) = &state.settings.tls else {
             return serve_protocol(first[0], stream, state, router, stop, peer, &activity).await;
         };
-        if first[0] != tls::HANDSHAKE_RECORD {
+        if sniff(first[0]) != FirstByte::Tls {
             if tls.mode == tls::TlsMode::Required {
                 state.stats.plain_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(

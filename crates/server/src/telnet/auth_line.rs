@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::{Next, reply};
 use crate::State;
-use crate::auth::Access;
+use crate::auth::{Access, AuthLine, parse_auth_line};
 
 /// Failed `auth` lines a connection may send before it is closed (guessing passwords one
 /// connection at a time costs a connection each few tries).
@@ -61,12 +61,10 @@ impl Login {
             out.extend_from_slice(b"AUTH_FAIL.\r\n");
             return Next::Close;
         }
-        let principal = match args.and_then(|a| a.split_once(' ')) {
-            Some(("basic", rest)) => rest
-                .split_once(' ')
-                .and_then(|(user, password)| auth.verify_password(user, password)),
-            Some(("token", token)) => auth.verify_token(token),
-            _ => None,
+        let principal = match args.and_then(parse_auth_line) {
+            Some(AuthLine::Basic { user, password }) => auth.verify_password(user, password),
+            Some(AuthLine::Token(token)) => auth.verify_token(token),
+            None => None,
         };
         match principal {
             Some(principal) => {
