@@ -21,6 +21,11 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+/// argon2 runs at most this many at once (each takes 19 MiB and a core for tens of ms):
+/// a flood of wrong passwords queues here instead of taking every blocking thread and
+/// gigabytes of memory.
+const MAX_CONCURRENT_HASHES: usize = 4;
+
 /// Remembered successful password checks at most; past it the memory is cleared (a client
 /// re-verified once costs one argon2 run).
 const MAX_REMEMBERED: usize = 4096;
@@ -56,6 +61,9 @@ pub struct Authenticator {
     remembered: Mutex<HashMap<[u8; 32], Principal>>,
     /// Verified when a user name is unknown, so its answer takes as long as a wrong password.
     decoy: String,
+    /// argon2 runs in progress, up to [`MAX_CONCURRENT_HASHES`].
+    hashing: parking_lot::Mutex<usize>,
+    hashing_done: parking_lot::Condvar,
 }
 
 /// Names and counts only: hashes stay out of debug output (and so out of any log).
@@ -124,6 +132,8 @@ impl Authenticator {
             cache_key,
             remembered: Mutex::new(HashMap::new()),
             decoy: hash_password("decoy").map_err(invalid)?,
+            hashing: parking_lot::Mutex::new(0),
+            hashing_done: parking_lot::Condvar::new(),
         })
     }
 
@@ -162,9 +172,18 @@ impl Authenticator {
             None => (self.decoy.as_str(), Permissions::NONE, false),
         };
         let parsed = PasswordHash::new(hash).ok()?;
+        {
+            let mut running = self.hashing.lock();
+            while *running >= MAX_CONCURRENT_HASHES {
+                self.hashing_done.wait(&mut running);
+            }
+            *running += 1;
+        }
         let ok = Argon2::default()
             .verify_password(password.as_bytes(), &parsed)
             .is_ok();
+        *self.hashing.lock() -= 1;
+        self.hashing_done.notify_one();
         if !(ok && known) {
             return None;
         }
@@ -356,6 +375,25 @@ mod tests {
         assert_eq!(auth.verify_password("bob", "s3cret"), None);
         // The token's name is no user.
         assert_eq!(auth.verify_password("grafana", "t0ken"), None);
+    }
+
+    #[test]
+    fn concurrent_checks_queue_for_argon2_and_all_finish() {
+        let auth = std::sync::Arc::new(authenticator("s3cret", "t0ken"));
+        let threads: Vec<_> = (0..3 * MAX_CONCURRENT_HASHES)
+            .map(|i| {
+                let auth = std::sync::Arc::clone(&auth);
+                std::thread::spawn(move || {
+                    let password = if i % 2 == 0 { "s3cret" } else { "wrong" };
+                    (i, auth.verify_password("alice", password).is_some())
+                })
+            })
+            .collect();
+        for thread in threads {
+            let (i, ok) = thread.join().unwrap();
+            assert_eq!(ok, i % 2 == 0, "check {i}");
+        }
+        assert_eq!(*auth.hashing.lock(), 0, "every slot given back");
     }
 
     #[test]

@@ -287,7 +287,19 @@ async fn every_endpoint_by_credentials() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_paths_answer_without_credentials_and_the_rest_does_not() {
     let dir = tempfile::tempdir().unwrap();
-    let srv = start_with("memory", secured_config(dir.path())).await;
+    let mut config = secured_config(dir.path());
+    config.set(
+        "tsd.core.authentication.allow_unauthenticated",
+        "/api/version, /api/health,/api/query",
+    );
+    let srv = start_with("memory", config).await;
+    // An open query reads; deleting by its body still needs the permission.
+    let read = r#"{"start":1699990000,"queries":[{"aggregator":"sum","metric":"sys.cpu"}]}"#;
+    let resp = call(srv.addr, "POST", "/api/query", "", read).await;
+    assert!(![401, 403].contains(&resp.status), "{}", resp.text());
+    let delete = read.replace("\"queries\"", "\"delete\":true,\"queries\"");
+    let resp = call(srv.addr, "POST", "/api/query", "", &delete).await;
+    assert_eq!(resp.status, 403, "{}", resp.text());
     for path in ["/api/version", "/api/v1/version/", "/api/health"] {
         let resp = call(srv.addr, "GET", path, "", "").await;
         assert_eq!(resp.status, 200, "{path}: {}", resp.text());
