@@ -557,3 +557,86 @@ async fn repeated_failures_from_one_address_are_throttled() {
     assert_eq!(t.line().await, None);
     srv.stop().await;
 }
+
+/// Every telnet command, as each permission, before and after `auth`: the first reply line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_telnet_command_by_permission() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start_with("memory", secured_config(dir.path())).await;
+    // (line, permission it needs, what it answers when allowed: a reply's start, or `None`
+    // for no reply (a good put))
+    let commands: [(&str, Option<Permission>, Option<&str>); 8] = [
+        (
+            "put sys.cpu 1700000000 1 host=a",
+            Some(Permission::Write),
+            None,
+        ),
+        (
+            "rollup",
+            Some(Permission::Write),
+            Some("rollup: illegal argument"),
+        ),
+        (
+            "histogram",
+            Some(Permission::Write),
+            Some("histogram: illegal argument"),
+        ),
+        ("stats", Some(Permission::Admin), Some("tsd.")),
+        (
+            "dropcaches",
+            Some(Permission::Admin),
+            Some("Caches dropped."),
+        ),
+        ("help", None, Some("available commands:")),
+        (
+            "diediedie",
+            Some(Permission::Admin),
+            Some("unknown command: diediedie"),
+        ),
+        ("nonsense", None, Some("unknown command: nonsense")),
+    ];
+    // Before `auth`: every one refused, nothing run.
+    let mut t = Telnet::open(srv.addr).await;
+    for (line, ..) in &commands {
+        t.send(&format!("{line}\n")).await;
+        let reply = t.line().await.unwrap();
+        let cmd = line.split(' ').next().unwrap();
+        assert_eq!(
+            reply,
+            format!(
+                "{cmd}: authentication required: send `auth basic USER PASSWORD` or `auth token TOKEN` first"
+            ),
+        );
+    }
+    drop(t);
+    assert!(srv.points("sys.cpu").is_empty(), "nothing ran before auth");
+    for permission in Permission::ALL {
+        let name = permission.name();
+        for (line, needs, allowed_reply) in &commands {
+            let mut t = Telnet::open(srv.addr).await;
+            t.send(&format!("auth basic u-{name} pw-{name}\n{line}\nversion\n"))
+                .await;
+            assert_eq!(t.line().await.unwrap(), "AUTH_SUCCESS.");
+            let allowed = needs.is_none_or(|n| permission == Permission::Admin || n == permission);
+            let reply = t.line().await.unwrap();
+            let cmd = line.split(' ').next().unwrap();
+            match (allowed, allowed_reply) {
+                (true, None) => assert!(reply.starts_with("hourglass "), "{name} {line}: {reply}"),
+                (true, Some(start)) => assert!(reply.starts_with(start), "{name} {line}: {reply}"),
+                (false, _) => assert_eq!(
+                    reply,
+                    format!(
+                        "{cmd}: permission denied: u-{name} lacks the {} permission",
+                        needs.unwrap()
+                    )
+                ),
+            }
+        }
+    }
+    assert_eq!(
+        srv.points("sys.cpu").len(),
+        1,
+        "stored by write and admin, once"
+    );
+    srv.stop().await;
+}
