@@ -196,3 +196,18 @@ fn authentication_without_a_usable_credentials_file_refuses_the_start() {
     assert!(stderr.contains("invalid credentials file"), "{stderr}");
     assert!(stderr.contains("line 1"), "{stderr}");
 }
+
+/// TLS configured with files that cannot be used refuses the start, naming the key at fault.
+#[test]
+fn tls_without_usable_files_refuses_the_start() {
+    let stderr = refused_start(
+        "tsd.network.tls.cert = {dir}/missing.crt\ntsd.network.tls.key = {dir}/missing.key\n",
+    );
+    assert!(stderr.contains("tsd.network.tls.cert"), "{stderr}");
+    let stderr = refused_start("tsd.network.tls.key = {dir}/tsd.conf\n");
+    assert!(stderr.contains("set together"), "{stderr}");
+    let stderr = refused_start(
+        "tsd.network.tls.cert = {dir}/tsd.conf\ntsd.network.tls.key = {dir}/tsd.conf\n",
+    );
+    assert!(stderr.contains("no certificate"), "{stderr}");
+}

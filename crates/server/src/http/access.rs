@@ -205,7 +205,7 @@ pub(crate) async fn authorize(
             .stats
             .auth_failures_http
             .fetch_add(1, Ordering::Relaxed);
-        tracing::info!(route, "HTTP authentication failed");
+        tracing::info!(route, client = ?ip, "HTTP authentication failed");
         return Err(unauthorized("Invalid credentials"));
     };
     if !principal.permissions.allows(needed) {
