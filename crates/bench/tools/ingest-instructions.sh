@@ -69,7 +69,7 @@ points=$((series * per))
 callgrind_annotate --inclusive=yes "$work/callgrind.out" 2>/dev/null |
   sed 's/ \[[^]]*\]$//' | awk -v n="$points" '
   /telnet::process$/ && !t { gsub(",", "", $1); t = $1 }
-  /put::parse_put$/ && !p { gsub(",", "", $1); p = $1 }
+  /put::parse_put(_head)?$/ && !p { gsub(",", "", $1); p = $1 }
   /Writer::add_points$/ && !a { gsub(",", "", $1); a = $1 }
   /Tsdb::close$/ && !c { gsub(",", "", $1); c = $1 }
   END {

@@ -136,3 +136,71 @@ fn imports_through_a_running_tsd() {
     assert!(server.wait().unwrap().success());
     assert_eq!(scan(&data).len(), 4);
 }
+
+/// `rollup` lines (RFC 0008) go to the rollup tables, `put`-style lines beside them to the
+/// data table; a rollup line for an interval not configured is reported and skipped.
+#[test]
+fn imports_rollup_lines_into_the_rollup_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let rollups = dir.path().join("rollups.json");
+    std::fs::write(
+        &rollups,
+        r#"{"aggregationIds": {"sum": 0, "count": 1},
+            "intervals": [
+              {"table": "tsdb", "preAggregationTable": "tsdb-agg", "interval": "1m",
+               "rowSpan": "1h", "defaultInterval": true},
+              {"table": "tsdb-rollup-1h", "preAggregationTable": "tsdb-rollup-agg-1h",
+               "interval": "1h", "rowSpan": "1d"}]}"#,
+    )
+    .unwrap();
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "tsd.rollups.enable = true\ntsd.rollups.config = {}\n",
+            rollups.display()
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let o = tsdb(
+        &data,
+        &[
+            "import",
+            "--auto-metric",
+            "--config",
+            config.to_str().unwrap(),
+            "-",
+        ],
+        Some(
+            b"rollup 1h-sum sys.cpu.user 1357002000 42 host=web01\n\
+              rollup 13m-sum sys.cpu.user 1356998400 1 host=web01\n\
+              sys.cpu.user 1356998400 7 host=web01\n",
+        ),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("-:2: No rollups configured for the interval: 13m"),
+        "{err}"
+    );
+    assert!(err.contains("imported 2 points"), "{err}");
+    assert_eq!(scan(&data), ["sys.cpu.user 1356998400 7 host=web01"]);
+    // The rollup cell, as OpenTSDB writes it: day row (rowSpan 1d), hour 1, sum (id 0).
+    let store = hourglass_store_fjall::FjallStore::open(&data).unwrap();
+    let key = [0, 0, 1, 0x50, 0xE2, 0x27, 0x00, 0, 0, 1, 0, 0, 1];
+    let row = hourglass_storage::Store::get(
+        &store,
+        "tsdb-rollup-1h",
+        &key,
+        &hourglass_storage::ReadOptions::default(),
+    )
+    .unwrap()
+    .expect("the rollup row");
+    let cells: Vec<(Vec<u8>, Vec<u8>)> = row
+        .cells
+        .into_iter()
+        .map(|c| (c.qualifier, c.value))
+        .collect();
+    assert_eq!(cells, [(vec![0, 0x00, 0x10], vec![0x2A])]);
+}

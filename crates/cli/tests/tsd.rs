@@ -163,13 +163,14 @@ fn refused_start(config_text: &str) -> String {
     stderr
 }
 
-/// A switch for what is not provided (rollups) is refused at start, not silently left off:
-/// a TSD that seems to do something it does not is worse than one that does not start.
+/// A switch for what is not provided (tree processing) is refused at start, not silently
+/// left off: a TSD that seems to do something it does not is worse than one that does not
+/// start.
 #[test]
 fn a_switch_for_what_is_not_provided_refuses_the_start() {
-    let stderr = refused_start("tsd.rollups.enable = true\n");
+    let stderr = refused_start("tsd.core.tree.enable_processing = true\n");
     assert!(
-        stderr.contains("tsd.rollups.enable = true asks for rollup tables"),
+        stderr.contains("tsd.core.tree.enable_processing = true asks for tree processing"),
         "{stderr}"
     );
 }
@@ -210,4 +211,93 @@ fn tls_without_usable_files_refuses_the_start() {
         "tsd.network.tls.cert = {dir}/tsd.conf\ntsd.network.tls.key = {dir}/tsd.conf\n",
     );
     assert!(stderr.contains("no certificate"), "{stderr}");
+}
+
+/// Rollups (RFC 0008): a bad configuration refuses the start in OpenTSDB's words; a good
+/// one (a `.json` file) creates the rollup tables and the TSD takes `rollup` lines.
+#[test]
+fn rollups_are_configured_as_opentsdb_configures_them() {
+    let stderr = refused_start("tsd.rollups.enable = true\n");
+    assert!(
+        stderr.contains("Rollups were enabled but 'tsd.rollups.config' is null or empty."),
+        "{stderr}"
+    );
+    let stderr = refused_start(
+        "tsd.rollups.enable = true\ntsd.rollups.config = {\"aggregationIds\":{\"sum\":0},\"intervals\":[{\"table\":\"r\",\"preAggregationTable\":\"p\",\"interval\":\"1h\",\"rowSpan\":\"1h\",\"defaultInterval\":true}]}\n",
+    );
+    assert!(
+        stderr.contains("Interval [3600] is too large for the span [h]"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let rollups = dir.path().join("rollups.json");
+    std::fs::write(
+        &rollups,
+        r#"{"aggregationIds": {"sum": 0, "count": 1},
+            "intervals": [
+              {"table": "tsdb", "preAggregationTable": "tsdb-agg", "interval": "1m",
+               "rowSpan": "1h", "defaultInterval": true},
+              {"table": "tsdb-rollup-1h", "preAggregationTable": "tsdb-rollup-agg-1h",
+               "interval": "1h", "rowSpan": "1d"}]}"#,
+    )
+    .unwrap();
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "tsd.rollups.enable = true\ntsd.rollups.config = {}\n",
+            rollups.display()
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let created = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["create-tables", "--data-dir"])
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&created.stdout).into_owned();
+    assert!(created.status.success(), "{listed}");
+    let tables: Vec<&str> = listed.lines().collect();
+    for t in ["tsdb", "tsdb-agg", "tsdb-rollup-1h", "tsdb-rollup-agg-1h"] {
+        assert_eq!(
+            tables.iter().filter(|l| **l == t).count(),
+            1,
+            "{t}: {listed}"
+        );
+    }
+    let (mut child, addr) = common::spawn_tsd_with(Some(&config), &data);
+    let mut text: String = (0..1000)
+        .map(|i| {
+            format!(
+                "rollup 1h-sum sys.cpu.user {} {i} host=h{i}\n",
+                1356998400 + (i % 24) * 3600
+            )
+        })
+        .collect();
+    text.push_str("rollup 2h-sum sys.cpu.user 1356998400 42 host=web01\n");
+    let out = telnet_fenced(&addr, &text);
+    assert!(
+        out.starts_with(
+            "rollup: No such rollup: No rollups configured for the interval: 2h\nhourglass "
+        ),
+        "{out}"
+    );
+    // Acknowledged rollup points survive a kill -9 (they are in the store's journal).
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let store = hourglass_store_fjall::FjallStore::open(&data).unwrap();
+    let rows: Vec<hourglass_storage::Row> = hourglass_storage::Store::scan(
+        &store,
+        "tsdb-rollup-1h",
+        &hourglass_storage::ScanRequest::range(Vec::new(), None),
+    )
+    .unwrap()
+    .map(Result::unwrap)
+    .collect();
+    assert_eq!(rows.len(), 1000);
+    assert!(rows.iter().all(|r| r.cells.len() == 1));
 }

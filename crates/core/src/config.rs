@@ -306,6 +306,13 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.query.limits.overrides.interval",
     "tsd.query.limits.series.default",
     "tsd.query.timeout",
+    "tsd.rollups.agg_tag_key",
+    "tsd.rollups.block_derived",
+    "tsd.rollups.config",
+    "tsd.rollups.enable",
+    "tsd.rollups.raw_agg_tag_value",
+    "tsd.rollups.split_query.enable",
+    "tsd.rollups.tag_raw",
     "tsd.stats.canonical",
     "tsd.storage.backend",
     "tsd.storage.embedded.group_period",
@@ -336,7 +343,6 @@ pub const READ_KEYS: &[&str] = &[
 /// on refuses to start ([`Config::unavailable_switch`]), as OpenTSDB refuses when the plugin
 /// a switch names cannot be loaded.
 pub const UNAVAILABLE_SWITCHES: &[(&str, &str)] = &[
-    ("tsd.rollups.enable", "rollup tables"),
     ("tsd.core.tree.enable_processing", "tree processing"),
     ("tsd.rtpublisher.enable", "a real-time publisher plugin"),
     ("tsd.search.enable", "a search plugin"),
@@ -399,13 +405,6 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.query.multi_get.limit",
     "tsd.query.skip_unresolved_tagvs",
     "tsd.rollups.agg_tag",
-    "tsd.rollups.agg_tag_key",
-    "tsd.rollups.block_derived",
-    "tsd.rollups.config",
-    "tsd.rollups.enable",
-    "tsd.rollups.raw_agg_tag_value",
-    "tsd.rollups.split_query.enable",
-    "tsd.rollups.tag_raw",
     "tsd.rpc.plugins",
     "tsd.rpc.telnet.return_errors",
     "tsd.rtpublisher.enable",
@@ -719,16 +718,23 @@ mod tests {
             parse("tsd.network.port = 4242\n").unavailable_switch(),
             None
         );
-        // Authentication is provided: its switch no longer refuses the start.
-        assert_eq!(
-            parse("tsd.core.authentication.enable = true\n").unavailable_switch(),
-            None
-        );
-        let refused = parse("tsd.rollups.enable = TRUE\n")
+        // Authentication is provided, and rollup tables are stored (RFC 0008): their
+        // switches no longer refuse the start.
+        for provided in ["tsd.core.authentication.enable", "tsd.rollups.enable"] {
+            assert_eq!(
+                parse(&format!("{provided} = true\n")).unavailable_switch(),
+                None,
+                "{provided}"
+            );
+        }
+        let refused = parse("tsd.core.tree.enable_processing = TRUE\n")
             .unavailable_switch()
             .unwrap();
-        assert!(refused.contains("tsd.rollups.enable = TRUE"), "{refused}");
-        assert!(refused.contains("rollup tables"), "{refused}");
+        assert!(
+            refused.contains("tsd.core.tree.enable_processing = TRUE"),
+            "{refused}"
+        );
+        assert!(refused.contains("tree processing"), "{refused}");
         for (key, _) in UNAVAILABLE_SWITCHES {
             assert!(OPENTSDB_UNUSED_KEYS.contains(key), "{key}");
             let c = parse(&format!("{key} = true\n"));

@@ -14,6 +14,7 @@ pub mod names;
 pub mod permission;
 pub mod put;
 pub mod qualifier;
+pub mod rollup;
 pub mod rowkey;
 pub mod schema;
 pub mod time;

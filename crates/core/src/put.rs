@@ -55,13 +55,42 @@ pub fn parse_put<'a>(
     args: &'a str,
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<PutLine<'a>, PutError> {
+    let head = parse_put_head(args)?;
+    let start = tags.len();
+    parse_tags(head.tags_text, tags)?;
+    Ok(PutLine {
+        metric: head.metric,
+        timestamp: head.timestamp,
+        value: head.value,
+        tags: start..tags.len(),
+        tags_text: head.tags_text,
+    })
+}
+
+/// A put line read but for its tags, which are left as written: a writer that knows the
+/// series of this metric and tag text needs nothing more, and reads them with
+/// [`parse_tags`] when it does not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PutHead<'a> {
+    pub metric: &'a str,
+    pub timestamp: i64,
+    pub value: Value,
+    /// The tag words as written: the rest of the line after the value's space. The same
+    /// text always parses to the same tags, so it can key a cache of series.
+    pub tags_text: &'a str,
+}
+
+/// [`parse_put`] without splitting the tags. Every error `parse_put` gives before the tags
+/// is given; a tag error is left to [`parse_tags`], except that a value that does not parse
+/// is reported after the tags are checked, as OpenTSDB checks them first.
+pub fn parse_put_head(args: &str) -> Result<PutHead<'_>, PutError> {
     let mut words = Words::new(args);
     let metric = words.next().unwrap_or_default();
     let (Some(ts), Some(val)) = (words.next(), words.next()) else {
         return Err(PutError::not_enough_arguments(Words::new(args).count()));
     };
-    let tags_text = words.rest();
-    let Some(first_tag) = words.next() else {
+    // A fifth word, even an empty one, is there when anything follows the value's space.
+    let Some(tags_text) = words.rest() else {
         return Err(PutError::not_enough_arguments(Words::new(args).count()));
     };
     if metric.is_empty() {
@@ -74,25 +103,19 @@ pub fn parse_put<'a>(
     if val.is_empty() {
         return Err(illegal("empty value".into()));
     }
-    let start = tags.len();
-    if let Err(e) = parse_tags(std::iter::once(first_tag).chain(words), start, tags) {
-        tags.truncate(start);
-        return Err(e);
-    }
     let integer = match val.as_bytes() {
         [b'-', digits @ ..] => digits_value(digits).map(|v| Value::Int(-v)),
         digits => digits_value(digits).map(Value::Int),
     };
     match integer.map_or_else(|| value::parse_value(val), Ok) {
-        Ok(value) => Ok(PutLine {
+        Ok(value) => Ok(PutHead {
             metric,
             timestamp,
             value,
-            tags: start..tags.len(),
-            tags_text: tags_text.unwrap_or_default(),
+            tags_text,
         }),
         Err(e) => {
-            tags.truncate(start);
+            parse_tags(tags_text, &mut Vec::new())?;
             Err(PutError::InvalidValue(e.to_string()))
         }
     }
@@ -150,23 +173,52 @@ impl<'a> Iterator for Words<'a> {
     }
 }
 
-/// OpenTSDB's `Tags.parse` over each non-empty word: `k=v`, both sides non-empty, one `=`;
-/// a repeated key with the same value is ignored, with another value refused.
-fn parse_tags<'a>(
-    words: impl Iterator<Item = &'a str>,
+/// OpenTSDB's `Tags.parse` over each non-empty word of `text` (words split on single
+/// spaces): `k=v`, both sides non-empty, one `=`; a repeated key with the same value is
+/// ignored, with another value refused. One pass over the bytes finds each word's end and
+/// its `=` together.
+///
+/// The pairs are appended to `tags`; on an error nothing is left there.
+pub fn parse_tags<'a>(text: &'a str, tags: &mut Vec<(&'a str, &'a str)>) -> Result<(), PutError> {
+    let start = tags.len();
+    let parsed = parse_tags_after(text, start, tags);
+    if parsed.is_err() {
+        tags.truncate(start);
+    }
+    parsed
+}
+
+fn parse_tags_after<'a>(
+    text: &'a str,
     start: usize,
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<(), PutError> {
-    for w in words.filter(|w| !w.is_empty()) {
-        // The first `=`, and none after it.
-        let bytes = w.as_bytes();
-        let equals = bytes.iter().position(|b| *b == b'=');
-        let more = equals.is_some_and(|at| bytes[at + 1..].contains(&b'='));
-        let Some(at) = equals.filter(|at| *at > 0 && *at + 1 < w.len() && !more) else {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let begin = at;
+        let (mut equals, mut more) = (usize::MAX, false);
+        while let Some(&b) = bytes.get(at) {
+            if b == b' ' {
+                break;
+            }
+            if b == b'=' {
+                more |= equals != usize::MAX;
+                equals = equals.min(at);
+            }
+            at += 1;
+        }
+        let end = at;
+        at += 1;
+        if end == begin {
+            continue;
+        }
+        // Spaces and `=` are ASCII: every cut is on a char boundary.
+        let w = &text[begin..end];
+        if equals == usize::MAX || equals == begin || equals + 1 == end || more {
             return Err(illegal(format!("invalid tag: {w}")));
-        };
-        // `=` is ASCII: both sides are on char boundaries.
-        let (k, v) = (&w[..at], &w[at + 1..]);
+        }
+        let (k, v) = (&text[begin..equals], &text[equals + 1..end]);
         match tags[start..].iter().find(|(have, _)| *have == k) {
             Some((_, have_v)) if *have_v == v => {}
             Some(_) => {

@@ -22,6 +22,8 @@ use crate::{Error, Result};
 
 const MS_FLAG: u32 = 0xF000_0000;
 const MS_FLAG_BITS: u32 = 6;
+/// The bits of a millisecond qualifier between its offset and its flags: written clear.
+const MS_RESERVED_BITS: u32 = 0x30;
 const FLAG_BITS: u32 = 4;
 
 /// One data point's qualifier.
@@ -100,6 +102,12 @@ impl Qualifier {
                 crate::uid::hex_upper(bytes)
             ))),
         }
+    }
+
+    /// Whether the qualifier is as [`Qualifier::seconds`] or [`Qualifier::millis`] build it:
+    /// a millisecond qualifier's two bits between offset and flags are clear.
+    pub fn is_canonical(self) -> bool {
+        !self.is_millis() || self.0 & MS_RESERVED_BITS == 0
     }
 
     pub fn raw(self) -> u32 {

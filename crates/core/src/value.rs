@@ -139,6 +139,9 @@ pub fn parse_value(text: &str) -> Result<Value> {
     if looks_like_integer(text) {
         return parse_long(text).map(Value::Int);
     }
+    if let Some(d) = plain_decimal(text) {
+        return Ok(float_value(d));
+    }
     let d: f64 = text
         .parse()
         .ok()
@@ -149,6 +152,43 @@ pub fn parse_value(text: &str) -> Result<Value> {
         })
         .ok_or_else(|| Error::invalid(format!("For input string: \"{text}\"")))?;
     Ok(float_value(d))
+}
+
+/// Powers of ten that a double holds exactly.
+const EXACT_POWERS_OF_TEN: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// `[-]DIGITS.DIGITS` with at most 15 digits in all, read in one pass: the digits are an
+/// integer a double holds exactly, as is the power of ten, so their quotient is the correctly
+/// rounded value, the same double a general parser gives. `None` for any other form.
+fn plain_decimal(text: &str) -> Option<f64> {
+    let (negative, body) = match text.as_bytes() {
+        [b'-', rest @ ..] => (true, rest),
+        rest => (false, rest),
+    };
+    if body.len() > 16 {
+        return None;
+    }
+    let (mut mantissa, mut point, mut digits) = (0u64, None, 0usize);
+    for (i, &b) in body.iter().enumerate() {
+        match b {
+            b'0'..=b'9' => {
+                mantissa = mantissa * 10 + u64::from(b - b'0');
+                digits += 1;
+            }
+            b'.' if point.is_none() => point = Some(i),
+            _ => return None,
+        }
+    }
+    let point = point?;
+    // A digit on each side of the point.
+    if point == 0 || point + 1 == body.len() {
+        return None;
+    }
+    let scale = EXACT_POWERS_OF_TEN[digits - point];
+    let d = mantissa as f64 / scale;
+    Some(if negative { -d } else { d })
 }
 
 /// OpenTSDB's `Tags.parseLong`, with its messages.
@@ -247,7 +287,47 @@ pub fn looks_like_integer(text: &str) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn plain_decimals_take_the_short_path_and_nothing_else_does() {
+        assert_eq!(plain_decimal("12.34"), Some(12.34));
+        assert_eq!(plain_decimal("-0.5"), Some(-0.5));
+        assert_eq!(
+            plain_decimal("-0.0").map(f64::to_bits),
+            Some((-0.0f64).to_bits())
+        );
+        assert_eq!(plain_decimal("123456789.012345"), Some(123_456_789.012_345));
+        for other in [
+            "1.",
+            ".5",
+            "1e5",
+            "1.2.3",
+            "+1.5",
+            "1.0000000000000001",
+            "",
+            "-",
+            "1,5",
+        ] {
+            assert_eq!(plain_decimal(other), None, "{other}");
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn plain_decimals_read_as_the_general_parser_reads_them(
+            int in "-?[0-9]{0,9}",
+            frac in "[0-9]{0,9}",
+        ) {
+            let text = format!("{int}.{frac}");
+            let general = text.parse::<f64>().ok().map(f64::to_bits);
+            if let Some(fast) = plain_decimal(&text) {
+                proptest::prop_assert_eq!(Some(fast.to_bits()), general, "{}", text);
+            }
+            if let Some(d) = general.map(f64::from_bits) {
+                let value = parse_value(&text).unwrap();
+                proptest::prop_assert_eq!(value.as_f64().to_bits(), float_value(d).as_f64().to_bits());
+            }
+        }
+
         #[test]
         fn plain_doubles_print_as_rust_debug_does(
             bits in proptest::prelude::any::<u64>(),

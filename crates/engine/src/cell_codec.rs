@@ -27,7 +27,7 @@
 use hourglass_core::compact::{self, Point};
 use hourglass_core::qualifier::Qualifier;
 use hourglass_core::schema::DATA_FAMILY;
-use hourglass_core::value::{FLAG_FLOAT, Value, write_bits};
+use hourglass_core::value::{FLAG_FLOAT, FLAGS_MASK, Value, write_bits};
 
 #[cfg(test)]
 use crate::num::Num;
@@ -361,11 +361,33 @@ fn encode_cell(
     // the cell itself: a compacted cell is exactly its points' qualifiers and values in
     // order, then the meta byte, and `decode_cell` read each byte once (widths by the
     // qualifiers' flags, at most one byte left for the meta).
-    let mut back = Vec::with_capacity(points.len());
-    match decode_blob_points(&blob, &mut back) {
-        Ok(m) if m == meta && back == points => Some(blob),
-        _ => None,
+    blob_holds(&blob, &points, meta).then_some(blob)
+}
+
+/// Whether `blob` decodes to exactly `points` and `meta`, as [`decode_blob_points`] would
+/// read it, compared field by field without building the points (a flush checks every blob
+/// it writes).
+fn blob_holds(blob: &[u8], points: &[Point], meta: Option<u8>) -> bool {
+    let Ok((mut r, version, n, m)) = Reader::header(blob) else {
+        return false;
+    };
+    if n != points.len() || m != meta {
+        return false;
     }
+    let Ok(body) = decode_body(&mut r, version, n) else {
+        return false;
+    };
+    r.pos == blob.len()
+        && points.iter().enumerate().all(|(i, p)| {
+            let q = p.qualifier;
+            // A seconds qualifier's offset is whole seconds: a body offset that is not
+            // cannot equal it.
+            q.is_canonical()
+                && body.resolution[i] == q.is_millis()
+                && body.offsets[i] == i64::from(q.offset_ms())
+                && body.flags[i] & FLAGS_MASK == q.flags()
+                && body.bits[i] == p.bits
+        })
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {

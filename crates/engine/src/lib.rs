@@ -10,6 +10,7 @@ pub mod meta;
 pub mod num;
 pub mod query;
 pub mod read;
+pub mod rollup;
 pub mod rows;
 pub mod scan;
 pub mod search;

@@ -76,6 +76,8 @@ pub struct Settings {
     /// `tsd.index.enable` (default false until queries read the index, RFC 0007 phase 3):
     /// maintain the tag index at each flush.
     pub index: bool,
+    /// `tsd.rollups.*` when `tsd.rollups.enable` is on (RFC 0008).
+    pub rollups: Option<std::sync::Arc<crate::rollup::RollupSettings>>,
     pub clock: Clock,
 }
 
@@ -100,6 +102,7 @@ impl Default for Settings {
             wal_segment_bytes: crate::wal::SEGMENT_BYTES,
             meta: crate::meta::MetaTracking::default(),
             index: false,
+            rollups: None,
             clock: Clock::system(),
         }
     }
@@ -148,6 +151,7 @@ impl Settings {
             wal_segment_bytes: d.wal_segment_bytes,
             meta: crate::meta::MetaTracking::from_config(c),
             index: c.get_bool("tsd.index.enable", d.index),
+            rollups: crate::rollup::RollupSettings::from_config(c)?.map(std::sync::Arc::new),
             clock: d.clock,
         })
     }

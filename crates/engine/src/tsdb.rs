@@ -271,7 +271,7 @@ impl Tsdb {
 /// `tsd.index.enable` (RFC 0007): what opening a database and a flush after an unreachable
 /// start do before writing.
 pub(crate) fn prepare_store(store: &dyn Store, settings: &Settings) -> Result<()> {
-    tables::create_tables(store, &settings.schema)?;
+    tables::create_tables(store, &settings.schema, settings.rollups.as_deref())?;
     crate::index::status::open(
         store,
         &settings.schema,

@@ -68,10 +68,13 @@ pub struct IncomingPoint<'a> {
     /// Seconds, or milliseconds when it does not fit 32 bits.
     pub timestamp: i64,
     pub value: Value,
+    /// The tags; empty when `line_tags` is given and the writer is to read them from it.
     pub tags: &'a [(&'a str, &'a str)],
-    /// The tags as a telnet `put` line wrote them (`k=v k2=v2`, exactly the text `tags` was
-    /// parsed from), when the point came from one: the series is then looked up by this
-    /// text and the metric, without building its canonical text.
+    /// The tags as a telnet `put` line wrote them (`k=v k2=v2`), when the point came from
+    /// one: the series is then looked up by this text and the metric, without building its
+    /// canonical text. With `tags` empty they are read from this text only when the series
+    /// is not known by it (a known text was read before, and the same text always reads to
+    /// the same tags), with `put`'s tag errors.
     pub line_tags: Option<&'a str>,
 }
 
@@ -342,23 +345,45 @@ impl Writer {
         if let Some(id) = self.series.read().by_text.get(text) {
             return Ok(id);
         }
+        let template = self.series_template(p.metric, p.tags)?;
         let s = &self.settings;
-        if p.tags.is_empty() {
+        // Meta data as the series arrives (OpenTSDB's real-time tracking), so that a lookup
+        // in the meta table finds it before its points are flushed.
+        if let Some(tracker) = &self.tracker
+            && let Err(e) = tracker.first_seen(&rowkey::tsuid_of(&s.schema, &template), now_ms())
+        {
+            tracing::error!(error = %e, "meta data tracking failed for a new series");
+        }
+        let mut series = self.series.write();
+        let id = series.intern(template);
+        series.by_text.insert(text, id);
+        Ok(id)
+    }
+
+    /// A series' row key with a zero base time: metric and tags checked as OpenTSDB checks
+    /// them, UIDs created as the settings allow. Rollup points (RFC 0008) are keyed with it too.
+    pub(crate) fn series_template(
+        &self,
+        metric_name: &str,
+        tag_names: &[(&str, &str)],
+    ) -> Result<Vec<u8>> {
+        let s = &self.settings;
+        if tag_names.is_empty() {
             return Err(Error::invalid(format!(
                 "Need at least one tag (metric={}, tags={{}})",
-                p.metric
+                metric_name
             )));
         }
-        if p.tags.len() > s.schema.max_tags {
+        if tag_names.len() > s.schema.max_tags {
             return Err(Error::invalid(format!(
                 "Too many tags: {} maximum allowed: {}, tags: {}",
-                p.tags.len(),
+                tag_names.len(),
                 s.schema.max_tags,
-                tags_text(p.tags)
+                tags_text(tag_names)
             )));
         }
-        validate_name("metric name", p.metric, &s.allow_special_chars)?;
-        for (k, v) in p.tags {
+        validate_name("metric name", metric_name, &s.allow_special_chars)?;
+        for (k, v) in tag_names {
             validate_name(
                 &format!("tag name with value [{v}]"),
                 k,
@@ -370,21 +395,21 @@ impl Writer {
                 &s.allow_special_chars,
             )?;
         }
-        for (i, (k, _)) in p.tags.iter().enumerate() {
-            if p.tags[..i].iter().any(|(other, _)| other == k) {
+        for (i, (k, _)) in tag_names.iter().enumerate() {
+            if tag_names[..i].iter().any(|(other, _)| other == k) {
                 return Err(Error::invalid(format!(
                     "duplicate tag: {k}, tags={}",
-                    tags_text(p.tags)
+                    tags_text(tag_names)
                 )));
             }
         }
         let metric = if s.auto_create_metrics {
-            self.uids.get_or_create_id(UidKind::Metric, p.metric)?
+            self.uids.get_or_create_id(UidKind::Metric, metric_name)?
         } else {
-            self.uids.get_id(UidKind::Metric, p.metric)?
+            self.uids.get_id(UidKind::Metric, metric_name)?
         };
-        let mut tags = Vec::with_capacity(p.tags.len());
-        for (k, v) in p.tags {
+        let mut tags = Vec::with_capacity(tag_names.len());
+        for (k, v) in tag_names {
             let k = if s.auto_create_tagks {
                 self.uids.get_or_create_id(UidKind::TagKey, k)?
             } else {
@@ -397,18 +422,11 @@ impl Writer {
             };
             tags.push((k, v));
         }
-        let template = rowkey::encode_row_key(&s.schema, &SeriesKey::new(metric, tags), 0);
-        // Meta data as the series arrives (OpenTSDB's real-time tracking), so that a lookup
-        // in the meta table finds it before its points are flushed.
-        if let Some(tracker) = &self.tracker
-            && let Err(e) = tracker.first_seen(&rowkey::tsuid_of(&s.schema, &template), now_ms())
-        {
-            tracing::error!(error = %e, "meta data tracking failed for a new series");
-        }
-        let mut series = self.series.write();
-        let id = series.intern(template);
-        series.by_text.insert(text, id);
-        Ok(id)
+        Ok(rowkey::encode_row_key(
+            &s.schema,
+            &SeriesKey::new(metric, tags),
+            0,
+        ))
     }
 
     fn check_point(&self, p: &IncomingPoint<'_>) -> Result<(u32, Qualifier)> {
@@ -436,6 +454,26 @@ impl Writer {
                 tags_text(p.tags)
             ))
         })
+    }
+
+    /// The point with its tags, read from its line's tag text into `scratch` (empty) when it
+    /// came without them.
+    fn with_tags<'p>(
+        &self,
+        p: &IncomingPoint<'p>,
+        scratch: &'p mut Vec<(&'p str, &'p str)>,
+    ) -> Result<IncomingPoint<'p>> {
+        match p.line_tags {
+            Some(written) if p.tags.is_empty() => {
+                hourglass_core::put::parse_tags(written, scratch)
+                    .map_err(|e| Error::invalid(e.to_string()))?;
+                Ok(IncomingPoint {
+                    tags: scratch,
+                    ..*p
+                })
+            }
+            _ => Ok(*p),
+        }
     }
 
     /// Whether buffered points are under their memory budget (new batches are accepted).
@@ -478,21 +516,26 @@ impl Writer {
                 .collect()
         };
         for (i, p) in points.iter().enumerate() {
-            let result = self.check_point(p).and_then(|(base, q)| {
-                let id = match known[i] {
-                    Some(id) => id,
-                    None => {
-                        series_text(p, &mut text);
-                        let id = self.resolve_series(p, &text)?;
-                        if let Some(written) = p.line_tags {
-                            line_key(p.metric, written, &mut text);
-                            self.series.write().by_line.insert(&text, id);
-                        }
-                        id
+            let mut line_tags = Vec::new();
+            let result = match known[i] {
+                Some(id) => self
+                    .check_point(p)
+                    // Checked again with its tags read, for an error that names them.
+                    .or_else(|_| self.check_point(&self.with_tags(p, &mut line_tags)?))
+                    .map(|(base, q)| (id, base, q)),
+                None => self.with_tags(p, &mut line_tags).and_then(|p| {
+                    // Tag errors first, as a put line's tags are read before its point is
+                    // checked.
+                    let (base, q) = self.check_point(&p)?;
+                    series_text(&p, &mut text);
+                    let id = self.resolve_series(&p, &text)?;
+                    if let Some(written) = p.line_tags {
+                        line_key(p.metric, written, &mut text);
+                        self.series.write().by_line.insert(&text, id);
                     }
-                };
-                Ok((id, base, q))
-            });
+                    Ok((id, base, q))
+                }),
+            };
             match result {
                 Ok((id, base, q)) => resolved.push((
                     (u64::from(id) << 32) | u64::from(base),

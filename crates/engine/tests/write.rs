@@ -329,3 +329,81 @@ fn every_spelling_of_a_line_finds_its_one_series() {
         assert_eq!(counts, [1, 1, 5], "{name}: m host=a, m host=b, m2 host=a");
     }
 }
+
+/// A telnet point may come with its tags unread (`tags` empty, `line_tags` given): the writer
+/// reads them only for a tag text it does not know, with `put`'s tag errors, before the
+/// point's own checks, and names them in the errors of known series too.
+#[test]
+fn tags_left_as_written_are_read_only_when_the_series_is_new() {
+    for (name, store) in common::backends() {
+        let db = common::open(store.clone(), common::auto_create());
+        let line = |ts: i64, v: Value, written: &'static str| IncomingPoint {
+            line_tags: Some(written),
+            ..point("m", ts, v, &[])
+        };
+        // A new series (its tags read) ...
+        let out = db.add_points(&[line(1356998400, Value::Int(1), "host=a  cpu=0")]);
+        assert_eq!(out.stored, 1, "{name}");
+        // ... then known by its text.
+        let out = db.add_points(&[
+            line(1356998410, Value::Int(2), "host=a  cpu=0"),
+            line(1356998420, Value::Int(3), "host=a bad"),
+            // The tag error wins over the value's.
+            line(1356998430, Value::Double(f64::NAN), "host=a host=b"),
+            line(1356998440, Value::Double(f64::NAN), "host=a  cpu=0"),
+            // A known text's tags are read again to name them in the error.
+            line(-5, Value::Int(4), "host=a  cpu=0"),
+            line(1356998450, Value::Int(5), ""),
+        ]);
+        assert_eq!(out.stored, 1, "{name}");
+        let errors: Vec<(usize, String)> = out
+            .errors
+            .iter()
+            .map(|(i, e)| {
+                assert_eq!(e.kind(), ErrorKind::InvalidInput, "{name}: {e}");
+                (*i, e.to_string())
+            })
+            .collect();
+        assert_eq!(errors.len(), 5, "{name}: {errors:?}");
+        assert_eq!(errors[0], (1, "invalid tag: bad".to_string()), "{name}");
+        assert_eq!(
+            errors[1],
+            (2, "duplicate tag: host=b, tags={host=a}".to_string()),
+            "{name}"
+        );
+        assert!(
+            errors[2].1.starts_with("value is NaN"),
+            "{name}: {errors:?}"
+        );
+        assert_eq!(errors[3].0, 4, "{name}");
+        assert!(
+            errors[3].1.ends_with("tags={host=a, cpu=0}"),
+            "{name}: {}",
+            errors[3].1
+        );
+        assert_eq!(
+            errors[4],
+            (5, "Need at least one tag (metric=m, tags={})".to_string()),
+            "{name}"
+        );
+        // The two stored points share one series, with both tags.
+        let both = [("host", "a"), ("cpu", "0")];
+        assert_eq!(
+            db.add_points(&[point("m", 1356998460, Value::Int(6), &both)])
+                .stored,
+            1,
+            "{name}"
+        );
+        db.flush().unwrap();
+        let rows: Vec<_> = store
+            .scan("tsdb", &ScanRequest::default())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rows.len(), 1, "{name}");
+        let points = hourglass_engine::rows::decode_row(Some(&rows[0]), &[])
+            .unwrap()
+            .points;
+        assert_eq!(points.len(), 3, "{name}");
+    }
+}

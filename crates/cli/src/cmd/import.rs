@@ -1,8 +1,9 @@
 //! `tsdb import [--auto-metric] [--url URL] FILE...`: OpenTSDB's import format, one point per
-//! line (`metric timestamp value tagk=tagv ...`), plain or gzipped, `-` for stdin. Bad lines
-//! are reported with file and line number and skipped; the good ones are stored. Without
-//! `--url` the data dir is written directly; with it, points go to a running TSD's
-//! `/api/put`.
+//! line (`metric timestamp value tagk=tagv ...`), plain or gzipped, `-` for stdin; a line
+//! starting with `rollup ` is a rollup point as the telnet command writes it (RFC 0008). Bad
+//! lines are reported with file and line number and skipped; the good ones are stored.
+//! Without `--url` the data dir is written directly; with it, points go to a running TSD's
+//! `/api/put` and `/api/rollup`.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -12,6 +13,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use hourglass_core::put::{PutError, PutLine, parse_put};
+use hourglass_core::rollup::parse_rollup_line;
+use hourglass_engine::rollup::RollupPoint;
 use hourglass_engine::{IncomingPoint, Tsdb};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -38,9 +41,10 @@ pub(crate) struct ImportArgs {
 /// Where batches go.
 enum Sink {
     Local(std::sync::Arc<Tsdb>),
+    /// A TSD's base URL.
     Remote {
         agent: ureq::Agent,
-        url: String,
+        base: String,
         /// The `Authorization` header from the environment ([`crate::remote`]).
         authorization: Option<String>,
     },
@@ -56,7 +60,7 @@ pub(crate) fn run(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     let sink = match &args.url {
         Some(url) => Sink::Remote {
             agent: ureq::Agent::new_with_defaults(),
-            url: format!("{}/api/put?details", url.trim_end_matches('/')),
+            base: url.trim_end_matches('/').to_string(),
             authorization: crate::remote::authorization()?,
         },
         None => {
@@ -157,7 +161,140 @@ fn report(file: &str, line: usize, msg: &str, totals: &mut Totals) {
     eprintln!("{file}:{line}: {msg}");
 }
 
+/// A line of input and its number.
+type Line = (usize, String);
+
+/// Sends a batch's `put` lines, then its `rollup` lines.
 fn send_batch(
+    file: &str,
+    lines: &[(usize, String)],
+    sink: &Sink,
+    totals: &mut Totals,
+) -> anyhow::Result<()> {
+    let (rollups, puts): (Vec<Line>, Vec<Line>) = lines
+        .iter()
+        .cloned()
+        .partition(|(_, l)| l.starts_with("rollup "));
+    send_puts(file, &puts, sink, totals)?;
+    send_rollups(file, &rollups, sink, totals)
+}
+
+fn send_rollups(
+    file: &str,
+    lines: &[(usize, String)],
+    sink: &Sink,
+    totals: &mut Totals,
+) -> anyhow::Result<()> {
+    let mut tags = Vec::new();
+    let mut good = Vec::with_capacity(lines.len());
+    for (n, l) in lines {
+        match parse_rollup_line(&l["rollup ".len()..], &mut tags) {
+            Ok(p) => good.push((*n, p)),
+            Err(e) => report(file, *n, &e.to_string(), totals),
+        }
+    }
+    match sink {
+        Sink::Local(db) => {
+            let points: Vec<RollupPoint<'_>> = good
+                .iter()
+                .map(|(_, (which, p))| RollupPoint {
+                    metric: p.metric,
+                    timestamp: p.timestamp,
+                    value: p.value,
+                    tags: &tags[p.tags.clone()],
+                    interval: which.interval,
+                    aggregator: which.aggregator,
+                    group_by: which.group_by,
+                })
+                .collect();
+            let outcome = db.add_rollup_points(&points, false)?;
+            for (i, e) in &outcome.errors {
+                report(file, good[*i].0, &e.to_string(), totals);
+            }
+            totals.points += outcome.stored as u64;
+        }
+        Sink::Remote {
+            agent,
+            base,
+            authorization,
+        } => {
+            let body: Vec<serde_json::Value> = good
+                .iter()
+                .map(|(_, (which, p))| {
+                    let mut point = point_json(p, &tags);
+                    for (name, field) in [
+                        ("interval", which.interval),
+                        ("aggregator", which.aggregator),
+                        ("groupByAggregator", which.group_by),
+                    ] {
+                        if let Some(v) = field {
+                            point[name] = json!(v);
+                        }
+                    }
+                    point
+                })
+                .collect();
+            let lines: Vec<usize> = good.iter().map(|(n, _)| *n).collect();
+            let url = format!("{base}/api/rollup?details");
+            post(agent, authorization, &url, &body, &lines, file, totals)?;
+        }
+    }
+    Ok(())
+}
+
+fn point_json(p: &PutLine<'_>, tags: &[(&str, &str)]) -> serde_json::Value {
+    let t: serde_json::Map<String, serde_json::Value> = tags[p.tags.clone()]
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({"metric": p.metric, "timestamp": p.timestamp, "value": value_text(p.value), "tags": t})
+}
+
+/// Posts points to a TSD with `?details` and reports its errors against the lines they came
+/// from (`lines[i]` is the line of `body[i]`).
+fn post(
+    agent: &ureq::Agent,
+    authorization: &Option<String>,
+    url: &str,
+    body: &[serde_json::Value],
+    lines: &[usize],
+    file: &str,
+    totals: &mut Totals,
+) -> anyhow::Result<()> {
+    if body.is_empty() {
+        return Ok(());
+    }
+    let mut request = agent.post(url).config().http_status_as_error(false).build();
+    if let Some(authorization) = authorization {
+        request = request.header("Authorization", authorization);
+    }
+    let mut resp = request
+        .send_json(body)
+        .with_context(|| format!("cannot reach {url}"))?;
+    crate::remote::check_status(resp.status().as_u16(), url)?;
+    let answer: serde_json::Value = resp
+        .body_mut()
+        .read_json()
+        .context("the TSD's answer is not JSON")?;
+    let success = answer["success"].as_u64().unwrap_or(0);
+    // Errors come in input order, each echoing its point: match them to lines.
+    let mut next = 0usize;
+    for err in answer["errors"].as_array().into_iter().flatten() {
+        let dp = &err["datapoint"];
+        while next < body.len()
+            && (body[next]["metric"] != dp["metric"] || body[next]["timestamp"] != dp["timestamp"])
+        {
+            next += 1;
+        }
+        let line = lines.get(next).copied().unwrap_or(0);
+        report(file, line, err["error"].as_str().unwrap_or("error"), totals);
+        next += 1;
+    }
+    totals.points += success;
+    Ok(())
+}
+
+fn send_puts(
     file: &str,
     lines: &[(usize, String)],
     sink: &Sink,
@@ -195,51 +332,14 @@ fn send_batch(
         }
         Sink::Remote {
             agent,
-            url,
+            base,
             authorization,
         } => {
-            let body: Vec<serde_json::Value> = good
-                .iter()
-                .map(|(_, p)| {
-                    let t: serde_json::Map<String, serde_json::Value> = tags[p.tags.clone()].iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-                    json!({"metric": p.metric, "timestamp": p.timestamp, "value": value_text(p.value), "tags": t})
-                })
-                .collect();
-            if body.is_empty() {
-                return Ok(());
-            }
-            let mut request = agent
-                .post(url.as_str())
-                .config()
-                .http_status_as_error(false)
-                .build();
-            if let Some(authorization) = authorization {
-                request = request.header("Authorization", authorization);
-            }
-            let mut resp = request
-                .send_json(&body)
-                .with_context(|| format!("cannot reach {url}"))?;
-            crate::remote::check_status(resp.status().as_u16(), url)?;
-            let answer: serde_json::Value = resp
-                .body_mut()
-                .read_json()
-                .context("the TSD's answer is not JSON")?;
-            let success = answer["success"].as_u64().unwrap_or(0);
-            // Errors come in input order, each echoing its point: match them to lines.
-            let mut next = 0usize;
-            for err in answer["errors"].as_array().into_iter().flatten() {
-                let dp = &err["datapoint"];
-                while next < body.len()
-                    && (body[next]["metric"] != dp["metric"]
-                        || body[next]["timestamp"] != dp["timestamp"])
-                {
-                    next += 1;
-                }
-                let line = good.get(next).map_or(0, |g| g.0);
-                report(file, line, err["error"].as_str().unwrap_or("error"), totals);
-                next += 1;
-            }
-            totals.points += success;
+            let body: Vec<serde_json::Value> =
+                good.iter().map(|(_, p)| point_json(p, &tags)).collect();
+            let lines: Vec<usize> = good.iter().map(|(n, _)| *n).collect();
+            let url = format!("{base}/api/put?details");
+            post(agent, authorization, &url, &body, &lines, file, totals)?;
         }
     }
     Ok(())

@@ -40,6 +40,11 @@ pub struct SubQuery {
     pub filters: Vec<TagFilter>,
     /// Only series with exactly the filtered tag keys.
     pub explicit_tags: bool,
+    /// `rollupUsage` (or an `m=` `rollup_*` token), upper-cased: `ROLLUP_RAW`,
+    /// `ROLLUP_NOFALLBACK`, `ROLLUP_FALLBACK`, `ROLLUP_FALLBACK_RAW` (RFC 0008).
+    pub rollup_usage: Option<String>,
+    /// Pre-aggregated series asked for (`preAggregate`, `pre-agg`).
+    pub pre_aggregate: bool,
 }
 
 impl SubQuery {
@@ -55,7 +60,35 @@ impl SubQuery {
             rate_options: RateOptions::default(),
             filters: Vec::new(),
             explicit_tags: false,
+            rollup_usage: None,
+            pre_aggregate: false,
         }
+    }
+}
+
+/// Refuses what asks for rollup or pre-aggregated data that this TSD cannot answer
+/// (RFC 0008): without a rollup configuration, OpenTSDB's refusal of `ROLLUP_NOFALLBACK` and
+/// pre-aggregates (the fallbacks are answered from raw data, as OpenTSDB answers them); with
+/// one, anything but raw data until rollup queries are served (phase 2), rather than an
+/// answer from raw data where rollups were asked for.
+pub fn check_rollup_request(tsdb: &Tsdb, q: &SubQuery) -> Result<()> {
+    let usage = q.rollup_usage.as_deref().unwrap_or("ROLLUP_RAW");
+    match tsdb.rollups() {
+        None if q.pre_aggregate || usage == "ROLLUP_NOFALLBACK" => {
+            Err(Error::invalid("No rollup or aggregations were configured"))
+        }
+        None => Ok(()),
+        Some(_) if q.pre_aggregate || usage != "ROLLUP_RAW" => {
+            let asked = if q.pre_aggregate {
+                "pre-aggregated data".to_string()
+            } else {
+                format!("rollupUsage {usage}")
+            };
+            Err(Error::invalid(format!(
+                "Rollup and pre-aggregate queries are not served yet ({asked} asked for); rollupUsage ROLLUP_RAW answers from raw data"
+            )))
+        }
+        Some(_) => Ok(()),
     }
 }
 
@@ -246,6 +279,7 @@ pub fn run(
     // A deletion holds off flushes from before its scan until its rewrites are applied, so
     // no point reaches a row between the row's read and its rewrite. Points still in memory
     // reach the store first, so they are deleted too.
+    check_rollup_request(tsdb, q)?;
     let mut flushes = options.delete.then(|| tsdb.writer().lock_flushes());
     if let Some(flush) = flushes.as_mut() {
         tsdb.writer().flush_with(flush)?;

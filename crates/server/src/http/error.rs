@@ -98,16 +98,21 @@ pub(crate) struct PointError {
 
 impl PointError {
     pub(crate) fn of(e: &EngineError) -> PointError {
+        PointError::of_command("put", e)
+    }
+
+    /// [`PointError::of`] for a telnet command other than `put` (`rollup`).
+    pub(crate) fn of_command(command: &str, e: &EngineError) -> PointError {
         let text = e.to_string();
         let (prefix, http) = match e.kind() {
             // "Please throttle writes: ..." as OpenTSDB words it.
-            _ if matches!(e, EngineError::Throttled(_)) => ("put: ", text.clone()),
-            ErrorKind::NotFound => ("put: unknown metric: ", "Unknown metric".to_string()),
-            ErrorKind::InvalidInput => ("put: illegal argument: ", text.clone()),
-            _ => ("put: storage error: ", format!("Storage exception: {text}")),
+            _ if matches!(e, EngineError::Throttled(_)) => ("", text.clone()),
+            ErrorKind::NotFound => ("unknown metric: ", "Unknown metric".to_string()),
+            ErrorKind::InvalidInput => ("illegal argument: ", text.clone()),
+            _ => ("storage error: ", format!("Storage exception: {text}")),
         };
         PointError {
-            telnet: format!("{prefix}{text}"),
+            telnet: format!("{command}: {prefix}{text}"),
             http,
         }
     }

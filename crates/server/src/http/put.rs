@@ -1,6 +1,7 @@
 //! `POST /api/put`: one point object or an array of them. `?summary` and `?details` answer
 //! with counts (and each failed point with its error); `?sync` answers once the batch is
-//! durable against power loss, `sync_timeout` (ms) bounding the wait.
+//! durable against power loss, `sync_timeout` (ms) bounding the wait. `POST /api/rollup`
+//! is the same request with rollup points (RFC 0008), written to the rollup tables.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hourglass_core::value::{self, Value};
 use hourglass_engine::IncomingPoint;
+use hourglass_engine::rollup::{RollupPoint, RollupRefusal};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -56,12 +58,9 @@ struct RawPoint {
 enum Kind {
     /// Raw points (`/api/put`).
     Raw,
-    /// Rollups and pre-aggregates (`/api/rollup`): none are configured on this TSD.
+    /// Rollups and pre-aggregates (`/api/rollup`), written to the rollup tables.
     Rollup,
 }
-
-/// OpenTSDB's answer to a rollup point when no rollup is configured.
-const NO_ROLLUPS: &str = "No rollup or aggregations were configured";
 
 impl RawPoint {
     fn echo(&self) -> serde_json::Value {
@@ -85,6 +84,15 @@ impl RawPoint {
                 .collect();
             dp.insert("tags".into(), serde_json::Value::Object(tags));
         }
+        for (name, field) in [
+            ("interval", &self.interval),
+            ("aggregator", &self.aggregator),
+            ("groupByAggregator", &self.group_by_aggregator),
+        ] {
+            if let Some(v) = field {
+                dp.insert(name.into(), json!(v.text()));
+            }
+        }
         serde_json::Value::Object(dp)
     }
 }
@@ -107,6 +115,11 @@ struct Checked {
     timestamp: i64,
     value: Value,
     tags: Vec<(String, String)>,
+    /// A rollup point's fields (`/api/rollup`); `group_by` given (even empty) makes it a
+    /// pre-aggregate, as OpenTSDB reads it.
+    interval: Option<String>,
+    aggregator: Option<String>,
+    group_by: Option<String>,
 }
 
 fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
@@ -142,20 +155,25 @@ fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
         Kind::Rollup if !given(&p.aggregator) && !grouped => {
             return Err("Missing aggregator".into());
         }
-        Kind::Rollup => return Err(NO_ROLLUPS.into()),
+        Kind::Rollup => {}
         // A rollup point sent as a raw one is refused, not stored as raw data.
         Kind::Raw if given(&p.interval) || given(&p.aggregator) || grouped => {
-            return Err(format!(
-                "{NO_ROLLUPS}: a point with interval, aggregator or groupByAggregator is a rollup point (/api/rollup)"
-            ));
+            return Err(
+                "a point with interval, aggregator or groupByAggregator is a rollup point: send it to /api/rollup"
+                    .into(),
+            );
         }
         Kind::Raw => {}
     }
+    let text_of = |f: &Option<Scalar>| f.as_ref().map(Scalar::text);
     Ok(Checked {
         metric,
         timestamp: ts,
         value,
         tags,
+        interval: text_of(&p.interval),
+        aggregator: text_of(&p.aggregator),
+        group_by: text_of(&p.group_by_aggregator),
     })
 }
 
@@ -196,7 +214,7 @@ struct PutResult {
     throttled: Option<String>,
 }
 
-fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
+fn store(state: &State, raw: &[RawPoint], kind: Kind, sync: bool) -> PutResult {
     let mut errors = Vec::new();
     let mut checked = Vec::with_capacity(raw.len());
     for (i, p) in raw.iter().enumerate() {
@@ -214,6 +232,9 @@ fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
                 .collect()
         })
         .collect();
+    if kind == Kind::Rollup {
+        return store_rollups(state, &checked, &tag_refs, errors, sync);
+    }
     let points: Vec<IncomingPoint<'_>> = checked
         .iter()
         .zip(&tag_refs)
@@ -249,6 +270,61 @@ fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
     }
 }
 
+/// Rollup points go straight to their tables (RFC 0008), synced there when asked.
+fn store_rollups(
+    state: &State,
+    checked: &[(usize, Checked)],
+    tag_refs: &[Vec<(&str, &str)>],
+    mut errors: Vec<(usize, String)>,
+    sync: bool,
+) -> PutResult {
+    let points: Vec<RollupPoint<'_>> = checked
+        .iter()
+        .zip(tag_refs)
+        .map(|((_, c), tags)| RollupPoint {
+            metric: &c.metric,
+            timestamp: c.timestamp,
+            value: c.value,
+            tags,
+            interval: c.interval.as_deref(),
+            aggregator: c.aggregator.as_deref(),
+            group_by: c.group_by.as_deref(),
+        })
+        .collect();
+    let mut success = 0;
+    match state.tsdb.add_rollup_points(&points, sync) {
+        Ok(outcome) => {
+            success = outcome.stored;
+            for (idx, refusal) in outcome.errors {
+                let e = rollup_error(refusal);
+                state.stats.count_error(&e);
+                errors.push((checked[idx].0, super::PointError::of(&e).http));
+            }
+        }
+        // The batch's write failed: none of its checked points is stored.
+        Err(e) => {
+            for (i, _) in checked {
+                state.stats.count_error(&e);
+                errors.push((*i, super::PointError::of(&e).http));
+            }
+        }
+    }
+    errors.sort_by_key(|(i, _)| *i);
+    PutResult {
+        success,
+        errors,
+        throttled: None,
+    }
+}
+
+/// A rollup refusal as the engine error it is counted and worded as.
+pub(crate) fn rollup_error(refusal: RollupRefusal) -> hourglass_engine::Error {
+    match refusal {
+        RollupRefusal::NoSuchRollup(m) => hourglass_engine::Error::InvalidInput(m),
+        RollupRefusal::Error(e) => e,
+    }
+}
+
 /// The answer to a put refused whole because buffered points are over their budget: 503,
 /// not acknowledged, to be sent again.
 fn throttled(state: &State, why: Option<String>) -> ApiError {
@@ -279,8 +355,8 @@ pub(crate) async fn handle(
     serve(Kind::Raw, method, params, state, body).await
 }
 
-/// `/api/rollup`: read and checked as OpenTSDB reads it, each point then refused because no
-/// rollup is configured (rollups are not stored yet).
+/// `/api/rollup`: read and checked as OpenTSDB reads it, each point written to its rollup or
+/// pre-aggregate table (refused when no rollup is configured).
 pub(crate) async fn rollup(
     method: Method,
     Query(params): Query<HashMap<String, String>>,
@@ -329,12 +405,15 @@ async fn serve(
     if !state.tsdb.has_room() {
         return Err(throttled(&state, None));
     }
-    // Without a timeout the sync runs in the same hand-off as the write.
+    // Without a timeout the sync runs in the same hand-off as the write. Rollup points are
+    // synced by the write itself (they skip the log).
+    let rollup_sync = sync && kind == Kind::Rollup;
+    let sync = sync && kind == Kind::Raw;
     let sync_inline = sync && sync_timeout == 0;
     let (raw, result, synced_inline) =
         crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
             let raw = parse_body(&body)?;
-            let result = store(state, &raw, kind);
+            let result = store(state, &raw, kind, rollup_sync);
             let synced = (sync_inline && result.success > 0).then(|| state.tsdb.sync_writes());
             Ok((raw, result, synced))
         })

@@ -110,7 +110,8 @@ impl SubQueryRequest {
                 .percentiles
                 .as_ref()
                 .is_some_and(|p| !p.is_null() && p.as_array().is_none_or(|a| !a.is_empty()));
-        refuse_unstored(histogram, self.pre_aggregate, self.rollup_usage.as_deref())?;
+        refuse_unstored(histogram)?;
+        let rollup_usage = self.rollup_usage.as_deref().map(rollup_usage).transpose()?;
         let agg = self
             .aggregator
             .filter(|a| !a.is_empty())
@@ -160,6 +161,8 @@ impl SubQueryRequest {
             rate_options,
             filters,
             explicit_tags: self.explicit_tags,
+            rollup_usage,
+            pre_aggregate: self.pre_aggregate,
         })
     }
 }
@@ -225,31 +228,24 @@ pub(crate) fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
     Ok(q)
 }
 
-/// Refuses what asks for histogram, pre-aggregated or rollup-only data: this TSD stores none
-/// yet, so an answer from raw data would be wrong. `ROLLUP_RAW` and the fallback usages are
-/// answered from raw data, as OpenTSDB answers them when no rollup is configured.
-fn refuse_unstored(
-    histogram: bool,
-    pre_aggregate: bool,
-    rollup_usage: Option<&str>,
-) -> Result<(), ApiError> {
+/// Refuses what asks for histogram data: this TSD stores none yet, so an answer from raw
+/// data would be wrong. Rollup and pre-aggregate requests are checked by the engine, which
+/// knows the rollup configuration (`plan::check_rollup_request`).
+fn refuse_unstored(histogram: bool) -> Result<(), ApiError> {
     if histogram {
         return Err(bad(super::put::HISTOGRAMS_OFF).with_details(
             "percentiles and histogram buckets need histogram data, which this TSD does not store",
         ));
     }
-    if pre_aggregate {
-        return Err(
-            bad("No rollup or aggregations were configured").with_details(
-                "pre-aggregated data (pre-agg, preAggregate) is not stored by this TSD",
-            ),
-        );
-    }
-    match rollup_usage.map(str::to_ascii_uppercase).as_deref() {
-        None | Some("ROLLUP_RAW" | "ROLLUP_FALLBACK" | "ROLLUP_FALLBACK_RAW") => Ok(()),
-        Some("ROLLUP_NOFALLBACK") => Err(bad("No rollup or aggregations were configured")
-            .with_details("rollupUsage ROLLUP_NOFALLBACK reads rollup data only, which this TSD does not store; use ROLLUP_RAW")),
-        Some(other) => Err(bad(format!("Unknown rollup usage: {other}")).with_details(
+    Ok(())
+}
+
+/// A `rollupUsage` (any case) as its upper-cased name, or OpenTSDB's refusal.
+fn rollup_usage(text: &str) -> Result<String, ApiError> {
+    let upper = text.to_ascii_uppercase();
+    match upper.as_str() {
+        "ROLLUP_RAW" | "ROLLUP_NOFALLBACK" | "ROLLUP_FALLBACK" | "ROLLUP_FALLBACK_RAW" => Ok(upper),
+        _ => Err(bad(format!("Unknown rollup usage: {upper}")).with_details(
             "one of ROLLUP_RAW, ROLLUP_NOFALLBACK, ROLLUP_FALLBACK, ROLLUP_FALLBACK_RAW",
         )),
     }
@@ -262,11 +258,11 @@ fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
     for token in tokens {
         let lower = token.to_ascii_lowercase();
         if lower.starts_with("percentiles") || lower == "show-histogram-buckets" {
-            refuse_unstored(true, false, None)?;
+            refuse_unstored(true)?;
         } else if lower == "pre-agg" {
-            refuse_unstored(false, true, None)?;
+            q.pre_aggregate = true;
         } else if lower.starts_with("rollup_") {
-            refuse_unstored(false, false, Some(token))?;
+            q.rollup_usage = Some(rollup_usage(token)?);
         } else if lower.starts_with("rate") {
             q.rate = true;
             if token.contains('{') {

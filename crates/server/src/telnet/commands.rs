@@ -4,8 +4,8 @@ use super::Next;
 use crate::State;
 use crate::stats::{collect, report_tags};
 
-/// Runs `cmd`; `args` is what follows its space (`None` when the line is only `cmd`).
-pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8>) -> Next {
+/// Runs `cmd` (its arguments, if any, are not read: none of these commands takes one).
+pub(super) fn run(state: &State, cmd: &str, out: &mut Vec<u8>) -> Next {
     let writable = !state.settings.read_only;
     match cmd {
         "version" => out.extend_from_slice(state.settings.build.text().as_bytes()),
@@ -26,17 +26,8 @@ pub(super) fn run(state: &State, cmd: &str, args: Option<&str>, out: &mut Vec<u8
             out.extend_from_slice(b"Caches dropped.\n");
         }
         "exit" => return Next::Close,
-        // Rollups and histograms are not stored yet: refused as OpenTSDB refuses them when
-        // they are not configured.
-        "rollup" if writable => {
-            let got = args.map_or(0, |a| a.split(' ').count());
-            let why = if got < 5 {
-                format!("not enough arguments (need least 7, got {got})")
-            } else {
-                "No rollup or aggregations were configured".to_string()
-            };
-            out.extend_from_slice(format!("rollup: illegal argument: {why}\n").as_bytes());
-        }
+        // Histograms are not stored yet: refused as OpenTSDB refuses them when they are not
+        // configured. (`put` and `rollup` lines are batched by the caller.)
         "histogram" if writable => out.extend_from_slice(
             b"histogram: illegal argument: Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.\n",
         ),
