@@ -241,20 +241,21 @@ fn handle_lines(
             }
             continue;
         };
-        if let Some(needed) = needed_permission(cmd)
-            && !granted.allows(needed)
+        // With authentication off (`Open`) no line pays for the permission lookup.
+        if let Access::As(principal) = granted
+            && let Some(needed) = needed_permission(cmd)
+            && !principal.permissions.allows(needed)
         {
             batch.submit(state, out);
             rollups.submit(state, out);
             state.stats.auth_forbidden.fetch_add(1, Ordering::Relaxed);
-            let name = match granted {
-                Access::As(principal) => principal.name.as_str(),
-                Access::Open => "",
-            };
             reply(
                 out,
                 cmd,
-                &format!(": permission denied: {name} lacks the {needed} permission"),
+                &format!(
+                    ": permission denied: {} lacks the {needed} permission",
+                    principal.name
+                ),
             );
             continue;
         }
