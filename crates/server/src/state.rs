@@ -207,7 +207,7 @@ impl ServerSettings {
                 )?
                 .clamp(0, i64::from(u32::MAX)) as u32,
             tls: crate::tls::Tls::from_config(c)
-                .map_err(hourglass_core::Error::InvalidInput)?
+                .map_err(|e| hourglass_core::Error::InvalidInput(e.to_string()))?
                 .map(Arc::new),
             build: BuildInfo::default(),
         })

@@ -18,6 +18,21 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::TlsAcceptor;
 
+/// Why TLS cannot be set up. Never quotes a key's text.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("tsd.network.tls.mode = {0}: expected optional or required")]
+    Mode(String),
+    #[error("tsd.network.tls.cert and tsd.network.tls.key are set together")]
+    Half,
+    #[error("tsd.network.tls.cert {path}: {reason}")]
+    Cert { path: String, reason: String },
+    #[error("tsd.network.tls.key {path}: {reason}")]
+    Key { path: String, reason: String },
+    #[error("tsd.network.tls: the key does not fit the certificate: {0}")]
+    Mismatch(String),
+}
+
 /// The first byte of a TLS record carrying a handshake (a ClientHello, first).
 pub(crate) const HANDSHAKE_RECORD: u8 = 0x16;
 
@@ -49,7 +64,7 @@ impl std::fmt::Debug for Tls {
 impl Tls {
     /// `None` without `tsd.network.tls.cert`; an error when only one of the cert and key is
     /// set, the mode is unknown, or the files cannot be used.
-    pub fn from_config(c: &Config) -> Result<Option<Tls>, String> {
+    pub fn from_config(c: &Config) -> Result<Option<Tls>, TlsError> {
         let cert = c.get_str("tsd.network.tls.cert", "").trim();
         let key = c.get_str("tsd.network.tls.key", "").trim();
         let mode = match c
@@ -60,20 +75,16 @@ impl Tls {
         {
             "optional" | "" => TlsMode::Optional,
             "required" => TlsMode::Required,
-            other => {
-                return Err(format!(
-                    "tsd.network.tls.mode = {other}: expected optional or required"
-                ));
-            }
+            other => return Err(TlsError::Mode(other.to_string())),
         };
         match (cert.is_empty(), key.is_empty()) {
             (true, true) => Ok(None),
             (false, false) => Tls::load(Path::new(cert), Path::new(key), mode).map(Some),
-            _ => Err("tsd.network.tls.cert and tsd.network.tls.key are set together".into()),
+            _ => Err(TlsError::Half),
         }
     }
 
-    pub fn load(cert: &Path, key: &Path, mode: TlsMode) -> Result<Tls, String> {
+    pub fn load(cert: &Path, key: &Path, mode: TlsMode) -> Result<Tls, TlsError> {
         Ok(Tls {
             cert: cert.to_owned(),
             key: key.to_owned(),
@@ -83,7 +94,7 @@ impl Tls {
     }
 
     /// Reads the certificate and key again; on failure the ones in force stay.
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), TlsError> {
         let fresh = acceptor(&self.cert, &self.key)?;
         *self.acceptor.write() = fresh;
         Ok(())
@@ -94,26 +105,28 @@ impl Tls {
     }
 }
 
-fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
+    let cert_error = |reason: String| TlsError::Cert {
+        path: cert.display().to_string(),
+        reason,
+    };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect())
-        .map_err(|e| format!("tsd.network.tls.cert {}: {e}", cert.display()))?;
+        .map_err(|e| cert_error(e.to_string()))?;
     if chain.is_empty() {
-        return Err(format!(
-            "tsd.network.tls.cert {}: no certificate in it",
-            cert.display()
-        ));
+        return Err(cert_error("no certificate in it".into()));
     }
-    // The error never quotes the key's text.
-    let key_der = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("tsd.network.tls.key {}: {e}", key.display()))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::Key {
+        path: key.display().to_string(),
+        reason: e.to_string(),
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| TlsError::Mismatch(e.to_string()))?
         .with_no_client_auth()
         .with_single_cert(chain, key_der)
-        .map_err(|e| format!("tsd.network.tls: the key does not fit the certificate: {e}"))?;
+        .map_err(|e| TlsError::Mismatch(e.to_string()))?;
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -186,7 +199,8 @@ mod tests {
 
     #[test]
     fn config_needs_both_files_and_a_known_mode() {
-        let parse = |text: &str| Tls::from_config(&Config::parse(text).unwrap());
+        let parse =
+            |text: &str| Tls::from_config(&Config::parse(text).unwrap()).map_err(|e| e.to_string());
         assert!(parse("").unwrap().is_none());
         assert!(
             parse("tsd.network.tls.cert = /x\n")
