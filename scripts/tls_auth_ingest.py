@@ -7,7 +7,7 @@ sends the same put lines over one connection (the second inside TLS, after `auth
 fences them with `version`, and reads the TSD's CPU time (user + system, /proc) before and
 after. Prints microseconds of TSD CPU per point for each and the ratio.
 
-usage: scripts/tls_auth_ingest.py TSDB_BINARY [POINTS]
+usage: scripts/tls_auth_ingest.py TSDB_BINARY [POINTS]   (makes its certificate with openssl)
 """
 
 import os
