@@ -1,3 +1,4 @@
+pub(crate) mod auth;
 pub(crate) mod create_tables;
 pub(crate) mod debug_ingest;
 pub(crate) mod fsck;

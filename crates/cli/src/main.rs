@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod open;
+mod remote;
 
 /// Hourglass: OpenTSDB's schema, protocols and tools.
 #[derive(Debug, Parser)]
@@ -37,6 +38,8 @@ enum Command {
     Index(cmd::index::IndexArgs),
     /// Find series by metric and tags: `search lookup METRIC [TAGK=TAGV...]`.
     Search(cmd::search::SearchArgs),
+    /// Edit a credentials file: `auth add-user`, `auth add-token`, `auth remove`.
+    Auth(cmd::auth::AuthArgs),
     /// Print the version, the git revision and the build date.
     Version,
     /// Write points forever and report each acknowledged batch (crash-safety tests).
@@ -57,7 +60,7 @@ fn main() -> ExitCode {
         Command::Index(a) => a.store().verbose,
         Command::CreateTables(a) => a.verbose,
         Command::DebugIngest(a) => a.store.verbose,
-        Command::Version => false,
+        Command::Auth(_) | Command::Version => false,
     };
     let level = if verbose {
         "info,fjall=warn,lsm_tree=warn"
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
         Command::Fsck(a) => cmd::fsck::run(&a),
         Command::Index(a) => cmd::index::run(&a),
         Command::DebugIngest(a) => cmd::debug_ingest::run(&a),
+        Command::Auth(a) => cmd::auth::run(&a),
         Command::Version => cmd::version::run(),
     };
     match result {

@@ -127,23 +127,15 @@ fn logs_page_shows_the_tsds_own_log() {
     assert!(child.wait().unwrap().success());
 }
 
-/// Authentication switched on in the config is refused at start, not silently left off:
-/// a TSD that seems protected but is open is worse than one that does not start.
-#[test]
-fn a_switch_for_what_is_not_provided_refuses_the_start() {
-    let stderr = refused_start("tsd.core.authentication.enable = true\n");
-    assert!(
-        stderr.contains("tsd.core.authentication.enable = true asks for authentication"),
-        "{stderr}"
-    );
-}
-
-/// Runs `tsdb tsd` with `config_text`, expects it to exit unsuccessfully without serving,
-/// and returns its log.
+/// Runs a TSD with this config, which must refuse to start; returns what it logged.
 fn refused_start(config_text: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("tsd.conf");
-    std::fs::write(&config, config_text).unwrap();
+    std::fs::write(
+        &config,
+        config_text.replace("{dir}", &dir.path().display().to_string()),
+    )
+    .unwrap();
     let log = dir.path().join("tsd.log");
     let mut child = common::tsd_command(Some(&config), &dir.path().join("data"))
         .stdout(std::process::Stdio::null())
@@ -169,6 +161,56 @@ fn refused_start(config_text: &str) -> String {
     );
     assert!(!stderr.contains("Ready to serve"), "{stderr}");
     stderr
+}
+
+/// A switch for what is not provided (tree processing) is refused at start, not silently
+/// left off: a TSD that seems to do something it does not is worse than one that does not
+/// start.
+#[test]
+fn a_switch_for_what_is_not_provided_refuses_the_start() {
+    let stderr = refused_start("tsd.core.tree.enable_processing = true\n");
+    assert!(
+        stderr.contains("tsd.core.tree.enable_processing = true asks for tree processing"),
+        "{stderr}"
+    );
+}
+
+/// Authentication on without a usable credentials file refuses the start, saying why: a
+/// TSD that looks protected but lets everyone in would be worse.
+#[test]
+fn authentication_without_a_usable_credentials_file_refuses_the_start() {
+    let stderr = refused_start("tsd.core.authentication.enable = true\n");
+    assert!(
+        stderr.contains("tsd.core.authentication.users is not set"),
+        "{stderr}"
+    );
+    let stderr = refused_start(
+        "tsd.core.authentication.enable = true\ntsd.core.authentication.users = {dir}/missing\n",
+    );
+    assert!(
+        stderr.contains("cannot read the credentials file"),
+        "{stderr}"
+    );
+    let stderr = refused_start(
+        "tsd.core.authentication.enable = true\ntsd.core.authentication.users = {dir}/tsd.conf\n",
+    );
+    assert!(stderr.contains("invalid credentials file"), "{stderr}");
+    assert!(stderr.contains("line 1"), "{stderr}");
+}
+
+/// TLS configured with files that cannot be used refuses the start, naming the key at fault.
+#[test]
+fn tls_without_usable_files_refuses_the_start() {
+    let stderr = refused_start(
+        "tsd.network.tls.cert = {dir}/missing.crt\ntsd.network.tls.key = {dir}/missing.key\n",
+    );
+    assert!(stderr.contains("tsd.network.tls.cert"), "{stderr}");
+    let stderr = refused_start("tsd.network.tls.key = {dir}/tsd.conf\n");
+    assert!(stderr.contains("set together"), "{stderr}");
+    let stderr = refused_start(
+        "tsd.network.tls.cert = {dir}/tsd.conf\ntsd.network.tls.key = {dir}/tsd.conf\n",
+    );
+    assert!(stderr.contains("no certificate"), "{stderr}");
 }
 
 /// Rollups (RFC 0008): a bad configuration refuses the start in OpenTSDB's words; a good

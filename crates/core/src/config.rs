@@ -263,6 +263,10 @@ pub const READ_KEYS: &[&str] = &[
     "google.bigtable.instance.id",
     "google.bigtable.project.id",
     "google.bigtable.timeout_ms",
+    "tsd.core.authentication.allow_unauthenticated",
+    "tsd.core.authentication.enable",
+    "tsd.core.authentication.max_failures",
+    "tsd.core.authentication.users",
     "tsd.core.auto_create_metrics",
     "tsd.core.auto_create_tagks",
     "tsd.core.auto_create_tagvs",
@@ -288,6 +292,9 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.network.bind",
     "tsd.network.max_line_length",
     "tsd.network.port",
+    "tsd.network.tls.cert",
+    "tsd.network.tls.key",
+    "tsd.network.tls.mode",
     "tsd.network.worker_threads",
     "tsd.no_diediedie",
     "tsd.query.limits.bytes.allow_override",
@@ -335,12 +342,10 @@ pub const READ_KEYS: &[&str] = &[
 ];
 
 /// OpenTSDB 2.4's switches for what Hourglass does not provide yet (or OpenTSDB only through
-/// a plugin). Turned on, they promise what the TSD cannot keep (above all
-/// `tsd.core.authentication.enable`, set to keep strangers out), so a TSD with one of them
+/// a plugin). Turned on, they promise what the TSD cannot keep, so a TSD with one of them
 /// on refuses to start ([`Config::unavailable_switch`]), as OpenTSDB refuses when the plugin
 /// a switch names cannot be loaded.
 pub const UNAVAILABLE_SWITCHES: &[(&str, &str)] = &[
-    ("tsd.core.authentication.enable", "authentication"),
     ("tsd.core.tree.enable_processing", "tree processing"),
     ("tsd.rtpublisher.enable", "a real-time publisher plugin"),
     ("tsd.search.enable", "a search plugin"),
@@ -360,7 +365,6 @@ pub const UNAVAILABLE_SWITCHES: &[(&str, &str)] = &[
 pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.addins.rpcs",
     "tsd.addins.rpcs.classpath",
-    "tsd.core.authentication.enable",
     "tsd.core.authentication.plugin",
     "tsd.core.bulk.allow_out_of_order_timestamps",
     "tsd.core.config",
@@ -446,8 +450,11 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
 /// them, as OpenTSDB's lists its defaults.
 pub const DEFAULTS: &[(&str, &str)] = &[
     ("google.bigtable.timeout_ms", "30000"),
+    ("tsd.core.authentication.allow_unauthenticated", ""),
     ("tsd.core.authentication.enable", "false"),
+    ("tsd.core.authentication.max_failures", "10"),
     ("tsd.core.authentication.plugin", ""),
+    ("tsd.core.authentication.users", ""),
     ("tsd.core.auto_create_metrics", "false"),
     ("tsd.core.auto_create_tagks", "true"),
     ("tsd.core.auto_create_tagvs", "true"),
@@ -706,26 +713,30 @@ mod tests {
     fn switches_for_what_is_not_provided_refuse_the_start() {
         let parse = |text: &str| Config::parse(text).unwrap();
         assert_eq!(
-            parse("tsd.core.authentication.enable = false\n").unavailable_switch(),
+            parse("tsd.rollups.enable = false\n").unavailable_switch(),
             None
         );
         assert_eq!(
             parse("tsd.network.port = 4242\n").unavailable_switch(),
             None
         );
-        // Rollup tables are stored (RFC 0008): the switch starts a TSD that writes them.
-        assert_eq!(
-            parse("tsd.rollups.enable = true\n").unavailable_switch(),
-            None
-        );
-        let refused = parse("tsd.core.authentication.enable = TRUE\n")
+        // Authentication is provided, and rollup tables are stored (RFC 0008): their
+        // switches no longer refuse the start.
+        for provided in ["tsd.core.authentication.enable", "tsd.rollups.enable"] {
+            assert_eq!(
+                parse(&format!("{provided} = true\n")).unavailable_switch(),
+                None,
+                "{provided}"
+            );
+        }
+        let refused = parse("tsd.core.tree.enable_processing = TRUE\n")
             .unavailable_switch()
             .unwrap();
         assert!(
-            refused.contains("tsd.core.authentication.enable = TRUE"),
+            refused.contains("tsd.core.tree.enable_processing = TRUE"),
             "{refused}"
         );
-        assert!(refused.contains("authentication"), "{refused}");
+        assert!(refused.contains("tree processing"), "{refused}");
         for (key, _) in UNAVAILABLE_SWITCHES {
             assert!(OPENTSDB_UNUSED_KEYS.contains(key), "{key}");
             let c = parse(&format!("{key} = true\n"));

@@ -1,6 +1,7 @@
 //! The HTTP API: `/api/*` endpoints with OpenTSDB's request and response shapes. Errors
 //! always have OpenTSDB's shape `{"error":{"code":…,"message":…,"details":…}}`.
 
+mod access;
 mod annotation;
 mod deprecated;
 mod error;
@@ -71,6 +72,7 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/api/annotation/bulk", any(annotation::bulk))
         .route("/api/annotations/bulk", any(annotation::bulk))
         .route("/api/version", any(misc::version))
+        .route("/api/health", any(misc::health))
         .route("/api/aggregators", any(misc::aggregators))
         .route("/api/config", any(misc::config))
         .route("/api/stats", any(misc::stats))

@@ -1,11 +1,13 @@
 //! The TSD server: one TCP port, two protocols. The first byte of a connection decides, as in
 //! OpenTSDB: an upper-case letter starts an HTTP request (`GET`, `POST`, ...), anything else
-//! is the telnet-style line protocol (`put`, `version`, ...).
+//! is the telnet-style line protocol (`put`, `version`, ...). With TLS configured, a first
+//! byte 0x16 starts a TLS handshake, and the first decrypted byte decides the same way.
 //!
 //! [`run`] serves a bound listener until `shutdown` resolves (or `diediedie`), then stops
 //! accepting, lets in-flight requests finish, and returns; the caller flushes the database.
 
 mod activity;
+pub mod auth;
 mod http;
 mod ingest;
 mod limit_overrides;
@@ -15,6 +17,7 @@ mod query_log;
 mod state;
 mod stats;
 mod telnet;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -100,6 +103,51 @@ pub async fn run(
     Ok(())
 }
 
+/// What a connection's first byte starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstByte {
+    /// 0x16: a TLS handshake record (served only with TLS configured).
+    Tls,
+    /// An upper-case letter: an HTTP method.
+    Http,
+    /// Anything else: the telnet-style line protocol.
+    Telnet,
+}
+
+/// Tells the protocols apart by the first byte, as OpenTSDB does for HTTP and telnet.
+pub fn sniff(first: u8) -> FirstByte {
+    if first == tls::HANDSHAKE_RECORD {
+        FirstByte::Tls
+    } else if first.is_ascii_uppercase() {
+        FirstByte::Http
+    } else {
+        FirstByte::Telnet
+    }
+}
+
+/// Longest wait for a TLS handshake to finish.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTP when the first byte is an upper-case letter (a method), else telnet.
+async fn serve_protocol<S>(
+    first: u8,
+    stream: S,
+    state: &Arc<State>,
+    router: axum::Router,
+    stop: watch::Receiver<bool>,
+    peer: Option<std::net::SocketAddr>,
+    activity: &Activity,
+) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    if sniff(first) == FirstByte::Http {
+        http::serve(stream, router, stop, peer).await
+    } else {
+        telnet::serve(stream, state, stop, activity, peer).await
+    }
+}
+
 async fn serve_connection(
     stream: TcpStream,
     state: &Arc<State>,
@@ -116,11 +164,42 @@ async fn serve_connection(
             return Ok(());
         }
         let stream = Tracked::new(stream, Arc::clone(&activity));
-        if first[0].is_ascii_uppercase() {
-            http::serve(stream, router, stop, peer).await
-        } else {
-            telnet::serve(stream, state, stop, &activity).await
+        let Some(tls) = &state.settings.tls else {
+            return serve_protocol(first[0], stream, state, router, stop, peer, &activity).await;
+        };
+        if sniff(first[0]) != FirstByte::Tls {
+            if tls.mode == tls::TlsMode::Required {
+                state.stats.plain_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    ?peer,
+                    "plain connection closed: tsd.network.tls.mode = required"
+                );
+                return Ok(());
+            }
+            return serve_protocol(first[0], stream, state, router, stop, peer, &activity).await;
         }
+        let accepted =
+            tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await;
+        let mut stream = match accepted {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                state.stats.tls_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(?peer, error = %e, "TLS handshake failed");
+                return Ok(());
+            }
+            Err(_) => {
+                state.stats.tls_failures.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        };
+        // The first decrypted byte tells HTTP from telnet, as for a plain connection.
+        let mut first = [0u8; 1];
+        let n = tokio::io::AsyncReadExt::read(&mut stream, &mut first).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let stream = tls::Rewind::new(first.to_vec(), stream);
+        serve_protocol(first[0], stream, state, router, stop, peer, &activity).await
     };
     match state.settings.socket_timeout {
         None => serve.await,

@@ -48,6 +48,18 @@ pub struct ServerSettings {
     /// `tsd.core.socket.timeout` (seconds; 0: none): a connection with nothing read or
     /// written for this long is closed.
     pub socket_timeout: Option<Duration>,
+    /// `tsd.core.authentication.enable` with `tsd.core.authentication.users`: who may do
+    /// what. `None`: everyone may do everything (OpenTSDB's default).
+    pub auth: Option<Arc<crate::auth::CredentialsFile>>,
+    /// `tsd.core.authentication.allow_unauthenticated`: paths served without credentials
+    /// when authentication is on (`/api/version,/api/health`), compared after routing
+    /// (lower case, `/api/v1/` as `/api/`, no trailing slash).
+    pub open_paths: Vec<String>,
+    /// `tsd.core.authentication.max_failures`: failed authentications one client address
+    /// may make in a minute before its attempts are refused unchecked (0: no limit).
+    pub max_auth_failures: u32,
+    /// `tsd.network.tls.cert`, `.key` and `.mode`: TLS on the port.
+    pub tls: Option<Arc<crate::tls::Tls>>,
     /// What the binary is, for `version` and `/api/version`.
     pub build: BuildInfo,
 }
@@ -105,6 +117,10 @@ impl Default for ServerSettings {
             static_root: None,
             connections_limit: 0,
             socket_timeout: None,
+            auth: None,
+            open_paths: Vec::new(),
+            max_auth_failures: 10,
+            tls: None,
             build: BuildInfo::default(),
         }
     }
@@ -177,9 +193,52 @@ impl ServerSettings {
             socket_timeout: Some(c.get_int("tsd.core.socket.timeout", 0)?)
                 .filter(|s| *s > 0)
                 .map(|s| Duration::from_secs(s as u64)),
+            auth: authenticator(c)?,
+            open_paths: c
+                .get_str("tsd.core.authentication.allow_unauthenticated", "")
+                .split(',')
+                .map(|p| p.trim().trim_end_matches('/').to_ascii_lowercase())
+                .filter(|p| !p.is_empty())
+                .collect(),
+            max_auth_failures: c
+                .get_int(
+                    "tsd.core.authentication.max_failures",
+                    i64::from(d.max_auth_failures),
+                )?
+                .clamp(0, i64::from(u32::MAX)) as u32,
+            tls: crate::tls::Tls::from_config(c)
+                .map_err(|e| hourglass_core::Error::InvalidInput(e.to_string()))?
+                .map(Arc::new),
             build: BuildInfo::default(),
         })
     }
+}
+
+/// The credentials file when `tsd.core.authentication.enable` is on; its absence, or a file
+/// that cannot be read or parsed, refuses the start.
+fn authenticator(
+    c: &Config,
+) -> Result<Option<Arc<crate::auth::CredentialsFile>>, hourglass_core::Error> {
+    if !c.get_bool("tsd.core.authentication.enable", false) {
+        return Ok(None);
+    }
+    let path = c.get_str("tsd.core.authentication.users", "").trim();
+    if path.is_empty() {
+        return Err(hourglass_core::Error::InvalidInput(
+            "tsd.core.authentication.enable = true but tsd.core.authentication.users is not set: \
+             name a credentials file (tsdb auth add-user --file FILE ... creates one)"
+                .into(),
+        ));
+    }
+    let auth = crate::auth::CredentialsFile::load(std::path::Path::new(path))
+        .map_err(|e| hourglass_core::Error::InvalidInput(e.to_string()))?;
+    if auth.current().is_empty() {
+        tracing::warn!(
+            path,
+            "the credentials file names nobody: every request will be refused"
+        );
+    }
+    Ok(Some(Arc::new(auth)))
 }
 
 /// Cross-origin requests, as OpenTSDB allows them.
@@ -248,6 +307,8 @@ pub struct State {
     pub config: Config,
     pub settings: ServerSettings,
     pub(crate) stats: ServerStats,
+    /// Failed authentications per client address.
+    pub(crate) auth_throttle: crate::auth::throttle::Throttle,
     pub(crate) started: Instant,
     shutdown: watch::Sender<bool>,
     /// Woken when buffered points are back under their budget (held-back telnet
@@ -258,11 +319,13 @@ pub struct State {
 impl State {
     pub fn new(tsdb: Arc<Tsdb>, config: Config, settings: ServerSettings) -> Arc<State> {
         let (shutdown, _) = watch::channel(false);
+        let max_auth_failures = settings.max_auth_failures;
         Arc::new(State {
             tsdb,
             config,
             settings,
             stats: ServerStats::default(),
+            auth_throttle: crate::auth::throttle::Throttle::new(max_auth_failures),
             started: Instant::now(),
             shutdown,
             room: tokio::sync::Notify::new(),
@@ -276,6 +339,32 @@ impl State {
     /// Whether the server has begun to stop.
     pub(crate) fn stopping(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// Reads the credentials file and the TLS certificate and key again (SIGHUP). A file
+    /// that cannot be used leaves what is in force, and the log says why.
+    pub fn reload(&self) {
+        if let Some(tls) = &self.settings.tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("TLS certificate and key reloaded"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "TLS certificate and key not reloaded: the previous ones stay in force"
+                ),
+            }
+        }
+        let Some(file) = &self.settings.auth else {
+            return;
+        };
+        match file.reload() {
+            Ok(count) => {
+                tracing::info!(path = %file.path().display(), count, "credentials reloaded")
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "credentials not reloaded: the previous ones stay in force"
+            ),
+        }
     }
 
     /// Asks the server to stop (as `diediedie` does).

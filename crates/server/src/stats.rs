@@ -15,6 +15,18 @@ pub(crate) struct ServerStats {
     pub(crate) connections_rejected: AtomicU64,
     /// Connections closed for being idle past `tsd.core.socket.timeout`.
     pub(crate) idle_timeouts: AtomicU64,
+    /// HTTP requests with wrong or malformed credentials (answered 401).
+    pub(crate) auth_failures_http: AtomicU64,
+    /// Telnet `auth` lines that failed.
+    pub(crate) auth_failures_telnet: AtomicU64,
+    /// TLS handshakes that failed or timed out.
+    pub(crate) tls_failures: AtomicU64,
+    /// Plain connections closed because `tsd.network.tls.mode = required`.
+    pub(crate) plain_refused: AtomicU64,
+    /// Attempts refused unchecked: their address failed too often (HTTP 429).
+    pub(crate) auth_throttled: AtomicU64,
+    /// Requests and commands refused for a permission their principal lacks (403).
+    pub(crate) auth_forbidden: AtomicU64,
     /// Put batches refused (HTTP) or held back (telnet) while buffers were over budget.
     pub(crate) throttled: AtomicU64,
     pub(crate) telnet_rpcs: AtomicU64,
@@ -237,6 +249,28 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         stat("tsd.rpc.received", get(&s.http_rpcs), &[("type", "http")]),
         stat("tsd.rpc.received", 0, &[("type", "http_plugin")]),
         stat("tsd.rpc.exceptions", get(&s.rpc_exceptions), &[]),
+        stat(
+            "tsd.auth.failures",
+            get(&s.auth_failures_http),
+            &[("type", "http")],
+        ),
+        stat(
+            "tsd.auth.failures",
+            get(&s.auth_failures_telnet),
+            &[("type", "telnet")],
+        ),
+        stat("tsd.auth.forbidden", get(&s.auth_forbidden), &[]),
+        stat("tsd.auth.throttled", get(&s.auth_throttled), &[]),
+        stat(
+            "tsd.connectionmgr.tls",
+            get(&s.tls_failures),
+            &[("type", "handshake_failed")],
+        ),
+        stat(
+            "tsd.connectionmgr.tls",
+            get(&s.plain_refused),
+            &[("type", "plain_refused")],
+        ),
     ];
     for (latencies, kind) in [
         (&s.http_latency, "all"),

@@ -4,6 +4,7 @@
 //! write path, so a busy connection costs one log entry per read, not one per point. Only
 //! errors are answered, in line order, in OpenTSDB's words.
 
+mod auth_line;
 mod commands;
 mod rollup;
 
@@ -21,7 +22,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::activity::Activity;
+use crate::auth::Access;
 use crate::{State, ingest};
+use hourglass_core::permission::Permission;
 
 /// Room made for the reads of one batch: whatever is ready at once joins it, so a busy
 /// collector's batch carries many lines (each batch costs one hand-off to the blocking pool).
@@ -43,15 +46,16 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     state: &Arc<State>,
     mut stop: watch::Receiver<bool>,
     activity: &Activity,
+    peer: Option<std::net::SocketAddr>,
 ) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::new();
-    let mut discarding = false;
+    let mut session = Session::new(state, peer.map(|p| p.ip()));
     let mut out = Vec::new();
     loop {
         // Past the memory budget the socket is not read: the client's sends block on TCP
         // until flushes catch up.
         if !ingest::wait_for_room(state, activity, &mut stop).await {
-            let (_, out, _) = process_blocking(state, buf, discarding, out, true).await?;
+            let (_, out, _) = process_blocking(state, buf, session, out, true).await?;
             stream.write_all(&out).await?;
             return Ok(());
         }
@@ -63,7 +67,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             r = stream.read_buf(&mut buf) => r,
             _ = stop.changed() => {
                 // Shutting down: what was read is processed, then the connection closes.
-                let (_, out, _) = process_blocking(state, buf, discarding, out, true).await?;
+                let (_, out, _) = process_blocking(state, buf, session, out, true).await?;
                 stream.write_all(&out).await?;
                 return Ok(());
             }
@@ -95,8 +99,8 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         {
             continue;
         }
-        let (b, o, (next, d)) = process_blocking(state, buf, discarding, out, eof).await?;
-        (buf, out, discarding) = (b, o, d);
+        let (b, o, (next, s)) = process_blocking(state, buf, session, out, eof).await?;
+        (buf, out, session) = (b, o, s);
         if !out.is_empty() {
             stream.write_all(&out).await?;
             out.clear();
@@ -112,13 +116,13 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
 async fn process_blocking(
     state: &Arc<State>,
     mut buf: Vec<u8>,
-    mut discarding: bool,
+    mut session: Session,
     mut out: Vec<u8>,
     eof: bool,
-) -> std::io::Result<(Vec<u8>, Vec<u8>, (Next, bool))> {
+) -> std::io::Result<(Vec<u8>, Vec<u8>, (Next, Session))> {
     ingest::run_blocking(state, move |state| {
-        let next = process(state, &mut buf, &mut discarding, &mut out, eof);
-        (buf, out, (next, discarding))
+        let next = process(state, &mut buf, &mut session, &mut out, eof);
+        (buf, out, (next, session))
     })
     .await
 }
@@ -136,10 +140,11 @@ fn decode(line: &[u8]) -> Cow<'_, str> {
 fn process(
     state: &State,
     buf: &mut Vec<u8>,
-    discarding: &mut bool,
+    session: &mut Session,
     out: &mut Vec<u8>,
     eof: bool,
 ) -> Next {
+    let discarding = &mut session.discarding;
     let max = state.settings.max_line_length;
     // Room for the lines of a read up front (collectors' lines run 50 to 150 bytes): growing
     // a batch's vectors by doubling copied them several times per read.
@@ -182,7 +187,7 @@ fn process(
         *discarding = true;
         consumed = buf.len();
     }
-    let next = handle_lines(state, &lines, &too_long, out);
+    let next = handle_lines(state, &mut session.login, &lines, &too_long, out);
     drop(lines);
     buf.drain(..consumed);
     next
@@ -190,6 +195,7 @@ fn process(
 
 fn handle_lines(
     state: &State,
+    login: &mut auth_line::Login,
     lines: &[Cow<'_, str>],
     too_long: &[(usize, usize)],
     out: &mut Vec<u8>,
@@ -226,6 +232,33 @@ fn handle_lines(
                 None => (line, None),
             },
         };
+        let Some(granted) = login.access.as_ref() else {
+            // Not authenticated yet: only `auth` is read; nothing else runs.
+            batch.submit(state, out);
+            rollups.submit(state, out);
+            if login.run(state, cmd, args, out) == Next::Close {
+                return Next::Close;
+            }
+            continue;
+        };
+        // With authentication off (`Open`) no line pays for the permission lookup.
+        if let Access::As(principal) = granted
+            && let Some(needed) = needed_permission(cmd)
+            && !principal.permissions.allows(needed)
+        {
+            batch.submit(state, out);
+            rollups.submit(state, out);
+            state.stats.auth_forbidden.fetch_add(1, Ordering::Relaxed);
+            reply(
+                out,
+                cmd,
+                &format!(
+                    ": permission denied: {} lacks the {needed} permission",
+                    principal.name
+                ),
+            );
+            continue;
+        }
         if cmd == "put" && !state.settings.read_only {
             rollups.submit(state, out);
             batch.add(args);
@@ -245,6 +278,42 @@ fn handle_lines(
     batch.submit(state, out);
     rollups.submit(state, out);
     Next::Continue
+}
+
+/// What one connection carries from one buffer of lines to the next.
+#[derive(Debug)]
+struct Session {
+    /// The tail of an overlong line is being skipped.
+    discarding: bool,
+    /// Who the connection is.
+    login: auth_line::Login,
+}
+
+impl Session {
+    fn new(state: &State, peer: Option<std::net::IpAddr>) -> Session {
+        Session {
+            discarding: false,
+            login: auth_line::Login::new(state, peer),
+        }
+    }
+}
+
+/// The permission each telnet command needs once authenticated; commands not listed
+/// (`version`, `help`, `exit`, unknown ones) need none.
+const COMMAND_PERMISSIONS: &[(&str, Permission)] = &[
+    ("put", Permission::Write),
+    ("rollup", Permission::Write),
+    ("histogram", Permission::Write),
+    ("stats", Permission::Admin),
+    ("dropcaches", Permission::Admin),
+    ("diediedie", Permission::Admin),
+];
+
+fn needed_permission(cmd: &str) -> Option<Permission> {
+    COMMAND_PERMISSIONS
+        .iter()
+        .find(|(c, _)| *c == cmd)
+        .map(|(_, p)| *p)
 }
 
 /// Consecutive `put` lines waiting to be written as one batch. Their tags stay as written:

@@ -96,3 +96,79 @@ async fn ui_in_headless_chromium() {
     assert!(shots > 0, "no screenshots saved");
     srv.stop().await;
 }
+
+/// The UI behind `tsd.core.authentication.enable`: `web/tests/auth/login.mjs` against a TSD
+/// with a `viewer` (read) user, seeded with ten points through a `loader` (write) user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_logs_in_behind_authentication() {
+    use base64::Engine;
+    let web = web_dir();
+    let chromium = chromium();
+    assert!(
+        web.join("node_modules/playwright-core").is_dir(),
+        "the UI tests' packages are missing: run `npm ci --prefix web` (scripts/test does)"
+    );
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-auth-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let password = "viewer pass";
+    let users = dir.path().join("users");
+    std::fs::write(
+        &users,
+        format!(
+            "user viewer read {}\nuser loader write {}\n",
+            hourglass_server::auth::hash_password(password).unwrap(),
+            hourglass_server::auth::hash_password("load").unwrap()
+        ),
+    )
+    .unwrap();
+    let mut config = Config::default();
+    config.set("tsd.core.auto_create_metrics", "true");
+    config.set("tsd.core.authentication.enable", "true");
+    config.set("tsd.core.authentication.users", users.to_str().unwrap());
+    let srv = start_with("embedded", config).await;
+    let points: Vec<String> = (0..10)
+        .map(|i| {
+            format!(
+                r#"{{"metric":"sys.cpu.user","timestamp":{},"value":{i},"tags":{{"host":"web01"}}}}"#,
+                1_356_998_400 + 60 * (i + 1)
+            )
+        })
+        .collect();
+    let loader = base64::engine::general_purpose::STANDARD.encode("loader:load");
+    let put = common::HttpConn::open(srv.addr)
+        .await
+        .request(
+            "POST",
+            "/api/put",
+            &format!("Authorization: Basic {loader}\r\n"),
+            format!("[{}]", points.join(",")).as_bytes(),
+        )
+        .await;
+    assert_eq!(put.status, 204, "{}", put.text());
+    let url = format!("http://{}", srv.addr);
+    let run = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg("--test")
+            .arg("--test-reporter=spec")
+            .arg("tests/auth/login.mjs")
+            .current_dir(&web)
+            .env("HOURGLASS_URL", url)
+            .env("HOURGLASS_PASSWORD", password)
+            .env("HOURGLASS_CHROMIUM", chromium)
+            .env("HOURGLASS_ARTIFACTS", &artifacts)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("node runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    eprintln!("{report}");
+    assert!(run.status.success(), "browser tests failed:\n{report}");
+    assert!(report.contains("pass 3"), "{report}");
+    srv.stop().await;
+}

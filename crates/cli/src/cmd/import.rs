@@ -45,6 +45,8 @@ enum Sink {
     Remote {
         agent: ureq::Agent,
         base: String,
+        /// The `Authorization` header from the environment ([`crate::remote`]).
+        authorization: Option<String>,
     },
 }
 
@@ -59,6 +61,7 @@ pub(crate) fn run(args: &ImportArgs) -> anyhow::Result<ExitCode> {
         Some(url) => Sink::Remote {
             agent: ureq::Agent::new_with_defaults(),
             base: url.trim_end_matches('/').to_string(),
+            authorization: crate::remote::authorization()?,
         },
         None => {
             let mut settings = args.store.settings()?;
@@ -210,7 +213,11 @@ fn send_rollups(
             }
             totals.points += outcome.stored as u64;
         }
-        Sink::Remote { agent, base } => {
+        Sink::Remote {
+            agent,
+            base,
+            authorization,
+        } => {
             let body: Vec<serde_json::Value> = good
                 .iter()
                 .map(|(_, (which, p))| {
@@ -229,7 +236,7 @@ fn send_rollups(
                 .collect();
             let lines: Vec<usize> = good.iter().map(|(n, _)| *n).collect();
             let url = format!("{base}/api/rollup?details");
-            post(agent, &url, &body, &lines, file, totals)?;
+            post(agent, authorization, &url, &body, &lines, file, totals)?;
         }
     }
     Ok(())
@@ -247,6 +254,7 @@ fn point_json(p: &PutLine<'_>, tags: &[(&str, &str)]) -> serde_json::Value {
 /// from (`lines[i]` is the line of `body[i]`).
 fn post(
     agent: &ureq::Agent,
+    authorization: &Option<String>,
     url: &str,
     body: &[serde_json::Value],
     lines: &[usize],
@@ -256,13 +264,14 @@ fn post(
     if body.is_empty() {
         return Ok(());
     }
-    let mut resp = agent
-        .post(url)
-        .config()
-        .http_status_as_error(false)
-        .build()
+    let mut request = agent.post(url).config().http_status_as_error(false).build();
+    if let Some(authorization) = authorization {
+        request = request.header("Authorization", authorization);
+    }
+    let mut resp = request
         .send_json(body)
         .with_context(|| format!("cannot reach {url}"))?;
+    crate::remote::check_status(resp.status().as_u16(), url)?;
     let answer: serde_json::Value = resp
         .body_mut()
         .read_json()
@@ -321,12 +330,16 @@ fn send_puts(
             }
             totals.points += outcome.stored as u64;
         }
-        Sink::Remote { agent, base } => {
+        Sink::Remote {
+            agent,
+            base,
+            authorization,
+        } => {
             let body: Vec<serde_json::Value> =
                 good.iter().map(|(_, p)| point_json(p, &tags)).collect();
             let lines: Vec<usize> = good.iter().map(|(n, _)| *n).collect();
             let url = format!("{base}/api/put?details");
-            post(agent, &url, &body, &lines, file, totals)?;
+            post(agent, authorization, &url, &body, &lines, file, totals)?;
         }
     }
     Ok(())

@@ -163,9 +163,13 @@ fn remote(url: &str, start: i64, end: i64, queries: &[Parsed]) -> anyhow::Result
     for q in queries {
         request = request.query("m", &q.m_param);
     }
+    if let Some(authorization) = crate::remote::authorization()? {
+        request = request.header("Authorization", &authorization);
+    }
     let mut resp = request
         .call()
         .with_context(|| format!("cannot reach {url}"))?;
+    crate::remote::check_status(resp.status().as_u16(), url)?;
     let body: serde_json::Value = resp.body_mut().read_json()?;
     if let Some(msg) = body["error"]["message"].as_str() {
         bail!("{msg}");

@@ -147,6 +147,22 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     let addr: SocketAddr = format!("{bind}:{port}")
         .parse()
         .with_context(|| format!("bad bind address {bind}:{port}"))?;
+    if server_settings.auth.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "AUTHENTICATION IS OFF and the TSD listens on {addr}, beyond loopback: anyone who \
+             reaches this port can write, delete and read everything. Set \
+             tsd.core.authentication.enable = true and tsd.core.authentication.users \
+             (README: Securing a TSD), or bind to 127.0.0.1"
+        );
+    }
+    if server_settings.auth.is_some() && server_settings.tls.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "authentication is on without TLS beyond loopback: passwords and tokens cross \
+             the network in clear text (set tsd.network.tls.cert and tsd.network.tls.key)"
+        );
+    }
     let workers = positive(&config, "tsd.network.worker_threads")?;
     let backlog = positive(&config, "tsd.network.backlog")?.unwrap_or(DEFAULT_BACKLOG);
 
@@ -160,11 +176,19 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     }
     let runtime = builder.enable_all().build()?;
     let state = State::new(std::sync::Arc::clone(&db), config, server_settings);
+    // Installed before the TSD says it is ready: a SIGHUP is never the default (exit).
+    let hangup = {
+        let _in_runtime = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot install the SIGHUP handler")?
+    };
+    let reloader = runtime.spawn(reload_on_hangup(hangup, std::sync::Arc::clone(&state)));
     let served: anyhow::Result<()> = runtime.block_on(async {
         let listener = listen(addr, backlog).with_context(|| format!("cannot listen on {addr}"))?;
         hourglass_server::run(listener, state, shutdown_signal()).await?;
         Ok(())
     });
+    reloader.abort();
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     tracing::info!("flushing buffered points");
     db.close()?;
@@ -195,6 +219,15 @@ fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpList
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(backlog)
+}
+
+/// SIGHUP reloads the credentials file (`tsd.core.authentication.users`) and the TLS
+/// certificate and key.
+async fn reload_on_hangup(mut hangup: tokio::signal::unix::Signal, state: std::sync::Arc<State>) {
+    while hangup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading");
+        state.reload();
+    }
 }
 
 async fn shutdown_signal() {

@@ -96,7 +96,17 @@ pub(crate) async fn front(
     stats.http_rpcs.fetch_add(1, Ordering::Relaxed);
     let is_query = served && route.is(&["api", "query"]);
     let mut query_id = None;
-    let mut resp = if !served {
+    // Credentials are checked before anything else is revealed (even which endpoints the
+    // mode serves).
+    let authorized = if state.settings.auth.is_some() {
+        super::access::authorize(&state, &route.access_key(), &mut req).await
+    } else {
+        req.extensions_mut().insert(crate::auth::Access::Open);
+        Ok(())
+    };
+    let mut resp = if let Err(refusal) = authorized {
+        refusal
+    } else if !served {
         match &route {
             Route::Api { .. } => super::misc::not_found().await.into_response(),
             Route::Other { .. } => super::deprecated::not_found(
@@ -188,6 +198,14 @@ impl Route {
             (Route::Api { endpoint, rest }, ["api", e]) => endpoint == e && rest.is_empty(),
             (Route::Other { first, rest }, [f]) => first == f && rest.is_empty(),
             _ => false,
+        }
+    }
+
+    /// The route as the access table names it ([`super::access::RULES`]).
+    fn access_key(&self) -> String {
+        match self {
+            Route::Api { endpoint, rest } => super::access::route_key(Some((endpoint, rest)), ""),
+            Route::Other { first, .. } => super::access::route_key(None, first),
         }
     }
 

@@ -28,6 +28,23 @@ pub(crate) async fn version(
     Ok(version_json(&state))
 }
 
+/// For load balancers: 200 while the TSD serves, 503 once it is stopping. Hourglass's own
+/// (OpenTSDB has none); with `tsd.core.authentication.allow_unauthenticated` it can answer
+/// without credentials.
+pub(crate) async fn health(
+    method: Method,
+    Extract(state): Extract<Arc<State>>,
+) -> Result<Response, ApiError> {
+    get_or_post(&method)?;
+    if state.stopping() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Shutting down",
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &json!({ "status": "ok" })))
+}
+
 /// OpenTSDB's version map: its API version, this build's revision and date.
 pub(crate) fn version_json(state: &State) -> Response {
     let b = &state.settings.build;

@@ -507,6 +507,7 @@ pub(crate) async fn handle(
     method: Method,
     RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
+    access: Option<axum::Extension<crate::auth::Access>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let params = url_params(raw.as_deref());
@@ -570,6 +571,14 @@ pub(crate) async fn handle(
         }
         other => return Err(ApiError::method_not_allowed(&other)),
     };
+    if flags.delete {
+        // The route needs `read` unless its method is DELETE: a body asking to delete needs
+        // `delete` too.
+        super::access::require(
+            access.as_ref().map(|a| &a.0),
+            hourglass_core::permission::Permission::Delete,
+        )?;
+    }
     if flags.delete && !state.settings.allow_delete {
         return Err(bad("Bad request")
             .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
