@@ -142,26 +142,7 @@ fn imports_through_a_running_tsd() {
 #[test]
 fn imports_rollup_lines_into_the_rollup_tables() {
     let dir = tempfile::tempdir().unwrap();
-    let rollups = dir.path().join("rollups.json");
-    std::fs::write(
-        &rollups,
-        r#"{"aggregationIds": {"sum": 0, "count": 1},
-            "intervals": [
-              {"table": "tsdb", "preAggregationTable": "tsdb-agg", "interval": "1m",
-               "rowSpan": "1h", "defaultInterval": true},
-              {"table": "tsdb-rollup-1h", "preAggregationTable": "tsdb-rollup-agg-1h",
-               "interval": "1h", "rowSpan": "1d"}]}"#,
-    )
-    .unwrap();
-    let config = dir.path().join("tsd.conf");
-    std::fs::write(
-        &config,
-        format!(
-            "tsd.rollups.enable = true\ntsd.rollups.config = {}\n",
-            rollups.display()
-        ),
-    )
-    .unwrap();
+    let config = common::rollup_config(dir.path());
     let data = dir.path().join("data");
     let o = tsdb(
         &data,

@@ -50,3 +50,30 @@ pub(crate) fn spawn_tsd_with(config: Option<&Path>, dir: &Path) -> (Child, Strin
     std::thread::spawn(move || for _ in lines {});
     (child, addr)
 }
+
+/// A TSD configuration with rollups on (RFC 0008): OpenTSDB's example intervals, `1m` in the
+/// data table (the default) and `1h` in `tsdb-rollup-1h`. Written under `dir`; returns its
+/// path.
+pub(crate) fn rollup_config(dir: &Path) -> std::path::PathBuf {
+    let rollups = dir.join("rollups.json");
+    std::fs::write(
+        &rollups,
+        r#"{"aggregationIds": {"sum": 0, "count": 1},
+            "intervals": [
+              {"table": "tsdb", "preAggregationTable": "tsdb-agg", "interval": "1m",
+               "rowSpan": "1h", "defaultInterval": true},
+              {"table": "tsdb-rollup-1h", "preAggregationTable": "tsdb-rollup-agg-1h",
+               "interval": "1h", "rowSpan": "1d"}]}"#,
+    )
+    .unwrap();
+    let config = dir.join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "tsd.rollups.enable = true\ntsd.rollups.config = {}\n",
+            rollups.display()
+        ),
+    )
+    .unwrap();
+    config
+}
