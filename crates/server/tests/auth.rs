@@ -92,7 +92,7 @@ fn endpoints() -> Vec<(&'static str, &'static str, &'static str, Vec<Permission>
             "DELETE",
             "/api/query?start=1699990000&m=sum:sys.cpu",
             "",
-            vec![Delete],
+            vec![Delete, Read],
         ),
         ("GET", "/api/query/last?timeseries=sys.cpu", "", vec![Read]),
         (

@@ -25,8 +25,9 @@ use crate::auth::{Access, Authenticator, Principal};
 /// as `/api`, deeper segments only where an endpoint reads them). A route not listed needs
 /// `read` (it answers 404 once authenticated).
 ///
-/// `/api/query` with `"delete": true` in its body also needs `delete`: the query endpoint
-/// checks that itself, as only it reads the body ([`require`]).
+/// `/api/query` with `"delete": true` in its body also needs `delete`, and a deletion needs
+/// `read` too (its answer holds the deleted points): the query endpoint checks both itself,
+/// as only it reads the body ([`require`]).
 pub(crate) const RULES: &[(&str, Permission, Permission, Permission)] = {
     use Permission::{Admin, Annotate, Delete, Read, Uid, Write};
     &[

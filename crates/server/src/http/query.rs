@@ -572,12 +572,14 @@ pub(crate) async fn handle(
         other => return Err(ApiError::method_not_allowed(&other)),
     };
     if flags.delete {
-        // The route needs `read` unless its method is DELETE: a body asking to delete needs
-        // `delete` too.
-        super::access::require(
-            access.as_ref().map(|a| &a.0),
+        // A deletion needs `delete`, and `read` as well: its answer holds the points it
+        // deletes (the route asks for one of the two, by its method).
+        for permission in [
             hourglass_core::permission::Permission::Delete,
-        )?;
+            hourglass_core::permission::Permission::Read,
+        ] {
+            super::access::require(access.as_ref().map(|a| &a.0), permission)?;
+        }
     }
     if flags.delete && !state.settings.allow_delete {
         return Err(bad("Bad request")
