@@ -2,6 +2,7 @@
 //! and compaction. It speaks OpenTSDB's schema through `hourglass-core`'s codecs.
 
 pub mod annotation;
+mod bounded;
 pub mod cell_codec;
 mod error;
 pub mod fsck;

@@ -17,8 +17,7 @@ use parking_lot::Mutex;
 
 use crate::{Error, Result};
 
-mod bounded;
-use bounded::BoundedMap;
+use crate::bounded::BoundedMap;
 
 /// `tsd.uid.lru.name.size` and `tsd.uid.lru.id.size`: OpenTSDB's default bounds.
 pub const DEFAULT_CACHE_ENTRIES: usize = 5_000_000;

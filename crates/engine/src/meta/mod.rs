@@ -15,7 +15,6 @@ use hourglass_core::rowkey::decode_tsuid;
 use hourglass_core::schema::{META_FAMILY, Schema, UID_NAME_FAMILY};
 use hourglass_core::uid::{Uid, UidKind, hex_upper};
 use hourglass_storage::{Check, Mutation, ReadOptions, Row, ScanRequest, Store, prefix_end};
-use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 

@@ -1,6 +1,10 @@
 //! Real-time tracking of written series (`tsd.core.meta.*`).
 
 use super::*;
+use crate::bounded::BoundedMap;
+
+/// Series remembered as having their `ts_meta`.
+const KNOWN_SERIES_MAX: usize = 1 << 20;
 
 /// OpenTSDB's `tsd.core.meta.*` switches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,8 +47,8 @@ pub(crate) struct Tracker {
     store: Arc<dyn Store>,
     schema: Schema,
     flags: MetaTracking,
-    /// Series known to have `ts_meta`.
-    known: Mutex<HashSet<Vec<u8>>>,
+    /// Series known to have `ts_meta` (bounded: one that left is read again once).
+    known: BoundedMap<Vec<u8>, ()>,
 }
 
 impl Tracker {
@@ -57,7 +61,7 @@ impl Tracker {
             store,
             schema,
             flags,
-            known: Mutex::new(HashSet::new()),
+            known: BoundedMap::new(KNOWN_SERIES_MAX),
         })
     }
 
@@ -70,7 +74,7 @@ impl Tracker {
                 let total = self
                     .store
                     .increment(table, tsuid, META_FAMILY, TS_CTR, *n as i64)?;
-                if total <= *n as i64 && !self.known.lock().contains(tsuid) {
+                if total <= *n as i64 && self.known.get(tsuid.as_slice()).is_none() {
                     self.store_new(tsuid, created)?;
                 }
             }
@@ -121,7 +125,7 @@ impl Tracker {
 
     /// Creates the series' `ts_meta` unless it has one (one read per series per process).
     fn ensure_ts_meta(&self, tsuid: &[u8], created_secs: i64) -> Result<()> {
-        if self.known.lock().contains(tsuid) {
+        if self.known.get(tsuid).is_some() {
             return Ok(());
         }
         let row = self.store.get(
@@ -136,7 +140,7 @@ impl Tracker {
         {
             self.store_new(tsuid, created_secs)?;
         }
-        self.known.lock().insert(tsuid.to_vec());
+        self.known.insert(tsuid.to_vec(), ());
         Ok(())
     }
 

@@ -1,8 +1,9 @@
 //! A map of at most a given number of entries, the least recently used leaving first (in
 //! two generations: an entry found in the older one moves to the newer; when the newer
 //! holds half the bound, it becomes the older and the older is dropped). The UID caches
-//! (`tsd.uid.lru.name.size`, `tsd.uid.lru.id.size`) are these, so a TSD writing ever new tag
-//! values keeps the names it uses, not every name it ever saw.
+//! (`tsd.uid.lru.name.size`, `tsd.uid.lru.id.size`) and the meta tracker's set of series
+//! known to have their `ts_meta` are these, so a TSD writing ever new tag values and series
+//! keeps what it uses, not everything it ever saw.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
