@@ -67,18 +67,19 @@ struct BitWriter {
 }
 
 impl BitWriter {
-    /// Appends the low `n` bits of `v` (`n` at most 57 so the accumulator never overflows).
+    /// Appends the low `n` bits of `v` (`n` at most 32: fewer than 32 bits are held between
+    /// calls, so the accumulator never overflows). Whole 32-bit words leave in one copy.
     fn put(&mut self, v: u64, n: u32) {
-        debug_assert!(n <= 57);
+        debug_assert!(n <= 32);
         if n == 0 {
             return;
         }
-        self.acc |= (v & ((1u64 << n) - 1)) << self.bits;
+        self.acc |= (v & (u64::MAX >> (64 - n))) << self.bits;
         self.bits += n;
-        while self.bits >= 8 {
-            self.bytes.push(self.acc as u8);
-            self.acc >>= 8;
-            self.bits -= 8;
+        if self.bits >= 32 {
+            self.bytes.extend_from_slice(&(self.acc as u32).to_le_bytes());
+            self.acc >>= 32;
+            self.bits -= 32;
         }
     }
 
@@ -101,8 +102,10 @@ impl BitWriter {
     }
 
     fn finish(mut self) -> Vec<u8> {
-        if self.bits > 0 {
+        while self.bits > 0 {
             self.bytes.push(self.acc as u8);
+            self.acc >>= 8;
+            self.bits = self.bits.saturating_sub(8);
         }
         self.bytes
     }
@@ -129,12 +132,13 @@ fn parameter(us: &[u64]) -> u32 {
         .min(MAX_PARAMETER);
     let bits: u32 = us.iter().map(|u| 64 - u.leading_zeros()).sum();
     let mean_bits = (bits / count as u32).saturating_sub(1).min(MAX_PARAMETER);
+    // The candidates around both guesses, each costed once (the guesses often agree).
+    let (low, high) = (mean_bits.min(of_mean), mean_bits.max(of_mean));
+    let around = |g: u32| g.saturating_sub(1)..=(g + 1).min(MAX_PARAMETER);
     let mut best = (u64::MAX, 0);
-    for guess in [mean_bits, of_mean] {
-        for r in guess.saturating_sub(1)..=(guess + 1).min(MAX_PARAMETER) {
-            let total = us.iter().map(|u| cost(*u, r)).sum::<u64>();
-            best = best.min((total, r));
-        }
+    for r in around(low).chain(around(high).filter(|r| *r > (low + 1).min(MAX_PARAMETER))) {
+        let total = us.iter().map(|u| cost(*u, r)).sum::<u64>();
+        best = best.min((total, r));
     }
     best.1
 }
@@ -161,7 +165,12 @@ pub fn write(values: &[i64], out: &mut Vec<u8>) {
         w.put(u64::from(r), 6);
         for &u in us {
             let q = u >> r;
-            if q < ESCAPE {
+            if q < ESCAPE && q as u32 + 1 + r <= 32 {
+                // The whole code in one put: q ones, a zero, the low r bits of u.
+                let n = q as u32 + 1 + r;
+                let low = if r == 0 { 0 } else { u & (u64::MAX >> (64 - r)) };
+                w.put(((1u64 << q) - 1) | (low << (q + 1)), n);
+            } else if q < ESCAPE {
                 w.ones(q);
                 w.put(0, 1);
                 w.put_wide(u, r);
@@ -386,6 +395,33 @@ mod tests {
         assert_eq!(out, [0x02, 0x02, 0x40, 0x6E]);
         // A constant sequence: a 6-bit marker a block.
         assert_eq!(round_trip(&[9; 40]), [0x12, 0x02, 0xFF, 0x0F]);
+    }
+
+    /// The bytes of a mixed sequence (unary codes, escapes, wide and constant values, codes
+    /// across word boundaries), as the encoder wrote them before its word-at-a-time writes:
+    /// stored sequences are read by this format, so the encoder must not drift from it.
+    #[test]
+    fn bytes_stay_as_first_written() {
+        let values: Vec<i64> = (0..100i64)
+            .map(|i| match i % 10 {
+                0 => i * 1000,
+                3 => -(i * i),
+                7 => 1 << (i % 50),
+                _ => i % 7 - 3,
+            })
+            .collect();
+        let hex: String = round_trip(&values)
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "00C30103982C84FCFF8F0098FCFF3B200EE1FF3F12A526FFFF12000084FFFF0F1047EDFF5F090108FF\
+             FF3900000050FBFF7FC0D45010FFFF4B2018C5F8FF37010000000080F8FF87007118E5FF7F89B30010\
+             FFFF30000000000000A3FCFF43A08602F0FFCFC417C228FF8000FCFF43C0D408F3FFCF047C6108C0FF\
+             BF040000C2FCFF47E0220CE1FFBF094D04C2FCFF730000006008FFFF11401C02F9FF6FA2AB6208FFFF\
+             26000000004020FFFF11C82FC5F8FF772207806010C0FF3F0C0000000000A0000C00"
+        );
     }
 
     #[test]
