@@ -398,8 +398,9 @@ mod tests {
     }
 
     /// The bytes of a mixed sequence (unary codes, escapes, wide and constant values, codes
-    /// across word boundaries), as the encoder wrote them before its word-at-a-time writes:
-    /// stored sequences are read by this format, so the encoder must not drift from it.
+    /// across word boundaries), as the encoder wrote them before its word-at-a-time writes.
+    /// A reader takes any parameters a writer chose; pinning the writer's choices makes a
+    /// change in them (and in what sequences cost on disk) a deliberate one.
     #[test]
     fn bytes_stay_as_first_written() {
         let values: Vec<i64> = (0..100i64)
