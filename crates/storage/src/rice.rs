@@ -77,7 +77,8 @@ impl BitWriter {
         self.acc |= (v & (u64::MAX >> (64 - n))) << self.bits;
         self.bits += n;
         if self.bits >= 32 {
-            self.bytes.extend_from_slice(&(self.acc as u32).to_le_bytes());
+            self.bytes
+                .extend_from_slice(&(self.acc as u32).to_le_bytes());
             self.acc >>= 32;
             self.bits -= 32;
         }
@@ -168,7 +169,11 @@ pub fn write(values: &[i64], out: &mut Vec<u8>) {
             if q < ESCAPE && q as u32 + 1 + r <= 32 {
                 // The whole code in one put: q ones, a zero, the low r bits of u.
                 let n = q as u32 + 1 + r;
-                let low = if r == 0 { 0 } else { u & (u64::MAX >> (64 - r)) };
+                let low = if r == 0 {
+                    0
+                } else {
+                    u & (u64::MAX >> (64 - r))
+                };
                 w.put(((1u64 << q) - 1) | (low << (q + 1)), n);
             } else if q < ESCAPE {
                 w.ones(q);
