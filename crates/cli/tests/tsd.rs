@@ -282,3 +282,76 @@ fn rollups_are_configured_as_opentsdb_configures_them() {
     assert_eq!(rows.len(), 1000);
     assert!(rows.iter().all(|r| r.cells.len() == 1));
 }
+
+/// `openssl s_client` (the TLS client operators reach for) against a TSD that requires
+/// TLS: telnet `put` and `version` inside TLS, then the point read back over HTTPS through
+/// the same port; a plain connection gets nothing.
+#[test]
+fn telnet_over_tls_works_with_openssl_s_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("tsd.crt"), dir.path().join("tsd.key"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is needed (scripts/test installs it)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let config = dir.path().join("tsd.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "tsd.network.tls.cert = {}\ntsd.network.tls.key = {}\ntsd.network.tls.mode = required\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let (mut child, addr) = common::spawn_tsd_with(Some(&config), &dir.path().join("data"));
+    // Through TLS, as s_client relays standard input; `exit` makes the TSD close, which
+    // ends s_client (`-ign_eof`: not before the answers).
+    let s_client = |input: &str| -> String {
+        let mut c = Command::new("openssl")
+            .args(["s_client", "-quiet", "-ign_eof", "-connect", &addr])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let telnet = s_client("put tls.metric 1356998400 42 host=a\nversion\nexit\n");
+    assert!(telnet.contains("Built on"), "{telnet}");
+    assert!(!telnet.contains("put:"), "the put was accepted: {telnet}");
+    let http = s_client(
+        "GET /api/query?start=1356998000&end=1356999000&m=sum:tls.metric HTTP/1.0\r\n\r\n",
+    );
+    assert!(
+        http.starts_with("HTTP/1.0 200") || http.starts_with("HTTP/1.1 200"),
+        "{http}"
+    );
+    assert!(http.contains(r#""1356998400":42"#), "{http}");
+    // A plain client is closed without an answer.
+    assert_eq!(telnet_fenced_plain(&addr), "");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// What a plain (not TLS) telnet client reads back.
+fn telnet_fenced_plain(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(b"version\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
