@@ -1066,7 +1066,7 @@ impl Writer {
             (state.sealed.clone(), state.next_seq - 1)
         };
         let flushed: usize = sealed.iter().map(|s| s.points).sum();
-        let rows = self.sealed_rows(&sealed);
+        let rows = self.sealed_rows(&sealed)?;
         // The index entries of the rows' series and periods before any of the rows.
         let index = match &self.index {
             Some(index) => Some(index.prepare(
@@ -1136,7 +1136,10 @@ impl Writer {
     }
 
     /// Every row of the sealed buffers once, as (key, row id), sorted by key.
-    fn sealed_rows(&self, sealed: &[Arc<Buffer>]) -> Vec<(Vec<u8>, u64)> {
+    /// A buffered row whose series has no template would be a broken invariant (an evicted
+    /// id still buffered): the flush fails, loudly and again at each try, and the points stay
+    /// buffered and logged, rather than the process going down.
+    fn sealed_rows(&self, sealed: &[Arc<Buffer>]) -> Result<Vec<(Vec<u8>, u64)>> {
         let series = self.series.read();
         let at = self.settings.schema.timestamp_offset();
         let mut rows = Vec::new();
@@ -1145,13 +1148,23 @@ impl Writer {
                 if sealed[..i].iter().any(|earlier| earlier.get(row).is_some()) {
                     continue; // listed with the first buffer holding it
                 }
-                let mut key = series.templates[(row >> 32) as usize].to_vec();
+                let mut key = series
+                    .templates
+                    .get((row >> 32) as usize)
+                    .filter(|t| t.len() >= at + 4)
+                    .ok_or_else(|| {
+                        Error::Internal(format!(
+                            "buffered points of series id {} have no row key template",
+                            row >> 32
+                        ))
+                    })?
+                    .to_vec();
                 key[at..at + 4].copy_from_slice(&(row as u32).to_be_bytes());
                 rows.push((key, row));
             }
         }
         rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        rows
+        Ok(rows)
     }
 
     /// One row's points from the sealed buffers (oldest first), in time order with
