@@ -208,10 +208,7 @@ fn send_rollups(
                 })
                 .collect();
             let outcome = db.add_rollup_points(&points, false)?;
-            for (i, e) in &outcome.errors {
-                report(file, good[*i].0, &e.to_string(), totals);
-            }
-            totals.points += outcome.stored as u64;
+            tally(file, &good, &outcome.errors, outcome.stored, totals);
         }
         Sink::Remote {
             agent,
@@ -240,6 +237,21 @@ fn send_rollups(
         }
     }
     Ok(())
+}
+
+/// Counts a batch's stored points and reports its refused ones against their lines
+/// (`good[i].0` is the line of the batch's point `i`).
+fn tally<T, E: std::fmt::Display>(
+    file: &str,
+    good: &[(usize, T)],
+    errors: &[(usize, E)],
+    stored: usize,
+    totals: &mut Totals,
+) {
+    for (i, e) in errors {
+        report(file, good[*i].0, &e.to_string(), totals);
+    }
+    totals.points += stored as u64;
 }
 
 fn point_json(p: &PutLine<'_>, tags: &[(&str, &str)]) -> serde_json::Value {
@@ -325,10 +337,7 @@ fn send_puts(
                 })
                 .collect();
             let outcome = db.add_points(&points);
-            for (i, e) in &outcome.errors {
-                report(file, good[*i].0, &e.to_string(), totals);
-            }
-            totals.points += outcome.stored as u64;
+            tally(file, &good, &outcome.errors, outcome.stored, totals);
         }
         Sink::Remote {
             agent,
