@@ -166,7 +166,10 @@ impl SeriesCache {
 
     /// Notes that a batch of `epoch` looked the series up.
     fn touch(&self, id: u32, epoch: u64) {
-        if let Some(used) = self.used.get(id as usize) {
+        // A plain read on the hot path: the mark changes once an epoch.
+        if let Some(used) = self.used.get(id as usize)
+            && used.load(Ordering::Relaxed) < epoch
+        {
             used.fetch_max(epoch, Ordering::Relaxed);
         }
     }
@@ -176,8 +179,10 @@ impl SeriesCache {
         let gone: Vec<bool> = (0..self.templates.len())
             .map(|i| !self.templates[i].is_empty() && self.used[i].load(Ordering::Relaxed) < epoch)
             .collect();
-        let evicted: Vec<u32> = (0..gone.len() as u32)
-            .filter(|id| gone[*id as usize])
+        let evicted: Vec<u32> = (0u32..)
+            .zip(&gone)
+            .filter(|(_, g)| **g)
+            .map(|(id, _)| id)
             .collect();
         if evicted.is_empty() {
             return evicted;

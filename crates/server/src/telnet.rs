@@ -318,7 +318,7 @@ fn needed_permission(cmd: &str) -> Option<Permission> {
 
 /// Consecutive `put` lines waiting to be written as one batch. Their tags stay as written:
 /// the write path reads them only for series it does not know by that text.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PutBatch<'a> {
     lines: Vec<Result<PutHead<'a>, PutError>>,
 }

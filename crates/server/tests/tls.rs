@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{HttpConn, start_with};
 use hourglass_core::config::Config;
 use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -78,24 +78,7 @@ async fn tls_telnet(
     trusted: &[CertificateDer<'static>],
     text: &str,
 ) -> Vec<String> {
-    let mut s = connect(addr, trusted).await;
-    s.write_all(format!("{text}version\n").as_bytes())
-        .await
-        .unwrap();
-    let mut reader = BufReader::new(s);
-    let mut lines = Vec::new();
-    loop {
-        let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "closed before the version; got {lines:?}");
-        if line.starts_with("hourglass ") {
-            return lines;
-        }
-        lines.push(line.trim_end().to_string());
-    }
+    common::fenced(connect(addr, trusted).await, text).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,7 +166,8 @@ async fn telnet_authenticates_inside_tls() {
         &format!("auth token {token}\nput tls.auth 1700000000 1 host=a\n"),
     )
     .await;
-    assert_eq!(replies, vec!["AUTH_SUCCESS.".to_string()]);
+    // OpenTSDB ends this answer with `\r\n`.
+    assert_eq!(replies, vec!["AUTH_SUCCESS.\r".to_string()]);
     let answer = https_get(srv.addr, &trusted, "/api/aggregators").await;
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
     assert_eq!(srv.points("tls.auth").len(), 1);

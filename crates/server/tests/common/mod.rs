@@ -172,7 +172,14 @@ pub(crate) async fn load_fixture(srv: &TestServer) {
 /// Sends telnet lines, then `version` as a fence, and returns every reply line before the
 /// version text.
 pub(crate) async fn telnet(addr: SocketAddr, text: &str) -> Vec<String> {
-    let mut s = TcpStream::connect(addr).await.unwrap();
+    fenced(TcpStream::connect(addr).await.unwrap(), text).await
+}
+
+/// [`telnet`] over a connection already open (a TLS stream, say).
+pub(crate) async fn fenced<S>(mut s: S, text: &str) -> Vec<String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     s.write_all(text.as_bytes()).await.unwrap();
     s.write_all(b"version\n").await.unwrap();
     let mut reader = BufReader::new(s);
