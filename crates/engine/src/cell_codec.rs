@@ -84,9 +84,12 @@ impl CellCodec for DataCellCodec {
     }
 }
 
-/// The version of the joint stream written (RFC 0006, group formats 0x02 and 0x03): version 0x01's
-/// sections, with Rice sequences for the values and a second way to write the offsets.
-const JOINT_VERSION: u8 = 2;
+/// The version of the joint stream written (RFC 0006, group formats 0x02 and 0x03): a
+/// summary section (RFC 0009), then version 0x02's body.
+const JOINT_VERSION: u8 = 3;
+/// Version 0x02: version 0x01's sections, with Rice sequences for the values and a second way
+/// to write the offsets; still decoded.
+const JOINT_VERSION_2: u8 = 2;
 /// The first joint stream version (a version-2 blob's sections), still decoded.
 const JOINT_VERSION_1: u8 = 1;
 /// The body of a joint stream of version 0x02, as the body decoders take a version; no blob
@@ -98,7 +101,8 @@ const BODY_RICE: u8 = 3;
 enum Packing {
     /// Each sequence at one bit width (blobs, joint stream version 0x01).
     Frame,
-    /// Rice sequences (`rice`), and offsets as runs or as a Rice sequence (joint stream 0x02).
+    /// Rice sequences (`rice`), and offsets as runs or as a Rice sequence (joint streams
+    /// 0x02 and 0x03).
     Rice,
 }
 
@@ -186,10 +190,23 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
         return None;
     }
     let mut stream = Vec::with_capacity(points.len() * 2 + 16);
-    stream.push(match packing {
-        Packing::Frame => JOINT_VERSION_1,
-        Packing::Rice => JOINT_VERSION,
-    });
+    match packing {
+        Packing::Frame => stream.push(JOINT_VERSION_1),
+        Packing::Rice => {
+            stream.push(JOINT_VERSION);
+            // A dense stream summarizes every member it can, the sparse hours of a series'
+            // start, end or gaps too: one of them left out would have a query decode the
+            // whole stream.
+            let dense = points.len() >= SUMMARY_MIN_POINTS * members.len();
+            let mut at = 0;
+            let each = members.iter().map(|m| {
+                let own = &points[at..at + m.shape.points as usize];
+                at += own.len();
+                if dense { member_summary(own) } else { None }
+            });
+            write_summaries(each.collect(), &mut stream);
+        }
+    }
     encode_runs(&points, &offsets, packing, &mut stream);
     encode_values(&points, packing, &mut stream);
     // Lossless or not at all.
@@ -216,10 +233,174 @@ fn joint_reader<'a>(
     };
     let body = match r.byte()? {
         JOINT_VERSION_1 => VERSION,
-        JOINT_VERSION => BODY_RICE,
+        JOINT_VERSION_2 => BODY_RICE,
+        JOINT_VERSION => {
+            read_summaries(&mut r, members.len())?;
+            BODY_RICE
+        }
         _ => return Err("unknown version"),
     };
     Ok((r, n, body))
+}
+
+/// A joint member's points summarized (joint stream version 0x03, RFC 0009): what a
+/// one-hour downsample of them by sum, avg, min, max or count gives, without reading the
+/// points.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemberSummary {
+    /// The member's points (none of them NaN).
+    pub count: u32,
+    /// The values as doubles folded in time order as a downsample folds them: the sum from
+    /// -0.0, the least and the greatest from NaN (`f64::min`, `f64::max`).
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// A stream of fewer points a member on average summarizes none: reading them is cheap, and
+/// a summary's bytes would weigh on each point.
+pub const SUMMARY_MIN_POINTS: usize = 120;
+
+/// Magnitudes below this are whole doubles written as integers in a summary.
+const EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
+
+/// The summary of one member's points, when their times strictly increase (the query path
+/// reads them as columns) and no value is NaN.
+fn member_summary(points: &[Point]) -> Option<MemberSummary> {
+    use crate::query::fold::{Fold, Max, Min, Sum};
+    if !strictly_increasing(points) {
+        return None;
+    }
+    let (mut sum, mut min, mut max) = (Sum::START, Min::START, Max::START);
+    let mut n = 0u64;
+    for p in points {
+        let v = p.value().as_f64();
+        if v.is_nan() {
+            return None;
+        }
+        Sum::add(&mut sum, &mut n, v);
+        Min::add(&mut min, &mut n, v);
+        Max::add(&mut max, &mut n, v);
+    }
+    Some(MemberSummary {
+        count: u32::try_from(points.len()).ok()?,
+        sum,
+        min,
+        max,
+    })
+}
+
+fn strictly_increasing(points: &[Point]) -> bool {
+    points
+        .windows(2)
+        .all(|w| w[0].offset_ms() < w[1].offset_ms())
+}
+
+/// Whether `v` is written as an integer in a summary (a whole double, not -0.0, below 2^53
+/// in magnitude: it rebuilds exactly).
+fn integral(v: f64) -> bool {
+    v.fract() == 0.0 && v.abs() < EXACT_INTEGER && !(v == 0.0 && v.is_sign_negative())
+}
+
+/// The summary section: a bitmap of the members with a summary (bit i of byte i / 8, least
+/// significant first), then each summary: a kind byte, and sum, min and max: kind 0x00 as 8-byte
+/// little-endian doubles, kind 0x01 as zigzag varints (each a whole double below 2^53 in
+/// magnitude, not -0.0).
+fn write_summaries(summaries: Vec<Option<MemberSummary>>, out: &mut Vec<u8>) {
+    let at = out.len();
+    out.resize(at + summaries.len().div_ceil(8), 0);
+    for (i, s) in summaries.iter().enumerate() {
+        if s.is_some() {
+            out[at + i / 8] |= 1 << (i % 8);
+        }
+    }
+    for s in summaries.into_iter().flatten() {
+        let fields = [s.sum, s.min, s.max];
+        if fields.iter().all(|v| integral(*v)) {
+            out.push(0x01);
+            for v in fields {
+                put_varint(out, zigzag(v as i64));
+            }
+        } else {
+            out.push(0x00);
+            for v in fields {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// The summary section of a joint stream of `members` joint members; the count of each
+/// summarized member is its point count, filled in by the caller.
+fn read_summaries(
+    r: &mut Reader<'_>,
+    members: usize,
+) -> Result<Vec<Option<MemberSummary>>, &'static str> {
+    let bitmap_len = members.div_ceil(8);
+    let end = r.pos.checked_add(bitmap_len).ok_or("truncated")?;
+    let bitmap = r.bytes.get(r.pos..end).ok_or("truncated")?;
+    r.pos = end;
+    if !members.is_multiple_of(8) && bitmap.last().is_some_and(|b| b >> (members % 8) != 0) {
+        return Err("summary of no member");
+    }
+    let mut out = Vec::with_capacity(members);
+    for i in 0..members {
+        if bitmap[i / 8] & (1 << (i % 8)) == 0 {
+            out.push(None);
+            continue;
+        }
+        let mut fields = [0f64; 3];
+        match r.byte()? {
+            0x00 => {
+                for f in &mut fields {
+                    let end = r.pos.checked_add(8).ok_or("truncated")?;
+                    let b = r.bytes.get(r.pos..end).ok_or("truncated")?;
+                    *f = f64::from_le_bytes(b.try_into().map_err(|_| "truncated")?);
+                    r.pos = end;
+                }
+            }
+            0x01 => {
+                for f in &mut fields {
+                    let v = unzigzag(r.varint()?);
+                    if v.unsigned_abs() >= 1 << 53 {
+                        return Err("summary integer out of range");
+                    }
+                    *f = v as f64;
+                }
+            }
+            _ => return Err("unknown summary kind"),
+        }
+        out.push(Some(MemberSummary {
+            count: 0,
+            sum: fields[0],
+            min: fields[1],
+            max: fields[2],
+        }));
+    }
+    Ok(out)
+}
+
+/// The summaries of a joint stream's members (`None` for a stream of a version without
+/// them), each with its member's point count.
+pub fn joint_summaries(
+    stream: &[u8],
+    members: &[JointMember],
+) -> Result<Option<Vec<Option<MemberSummary>>>> {
+    let corrupt = |e: &str| Error::Corrupt(format!("bad joint stream: {e}"));
+    if stream.first() != Some(&JOINT_VERSION) {
+        return Ok(None);
+    }
+    let mut r = Reader {
+        bytes: stream,
+        pos: 1,
+    };
+    let mut all = read_summaries(&mut r, members.len()).map_err(corrupt)?;
+    for (s, m) in all.iter_mut().zip(members) {
+        if let Some(s) = s {
+            s.count = m.shape.points;
+        }
+    }
+    Ok(Some(all))
 }
 
 /// The body of a joint stream over `members`, with its point count checked against its

@@ -5,7 +5,7 @@ pub mod aggregate;
 pub mod aggregator;
 pub mod downsample;
 pub mod filter;
-mod fold;
+pub(crate) mod fold;
 pub mod plan;
 pub mod rate;
 

@@ -15,7 +15,10 @@ use hourglass_core::value::Value;
 use hourglass_storage::model::decode_joint_row;
 use hourglass_storage::{CellCodec, CellForm, JointMember, Row};
 
-use crate::cell_codec::{DataCellCodec, decode_columns, decode_joint_columns, decode_points};
+use crate::cell_codec::{
+    DataCellCodec, MemberSummary, decode_columns, decode_joint_columns, decode_points,
+    joint_summaries,
+};
 use crate::num::{Num, Sample};
 use crate::scan::{RowQuery, scan_requests};
 use crate::{Error, Result, Tsdb, rows};
@@ -71,6 +74,9 @@ pub struct RowColumns<'a, V> {
     pub annotations: Vec<(&'a [u8], &'a [u8])>,
     /// Bytes read from storage for this row (key, qualifiers and values).
     pub stored_bytes: usize,
+    /// The row's points summarized instead of listed (`times` and `values` empty): only
+    /// from [`Tsdb::visit_columns_within`], for a row whose hour lies in its range.
+    pub summary: Option<MemberSummary>,
 }
 
 /// A row's data cells before decoding.
@@ -84,6 +90,8 @@ enum RowData<'a> {
     Buffered(&'a [Point]),
     /// A group member's points, decoded with the rest of its group (strictly increasing).
     Columns(&'a [i64], &'a [Num]),
+    /// A group member's points as their summary, not decoded.
+    Summary(MemberSummary),
 }
 
 fn is_encoded(c: &hourglass_storage::Cell) -> bool {
@@ -104,7 +112,7 @@ impl RowData<'_> {
             }
             RowData::Merge(row, extra) => (*row, *extra),
             RowData::Buffered(points) => return Ok(rows::decode_row(None, points)?.points),
-            RowData::Columns(..) => {
+            RowData::Columns(..) | RowData::Summary(_) => {
                 return Err(Error::Internal(
                     "a group member's columns read as points".into(),
                 ));
@@ -178,8 +186,15 @@ impl RowData<'_> {
     }
 }
 
+const HOUR_MS: i64 = 3_600_000;
+
 /// Buffered rows keyed series first, then hour: (row key, points).
 type Buffered = BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)>;
+
+/// Whether the row `key` has buffered points.
+fn has_buffered(buffered: &Buffered, at: usize, key: &[u8]) -> bool {
+    !buffered.is_empty() && buffered.contains_key(&hourglass_storage::series_major(key, at))
+}
 
 /// Before the stored row `key`: visits its series' buffered rows of earlier hours, and
 /// returns its own buffered points (taken out of `buffered`).
@@ -221,10 +236,15 @@ impl Tsdb {
     /// With `joint`, a group of the embedded store read whole (`ReadOptions::joint_rows`) is
     /// decoded in one pass and its members handed over as [`RowData::Columns`] (or, merged
     /// with buffered points or out of order, as their rebuilt cells).
+    ///
+    /// With `within` (ms, inclusive), a member of such a group whose stream summarizes it,
+    /// whose hour lies in `within` and which has no buffered points, is handed over as
+    /// [`RowData::Summary`]; a group whose members in the scan all go so is not decoded.
     fn visit_row_data(
         &self,
         query: &RowQuery,
         joint: bool,
+        within: Option<(i64, i64)>,
         mut visit: impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
     ) -> Result<()> {
         let schema = &self.settings().schema;
@@ -266,20 +286,10 @@ impl Tsdb {
                         members.into_iter().unzip();
                     let period = base_time_of(schema, &row.key)
                         .ok_or_else(|| Error::Corrupt("group key without a base time".into()))?;
-                    group_times.clear();
-                    group_values.clear();
-                    decode_joint_columns(
-                        stream,
-                        &members,
-                        i64::from(period) * 1000,
-                        &mut group_times,
-                        &mut group_values,
-                    )?;
-                    let total = group_times.len().max(1);
-                    let mut rebuilt: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
-                    let mut from = 0usize;
-                    for (i, m) in members.iter().enumerate() {
-                        let to = from + m.shape.points as usize;
+                    // Each member's key, or `None` outside the scan (a joint row lists the
+                    // group's members outside it too).
+                    let mut keys = Vec::with_capacity(members.len());
+                    for m in &members {
                         let mut key = row.key.clone();
                         let base = period.checked_add(m.offset_secs).ok_or_else(|| {
                             Error::Corrupt("group member past the end of time".into())
@@ -287,14 +297,68 @@ impl Tsdb {
                         if let Some(b) = key.get_mut(at..at + 4) {
                             b.copy_from_slice(&base.to_be_bytes());
                         }
-                        // A joint row lists the group's members outside the scan too.
-                        if key < request.start || request.end.as_ref().is_some_and(|e| key >= *e) {
+                        let outside =
+                            key < request.start || request.end.as_ref().is_some_and(|e| key >= *e);
+                        keys.push((!outside).then_some(key));
+                    }
+                    let summaries = match within {
+                        Some((lo, hi)) => joint_summaries(stream, &members)?.map(|all| {
+                            let period_ms = i64::from(period) * 1000;
+                            all.into_iter()
+                                .zip(&members)
+                                .zip(&keys)
+                                .map(|((s, m), key)| {
+                                    let hour = period_ms + i64::from(m.offset_secs) * 1000;
+                                    s.filter(|_| {
+                                        hour >= lo
+                                            && hour + HOUR_MS - 1 <= hi
+                                            && key
+                                                .as_ref()
+                                                .is_some_and(|k| !has_buffered(&buffered, at, k))
+                                    })
+                                })
+                                .collect::<Vec<_>>()
+                        }),
+                        None => None,
+                    };
+                    let summarized =
+                        |i: usize| summaries.as_ref().and_then(|s| s.get(i).copied().flatten());
+                    group_times.clear();
+                    group_values.clear();
+                    let decode = keys
+                        .iter()
+                        .enumerate()
+                        .any(|(i, k)| k.is_some() && summarized(i).is_none());
+                    if decode {
+                        decode_joint_columns(
+                            stream,
+                            &members,
+                            i64::from(period) * 1000,
+                            &mut group_times,
+                            &mut group_values,
+                        )?;
+                    }
+                    let total = members
+                        .iter()
+                        .map(|m| m.shape.points as usize)
+                        .sum::<usize>()
+                        .max(1);
+                    let mut rebuilt: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
+                    let mut from = 0usize;
+                    for (i, (m, key)) in members.iter().zip(keys).enumerate() {
+                        let to = from + m.shape.points as usize;
+                        let Some(key) = key else {
                             from = to;
                             continue;
-                        }
+                        };
                         let extra =
                             take_buffered(&mut buffered, &mut earlier, at, &key, &mut visit)?;
                         let stored = key.len() + stream.len() * (to - from) / total;
+                        if let (None, Some(s)) = (&extra, summarized(i)) {
+                            visit(&key, RowData::Summary(s), Vec::new(), stored)?;
+                            from = to;
+                            continue;
+                        }
                         let (times, values) = (
                             group_times.get(from..to).unwrap_or_default(),
                             group_values.get(from..to).unwrap_or_default(),
@@ -371,15 +435,20 @@ impl Tsdb {
         mut visit: impl FnMut(RowView<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut points = Vec::new();
-        self.visit_row_data(query, false, |key, data, annotations, stored_bytes| {
-            data.points(&mut points)?;
-            visit(RowView {
-                key,
-                points: &points,
-                annotations,
-                stored_bytes,
-            })
-        })
+        self.visit_row_data(
+            query,
+            false,
+            None,
+            |key, data, annotations, stored_bytes| {
+                data.points(&mut points)?;
+                visit(RowView {
+                    key,
+                    points: &points,
+                    annotations,
+                    stored_bytes,
+                })
+            },
+        )
     }
 
     /// [`Tsdb::visit_rows`] with each row's points as columns of times and values: the
@@ -387,22 +456,51 @@ impl Tsdb {
     pub fn visit_columns<V: Sample>(
         &self,
         query: &RowQuery,
+        visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
+    ) -> Result<()> {
+        self.visit_columns_within(query, None, visit)
+    }
+
+    /// [`Tsdb::visit_columns`], with a row of a group whose stream summarizes it and whose
+    /// hour lies in `within` (ms, inclusive) handed over as its summary
+    /// ([`RowColumns::summary`]) instead of its points: a one-hour downsample by sum, avg,
+    /// min, max or count reads no point of such rows.
+    pub fn visit_columns_within<V: Sample>(
+        &self,
+        query: &RowQuery,
+        within: Option<(i64, i64)>,
         mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
         let schema = &self.settings().schema;
         let (mut times, mut values) = (Vec::new(), Vec::new());
-        self.visit_row_data(query, true, |key, data, annotations, stored_bytes| {
-            let base_ms = i64::from(base_time_of(schema, key).unwrap_or(0)) * 1000;
-            data.columns(base_ms, &mut times, &mut values)?;
-            visit(RowColumns {
-                key,
-                base_ms,
-                times: &times,
-                values: &values,
-                annotations,
-                stored_bytes,
-            })
-        })
+        self.visit_row_data(
+            query,
+            true,
+            within,
+            |key, data, annotations, stored_bytes| {
+                let base_ms = i64::from(base_time_of(schema, key).unwrap_or(0)) * 1000;
+                let summary = match data {
+                    RowData::Summary(s) => {
+                        times.clear();
+                        values.clear();
+                        Some(s)
+                    }
+                    _ => {
+                        data.columns(base_ms, &mut times, &mut values)?;
+                        None
+                    }
+                };
+                visit(RowColumns {
+                    key,
+                    base_ms,
+                    times: &times,
+                    values: &values,
+                    annotations,
+                    stored_bytes,
+                    summary,
+                })
+            },
+        )
     }
 
     /// Every series of `query.metric` having all of `query.tags`, with its points between

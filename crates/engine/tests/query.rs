@@ -486,3 +486,104 @@ fn none_answers_series_in_row_key_order_whatever_hour_they_start() {
         assert_eq!(names, vec!["web02", "web03", "web01"], "{backend}");
     }
 }
+
+/// One-hour downsamples by sum, avg, min, max and count read the embedded store's hour
+/// summaries (RFC 0009) and answer exactly as decoding every point does: on each backend the
+/// answers equal the memory store's (which keeps no summary), whatever the range cuts, with
+/// buffered points, sparse series, fills, rates and groups.
+#[test]
+fn hour_summaries_answer_as_the_points_do() {
+    let hosts: Vec<[(&str, &str); 1]> = ["a", "b", "c", "d"].map(|h| [("host", h)]).to_vec();
+    let t0 = 1_356_998_400i64; // 2013-01-01T00:00Z
+    let mut answers: Vec<(String, Vec<String>)> = Vec::new();
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        let mut pts = Vec::new();
+        for i in 0..(30 * 360) {
+            let t = t0 + i * 10;
+            for (n, tags) in hosts.iter().enumerate() {
+                let value = match n {
+                    // integers, negative too
+                    0 => Value::Int((i * 7919) % 1000 - 500),
+                    // floats with every decimal, signed zeros and a huge value now and then
+                    1 => match i % 500 {
+                        0 => Value::Double(-0.0),
+                        1 => Value::Double(0.0),
+                        2 => Value::Double(1e300),
+                        _ => Value::Double((i as f64 * 0.37).sin() * 100.0 / 3.0),
+                    },
+                    // 4-byte floats
+                    2 => Value::Float((i % 77) as f32 * 0.1),
+                    // a minute apart: too few a row to be summarized
+                    _ if i % 6 == 0 => Value::Double(i as f64 / 7.0),
+                    _ => continue,
+                };
+                pts.push(IncomingPoint {
+                    metric: "sys.cpu.user",
+                    timestamp: t,
+                    value,
+                    tags,
+                    line_tags: None,
+                });
+            }
+        }
+        db.add_points(&pts);
+        db.flush().unwrap();
+        // Points still buffered in an hour that is stored too.
+        let late: Vec<IncomingPoint> = (0..20i64)
+            .map(|i| IncomingPoint {
+                metric: "sys.cpu.user",
+                timestamp: t0 + 20 * 3600 + i * 10 + 5,
+                value: Value::Int(1_000_000),
+                tags: &hosts[0],
+                line_tags: None,
+            })
+            .collect();
+        db.add_points(&late);
+        let mut texts = Vec::new();
+        let mut summarized = 0;
+        for (start, end) in [
+            (t0 * 1000, (t0 + 30 * 3600) * 1000 - 1),
+            // cut mid-hour at both ends; the end at a point's time
+            (t0 * 1000 + 1_234_567, (t0 + 25 * 3600 + 1230) * 1000),
+        ] {
+            for (agg, ds, rate, group) in [
+                ("sum", "1h-sum", false, true),
+                ("avg", "1h-avg", false, false),
+                ("max", "1h-min", false, true),
+                ("min", "1h-max", false, false),
+                ("sum", "1h-count", false, true),
+                ("zimsum", "60m-avg-zero", true, false),
+                ("sum", "3600s-mimmax-nan", false, true),
+                // not summarized: buckets of more than an hour
+                ("sum", "2h-sum", false, true),
+                ("max", "1d-max", false, false),
+            ] {
+                let mut q = sub(agg);
+                q.rate = rate;
+                q.downsample = Some(DownsampleSpec::parse(ds).unwrap());
+                if group {
+                    q.filters = vec![TagFilter::from_legacy("host", "*", true).unwrap()];
+                }
+                let o = run(&db, start, end, &q, &RunOptions::default()).unwrap();
+                summarized += o.stats.summarized;
+                // NaN != NaN: compare the text of the answers.
+                texts.push(format!("{agg} {ds}: {:?} {}", o.groups, o.stats.points));
+            }
+        }
+        if backend.starts_with("embedded") {
+            // Three summarized series, 30 and 26 hours, 14 queries; less the hour with
+            // buffered points.
+            assert!(summarized > 1000, "{backend}: {summarized} rows summarized");
+        } else {
+            assert_eq!(summarized, 0, "{backend}");
+        }
+        answers.push((backend.to_string(), texts));
+    }
+    let (first, want) = &answers[0];
+    for (backend, got) in &answers[1..] {
+        for (w, g) in want.iter().zip(got) {
+            assert_eq!(w, g, "{backend} against {first}");
+        }
+    }
+}

@@ -984,7 +984,8 @@ fn joint_stream_example() {
     assert_eq!(
         stream,
         hex(concat!(
-            "02 ",             // joint stream version 2
+            "03 ",             // joint stream version 3
+            "00 ",             // no member summarized (fewer points than SUMMARY_MIN_POINTS)
             "01 00 04 ",       // one resolution run: seconds, 4 points
             "01 00 E0 A7 12 ", // offsets as a Rice sequence: first 0, divisor 300000 ms,
             "02 03 02 F4 00 ", //   quotient changes 1, 0, 9 around their median 1, 3 bytes:
@@ -995,6 +996,10 @@ fn joint_stream_example() {
             "01 3F C0 00 00",  // floats raw: 1.5
         ))
     );
+    // Version 2 of the same stream (no summary section) still decodes.
+    let mut version_2 = stream.clone();
+    version_2.remove(1);
+    version_2[0] = 2;
     // Version 1 of the same stream (runs, bit-packed sequences) still decodes.
     let version_1 = hex(concat!(
         "01 ",                               // joint stream version 1
@@ -1012,7 +1017,7 @@ fn joint_stream_example() {
         })
         .collect();
     let cells: Vec<(Vec<u8>, Vec<u8>)> = members.iter().map(|(_, c)| c.clone()).collect();
-    for stream in [&stream, &version_1] {
+    for stream in [&stream, &version_2, &version_1] {
         assert_eq!(
             DataCellCodec.decode_joint("t", stream, &joint).unwrap(),
             cells
@@ -1063,10 +1068,10 @@ fn joint_stream_example() {
         .collect();
     assert!(DataCellCodec.decode_joint("t", &stream, &shifted).is_err());
     // An unknown version, a member count not matching the stream.
-    let mut v3 = stream.clone();
-    v3[0] = 3;
+    let mut v4 = stream.clone();
+    v4[0] = 4;
     assert_eq!(
-        DataCellCodec.decode_joint("t", &v3, &joint),
+        DataCellCodec.decode_joint("t", &v4, &joint),
         Err(Error::Corrupt("bad joint stream: unknown version".into()))
     );
     assert!(
@@ -1205,12 +1210,15 @@ fn day_members(
         .collect()
 }
 
-/// The offset mode byte of a version 2 stream of one resolution run.
+/// The offset mode byte of a stream of one resolution run over a day of hourly members.
 fn offset_mode(stream: &[u8]) -> u8 {
     let mut r = Reader {
         bytes: stream,
         pos: 1,
     };
+    if stream[0] == JOINT_VERSION {
+        read_summaries(&mut r, 24).unwrap();
+    }
     assert_eq!(r.varint().unwrap(), 1, "one resolution run");
     r.byte().unwrap();
     r.varint().unwrap();
@@ -1272,4 +1280,143 @@ fn joint_version_2_packs_real_shapes() {
         v1.len()
     );
     assert!(v2.len() < 40, "{}", v2.len());
+}
+
+/// Hourly members of `n` points each, ten seconds apart, values from `value(member, i)`.
+fn dense_members(hours: u32, n: u32, value: impl Fn(u32, u32) -> Value) -> Vec<(u32, Rebuilt)> {
+    (0..hours)
+        .map(|h| {
+            let points: Vec<Value> = (0..n).map(|i| value(h, i)).collect();
+            (h * 3600, cell(&every(10, &points)))
+        })
+        .collect()
+}
+
+fn summary_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        4 => (-1_000_000i64..1_000_000).prop_map(Value::Int),
+        1 => any::<i64>().prop_map(Value::Int),
+        4 => (-1e6f64..1e6).prop_map(Value::Double),
+        1 => (-1e3f32..1e3).prop_map(Value::Float),
+        1 => prop_oneof![Just(-0.0f64), Just(0.0), Just(f64::INFINITY), Just(f64::NAN), Just(1e300)]
+            .prop_map(Value::Double),
+    ]
+}
+
+proptest! {
+    /// In a stream of at least SUMMARY_MIN_POINTS points a member on average, each member
+    /// without NaN is summarized with exactly what folding its decoded values gives: the sum
+    /// from -0.0, min and max, bit for bit, and its count; the others are not.
+    #[test]
+    fn summaries_are_the_folds_of_the_decoded_points(
+        counts in prop::collection::vec(prop_oneof![1 => 1u32..SUMMARY_MIN_POINTS as u32, 3 => SUMMARY_MIN_POINTS as u32..360], 1..4),
+        values in prop::collection::vec(summary_value(), 360),
+        kind in 0u32..3,
+    ) {
+        let members: Vec<(u32, Rebuilt)> = counts
+            .iter()
+            .enumerate()
+            .map(|(h, &n)| {
+                let points: Vec<Value> = (0..n as usize)
+                    .map(|i| match (kind, values[(i * 7 + h) % values.len()]) {
+                        (0, Value::Double(d)) if d.is_nan() => Value::Double(1.5),
+                        (1, v) => Value::Int(match v { Value::Int(i) => i / 3, _ => i as i64 }),
+                        (_, v) => v,
+                    })
+                    .collect();
+                (h as u32 * 3600, cell(&every(10, &points)))
+            })
+            .collect();
+        let (shapes, stream) = encode_joint(&joint_cells(&members)).unwrap();
+        let joint: Vec<JointMember> = members
+            .iter()
+            .zip(&shapes)
+            .map(|((o, _), s)| JointMember { offset_secs: *o, shape: s.unwrap() })
+            .collect();
+        let summaries = joint_summaries(&stream, &joint).unwrap().unwrap();
+        let total: u32 = counts.iter().sum();
+        let dense = total as usize >= SUMMARY_MIN_POINTS * counts.len();
+        let (mut times, mut doubles) = (Vec::new(), Vec::<f64>::new());
+        decode_joint_columns(&stream, &joint, 0, &mut times, &mut doubles).unwrap();
+        let mut at = 0;
+        for (m, s) in joint.iter().zip(&summaries) {
+            let n = m.shape.points as usize;
+            let own = &doubles[at..at + n];
+            let own_times = &times[at..at + n];
+            at += n;
+            if !dense || own.iter().any(|v| v.is_nan()) {
+                prop_assert!(s.is_none());
+                continue;
+            }
+            let s = s.expect("a summary");
+            let (mut sum, mut min, mut max) = (-0.0f64, f64::NAN, f64::NAN);
+            for v in own {
+                sum += v;
+                min = min.min(*v);
+                max = max.max(*v);
+            }
+            prop_assert_eq!(s.count as usize, n);
+            prop_assert_eq!(s.sum.to_bits(), sum.to_bits());
+            prop_assert_eq!(s.min.to_bits(), min.to_bits());
+            prop_assert_eq!(s.max.to_bits(), max.to_bits());
+            prop_assert!(own_times.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+}
+
+/// The summary section's bytes: a bitmap, then per summarized member a kind and three
+/// values, integers as zigzag varints.
+#[test]
+fn summary_section_has_its_documented_bytes() {
+    // Two members: 240 integers 0..239 at 10 s, then 3 points 1, 1, 1 (240 points a member
+    // on average: both summarized).
+    let mut members = dense_members(1, 240, |_, i| Value::Int(i64::from(i)));
+    members.push((3600, cell(&every(10, &[Value::Int(1); 3]))));
+    let (_, stream) = encode_joint(&joint_cells(&members)).unwrap();
+    // version 3, both members summarized; kind 0x01: sum 28680, min 0, max 239 as zigzag
+    // varints; kind 0x01: 3, 1, 1
+    let want = hex("03 03 01 90 C0 03 00 DE 03 01 06 02 02");
+    assert_eq!(&stream[..want.len()], want.as_slice());
+    // Doubles go as their 8 bytes.
+    let members = dense_members(1, 120, |_, i| Value::Double(f64::from(i) + 0.5));
+    let (_, stream) = encode_joint(&joint_cells(&members)).unwrap();
+    assert_eq!(&stream[..2], &[0x03, 0x01]);
+    assert_eq!(stream[2], 0x00);
+    assert_eq!(stream[3..11], 7200.0f64.to_le_bytes());
+    assert_eq!(stream[11..19], 0.5f64.to_le_bytes());
+    assert_eq!(stream[19..27], 119.5f64.to_le_bytes());
+}
+
+/// A summary section cut short or naming a member that is not there is refused by every
+/// reader.
+#[test]
+fn bad_summary_sections_are_refused() {
+    let members = dense_members(2, 130, |h, i| Value::Int(i64::from(h * 1000 + i)));
+    let (shapes, stream) = encode_joint(&joint_cells(&members)).unwrap();
+    let joint: Vec<JointMember> = members
+        .iter()
+        .zip(&shapes)
+        .map(|((o, _), s)| JointMember {
+            offset_secs: *o,
+            shape: s.unwrap(),
+        })
+        .collect();
+    assert!(
+        joint_summaries(&stream, &joint)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .all(Option::is_some)
+    );
+    let mut bad_bit = stream.clone();
+    bad_bit[1] |= 0x04; // a third member
+    let mut bad_kind = stream.clone();
+    bad_kind[2] = 0x07;
+    for bad in [bad_bit, bad_kind, stream[..4].to_vec()] {
+        assert!(joint_summaries(&bad, &joint).is_err());
+        assert!(DataCellCodec.decode_joint("t", &bad, &joint).is_err());
+        assert!(
+            decode_joint_columns::<f64>(&bad, &joint, 0, &mut Vec::new(), &mut Vec::new()).is_err()
+        );
+    }
 }

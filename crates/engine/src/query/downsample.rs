@@ -7,9 +7,12 @@ use hourglass_core::calendar::CalendarInterval;
 use hourglass_core::time::Tz;
 
 use super::aggregator::Aggregator;
-use super::fold::{Accumulator, Fold, with_fold};
+use super::fold::{Accumulator, Fold, Running, with_fold};
+use crate::cell_codec::MemberSummary;
 use crate::num::Sample;
 use crate::{Error, Result};
+
+const HOUR_MS: i64 = 3_600_000;
 
 /// What an empty bucket becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,6 +279,55 @@ impl Downsampler {
                 .reserve(usize::try_from(expected).unwrap_or(0).min(1 << 24));
         }
         closed
+    }
+
+    /// Whether [`Downsampler::push_summary`] can stand for pushing the points of one hour:
+    /// fixed one-hour buckets, reduced by sum, avg, min, max or count.
+    pub fn takes_summaries(spec: &DownsampleSpec) -> bool {
+        spec.calendar.is_none()
+            && spec.interval_ms == HOUR_MS
+            && matches!(
+                Running::of(spec.function),
+                Running::Sum | Running::Avg | Running::Min | Running::Max | Running::Count
+            )
+    }
+
+    /// Adds the points of the hour starting at `start` (ms) at once, by their summary, none
+    /// of them pushed before; later points must not go back. Only when
+    /// [`Downsampler::takes_summaries`]. Returns how many buckets it closed.
+    pub fn push_summary(&mut self, start: i64, s: &MemberSummary) -> Result<usize> {
+        if !Downsampler::takes_summaries(&self.spec) || start.rem_euclid(HOUR_MS) != 0 {
+            return Err(Error::Internal(
+                "a summary pushed into buckets it does not fill".into(),
+            ));
+        }
+        if self.bucket.is_some_and(|(_, end)| start < end) {
+            return Err(Error::Internal(
+                "a summary pushed into a bucket already begun".into(),
+            ));
+        }
+        let first_row = self.out.capacity() == 0 && self.bucket.is_none();
+        let closed = self.close();
+        self.bucket = Some((start, start + HOUR_MS));
+        let count = u64::from(s.count);
+        let c = &mut self.current;
+        c.seen = count;
+        c.finite = count;
+        c.acc = match c.running {
+            Running::Sum => s.sum,
+            // The mean's sum starts from 0.0, the sum's from -0.0: they differ only in the
+            // sign of a zero, which adding 0.0 settles as the mean's fold would.
+            Running::Avg => 0.0 + s.sum,
+            Running::Min => s.min,
+            Running::Max => s.max,
+            _ => Accumulator::start(c.running),
+        };
+        if let (true, Some(until)) = (first_row, self.until) {
+            let hours = (until - start).max(0) / HOUR_MS + 2;
+            self.out
+                .reserve(usize::try_from(hours).unwrap_or(0).min(1 << 24));
+        }
+        Ok(closed)
     }
 
     /// [`Downsampler::push_all`] for fixed buckets and a function folded as values arrive:

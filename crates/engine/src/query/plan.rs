@@ -183,6 +183,8 @@ pub struct QueryStats {
     pub bytes: u64,
     /// Series that passed the filters.
     pub series: u64,
+    /// Rows read by their summaries (RFC 0009), their points counted, not decoded.
+    pub summarized: u64,
     /// Time spent reading rows (decode and per-series work included).
     pub scan_time: Duration,
     /// Time spent on rate and cross-series aggregation.
@@ -814,9 +816,21 @@ impl Scan<'_> {
             end_secs,
             tags: self.pushed.clone(),
         };
-        self.tsdb.visit_columns::<V>(&query, |row| {
+        // A one-hour downsample by a fold reads summarized rows of the scan window by their
+        // summaries (RFC 0009); a deletion reads every row.
+        let within = match self.q.downsample {
+            Some(ds) if Downsampler::takes_summaries(&ds) && !self.options.delete => Some((lo, hi)),
+            _ => None,
+        };
+        self.tsdb.visit_columns_within::<V>(&query, within, |row| {
             let stats = &mut part.stats;
-            let count = row.times.len() as u64;
+            let count = match &row.summary {
+                Some(s) => {
+                    stats.summarized += 1;
+                    u64::from(s.count)
+                }
+                None => row.times.len() as u64,
+            };
             stats.rows += 1;
             stats.points += count;
             stats.bytes += row.stored_bytes as u64;
@@ -844,12 +858,18 @@ impl Scan<'_> {
                 let to = row.times.partition_point(|t| *t <= hi);
                 let (times, values) = (&row.times[from..to], &row.values[from..to]);
                 let s = &mut part.series[i];
-                match &mut s.points {
-                    Points::Raw(out) => {
+                match (&mut s.points, &row.summary) {
+                    (Points::Downsampled(d), Some(summary)) => {
+                        held += d.push_summary(row.base_ms, summary)? as u64;
+                    }
+                    (Points::Raw(_), Some(_)) => {
+                        return Err(Error::Internal("a summary read for raw points".into()));
+                    }
+                    (Points::Raw(out), None) => {
                         out.extend(times.iter().copied().zip(values.iter().map(|v| v.to_num())));
                         held += times.len() as u64;
                     }
-                    Points::Downsampled(d) => held += d.push_all(times, values) as u64,
+                    (Points::Downsampled(d), None) => held += d.push_all(times, values) as u64,
                 }
                 let base_time = (row.base_ms / 1000) as u32;
                 for (qualifier, json) in &row.annotations {
@@ -903,6 +923,7 @@ impl Part {
         self.stats.rows += later.stats.rows;
         self.stats.points += later.stats.points;
         self.stats.bytes += later.stats.bytes;
+        self.stats.summarized += later.stats.summarized;
         self.stats.series = self.series.len() as u64;
         self.held += later.held;
         self.deletions.extend(later.deletions);
