@@ -455,6 +455,8 @@ impl Serialized<'_> {
         } else {
             ('{', '}', "\"", "")
         };
+        // Room for every point at once: a long answer is not copied as it grows.
+        out.reserve(g.dps.len() * 24 + 64);
         out.push(open);
         for (i, (t, v)) in g.dps.iter().enumerate() {
             if i > 0 {
