@@ -15,7 +15,7 @@ use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
 use hourglass_storage::{Mutation, ReadOptions, RowMutation};
 
-use super::aggregate::{aggregate, aggregate_floats, aggregate_rates};
+use super::aggregate::{aggregate_floats, aggregate_owned, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
@@ -519,7 +519,7 @@ fn finish_groups(
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
                 .collect(),
-            Finished::Raw(series) => aggregate(&series, q.aggregator)?,
+            Finished::Raw(series) => aggregate_owned(series, q.aggregator)?,
         };
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
