@@ -24,6 +24,8 @@ use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
 use crate::{Error, Result, Tsdb};
 
+mod rollup;
+
 /// One sub-query of a request.
 #[derive(Debug, Clone)]
 pub struct SubQuery {
@@ -68,27 +70,14 @@ impl SubQuery {
 
 /// Refuses what asks for rollup or pre-aggregated data that this TSD cannot answer
 /// (RFC 0008): without a rollup configuration, OpenTSDB's refusal of `ROLLUP_NOFALLBACK` and
-/// pre-aggregates (the fallbacks are answered from raw data, as OpenTSDB answers them); with
-/// one, anything but raw data until rollup queries are served (phase 2), rather than an
-/// answer from raw data where rollups were asked for.
+/// pre-aggregates (the fallbacks are answered from raw data, as OpenTSDB answers them).
 pub fn check_rollup_request(tsdb: &Tsdb, q: &SubQuery) -> Result<()> {
     let usage = q.rollup_usage.as_deref().unwrap_or("ROLLUP_RAW");
     match tsdb.rollups() {
         None if q.pre_aggregate || usage == "ROLLUP_NOFALLBACK" => {
             Err(Error::invalid("No rollup or aggregations were configured"))
         }
-        None => Ok(()),
-        Some(_) if q.pre_aggregate || usage != "ROLLUP_RAW" => {
-            let asked = if q.pre_aggregate {
-                "pre-aggregated data".to_string()
-            } else {
-                format!("rollupUsage {usage}")
-            };
-            Err(Error::invalid(format!(
-                "Rollup and pre-aggregate queries are not served yet ({asked} asked for); rollupUsage ROLLUP_RAW answers from raw data"
-            )))
-        }
-        Some(_) => Ok(()),
+        _ => Ok(()),
     }
 }
 
@@ -224,6 +213,11 @@ type Series = Vec<(i64, Num)>;
 enum Points {
     Raw(Vec<(i64, Num)>),
     Downsampled(Downsampler),
+    /// An `avg` read from rollups: the buckets of the stored sums and of the stored counts.
+    RollupAvg {
+        sums: Downsampler,
+        counts: Downsampler,
+    },
 }
 
 /// One tag of a series: its key and value, as UIDs and as names.
@@ -269,8 +263,9 @@ impl Default for RunOptions {
     }
 }
 
-/// Runs `q` over `[start_ms, end_ms]`: resolves its names, reads its series, then groups,
-/// finishes and aggregates them.
+/// Runs `q` over `[start_ms, end_ms]`: resolves its names, reads its series (from the data
+/// table, or the rollup and pre-aggregate tables its downsample and `rollupUsage` choose,
+/// falling back as that says), then groups, finishes and aggregates them.
 pub fn run(
     tsdb: &Tsdb,
     start_ms: i64,
@@ -278,10 +273,35 @@ pub fn run(
     q: &SubQuery,
     options: &RunOptions,
 ) -> Result<Outcome> {
+    check_rollup_request(tsdb, q)?;
+    let Some(settings) = tsdb.rollups() else {
+        return run_on(tsdb, start_ms, end_ms, q, options, &rollup::Source::Data);
+    };
+    let mut plan = rollup::Plan::new(settings, q);
+    loop {
+        let source = plan.source(tsdb)?;
+        let outcome = run_on(tsdb, start_ms, end_ms, q, options, &source)?;
+        if !outcome.groups.is_empty() || !plan.fall_back() {
+            return Ok(outcome);
+        }
+    }
+}
+
+/// [`run`] over one source.
+fn run_on(
+    tsdb: &Tsdb,
+    start_ms: i64,
+    end_ms: i64,
+    q: &SubQuery,
+    options: &RunOptions,
+    source: &rollup::Source<'_>,
+) -> Result<Outcome> {
+    if !matches!(source, rollup::Source::Data) {
+        return run_rollup(tsdb, start_ms, end_ms, q, options, source);
+    }
     // A deletion holds off flushes from before its scan until its rewrites are applied, so
     // no point reaches a row between the row's read and its rewrite. Points still in memory
     // reach the store first, so they are deleted too.
-    check_rollup_request(tsdb, q)?;
     let mut flushes = options.delete.then(|| tsdb.writer().lock_flushes());
     if let Some(flush) = flushes.as_mut() {
         tsdb.writer().flush_with(flush)?;
@@ -302,6 +322,70 @@ pub fn run(
             .mutate_rows(&tsdb.settings().schema.data_table, &deletions)?;
     }
     drop(flushes);
+    let aggregation_started = Instant::now();
+    let groups = finish_groups(
+        q,
+        &resolved,
+        series,
+        held,
+        hours.window(),
+        (start_ms, end_ms),
+        &options.limits,
+    )?;
+    stats.aggregation_time = aggregation_started.elapsed();
+    Ok(Outcome { groups, stats })
+}
+
+/// [`run`] over a rollup or pre-aggregate table (one thread: such tables hold one value per
+/// interval, or pre-aggregated series).
+fn run_rollup(
+    tsdb: &Tsdb,
+    start_ms: i64,
+    end_ms: i64,
+    q: &SubQuery,
+    options: &RunOptions,
+    source: &rollup::Source<'_>,
+) -> Result<Outcome> {
+    if options.delete {
+        return Err(Error::invalid(
+            "Deleting points of rollup or pre-aggregate tables is not supported; delete from raw data with rollupUsage ROLLUP_RAW",
+        ));
+    }
+    let scan_started = Instant::now();
+    let resolved = resolve(tsdb, q)?;
+    let hours = ScanHours::of(q, start_ms, end_ms);
+    let (first, last) = match source {
+        rollup::Source::Rollup { interval, .. } => {
+            rollup::rollup_scan_secs(interval, hours.window())?
+        }
+        _ => (hours.start, hours.end),
+    };
+    let mut read_q = q.clone();
+    read_q.downsample = rollup::rollup_downsample(source, q.downsample);
+    let mut by_tagk: BTreeMap<&str, Vec<&TagFilter>> = BTreeMap::new();
+    for f in &q.filters {
+        by_tagk.entry(f.tagk.as_str()).or_default().push(f);
+    }
+    let scan = Scan {
+        tsdb,
+        q: &read_q,
+        metric: resolved.metric,
+        wanted_tsuids: resolved.wanted_tsuids.as_ref(),
+        by_tagk,
+        pushed: resolved.pushed.clone(),
+        query: (start_ms, end_ms),
+        window: hours.window(),
+        options,
+        deadline: options.limits.deadline(options.started),
+        shared: SharedCounts::default(),
+    };
+    let Part {
+        series,
+        mut stats,
+        held,
+        ..
+    } = scan.part_from(source, first, last)?;
+    stats.scan_time = scan_started.elapsed();
     let aggregation_started = Instant::now();
     let groups = finish_groups(
         q,
@@ -647,8 +731,15 @@ fn finish_series_here(
             (Finished::Downsampled(r), Points::Downsampled(d)) => {
                 r.push(d.finish(window, budget)?);
             }
+            (Finished::Downsampled(r), Points::RollupAvg { sums, counts }) => {
+                r.push(finish_avg(sums, counts, q, window, budget)?);
+            }
+            (Finished::Rates(r), Points::RollupAvg { sums, counts }) => {
+                let avg = finish_avg(sums, counts, q, window, budget)?;
+                r.extend(rate_of(&avg, &q.rate_options));
+            }
             // A sub-query's series are all downsampled or none is.
-            (Finished::Raw(_), Points::Downsampled(_))
+            (Finished::Raw(_), Points::Downsampled(_) | Points::RollupAvg { .. })
             | (Finished::Downsampled(_), Points::Raw(_)) => {
                 return Err(Error::Internal(
                     "a series finished unlike its sub-query".into(),
@@ -657,6 +748,20 @@ fn finish_series_here(
         }
     }
     Ok(out)
+}
+
+/// A series' `avg` buckets read from rollups (see [`rollup::finish_avg`]).
+fn finish_avg(
+    sums: Downsampler,
+    counts: Downsampler,
+    q: &SubQuery,
+    window: (i64, i64),
+    budget: u64,
+) -> Result<Vec<(i64, f64)>> {
+    let spec = q
+        .downsample
+        .ok_or_else(|| Error::Internal("a rollup avg without a downsample".into()))?;
+    rollup::finish_avg(sums, counts, spec, window, window, budget)
 }
 
 /// A series' rates and its hidden first rate (against (0, 0), as OpenTSDB computes it);
@@ -876,6 +981,9 @@ impl Scan<'_> {
                             held += times.len() as u64;
                         }
                         (Points::Downsampled(d), true) => held += d.push_all(times, values) as u64,
+                        (Points::RollupAvg { .. }, _) => {
+                            return Err(Error::Internal("rollup sums read from raw data".into()));
+                        }
                     }
                     let base_time = (row.base_ms / 1000) as u32;
                     for (qualifier, json) in &row.annotations {
@@ -943,6 +1051,7 @@ impl SeriesState {
         match &self.points {
             Points::Raw(p) => p.len(),
             Points::Downsampled(d) => d.buckets(),
+            Points::RollupAvg { sums, counts } => sums.buckets() + counts.buckets(),
         }
     }
 
