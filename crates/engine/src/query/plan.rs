@@ -213,11 +213,15 @@ type Series = Vec<(i64, Num)>;
 enum Points {
     Raw(Vec<(i64, Num)>),
     Downsampled(Downsampler),
-    /// An `avg` read from rollups: the buckets of the stored sums and of the stored counts.
-    RollupAvg {
-        sums: Downsampler,
-        counts: Downsampler,
-    },
+    /// An `avg` read from rollups.
+    RollupAvg(Box<RollupAvg>),
+}
+
+/// An `avg` read from rollups: the buckets of the stored sums and of the stored counts,
+/// pushed in pairs.
+struct RollupAvg {
+    sums: Downsampler,
+    counts: Downsampler,
 }
 
 /// One tag of a series: its key and value, as UIDs and as names.
@@ -731,15 +735,15 @@ fn finish_series_here(
             (Finished::Downsampled(r), Points::Downsampled(d)) => {
                 r.push(d.finish(window, budget)?);
             }
-            (Finished::Downsampled(r), Points::RollupAvg { sums, counts }) => {
-                r.push(finish_avg(sums, counts, q, window, budget)?);
+            (Finished::Downsampled(r), Points::RollupAvg(avg)) => {
+                r.push(finish_avg(*avg, q, window, budget)?);
             }
-            (Finished::Rates(r), Points::RollupAvg { sums, counts }) => {
-                let avg = finish_avg(sums, counts, q, window, budget)?;
+            (Finished::Rates(r), Points::RollupAvg(avg)) => {
+                let avg = finish_avg(*avg, q, window, budget)?;
                 r.extend(rate_of(&avg, &q.rate_options));
             }
             // A sub-query's series are all downsampled or none is.
-            (Finished::Raw(_), Points::Downsampled(_) | Points::RollupAvg { .. })
+            (Finished::Raw(_), Points::Downsampled(_) | Points::RollupAvg(_))
             | (Finished::Downsampled(_), Points::Raw(_)) => {
                 return Err(Error::Internal(
                     "a series finished unlike its sub-query".into(),
@@ -752,8 +756,7 @@ fn finish_series_here(
 
 /// A series' `avg` buckets read from rollups (see [`rollup::finish_avg`]).
 fn finish_avg(
-    sums: Downsampler,
-    counts: Downsampler,
+    avg: RollupAvg,
     q: &SubQuery,
     window: (i64, i64),
     budget: u64,
@@ -761,7 +764,7 @@ fn finish_avg(
     let spec = q
         .downsample
         .ok_or_else(|| Error::Internal("a rollup avg without a downsample".into()))?;
-    rollup::finish_avg(sums, counts, spec, window, window, budget)
+    rollup::finish_avg(avg, spec, window, window, budget)
 }
 
 /// A series' rates and its hidden first rate (against (0, 0), as OpenTSDB computes it);
@@ -981,7 +984,7 @@ impl Scan<'_> {
                             held += times.len() as u64;
                         }
                         (Points::Downsampled(d), true) => held += d.push_all(times, values) as u64,
-                        (Points::RollupAvg { .. }, _) => {
+                        (Points::RollupAvg(_), _) => {
                             return Err(Error::Internal("rollup sums read from raw data".into()));
                         }
                     }
@@ -1051,7 +1054,7 @@ impl SeriesState {
         match &self.points {
             Points::Raw(p) => p.len(),
             Points::Downsampled(d) => d.buckets(),
-            Points::RollupAvg { sums, counts } => sums.buckets() + counts.buckets(),
+            Points::RollupAvg(avg) => avg.sums.buckets() + avg.counts.buckets(),
         }
     }
 

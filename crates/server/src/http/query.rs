@@ -62,7 +62,7 @@ struct SubQueryRequest {
     tags: Option<HashMap<String, String>>,
     filters: Option<Vec<FilterRequest>>,
     explicit_tags: bool,
-    /// Histogram and rollup options: refused until histograms and rollups are stored.
+    /// Histogram options (refused: no histogram is stored) and rollup options (RFC 0008).
     percentiles: Option<serde_json::Value>,
     show_histogram_buckets: bool,
     pre_aggregate: bool,
@@ -252,8 +252,8 @@ fn rollup_usage(text: &str) -> Result<String, ApiError> {
 }
 
 /// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, explicit_tags,
-/// and the histogram and rollup tokens OpenTSDB reads (refused or answered from raw data by
-/// [`refuse_unstored`]); anything else is ignored, as OpenTSDB does.
+/// the rollup tokens (`pre-agg`, `rollup_*`) and the histogram ones OpenTSDB reads (refused
+/// by [`refuse_unstored`]); anything else is ignored, as OpenTSDB does.
 fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
     for token in tokens {
         let lower = token.to_ascii_lowercase();

@@ -196,7 +196,7 @@ fn divisors<'a>(settings: &'a RollupSettings, ds: &DownsampleSpec) -> Vec<&'a Ro
         .iter()
         .filter(|i| seconds % i64::from(i.interval_seconds) == 0)
         .collect();
-    out.sort_by(|a, b| b.interval_seconds.cmp(&a.interval_seconds));
+    out.sort_by_key(|i| std::cmp::Reverse(i.interval_seconds));
     out
 }
 
@@ -393,10 +393,10 @@ impl Scan<'_> {
                                 held += d.push(p.0, p.1.as_f64()) as u64;
                             }
                         }
-                        Points::RollupAvg { sums, counts } => {
+                        Points::RollupAvg(avg) => {
                             for p in &points {
-                                held += sums.push(p.0, p.1.as_f64()) as u64;
-                                held += counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
+                                held += avg.sums.push(p.0, p.1.as_f64()) as u64;
+                                held += avg.counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
                             }
                         }
                     }
@@ -417,10 +417,10 @@ impl Scan<'_> {
         let mut sums = spec;
         sums.function = Aggregator::Sum;
         sums.fill = FillPolicy::None;
-        Points::RollupAvg {
+        Points::RollupAvg(Box::new(RollupAvg {
             sums: Downsampler::new(sums, self.query).expect_until(until_ms),
             counts: Downsampler::new(sums, self.query).expect_until(until_ms),
-        }
+        }))
     }
 }
 
@@ -429,15 +429,14 @@ impl Scan<'_> {
 /// the sub-query's fill policy says. Sums and counts were pushed in pairs, so their buckets
 /// are the same.
 pub(super) fn finish_avg(
-    sums: Downsampler,
-    counts: Downsampler,
+    avg: RollupAvg,
     spec: DownsampleSpec,
     query: (i64, i64),
     window: (i64, i64),
     budget: u64,
 ) -> Result<Vec<(i64, f64)>> {
-    let sums = sums.finish(window, budget)?;
-    let counts = counts.finish(window, budget)?;
+    let sums = avg.sums.finish(window, budget)?;
+    let counts = avg.counts.finish(window, budget)?;
     let mut filled = spec;
     filled.function = Aggregator::Sum;
     let mut out = Downsampler::new(filled, query);
@@ -481,4 +480,144 @@ pub(super) fn rollup_scan_secs(
     let span = i64::from(interval.interval_seconds) * i64::from(interval.intervals);
     let stop = interval.base_time(end_secs + span)?;
     Ok((i64::from(start), i64::from(stop) - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hourglass_core::config::Config;
+
+    const CONFIG: &str = r#"{"aggregationIds":{"sum":0,"count":1,"max":2},"intervals":[
+        {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+        {"table":"r10m","preAggregationTable":"p10m","interval":"10m","rowSpan":"6h"},
+        {"table":"r1h","preAggregationTable":"p1h","interval":"1h","rowSpan":"1d"},
+        {"table":"r1d","preAggregationTable":"p1d","interval":"1d","rowSpan":"1n"}]}"#;
+
+    fn settings() -> RollupSettings {
+        let mut c = Config::default();
+        c.set("tsd.rollups.enable", "true");
+        c.set("tsd.rollups.config", &CONFIG.replace('\n', ""));
+        RollupSettings::from_config(&c).unwrap().unwrap()
+    }
+
+    fn sub(downsample: &str, usage: Option<&str>) -> SubQuery {
+        let mut q = SubQuery::new(Aggregator::Sum, "m");
+        q.downsample = Some(DownsampleSpec::parse(downsample).unwrap());
+        q.rollup_usage = usage.map(str::to_string);
+        q
+    }
+
+    /// The intervals a plan reads, in order, as each read finds nothing (`None`: raw).
+    fn walk(settings: &RollupSettings, q: &SubQuery) -> Vec<Option<String>> {
+        let mut plan = Plan::new(settings, q);
+        let mut out = vec![plan.current.map(|i| i.interval.clone())];
+        while plan.fall_back() {
+            out.push(plan.current.map(|i| i.interval.clone()));
+        }
+        out
+    }
+
+    #[test]
+    fn plans_take_the_longest_dividing_interval_then_fall_back_as_the_usage_says() {
+        let s = settings();
+        let some = |i: &str| Some(i.to_string());
+        assert_eq!(walk(&s, &sub("1d-sum", None)), [some("1d")]);
+        assert_eq!(
+            walk(&s, &sub("1d-sum", Some("ROLLUP_NOFALLBACK"))),
+            [some("1d")]
+        );
+        assert_eq!(
+            walk(&s, &sub("1d-sum", Some("ROLLUP_FALLBACK"))),
+            [some("1d"), some("1h"), some("10m"), None]
+        );
+        assert_eq!(
+            walk(&s, &sub("2h-max", Some("ROLLUP_FALLBACK"))),
+            [some("1h"), some("10m"), None]
+        );
+        assert_eq!(
+            walk(&s, &sub("1d-sum", Some("ROLLUP_FALLBACK_RAW"))),
+            [some("1d"), None]
+        );
+        assert_eq!(walk(&s, &sub("1d-sum", Some("ROLLUP_RAW"))), [None]);
+        // Only the default interval divides 15m (or 1m itself): raw data, no fallback.
+        assert_eq!(walk(&s, &sub("15m-sum", Some("ROLLUP_FALLBACK"))), [None]);
+        assert_eq!(walk(&s, &sub("1m-sum", Some("ROLLUP_FALLBACK"))), [None]);
+        // Nothing divides 90s; calendar and `all` downsamples read raw data.
+        assert_eq!(walk(&s, &sub("90s-sum", None)), [None]);
+        assert_eq!(walk(&s, &sub("1dc-sum", None)), [None]);
+        assert_eq!(walk(&s, &sub("0all-sum", None)), [None]);
+    }
+
+    #[test]
+    fn literal_filters_on_the_aggregate_tag_ask_for_pre_aggregates() {
+        let s = settings();
+        let source = |q: &SubQuery| {
+            let plan = Plan::new(&s, q);
+            let interval = plan.current.map(|i| i.interval.clone());
+            (interval, plan.pre_aggregate)
+        };
+        assert_eq!(source(&sub("1h-avg", None)), (Some("1h".into()), false));
+        let mut pre = sub("1h-sum", None);
+        pre.filters
+            .push(TagFilter::new("literal_or", "_aggregate", "SUM", false).unwrap());
+        assert_eq!(source(&pre), (Some("1h".into()), true));
+        let mut raw = sub("1h-sum", None);
+        raw.filters
+            .push(TagFilter::new("literal_or", "_aggregate", "RAW", false).unwrap());
+        assert_eq!(source(&raw), (Some("1h".into()), false));
+        let mut wild = sub("1h-sum", None);
+        wild.filters
+            .push(TagFilter::new("wildcard", "_aggregate", "S*", false).unwrap());
+        assert_eq!(source(&wild), (Some("1h".into()), false));
+    }
+
+    #[test]
+    fn rollup_cells_are_read_by_id_masked_id_or_older_name() {
+        let s = settings();
+        let hour = s.config.interval("1h").unwrap();
+        let sum = RollupRead::One { id: 0, name: "sum" };
+        let base = 1_356_998_400u32;
+        // Offset 2 (02:00), flags 0 (one-byte integer): 42.
+        assert_eq!(
+            rollup_cell(sum, hour, base, &[0x00, 0x00, 0x20], &[42]).unwrap(),
+            Some((i64::from(base + 7200) * 1000, 42.0, false, false))
+        );
+        // The compacted bit is masked off; another id is not taken.
+        assert!(
+            rollup_cell(sum, hour, base, &[0x80, 0x00, 0x20], &[42])
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            rollup_cell(sum, hour, base, &[0x02, 0x00, 0x20], &[42]).unwrap(),
+            None
+        );
+        // `sum:` then the offset and flags (4-byte float 1.5 at 01:00).
+        let q = [b's', b'u', b'm', b':', 0x00, 0x1B];
+        assert_eq!(
+            rollup_cell(sum, hour, base, &q, &1.5f32.to_be_bytes()).unwrap(),
+            Some((i64::from(base + 3600) * 1000, 1.5, false, true))
+        );
+        let avg = RollupRead::Avg { sum: 0, count: 1 };
+        let q = [b'c', b'o', b'u', b'n', b't', b':', 0x00, 0x10];
+        assert_eq!(
+            rollup_cell(avg, hour, base, &q, &[3]).unwrap(),
+            Some((i64::from(base + 3600) * 1000, 3.0, true, true))
+        );
+        assert_eq!(
+            rollup_cell(avg, hour, base, &[0x01, 0x00, 0x00], &[3]).unwrap(),
+            Some((i64::from(base) * 1000, 3.0, true, false))
+        );
+    }
+
+    #[test]
+    fn rollup_scans_cover_the_rows_of_the_window() {
+        let s = settings();
+        let day = s.config.interval("1d").unwrap();
+        // 2013-01-15 10:00 to 2013-02-03 00:00: the January and February rows (the end is
+        // pushed one month-sized span on, as 2.4.1 does).
+        let (first, last) = rollup_scan_secs(day, (1_358_244_000_000, 1_359_849_600_000)).unwrap();
+        assert_eq!(first, 1_356_998_400);
+        assert_eq!(last, 1_362_096_000 - 1);
+    }
 }
