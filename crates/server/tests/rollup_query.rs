@@ -243,6 +243,21 @@ async fn rollup_usages_choose_and_fall_back_as_opentsdb(backend: &str) {
         assert_eq!(a.len(), 24, "{usage:?}");
         assert!(a.iter().all(|(_, v)| *v == 100.0), "{usage:?}: {a:?}");
     }
+    // showQuery says which table answered (2.4's `rollupTable`) and echoes the usage.
+    for (ds, usage, table) in [
+        ("1d-sum", Some("ROLLUP_FALLBACK"), "1h"),
+        ("1d-sum", Some("ROLLUP_FALLBACK_RAW"), "raw"),
+        ("1h-sum", None, "1h"),
+        ("15m-sum", None, "raw"),
+    ] {
+        let mut body = one_day("m.usage", ds, usage);
+        body["showQuery"] = json!(true);
+        let a = query(&srv, body).await;
+        let echoed = &a[0]["query"];
+        assert_eq!(echoed["rollupTable"], table, "{ds} {usage:?}");
+        assert_eq!(echoed["rollupUsage"], json!(usage), "{ds}");
+        assert_eq!(echoed["preAggregate"], false);
+    }
     let raw = values(&query(&srv, one_day("m.usage", "1h-sum", Some("ROLLUP_RAW"))).await);
     assert!(raw.iter().all(|(_, v)| *v == 6.0), "{raw:?}");
     // zimsum reads the sums; a function whose cells are missing finds nothing.

@@ -205,6 +205,9 @@ pub struct GroupResult {
 pub struct Outcome {
     pub groups: Vec<GroupResult>,
     pub stats: QueryStats,
+    /// The rollup interval whose table answered (`1h`); `None` for raw data (OpenTSDB's
+    /// `rollupTable`, `raw`).
+    pub rollup_table: Option<String>,
 }
 
 /// One series' points (ms, value), time-ordered.
@@ -284,7 +287,10 @@ pub fn run(
     let mut plan = rollup::Plan::new(settings, q);
     loop {
         let source = plan.source(tsdb)?;
-        let outcome = run_on(tsdb, start_ms, end_ms, q, options, &source)?;
+        let mut outcome = run_on(tsdb, start_ms, end_ms, q, options, &source)?;
+        if let rollup::Source::Rollup { interval, .. } = source {
+            outcome.rollup_table = Some(interval.interval.clone());
+        }
         if !outcome.groups.is_empty() || !plan.fall_back() {
             return Ok(outcome);
         }
@@ -337,7 +343,11 @@ fn run_on(
         &options.limits,
     )?;
     stats.aggregation_time = aggregation_started.elapsed();
-    Ok(Outcome { groups, stats })
+    Ok(Outcome {
+        groups,
+        stats,
+        rollup_table: None,
+    })
 }
 
 /// [`run`] over a rollup or pre-aggregate table (one thread: such tables hold one value per
@@ -401,7 +411,11 @@ fn run_rollup(
         &options.limits,
     )?;
     stats.aggregation_time = aggregation_started.elapsed();
-    Ok(Outcome { groups, stats })
+    Ok(Outcome {
+        groups,
+        stats,
+        rollup_table: None,
+    })
 }
 
 /// What a sub-query names, resolved to UIDs.

@@ -354,8 +354,9 @@ pub(crate) fn annotations_json(list: &[StoredAnnotation]) -> Value {
     )
 }
 
-/// The `query` object of showQuery: the sub-query as OpenTSDB describes it.
-fn sub_query_json(q: &SubQuery, index: usize) -> Value {
+/// The `query` object of showQuery: the sub-query as OpenTSDB describes it, with the rollup
+/// fields 2.4 adds (`rollupTable`: the interval whose table answered, or `raw`).
+fn sub_query_json(q: &SubQuery, index: usize, o: &Outcome) -> Value {
     let filters: Vec<Value> = q
         .filters
         .iter()
@@ -387,6 +388,9 @@ fn sub_query_json(q: &SubQuery, index: usize) -> Value {
         "rate": q.rate,
         "filters": filters,
         "explicitTags": q.explicit_tags,
+        "preAggregate": q.pre_aggregate,
+        "rollupUsage": q.rollup_usage,
+        "rollupTable": o.rollup_table.as_deref().unwrap_or("raw"),
         "index": index,
         "tags": tags,
         "rateOptions": if q.rate {
@@ -432,7 +436,7 @@ impl Serialized<'_> {
         out.push_str(&json!(g.aggregate_tags).to_string());
         if flags.show_query {
             out.push_str(",\"query\":");
-            out.push_str(&sub_query_json(q, index).to_string());
+            out.push_str(&sub_query_json(q, index, o).to_string());
         }
         if flags.show_tsuids {
             out.push_str(",\"tsuids\":");

@@ -255,7 +255,8 @@ type RowPoints = Vec<(i64, Num, Option<f64>)>;
 
 impl Scan<'_> {
     /// Reads a rollup or pre-aggregate table's rows of `[start_secs, end_secs]` (row base
-    /// times) into per-series state, one thread, each salt bucket in key order.
+    /// times) into per-series state, one thread, as the store streams them (in key order:
+    /// each series' rows in time order).
     pub(super) fn part_from(
         &self,
         source: &Source<'_>,
@@ -292,12 +293,9 @@ impl Scan<'_> {
         };
         let mut points: RowPoints = Vec::new();
         for request in crate::scan::scan_requests(schema, &query) {
-            let mut rows = Vec::new();
+            // Key order (rollup tables are not grouped): a series' rows in time order.
             for row in self.tsdb.store().scan(table, &request)? {
-                rows.push(row?);
-            }
-            rows.sort_by(|a, b| a.key.cmp(&b.key));
-            for row in rows {
+                let row = row?;
                 let Some(base) = row
                     .key
                     .get(schema.timestamp_offset()..schema.timestamp_offset() + 4)
