@@ -165,8 +165,37 @@ async fn rollup_queries_equal_the_raw_downsample(backend: &str) {
                 }
             }
         }
+        // Rates of the buckets, counters too.
+        for (ds, rate_options) in [
+            ("10m-sum", json!(null)),
+            ("1h-avg", json!(null)),
+            ("2h-max", json!({"counter": true, "counterMax": 1000})),
+        ] {
+            let body = |usage: Option<&str>| {
+                let mut sub = json!({"aggregator": "sum", "metric": "m.prop",
+                    "downsample": ds, "rate": true});
+                if !rate_options.is_null() {
+                    sub["rateOptions"] = rate_options.clone();
+                }
+                if let Some(u) = usage {
+                    sub["rollupUsage"] = json!(u);
+                }
+                json!({"start": start, "end": end, "queries": [sub]})
+            };
+            let from_rollups = query(&srv, body(None)).await;
+            let from_raw = query(&srv, body(Some("ROLLUP_RAW"))).await;
+            assert!(
+                !from_raw.as_array().unwrap().is_empty(),
+                "{backend} rate {ds}"
+            );
+            assert_eq!(
+                from_rollups, from_raw,
+                "{backend}: rate {ds} over [{start}, {end}]"
+            );
+            compared += 1;
+        }
     }
-    assert_eq!(compared, 3 * 6 * 7 * 4);
+    assert_eq!(compared, 3 * (6 * 7 * 4 + 3));
     srv.stop().await;
 }
 
@@ -376,6 +405,61 @@ async fn averages_come_from_sums_and_counts(backend: &str) {
         filled,
         [(1356998400, 10.0), (1356999000, 8.0), (1356999600, 0.0)]
     );
+
+    // 2.4.1 still reads the older string qualifiers (`sum:` and `count:`, then the offset
+    // and flags), written by older rollup jobs; here beside an id-form sum and count.
+    send(
+        &srv,
+        "/api/rollup",
+        &[
+            json!({"metric": "m.old", "timestamp": T0, "value": 30, "tags": {"host": "web01"},
+            "interval": "10m", "aggregator": "sum"}),
+            json!({"metric": "m.old", "timestamp": T0, "value": 3, "tags": {"host": "web01"},
+            "interval": "10m", "aggregator": "count"}),
+        ],
+    )
+    .await;
+    let store = srv.state.tsdb.store();
+    let metric = srv
+        .state
+        .tsdb
+        .uids()
+        .get_id(hourglass_core::uid::UidKind::Metric, "m.old")
+        .unwrap()
+        .to_bytes(3);
+    let key = store
+        .scan(
+            "tsdb-rollup-10m",
+            &hourglass_storage::ScanRequest::range(Vec::new(), None),
+        )
+        .unwrap()
+        .map(|r| r.unwrap().key)
+        .find(|k| k[..3] == metric[..])
+        .unwrap();
+    // At T0 + 600 (offset 1): a sum of 8 and a count of 2, flags 0 (one-byte integers).
+    store
+        .mutate_row(
+            "tsdb-rollup-10m",
+            &key,
+            &[
+                hourglass_storage::Mutation::set("t", b"sum:\x00\x10".to_vec(), vec![8]),
+                hourglass_storage::Mutation::set("t", b"count:\x00\x10".to_vec(), vec![2]),
+            ],
+        )
+        .unwrap();
+    let old = |ds: &str| {
+        json!({"start": T0, "end": T0 + 1199, "queries": [
+            {"aggregator": "sum", "metric": "m.old", "downsample": ds}]})
+    };
+    assert_eq!(
+        values(&query(&srv, old("10m-sum")).await),
+        [(T0, 30.0), (T0 + 600, 8.0)]
+    );
+    assert_eq!(
+        values(&query(&srv, old("10m-avg")).await),
+        [(T0, 10.0), (T0 + 600, 4.0)]
+    );
+    assert_eq!(values(&query(&srv, old("30m-count")).await), [(T0, 5.0)]);
 
     // run30mSumLongSingleTS: 10m sums 600, 1200, ... summed three at a time.
     let sums: Vec<Value> = (0..72)
