@@ -128,6 +128,23 @@ fn seed(addr: &str) -> usize {
                 "value": serde_json::from_str::<Value>(text).unwrap(), "tags": {"series": s.to_string()}}));
         }
     }
+    // Whole floats (they stay floats), and a series mixing integers and floats.
+    for i in 0..(HOURS * 4) {
+        points.push(json!({"metric": "mig.float", "timestamp": T0 + i * 900,
+            "value": (i % 9) as f64, "tags": {"series": "whole"}}));
+    }
+    for i in 0..(HOURS * 6) {
+        let v = match i % 6 {
+            0 | 1 | 4 => json!(i),
+            2 => json!(i as f64 + 0.5),
+            3 => json!(i as f64),
+            _ => json!(i as f64 + 0.25),
+        };
+        points.push(
+            json!({"metric": "mig.mixed", "timestamp": T0 + i * 600, "value": v,
+            "tags": {"host": "m"}}),
+        );
+    }
     // Milliseconds, mixed with whole seconds in one series.
     for i in 0..(HOURS * 20) {
         let ts = if i % 3 == 0 {
@@ -137,6 +154,13 @@ fn seed(addr: &str) -> usize {
         };
         points.push(json!({"metric": "mig.ms", "timestamp": ts, "value": i * 3,
             "tags": {"host": "fast"}}));
+    }
+    // Many series of a few points each.
+    for s in 0..300 {
+        for i in 0..3 {
+            points.push(json!({"metric": "mig.many", "timestamp": T0 + s * 60 + i * 3600 * 10,
+                "value": s * 10 + i, "tags": {"pod": format!("pod-{s:03}"), "zone": (s % 7).to_string()}}));
+        }
     }
     put_all(addr, &points);
     // Annotations: on a series (two hours apart) and global.
@@ -196,7 +220,7 @@ fn queries() -> Vec<Value> {
                "globalAnnotations": true, "queries": [q]})
     };
     let mut out = Vec::new();
-    for m in ["mig.int", "mig.float", "mig.ms"] {
+    for m in ["mig.int", "mig.float", "mig.ms", "mig.many", "mig.mixed"] {
         out.push(range(json!({"metric": m, "aggregator": "none"})));
         out.push(range(json!({"metric": m, "aggregator": "sum"})));
         out.push(range(
@@ -342,6 +366,8 @@ fn a_migration_to_another_tsd_answers_every_query_as_the_source() {
         "--dry-run",
         "--suggest-max",
         "2",
+        "--lookup-limit",
+        "100",
     ]);
     assert!(dry.status.success(), "{}", text(&dry));
     let table = String::from_utf8_lossy(&dry.stdout).to_string();
@@ -360,13 +386,20 @@ fn a_migration_to_another_tsd_answers_every_query_as_the_source() {
     );
     assert_eq!(
         row("mig.float")[1..3],
-        ["3".to_string(), (3 * HOURS * 4).to_string()]
+        ["4".to_string(), (4 * HOURS * 4).to_string()]
     );
     assert_eq!(
         row("mig.ms")[1..3],
         ["1".to_string(), (HOURS * 20).to_string()]
     );
-    assert!(table.contains("total (3 metrics)"), "{table}");
+    // Lookup answers series counts; past its limit, a query does.
+    assert_eq!(row("mig.int")[4], "lookup");
+    assert_eq!(
+        row("mig.many")[1..3],
+        ["300".to_string(), "900".to_string()]
+    );
+    assert_eq!(row("mig.many")[4], "query");
+    assert!(table.contains("total (5 metrics)"), "{table}");
     let (_, nothing) = post(
         &target.addr,
         "/api/query",
@@ -393,7 +426,7 @@ fn a_migration_to_another_tsd_answers_every_query_as_the_source() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for m in ["mig.int", "mig.float", "mig.ms"] {
+    for m in ["mig.int", "mig.float", "mig.ms", "mig.many", "mig.mixed"] {
         let line = stdout.lines().find(|l| l.starts_with(m)).unwrap();
         assert!(line.ends_with("same"), "{line}");
     }
@@ -581,8 +614,8 @@ fn a_killed_migration_resumes_without_gaps_or_duplicates() {
     child.kill().unwrap();
     child.wait().unwrap();
     let before = chunks_done(&checkpoint);
-    // Every metric has points in each of the 30 hours.
-    let total_chunks = 3 * HOURS as usize;
+    // Four metrics have points in each of the 30 hours, the fifth in 15 of them.
+    let total_chunks = 4 * HOURS as usize + 15;
     assert!(
         before < total_chunks,
         "killed mid-way: {before} chunks done"

@@ -325,17 +325,29 @@ pub(crate) fn run(args: &MigrateArgs) -> anyhow::Result<ExitCode> {
             Err(e) => run.fail(format!("global annotations: {e:#}")),
         }
     }
-    // Per metric: the source's series (for meta and verification), meta, the target's side.
+    // The source's series of each metric (for meta and verification).
     let metric_names: Vec<String> = plans.iter().map(|(m, _)| m.clone()).collect();
-    let no_meta = args.no_meta;
-    let checks = parallel(&metric_names, args.concurrency, |m| {
-        verify_metric(&run, m, no_meta)
+    let sources = parallel(&metric_names, args.concurrency, |m| {
+        census(&run.source, &run, m)
+    });
+    let mut censuses = Vec::with_capacity(metric_names.len());
+    for (metric, c) in metric_names.iter().zip(sources) {
+        match c {
+            Ok(c) => censuses.push((metric.clone(), c)),
+            Err(e) => run.fail(format!("{metric}: verification failed: {e:#}")),
+        }
+    }
+    if !args.no_meta {
+        copy_all_meta(&run, &censuses, args.concurrency)?;
+    }
+    let checks = parallel(&censuses, args.concurrency, |(m, source)| {
+        verify_metric(&run, m, source)
     });
     if let Some(l) = local {
         l.finish()?;
     }
     let mut rows = Vec::new();
-    for (metric, c) in metric_names.iter().zip(checks) {
+    for ((metric, _), c) in censuses.iter().zip(checks) {
         match c {
             Ok(r) => rows.push(r),
             Err(e) => run.fail(format!("{metric}: verification failed: {e:#}")),
@@ -664,8 +676,15 @@ fn copy_chunk(run: &Run, metric: &str, chunk: i64) -> anyhow::Result<u64> {
     } else {
         (hi / 1000 + 1) * 1000
     };
+    // An hour before the chunk is read too, as context for the first points' kind (see
+    // [`PointKinds`]).
+    let context_start = if lo >= 1_000_000_000_000 || (lo - CONTEXT_MS) % 1000 == 0 {
+        (lo - CONTEXT_MS).max(0)
+    } else {
+        lo
+    };
     let body = json!({
-        "start": time_arg(lo)?,
+        "start": time_arg(context_start)?,
         "end": time_arg(query_end)?,
         "msResolution": true,
         "queries": [{"metric": metric, "aggregator": "none"}],
@@ -695,14 +714,16 @@ fn copy_chunk(run: &Run, metric: &str, chunk: i64) -> anyhow::Result<u64> {
             Value::String(name.clone()),
             serde_json::to_string(&tags)?
         );
+        let mut kinds = PointKinds::default();
         for (ts, value) in series["dps"].as_object().into_iter().flatten() {
             let ts: i64 = ts
                 .parse()
                 .with_context(|| format!("a point's time {ts:?} is not a number"))?;
+            let text = kinds.next(value);
             if ts < lo || ts > hi {
                 continue;
             }
-            let Some(text) = value_text(value) else {
+            let Some(text) = text else {
                 continue;
             };
             // Whole seconds as seconds: the target stores them as OpenTSDB stores a put in
@@ -749,6 +770,40 @@ fn copy_chunk(run: &Run, metric: &str, chunk: i64) -> anyhow::Result<u64> {
     run.points.fetch_add(written, Ordering::Relaxed);
     run.record(&points_unit(metric, chunk))?;
     Ok(written)
+}
+
+/// How far before a chunk its query starts, for [`PointKinds`]: the previous hourly row.
+const CONTEXT_MS: i64 = 3_600_000;
+
+/// The kind of each point of a series, read from its answer in time order.
+///
+/// OpenTSDB writes a point as an integer only when it and the point after it are integers
+/// (its aggregation iterator looks one point ahead; Hourglass answers alike), so an integer
+/// followed by a float comes as a whole float (`5.0`). An integer answer tells that the next
+/// point is an integer too: a whole float right after an integer answer is an integer.
+/// Left ambiguous: an integer after a float or first in the answer, and followed by a
+/// float; it is copied as a float of the same value, and answers the same queries (its
+/// previous point is no integer answer, its next a float).
+#[derive(Debug, Default)]
+struct PointKinds {
+    previous_int: bool,
+}
+
+impl PointKinds {
+    /// The next point's value for the target's put; `None` for what a put refuses.
+    fn next(&mut self, value: &Value) -> Option<String> {
+        let int = matches!(value, Value::Number(n) if n.is_i64() || n.is_u64());
+        let text = match value {
+            Value::Number(n) if !int && self.previous_int => n
+                .as_f64()
+                .filter(|d| d.fract() == 0.0 && d.abs() <= 9_007_199_254_740_992.0)
+                .map(|d| (d as i64).to_string())
+                .or_else(|| value_text(value)),
+            _ => value_text(value),
+        };
+        self.previous_int = int;
+        text
+    }
 }
 
 /// A point's value as the target's put reads it: an integer as its digits, a float as a
@@ -899,11 +954,7 @@ struct Stat {
 
 /// Every series of `metric` on `tsd` over the range, by tags: aggregator `none` with
 /// `0all-count` and `0all-sum`.
-fn census(
-    tsd: &Tsd,
-    run: &Run,
-    metric: &str,
-) -> anyhow::Result<BTreeMap<BTreeMap<String, String>, Stat>> {
+fn census(tsd: &Tsd, run: &Run, metric: &str) -> anyhow::Result<Census> {
     let ask = |downsample: &str| -> anyhow::Result<Vec<Value>> {
         let body = json!({
             "start": time_arg(run.start_ms)?,
@@ -967,16 +1018,11 @@ struct Verdict {
     differences: Vec<(String, Option<(u64, String)>, Option<(u64, String)>)>,
 }
 
-fn verify_metric(run: &Run, metric: &str, no_meta: bool) -> anyhow::Result<Verdict> {
-    let target = run.target()?;
-    let source = census(&run.source, run, metric)?;
-    if !no_meta && !run.is_done(&meta_unit(metric)) {
-        match copy_meta(run, target, metric, &source) {
-            Ok(()) => run.record(&meta_unit(metric))?,
-            Err(e) => run.fail(format!("{metric}: meta: {e:#}")),
-        }
-    }
-    let copied = census(target, run, metric)?;
+/// The series of a metric on one side, by tags.
+type Census = BTreeMap<BTreeMap<String, String>, Stat>;
+
+fn verify_metric(run: &Run, metric: &str, source: &Census) -> anyhow::Result<Verdict> {
+    let copied = census(run.target()?, run, metric)?;
     let text = |s: &Stat| {
         (
             s.count,
@@ -1070,39 +1116,72 @@ fn print_verification(rows: &[Verdict]) -> anyhow::Result<usize> {
     Ok(differences)
 }
 
-/// Copies the UID meta of the metric and its tags, and the TS meta of its series, where
-/// the source has them.
-fn copy_meta(
+/// Copies the UID meta of the metrics and their tags, and the TS meta of their series,
+/// where the source has them: every series of every metric whose meta is not done yet,
+/// `concurrency` at a time; a metric is done once all its series are.
+fn copy_all_meta(
+    run: &Run,
+    censuses: &[(String, Census)],
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let target = run.target()?;
+    let mut work = Vec::new();
+    for (i, (metric, census)) in censuses.iter().enumerate() {
+        if run.is_done(&meta_unit(metric)) {
+            continue;
+        }
+        work.extend(census.iter().map(|(tags, stat)| (i, tags, stat)));
+    }
+    let results = parallel(&work, concurrency, |(i, tags, stat)| {
+        copy_series_meta(run, target, &censuses[*i].0, tags, stat)
+    });
+    let mut failed = vec![false; censuses.len()];
+    for ((i, tags, _), r) in work.iter().zip(results) {
+        if let Err(e) = r {
+            failed[*i] = true;
+            run.fail(format!("{} {tags:?}: meta: {e:#}", censuses[*i].0));
+        }
+    }
+    for (i, (metric, _)) in censuses.iter().enumerate() {
+        if !failed[i] && !run.is_done(&meta_unit(metric)) {
+            run.record(&meta_unit(metric))?;
+        }
+    }
+    Ok(())
+}
+
+/// The UID meta of a series' metric and tags, and its TS meta.
+fn copy_series_meta(
     run: &Run,
     target: &Tsd,
     metric: &str,
-    series: &BTreeMap<BTreeMap<String, String>, Stat>,
+    tags: &BTreeMap<String, String>,
+    stat: &Stat,
 ) -> anyhow::Result<()> {
-    for (tags, stat) in series {
-        let Some(tsuid) = &stat.tsuid else { continue };
-        // The TSUID's UIDs: metric, then pairs; widths from its length (equal widths, as
-        // OpenTSDB's defaults).
-        let parts = 1 + 2 * tags.len();
-        if tsuid.len() % parts != 0 || tsuid.is_empty() {
-            let mut skipped = run.meta_skipped.lock();
-            if skipped.len() < 20 {
-                skipped.push(format!(
-                    "{metric}: UID widths differ on the source; its UID meta is not copied"
-                ));
-            }
-        } else {
-            let w = tsuid.len() / parts;
-            let uid_at = |i: usize| tsuid.get(i * w..(i + 1) * w).unwrap_or_default();
-            // The names come with each UID's meta.
-            copy_uid_meta(run, target, "metric", uid_at(0))?;
-            for i in 0..tags.len() {
-                copy_uid_meta(run, target, "tagk", uid_at(1 + 2 * i))?;
-                copy_uid_meta(run, target, "tagv", uid_at(2 + 2 * i))?;
-            }
+    let Some(tsuid) = &stat.tsuid else {
+        return Ok(());
+    };
+    // The TSUID's UIDs: metric, then pairs; widths from its length (equal widths, as
+    // OpenTSDB's defaults).
+    let parts = 1 + 2 * tags.len();
+    if tsuid.is_empty() || tsuid.len() % parts != 0 {
+        let mut skipped = run.meta_skipped.lock();
+        if skipped.len() < 20 {
+            skipped.push(format!(
+                "{metric}: the source's UID widths differ; its UID meta is not copied"
+            ));
         }
-        copy_ts_meta(run, target, metric, tags, tsuid)?;
+    } else {
+        let w = tsuid.len() / parts;
+        let uid_at = |i: usize| tsuid.get(i * w..(i + 1) * w).unwrap_or_default();
+        // The names come with each UID's meta.
+        copy_uid_meta(run, target, "metric", uid_at(0))?;
+        for i in 0..tags.len() {
+            copy_uid_meta(run, target, "tagk", uid_at(1 + 2 * i))?;
+            copy_uid_meta(run, target, "tagv", uid_at(2 + 2 * i))?;
+        }
     }
-    Ok(())
+    copy_ts_meta(run, target, metric, tags, tsuid)
 }
 
 /// Meta fields a user sets (the others are computed by the TSD).
@@ -1237,6 +1316,24 @@ mod tests {
         assert!(!hourglass_core::value::looks_like_integer(&texts[5]));
         assert_eq!(texts[5].parse::<f64>().unwrap(), 1e10);
         assert_eq!(texts[6], "0.1");
+    }
+
+    #[test]
+    fn a_whole_float_after_an_integer_answer_is_an_integer() {
+        let answers: Value =
+            serde_json::from_str("[1.0, 2, 3, 4.0, 1.5, 6.0, 7, 8.0, 9.5]").unwrap();
+        let mut kinds = PointKinds::default();
+        let texts: Vec<String> = answers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| kinds.next(v).unwrap())
+            .collect();
+        assert_eq!(texts, ["1.0", "2", "3", "4", "1.5", "6.0", "7", "8", "9.5"]);
+        // Past 2^53 a double no longer says which integer it was: kept a float.
+        let mut kinds = PointKinds::default();
+        kinds.next(&json!(1));
+        assert_eq!(kinds.next(&json!(9.3e18)).unwrap(), "9.3E18");
     }
 
     #[test]

@@ -116,13 +116,16 @@ impl Checkpoint {
                 (header, HashSet::new())
             }
         };
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .append(true)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        // A torn last line (no newline) is ended so the next unit starts on its own line.
-        if std::fs::read(path)?.last() != Some(&b'\n') {
-            file.write_all(b"\n")?;
+        // A torn last line (no newline) is cut off, so it never reads as a unit done.
+        let bytes = std::fs::read(path)?;
+        if bytes.last() != Some(&b'\n') {
+            let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            file.set_len(whole as u64)?;
+            file.sync_all()?;
         }
         Ok((
             Checkpoint {
