@@ -746,11 +746,11 @@ fn flaky_proxy(
                 }
                 let mut body = vec![0; length];
                 reader.read_exact(&mut body).unwrap();
-                if n % drop_every == 0 {
+                if n.is_multiple_of(drop_every) {
                     f.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
-                if n % fail_every == 0 {
+                if n.is_multiple_of(fail_every) {
                     f.fetch_add(1, Ordering::Relaxed);
                     let msg = r#"{"error":{"code":500,"message":"flaky"}}"#;
                     let _ = write!(

@@ -1006,6 +1006,9 @@ fn census(tsd: &Tsd, run: &Run, metric: &str) -> anyhow::Result<Census> {
     Ok(out)
 }
 
+/// A series' point count and sum (as text) on one side.
+type Side = (u64, String);
+
 /// A metric's verdict.
 #[derive(Debug)]
 struct Verdict {
@@ -1015,7 +1018,7 @@ struct Verdict {
     source_points: u64,
     target_points: u64,
     /// Series that differ: tags, source (count, sum), target (count, sum).
-    differences: Vec<(String, Option<(u64, String)>, Option<(u64, String)>)>,
+    differences: Vec<(String, Option<Side>, Option<Side>)>,
 }
 
 /// The series of a metric on one side, by tags.
@@ -1099,7 +1102,7 @@ fn print_verification(rows: &[Verdict]) -> anyhow::Result<usize> {
             r.metric, r.source_series, r.target_series, r.source_points, r.target_points
         )?;
         for (tags, a, b) in &r.differences {
-            let side = |s: &Option<(u64, String)>| match s {
+            let side = |s: &Option<Side>| match s {
                 Some((c, sum)) => format!("{c} points, sum {sum}"),
                 None => "absent".to_string(),
             };
