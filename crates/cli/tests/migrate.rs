@@ -848,3 +848,28 @@ fn bad_flags_are_refused_with_a_clear_error() {
         );
     }
 }
+
+#[test]
+fn a_source_asking_for_credentials_is_refused_clearly() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(
+                b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    let out = migrate(&["--from", &format!("http://{addr}"), "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "asks for credentials (401): copying from a TSD behind authentication is not supported"
+        ),
+        "{stderr}"
+    );
+}

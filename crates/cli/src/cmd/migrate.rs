@@ -170,7 +170,7 @@ pub(crate) fn run(args: &MigrateArgs) -> anyhow::Result<ExitCode> {
     if end_ms < start_ms {
         anyhow::bail!("The end timestamp cannot be less than the start timestamp");
     }
-    let source = Tsd::new(&args.from, None, args.retries)?;
+    let source = Tsd::source(&args.from, args.retries)?;
     let header = Header {
         from: source.base.clone(),
         start_arg,

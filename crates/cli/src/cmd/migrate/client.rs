@@ -18,6 +18,8 @@ pub(crate) struct Tsd {
     authorization: Option<String>,
     /// Further tries after a 5xx answer or a failed connection.
     retries: u32,
+    /// The source of a migration: credentials are not sent to it.
+    source: bool,
     /// Tries made again, over every request.
     pub(crate) retried: Arc<AtomicU64>,
 }
@@ -65,6 +67,13 @@ fn excerpt(text: &str) -> String {
 }
 
 impl Tsd {
+    /// The TSD copied from (no credentials).
+    pub(crate) fn source(base: &str, retries: u32) -> anyhow::Result<Tsd> {
+        let mut tsd = Tsd::new(base, None, retries)?;
+        tsd.source = true;
+        Ok(tsd)
+    }
+
     pub(crate) fn new(
         base: &str,
         authorization: Option<String>,
@@ -87,6 +96,7 @@ impl Tsd {
             base,
             authorization,
             retries,
+            source: false,
             retried: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -108,6 +118,15 @@ impl Tsd {
         loop {
             let last = match self.once(&url, body) {
                 Ok(answer) if answer.status < 500 => {
+                    if self.source && matches!(answer.status, 401 | 403) {
+                        anyhow::bail!(
+                            "the source {} asks for credentials ({}): copying from a TSD \
+                             behind authentication is not supported (HOURGLASS_TOKEN and the \
+                             like are sent to the target only)",
+                            self.base,
+                            answer.status
+                        );
+                    }
                     crate::remote::check_status(answer.status, &self.base)?;
                     return Ok(answer);
                 }
