@@ -592,3 +592,55 @@ fn hour_summaries_answer_as_the_points_do() {
         }
     }
 }
+
+/// A query over many series on Bigtable, by a TSD whose UID cache is cold: each new series'
+/// names are looked up while the scans' streams are full of rows the query has not taken
+/// yet. The store's runtime must never block on those streams, or the lookups wait forever.
+#[test]
+fn cold_uid_lookups_during_full_bigtable_scans_finish() {
+    let store: std::sync::Arc<dyn hourglass_storage::Store> =
+        std::sync::Arc::new(hourglass_store_bigtable::emulator::fresh_store());
+    let t0 = 1_356_998_400i64;
+    let hosts: Vec<String> = (0..3000).map(|i| format!("h{i:05}")).collect();
+    {
+        let db = common::open(store.clone(), common::auto_create());
+        let tags: Vec<[(&str, &str); 1]> = hosts.iter().map(|h| [("host", h.as_str())]).collect();
+        let pts: Vec<IncomingPoint> = tags
+            .iter()
+            .flat_map(|t| {
+                (0..2i64).map(move |h| IncomingPoint {
+                    metric: "sys.cpu.user",
+                    timestamp: t0 + h * 3600,
+                    value: Value::Int(h),
+                    tags: t,
+                    line_tags: None,
+                })
+            })
+            .collect();
+        db.add_points(&pts);
+        db.flush().unwrap();
+    }
+    // A fresh database over the same tables: every name is looked up again.
+    let db = common::open(store, common::auto_create());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut q = sub("sum");
+        q.filters = vec![TagFilter::from_legacy("host", "*", true).unwrap()];
+        let o = run(
+            &db,
+            t0 * 1000,
+            (t0 + 2 * 3600) * 1000 - 1,
+            &q,
+            &RunOptions {
+                parallel: true,
+                ..RunOptions::default()
+            },
+        );
+        let _ = tx.send(o.map(|o| o.groups.len()));
+    });
+    let groups = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the query finished")
+        .unwrap();
+    assert_eq!(groups, 3000);
+}

@@ -550,7 +550,11 @@ impl Store for BigtableStore {
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         let spec = self.spec(table)?;
         let req = self.read_request(table, request)?;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Row>>(256);
+        // An async channel: the stream's task waits for room without holding a runtime
+        // thread, which the reader may need meanwhile (a lookup between two rows of a full
+        // stream: with a blocking send, two full scans took both threads and every call
+        // waited forever).
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Row>>(256);
         let mut client = self.data.clone();
         let read = request.read.clone();
         // The call's timeout covers the answer's start only: a store that stops answering in
@@ -568,11 +572,11 @@ impl Store for BigtableStore {
             let stream = match tokio::time::timeout(timeout, client.stream_rows(req)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    let _ = tx.send(Err(convert::client_error(e)));
+                    let _ = tx.send(Err(convert::client_error(e))).await;
                     return;
                 }
                 Err(_) => {
-                    let _ = tx.send(Err(stalled()));
+                    let _ = tx.send(Err(stalled())).await;
                     return;
                 }
             };
@@ -582,7 +586,7 @@ impl Store for BigtableStore {
                     Ok(Some(item)) => item,
                     Ok(None) => return,
                     Err(_) => {
-                        let _ = tx.send(Err(stalled()));
+                        let _ = tx.send(Err(stalled())).await;
                         return;
                     }
                 };
@@ -594,19 +598,19 @@ impl Store for BigtableStore {
                     Err(e) => Err(convert::client_error(e)),
                 };
                 let stop = row.is_err();
-                if tx.send(row).is_err() || stop {
+                if tx.send(row).await.is_err() || stop {
                     return;
                 }
             }
         });
         // The first answer tells whether the request itself was accepted (a bad regex is an
         // error of `scan`, not of the first row).
-        let first = wait(|| rx.recv().ok());
+        let first = wait(|| rx.blocking_recv());
         if let Some(Err(e)) = first {
             return Err(e);
         }
         Ok(Box::new(first.into_iter().chain(std::iter::from_fn(
-            move || wait(|| rx.recv().ok()),
+            move || wait(|| rx.blocking_recv()),
         ))))
     }
 
