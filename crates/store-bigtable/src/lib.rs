@@ -550,11 +550,30 @@ impl Store for BigtableStore {
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         let spec = self.spec(table)?;
         let req = self.read_request(table, request)?;
-        // An async channel: the stream's task waits for room without holding a runtime
-        // thread, which the reader may need meanwhile (a lookup between two rows of a full
-        // stream: with a blocking send, two full scans took both threads and every call
-        // waited forever).
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Row>>(256);
+        // The stream's task waits for room without holding a runtime thread, which the
+        // reader may need meanwhile (a lookup between two rows of a full stream: with a
+        // blocking send, two full scans took both threads and every call waited forever).
+        // The reader takes rows on its own thread, from any context, and says when it took
+        // one.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Row>>(256);
+        let room = Arc::new(tokio::sync::Notify::new());
+        let taken = Arc::clone(&room);
+        let send = move |row: Result<Row>| {
+            let (tx, room) = (tx.clone(), Arc::clone(&room));
+            async move {
+                let mut row = row;
+                loop {
+                    match tx.try_send(row) {
+                        Ok(()) => return true,
+                        Err(std::sync::mpsc::TrySendError::Full(back)) => {
+                            row = back;
+                            room.notified().await;
+                        }
+                        Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return false,
+                    }
+                }
+            }
+        };
         let mut client = self.data.clone();
         let read = request.read.clone();
         // The call's timeout covers the answer's start only: a store that stops answering in
@@ -572,11 +591,11 @@ impl Store for BigtableStore {
             let stream = match tokio::time::timeout(timeout, client.stream_rows(req)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    let _ = tx.send(Err(convert::client_error(e))).await;
+                    send(Err(convert::client_error(e))).await;
                     return;
                 }
                 Err(_) => {
-                    let _ = tx.send(Err(stalled())).await;
+                    send(Err(stalled())).await;
                     return;
                 }
             };
@@ -586,7 +605,7 @@ impl Store for BigtableStore {
                     Ok(Some(item)) => item,
                     Ok(None) => return,
                     Err(_) => {
-                        let _ = tx.send(Err(stalled())).await;
+                        send(Err(stalled())).await;
                         return;
                     }
                 };
@@ -598,20 +617,23 @@ impl Store for BigtableStore {
                     Err(e) => Err(convert::client_error(e)),
                 };
                 let stop = row.is_err();
-                if tx.send(row).await.is_err() || stop {
+                if !send(row).await || stop {
                     return;
                 }
             }
         });
         // The first answer tells whether the request itself was accepted (a bad regex is an
         // error of `scan`, not of the first row).
-        let first = wait(|| rx.blocking_recv());
+        let next = move || {
+            let row = wait(|| rx.recv().ok());
+            taken.notify_one();
+            row
+        };
+        let first = next();
         if let Some(Err(e)) = first {
             return Err(e);
         }
-        Ok(Box::new(first.into_iter().chain(std::iter::from_fn(
-            move || wait(|| rx.blocking_recv()),
-        ))))
+        Ok(Box::new(first.into_iter().chain(std::iter::from_fn(next))))
     }
 
     fn increment(
