@@ -29,6 +29,7 @@
 
 pub mod check;
 pub mod rebuild;
+pub mod select;
 pub mod status;
 
 use hourglass_core::schema::Schema;

@@ -19,8 +19,9 @@ use crate::cell_codec::{
     DataCellCodec, MemberSummary, decode_columns, decode_joint_columns, decode_points,
     joint_summaries,
 };
+use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
-use crate::scan::{RowQuery, scan_requests};
+use crate::scan::{RowQuery, candidate_requests, scan_requests};
 use crate::{Error, Result, Tsdb, rows};
 
 /// One series' points in time order.
@@ -240,11 +241,16 @@ impl Tsdb {
     /// With `within` (ms, inclusive), a member of such a group whose stream summarizes it,
     /// whose hour lies in `within` and which has no buffered points, is handed over as
     /// [`RowData::Summary`]; a group whose members in the scan all go so is not decoded.
+    ///
+    /// With `select`, stored rows are read only for the series the tag index lists (taken
+    /// after the buffered rows, so a series flushed in between has its entries already),
+    /// when the index can say; buffered rows are all taken, as without it.
     fn visit_row_data(
         &self,
         query: &RowQuery,
         joint: bool,
         within: Option<(i64, i64)>,
+        select: Option<&SeriesSelector>,
         mut visit: impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
     ) -> Result<()> {
         let schema = &self.settings().schema;
@@ -270,7 +276,15 @@ impl Tsdb {
         let mut earlier = Vec::new();
         // A group's members decoded together.
         let (mut group_times, mut group_values) = (Vec::new(), Vec::<Num>::new());
-        for mut request in scan_requests(schema, query) {
+        let candidates = match select {
+            Some(s) => s.candidates(self, query.start_secs, query.end_secs)?,
+            None => None,
+        };
+        let requests = match &candidates {
+            Some(listed) => candidate_requests(schema, query, listed),
+            None => scan_requests(schema, query),
+        };
+        for mut request in requests {
             // Compacted cells in the embedded store's compact form are decoded straight
             // from it, without rebuilding OpenTSDB's bytes first.
             request.read.encoded_cells = true;
@@ -432,6 +446,18 @@ impl Tsdb {
     pub fn visit_rows(
         &self,
         query: &RowQuery,
+        visit: impl FnMut(RowView<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.visit_rows_selected(query, None, visit)
+    }
+
+    /// [`Tsdb::visit_rows`], stored rows read only for the series `select` lists when the
+    /// tag index covers the range (the rows of other series may be left out: the caller
+    /// filters as `select` does).
+    pub fn visit_rows_selected(
+        &self,
+        query: &RowQuery,
+        select: Option<&SeriesSelector>,
         mut visit: impl FnMut(RowView<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut points = Vec::new();
@@ -439,6 +465,7 @@ impl Tsdb {
             query,
             false,
             None,
+            select,
             |key, data, annotations, stored_bytes| {
                 data.points(&mut points)?;
                 visit(RowView {
@@ -469,6 +496,18 @@ impl Tsdb {
         &self,
         query: &RowQuery,
         within: Option<(i64, i64)>,
+        visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
+    ) -> Result<()> {
+        self.visit_columns_selected(query, within, None, visit)
+    }
+
+    /// [`Tsdb::visit_columns_within`], stored rows read only for the series `select`
+    /// lists when the tag index covers the range (see [`Tsdb::visit_rows_selected`]).
+    pub fn visit_columns_selected<V: Sample>(
+        &self,
+        query: &RowQuery,
+        within: Option<(i64, i64)>,
+        select: Option<&SeriesSelector>,
         mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
         let schema = &self.settings().schema;
@@ -477,6 +516,7 @@ impl Tsdb {
             query,
             true,
             within,
+            select,
             |key, data, annotations, stored_bytes| {
                 let base_ms = i64::from(base_time_of(schema, key).unwrap_or(0)) * 1000;
                 let summary = match data {

@@ -187,6 +187,70 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
         .collect()
 }
 
+/// Most bytes of a candidate regex: Bigtable refuses filters of 20 KB or more.
+const MAX_CANDIDATE_REGEX: usize = 16 * 1024;
+
+/// Where, after `key` (whose tags are no candidate's), the next candidate's row can be:
+/// the next candidate's tags in the same hour, else the next hour.
+fn next_listed(tags_at: usize, candidates: &[Vec<u8>], key: &[u8]) -> Option<Vec<u8>> {
+    let (head, tags) = (key.get(..tags_at)?, key.get(tags_at..)?);
+    let next = candidates.partition_point(|c| c.as_slice() <= tags);
+    match candidates.get(next) {
+        Some(c) => Some([head, c.as_slice()].concat()),
+        None => successor(head),
+    }
+}
+
+/// [`scan_requests`] reading only the rows of the listed series (`candidates`: their tag
+/// bytes, sorted): each bucket's request matches exactly its candidates (a full-match
+/// regex of their tags, while it stays under 16 KB; past that the query's own tag regex)
+/// and hints the next candidate's key, so a backend that can seek reads one row per series
+/// and hour. Buckets without a candidate are not scanned.
+pub fn candidate_requests(
+    schema: &Schema,
+    query: &RowQuery,
+    candidates: &[Vec<u8>],
+) -> Vec<ScanRequest> {
+    let salt = usize::from(schema.salt_width);
+    let tags_at = schema.tags_offset();
+    let mut by_salt: std::collections::BTreeMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
+    for tags in candidates {
+        let mut key = vec![0u8; salt];
+        query.metric.write(schema.metric_width, &mut key);
+        key.extend_from_slice(&[0; 4]);
+        key.extend_from_slice(tags);
+        hourglass_core::rowkey::apply_salt(schema, &mut key);
+        by_salt
+            .entry(key[..salt].to_vec())
+            .or_default()
+            .push(tags.clone());
+    }
+    scan_requests(schema, query)
+        .into_iter()
+        .filter_map(|mut request| {
+            let mut mine = by_salt.remove(request.start.get(..salt)?)?;
+            mine.sort();
+            mine.dedup();
+            let mut re = format!("(?s)^.{{{tags_at}}}(?:");
+            for (i, tags) in mine.iter().enumerate() {
+                if i > 0 {
+                    re.push('|');
+                }
+                escape_bytes(tags, &mut re);
+            }
+            re.push_str(")$");
+            if re.len() <= MAX_CANDIDATE_REGEX {
+                request.key_regex = Some(re);
+            }
+            let mine = std::sync::Arc::new(mine);
+            request.skip = Some(SkipHint(std::sync::Arc::new(move |key: &[u8]| {
+                next_listed(tags_at, &mine, key)
+            })));
+            Some(request)
+        })
+        .collect()
+}
+
 /// Every stored row of `query`, bucket by bucket, each bucket in key order (as OpenTSDB's
 /// tools print them) whatever order the store returns ([`Store::scan`]).
 pub fn scan_rows(store: &dyn Store, schema: &Schema, query: &RowQuery) -> Result<Vec<Row>> {

@@ -218,6 +218,153 @@ impl TagFilter {
     }
 }
 
+/// Whether a series whose value for one tag key is `value` passes that key's filters:
+/// case-sensitive literal_or filters ORed together, every other filter ANDed (as the query
+/// scan groups them).
+pub fn key_passes(filters: &[&TagFilter], value: &str) -> bool {
+    let mut any_literal = false;
+    let mut literal_hit = false;
+    for f in filters {
+        if f.exact_literals().is_some() {
+            any_literal = true;
+            literal_hit |= f.matches(Some(value));
+        } else if !f.matches(Some(value)) {
+            return false;
+        }
+    }
+    !any_literal || literal_hit
+}
+
+/// ASCII characters that some other character lower-cases to (or to a string starting
+/// with them): the Kelvin sign to `k`, `İ` to `i` and a combining dot. A case-insensitive
+/// prefix holding one cannot be turned into a set of byte prefixes.
+fn has_foreign_case_forms(c: char) -> bool {
+    static FOREIGN: std::sync::OnceLock<[bool; 128]> = std::sync::OnceLock::new();
+    let table = FOREIGN.get_or_init(|| {
+        let mut t = [false; 128];
+        for other in (0x80u32..=0x10FFFF).filter_map(char::from_u32) {
+            if let Some(first) = other.to_lowercase().next()
+                && first.is_ascii()
+            {
+                t[first as usize] = true;
+            }
+        }
+        t
+    });
+    !c.is_ascii() || table[c as usize]
+}
+
+/// Most byte prefixes a case-insensitive prefix expands to.
+const MAX_CASE_PREFIXES: usize = 16;
+
+/// The ASCII prefixes whose lower-cased form is (a prefix of) `lower`'s leading characters,
+/// cut where the expansion would pass [`MAX_CASE_PREFIXES`] or meets a character other
+/// characters case-fold to. Empty: no usable prefix.
+fn case_prefixes(lower: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for c in lower.chars() {
+        if has_foreign_case_forms(c) {
+            break;
+        }
+        let upper = c.to_ascii_uppercase();
+        let forms: &[char] = if upper != c { &[c, upper] } else { &[c] };
+        if out.len() * forms.len() > MAX_CASE_PREFIXES {
+            break;
+        }
+        out = out
+            .iter()
+            .flat_map(|p| {
+                forms.iter().map(move |f| {
+                    let mut p = p.clone();
+                    p.push(*f);
+                    p
+                })
+            })
+            .collect();
+    }
+    if out.iter().all(String::is_empty) {
+        return Vec::new();
+    }
+    out
+}
+
+/// The leading ASCII characters of `s`.
+fn ascii_head(s: &str) -> &str {
+    let end = s.find(|c: char| !c.is_ascii()).unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The literal an unanchored regular expression's matches all start with, when it opens
+/// with `^` followed by plain ASCII characters (no alternation anywhere); `None` otherwise.
+fn regex_prefix(expression: &str) -> Option<String> {
+    if expression.contains('|') {
+        return None;
+    }
+    let rest = expression.strip_prefix('^')?;
+    let mut out = String::new();
+    for c in rest.chars() {
+        if matches!(
+            c,
+            '\\' | '.' | '+' | '*' | '?' | '(' | ')' | '[' | ']' | '{' | '}' | '^' | '$' | '#'
+        ) || !c.is_ascii()
+            || c.is_ascii_whitespace()
+        {
+            if matches!(c, '*' | '?' | '{') {
+                out.pop(); // the character before may be absent
+            }
+            break;
+        }
+        out.push(c);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+impl TagFilter {
+    /// Name prefixes every value passing this filter starts with (one of them), as plain
+    /// ASCII text (so the same bytes whichever encoding the name is stored in); `None` when
+    /// the filter bounds no prefix. Case-sensitive literals are left to their UIDs.
+    pub fn value_prefixes(&self) -> Option<Vec<String>> {
+        let found = match &self.kind {
+            FilterKind::Literals {
+                values,
+                case_insensitive: true,
+                negate: false,
+            } => {
+                let mut all = Vec::new();
+                for v in values {
+                    let p = case_prefixes(v);
+                    if p.is_empty() {
+                        return None;
+                    }
+                    all.extend(p);
+                }
+                all
+            }
+            FilterKind::Literals { .. } => return None,
+            FilterKind::Wildcard {
+                pattern,
+                case_insensitive,
+            } => {
+                // Only a glob ending in `*` and not starting with one requires its head.
+                if pattern.starts_with('*') || !pattern.ends_with('*') {
+                    return None;
+                }
+                let head = ascii_head(pattern.split('*').next().unwrap_or_default());
+                if *case_insensitive {
+                    case_prefixes(head)
+                } else {
+                    vec![head.to_string()]
+                }
+            }
+            FilterKind::Regexp(_) => vec![regex_prefix(&self.expression)?],
+        };
+        let mut found: Vec<String> = found.into_iter().filter(|p| !p.is_empty()).collect();
+        found.sort();
+        found.dedup();
+        (!found.is_empty()).then_some(found)
+    }
+}
+
 /// OpenTSDB's glob: a leading `*` means "ends with the last part", a trailing one "starts with
 /// the first part"; every part must be found searching from the summed lengths of the parts
 /// before it (so infix-only globs are loose, as in OpenTSDB).
