@@ -27,6 +27,7 @@
 //! Cell timestamps are fixed (a `p` cell its period's start in ms, a `g` cell 0), so writing
 //! an entry again writes the same cell: every entry is an idempotent set.
 
+pub mod cardinality;
 pub mod check;
 pub mod rebuild;
 pub mod select;
