@@ -252,7 +252,7 @@ impl Tsdb {
         within: Option<(i64, i64)>,
         select: Option<&SeriesSelector>,
         mut visit: impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let schema = &self.settings().schema;
         let first_hour = query.start_secs - query.start_secs.rem_euclid(3600);
         let metric_at = usize::from(schema.salt_width);
@@ -436,7 +436,7 @@ impl Tsdb {
         for (key, points) in buffered.into_values() {
             visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
         }
-        Ok(())
+        Ok(candidates.is_some())
     }
 
     /// Calls `visit` for every row of `query.metric` between `query.start_secs` and
@@ -448,18 +448,18 @@ impl Tsdb {
         query: &RowQuery,
         visit: impl FnMut(RowView<'_>) -> Result<()>,
     ) -> Result<()> {
-        self.visit_rows_selected(query, None, visit)
+        self.visit_rows_selected(query, None, visit).map(|_| ())
     }
 
     /// [`Tsdb::visit_rows`], stored rows read only for the series `select` lists when the
     /// tag index covers the range (the rows of other series may be left out: the caller
-    /// filters as `select` does).
+    /// filters as `select` does). Returns whether the index chose the rows.
     pub fn visit_rows_selected(
         &self,
         query: &RowQuery,
         select: Option<&SeriesSelector>,
         mut visit: impl FnMut(RowView<'_>) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut points = Vec::new();
         self.visit_row_data(
             query,
@@ -499,17 +499,19 @@ impl Tsdb {
         visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
         self.visit_columns_selected(query, within, None, visit)
+            .map(|_| ())
     }
 
     /// [`Tsdb::visit_columns_within`], stored rows read only for the series `select`
     /// lists when the tag index covers the range (see [`Tsdb::visit_rows_selected`]).
+    /// Returns whether the index chose the rows.
     pub fn visit_columns_selected<V: Sample>(
         &self,
         query: &RowQuery,
         within: Option<(i64, i64)>,
         select: Option<&SeriesSelector>,
         mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let schema = &self.settings().schema;
         let (mut times, mut values) = (Vec::new(), Vec::new());
         self.visit_row_data(

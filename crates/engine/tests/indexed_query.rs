@@ -135,6 +135,11 @@ fn random_filter(rng: &mut Rng) -> TagFilter {
                 "^web0+",
                 "x$",
                 ".*",
+                "eb0[12]",
+                "web0.",
+                "EB0",
+                "(web)01",
+                "eb01+",
             ]),
         ),
     };

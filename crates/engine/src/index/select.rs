@@ -28,6 +28,9 @@ use crate::{Error, Result, Tsdb};
 /// the index; past it the metric is scanned as without the index.
 pub const MAX_CANDIDATES: usize = 4_096;
 
+/// Most values a trigram may list before its filter is left to a full scan.
+pub const MAX_TRIGRAM_VALUES: usize = 65_536;
+
 /// Ranges over more periods than this read the all-time rows instead of each period's.
 pub const MAX_PERIODS: u32 = 31;
 
@@ -45,6 +48,8 @@ enum Values {
     Named(Vec<String>),
     /// Names starting with one of these (ASCII) prefixes.
     Prefixed(Vec<String>),
+    /// Values having every one of these trigrams (`0x05` rows, all time).
+    Trigrams(Vec<[u8; 3]>),
     /// Every value of the key.
     All,
 }
@@ -85,12 +90,18 @@ impl SeriesSelector {
                     .iter()
                     .filter_map(|f| f.value_prefixes())
                     .max_by_key(|p| p.iter().map(String::len).min().unwrap_or(0));
-                match prefixes {
-                    Some(p) => {
+                let trigrams = k
+                    .filters
+                    .iter()
+                    .filter_map(|f| f.value_trigrams())
+                    .max_by_key(Vec::len);
+                match (prefixes, trigrams) {
+                    (Some(p), _) => {
                         let shortest = p.iter().map(String::len).min().unwrap_or(0);
                         ((1, usize::MAX - shortest), Values::Prefixed(p))
                     }
-                    None => ((2, 0), Values::All),
+                    (None, Some(t)) => ((2, usize::MAX - t.len()), Values::Trigrams(t)),
+                    (None, None) => ((3, 0), Values::All),
                 }
             };
             if best.as_ref().is_none_or(|(_, r, _)| rank < *r) {
@@ -147,10 +158,22 @@ impl SeriesSelector {
         } else {
             (p0..=p1).step_by(PERIOD_SECS as usize).map(Some).collect()
         };
+        // Trigram rows are kept over all time: their values are found once.
+        let by_trigrams = match &self.values {
+            Values::Trigrams(t) => match self.trigram_values(tsdb, &metric, t)? {
+                Some(values) => Some(values),
+                None => return Ok(None),
+            },
+            _ => None,
+        };
         let mut out: BTreeSet<Vec<u8>> = BTreeSet::new();
         for period in periods {
-            let Some(values) = self.driving_values(tsdb, &metric, period)? else {
-                return Ok(None);
+            let values = match &by_trigrams {
+                Some(values) => values.clone(),
+                None => match self.driving_values(tsdb, &metric, period)? {
+                    Some(values) => values,
+                    None => return Ok(None),
+                },
             };
             for value in values {
                 for tags in self.postings(tsdb, &metric, period, &value)? {
@@ -213,7 +236,7 @@ impl SeriesSelector {
                 return Ok(Some(out));
             }
             Values::Prefixed(p) => p.iter().map(String::as_str).collect(),
-            Values::All => vec![""],
+            Values::All | Values::Trigrams(_) => vec![""],
         };
         let (head, family) = match period {
             Some(p) => (
@@ -263,6 +286,71 @@ impl SeriesSelector {
         }
         out.sort();
         out.dedup();
+        Ok(Some(out))
+    }
+
+    /// The driving key's values (UID bytes) having every trigram and passing its filters
+    /// (names from the UID cache); `None` when more than [`MAX_TRIGRAM_VALUES`] have the
+    /// trigrams or more than [`MAX_CANDIDATES`] pass.
+    fn trigram_values(
+        &self,
+        tsdb: &Tsdb,
+        metric: &[u8],
+        trigrams: &[[u8; 3]],
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        let schema = &tsdb.settings().schema;
+        let tagk = self.driving_tagk(tsdb);
+        let width = usize::from(schema.tagv_width);
+        let mut have: Option<BTreeSet<Vec<u8>>> = None;
+        for t in trigrams {
+            let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
+            let at = start.len();
+            let request = ScanRequest {
+                end: prefix_end(&start),
+                start,
+                read: ReadOptions {
+                    keys_only: true,
+                    ..ReadOptions::family(GLOBAL_FAMILY)
+                },
+                ..ScanRequest::default()
+            };
+            let mut these = BTreeSet::new();
+            for row in tsdb.store().scan(&schema.index_table, &request)? {
+                let row = row?;
+                let Some(v) = row.key.get(at..).filter(|v| v.len() == width) else {
+                    continue;
+                };
+                if have.as_ref().is_none_or(|h| h.contains(v)) {
+                    these.insert(v.to_vec());
+                    if these.len() > MAX_TRIGRAM_VALUES {
+                        return Ok(None);
+                    }
+                }
+            }
+            let empty = these.is_empty();
+            have = Some(these);
+            if empty {
+                break;
+            }
+        }
+        let filters = self.driving_filters();
+        let mut out = Vec::new();
+        for v in have.unwrap_or_default() {
+            let name = match tsdb
+                .uids()
+                .get_name(UidKind::TagValue, Uid::from_bytes(&v)?)
+            {
+                Ok(name) => name,
+                Err(Error::NoSuchId { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if key_passes(&filters, &name) {
+                out.push(v);
+                if out.len() > MAX_CANDIDATES {
+                    return Ok(None);
+                }
+            }
+        }
         Ok(Some(out))
     }
 

@@ -319,6 +319,71 @@ fn regex_prefix(expression: &str) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
+/// ASCII literals every match of a regular expression contains: the runs of plain
+/// characters outside groups and classes (a character made optional by `*`, `?` or `{` left
+/// out). `None` for expressions this cannot read safely: alternation, flags (`(?`, which may
+/// fold case beyond ASCII), nested classes; reading stops at an escape.
+fn regex_literals(expression: &str) -> Option<Vec<String>> {
+    if expression.contains('|') || expression.contains("(?") {
+        return None;
+    }
+    let mut runs = Vec::new();
+    let mut run = String::new();
+    let mut depth = 0usize;
+    let mut chars = expression.chars().peekable();
+    let end_run = |run: &mut String, runs: &mut Vec<String>| {
+        if !run.is_empty() {
+            runs.push(std::mem::take(run));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => break,
+            '(' => {
+                end_run(&mut run, &mut runs);
+                depth += 1;
+            }
+            ')' => {
+                end_run(&mut run, &mut runs);
+                depth = depth.checked_sub(1)?;
+            }
+            '[' => {
+                end_run(&mut run, &mut runs);
+                // A class: skip it (its first `]`, after an optional `^`, is a member).
+                if chars.peek() == Some(&'^') {
+                    chars.next();
+                }
+                if chars.peek() == Some(&']') {
+                    chars.next();
+                }
+                loop {
+                    match chars.next()? {
+                        ']' => break,
+                        '[' | '\\' => return Some(runs),
+                        _ => {}
+                    }
+                }
+            }
+            '*' | '?' | '{' => {
+                run.pop(); // the character before may be absent
+                end_run(&mut run, &mut runs);
+                if c == '{' {
+                    for d in chars.by_ref() {
+                        if d == '}' {
+                            break;
+                        }
+                    }
+                }
+            }
+            '+' | '.' | '^' | '$' => end_run(&mut run, &mut runs),
+            c if depth == 0 && c.is_ascii() => run.push(c),
+            _ => end_run(&mut run, &mut runs),
+        }
+    }
+    end_run(&mut run, &mut runs);
+    Some(runs)
+}
+
 impl TagFilter {
     /// Name prefixes every value passing this filter starts with (one of them), as plain
     /// ASCII text (so the same bytes whichever encoding the name is stored in); `None` when
@@ -362,6 +427,22 @@ impl TagFilter {
         found.sort();
         found.dedup();
         (!found.is_empty()).then_some(found)
+    }
+
+    /// Trigrams (of lower-cased names, as the index keeps them) every value passing this
+    /// filter has: those of the ASCII literals a regular expression requires. `None` when
+    /// it requires none of 3 bytes or more.
+    pub fn value_trigrams(&self) -> Option<Vec<[u8; 3]>> {
+        let FilterKind::Regexp(_) = &self.kind else {
+            return None;
+        };
+        let mut out: Vec<[u8; 3]> = regex_literals(&self.expression)?
+            .iter()
+            .flat_map(|lit| crate::index::trigrams(lit))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        (!out.is_empty()).then_some(out)
     }
 }
 
@@ -419,6 +500,57 @@ mod tests {
         assert!(f("wildcard", "*").matches(Some("anything")));
         assert!(f("regexp", "eb.1").matches(Some("web01")), "unanchored");
         assert!(!f("literal_or", "a").matches(None));
+    }
+
+    #[test]
+    fn index_prefixes_and_trigrams_are_required_by_the_filter() {
+        let f = |t: &str, e: &str| TagFilter::new(t, "host", e, false).unwrap();
+        let p = |t: &str, e: &str| f(t, e).value_prefixes();
+        assert_eq!(p("wildcard", "web*"), Some(vec!["web".to_string()]));
+        assert_eq!(
+            p("wildcard", "web*01"),
+            None,
+            "OpenTSDB checks no head then"
+        );
+        assert_eq!(p("wildcard", "*01*"), None);
+        assert_eq!(
+            p("iwildcard", "WE*"),
+            Some(vec!["WE".into(), "We".into(), "wE".into(), "we".into()])
+        );
+        assert_eq!(
+            p("iwildcard", "k*"),
+            None,
+            "the Kelvin sign lower-cases to k"
+        );
+        assert_eq!(p("iliteral_or", "ix"), None, "İ lower-cases to i and a dot");
+        assert_eq!(p("regexp", "^web0?1"), Some(vec!["web".to_string()]));
+        assert_eq!(p("regexp", "^web|^x"), None);
+        assert_eq!(p("regexp", "web"), None, "unanchored");
+        assert_eq!(p("not_literal_or", "web"), None);
+        let t = |e: &str| f("regexp", e).value_trigrams();
+        assert_eq!(t("00001[0-9]"), Some(vec![*b"000", *b"001"]));
+        assert_eq!(t("ab(cde)?f"), None, "no required run of 3");
+        assert_eq!(
+            t("xWEb*"),
+            Some(vec![*b"xwe"]),
+            "the optional b is left out"
+        );
+        assert_eq!(
+            t("abc\\d+xyz"),
+            Some(vec![*b"abc"]),
+            "reading stops at an escape"
+        );
+        assert_eq!(t("(?i)abc"), None);
+        assert_eq!(t("abc|xyz"), None);
+        for name in ["x00001y", "000019", "h00001[0-9]"] {
+            let want = t("00001[0-9]").unwrap();
+            let have = crate::index::trigrams(name);
+            assert!(
+                !f("regexp", "00001[0-9]").matches(Some(name))
+                    || want.iter().all(|w| have.contains(w)),
+                "{name}"
+            );
+        }
     }
 
     #[test]

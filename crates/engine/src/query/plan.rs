@@ -844,90 +844,94 @@ impl Scan<'_> {
             Some(ds) if Downsampler::takes_summaries(&ds) && !self.options.delete => Some((lo, hi)),
             _ => None,
         };
-        let used_before = self.select.map_or(0, SeriesSelector::used);
-        self.tsdb
-            .visit_columns_selected::<V>(&query, within, self.select, |row| {
-                let stats = &mut part.stats;
-                let count = match &row.summary {
-                    Some(s) => {
-                        stats.summarized += 1;
-                        u64::from(s.count)
-                    }
-                    None => row.times.len() as u64,
-                };
-                stats.rows += 1;
-                stats.points += count;
-                stats.bytes += row.stored_bytes as u64;
-                let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
-                let slot = match part.index.get(tag_bytes) {
-                    Some(slot) => *slot,
-                    None => {
-                        let slot = match self.new_series(row.key, tag_bytes, until_ms)? {
-                            Some(state) => {
-                                part.series.push(state);
-                                part.keys.push(tag_bytes.to_vec());
-                                Some(part.series.len() - 1)
+        let indexed =
+            self.tsdb
+                .visit_columns_selected::<V>(&query, within, self.select, |row| {
+                    let stats = &mut part.stats;
+                    let count = match &row.summary {
+                        Some(s) => {
+                            stats.summarized += 1;
+                            u64::from(s.count)
+                        }
+                        None => row.times.len() as u64,
+                    };
+                    stats.rows += 1;
+                    stats.points += count;
+                    stats.bytes += row.stored_bytes as u64;
+                    let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
+                    let slot = match part.index.get(tag_bytes) {
+                        Some(slot) => *slot,
+                        None => {
+                            let slot = match self.new_series(row.key, tag_bytes, until_ms)? {
+                                Some(state) => {
+                                    part.series.push(state);
+                                    part.keys.push(tag_bytes.to_vec());
+                                    Some(part.series.len() - 1)
+                                }
+                                None => None,
+                            };
+                            stats.series += u64::from(slot.is_some());
+                            part.index.insert(tag_bytes.to_vec(), slot);
+                            slot
+                        }
+                    };
+                    let mut held = 0u64;
+                    if let Some(i) = slot {
+                        // The points inside the scan window (times are strictly increasing).
+                        let from = row.times.partition_point(|t| *t < lo);
+                        let to = row.times.partition_point(|t| *t <= hi);
+                        let (times, values) = (&row.times[from..to], &row.values[from..to]);
+                        let s = &mut part.series[i];
+                        match (&mut s.points, &row.summary) {
+                            (Points::Downsampled(d), Some(summary)) => {
+                                held += d.push_summary(row.base_ms, summary)? as u64;
                             }
-                            None => None,
-                        };
-                        stats.series += u64::from(slot.is_some());
-                        part.index.insert(tag_bytes.to_vec(), slot);
-                        slot
-                    }
-                };
-                let mut held = 0u64;
-                if let Some(i) = slot {
-                    // The points inside the scan window (times are strictly increasing).
-                    let from = row.times.partition_point(|t| *t < lo);
-                    let to = row.times.partition_point(|t| *t <= hi);
-                    let (times, values) = (&row.times[from..to], &row.values[from..to]);
-                    let s = &mut part.series[i];
-                    match (&mut s.points, &row.summary) {
-                        (Points::Downsampled(d), Some(summary)) => {
-                            held += d.push_summary(row.base_ms, summary)? as u64;
+                            (Points::Raw(_), Some(_)) => {
+                                return Err(Error::Internal(
+                                    "a summary read for raw points".into(),
+                                ));
+                            }
+                            (Points::Raw(out), None) => {
+                                out.extend(
+                                    times.iter().copied().zip(values.iter().map(|v| v.to_num())),
+                                );
+                                held += times.len() as u64;
+                            }
+                            (Points::Downsampled(d), None) => {
+                                held += d.push_all(times, values) as u64
+                            }
                         }
-                        (Points::Raw(_), Some(_)) => {
-                            return Err(Error::Internal("a summary read for raw points".into()));
+                        let base_time = (row.base_ms / 1000) as u32;
+                        for (qualifier, json) in &row.annotations {
+                            if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
+                                s.annotations.push(StoredAnnotation {
+                                    time_ms,
+                                    json: json.to_vec(),
+                                });
+                            }
                         }
-                        (Points::Raw(out), None) => {
-                            out.extend(
-                                times.iter().copied().zip(values.iter().map(|v| v.to_num())),
-                            );
-                            held += times.len() as u64;
-                        }
-                        (Points::Downsampled(d), None) => held += d.push_all(times, values) as u64,
-                    }
-                    let base_time = (row.base_ms / 1000) as u32;
-                    for (qualifier, json) in &row.annotations {
-                        if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
-                            s.annotations.push(StoredAnnotation {
-                                time_ms,
-                                json: json.to_vec(),
-                            });
+                        if self.options.delete
+                            && let Some(deletion) =
+                                deletion(self.tsdb, row.key, base_time, self.query.0, self.query.1)?
+                        {
+                            part.deletions.push(deletion);
                         }
                     }
-                    if self.options.delete
-                        && let Some(deletion) =
-                            deletion(self.tsdb, row.key, base_time, self.query.0, self.query.1)?
-                    {
-                        part.deletions.push(deletion);
-                    }
-                }
-                part.held += held;
-                // The whole query's counts, this part's series.
-                let shared = &self.shared;
-                let total = QueryStats {
-                    points: shared.points.fetch_add(count, Ordering::Relaxed) + count,
-                    bytes: shared
-                        .bytes
-                        .fetch_add(row.stored_bytes as u64, Ordering::Relaxed)
-                        + row.stored_bytes as u64,
-                    ..part.stats
-                };
-                let held = shared.held.fetch_add(held, Ordering::Relaxed) + held;
-                limits.check(&total, held, self.deadline)
-            })?;
-        part.stats.indexed = self.select.map_or(0, SeriesSelector::used) > used_before;
+                    part.held += held;
+                    // The whole query's counts, this part's series.
+                    let shared = &self.shared;
+                    let total = QueryStats {
+                        points: shared.points.fetch_add(count, Ordering::Relaxed) + count,
+                        bytes: shared
+                            .bytes
+                            .fetch_add(row.stored_bytes as u64, Ordering::Relaxed)
+                            + row.stored_bytes as u64,
+                        ..part.stats
+                    };
+                    let held = shared.held.fetch_add(held, Ordering::Relaxed) + held;
+                    limits.check(&total, held, self.deadline)
+                })?;
+        part.stats.indexed = indexed;
         Ok(part)
     }
 }
