@@ -31,6 +31,9 @@ pub struct MetricCount {
     pub tagks: Vec<TagkCount>,
 }
 
+/// A tag key's UID bytes, its series and its values, as counted.
+type KeyCounts = (Vec<u8>, u64, u64);
+
 fn counter(value: &[u8]) -> u64 {
     <[u8; 8]>::try_from(value).map_or(0, |b| u64::from_be_bytes(b).min(i64::MAX as u64))
 }
@@ -60,14 +63,14 @@ pub fn top_metrics(tsdb: &Tsdb, top: usize, now_ms: i64) -> Result<Vec<MetricCou
         },
         ..ScanRequest::prefix(&[kind::SERIES_COUNTERS])
     };
-    let mut all: Vec<(u64, Vec<u8>, Vec<(Vec<u8>, u64, u64)>)> = Vec::new();
+    let mut all: Vec<(u64, Vec<u8>, Vec<KeyCounts>)> = Vec::new();
     for row in tsdb.store().scan(table, &request)? {
         let row = row?;
         let Some(metric) = row.key.get(1..) else {
             continue;
         };
         let mut series = 0;
-        let mut keys: Vec<(Vec<u8>, u64, u64)> = Vec::new();
+        let mut keys: Vec<KeyCounts> = Vec::new();
         for cell in &row.cells {
             let q = cell.qualifier.as_slice();
             let n = counter(&cell.value);
