@@ -351,6 +351,73 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// A candidate request's regex accepts exactly its bucket's candidates, and its hint
+        /// never passes over one of them.
+        #[test]
+        fn candidate_requests_read_every_candidate_row(
+            series in prop::collection::btree_set(prop::collection::btree_map(1u64..6, 1u64..6, 1..4), 1..40),
+            listed in prop::collection::vec(any::<bool>(), 40),
+            hours in prop::collection::vec(0u32..4, 1..3),
+        ) {
+            let schema = Schema { salt_width: 1, salt_buckets: 3, ..Schema::default() };
+            let tags_of = |t: &std::collections::BTreeMap<u64, u64>| -> Vec<(Uid, Uid)> {
+                t.iter().map(|(k, v)| (Uid(*k), Uid(*v))).collect()
+            };
+            let mut keys: Vec<Vec<u8>> = Vec::new();
+            for tags in &series {
+                for h in &hours {
+                    let key = encode_row_key(&schema, &SeriesKey::new(Uid(1), tags_of(tags)), 3600 * h);
+                    keys.push(key);
+                }
+            }
+            keys.sort();
+            keys.dedup();
+            let tags_at = schema.tags_offset();
+            let candidates: Vec<Vec<u8>> = series
+                .iter()
+                .zip(&listed)
+                .filter(|(_, l)| **l)
+                .map(|(t, _)| {
+                    encode_row_key(&schema, &SeriesKey::new(Uid(1), tags_of(t)), 0)[tags_at..].to_vec()
+                })
+                .collect();
+            let query = RowQuery { metric: Uid(1), start_secs: 0, end_secs: 4 * 3600, tags: vec![] };
+            let mut sorted = candidates.clone();
+            sorted.sort();
+            let requests = candidate_requests(&schema, &query, &sorted);
+            for key in &keys {
+                if sorted.iter().any(|c| c.as_slice() == &key[tags_at..]) {
+                    prop_assert!(requests.iter().any(|r| r.start[..1] == key[..1]), "a bucket left out");
+                }
+            }
+            for request in requests {
+                let re = KeyRegex::new(request.key_regex.as_deref().unwrap()).unwrap();
+                let skip = request.skip.clone().unwrap();
+                let mine: Vec<&Vec<u8>> = keys
+                    .iter()
+                    .filter(|k| k.starts_with(&request.start[..1]))
+                    .collect();
+                for (i, key) in mine.iter().enumerate() {
+                    let listed = sorted.iter().any(|c| c.as_slice() == &key[tags_at..]);
+                    prop_assert_eq!(re.is_match(key), listed);
+                    if listed {
+                        continue;
+                    }
+                    if let Some(target) = (skip.0)(key) {
+                        prop_assert!(target.as_slice() > key.as_slice());
+                        for later in &mine[i + 1..] {
+                            if later.as_slice() >= target.as_slice() {
+                                break;
+                            }
+                            prop_assert!(!re.is_match(later), "skipped a candidate row");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn skip_hint_jumps_to_the_wanted_value_or_past_the_hour() {
         let schema = Schema::default();
