@@ -68,20 +68,24 @@ impl SeriesCap {
             return Ok(None);
         };
         let period = index::period_of(u32::try_from((now_ms / 1000).max(0)).unwrap_or(u32::MAX));
-        let mut state = self.state.lock();
-        if state.period != period {
-            state.period = period;
-            state.metrics.clear();
-            state.refused.clear();
-        }
         let tsuid = series.tsuid();
-        if state.refused.contains(&tsuid) {
-            return Ok(Some(self.count(&state, series.metric)));
-        }
-        let stale = state
-            .metrics
-            .get(series.metric)
-            .is_none_or(|c| now_ms - c.read_ms >= COUNTER_TTL_MS);
+        // Store reads are made without the lock held: other connections' new series of
+        // other metrics do not wait for them.
+        let stale = {
+            let mut state = self.state.lock();
+            if state.period != period {
+                state.period = period;
+                state.metrics.clear();
+                state.refused.clear();
+            }
+            if state.refused.contains(&tsuid) {
+                return Ok(Some(self.count(&state, series.metric)));
+            }
+            state
+                .metrics
+                .get(series.metric)
+                .is_none_or(|c| now_ms - c.read_ms >= COUNTER_TTL_MS)
+        };
         if stale {
             let stored = store
                 .get(
@@ -95,7 +99,7 @@ impl SeriesCap {
                         .map(u64::from_be_bytes)
                 })
                 .unwrap_or(0);
-            state.metrics.insert(
+            self.state.lock().metrics.insert(
                 series.metric.to_vec(),
                 Counted {
                     stored,
@@ -104,13 +108,17 @@ impl SeriesCap {
                 },
             );
         }
-        let count = self.count(&state, series.metric);
-        if count < self.cap {
-            if let Some(c) = state.metrics.get_mut(series.metric) {
-                c.admitted += 1;
+        let count = {
+            let mut state = self.state.lock();
+            let count = self.count(&state, series.metric);
+            if count < self.cap {
+                if let Some(c) = state.metrics.get_mut(series.metric) {
+                    c.admitted += 1;
+                }
+                return Ok(None);
             }
-            return Ok(None);
-        }
+            count
+        };
         // At the cap: a series already counted this period (its marker exists) goes on.
         let marker = store.get(
             &schema.index_table,
@@ -123,6 +131,7 @@ impl SeriesCap {
         if marker.is_some() {
             return Ok(None);
         }
+        let mut state = self.state.lock();
         if state.refused.len() >= REFUSED_MAX {
             state.refused.clear();
         }
