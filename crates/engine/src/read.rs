@@ -75,13 +75,17 @@ pub struct RowColumns<'a, V> {
     pub annotations: Vec<(&'a [u8], &'a [u8])>,
     /// Bytes read from storage for this row (key, qualifiers and values).
     pub stored_bytes: usize,
-    /// The row's points summarized instead of listed (`times` and `values` empty): only
-    /// from [`Tsdb::visit_columns_within`], for a row whose hour lies in its range.
-    pub summary: Option<MemberSummary>,
+    /// The rows' points summarized instead of listed (`times` and `values` empty), each
+    /// with its hour's start (ms): only from [`Tsdb::visit_columns_within`], for rows whose
+    /// hour lies in its range.
+    pub summaries: &'a [(i64, MemberSummary)],
+    /// The rows handed over: one, or from [`Tsdb::visit_columns_within`] a run of a group's
+    /// members (`key` and `base_ms` the first one's, `times` and `summaries` all of theirs).
+    pub rows: usize,
 }
 
 /// A row's data cells before decoding.
-enum RowData<'a> {
+enum RowData<'a, V> {
     /// The row's only data cell (single point, compacted, appended): OpenTSDB's bytes, or
     /// the embedded store's compact form when the cell says so (`Cell::is_encoded`).
     Single(&'a hourglass_storage::Cell),
@@ -89,17 +93,19 @@ enum RowData<'a> {
     Merge(&'a Row, &'a [Point]),
     /// Points of a row not stored yet.
     Buffered(&'a [Point]),
-    /// A group member's points, decoded with the rest of its group (strictly increasing).
-    Columns(&'a [i64], &'a [Num]),
-    /// A group member's points as their summary, not decoded.
-    Summary(MemberSummary),
+    /// The points of a run of a group's members (that many rows, the first one's key),
+    /// decoded with the rest of the group, strictly increasing.
+    Columns(&'a [i64], &'a [V], usize),
+    /// A run of a group's members as their summaries (each with its hour's start, ms), not
+    /// decoded.
+    Summaries(&'a [(i64, MemberSummary)]),
 }
 
 fn is_encoded(c: &hourglass_storage::Cell) -> bool {
     c.family == DATA_FAMILY && c.is_encoded()
 }
 
-impl RowData<'_> {
+impl<V: Sample> RowData<'_, V> {
     /// The general path: every cell back to OpenTSDB's bytes, decoded, sorted and
     /// deduplicated (newest write first).
     fn merged(&self) -> Result<Vec<Point>> {
@@ -109,11 +115,11 @@ impl RowData<'_> {
                     key: Vec::new(),
                     cells: vec![(*cell).clone()],
                 };
-                return RowData::Merge(&row, &[]).merged();
+                return RowData::<V>::Merge(&row, &[]).merged();
             }
             RowData::Merge(row, extra) => (*row, *extra),
             RowData::Buffered(points) => return Ok(rows::decode_row(None, points)?.points),
-            RowData::Columns(..) | RowData::Summary(_) => {
+            RowData::Columns(..) | RowData::Summaries(_) => {
                 return Err(Error::Internal(
                     "a group member's columns read as points".into(),
                 ));
@@ -149,20 +155,12 @@ impl RowData<'_> {
     }
 
     /// The points' times (ms) and values into `times` and `values` (cleared first).
-    fn columns<V: Sample>(
-        &self,
-        base_ms: i64,
-        times: &mut Vec<i64>,
-        values: &mut Vec<V>,
-    ) -> Result<()> {
+    fn columns(&self, base_ms: i64, times: &mut Vec<i64>, values: &mut Vec<V>) -> Result<()> {
         times.clear();
         values.clear();
-        if let RowData::Columns(t, v) = self {
+        if let RowData::Columns(t, v, _) = self {
             times.extend_from_slice(t);
-            values.extend(v.iter().map(|n| match n {
-                Num::Int(i) => V::from_int(*i),
-                Num::Float(f) => V::from_float(*f),
-            }));
+            values.extend_from_slice(v);
             return Ok(());
         }
         if let RowData::Single(c) = self
@@ -197,14 +195,27 @@ fn has_buffered(buffered: &Buffered, at: usize, key: &[u8]) -> bool {
     !buffered.is_empty() && buffered.contains_key(&hourglass_storage::series_major(key, at))
 }
 
+/// Whether the series of row keys `first` and `last` (same series) has buffered points in
+/// the hours from `first`'s through `last`'s.
+fn buffered_between(buffered: &Buffered, at: usize, first: &[u8], last: &[u8]) -> bool {
+    !buffered.is_empty()
+        && buffered
+            .range(
+                hourglass_storage::series_major(first, at)
+                    ..=hourglass_storage::series_major(last, at),
+            )
+            .next()
+            .is_some()
+}
+
 /// Before the stored row `key`: visits its series' buffered rows of earlier hours, and
 /// returns its own buffered points (taken out of `buffered`).
-fn take_buffered(
+fn take_buffered<V>(
     buffered: &mut Buffered,
     earlier: &mut Vec<Vec<u8>>,
     at: usize,
     key: &[u8],
-    visit: &mut impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
+    visit: &mut impl FnMut(&[u8], RowData<'_, V>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
 ) -> Result<Option<Vec<Point>>> {
     if buffered.is_empty() {
         return Ok(None);
@@ -242,16 +253,22 @@ impl Tsdb {
     /// whose hour lies in `within` and which has no buffered points, is handed over as
     /// [`RowData::Summary`]; a group whose members in the scan all go so is not decoded.
     ///
+    /// With `whole`, the members in the scan of such a group, when none of their hours has
+    /// buffered points and each one's times strictly increase, go in one call: one
+    /// [`RowData::Columns`] or [`RowData::Summaries`] over them all, keyed by the first.
+    ///
     /// With `select`, stored rows are read only for the series the tag index lists (taken
     /// after the buffered rows, so a series flushed in between has its entries already),
-    /// when the index can say; buffered rows are all taken, as without it.
-    fn visit_row_data(
+    /// when the index can say; buffered rows are all taken, as without it. Returns whether
+    /// the index chose the rows.
+    fn visit_row_data<V: Sample>(
         &self,
         query: &RowQuery,
         joint: bool,
         within: Option<(i64, i64)>,
+        whole: bool,
         select: Option<&SeriesSelector>,
-        mut visit: impl FnMut(&[u8], RowData<'_>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
+        mut visit: impl FnMut(&[u8], RowData<'_, V>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
     ) -> Result<bool> {
         let schema = &self.settings().schema;
         let first_hour = query.start_secs - query.start_secs.rem_euclid(3600);
@@ -275,7 +292,8 @@ impl Tsdb {
             .collect();
         let mut earlier = Vec::new();
         // A group's members decoded together.
-        let (mut group_times, mut group_values) = (Vec::new(), Vec::<Num>::new());
+        let (mut group_times, mut group_values) = (Vec::new(), Vec::<V>::new());
+        let mut group_summaries = Vec::new();
         let candidates = match select {
             Some(s) => s.candidates(self, query.start_secs, query.end_secs)?,
             None => None,
@@ -343,20 +361,74 @@ impl Tsdb {
                         .iter()
                         .enumerate()
                         .any(|(i, k)| k.is_some() && summarized(i).is_none());
-                    if decode {
-                        decode_joint_columns(
+                    let increasing = !decode
+                        || decode_joint_columns(
                             stream,
                             &members,
                             i64::from(period) * 1000,
                             &mut group_times,
                             &mut group_values,
                         )?;
-                    }
                     let total = members
                         .iter()
                         .map(|m| m.shape.points as usize)
                         .sum::<usize>()
                         .max(1);
+                    // The members in the scan: a run (the scan's range is contiguous).
+                    let first = keys.iter().position(Option::is_some);
+                    let last = keys.iter().rposition(Option::is_some);
+                    if let (true, true, Some(first), Some(last)) = (whole, increasing, first, last)
+                        && let (Some(first_key), Some(last_key)) = (&keys[first], &keys[last])
+                        && !buffered_between(&buffered, at, first_key, last_key)
+                    {
+                        // The series' buffered rows of earlier hours go first.
+                        take_buffered(&mut buffered, &mut earlier, at, first_key, &mut visit)?;
+                        let before: usize = members[..first]
+                            .iter()
+                            .map(|m| m.shape.points as usize)
+                            .sum();
+                        let points: usize = members[first..=last]
+                            .iter()
+                            .map(|m| m.shape.points as usize)
+                            .sum();
+                        let rows = last + 1 - first;
+                        // As the members one by one would count: a key each, their share
+                        // of the stream.
+                        let stored = first_key.len() * rows + stream.len() * points / total;
+                        if decode {
+                            let (times, values) = (
+                                group_times.get(before..before + points).unwrap_or_default(),
+                                group_values
+                                    .get(before..before + points)
+                                    .unwrap_or_default(),
+                            );
+                            visit(
+                                first_key,
+                                RowData::Columns(times, values, rows),
+                                Vec::new(),
+                                stored,
+                            )?;
+                        } else {
+                            let period_ms = i64::from(period) * 1000;
+                            group_summaries.clear();
+                            for (i, m) in members.iter().enumerate().take(last + 1).skip(first) {
+                                let s = summarized(i).ok_or_else(|| {
+                                    Error::Internal(
+                                        "a member in the scan without its summary".into(),
+                                    )
+                                })?;
+                                group_summaries
+                                    .push((period_ms + i64::from(m.offset_secs) * 1000, s));
+                            }
+                            visit(
+                                first_key,
+                                RowData::Summaries(&group_summaries),
+                                Vec::new(),
+                                stored,
+                            )?;
+                        }
+                        continue;
+                    }
                     let mut rebuilt: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
                     let mut from = 0usize;
                     for (i, (m, key)) in members.iter().zip(keys).enumerate() {
@@ -369,7 +441,8 @@ impl Tsdb {
                             take_buffered(&mut buffered, &mut earlier, at, &key, &mut visit)?;
                         let stored = key.len() + stream.len() * (to - from) / total;
                         if let (None, Some(s)) = (&extra, summarized(i)) {
-                            visit(&key, RowData::Summary(s), Vec::new(), stored)?;
+                            let one = [(i64::from(period + m.offset_secs) * 1000, s)];
+                            visit(&key, RowData::Summaries(&one), Vec::new(), stored)?;
                             from = to;
                             continue;
                         }
@@ -378,7 +451,7 @@ impl Tsdb {
                             group_values.get(from..to).unwrap_or_default(),
                         );
                         if extra.is_none() && times.windows(2).all(|w| w[0] < w[1]) {
-                            visit(&key, RowData::Columns(times, values), Vec::new(), stored)?;
+                            visit(&key, RowData::Columns(times, values, 1), Vec::new(), stored)?;
                         } else {
                             // Merged with buffered points, or out of order: as its cell.
                             if rebuilt.is_none() {
@@ -461,10 +534,11 @@ impl Tsdb {
         mut visit: impl FnMut(RowView<'_>) -> Result<()>,
     ) -> Result<bool> {
         let mut points = Vec::new();
-        self.visit_row_data(
+        self.visit_row_data::<Num>(
             query,
             false,
             None,
+            false,
             select,
             |key, data, annotations, stored_bytes| {
                 data.points(&mut points)?;
@@ -485,20 +559,23 @@ impl Tsdb {
         query: &RowQuery,
         visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
-        self.visit_columns_within(query, None, visit)
+        self.visit_columns_within(query, None, false, visit)
     }
 
-    /// [`Tsdb::visit_columns`], with a row of a group whose stream summarizes it and whose
-    /// hour lies in `within` (ms, inclusive) handed over as its summary
-    /// ([`RowColumns::summary`]) instead of its points: a one-hour downsample by sum, avg,
-    /// min, max or count reads no point of such rows.
+    /// [`Tsdb::visit_columns`] for the query path: a row of a group whose stream summarizes
+    /// it and whose hour lies in `within` (ms, inclusive) is handed over as its summary
+    /// ([`RowColumns::summaries`]) instead of its points, so a one-hour downsample by sum,
+    /// avg, min, max or count reads no point of such rows; with `whole`, a group's members
+    /// in the scan go in one call when they can (see `visit_row_data`), their rows counted
+    /// in [`RowColumns::rows`].
     pub fn visit_columns_within<V: Sample>(
         &self,
         query: &RowQuery,
         within: Option<(i64, i64)>,
+        whole: bool,
         visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
-        self.visit_columns_selected(query, within, None, visit)
+        self.visit_columns_selected(query, within, whole, None, visit)
             .map(|_| ())
     }
 
@@ -509,37 +586,37 @@ impl Tsdb {
         &self,
         query: &RowQuery,
         within: Option<(i64, i64)>,
+        whole: bool,
         select: Option<&SeriesSelector>,
         mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<bool> {
         let schema = &self.settings().schema;
         let (mut times, mut values) = (Vec::new(), Vec::new());
-        self.visit_row_data(
+        self.visit_row_data::<V>(
             query,
             true,
             within,
+            whole,
             select,
             |key, data, annotations, stored_bytes| {
                 let base_ms = i64::from(base_time_of(schema, key).unwrap_or(0)) * 1000;
-                let summary = match data {
-                    RowData::Summary(s) => {
-                        times.clear();
-                        values.clear();
-                        Some(s)
-                    }
-                    _ => {
+                let (times, values, summaries, rows): (&[i64], &[V], _, _) = match data {
+                    RowData::Summaries(s) => (&[], &[], s, s.len()),
+                    RowData::Columns(t, v, rows) => (t, v, &[][..], rows),
+                    data => {
                         data.columns(base_ms, &mut times, &mut values)?;
-                        None
+                        (&times, &values, &[][..], 1)
                     }
                 };
                 visit(RowColumns {
                     key,
                     base_ms,
-                    times: &times,
-                    values: &values,
+                    times,
+                    values,
                     annotations,
                     stored_bytes,
-                    summary,
+                    summaries,
+                    rows,
                 })
             },
         )

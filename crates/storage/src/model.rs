@@ -58,7 +58,9 @@ pub type JointForm = (Vec<Option<JointShape>>, Vec<u8>);
 /// `| member count (varint) | members: offset s (varint) | point count (varint) | meta: 0x00,
 /// or 0x01 then the byte | cell timestamp (zigzag varint) | joint stream |`.
 pub fn encode_joint_row(members: &[(JointMember, i64)], stream: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(members.len() * 8 + stream.len() + 2);
+    // The most a member takes (offset 5, points 5, meta 2, timestamp 10 bytes): the stream
+    // is copied once, never moved by a regrowth.
+    let mut out = Vec::with_capacity(10 + members.len() * 22 + stream.len());
     put_varint(&mut out, members.len() as u64);
     for (m, timestamp) in members {
         put_varint(&mut out, u64::from(m.offset_secs));

@@ -237,8 +237,6 @@ struct Reader<'a> {
     /// Bits loaded and not yet taken, least significant first, and how many.
     acc: u64,
     bits: u32,
-    /// Bits taken in all.
-    taken: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -250,8 +248,12 @@ impl<'a> Reader<'a> {
             pos: 0,
             acc: 0,
             bits: 0,
-            taken: 0,
         }
+    }
+
+    /// Bits taken in all: those loaded (zeros past the end included) less those buffered.
+    fn taken(&self) -> usize {
+        self.pos * 8 - self.bits as usize
     }
 
     /// Loads bytes until at least 56 bits are buffered (zeros past the end).
@@ -289,7 +291,6 @@ impl<'a> Reader<'a> {
         };
         self.acc = if n >= 64 { 0 } else { self.acc >> n };
         self.bits -= n;
-        self.taken += n as usize;
         v
     }
 
@@ -323,18 +324,36 @@ impl<'a> Reader<'a> {
                 continue;
             }
             let mask = u64::MAX >> (63 - r) >> 1;
-            for _ in 0..count {
+            let center = self.center;
+            let mut i = 0;
+            while i < count {
+                // The common case in registers: a refill when under 57 bits, then whole
+                // codes while they are buffered.
+                self.refill();
+                let (mut acc, mut bits) = (self.acc, self.bits);
+                while i < count {
+                    let q = (!acc).trailing_zeros();
+                    let used = q + 1 + r;
+                    if u64::from(q) >= ESCAPE || used > bits {
+                        break;
+                    }
+                    let u = (u64::from(q) << r) | ((acc >> (q + 1)) & mask);
+                    acc = acc.checked_shr(used).unwrap_or(0);
+                    bits -= used;
+                    f(unzigzag(u).wrapping_add(center))?;
+                    i += 1;
+                }
+                (self.acc, self.bits) = (acc, bits);
+                if i == count {
+                    break;
+                }
                 self.refill();
                 let q = (!self.acc).trailing_zeros();
-                let used = q + 1 + r;
-                let u = if u64::from(q) < ESCAPE && used <= self.bits {
-                    // The common case: the whole code is in the buffer.
-                    let u = (u64::from(q) << r) | ((self.acc >> (q + 1)) & mask);
-                    self.acc = if used >= 64 { 0 } else { self.acc >> used };
-                    self.bits -= used;
-                    self.taken += used as usize;
-                    u
-                } else if u64::from(q) < ESCAPE {
+                if u64::from(q) < ESCAPE && q + 1 + r <= self.bits {
+                    // Whole in the buffer after the refill: the loop above takes it.
+                    continue;
+                }
+                let u = if u64::from(q) < ESCAPE {
                     self.take(q + 1);
                     (u64::from(q) << r) | self.take_wide(r)
                 } else {
@@ -346,9 +365,10 @@ impl<'a> Reader<'a> {
                     }
                     u
                 };
-                f(unzigzag(u).wrapping_add(self.center))?;
+                f(unzigzag(u).wrapping_add(center))?;
+                i += 1;
             }
-            if self.taken > self.data.len() * 8 {
+            if self.taken() > self.data.len() * 8 {
                 return Err("truncated");
             }
         }
@@ -357,7 +377,7 @@ impl<'a> Reader<'a> {
 
     /// After the last value: the bits must have filled exactly the bytes given.
     fn finish(&self) -> Result<(), &'static str> {
-        if self.taken.div_ceil(8) != self.data.len() {
+        if self.taken().div_ceil(8) != self.data.len() {
             return Err("rice sequence length differs");
         }
         Ok(())

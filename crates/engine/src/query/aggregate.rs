@@ -132,16 +132,64 @@ fn aggregate_shared_times(series: &[&[(i64, f64)]], agg: Aggregator) -> Result<V
     })
 }
 
+/// [`aggregate`] taking the series: one series under an aggregator that gives a lone value
+/// back is answered in place, without a copy.
+pub fn aggregate_owned(
+    mut series: Vec<Vec<(i64, Num)>>,
+    agg: Aggregator,
+) -> Result<Vec<(i64, Num)>> {
+    if series.len() != 1 || !gives_lone_values_back(agg) {
+        return aggregate(&series, agg);
+    }
+    let mut points = series.pop().unwrap_or_default();
+    // What `alone` gives: an integer before a float becomes a double, infinity fails.
+    for i in 0..points.len() {
+        let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
+        let (x, v) = &mut points[i];
+        match *v {
+            Num::Int(n) if !next_int => *v = Num::Float(n as f64),
+            Num::Float(f) if f.is_infinite() => {
+                return Err(Error::invalid(format!("Got Infinity: {f} at {x}")));
+            }
+            _ => {}
+        }
+    }
+    Ok(points)
+}
+
+/// Aggregators giving a lone value back as it is.
+fn gives_lone_values_back(agg: Aggregator) -> bool {
+    matches!(
+        agg,
+        Aggregator::Sum
+            | Aggregator::PfSum
+            | Aggregator::ZimSum
+            | Aggregator::Min
+            | Aggregator::MimMin
+            | Aggregator::Max
+            | Aggregator::MimMax
+            | Aggregator::First
+            | Aggregator::None
+            | Aggregator::Last
+    )
+}
+
 /// [`aggregate`] of one series: the aggregator over each point alone (integer math where
 /// the point and the next are integers, as at any time of several series).
 fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
+    let identity = gives_lone_values_back(agg);
     let mut out = Vec::with_capacity(points.len());
     for (i, &(x, v)) in points.iter().enumerate() {
         let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
         out.push(match v {
+            Num::Int(n) if next_int && identity => (x, Num::Int(n)),
             Num::Int(n) if next_int => (x, Num::Int(agg.run_long(&[n]))),
             _ => {
-                let v = agg.run_double(&[v.as_f64()]);
+                let v = if identity {
+                    v.as_f64()
+                } else {
+                    agg.run_double(&[v.as_f64()])
+                };
                 if v.is_infinite() {
                     return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
                 }
@@ -400,6 +448,45 @@ fn aggregate_rates_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A lone series gives what running the aggregator over each point gives, for the
+        /// aggregators that skip running it.
+        #[test]
+        fn a_lone_series_is_each_point_aggregated(
+            values in prop::collection::vec(prop_oneof![
+                (-1000i64..1000).prop_map(Num::Int),
+                any::<i64>().prop_map(Num::Int),
+                crate::query::fold::test_value().prop_map(Num::Float),
+            ], 1..20),
+            name in prop::sample::select(vec!["sum", "pfsum", "zimsum", "min", "mimmin", "max", "mimmax", "first", "none", "last", "avg", "dev", "count"]),
+        ) {
+            let agg = Aggregator::parse(name).unwrap();
+            let points: Vec<(i64, Num)> = values.iter().enumerate().map(|(i, v)| (i as i64, *v)).collect();
+            let want: Result<Vec<(i64, Num)>> = points
+                .iter()
+                .enumerate()
+                .map(|(i, &(x, v))| {
+                    let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
+                    match v {
+                        Num::Int(n) if next_int => Ok((x, Num::Int(agg.run_long(&[n])))),
+                        _ => {
+                            let v = agg.run_double(&[v.as_f64()]);
+                            if v.is_infinite() {
+                                Err(Error::invalid(format!("Got Infinity: {v} at {x}")))
+                            } else {
+                                Ok((x, Num::Float(v)))
+                            }
+                        }
+                    }
+                })
+                .collect();
+            // NaN != NaN: compare the text.
+            prop_assert_eq!(format!("{:?}", alone(&points, agg)), format!("{want:?}"));
+            prop_assert_eq!(format!("{:?}", aggregate_owned(vec![points.clone()], agg)), format!("{want:?}"));
+        }
+    }
 
     fn ints(p: &[(i64, i64)]) -> Vec<(i64, Num)> {
         p.iter().map(|(t, v)| (*t * 1000, Num::Int(*v))).collect()

@@ -15,7 +15,7 @@ use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
 use hourglass_storage::{Mutation, ReadOptions, RowMutation};
 
-use super::aggregate::{aggregate, aggregate_floats, aggregate_rates};
+use super::aggregate::{aggregate_floats, aggregate_owned, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
@@ -542,7 +542,7 @@ fn finish_groups(
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
                 .collect(),
-            Finished::Raw(series) => aggregate(&series, q.aggregator)?,
+            Finished::Raw(series) => aggregate_owned(series, q.aggregator)?,
         };
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
@@ -844,18 +844,19 @@ impl Scan<'_> {
             Some(ds) if Downsampler::takes_summaries(&ds) && !self.options.delete => Some((lo, hi)),
             _ => None,
         };
+        // A group's members in one call where they can (a deletion rewrites row by row).
+        let whole = !self.options.delete;
         let indexed =
             self.tsdb
-                .visit_columns_selected::<V>(&query, within, self.select, |row| {
+                .visit_columns_selected::<V>(&query, within, whole, self.select, |row| {
                     let stats = &mut part.stats;
-                    let count = match &row.summary {
-                        Some(s) => {
-                            stats.summarized += 1;
-                            u64::from(s.count)
-                        }
-                        None => row.times.len() as u64,
+                    let count = if row.summaries.is_empty() {
+                        row.times.len() as u64
+                    } else {
+                        stats.summarized += row.summaries.len() as u64;
+                        row.summaries.iter().map(|(_, s)| u64::from(s.count)).sum()
                     };
-                    stats.rows += 1;
+                    stats.rows += row.rows as u64;
                     stats.points += count;
                     stats.bytes += row.stored_bytes as u64;
                     let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
@@ -882,22 +883,24 @@ impl Scan<'_> {
                         let to = row.times.partition_point(|t| *t <= hi);
                         let (times, values) = (&row.times[from..to], &row.values[from..to]);
                         let s = &mut part.series[i];
-                        match (&mut s.points, &row.summary) {
-                            (Points::Downsampled(d), Some(summary)) => {
-                                held += d.push_summary(row.base_ms, summary)? as u64;
+                        match (&mut s.points, row.summaries.is_empty()) {
+                            (Points::Downsampled(d), false) => {
+                                for (hour, summary) in row.summaries {
+                                    held += d.push_summary(*hour, summary)? as u64;
+                                }
                             }
-                            (Points::Raw(_), Some(_)) => {
+                            (Points::Raw(_), false) => {
                                 return Err(Error::Internal(
                                     "a summary read for raw points".into(),
                                 ));
                             }
-                            (Points::Raw(out), None) => {
+                            (Points::Raw(out), true) => {
                                 out.extend(
                                     times.iter().copied().zip(values.iter().map(|v| v.to_num())),
                                 );
                                 held += times.len() as u64;
                             }
-                            (Points::Downsampled(d), None) => {
+                            (Points::Downsampled(d), true) => {
                                 held += d.push_all(times, values) as u64
                             }
                         }

@@ -449,25 +449,38 @@ impl Serialized<'_> {
         out.push_str(",\"dps\":");
         let null_for_nan = writes_null(q);
         let key = |t: i64| if flags.ms { t } else { t / 1000 };
-        // `[[t,v],...]` with `arrays`, else `{"t":v,...}`.
-        let (open, close, point_open, point_close) = if flags.arrays {
-            ('[', ']', "[", "]")
-        } else {
-            ('{', '}', "\"", "")
-        };
-        out.push(open);
-        for (i, (t, v)) in g.dps.iter().enumerate() {
-            if i > 0 {
+        // Room for every point at once: a long answer is not copied as it grows.
+        out.reserve(g.dps.len() * 24 + 64);
+        // `[[t,v],...]` with `arrays`, else `{"t":v,...}`; each form its own loop of
+        // fixed punctuation.
+        let mut time = itoa::Buffer::new();
+        if flags.arrays {
+            out.push('[');
+            for (i, (t, v)) in g.dps.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push('[');
+                out.push_str(time.format(key(*t)));
                 out.push(',');
+                push_num(out, *v, null_for_nan);
+                out.push(']');
             }
-            let sep = if flags.arrays { "," } else { "\":" };
-            out.push_str(point_open);
-            out.push_str(itoa::Buffer::new().format(key(*t)));
-            out.push_str(sep);
-            push_num(out, *v, null_for_nan);
-            out.push_str(point_close);
+            out.push(']');
+        } else {
+            out.push('{');
+            for (i, (t, v)) in g.dps.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push('"');
+                out.push_str(time.format(key(*t)));
+                out.push('"');
+                out.push(':');
+                push_num(out, *v, null_for_nan);
+            }
+            out.push('}');
         }
-        out.push(close);
         if flags.show_stats {
             let s = &o.stats;
             let stats = json!({
