@@ -3,7 +3,8 @@
 //! literal, wildcard, case-insensitive wildcard and regular expressions (anchored and not),
 //! on Hourglass with the tag index off and on and on VictoriaMetrics, in the same run
 //! (RFC 0007's query benchmark). Hourglass is restarted after loading (every row stored,
-//! nothing buffered); VictoriaMetrics is force-flushed and asked with `nocache=1`. Each
+//! nothing buffered); VictoriaMetrics is force-flushed and asked with `nocache=1`; each
+//! server is left to go idle before timing. Each
 //! query runs `--runs` times after one warm-up; the median is reported, with each filter's
 //! time over the literal query's and VictoriaMetrics's time over Hourglass's.
 
@@ -196,6 +197,11 @@ pub(crate) fn run(args: &CardinalityArgs) -> anyhow::Result<()> {
         if matches!(target, Target::Hourglass(_) | Target::HourglassIndex(_)) {
             server.stop(Duration::from_secs(600))?;
             server = target.start(dir.path())?;
+        }
+        // Work the server does after loading or starting (grouping, compaction) is over
+        // before anything is timed.
+        if !crate::proc::wait_idle(server.pid(), Duration::from_secs(120))? {
+            println!("{name}: still busy after 120 s; timing anyway");
         }
         let timings = measure(&target, &server, args, (start, end));
         server.stop(Duration::from_secs(600))?;
