@@ -1,4 +1,5 @@
-//! Decoders of stored bytes: data cells, row keys, annotation qualifiers and stored rows.
+//! Decoders of stored bytes: data cells, row keys, annotation qualifiers, stored rows, and
+//! joint rows with their streams (cells, columns and hour summaries).
 #![no_main]
 
 use hourglass_core::schema::Schema;
@@ -12,4 +13,12 @@ fuzz_target!(|data: &[u8]| {
     let _ = hourglass_core::rowkey::decode_row_key(&Schema::default(), data);
     let _ = hourglass_core::annotation::decode_qualifier(0, data);
     let _ = hourglass_storage::model::RowData::decode(data, None);
+    if let Ok((members, stream)) = hourglass_storage::model::decode_joint_row(data) {
+        use hourglass_engine::cell_codec::{decode_joint_columns, joint_summaries, DataCellCodec};
+        use hourglass_storage::CellCodec;
+        let members: Vec<_> = members.into_iter().map(|(m, _)| m).collect();
+        let _ = DataCellCodec.decode_joint("t", stream, &members);
+        let _ = decode_joint_columns::<f64>(stream, &members, 0, &mut Vec::new(), &mut Vec::new());
+        let _ = joint_summaries(stream, &members);
+    }
 });

@@ -4,6 +4,7 @@ pub(crate) mod debug_ingest;
 pub(crate) mod fsck;
 pub(crate) mod import;
 pub(crate) mod index;
+pub(crate) mod migrate;
 pub(crate) mod query;
 pub(crate) mod scan;
 pub(crate) mod search;

@@ -28,6 +28,8 @@ enum Command {
     Uid(cmd::uid::UidArgs),
     /// Import points from files in OpenTSDB's import format.
     Import(cmd::import::ImportArgs),
+    /// Copy a running OpenTSDB (or Hourglass) TSD's data here or to another TSD, and verify.
+    Migrate(Box<cmd::migrate::MigrateArgs>),
     /// Dump the stored rows of a metric over a time range.
     Scan(cmd::scan::ScanArgs),
     /// Query: OpenTSDB's command-line syntax, one line per point.
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Uid(a) => a.store.verbose,
         Command::Mkmetric(a) => a.store.verbose,
         Command::Scan(a) => a.store.verbose,
+        Command::Migrate(a) => a.store.verbose,
         Command::Query(a) => a.store.verbose,
         Command::Search(a) => a.store.verbose,
         Command::Fsck(a) => a.store.verbose,
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Mkmetric(a) => cmd::uid::mkmetric(&a),
         Command::Uid(a) => cmd::uid::run(&a),
         Command::Scan(a) => cmd::scan::run(&a),
+        Command::Migrate(a) => cmd::migrate::run(&a),
         Command::Query(a) => cmd::query::run_query(&a),
         Command::Search(a) => cmd::search::run(&a),
         Command::Fsck(a) => cmd::fsck::run(&a),

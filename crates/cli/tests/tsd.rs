@@ -229,6 +229,14 @@ fn rollups_are_configured_as_opentsdb_configures_them() {
         stderr.contains("Interval [3600] is too large for the span [h]"),
         "{stderr}"
     );
+    // Split queries are not implemented: refused, not ignored.
+    let stderr = refused_start(
+        "tsd.rollups.enable = true\ntsd.rollups.split_query.enable = true\ntsd.rollups.config = {\"aggregationIds\":{\"sum\":0},\"intervals\":[{\"table\":\"r\",\"preAggregationTable\":\"p\",\"interval\":\"1h\",\"rowSpan\":\"1d\",\"defaultInterval\":true}]}\n",
+    );
+    assert!(
+        stderr.contains("tsd.rollups.split_query.enable is not supported"),
+        "{stderr}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let config = common::rollup_config(dir.path());

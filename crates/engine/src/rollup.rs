@@ -31,8 +31,6 @@ pub struct RollupSettings {
     pub tag_raw: bool,
     /// `tsd.rollups.block_derived` (default true): refuse `avg` and `dev` rollups.
     pub block_derived: bool,
-    /// `tsd.rollups.split_query.enable` (default false; read by queries, RFC 0008 phase 2).
-    pub split_query: bool,
 }
 
 impl RollupSettings {
@@ -54,6 +52,13 @@ impl RollupSettings {
         } else {
             conf.to_string()
         };
+        // Splitting a query between a lagging rollup table and raw data (2.4.1's
+        // `SplitRollupQuery`) is not implemented: refused rather than ignored.
+        if c.get_bool("tsd.rollups.split_query.enable", false) {
+            return Err(Error::invalid(
+                "tsd.rollups.split_query.enable is not supported: rollup queries read the rollup table over their whole range (RFC 0008); remove the setting or set it to false",
+            ));
+        }
         let config = RollupConfig::parse(&text, &|name| Aggregator::parse(name).is_ok())
             .map_err(|e| Error::invalid(e.to_string()))?;
         Ok(Some(RollupSettings {
@@ -66,7 +71,6 @@ impl RollupSettings {
                 .to_string(),
             tag_raw: c.get_bool("tsd.rollups.tag_raw", false),
             block_derived: c.get_bool("tsd.rollups.block_derived", true),
-            split_query: c.get_bool("tsd.rollups.split_query.enable", false),
         }))
     }
 
@@ -390,9 +394,8 @@ mod tests {
                 inline.raw_agg_tag_value.as_str(),
                 inline.tag_raw,
                 inline.block_derived,
-                inline.split_query
             ),
-            ("_aggregate", "RAW", false, true, false)
+            ("_aggregate", "RAW", false, true)
         );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rollups.json");
@@ -400,6 +403,17 @@ mod tests {
         let from_file = on(path.to_str().unwrap()).unwrap().unwrap();
         assert_eq!(from_file, inline);
 
+        let split = RollupSettings::from_config(&config(&[
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.config", JSON),
+            ("tsd.rollups.split_query.enable", "true"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            split.starts_with("tsd.rollups.split_query.enable is not supported"),
+            "{split}"
+        );
         assert_eq!(
             on("").unwrap_err().to_string(),
             "Rollups were enabled but 'tsd.rollups.config' is null or empty."

@@ -2,8 +2,8 @@
 //! Rollup and pre-aggregate points (RFC 0008) through a real TSD on port 0, on every
 //! backend: `/api/rollup` and the telnet `rollup` command, the rollup tables' rows read back
 //! byte for byte against what OpenTSDB 2.4.1 writes (its `test/tsd/TestRollupRpc.java`
-//! configuration and expected cells), the errors in its words, and queries asking for
-//! rollups refused until they are served.
+//! configuration and expected cells), the errors in its words, and queries without a
+//! downsample answered from raw data.
 
 mod common;
 
@@ -266,8 +266,11 @@ async fn rollup_points_are_refused_in_opentsdbs_words() {
     srv.stop().await;
 }
 
+/// Without a downsample no rollup interval applies: every `rollupUsage` reads raw data, and
+/// `pre-agg` reads the default interval's pre-aggregate table (here empty), as 2.4.1 does.
+/// Rollup reads themselves are in `tests/rollup_query.rs`.
 #[tokio::test]
-async fn queries_asking_for_rollups_are_refused_until_they_are_served() {
+async fn queries_without_a_downsample_read_raw_data() {
     let srv = start_with("memory", config()).await;
     let r = http(
         srv.addr,
@@ -277,23 +280,29 @@ async fn queries_asking_for_rollups_are_refused_until_they_are_served() {
     )
     .await;
     assert_eq!(r.status, 204);
-    let refused = "Rollup and pre-aggregate queries are not served yet";
     for path in [
         "/api/query?start=1356998400&m=sum:rollup_fallback:sys.cpu.user",
         "/api/query?start=1356998400&m=sum:rollup_nofallback:sys.cpu.user",
-        "/api/query?start=1356998400&m=sum:pre-agg:sys.cpu.user",
+        "/api/query?start=1356998400&m=sum:sys.cpu.user",
     ] {
         let r = http(srv.addr, "GET", path, "").await;
-        assert_eq!(r.status, 400, "{path}");
-        let message = r.json()["error"]["message"].as_str().unwrap().to_string();
-        assert!(message.starts_with(refused), "{path}: {message}");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(r.json()[0]["dps"]["1356998400"], 1, "{path}");
     }
-    let body = json!({"start": 1356998400, "queries": [
-        {"aggregator": "sum", "metric": "sys.cpu.user", "rollupUsage": "ROLLUP_FALLBACK_RAW"}]});
-    let r = http(srv.addr, "POST", "/api/query", &body.to_string()).await;
-    assert_eq!(r.status, 400);
-    // Raw data is still answered: ROLLUP_RAW, or no rollup usage at all.
-    for usage in [json!("ROLLUP_RAW"), serde_json::Value::Null] {
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:pre-agg:sys.cpu.user",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!([]));
+    for usage in [
+        json!("ROLLUP_RAW"),
+        json!("ROLLUP_FALLBACK_RAW"),
+        serde_json::Value::Null,
+    ] {
         let body = json!({"start": 1356998400, "queries": [
             {"aggregator": "sum", "metric": "sys.cpu.user", "rollupUsage": usage}]});
         let r = http(srv.addr, "POST", "/api/query", &body.to_string()).await;

@@ -552,6 +552,8 @@ fn range_of(
 
 /// Keys read past toward a skip hint's target before seeking there instead.
 const READ_ON_BEFORE_SEEK: u32 = 8;
+/// The same for groups, which hold a day of a series each.
+const GROUPS_READ_ON_BEFORE_SEEK: u32 = 4;
 
 /// The keys and values of a range whose keys pass a scan's regex; follows the request's
 /// skip hint by seeking when the next possible match is further than a few keys away.
@@ -678,6 +680,9 @@ struct GroupedScan {
     snapshot: Snapshot,
     series_filter: bool,
     skip: Option<SkipHint>,
+    /// Where the hint says the next matching group may be, and groups read since (a seek
+    /// builds a new iterator over every table: reading on past a few groups is cheaper).
+    group_target: Option<(Vec<u8>, u32)>,
     out: VecDeque<Row>,
     done: bool,
 }
@@ -708,22 +713,33 @@ impl GroupedScan {
             if self.grouping.window(&key).is_none() {
                 continue;
             }
-            // A series filter refusing the group refuses every member: skip it, and seek
-            // where the hint says the next matching series can be (floored to its period:
-            // every group key before that is a row key the hint passes over).
-            if self.series_filter && !self.filter.key_matches(&key) {
-                if let Some(skip) = &self.skip
-                    && let Some(target) = (skip.0)(&key)
-                {
-                    let target = self.grouping.floor_key(&target);
-                    if target.as_slice() > key.as_ref() {
+            // Short of the hint's target: read on, or seek there after a few groups.
+            if let Some((target, read)) = &mut self.group_target {
+                if key.as_ref() < target.as_slice() {
+                    *read += 1;
+                    if *read >= GROUPS_READ_ON_BEFORE_SEEK {
+                        let from = Bound::Included(std::mem::take(target));
                         self.groups = range_of(
                             &self.group_rows,
                             Some(&self.snapshot),
-                            Bound::Included(target),
+                            from,
                             self.upper.clone(),
                         );
+                        self.group_target = None;
                     }
+                    continue;
+                }
+                self.group_target = None;
+            }
+            // A series filter refusing the group refuses every member: skip it, toward
+            // where the hint says the next matching series can be (floored to its period:
+            // every group key before that is a row key the hint passes over).
+            if self.series_filter && !self.filter.key_matches(&key) {
+                if let Some(skip) = &self.skip {
+                    self.group_target = (skip.0)(&key)
+                        .map(|t| self.grouping.floor_key(&t))
+                        .filter(|t| t.as_slice() > key.as_ref())
+                        .map(|t| (t, 0));
                 }
                 continue;
             }
@@ -1483,6 +1499,7 @@ impl Store for FjallStore {
                 snapshot,
                 series_filter: request.series_filter,
                 skip: request.skip.clone(),
+                group_target: None,
                 out: VecDeque::new(),
                 done: false,
                 _open: open,

@@ -25,6 +25,8 @@ use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
 use crate::{Error, Result, Tsdb};
 
+mod rollup;
+
 /// One sub-query of a request.
 #[derive(Debug, Clone)]
 pub struct SubQuery {
@@ -69,27 +71,14 @@ impl SubQuery {
 
 /// Refuses what asks for rollup or pre-aggregated data that this TSD cannot answer
 /// (RFC 0008): without a rollup configuration, OpenTSDB's refusal of `ROLLUP_NOFALLBACK` and
-/// pre-aggregates (the fallbacks are answered from raw data, as OpenTSDB answers them); with
-/// one, anything but raw data until rollup queries are served (phase 2), rather than an
-/// answer from raw data where rollups were asked for.
+/// pre-aggregates (the fallbacks are answered from raw data, as OpenTSDB answers them).
 pub fn check_rollup_request(tsdb: &Tsdb, q: &SubQuery) -> Result<()> {
     let usage = q.rollup_usage.as_deref().unwrap_or("ROLLUP_RAW");
     match tsdb.rollups() {
         None if q.pre_aggregate || usage == "ROLLUP_NOFALLBACK" => {
             Err(Error::invalid("No rollup or aggregations were configured"))
         }
-        None => Ok(()),
-        Some(_) if q.pre_aggregate || usage != "ROLLUP_RAW" => {
-            let asked = if q.pre_aggregate {
-                "pre-aggregated data".to_string()
-            } else {
-                format!("rollupUsage {usage}")
-            };
-            Err(Error::invalid(format!(
-                "Rollup and pre-aggregate queries are not served yet ({asked} asked for); rollupUsage ROLLUP_RAW answers from raw data"
-            )))
-        }
-        Some(_) => Ok(()),
+        _ => Ok(()),
     }
 }
 
@@ -220,6 +209,9 @@ pub struct GroupResult {
 pub struct Outcome {
     pub groups: Vec<GroupResult>,
     pub stats: QueryStats,
+    /// The rollup interval whose table answered (`1h`); `None` for raw data (OpenTSDB's
+    /// `rollupTable`, `raw`).
+    pub rollup_table: Option<String>,
 }
 
 /// One series' points (ms, value), time-ordered.
@@ -228,6 +220,15 @@ type Series = Vec<(i64, Num)>;
 enum Points {
     Raw(Vec<(i64, Num)>),
     Downsampled(Downsampler),
+    /// An `avg` read from rollups.
+    RollupAvg(Box<RollupAvg>),
+}
+
+/// An `avg` read from rollups: the buckets of the stored sums and of the stored counts,
+/// pushed in pairs.
+struct RollupAvg {
+    sums: Downsampler,
+    counts: Downsampler,
 }
 
 /// One tag of a series: its key and value, as UIDs and as names.
@@ -277,8 +278,9 @@ impl Default for RunOptions {
     }
 }
 
-/// Runs `q` over `[start_ms, end_ms]`: resolves its names, reads its series, then groups,
-/// finishes and aggregates them.
+/// Runs `q` over `[start_ms, end_ms]`: resolves its names, reads its series (from the data
+/// table, or the rollup and pre-aggregate tables its downsample and `rollupUsage` choose,
+/// falling back as that says), then groups, finishes and aggregates them.
 pub fn run(
     tsdb: &Tsdb,
     start_ms: i64,
@@ -286,10 +288,38 @@ pub fn run(
     q: &SubQuery,
     options: &RunOptions,
 ) -> Result<Outcome> {
+    check_rollup_request(tsdb, q)?;
+    let Some(settings) = tsdb.rollups() else {
+        return run_on(tsdb, start_ms, end_ms, q, options, &rollup::Source::Data);
+    };
+    let mut plan = rollup::Plan::new(settings, q);
+    loop {
+        let source = plan.source(tsdb)?;
+        let mut outcome = run_on(tsdb, start_ms, end_ms, q, options, &source)?;
+        if let rollup::Source::Rollup { interval, .. } = source {
+            outcome.rollup_table = Some(interval.interval.clone());
+        }
+        if !outcome.groups.is_empty() || !plan.fall_back() {
+            return Ok(outcome);
+        }
+    }
+}
+
+/// [`run`] over one source.
+fn run_on(
+    tsdb: &Tsdb,
+    start_ms: i64,
+    end_ms: i64,
+    q: &SubQuery,
+    options: &RunOptions,
+    source: &rollup::Source<'_>,
+) -> Result<Outcome> {
+    if !matches!(source, rollup::Source::Data) {
+        return run_rollup(tsdb, start_ms, end_ms, q, options, source);
+    }
     // A deletion holds off flushes from before its scan until its rewrites are applied, so
     // no point reaches a row between the row's read and its rewrite. Points still in memory
     // reach the store first, so they are deleted too.
-    check_rollup_request(tsdb, q)?;
     let mut flushes = options.delete.then(|| tsdb.writer().lock_flushes());
     if let Some(flush) = flushes.as_mut() {
         tsdb.writer().flush_with(flush)?;
@@ -321,7 +351,81 @@ pub fn run(
         &options.limits,
     )?;
     stats.aggregation_time = aggregation_started.elapsed();
-    Ok(Outcome { groups, stats })
+    Ok(Outcome {
+        groups,
+        stats,
+        rollup_table: None,
+    })
+}
+
+/// [`run`] over a rollup or pre-aggregate table (one thread: such tables hold one value per
+/// interval, or pre-aggregated series).
+fn run_rollup(
+    tsdb: &Tsdb,
+    start_ms: i64,
+    end_ms: i64,
+    q: &SubQuery,
+    options: &RunOptions,
+    source: &rollup::Source<'_>,
+) -> Result<Outcome> {
+    if options.delete {
+        return Err(Error::invalid(
+            "Deleting points of rollup or pre-aggregate tables is not supported; delete from raw data with rollupUsage ROLLUP_RAW",
+        ));
+    }
+    let scan_started = Instant::now();
+    let resolved = resolve(tsdb, q)?;
+    let hours = ScanHours::of(q, start_ms, end_ms);
+    let (first, last) = match source {
+        rollup::Source::Rollup { interval, .. } => {
+            rollup::rollup_scan_secs(interval, hours.window())?
+        }
+        _ => (hours.start, hours.end),
+    };
+    let mut read_q = q.clone();
+    read_q.downsample = rollup::rollup_downsample(source, q.downsample);
+    let mut by_tagk: BTreeMap<&str, Vec<&TagFilter>> = BTreeMap::new();
+    for f in &q.filters {
+        by_tagk.entry(f.tagk.as_str()).or_default().push(f);
+    }
+    let scan = Scan {
+        tsdb,
+        // The index lists the data table's series, not the rollup tables'.
+        select: None,
+        q: &read_q,
+        metric: resolved.metric,
+        wanted_tsuids: resolved.wanted_tsuids.as_ref(),
+        by_tagk,
+        pushed: resolved.pushed.clone(),
+        query: (start_ms, end_ms),
+        window: hours.window(),
+        options,
+        deadline: options.limits.deadline(options.started),
+        shared: SharedCounts::default(),
+    };
+    let Part {
+        series,
+        mut stats,
+        held,
+        ..
+    } = scan.part_from(source, first, last)?;
+    stats.scan_time = scan_started.elapsed();
+    let aggregation_started = Instant::now();
+    let groups = finish_groups(
+        q,
+        &resolved,
+        series,
+        held,
+        hours.window(),
+        (start_ms, end_ms),
+        &options.limits,
+    )?;
+    stats.aggregation_time = aggregation_started.elapsed();
+    Ok(Outcome {
+        groups,
+        stats,
+        rollup_table: None,
+    })
 }
 
 /// What a sub-query names, resolved to UIDs.
@@ -670,8 +774,15 @@ fn finish_series_here(
             (Finished::Downsampled(r), Points::Downsampled(d)) => {
                 r.push(d.finish(window, budget)?);
             }
+            (Finished::Downsampled(r), Points::RollupAvg(avg)) => {
+                r.push(finish_avg(*avg, q, window, budget)?);
+            }
+            (Finished::Rates(r), Points::RollupAvg(avg)) => {
+                let avg = finish_avg(*avg, q, window, budget)?;
+                r.extend(rate_of(&avg, &q.rate_options));
+            }
             // A sub-query's series are all downsampled or none is.
-            (Finished::Raw(_), Points::Downsampled(_))
+            (Finished::Raw(_), Points::Downsampled(_) | Points::RollupAvg(_))
             | (Finished::Downsampled(_), Points::Raw(_)) => {
                 return Err(Error::Internal(
                     "a series finished unlike its sub-query".into(),
@@ -680,6 +791,19 @@ fn finish_series_here(
         }
     }
     Ok(out)
+}
+
+/// A series' `avg` buckets read from rollups (see [`rollup::finish_avg`]).
+fn finish_avg(
+    avg: RollupAvg,
+    q: &SubQuery,
+    window: (i64, i64),
+    budget: u64,
+) -> Result<Vec<(i64, f64)>> {
+    let spec = q
+        .downsample
+        .ok_or_else(|| Error::Internal("a rollup avg without a downsample".into()))?;
+    rollup::finish_avg(avg, spec, window, window, budget)
 }
 
 /// A series' rates and its hidden first rate (against (0, 0), as OpenTSDB computes it);
@@ -710,7 +834,7 @@ struct SharedCounts {
 /// What every part of a sub-query's scan shares.
 struct Scan<'a> {
     tsdb: &'a Tsdb,
-    /// The series the tag index may narrow the rows to.
+    /// The series the tag index may narrow the rows to (raw data only).
     select: Option<&'a SeriesSelector>,
     q: &'a SubQuery,
     metric: Uid,
@@ -903,6 +1027,11 @@ impl Scan<'_> {
                             (Points::Downsampled(d), true) => {
                                 held += d.push_all(times, values) as u64
                             }
+                            (Points::RollupAvg(_), _) => {
+                                return Err(Error::Internal(
+                                    "rollup sums read from raw data".into(),
+                                ));
+                            }
                         }
                         let base_time = (row.base_ms / 1000) as u32;
                         for (qualifier, json) in &row.annotations {
@@ -972,6 +1101,7 @@ impl SeriesState {
         match &self.points {
             Points::Raw(p) => p.len(),
             Points::Downsampled(d) => d.buckets(),
+            Points::RollupAvg(avg) => avg.sums.buckets() + avg.counts.buckets(),
         }
     }
 

@@ -62,7 +62,7 @@ struct SubQueryRequest {
     tags: Option<HashMap<String, String>>,
     filters: Option<Vec<FilterRequest>>,
     explicit_tags: bool,
-    /// Histogram and rollup options: refused until histograms and rollups are stored.
+    /// Histogram options (refused: no histogram is stored) and rollup options (RFC 0008).
     percentiles: Option<serde_json::Value>,
     show_histogram_buckets: bool,
     pre_aggregate: bool,
@@ -252,8 +252,8 @@ fn rollup_usage(text: &str) -> Result<String, ApiError> {
 }
 
 /// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, explicit_tags,
-/// and the histogram and rollup tokens OpenTSDB reads (refused or answered from raw data by
-/// [`refuse_unstored`]); anything else is ignored, as OpenTSDB does.
+/// the rollup tokens (`pre-agg`, `rollup_*`) and the histogram ones OpenTSDB reads (refused
+/// by [`refuse_unstored`]); anything else is ignored, as OpenTSDB does.
 fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
     for token in tokens {
         let lower = token.to_ascii_lowercase();
@@ -354,8 +354,9 @@ pub(crate) fn annotations_json(list: &[StoredAnnotation]) -> Value {
     )
 }
 
-/// The `query` object of showQuery: the sub-query as OpenTSDB describes it.
-fn sub_query_json(q: &SubQuery, index: usize) -> Value {
+/// The `query` object of showQuery: the sub-query as OpenTSDB describes it, with the rollup
+/// fields 2.4 adds (`rollupTable`: the interval whose table answered, or `raw`).
+fn sub_query_json(q: &SubQuery, index: usize, o: &Outcome) -> Value {
     let filters: Vec<Value> = q
         .filters
         .iter()
@@ -387,6 +388,9 @@ fn sub_query_json(q: &SubQuery, index: usize) -> Value {
         "rate": q.rate,
         "filters": filters,
         "explicitTags": q.explicit_tags,
+        "preAggregate": q.pre_aggregate,
+        "rollupUsage": q.rollup_usage,
+        "rollupTable": o.rollup_table.as_deref().unwrap_or("raw"),
         "index": index,
         "tags": tags,
         "rateOptions": if q.rate {
@@ -432,7 +436,7 @@ impl Serialized<'_> {
         out.push_str(&json!(g.aggregate_tags).to_string());
         if flags.show_query {
             out.push_str(",\"query\":");
-            out.push_str(&sub_query_json(q, index).to_string());
+            out.push_str(&sub_query_json(q, index, o).to_string());
         }
         if flags.show_tsuids {
             out.push_str(",\"tsuids\":");

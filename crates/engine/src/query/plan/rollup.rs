@@ -1,0 +1,621 @@
+//! Reading rollup and pre-aggregate tables (RFC 0008, phase 2), as OpenTSDB 2.4.1's
+//! `TsdbQuery` chooses and reads them.
+//!
+//! With a rollup configuration, a sub-query whose downsample has a fixed interval reads the
+//! rollup table of the longest configured interval that divides it (`RollupConfig
+//! .getRollupInterval`), unless that is the default interval (raw data) or `rollupUsage` is
+//! `ROLLUP_RAW`. The downsample then runs over the rollup values: `sum`, `min` and `max` fold
+//! the stored sums, minimums and maximums; `count` adds the stored counts; `avg` divides the
+//! sum of the stored sums by the sum of the stored counts. A read that finds no series falls
+//! back as `rollupUsage` says: `ROLLUP_FALLBACK` to the next divisor interval (raw data when
+//! that is the default interval), `ROLLUP_FALLBACK_RAW` to raw data.
+//!
+//! Pre-aggregated series are read from the pre-aggregate table of the same interval (or the
+//! default interval's, at raw resolution) when the sub-query asks for them (`preAggregate`,
+//! `pre-agg`) or filters the aggregate tag (`_aggregate`) with `literal_or` on another value
+//! than the raw one.
+
+use hourglass_core::rollup::{AGGREGATOR_MASK, RollupInterval};
+use hourglass_core::value::{FLAGS_MASK, Value};
+use hourglass_storage::Row;
+
+use super::*;
+use crate::rollup::RollupSettings;
+
+/// Where a sub-query's points come from.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Source<'a> {
+    /// The data table, write buffers included.
+    Data,
+    /// A table of data-point cells other than the data table (the default interval's
+    /// pre-aggregate table).
+    Points(&'a str),
+    /// A rollup (or pre-aggregate rollup) table.
+    Rollup {
+        table: &'a str,
+        interval: &'a RollupInterval,
+        read: RollupRead,
+    },
+}
+
+/// Which rollup cells a read takes, by aggregator id (and the older `name:` qualifiers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RollupRead {
+    /// One aggregator's cells: `sum`, `count`, `min`, `max` (or any other configured id).
+    One { id: u8, name: &'static str },
+    /// `avg`: the `sum` and `count` cells.
+    Avg { sum: u8, count: u8 },
+}
+
+/// The rollup's aggregator for a downsampling function: OpenTSDB reads `zimsum` as `sum`,
+/// `mimmax` as `max` and `mimmin` as `min` (`RollupQuery`).
+fn rollup_aggregator(function: Aggregator) -> Aggregator {
+    match function {
+        Aggregator::ZimSum => Aggregator::Sum,
+        Aggregator::MimMax => Aggregator::Max,
+        Aggregator::MimMin => Aggregator::Min,
+        other => other,
+    }
+}
+
+/// The rollup usages, as `TsdbQuery.ROLLUP_USAGE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Usage {
+    Raw,
+    NoFallback,
+    Fallback,
+    FallbackRaw,
+}
+
+/// A sub-query's way through the rollup tables: the interval it reads now, and the ones it
+/// may fall back to.
+pub(super) struct Plan<'a> {
+    settings: &'a RollupSettings,
+    q: &'a SubQuery,
+    usage: Usage,
+    pre_aggregate: bool,
+    /// The interval read now; `None`: raw resolution.
+    current: Option<&'a RollupInterval>,
+    /// Further divisors of the downsample interval, longest first (`best_match_rollups`).
+    next: Vec<&'a RollupInterval>,
+}
+
+impl<'a> Plan<'a> {
+    pub(super) fn new(settings: &'a RollupSettings, q: &'a SubQuery) -> Plan<'a> {
+        // No usage given reads rollups without fallback, as 2.4.1 does with a null usage.
+        let usage = match q.rollup_usage.as_deref() {
+            Some("ROLLUP_RAW") => Usage::Raw,
+            Some("ROLLUP_FALLBACK") => Usage::Fallback,
+            Some("ROLLUP_FALLBACK_RAW") => Usage::FallbackRaw,
+            _ => Usage::NoFallback,
+        };
+        let pre_aggregate = q.pre_aggregate
+            || q.filters.iter().any(|f| {
+                f.tagk == settings.agg_tag_key
+                    && matches!(f.type_name.as_str(), "literal_or" | "iliteral_or")
+                    && f.expression != settings.raw_agg_tag_value
+            });
+        let mut next = match (usage, q.downsample) {
+            (Usage::Raw, _) | (_, None) => Vec::new(),
+            (_, Some(ds)) => divisors(settings, &ds),
+        };
+        let current = if next.is_empty() {
+            None
+        } else {
+            Some(next.remove(0)).filter(|i| !i.default_interval)
+        };
+        Plan {
+            settings,
+            q,
+            usage,
+            pre_aggregate,
+            current,
+            next,
+        }
+    }
+
+    /// The source to read now, or OpenTSDB's refusal when the rollup's aggregator has no id
+    /// or cannot be read from rollups.
+    pub(super) fn source(&self, tsdb: &'a Tsdb) -> Result<Source<'a>> {
+        let config = &self.settings.config;
+        let Some(interval) = self.current else {
+            if self.pre_aggregate {
+                let table = config.default_interval().pre_aggregation_table.as_str();
+                if table == tsdb.settings().schema.data_table {
+                    return Ok(Source::Data);
+                }
+                return Ok(Source::Points(table));
+            }
+            return Ok(Source::Data);
+        };
+        let function = self
+            .q
+            .downsample
+            .map_or(Aggregator::Sum, |d| rollup_aggregator(d.function));
+        let read = match function {
+            Aggregator::Avg => RollupRead::Avg {
+                sum: config.id_for("sum")?,
+                count: config.id_for("count")?,
+            },
+            other => {
+                let id = config.id_for(other.name())?;
+                if other == Aggregator::Dev {
+                    return Err(Error::invalid(
+                        "Standard deviation over rolled up data is not supported at this time",
+                    ));
+                }
+                RollupRead::One {
+                    id,
+                    name: other.name(),
+                }
+            }
+        };
+        let table = if self.pre_aggregate {
+            interval.pre_aggregation_table.as_str()
+        } else {
+            interval.table.as_str()
+        };
+        Ok(Source::Rollup {
+            table,
+            interval,
+            read,
+        })
+    }
+
+    /// After a read that found no series: moves to the next source as the rollup usage
+    /// says; false when there is none (the empty answer stands).
+    pub(super) fn fall_back(&mut self) -> bool {
+        if self.current.is_none() {
+            return false;
+        }
+        match self.usage {
+            Usage::FallbackRaw => {
+                self.current = None;
+                true
+            }
+            Usage::Fallback if !self.next.is_empty() => {
+                let next = self.next.remove(0);
+                self.current = Some(next).filter(|i| !i.default_interval);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The configured intervals dividing a fixed downsample interval, longest first
+/// (`RollupConfig.getRollupInterval`); none for calendar, `all` and sub-second intervals.
+fn divisors<'a>(settings: &'a RollupSettings, ds: &DownsampleSpec) -> Vec<&'a RollupInterval> {
+    if ds.calendar.is_some() || ds.interval_ms < 1000 {
+        return Vec::new();
+    }
+    let seconds = ds.interval_ms / 1000;
+    let mut out: Vec<&RollupInterval> = settings
+        .config
+        .intervals()
+        .iter()
+        .filter(|i| seconds % i64::from(i.interval_seconds) == 0)
+        .collect();
+    out.sort_by_key(|i| std::cmp::Reverse(i.interval_seconds));
+    out
+}
+
+/// One rollup cell's time (ms), value, whether it is a count (for `avg`) and whether its
+/// qualifier has the older string form; `None` when the read does not take it.
+fn rollup_cell(
+    read: RollupRead,
+    interval: &RollupInterval,
+    base: u32,
+    qualifier: &[u8],
+    value: &[u8],
+) -> Result<Option<(i64, f64, bool, bool)>> {
+    let (at, is_count) = match read {
+        RollupRead::One { id, name } => match qualifier.first() {
+            Some(first) if first & AGGREGATOR_MASK == id => (1, false),
+            _ if has_name(qualifier, name) => (name.len() + 1, false),
+            _ => return Ok(None),
+        },
+        RollupRead::Avg { sum, count } => match qualifier.first() {
+            Some(first) if first & AGGREGATOR_MASK == sum => (1, false),
+            Some(first) if first & AGGREGATOR_MASK == count => (1, true),
+            _ if has_name(qualifier, "sum") => (4, false),
+            _ if has_name(qualifier, "count") => (6, true),
+            _ => return Ok(None),
+        },
+    };
+    let Some(&[hi, lo]) = qualifier.get(at..at + 2) else {
+        return Ok(None);
+    };
+    let offset = u16::from_be_bytes([hi, lo]) >> 4;
+    let flags = lo & FLAGS_MASK;
+    let v = Value::decode(flags, value)?;
+    let t = (i64::from(base) + i64::from(offset) * i64::from(interval.interval_seconds)) * 1000;
+    Ok(Some((t, v.as_f64(), is_count, at > 1)))
+}
+
+/// Whether a qualifier has the older string form `name:` (2.4.1 still reads it).
+fn has_name(qualifier: &[u8], name: &str) -> bool {
+    qualifier.len() > name.len()
+        && qualifier.starts_with(name.as_bytes())
+        && qualifier[name.len()] == b':'
+}
+
+/// Bytes a row holds (key, qualifiers and values).
+fn row_bytes(row: &Row) -> usize {
+    row.key.len()
+        + row
+            .cells
+            .iter()
+            .map(|c| c.qualifier.len() + c.value.len())
+            .sum::<usize>()
+}
+
+/// A series' points of one row: time (ms), value, and for `avg` the count beside the sum.
+type RowPoints = Vec<(i64, Num, Option<f64>)>;
+
+impl Scan<'_> {
+    /// Reads a rollup or pre-aggregate table's rows of `[start_secs, end_secs]` (row base
+    /// times) into per-series state, one thread, as the store streams them (in key order:
+    /// each series' rows in time order).
+    pub(super) fn part_from(
+        &self,
+        source: &Source<'_>,
+        start_secs: i64,
+        end_secs: i64,
+    ) -> Result<Part> {
+        let schema = &self.tsdb.settings().schema;
+        let tags_at = schema.tags_offset();
+        let limits = &self.options.limits;
+        let (lo, hi) = (self.window.0, self.window.1 - 1);
+        let until_ms = self.window.1;
+        let (table, rollup) = match *source {
+            Source::Data => return Err(Error::Internal("a data table read as a rollup".into())),
+            Source::Points(table) => (table, None),
+            Source::Rollup {
+                table,
+                interval,
+                read,
+            } => (table, Some((interval, read))),
+        };
+        let mut part = Part {
+            index: HashMap::default(),
+            keys: Vec::new(),
+            series: Vec::new(),
+            stats: QueryStats::default(),
+            held: 0,
+            deletions: Vec::new(),
+        };
+        let query = RowQuery {
+            metric: self.metric,
+            start_secs,
+            end_secs,
+            tags: self.pushed.clone(),
+        };
+        let mut points: RowPoints = Vec::new();
+        for request in crate::scan::scan_requests(schema, &query) {
+            // Key order (rollup tables are not grouped): a series' rows in time order.
+            for row in self.tsdb.store().scan(table, &request)? {
+                let row = row?;
+                let Some(base) = row
+                    .key
+                    .get(schema.timestamp_offset()..schema.timestamp_offset() + 4)
+                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                    .map(u32::from_be_bytes)
+                else {
+                    continue;
+                };
+                points.clear();
+                match rollup {
+                    Some((interval, read)) => {
+                        let mut cells = Vec::new();
+                        for c in row.cells.iter().filter(|c| c.family == DATA_FAMILY) {
+                            if let Some(cell) =
+                                rollup_cell(read, interval, base, &c.qualifier, &c.value)?
+                            {
+                                cells.push(cell);
+                            }
+                        }
+                        // One value per time and kind: the id form's over the string one's.
+                        cells.sort_by_key(|c| (c.2, c.0, c.3));
+                        cells.dedup_by_key(|c| (c.2, c.0));
+                        match read {
+                            RollupRead::One { .. } => {
+                                points.extend(cells.iter().map(|c| (c.0, Num::Float(c.1), None)));
+                            }
+                            // A sum is taken with the count of its time, as 2.4.1's
+                            // `RollupSeq` pairs them: either one alone is left out.
+                            RollupRead::Avg { .. } => {
+                                let split = cells.partition_point(|c| !c.2);
+                                let (sums, counts) = cells.split_at(split);
+                                for sum in sums {
+                                    if let Ok(at) = counts.binary_search_by_key(&sum.0, |c| c.0) {
+                                        points.push((sum.0, Num::Float(sum.1), Some(counts[at].1)));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    None => {
+                        for p in crate::rows::decode_row(Some(&row), &[])?.points {
+                            let v = match p.value() {
+                                Value::Int(i) => Num::Int(i),
+                                Value::Float(f) => Num::Float(f64::from(f)),
+                                Value::Double(d) => Num::Float(d),
+                            };
+                            points.push((p.qualifier.timestamp_ms(base), v, None));
+                        }
+                    }
+                }
+                let stats = &mut part.stats;
+                stats.rows += 1;
+                stats.bytes += row_bytes(&row) as u64;
+                // A row without a cell the read takes is no series (2.4.1 filters the cells
+                // in the scan: such a row never reaches it).
+                if points.is_empty() {
+                    continue;
+                }
+                points.retain(|p| p.0 >= lo && p.0 <= hi);
+                stats.points += points.len() as u64;
+                let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
+                let slot = match part.index.get(tag_bytes) {
+                    Some(slot) => *slot,
+                    None => {
+                        let slot = match self.new_series(&row.key, tag_bytes, until_ms)? {
+                            Some(mut state) => {
+                                if let (Some((_, RollupRead::Avg { .. })), Points::Downsampled(_)) =
+                                    (rollup, &state.points)
+                                {
+                                    state.points = self.avg_points(until_ms);
+                                }
+                                part.series.push(state);
+                                part.keys.push(tag_bytes.to_vec());
+                                Some(part.series.len() - 1)
+                            }
+                            None => None,
+                        };
+                        stats.series += u64::from(slot.is_some());
+                        part.index.insert(tag_bytes.to_vec(), slot);
+                        slot
+                    }
+                };
+                let mut held = 0u64;
+                if let Some(i) = slot {
+                    let s = &mut part.series[i];
+                    match &mut s.points {
+                        Points::Raw(out) => {
+                            out.extend(points.iter().map(|p| (p.0, p.1)));
+                            held += points.len() as u64;
+                        }
+                        Points::Downsampled(d) => {
+                            for p in &points {
+                                held += d.push(p.0, p.1.as_f64()) as u64;
+                            }
+                        }
+                        Points::RollupAvg(avg) => {
+                            for p in &points {
+                                held += avg.sums.push(p.0, p.1.as_f64()) as u64;
+                                held += avg.counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
+                            }
+                        }
+                    }
+                }
+                part.held += held;
+                limits.check(&part.stats, part.held, self.deadline)?;
+            }
+        }
+        Ok(part)
+    }
+
+    /// The state of a series whose `avg` is read from sums and counts.
+    fn avg_points(&self, until_ms: i64) -> Points {
+        let spec = self
+            .q
+            .downsample
+            .unwrap_or_else(|| DownsampleSpec::fixed(3_600_000, Aggregator::Sum, FillPolicy::None));
+        let mut sums = spec;
+        sums.function = Aggregator::Sum;
+        sums.fill = FillPolicy::None;
+        Points::RollupAvg(Box::new(RollupAvg {
+            sums: Downsampler::new(sums, self.query).expect_until(until_ms),
+            counts: Downsampler::new(sums, self.query).expect_until(until_ms),
+        }))
+    }
+}
+
+/// A series' `avg` buckets from its buckets of summed sums and summed counts (OpenTSDB's
+/// `Downsampler` over rolled-up averages: a bucket whose counts add up to 0 is 0), filled as
+/// the sub-query's fill policy says. Sums and counts were pushed in pairs, so their buckets
+/// are the same.
+pub(super) fn finish_avg(
+    avg: RollupAvg,
+    spec: DownsampleSpec,
+    query: (i64, i64),
+    window: (i64, i64),
+    budget: u64,
+) -> Result<Vec<(i64, f64)>> {
+    let sums = avg.sums.finish(window, budget)?;
+    let counts = avg.counts.finish(window, budget)?;
+    let mut filled = spec;
+    filled.function = Aggregator::Sum;
+    let mut out = Downsampler::new(filled, query);
+    let mut counts = counts.into_iter().peekable();
+    for (t, sum) in sums {
+        while counts.next_if(|c| c.0 < t).is_some() {}
+        let count = counts.next_if(|c| c.0 == t).map_or(0.0, |c| c.1);
+        out.push(t, if count == 0.0 { 0.0 } else { sum / count });
+    }
+    out.finish(window, budget)
+}
+
+/// The query's downsample as the rollup read runs it: a `count` adds the stored counts, an
+/// `avg` is finished from sums and counts (see [`finish_avg`]).
+pub(super) fn rollup_downsample(
+    source: &Source<'_>,
+    ds: Option<DownsampleSpec>,
+) -> Option<DownsampleSpec> {
+    match (source, ds) {
+        (Source::Rollup { .. }, Some(mut ds)) => {
+            ds.function = match rollup_aggregator(ds.function) {
+                Aggregator::Count => Aggregator::Sum,
+                other => other,
+            };
+            Some(ds)
+        }
+        (_, ds) => ds,
+    }
+}
+
+/// The row base times a read of the window `[lo, hi]` (ms) scans: from the row holding its
+/// start to the row after its end, as `TsdbQuery.getScanStartTimeSeconds` /
+/// `getScanEndTimeSeconds` compute them for rollups (the end exclusive there, inclusive
+/// here).
+pub(super) fn rollup_scan_secs(
+    interval: &RollupInterval,
+    window: (i64, i64),
+) -> Result<(i64, i64)> {
+    let start = interval.base_time(window.0.div_euclid(1000))?;
+    let end_secs = (window.1 - 1).div_euclid(1000);
+    let span = i64::from(interval.interval_seconds) * i64::from(interval.intervals);
+    let stop = interval.base_time(end_secs + span)?;
+    Ok((i64::from(start), i64::from(stop) - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hourglass_core::config::Config;
+
+    const CONFIG: &str = r#"{"aggregationIds":{"sum":0,"count":1,"max":2},"intervals":[
+        {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+        {"table":"r10m","preAggregationTable":"p10m","interval":"10m","rowSpan":"6h"},
+        {"table":"r1h","preAggregationTable":"p1h","interval":"1h","rowSpan":"1d"},
+        {"table":"r1d","preAggregationTable":"p1d","interval":"1d","rowSpan":"1n"}]}"#;
+
+    fn settings() -> RollupSettings {
+        let mut c = Config::default();
+        c.set("tsd.rollups.enable", "true");
+        c.set("tsd.rollups.config", &CONFIG.replace('\n', ""));
+        RollupSettings::from_config(&c).unwrap().unwrap()
+    }
+
+    fn sub(downsample: &str, usage: Option<&str>) -> SubQuery {
+        let mut q = SubQuery::new(Aggregator::Sum, "m");
+        q.downsample = Some(DownsampleSpec::parse(downsample).unwrap());
+        q.rollup_usage = usage.map(str::to_string);
+        q
+    }
+
+    /// The intervals a plan reads, in order, as each read finds nothing (`None`: raw).
+    fn walk(settings: &RollupSettings, q: &SubQuery) -> Vec<Option<String>> {
+        let mut plan = Plan::new(settings, q);
+        let mut out = vec![plan.current.map(|i| i.interval.clone())];
+        while plan.fall_back() {
+            out.push(plan.current.map(|i| i.interval.clone()));
+        }
+        out
+    }
+
+    #[test]
+    fn plans_take_the_longest_dividing_interval_then_fall_back_as_the_usage_says() {
+        let s = settings();
+        let some = |i: &str| Some(i.to_string());
+        assert_eq!(walk(&s, &sub("1d-sum", None)), [some("1d")]);
+        assert_eq!(
+            walk(&s, &sub("1d-sum", Some("ROLLUP_NOFALLBACK"))),
+            [some("1d")]
+        );
+        assert_eq!(
+            walk(&s, &sub("1d-sum", Some("ROLLUP_FALLBACK"))),
+            [some("1d"), some("1h"), some("10m"), None]
+        );
+        assert_eq!(
+            walk(&s, &sub("2h-max", Some("ROLLUP_FALLBACK"))),
+            [some("1h"), some("10m"), None]
+        );
+        assert_eq!(
+            walk(&s, &sub("1d-sum", Some("ROLLUP_FALLBACK_RAW"))),
+            [some("1d"), None]
+        );
+        assert_eq!(walk(&s, &sub("1d-sum", Some("ROLLUP_RAW"))), [None]);
+        // Only the default interval divides 15m (or 1m itself): raw data, no fallback.
+        assert_eq!(walk(&s, &sub("15m-sum", Some("ROLLUP_FALLBACK"))), [None]);
+        assert_eq!(walk(&s, &sub("1m-sum", Some("ROLLUP_FALLBACK"))), [None]);
+        // Nothing divides 90s; calendar and `all` downsamples read raw data.
+        assert_eq!(walk(&s, &sub("90s-sum", None)), [None]);
+        assert_eq!(walk(&s, &sub("1dc-sum", None)), [None]);
+        assert_eq!(walk(&s, &sub("0all-sum", None)), [None]);
+    }
+
+    #[test]
+    fn literal_filters_on_the_aggregate_tag_ask_for_pre_aggregates() {
+        let s = settings();
+        let source = |q: &SubQuery| {
+            let plan = Plan::new(&s, q);
+            let interval = plan.current.map(|i| i.interval.clone());
+            (interval, plan.pre_aggregate)
+        };
+        assert_eq!(source(&sub("1h-avg", None)), (Some("1h".into()), false));
+        let mut pre = sub("1h-sum", None);
+        pre.filters
+            .push(TagFilter::new("literal_or", "_aggregate", "SUM", false).unwrap());
+        assert_eq!(source(&pre), (Some("1h".into()), true));
+        let mut raw = sub("1h-sum", None);
+        raw.filters
+            .push(TagFilter::new("literal_or", "_aggregate", "RAW", false).unwrap());
+        assert_eq!(source(&raw), (Some("1h".into()), false));
+        let mut wild = sub("1h-sum", None);
+        wild.filters
+            .push(TagFilter::new("wildcard", "_aggregate", "S*", false).unwrap());
+        assert_eq!(source(&wild), (Some("1h".into()), false));
+    }
+
+    #[test]
+    fn rollup_cells_are_read_by_id_masked_id_or_older_name() {
+        let s = settings();
+        let hour = s.config.interval("1h").unwrap();
+        let sum = RollupRead::One { id: 0, name: "sum" };
+        let base = 1_356_998_400u32;
+        // Offset 2 (02:00), flags 0 (one-byte integer): 42.
+        assert_eq!(
+            rollup_cell(sum, hour, base, &[0x00, 0x00, 0x20], &[42]).unwrap(),
+            Some((i64::from(base + 7200) * 1000, 42.0, false, false))
+        );
+        // The compacted bit is masked off; another id is not taken.
+        assert!(
+            rollup_cell(sum, hour, base, &[0x80, 0x00, 0x20], &[42])
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            rollup_cell(sum, hour, base, &[0x02, 0x00, 0x20], &[42]).unwrap(),
+            None
+        );
+        // `sum:` then the offset and flags (4-byte float 1.5 at 01:00).
+        let q = [b's', b'u', b'm', b':', 0x00, 0x1B];
+        assert_eq!(
+            rollup_cell(sum, hour, base, &q, &1.5f32.to_be_bytes()).unwrap(),
+            Some((i64::from(base + 3600) * 1000, 1.5, false, true))
+        );
+        let avg = RollupRead::Avg { sum: 0, count: 1 };
+        let q = [b'c', b'o', b'u', b'n', b't', b':', 0x00, 0x10];
+        assert_eq!(
+            rollup_cell(avg, hour, base, &q, &[3]).unwrap(),
+            Some((i64::from(base + 3600) * 1000, 3.0, true, true))
+        );
+        assert_eq!(
+            rollup_cell(avg, hour, base, &[0x01, 0x00, 0x00], &[3]).unwrap(),
+            Some((i64::from(base) * 1000, 3.0, true, false))
+        );
+    }
+
+    #[test]
+    fn rollup_scans_cover_the_rows_of_the_window() {
+        let s = settings();
+        let day = s.config.interval("1d").unwrap();
+        // 2013-01-15 10:00 to 2013-02-03 00:00: the January and February rows (the end is
+        // pushed one month-sized span on, as 2.4.1 does).
+        let (first, last) = rollup_scan_secs(day, (1_358_244_000_000, 1_359_849_600_000)).unwrap();
+        assert_eq!(first, 1_356_998_400);
+        assert_eq!(last, 1_362_096_000 - 1);
+    }
+}
