@@ -8,6 +8,7 @@
 //! data and times queries afterwards.
 #![allow(clippy::print_stdout)]
 
+mod cardinality;
 mod chaos;
 mod dataset;
 mod expbench;
@@ -41,6 +42,9 @@ enum Cli {
     Exp(expbench::ExpArgs),
     /// Suggest and lookup latency with many tag values.
     Meta(metabench::MetaArgs),
+    /// Queries picking 10 of 100,000 series of one metric by literal, wildcard and regexp,
+    /// with the tag index off and on, against VictoriaMetrics.
+    Cardinality(cardinality::CardinalityArgs),
     /// Writers and readers against a TSD that is killed, stopped, starved of disk and of its
     /// store in turn; checks every acknowledged point is kept exactly once.
     Chaos(chaos::ChaosArgs),
@@ -96,6 +100,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Query(args) => return querybench::run(&args),
         Cli::Exp(args) => return expbench::run(&args),
         Cli::Meta(args) => return metabench::run(&args),
+        Cli::Cardinality(args) => return cardinality::run(&args),
         Cli::Chaos(args) => return chaos::run(&args),
         Cli::Sync(args) => return syncbench::run(&args),
         Cli::Realdata(args) => return realdata::run(&args),

@@ -27,8 +27,10 @@
 //! Cell timestamps are fixed (a `p` cell its period's start in ms, a `g` cell 0), so writing
 //! an entry again writes the same cell: every entry is an idempotent set.
 
+pub mod cardinality;
 pub mod check;
 pub mod rebuild;
+pub mod select;
 pub mod status;
 
 use hourglass_core::schema::Schema;

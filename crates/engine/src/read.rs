@@ -19,8 +19,9 @@ use crate::cell_codec::{
     DataCellCodec, MemberSummary, decode_columns, decode_joint_columns, decode_points,
     joint_summaries,
 };
+use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
-use crate::scan::{RowQuery, scan_requests};
+use crate::scan::{RowQuery, candidate_requests, scan_requests};
 use crate::{Error, Result, Tsdb, rows};
 
 /// One series' points in time order.
@@ -255,14 +256,20 @@ impl Tsdb {
     /// With `whole`, the members in the scan of such a group, when none of their hours has
     /// buffered points and each one's times strictly increase, go in one call: one
     /// [`RowData::Columns`] or [`RowData::Summaries`] over them all, keyed by the first.
+    ///
+    /// With `select`, stored rows are read only for the series the tag index lists (taken
+    /// after the buffered rows, so a series flushed in between has its entries already),
+    /// when the index can say; buffered rows are all taken, as without it. Returns whether
+    /// the index chose the rows.
     fn visit_row_data<V: Sample>(
         &self,
         query: &RowQuery,
         joint: bool,
         within: Option<(i64, i64)>,
         whole: bool,
+        select: Option<&SeriesSelector>,
         mut visit: impl FnMut(&[u8], RowData<'_, V>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let schema = &self.settings().schema;
         let first_hour = query.start_secs - query.start_secs.rem_euclid(3600);
         let metric_at = usize::from(schema.salt_width);
@@ -287,7 +294,15 @@ impl Tsdb {
         // A group's members decoded together.
         let (mut group_times, mut group_values) = (Vec::new(), Vec::<V>::new());
         let mut group_summaries = Vec::new();
-        for mut request in scan_requests(schema, query) {
+        let candidates = match select {
+            Some(s) => s.candidates(self, query.start_secs, query.end_secs)?,
+            None => None,
+        };
+        let requests = match &candidates {
+            Some(listed) => candidate_requests(schema, query, listed),
+            None => scan_requests(schema, query),
+        };
+        for mut request in requests {
             // Compacted cells in the embedded store's compact form are decoded straight
             // from it, without rebuilding OpenTSDB's bytes first.
             request.read.encoded_cells = true;
@@ -494,7 +509,7 @@ impl Tsdb {
         for (key, points) in buffered.into_values() {
             visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;
         }
-        Ok(())
+        Ok(candidates.is_some())
     }
 
     /// Calls `visit` for every row of `query.metric` between `query.start_secs` and
@@ -504,14 +519,27 @@ impl Tsdb {
     pub fn visit_rows(
         &self,
         query: &RowQuery,
-        mut visit: impl FnMut(RowView<'_>) -> Result<()>,
+        visit: impl FnMut(RowView<'_>) -> Result<()>,
     ) -> Result<()> {
+        self.visit_rows_selected(query, None, visit).map(|_| ())
+    }
+
+    /// [`Tsdb::visit_rows`], stored rows read only for the series `select` lists when the
+    /// tag index covers the range (the rows of other series may be left out: the caller
+    /// filters as `select` does). Returns whether the index chose the rows.
+    pub fn visit_rows_selected(
+        &self,
+        query: &RowQuery,
+        select: Option<&SeriesSelector>,
+        mut visit: impl FnMut(RowView<'_>) -> Result<()>,
+    ) -> Result<bool> {
         let mut points = Vec::new();
         self.visit_row_data::<Num>(
             query,
             false,
             None,
             false,
+            select,
             |key, data, annotations, stored_bytes| {
                 data.points(&mut points)?;
                 visit(RowView {
@@ -545,8 +573,23 @@ impl Tsdb {
         query: &RowQuery,
         within: Option<(i64, i64)>,
         whole: bool,
-        mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
+        visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
+        self.visit_columns_selected(query, within, whole, None, visit)
+            .map(|_| ())
+    }
+
+    /// [`Tsdb::visit_columns_within`], stored rows read only for the series `select`
+    /// lists when the tag index covers the range (see [`Tsdb::visit_rows_selected`]).
+    /// Returns whether the index chose the rows.
+    pub fn visit_columns_selected<V: Sample>(
+        &self,
+        query: &RowQuery,
+        within: Option<(i64, i64)>,
+        whole: bool,
+        select: Option<&SeriesSelector>,
+        mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
+    ) -> Result<bool> {
         let schema = &self.settings().schema;
         let (mut times, mut values) = (Vec::new(), Vec::new());
         self.visit_row_data::<V>(
@@ -554,6 +597,7 @@ impl Tsdb {
             true,
             within,
             whole,
+            select,
             |key, data, annotations, stored_bytes| {
                 let base_ms = i64::from(base_time_of(schema, key).unwrap_or(0)) * 1000;
                 let (times, values, summaries, rows): (&[i64], &[V], _, _) = match data {

@@ -187,6 +187,70 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
         .collect()
 }
 
+/// Most bytes of a candidate regex: Bigtable refuses filters of 20 KB or more.
+const MAX_CANDIDATE_REGEX: usize = 16 * 1024;
+
+/// Where, after `key` (whose tags are no candidate's), the next candidate's row can be:
+/// the next candidate's tags in the same hour, else the next hour.
+fn next_listed(tags_at: usize, candidates: &[Vec<u8>], key: &[u8]) -> Option<Vec<u8>> {
+    let (head, tags) = (key.get(..tags_at)?, key.get(tags_at..)?);
+    let next = candidates.partition_point(|c| c.as_slice() <= tags);
+    match candidates.get(next) {
+        Some(c) => Some([head, c.as_slice()].concat()),
+        None => successor(head),
+    }
+}
+
+/// [`scan_requests`] reading only the rows of the listed series (`candidates`: their tag
+/// bytes, sorted): each bucket's request matches exactly its candidates (a full-match
+/// regex of their tags, while it stays under 16 KB; past that the query's own tag regex)
+/// and hints the next candidate's key, so a backend that can seek reads one row per series
+/// and hour. Buckets without a candidate are not scanned.
+pub fn candidate_requests(
+    schema: &Schema,
+    query: &RowQuery,
+    candidates: &[Vec<u8>],
+) -> Vec<ScanRequest> {
+    let salt = usize::from(schema.salt_width);
+    let tags_at = schema.tags_offset();
+    let mut by_salt: std::collections::BTreeMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
+    for tags in candidates {
+        let mut key = vec![0u8; salt];
+        query.metric.write(schema.metric_width, &mut key);
+        key.extend_from_slice(&[0; 4]);
+        key.extend_from_slice(tags);
+        hourglass_core::rowkey::apply_salt(schema, &mut key);
+        by_salt
+            .entry(key[..salt].to_vec())
+            .or_default()
+            .push(tags.clone());
+    }
+    scan_requests(schema, query)
+        .into_iter()
+        .filter_map(|mut request| {
+            let mut mine = by_salt.remove(request.start.get(..salt)?)?;
+            mine.sort();
+            mine.dedup();
+            let mut re = format!("(?s)^.{{{tags_at}}}(?:");
+            for (i, tags) in mine.iter().enumerate() {
+                if i > 0 {
+                    re.push('|');
+                }
+                escape_bytes(tags, &mut re);
+            }
+            re.push_str(")$");
+            if re.len() <= MAX_CANDIDATE_REGEX {
+                request.key_regex = Some(re);
+            }
+            let mine = std::sync::Arc::new(mine);
+            request.skip = Some(SkipHint(std::sync::Arc::new(move |key: &[u8]| {
+                next_listed(tags_at, &mine, key)
+            })));
+            Some(request)
+        })
+        .collect()
+}
+
 /// Every stored row of `query`, bucket by bucket, each bucket in key order (as OpenTSDB's
 /// tools print them) whatever order the store returns ([`Store::scan`]).
 pub fn scan_rows(store: &dyn Store, schema: &Schema, query: &RowQuery) -> Result<Vec<Row>> {
@@ -281,6 +345,73 @@ mod tests {
                             break;
                         }
                         prop_assert!(!re.is_match(later), "skipped a match: {later:?} (target {target:?}, from {key:?})");
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// A candidate request's regex accepts exactly its bucket's candidates, and its hint
+        /// never passes over one of them.
+        #[test]
+        fn candidate_requests_read_every_candidate_row(
+            series in prop::collection::btree_set(prop::collection::btree_map(1u64..6, 1u64..6, 1..4), 1..40),
+            listed in prop::collection::vec(any::<bool>(), 40),
+            hours in prop::collection::vec(0u32..4, 1..3),
+        ) {
+            let schema = Schema { salt_width: 1, salt_buckets: 3, ..Schema::default() };
+            let tags_of = |t: &std::collections::BTreeMap<u64, u64>| -> Vec<(Uid, Uid)> {
+                t.iter().map(|(k, v)| (Uid(*k), Uid(*v))).collect()
+            };
+            let mut keys: Vec<Vec<u8>> = Vec::new();
+            for tags in &series {
+                for h in &hours {
+                    let key = encode_row_key(&schema, &SeriesKey::new(Uid(1), tags_of(tags)), 3600 * h);
+                    keys.push(key);
+                }
+            }
+            keys.sort();
+            keys.dedup();
+            let tags_at = schema.tags_offset();
+            let candidates: Vec<Vec<u8>> = series
+                .iter()
+                .zip(&listed)
+                .filter(|(_, l)| **l)
+                .map(|(t, _)| {
+                    encode_row_key(&schema, &SeriesKey::new(Uid(1), tags_of(t)), 0)[tags_at..].to_vec()
+                })
+                .collect();
+            let query = RowQuery { metric: Uid(1), start_secs: 0, end_secs: 4 * 3600, tags: vec![] };
+            let mut sorted = candidates.clone();
+            sorted.sort();
+            let requests = candidate_requests(&schema, &query, &sorted);
+            for key in &keys {
+                if sorted.iter().any(|c| c.as_slice() == &key[tags_at..]) {
+                    prop_assert!(requests.iter().any(|r| r.start[..1] == key[..1]), "a bucket left out");
+                }
+            }
+            for request in requests {
+                let re = KeyRegex::new(request.key_regex.as_deref().unwrap()).unwrap();
+                let skip = request.skip.clone().unwrap();
+                let mine: Vec<&Vec<u8>> = keys
+                    .iter()
+                    .filter(|k| k.starts_with(&request.start[..1]))
+                    .collect();
+                for (i, key) in mine.iter().enumerate() {
+                    let listed = sorted.iter().any(|c| c.as_slice() == &key[tags_at..]);
+                    prop_assert_eq!(re.is_match(key), listed);
+                    if listed {
+                        continue;
+                    }
+                    if let Some(target) = (skip.0)(key) {
+                        prop_assert!(target.as_slice() > key.as_slice());
+                        for later in &mine[i + 1..] {
+                            if later.as_slice() >= target.as_slice() {
+                                break;
+                            }
+                            prop_assert!(!re.is_match(later), "skipped a candidate row");
+                        }
                     }
                 }
             }

@@ -76,6 +76,11 @@ pub struct Settings {
     /// `tsd.index.enable` (default false until queries read the index, RFC 0007 phase 3):
     /// maintain the tag index at each flush.
     pub index: bool,
+    /// `tsd.index.max_series_per_metric` (0: no cap): new series of a metric past this many
+    /// in the current UTC day are refused (with the index on).
+    pub max_series_per_metric: u64,
+    /// `tsd.index.stats.top`: metrics and tag keys whose counts `/api/stats` lists (20).
+    pub index_stats_top: usize,
     /// `tsd.storage.series_cache.idle_ms`: a series no point has named for this long (up
     /// to twice it) leaves the series cache once its points are stored (default an hour), so
     /// the cache holds the series written lately, not every series ever written.
@@ -111,6 +116,8 @@ impl Default for Settings {
             wal_segment_bytes: crate::wal::SEGMENT_BYTES,
             meta: crate::meta::MetaTracking::default(),
             index: false,
+            max_series_per_metric: 0,
+            index_stats_top: 20,
             series_idle_ms: 3_600_000,
             uid_cache_names: crate::uid::DEFAULT_CACHE_ENTRIES,
             uid_cache_ids: crate::uid::DEFAULT_CACHE_ENTRIES,
@@ -163,6 +170,15 @@ impl Settings {
             wal_segment_bytes: d.wal_segment_bytes,
             meta: crate::meta::MetaTracking::from_config(c),
             index: c.get_bool("tsd.index.enable", d.index),
+            max_series_per_metric: c
+                .get_int(
+                    "tsd.index.max_series_per_metric",
+                    d.max_series_per_metric as i64,
+                )?
+                .max(0) as u64,
+            index_stats_top: c
+                .get_int("tsd.index.stats.top", d.index_stats_top as i64)?
+                .max(0) as usize,
             series_idle_ms: c
                 .get_int("tsd.storage.series_cache.idle_ms", d.series_idle_ms)?
                 .max(1),

@@ -226,6 +226,12 @@ impl Tsdb {
         self.writer.cached_series()
     }
 
+    /// New series refused by `tsd.index.max_series_per_metric`, per metric since start,
+    /// most first.
+    pub fn series_refusals(&self) -> Vec<(String, u64)> {
+        self.writer.series_refusals()
+    }
+
     /// Why the write-ahead log refuses writes, when it does (it heals once buffered points
     /// are stored).
     pub fn log_poisoned(&self) -> Option<String> {

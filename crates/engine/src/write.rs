@@ -20,6 +20,7 @@ mod buffer;
 mod compaction;
 mod index;
 mod open_hours;
+mod series_cap;
 mod series_index;
 
 use std::borrow::Cow;
@@ -298,6 +299,8 @@ pub(crate) struct Writer {
     tracker: Option<crate::meta::Tracker>,
     /// The tag index's maintenance (`tsd.index.enable`), when on.
     index: Option<index::IndexWriter>,
+    /// The cap on new series per metric (`tsd.index.max_series_per_metric`), when set.
+    series_cap: Option<series_cap::SeriesCap>,
     pub(crate) stats: WriteStats,
 }
 
@@ -353,12 +356,15 @@ impl Writer {
         let index = settings
             .index
             .then(|| index::IndexWriter::new(settings.schema.clone()));
+        let series_cap = (settings.index && settings.max_series_per_metric > 0)
+            .then(|| series_cap::SeriesCap::new(settings.max_series_per_metric));
         let began_ms = settings.clock.now_ms();
         Ok(Writer {
             store,
             settings,
             tracker,
             index,
+            series_cap,
             uids,
             series: RwLock::new(SeriesCache::default()),
             epochs: Epochs {
@@ -447,6 +453,23 @@ impl Writer {
         }
         let template = self.series_template(p.metric, p.tags)?;
         let s = &self.settings;
+        if let Some(cap) = &self.series_cap
+            && let Some(count) = cap.admit(
+                self.store.as_ref(),
+                &s.schema,
+                p.metric,
+                &template,
+                s.clock.now_ms(),
+            )?
+        {
+            return Err(Error::invalid(format!(
+                "Too many series for metric: {} has {count} series today, maximum allowed: {} \
+                 (tsd.index.max_series_per_metric), tags: {}",
+                p.metric,
+                s.max_series_per_metric,
+                tags_text(p.tags)
+            )));
+        }
         // Meta data as the series arrives (OpenTSDB's real-time tracking), so that a lookup
         // in the meta table finds it before its points are flushed.
         if let Some(tracker) = &self.tracker
@@ -578,6 +601,14 @@ impl Writer {
 
     fn epoch(&self) -> u64 {
         self.epochs.current.load(Ordering::Acquire)
+    }
+
+    /// Series refused by the series cap, per metric since start, most first.
+    pub(crate) fn series_refusals(&self) -> Vec<(String, u64)> {
+        self.series_cap
+            .as_ref()
+            .map(series_cap::SeriesCap::refusals)
+            .unwrap_or_default()
     }
 
     /// Series in the series cache.

@@ -446,6 +446,52 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         ),
         stat("tsd.uptime", state.started.elapsed().as_secs(), &[]),
     ]);
+    out.extend(index_stats(state));
+    out
+}
+
+/// Series counts per metric and tag key from the tag index's counters (RFC 0007), for the
+/// `tsd.index.stats.top` metrics with the most series, and the series the cap refused.
+/// Nothing with the index off; a failed read is logged and leaves them out.
+fn index_stats(state: &State) -> Vec<Stat> {
+    let tsdb = &state.tsdb;
+    let settings = tsdb.settings();
+    if !settings.index {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let now_ms = settings.clock.now_ms();
+    match hourglass_engine::index::cardinality::top_metrics(tsdb, settings.index_stats_top, now_ms)
+    {
+        Ok(metrics) => {
+            for m in metrics {
+                let metric = m.metric.as_str();
+                out.push(stat(
+                    "tsd.index.series",
+                    m.series_all,
+                    &[("metric", metric), ("period", "all")],
+                ));
+                out.push(stat(
+                    "tsd.index.series",
+                    m.series_current,
+                    &[("metric", metric), ("period", "current")],
+                ));
+                for k in &m.tagks {
+                    let tags = [("metric", metric), ("tagk", k.tagk.as_str())];
+                    out.push(stat("tsd.index.tagk.series", k.series, &tags));
+                    out.push(stat("tsd.index.tagk.values", k.values, &tags));
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "tag index counters not read for /api/stats"),
+    }
+    for (metric, n) in tsdb.series_refusals() {
+        out.push(stat(
+            "tsd.index.series.refused",
+            n,
+            &[("metric", metric.as_str())],
+        ));
+    }
     out
 }
 

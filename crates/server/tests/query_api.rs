@@ -415,7 +415,76 @@ async fn times_in_opentsdb_forms(backend: &str) {
     srv.stop().await;
 }
 
+/// With the tag index on, `/api/query/last` and filtered `/api/query` read the series it
+/// lists: stored and still buffered points alike.
+async fn last_points_and_queries_from_the_index(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.index.enable", "true");
+    let srv = start_with(backend, c).await;
+    let now = hourglass_storage::now_ms() / 1000;
+    let lines = format!(
+        "put last.i {} 1 host=a dc=x\nput last.i {} 7 host=b dc=x\nput last.i {} 9 host=c dc=y\n",
+        now - 120,
+        now - 90,
+        now - 80
+    );
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    srv.state.tsdb.flush().unwrap();
+    // One more point of a, and a new series d, still buffered.
+    let lines = format!(
+        "put last.i {} 2.5 host=a dc=x\nput last.i {} 4 host=d dc=x\n",
+        now - 60,
+        now - 50
+    );
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    let v = http(
+        srv.addr,
+        "GET",
+        "/api/query/last?timeseries=last.i%7Bdc=x%7D&resolve",
+        "",
+    )
+    .await
+    .json();
+    let mut got: Vec<(String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["tags"]["host"].as_str().unwrap().to_string(),
+                o["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("a".into(), "2.5".into()),
+            ("b".into(), "7".into()),
+            ("d".into(), "4".into())
+        ],
+        "{backend}: {v}"
+    );
+    let q = format!(
+        "/api/query?start={}&end={now}&m=none:last.i%7Bhost=regexp(%5E%5Bab%5D)%7D",
+        now - 3600
+    );
+    let v = http(srv.addr, "GET", &q, "").await.json();
+    let mut hosts: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["tags"]["host"].as_str().unwrap())
+        .collect();
+    hosts.sort();
+    assert_eq!(hosts, ["a", "b"], "{backend}: {v}");
+    srv.stop().await;
+}
+
 on_every_backend!(
+    last_points_and_queries_from_the_index,
     times_in_opentsdb_forms,
     show_options_and_output_forms,
     time_zones_and_calendar_buckets,

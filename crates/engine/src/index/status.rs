@@ -223,3 +223,37 @@ pub fn covers_all_hours(store: &dyn Store, table: &str, metric: Option<&[u8]>) -
     };
     Ok(verified >= live_from)
 }
+
+/// Whether every hour from `first_hour` to `last_hour` (inclusive) of `metric` is covered
+/// (RFC 0007, "Status"): before the metric's `verified` hour, or, when only Hourglass TSDs
+/// maintaining the index write the data table, from its `live_from` on.
+pub fn covers_hours(
+    store: &dyn Store,
+    table: &str,
+    metric: &[u8],
+    first_hour: u32,
+    last_hour: u32,
+) -> Result<bool> {
+    let Some(status) = read(store, table)? else {
+        return Ok(false);
+    };
+    let row = store.get(table, &metric_status_key(metric), &ReadOptions::latest())?;
+    let cell = |q: &[u8]| row.as_ref().and_then(|r| r.value(GLOBAL_FAMILY, q));
+    let verified = match cell(VERIFIED_QUALIFIER) {
+        Some(v) => be_u32(table, "verified", v)?,
+        None => 0,
+    };
+    if last_hour < verified {
+        return Ok(true);
+    }
+    if status.live_from == NOT_MAINTAINED || status.writers != WRITERS_HOURGLASS {
+        return Ok(false);
+    }
+    let live_from = match cell(LIVE_FROM_QUALIFIER) {
+        Some(v) => be_u32(table, "live_from", v)?.max(status.live_from),
+        None => status.live_from,
+    };
+    // Hours before `verified` are covered, and from `live_from` on: the range must not
+    // reach into a gap between the two.
+    Ok(first_hour >= live_from || verified >= live_from)
+}

@@ -218,6 +218,234 @@ impl TagFilter {
     }
 }
 
+/// Whether a series whose value for one tag key is `value` passes that key's filters:
+/// case-sensitive literal_or filters ORed together, every other filter ANDed (as the query
+/// scan groups them).
+pub fn key_passes(filters: &[&TagFilter], value: &str) -> bool {
+    let mut any_literal = false;
+    let mut literal_hit = false;
+    for f in filters {
+        if f.exact_literals().is_some() {
+            any_literal = true;
+            literal_hit |= f.matches(Some(value));
+        } else if !f.matches(Some(value)) {
+            return false;
+        }
+    }
+    !any_literal || literal_hit
+}
+
+/// ASCII characters that some other character lower-cases to (or to a string starting
+/// with them): the Kelvin sign to `k`, `İ` to `i` and a combining dot. A case-insensitive
+/// prefix holding one cannot be turned into a set of byte prefixes.
+fn has_foreign_case_forms(c: char) -> bool {
+    static FOREIGN: std::sync::OnceLock<[bool; 128]> = std::sync::OnceLock::new();
+    let table = FOREIGN.get_or_init(|| {
+        let mut t = [false; 128];
+        for other in (0x80u32..=0x10FFFF).filter_map(char::from_u32) {
+            if let Some(first) = other.to_lowercase().next()
+                && first.is_ascii()
+            {
+                t[first as usize] = true;
+            }
+        }
+        t
+    });
+    !c.is_ascii() || table[c as usize]
+}
+
+/// Most byte prefixes a case-insensitive prefix expands to.
+const MAX_CASE_PREFIXES: usize = 16;
+
+/// The ASCII prefixes whose lower-cased form is (a prefix of) `lower`'s leading characters,
+/// cut where the expansion would pass [`MAX_CASE_PREFIXES`] or meets a character other
+/// characters case-fold to. Empty: no usable prefix.
+fn case_prefixes(lower: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for c in lower.chars() {
+        if has_foreign_case_forms(c) {
+            break;
+        }
+        let upper = c.to_ascii_uppercase();
+        let forms: &[char] = if upper != c { &[c, upper] } else { &[c] };
+        if out.len() * forms.len() > MAX_CASE_PREFIXES {
+            break;
+        }
+        out = out
+            .iter()
+            .flat_map(|p| {
+                forms.iter().map(move |f| {
+                    let mut p = p.clone();
+                    p.push(*f);
+                    p
+                })
+            })
+            .collect();
+    }
+    if out.iter().all(String::is_empty) {
+        return Vec::new();
+    }
+    out
+}
+
+/// The leading ASCII characters of `s`.
+fn ascii_head(s: &str) -> &str {
+    let end = s.find(|c: char| !c.is_ascii()).unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The literal an unanchored regular expression's matches all start with, when it opens
+/// with `^` followed by plain ASCII characters (no alternation anywhere); `None` otherwise.
+fn regex_prefix(expression: &str) -> Option<String> {
+    if expression.contains('|') {
+        return None;
+    }
+    let rest = expression.strip_prefix('^')?;
+    let mut out = String::new();
+    for c in rest.chars() {
+        if matches!(
+            c,
+            '\\' | '.' | '+' | '*' | '?' | '(' | ')' | '[' | ']' | '{' | '}' | '^' | '$' | '#'
+        ) || !c.is_ascii()
+            || c.is_ascii_whitespace()
+        {
+            if matches!(c, '*' | '?' | '{') {
+                out.pop(); // the character before may be absent
+            }
+            break;
+        }
+        out.push(c);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// ASCII literals every match of a regular expression contains: the runs of plain
+/// characters outside groups and classes (a character made optional by `*`, `?` or `{` left
+/// out). `None` for expressions this cannot read safely: alternation, flags (`(?`, which may
+/// fold case beyond ASCII), nested classes; reading stops at an escape.
+fn regex_literals(expression: &str) -> Option<Vec<String>> {
+    if expression.contains('|') || expression.contains("(?") {
+        return None;
+    }
+    let mut runs = Vec::new();
+    let mut run = String::new();
+    let mut depth = 0usize;
+    let mut chars = expression.chars().peekable();
+    let end_run = |run: &mut String, runs: &mut Vec<String>| {
+        if !run.is_empty() {
+            runs.push(std::mem::take(run));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => break,
+            '(' => {
+                end_run(&mut run, &mut runs);
+                depth += 1;
+            }
+            ')' => {
+                end_run(&mut run, &mut runs);
+                depth = depth.checked_sub(1)?;
+            }
+            '[' => {
+                end_run(&mut run, &mut runs);
+                // A class: skip it (its first `]`, after an optional `^`, is a member).
+                if chars.peek() == Some(&'^') {
+                    chars.next();
+                }
+                if chars.peek() == Some(&']') {
+                    chars.next();
+                }
+                loop {
+                    match chars.next()? {
+                        ']' => break,
+                        '[' | '\\' => return Some(runs),
+                        _ => {}
+                    }
+                }
+            }
+            '*' | '?' | '{' => {
+                run.pop(); // the character before may be absent
+                end_run(&mut run, &mut runs);
+                if c == '{' {
+                    for d in chars.by_ref() {
+                        if d == '}' {
+                            break;
+                        }
+                    }
+                }
+            }
+            '+' | '.' | '^' | '$' => end_run(&mut run, &mut runs),
+            c if depth == 0 && c.is_ascii() => run.push(c),
+            _ => end_run(&mut run, &mut runs),
+        }
+    }
+    end_run(&mut run, &mut runs);
+    Some(runs)
+}
+
+impl TagFilter {
+    /// Name prefixes every value passing this filter starts with (one of them), as plain
+    /// ASCII text (so the same bytes whichever encoding the name is stored in); `None` when
+    /// the filter bounds no prefix. Case-sensitive literals are left to their UIDs.
+    pub fn value_prefixes(&self) -> Option<Vec<String>> {
+        let found = match &self.kind {
+            FilterKind::Literals {
+                values,
+                case_insensitive: true,
+                negate: false,
+            } => {
+                let mut all = Vec::new();
+                for v in values {
+                    let p = case_prefixes(v);
+                    if p.is_empty() {
+                        return None;
+                    }
+                    all.extend(p);
+                }
+                all
+            }
+            FilterKind::Literals { .. } => return None,
+            FilterKind::Wildcard {
+                pattern,
+                case_insensitive,
+            } => {
+                // Only a glob ending in `*` and not starting with one requires its head.
+                if pattern.starts_with('*') || !pattern.ends_with('*') {
+                    return None;
+                }
+                let head = ascii_head(pattern.split('*').next().unwrap_or_default());
+                if *case_insensitive {
+                    case_prefixes(head)
+                } else {
+                    vec![head.to_string()]
+                }
+            }
+            FilterKind::Regexp(_) => vec![regex_prefix(&self.expression)?],
+        };
+        let mut found: Vec<String> = found.into_iter().filter(|p| !p.is_empty()).collect();
+        found.sort();
+        found.dedup();
+        (!found.is_empty()).then_some(found)
+    }
+
+    /// Trigrams (of lower-cased names, as the index keeps them) every value passing this
+    /// filter has: those of the ASCII literals a regular expression requires. `None` when
+    /// it requires none of 3 bytes or more.
+    pub fn value_trigrams(&self) -> Option<Vec<[u8; 3]>> {
+        let FilterKind::Regexp(_) = &self.kind else {
+            return None;
+        };
+        let mut out: Vec<[u8; 3]> = regex_literals(&self.expression)?
+            .iter()
+            .flat_map(|lit| crate::index::trigrams(lit))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        (!out.is_empty()).then_some(out)
+    }
+}
+
 /// OpenTSDB's glob: a leading `*` means "ends with the last part", a trailing one "starts with
 /// the first part"; every part must be found searching from the summed lengths of the parts
 /// before it (so infix-only globs are loose, as in OpenTSDB).
@@ -272,6 +500,57 @@ mod tests {
         assert!(f("wildcard", "*").matches(Some("anything")));
         assert!(f("regexp", "eb.1").matches(Some("web01")), "unanchored");
         assert!(!f("literal_or", "a").matches(None));
+    }
+
+    #[test]
+    fn index_prefixes_and_trigrams_are_required_by_the_filter() {
+        let f = |t: &str, e: &str| TagFilter::new(t, "host", e, false).unwrap();
+        let p = |t: &str, e: &str| f(t, e).value_prefixes();
+        assert_eq!(p("wildcard", "web*"), Some(vec!["web".to_string()]));
+        assert_eq!(
+            p("wildcard", "web*01"),
+            None,
+            "OpenTSDB checks no head then"
+        );
+        assert_eq!(p("wildcard", "*01*"), None);
+        assert_eq!(
+            p("iwildcard", "WE*"),
+            Some(vec!["WE".into(), "We".into(), "wE".into(), "we".into()])
+        );
+        assert_eq!(
+            p("iwildcard", "k*"),
+            None,
+            "the Kelvin sign lower-cases to k"
+        );
+        assert_eq!(p("iliteral_or", "ix"), None, "İ lower-cases to i and a dot");
+        assert_eq!(p("regexp", "^web0?1"), Some(vec!["web".to_string()]));
+        assert_eq!(p("regexp", "^web|^x"), None);
+        assert_eq!(p("regexp", "web"), None, "unanchored");
+        assert_eq!(p("not_literal_or", "web"), None);
+        let t = |e: &str| f("regexp", e).value_trigrams();
+        assert_eq!(t("00001[0-9]"), Some(vec![*b"000", *b"001"]));
+        assert_eq!(t("ab(cde)?f"), None, "no required run of 3");
+        assert_eq!(
+            t("xWEb*"),
+            Some(vec![*b"xwe"]),
+            "the optional b is left out"
+        );
+        assert_eq!(
+            t("abc\\d+xyz"),
+            Some(vec![*b"abc"]),
+            "reading stops at an escape"
+        );
+        assert_eq!(t("(?i)abc"), None);
+        assert_eq!(t("abc|xyz"), None);
+        for name in ["x00001y", "000019", "h00001[0-9]"] {
+            let want = t("00001[0-9]").unwrap();
+            let have = crate::index::trigrams(name);
+            assert!(
+                !f("regexp", "00001[0-9]").matches(Some(name))
+                    || want.iter().all(|w| have.contains(w)),
+                "{name}"
+            );
+        }
     }
 
     #[test]

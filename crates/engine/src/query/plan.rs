@@ -20,6 +20,7 @@ use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
 use super::rate::{RateOptions, rates};
+use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
 use crate::{Error, Result, Tsdb};
@@ -174,6 +175,9 @@ pub struct QueryStats {
     pub series: u64,
     /// Rows read by their summaries (RFC 0009), their points counted, not decoded.
     pub summarized: u64,
+    /// The tag index chose the series whose rows were read (RFC 0007), instead of a scan
+    /// of every series of the metric.
+    pub indexed: bool,
     /// Time spent reading rows (decode and per-series work included).
     pub scan_time: Duration,
     /// Time spent on rate and cross-series aggregation.
@@ -257,6 +261,9 @@ pub struct RunOptions {
     /// Read the hours in two halves on two threads when the machine has the cores (the
     /// answer is the same either way).
     pub parallel: bool,
+    /// Read only the series the tag index lists when it covers the range (RFC 0007; the
+    /// answer is the same either way).
+    pub use_index: bool,
 }
 
 impl Default for RunOptions {
@@ -266,6 +273,7 @@ impl Default for RunOptions {
             started: Instant::now(),
             delete: false,
             parallel: true,
+            use_index: true,
         }
     }
 }
@@ -382,6 +390,8 @@ fn run_rollup(
     }
     let scan = Scan {
         tsdb,
+        // The index lists the data table's series, not the rollup tables'.
+        select: None,
         q: &read_q,
         metric: resolved.metric,
         wanted_tsuids: resolved.wanted_tsuids.as_ref(),
@@ -532,8 +542,23 @@ fn read_series(
     for f in &q.filters {
         by_tagk.entry(f.tagk.as_str()).or_default().push(f);
     }
+    let select = if options.use_index && q.tsuids.is_empty() {
+        let keys = by_tagk
+            .iter()
+            .filter_map(|(k, fs)| {
+                Some(crate::index::select::KeyFilters {
+                    tagk: *resolved.tagk_uids.get(k)?,
+                    filters: fs.iter().map(|f| (*f).clone()).collect(),
+                })
+            })
+            .collect();
+        SeriesSelector::new(resolved.metric, keys, q.explicit_tags)
+    } else {
+        None
+    };
     let scan = Scan {
         tsdb,
+        select: select.as_ref(),
         q,
         metric: resolved.metric,
         wanted_tsuids: resolved.wanted_tsuids.as_ref(),
@@ -809,6 +834,8 @@ struct SharedCounts {
 /// What every part of a sub-query's scan shares.
 struct Scan<'a> {
     tsdb: &'a Tsdb,
+    /// The series the tag index may narrow the rows to (raw data only).
+    select: Option<&'a SeriesSelector>,
     q: &'a SubQuery,
     metric: Uid,
     wanted_tsuids: Option<&'a std::collections::HashSet<Vec<u8>>>,
@@ -848,10 +875,7 @@ impl Scan<'_> {
             let Some(v) = value_of(k) else {
                 return false; // every filtered tag key must be present
             };
-            let (lits, others): (Vec<&&TagFilter>, Vec<&&TagFilter>) =
-                fs.iter().partition(|f| f.exact_literals().is_some());
-            (lits.is_empty() || lits.iter().any(|f| f.matches(Some(v))))
-                && others.iter().all(|f| f.matches(Some(v)))
+            super::filter::key_passes(fs, v)
         });
         pass && !(self.q.explicit_tags && tags.len() != self.by_tagk.len())
     }
@@ -946,92 +970,100 @@ impl Scan<'_> {
         };
         // A group's members in one call where they can (a deletion rewrites row by row).
         let whole = !self.options.delete;
-        self.tsdb
-            .visit_columns_within::<V>(&query, within, whole, |row| {
-                let stats = &mut part.stats;
-                let count = if row.summaries.is_empty() {
-                    row.times.len() as u64
-                } else {
-                    stats.summarized += row.summaries.len() as u64;
-                    row.summaries.iter().map(|(_, s)| u64::from(s.count)).sum()
-                };
-                stats.rows += row.rows as u64;
-                stats.points += count;
-                stats.bytes += row.stored_bytes as u64;
-                let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
-                let slot = match part.index.get(tag_bytes) {
-                    Some(slot) => *slot,
-                    None => {
-                        let slot = match self.new_series(row.key, tag_bytes, until_ms)? {
-                            Some(state) => {
-                                part.series.push(state);
-                                part.keys.push(tag_bytes.to_vec());
-                                Some(part.series.len() - 1)
+        let indexed =
+            self.tsdb
+                .visit_columns_selected::<V>(&query, within, whole, self.select, |row| {
+                    let stats = &mut part.stats;
+                    let count = if row.summaries.is_empty() {
+                        row.times.len() as u64
+                    } else {
+                        stats.summarized += row.summaries.len() as u64;
+                        row.summaries.iter().map(|(_, s)| u64::from(s.count)).sum()
+                    };
+                    stats.rows += row.rows as u64;
+                    stats.points += count;
+                    stats.bytes += row.stored_bytes as u64;
+                    let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
+                    let slot = match part.index.get(tag_bytes) {
+                        Some(slot) => *slot,
+                        None => {
+                            let slot = match self.new_series(row.key, tag_bytes, until_ms)? {
+                                Some(state) => {
+                                    part.series.push(state);
+                                    part.keys.push(tag_bytes.to_vec());
+                                    Some(part.series.len() - 1)
+                                }
+                                None => None,
+                            };
+                            stats.series += u64::from(slot.is_some());
+                            part.index.insert(tag_bytes.to_vec(), slot);
+                            slot
+                        }
+                    };
+                    let mut held = 0u64;
+                    if let Some(i) = slot {
+                        // The points inside the scan window (times are strictly increasing).
+                        let from = row.times.partition_point(|t| *t < lo);
+                        let to = row.times.partition_point(|t| *t <= hi);
+                        let (times, values) = (&row.times[from..to], &row.values[from..to]);
+                        let s = &mut part.series[i];
+                        match (&mut s.points, row.summaries.is_empty()) {
+                            (Points::Downsampled(d), false) => {
+                                for (hour, summary) in row.summaries {
+                                    held += d.push_summary(*hour, summary)? as u64;
+                                }
                             }
-                            None => None,
-                        };
-                        stats.series += u64::from(slot.is_some());
-                        part.index.insert(tag_bytes.to_vec(), slot);
-                        slot
-                    }
-                };
-                let mut held = 0u64;
-                if let Some(i) = slot {
-                    // The points inside the scan window (times are strictly increasing).
-                    let from = row.times.partition_point(|t| *t < lo);
-                    let to = row.times.partition_point(|t| *t <= hi);
-                    let (times, values) = (&row.times[from..to], &row.values[from..to]);
-                    let s = &mut part.series[i];
-                    match (&mut s.points, row.summaries.is_empty()) {
-                        (Points::Downsampled(d), false) => {
-                            for (hour, summary) in row.summaries {
-                                held += d.push_summary(*hour, summary)? as u64;
+                            (Points::Raw(_), false) => {
+                                return Err(Error::Internal(
+                                    "a summary read for raw points".into(),
+                                ));
+                            }
+                            (Points::Raw(out), true) => {
+                                out.extend(
+                                    times.iter().copied().zip(values.iter().map(|v| v.to_num())),
+                                );
+                                held += times.len() as u64;
+                            }
+                            (Points::Downsampled(d), true) => {
+                                held += d.push_all(times, values) as u64
+                            }
+                            (Points::RollupAvg(_), _) => {
+                                return Err(Error::Internal(
+                                    "rollup sums read from raw data".into(),
+                                ));
                             }
                         }
-                        (Points::Raw(_), false) => {
-                            return Err(Error::Internal("a summary read for raw points".into()));
+                        let base_time = (row.base_ms / 1000) as u32;
+                        for (qualifier, json) in &row.annotations {
+                            if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
+                                s.annotations.push(StoredAnnotation {
+                                    time_ms,
+                                    json: json.to_vec(),
+                                });
+                            }
                         }
-                        (Points::Raw(out), true) => {
-                            out.extend(
-                                times.iter().copied().zip(values.iter().map(|v| v.to_num())),
-                            );
-                            held += times.len() as u64;
-                        }
-                        (Points::Downsampled(d), true) => held += d.push_all(times, values) as u64,
-                        (Points::RollupAvg(_), _) => {
-                            return Err(Error::Internal("rollup sums read from raw data".into()));
-                        }
-                    }
-                    let base_time = (row.base_ms / 1000) as u32;
-                    for (qualifier, json) in &row.annotations {
-                        if let Some(time_ms) = stored_time_ms(base_time, qualifier, json) {
-                            s.annotations.push(StoredAnnotation {
-                                time_ms,
-                                json: json.to_vec(),
-                            });
+                        if self.options.delete
+                            && let Some(deletion) =
+                                deletion(self.tsdb, row.key, base_time, self.query.0, self.query.1)?
+                        {
+                            part.deletions.push(deletion);
                         }
                     }
-                    if self.options.delete
-                        && let Some(deletion) =
-                            deletion(self.tsdb, row.key, base_time, self.query.0, self.query.1)?
-                    {
-                        part.deletions.push(deletion);
-                    }
-                }
-                part.held += held;
-                // The whole query's counts, this part's series.
-                let shared = &self.shared;
-                let total = QueryStats {
-                    points: shared.points.fetch_add(count, Ordering::Relaxed) + count,
-                    bytes: shared
-                        .bytes
-                        .fetch_add(row.stored_bytes as u64, Ordering::Relaxed)
-                        + row.stored_bytes as u64,
-                    ..part.stats
-                };
-                let held = shared.held.fetch_add(held, Ordering::Relaxed) + held;
-                limits.check(&total, held, self.deadline)
-            })?;
+                    part.held += held;
+                    // The whole query's counts, this part's series.
+                    let shared = &self.shared;
+                    let total = QueryStats {
+                        points: shared.points.fetch_add(count, Ordering::Relaxed) + count,
+                        bytes: shared
+                            .bytes
+                            .fetch_add(row.stored_bytes as u64, Ordering::Relaxed)
+                            + row.stored_bytes as u64,
+                        ..part.stats
+                    };
+                    let held = shared.held.fetch_add(held, Ordering::Relaxed) + held;
+                    limits.check(&total, held, self.deadline)
+                })?;
+        part.stats.indexed = indexed;
         Ok(part)
     }
 }
@@ -1055,6 +1087,7 @@ impl Part {
         self.stats.points += later.stats.points;
         self.stats.bytes += later.stats.bytes;
         self.stats.summarized += later.stats.summarized;
+        self.stats.indexed &= later.stats.indexed;
         self.stats.series = self.series.len() as u64;
         self.held += later.held;
         self.deletions.extend(later.deletions);

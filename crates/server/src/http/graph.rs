@@ -582,6 +582,7 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
         started,
         delete: false,
         parallel: true,
+        use_index: true,
     };
     let (range_start, range_end) = (start_s * 1000, end_s * 1000);
     let ran = blocking(&state.tsdb, move |tsdb| {

@@ -16,6 +16,8 @@ use hourglass_core::rowkey::base_time_of;
 use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
 use hourglass_core::value::{Value as Stored, java_double_text};
 use hourglass_engine::Tsdb;
+use hourglass_engine::index::select::{KeyFilters, SeriesSelector};
+use hourglass_engine::query::filter::TagFilter;
 use hourglass_engine::scan::RowQuery;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -94,19 +96,21 @@ fn newest(
     metric: Uid,
     pairs: Vec<(Uid, Uid)>,
     exact: Option<&[u8]>,
+    select: Option<&SeriesSelector>,
     from_secs: i64,
     to_secs: i64,
 ) -> hourglass_engine::Result<Vec<Found>> {
     let schema = &tsdb.settings().schema;
     let tags_at = schema.tags_offset();
     let mut latest: BTreeMap<Vec<u8>, (i64, Stored)> = BTreeMap::new();
-    tsdb.visit_rows(
+    tsdb.visit_rows_selected(
         &RowQuery {
             metric,
             start_secs: from_secs,
             end_secs: to_secs,
             tags: pairs,
         },
+        select,
         |row| {
             let tags = row.key.get(tags_at..).unwrap_or_default();
             if exact.is_some_and(|e| e != tags) {
@@ -194,13 +198,28 @@ fn run(
                     .get_id(UidKind::Metric, metric)
                     .map_err(ApiError::from)?;
                 let mut pairs = Vec::with_capacity(tags.len());
+                let mut keys = Vec::with_capacity(tags.len());
                 for (k, v) in tags {
+                    let tagk = uids.get_id(UidKind::TagKey, k).map_err(ApiError::from)?;
                     pairs.push((
-                        uids.get_id(UidKind::TagKey, k).map_err(ApiError::from)?,
+                        tagk,
                         uids.get_id(UidKind::TagValue, v).map_err(ApiError::from)?,
                     ));
+                    // The index lists the series having every pair (a value never holds
+                    // `|`, which a literal_or filter would split at).
+                    if !v.contains('|')
+                        && let Ok(f) = TagFilter::new("literal_or", k, v, false)
+                    {
+                        keys.push(KeyFilters {
+                            tagk,
+                            filters: vec![f],
+                        });
+                    }
                 }
-                newest(tsdb, metric, pairs, None, from, now_secs)
+                let select = (keys.len() == pairs.len())
+                    .then(|| SeriesSelector::new(metric, keys, false))
+                    .flatten();
+                newest(tsdb, metric, pairs, None, select.as_ref(), from, now_secs)
             }
             Wanted::Tsuid(text) => {
                 let bytes = parse_hex(text).map_err(|e| bad(e.to_string()))?;
@@ -212,6 +231,7 @@ fn run(
                     key.metric,
                     key.tags.clone(),
                     Some(&bytes[bytes.len() - tags_len..]),
+                    None,
                     from,
                     now_secs,
                 )

@@ -686,6 +686,7 @@ pub(crate) fn run_options(
         started,
         delete: flags.delete,
         parallel: true,
+        use_index: true,
     }
 }
 

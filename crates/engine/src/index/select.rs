@@ -1,0 +1,439 @@
+//! The series a query can match, from the tag index (RFC 0007, "Queries").
+//!
+//! Filters are grouped by tag key as the query scan groups them (case-sensitive literals
+//! ORed, every other filter ANDed, the key required). One key drives: the one with
+//! case-sensitive literals (their UIDs name its values), else one whose filters bound a
+//! name prefix (the longest), else any; its matching values are found in the value rows
+//! (`0x12` of each period, `0x04` for ranges of more than [`MAX_PERIODS`] periods) by
+//! prefix, and their postings (`0x11`, or `0x02`) list the candidates. The other keys'
+//! filters and `explicitTags` are checked on each candidate's tag pairs (names from the UID
+//! cache). Candidates over-approximate (the index may list series whose rows are gone):
+//! the query still checks every row it reads, so the index chooses rows, never answers.
+//!
+//! The index is used only when it covers every hour of the range
+//! ([`status::covers_hours`]) and the candidates stay under [`MAX_CANDIDATES`]; otherwise
+//! the caller scans as without it.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hourglass_core::uid::{Uid, UidKind, name_from_bytes};
+use hourglass_storage::{ReadOptions, ScanRequest, prefix_end};
+
+use super::{GLOBAL_FAMILY, PERIOD_FAMILY, PERIOD_SECS, VALUE_QUALIFIER, kind, period_of, status};
+use crate::query::filter::{TagFilter, key_passes};
+use crate::{Error, Result, Tsdb};
+
+/// Most candidate series (and most matching values of the driving key) a query takes from
+/// the index; past it the metric is scanned as without the index.
+pub const MAX_CANDIDATES: usize = 4_096;
+
+/// Most values a trigram may list before its filter is left to a full scan.
+pub const MAX_TRIGRAM_VALUES: usize = 65_536;
+
+/// Ranges over more periods than this read the all-time rows instead of each period's.
+pub const MAX_PERIODS: u32 = 31;
+
+/// One tag key's filters.
+#[derive(Debug, Clone)]
+pub struct KeyFilters {
+    pub tagk: Uid,
+    pub filters: Vec<TagFilter>,
+}
+
+/// How the driving key's values are found.
+#[derive(Debug, Clone)]
+enum Values {
+    /// Case-sensitive literals: the names themselves.
+    Named(Vec<String>),
+    /// Names starting with one of these (ASCII) prefixes.
+    Prefixed(Vec<String>),
+    /// Values having every one of these trigrams (`0x05` rows, all time).
+    Trigrams(Vec<[u8; 3]>),
+    /// Every value of the key.
+    All,
+}
+
+/// What a query asks of the index: its metric, its filters by tag key and `explicitTags`.
+#[derive(Debug)]
+pub struct SeriesSelector {
+    metric: Uid,
+    keys: Vec<KeyFilters>,
+    explicit_tags: bool,
+    /// Which key drives, and how its values are found.
+    driving: usize,
+    values: Values,
+    /// Candidate sets handed out (how often the index answered instead of a full scan).
+    used: AtomicU64,
+}
+
+impl SeriesSelector {
+    /// A selector for `metric` with the filters of each tag key (`None` without filters:
+    /// every series of the metric is a candidate, which the index does not narrow).
+    pub fn new(metric: Uid, keys: Vec<KeyFilters>, explicit_tags: bool) -> Option<Self> {
+        let keys: Vec<KeyFilters> = keys.into_iter().filter(|k| !k.filters.is_empty()).collect();
+        let mut best: Option<(usize, (u8, usize), Values)> = None;
+        for (i, k) in keys.iter().enumerate() {
+            let named: Vec<String> = k
+                .filters
+                .iter()
+                .filter_map(|f| f.exact_literals())
+                .flatten()
+                .cloned()
+                .collect();
+            let (rank, values) = if !named.is_empty() {
+                ((0, 0), Values::Named(named))
+            } else {
+                // Every filter of the key must pass: the one with the longest prefix drives.
+                let prefixes = k
+                    .filters
+                    .iter()
+                    .filter_map(|f| f.value_prefixes())
+                    .max_by_key(|p| p.iter().map(String::len).min().unwrap_or(0));
+                let trigrams = k
+                    .filters
+                    .iter()
+                    .filter_map(|f| f.value_trigrams())
+                    .max_by_key(Vec::len);
+                match (prefixes, trigrams) {
+                    (Some(p), _) => {
+                        let shortest = p.iter().map(String::len).min().unwrap_or(0);
+                        ((1, usize::MAX - shortest), Values::Prefixed(p))
+                    }
+                    (None, Some(t)) => ((2, usize::MAX - t.len()), Values::Trigrams(t)),
+                    (None, None) => ((3, 0), Values::All),
+                }
+            };
+            if best.as_ref().is_none_or(|(_, r, _)| rank < *r) {
+                best = Some((i, rank, values));
+            }
+        }
+        let (driving, _, values) = best?;
+        Some(SeriesSelector {
+            metric,
+            keys,
+            explicit_tags,
+            driving,
+            values,
+            used: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times [`SeriesSelector::candidates`] answered (did not leave the query to
+    /// a full scan).
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The tag bytes (as in a data row key) of every series of the metric that may match
+    /// in the hours of `[start_secs, end_secs]`, sorted, each once; `None` when the index
+    /// cannot say (this TSD does not maintain it, it does not cover every one of those
+    /// hours, or too many series match).
+    pub fn candidates(
+        &self,
+        tsdb: &Tsdb,
+        start_secs: i64,
+        end_secs: i64,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        let settings = tsdb.settings();
+        if !settings.index {
+            return Ok(None);
+        }
+        let schema = &settings.schema;
+        let hour = |s: i64| u32::try_from(s - s.rem_euclid(3600)).ok();
+        let (Some(first), Some(last)) = (hour(start_secs.max(0)), hour(end_secs)) else {
+            return Ok(None);
+        };
+        if last < first {
+            return Ok(None);
+        }
+        let metric = self.metric.to_bytes(schema.metric_width);
+        let store = tsdb.store().as_ref();
+        if !status::covers_hours(store, &schema.index_table, &metric, first, last)? {
+            return Ok(None);
+        }
+        let (p0, p1) = (period_of(first), period_of(last));
+        let periods: Vec<Option<u32>> = if (p1 - p0) / PERIOD_SECS + 1 > MAX_PERIODS {
+            vec![None]
+        } else {
+            (p0..=p1).step_by(PERIOD_SECS as usize).map(Some).collect()
+        };
+        // Trigram rows are kept over all time: their values are found once.
+        let by_trigrams = match &self.values {
+            Values::Trigrams(t) => match self.trigram_values(tsdb, &metric, t)? {
+                Some(values) => Some(values),
+                None => return Ok(None),
+            },
+            _ => None,
+        };
+        let mut out: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for period in periods {
+            let values = match &by_trigrams {
+                Some(values) => values.clone(),
+                None => match self.driving_values(tsdb, &metric, period)? {
+                    Some(values) => values,
+                    None => return Ok(None),
+                },
+            };
+            for value in values {
+                for tags in self.postings(tsdb, &metric, period, &value)? {
+                    if out.contains(&tags) || !self.keeps(tsdb, &tags)? {
+                        continue;
+                    }
+                    out.insert(tags);
+                    if out.len() > MAX_CANDIDATES {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        self.used.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(out.into_iter().collect()))
+    }
+
+    fn driving_filters(&self) -> Vec<&TagFilter> {
+        self.keys
+            .get(self.driving)
+            .map(|k| k.filters.iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The driving key's UID bytes.
+    fn driving_tagk(&self, tsdb: &Tsdb) -> Vec<u8> {
+        let width = tsdb.settings().schema.tagk_width;
+        self.keys
+            .get(self.driving)
+            .map(|k| k.tagk.to_bytes(width))
+            .unwrap_or_default()
+    }
+
+    /// The driving key's values (UID bytes) passing its filters, in a period (`None`: over
+    /// all time); `None` when there are more than [`MAX_CANDIDATES`].
+    fn driving_values(
+        &self,
+        tsdb: &Tsdb,
+        metric: &[u8],
+        period: Option<u32>,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        let schema = &tsdb.settings().schema;
+        let filters = self.driving_filters();
+        let prefixes: Vec<&str> = match &self.values {
+            Values::Named(names) => {
+                let mut out = Vec::new();
+                for name in names {
+                    if !key_passes(&filters, name) {
+                        continue;
+                    }
+                    match tsdb.uids().get_id(UidKind::TagValue, name) {
+                        Ok(uid) => out.push(uid.to_bytes(schema.tagv_width)),
+                        // No such value: no series has it.
+                        Err(Error::NoSuchName { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                out.sort();
+                out.dedup();
+                return Ok(Some(out));
+            }
+            Values::Prefixed(p) => p.iter().map(String::as_str).collect(),
+            Values::All | Values::Trigrams(_) => vec![""],
+        };
+        let (head, family) = match period {
+            Some(p) => (
+                [
+                    &[kind::PERIOD_VALUE_NAME][..],
+                    metric,
+                    &p.to_be_bytes(),
+                    &self.driving_tagk(tsdb),
+                ]
+                .concat(),
+                PERIOD_FAMILY,
+            ),
+            None => (
+                [&[kind::VALUE_NAME][..], metric, &self.driving_tagk(tsdb)].concat(),
+                GLOBAL_FAMILY,
+            ),
+        };
+        let mut out = Vec::new();
+        for prefix in prefixes {
+            let start = [head.as_slice(), prefix.as_bytes()].concat();
+            let request = ScanRequest {
+                end: prefix_end(&start),
+                start,
+                read: ReadOptions {
+                    latest_only: true,
+                    ..ReadOptions::family(family)
+                },
+                ..ScanRequest::default()
+            };
+            for row in tsdb.store().scan(&schema.index_table, &request)? {
+                let row = row?;
+                let Some(name) = row.key.get(head.len()..) else {
+                    continue;
+                };
+                if !key_passes(&filters, &name_from_bytes(name)) {
+                    continue;
+                }
+                if let Some(v) = row.value(family, VALUE_QUALIFIER)
+                    && v.len() == usize::from(schema.tagv_width)
+                {
+                    out.push(v.to_vec());
+                    if out.len() > MAX_CANDIDATES {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(Some(out))
+    }
+
+    /// The driving key's values (UID bytes) having every trigram and passing its filters
+    /// (names from the UID cache); `None` when more than [`MAX_TRIGRAM_VALUES`] have the
+    /// trigrams or more than [`MAX_CANDIDATES`] pass.
+    fn trigram_values(
+        &self,
+        tsdb: &Tsdb,
+        metric: &[u8],
+        trigrams: &[[u8; 3]],
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        let schema = &tsdb.settings().schema;
+        let tagk = self.driving_tagk(tsdb);
+        let width = usize::from(schema.tagv_width);
+        let mut have: Option<BTreeSet<Vec<u8>>> = None;
+        for t in trigrams {
+            let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
+            let at = start.len();
+            let request = ScanRequest {
+                end: prefix_end(&start),
+                start,
+                read: ReadOptions {
+                    keys_only: true,
+                    ..ReadOptions::family(GLOBAL_FAMILY)
+                },
+                ..ScanRequest::default()
+            };
+            let mut these = BTreeSet::new();
+            for row in tsdb.store().scan(&schema.index_table, &request)? {
+                let row = row?;
+                let Some(v) = row.key.get(at..).filter(|v| v.len() == width) else {
+                    continue;
+                };
+                if have.as_ref().is_none_or(|h| h.contains(v)) {
+                    these.insert(v.to_vec());
+                    if these.len() > MAX_TRIGRAM_VALUES {
+                        return Ok(None);
+                    }
+                }
+            }
+            let empty = these.is_empty();
+            have = Some(these);
+            if empty {
+                break;
+            }
+        }
+        let filters = self.driving_filters();
+        let mut out = Vec::new();
+        for v in have.unwrap_or_default() {
+            let name = match tsdb
+                .uids()
+                .get_name(UidKind::TagValue, Uid::from_bytes(&v)?)
+            {
+                Ok(name) => name,
+                Err(Error::NoSuchId { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if key_passes(&filters, &name) {
+                out.push(v);
+                if out.len() > MAX_CANDIDATES {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The tag bytes of the series posted under the driving key and `value`.
+    fn postings(
+        &self,
+        tsdb: &Tsdb,
+        metric: &[u8],
+        period: Option<u32>,
+        value: &[u8],
+    ) -> Result<Vec<Vec<u8>>> {
+        let schema = &tsdb.settings().schema;
+        let tagk = self.driving_tagk(tsdb);
+        let (start, family) = match period {
+            Some(p) => (
+                [
+                    &[kind::PERIOD_POSTING][..],
+                    metric,
+                    &p.to_be_bytes(),
+                    &tagk,
+                    value,
+                ]
+                .concat(),
+                PERIOD_FAMILY,
+            ),
+            None => (
+                [&[kind::POSTING][..], metric, &tagk, value].concat(),
+                GLOBAL_FAMILY,
+            ),
+        };
+        let at = start.len();
+        let request = ScanRequest {
+            end: prefix_end(&start),
+            start,
+            read: ReadOptions {
+                keys_only: true,
+                ..ReadOptions::family(family)
+            },
+            ..ScanRequest::default()
+        };
+        let pair = schema.tag_pair_width();
+        let mut out = Vec::new();
+        for row in tsdb.store().scan(&schema.index_table, &request)? {
+            let row = row?;
+            if let Some(tags) = row.key.get(at..)
+                && !tags.is_empty()
+                && tags.len().is_multiple_of(pair)
+            {
+                out.push(tags.to_vec());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a series posted under a driving value passes the other keys' filters and
+    /// `explicitTags`. A value without a name keeps the series: the scan then reports it
+    /// as it would without the index.
+    fn keeps(&self, tsdb: &Tsdb, tags: &[u8]) -> Result<bool> {
+        let schema = &tsdb.settings().schema;
+        let pair = schema.tag_pair_width();
+        let kw = usize::from(schema.tagk_width);
+        let pairs: Vec<(&[u8], &[u8])> = tags.chunks_exact(pair).map(|p| p.split_at(kw)).collect();
+        if self.explicit_tags && pairs.len() != self.keys.len() {
+            return Ok(false);
+        }
+        for (i, key) in self.keys.iter().enumerate() {
+            if i == self.driving {
+                continue;
+            }
+            let tagk = key.tagk.to_bytes(schema.tagk_width);
+            let Some((_, v)) = pairs.iter().find(|(k, _)| *k == tagk.as_slice()) else {
+                return Ok(false);
+            };
+            let name = match tsdb.uids().get_name(UidKind::TagValue, Uid::from_bytes(v)?) {
+                Ok(name) => name,
+                Err(Error::NoSuchId { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let filters: Vec<&TagFilter> = key.filters.iter().collect();
+            if !key_passes(&filters, &name) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
