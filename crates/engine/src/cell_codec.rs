@@ -115,7 +115,8 @@ impl Packing {
         }
     }
 }
-const HOUR_MS: i64 = 3_600_000;
+/// An hour in ms: a row's span.
+pub(crate) const HOUR_MS: i64 = 3_600_000;
 
 /// A data cell's points and meta byte, when they rebuild its exact bytes and every point
 /// lies in its hour: the cells the joint form takes (the append column excepted).
@@ -290,7 +291,8 @@ fn member_summary(points: &[Point]) -> Option<MemberSummary> {
     })
 }
 
-fn strictly_increasing(points: &[Point]) -> bool {
+/// Whether the points' times strictly increase (no sort or duplicate check needed).
+pub(crate) fn strictly_increasing(points: &[Point]) -> bool {
     points
         .windows(2)
         .all(|w| w[0].offset_ms() < w[1].offset_ms())

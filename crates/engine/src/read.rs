@@ -16,8 +16,8 @@ use hourglass_storage::model::decode_joint_row;
 use hourglass_storage::{CellCodec, CellForm, JointMember, Row};
 
 use crate::cell_codec::{
-    DataCellCodec, MemberSummary, decode_columns, decode_joint_columns, decode_points,
-    joint_summaries,
+    DataCellCodec, HOUR_MS, MemberSummary, decode_columns, decode_joint_columns, decode_points,
+    joint_summaries, strictly_increasing,
 };
 use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
@@ -42,14 +42,6 @@ pub struct RowView<'a> {
     pub annotations: Vec<(&'a [u8], &'a [u8])>,
     /// Bytes read from storage for this row (key, qualifiers and values).
     pub stored_bytes: usize,
-}
-
-/// Whether decoded points are already strictly ordered by time (the normal case for a
-/// compacted cell), so no sort or duplicate check is needed.
-fn strictly_ordered(points: &[Point]) -> bool {
-    points
-        .windows(2)
-        .all(|w| w[0].offset_ms() < w[1].offset_ms())
 }
 
 fn stored_bytes(row: &Row) -> usize {
@@ -146,7 +138,7 @@ impl<V: Sample> RowData<'_, V> {
             } else {
                 compact::decode_cell(&c.qualifier, &c.value, out)?;
             }
-            if strictly_ordered(out) {
+            if strictly_increasing(out) {
                 return Ok(());
             }
         }
@@ -184,8 +176,6 @@ impl<V: Sample> RowData<'_, V> {
         Ok(())
     }
 }
-
-const HOUR_MS: i64 = 3_600_000;
 
 /// Buffered rows keyed series first, then hour: (row key, points).
 type Buffered = BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)>;

@@ -929,12 +929,6 @@ fn joint_cells(members: &[(u32, Rebuilt)]) -> Vec<JointCell<'_>> {
         .collect()
 }
 
-fn strictly_increasing(points: &[Point]) -> bool {
-    points
-        .windows(2)
-        .all(|w| w[0].offset_ms() < w[1].offset_ms())
-}
-
 /// Each member's points as times from the period start and values, member after member.
 fn joint_expected(members: &[(u32, Rebuilt)]) -> (Vec<i64>, Vec<u64>) {
     let (mut times, mut bits) = (Vec::new(), Vec::new());

@@ -8,11 +8,9 @@ use hourglass_core::time::Tz;
 
 use super::aggregator::Aggregator;
 use super::fold::{Accumulator, Fold, Running, with_fold};
-use crate::cell_codec::MemberSummary;
+use crate::cell_codec::{HOUR_MS, MemberSummary};
 use crate::num::Sample;
 use crate::{Error, Result};
-
-const HOUR_MS: i64 = 3_600_000;
 
 /// What an empty bucket becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

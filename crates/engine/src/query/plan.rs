@@ -340,14 +340,38 @@ fn run_on(
             .mutate_rows(&tsdb.settings().schema.data_table, &deletions)?;
     }
     drop(flushes);
-    let aggregation_started = Instant::now();
-    let groups = finish_groups(
+    outcome(
         q,
         &resolved,
         series,
         held,
-        hours.window(),
+        stats,
+        hours,
         (start_ms, end_ms),
+        options,
+    )
+}
+
+/// Groups, finishes and aggregates the series a sub-query read, its stats timed.
+#[allow(clippy::too_many_arguments)]
+fn outcome(
+    q: &SubQuery,
+    resolved: &Resolved<'_>,
+    series: Vec<SeriesState>,
+    held: u64,
+    mut stats: QueryStats,
+    hours: ScanHours,
+    range: (i64, i64),
+    options: &RunOptions,
+) -> Result<Outcome> {
+    let aggregation_started = Instant::now();
+    let groups = finish_groups(
+        q,
+        resolved,
+        series,
+        held,
+        hours.window(),
+        range,
         &options.limits,
     )?;
     stats.aggregation_time = aggregation_started.elapsed();
@@ -410,22 +434,16 @@ fn run_rollup(
         ..
     } = scan.part_from(source, first, last)?;
     stats.scan_time = scan_started.elapsed();
-    let aggregation_started = Instant::now();
-    let groups = finish_groups(
+    outcome(
         q,
         &resolved,
         series,
         held,
-        hours.window(),
-        (start_ms, end_ms),
-        &options.limits,
-    )?;
-    stats.aggregation_time = aggregation_started.elapsed();
-    Ok(Outcome {
-        groups,
         stats,
-        rollup_table: None,
-    })
+        hours,
+        (start_ms, end_ms),
+        options,
+    )
 }
 
 /// What a sub-query names, resolved to UIDs.
@@ -865,6 +883,16 @@ struct Part {
 }
 
 impl Scan<'_> {
+    /// The rows of the sub-query's metric and pushed tags over hours `[start_secs, end_secs]`.
+    fn row_query(&self, start_secs: i64, end_secs: i64) -> RowQuery {
+        RowQuery {
+            metric: self.metric,
+            start_secs,
+            end_secs,
+            tags: self.pushed.clone(),
+        }
+    }
+
     fn passes(&self, tags: &[Tag]) -> bool {
         let value_of = |k: &str| {
             tags.iter()
@@ -948,20 +976,8 @@ impl Scan<'_> {
         // Buckets are sized to the whole query's end: a later part then joins an earlier
         // one without regrowing it.
         let until_ms = self.window.1;
-        let mut part = Part {
-            index: HashMap::default(),
-            keys: Vec::new(),
-            series: Vec::new(),
-            stats: QueryStats::default(),
-            held: 0,
-            deletions: Vec::new(),
-        };
-        let query = RowQuery {
-            metric: self.metric,
-            start_secs,
-            end_secs,
-            tags: self.pushed.clone(),
-        };
+        let mut part = Part::empty();
+        let query = self.row_query(start_secs, end_secs);
         // A one-hour downsample by a fold reads summarized rows of the scan window by their
         // summaries (RFC 0009); a deletion reads every row.
         let within = match self.q.downsample {
@@ -1069,6 +1085,18 @@ impl Scan<'_> {
 }
 
 impl Part {
+    /// A part that has read nothing yet.
+    fn empty() -> Part {
+        Part {
+            index: HashMap::default(),
+            keys: Vec::new(),
+            series: Vec::new(),
+            stats: QueryStats::default(),
+            held: 0,
+            deletions: Vec::new(),
+        }
+    }
+
     /// Appends a part covering later hours.
     fn join(mut self, later: Part) -> Part {
         let mut later_series = later.series.into_iter();

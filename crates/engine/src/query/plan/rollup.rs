@@ -277,20 +277,8 @@ impl Scan<'_> {
                 read,
             } => (table, Some((interval, read))),
         };
-        let mut part = Part {
-            index: HashMap::default(),
-            keys: Vec::new(),
-            series: Vec::new(),
-            stats: QueryStats::default(),
-            held: 0,
-            deletions: Vec::new(),
-        };
-        let query = RowQuery {
-            metric: self.metric,
-            start_secs,
-            end_secs,
-            tags: self.pushed.clone(),
-        };
+        let mut part = Part::empty();
+        let query = self.row_query(start_secs, end_secs);
         let mut points: RowPoints = Vec::new();
         for request in crate::scan::scan_requests(schema, &query) {
             // Key order (rollup tables are not grouped): a series' rows in time order.
