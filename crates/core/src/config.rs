@@ -299,6 +299,8 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.network.tls.mode",
     "tsd.network.worker_threads",
     "tsd.no_diediedie",
+    "tsd.query.cache.max_age",
+    "tsd.query.cache.max_bytes",
     "tsd.query.limits.bytes.allow_override",
     "tsd.query.limits.bytes.default",
     "tsd.query.limits.data_points.allow_override",

@@ -4,6 +4,7 @@
 pub mod annotation;
 mod bounded;
 pub mod cell_codec;
+pub mod changes;
 mod error;
 pub mod fsck;
 pub mod index;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use hourglass_storage::Store;
 use parking_lot::Mutex;
 
+use crate::changes::{Changes, Watched, WatchedTables};
 use crate::uid::UidRegistry;
 use crate::wal::files::{DiskFiles, LogFiles, OpenError};
 use crate::write::{BatchOutcome, IncomingPoint, WriteStats, Writer};
@@ -19,6 +20,10 @@ const CLOSE_RETRY: Duration = Duration::from_secs(10);
 pub struct Tsdb {
     store: Arc<dyn Store>,
     store_stats: Arc<hourglass_storage::metered::StoreStats>,
+    /// Changes noted for answers kept between queries; tracked only when this TSD alone
+    /// writes its store (`changes_tracked`).
+    changes: Arc<Changes>,
+    changes_tracked: bool,
     settings: Settings,
     uids: Arc<UidRegistry>,
     writer: Writer,
@@ -59,6 +64,18 @@ impl Tsdb {
         let metered = hourglass_storage::metered::Metered::new(store);
         let store_stats = metered.stats();
         let store: Arc<dyn Store> = Arc::new(metered);
+        // Every change to points is noted when no other process writes the store.
+        let changes = Arc::new(Changes::default());
+        let changes_tracked = !store.is_shared();
+        let store: Arc<dyn Store> = if changes_tracked {
+            Arc::new(Watched::new(
+                store,
+                watched_tables(&settings),
+                Arc::clone(&changes),
+            ))
+        } else {
+            store
+        };
         // An unreachable store must not keep the TSD down: it starts, answers what it can and
         // reports storage errors until the store is back.
         let tables_ready = match prepare_store(store.as_ref(), &settings) {
@@ -93,6 +110,7 @@ impl Tsdb {
             Arc::clone(&uids),
             log,
             files,
+            changes_tracked.then(|| Arc::clone(&changes)),
         )?;
         if tables_ready {
             writer.set_tables_ready();
@@ -109,6 +127,8 @@ impl Tsdb {
         Ok(Arc::new(Tsdb {
             store,
             store_stats,
+            changes,
+            changes_tracked,
             settings,
             uids,
             writer,
@@ -140,6 +160,12 @@ impl Tsdb {
             Ok(h) => *self.flusher.lock() = Some(h),
             Err(e) => tracing::error!(error = %e, "cannot start the flush thread"),
         }
+    }
+
+    /// The changes noted to points and names, when this TSD alone writes its store (else
+    /// `None`: another process may change what an answer holds unseen).
+    pub fn changes(&self) -> Option<&Arc<Changes>> {
+        self.changes_tracked.then_some(&self.changes)
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -299,5 +325,29 @@ pub(crate) fn prepare_store(store: &dyn Store, settings: &Settings) -> Result<()
 pub(crate) fn maintain(store: &dyn Store, now_ms: i64) {
     if let Err(e) = store.maintain(now_ms) {
         tracing::error!(error = %e, "storage upkeep failed; retried at the next flush");
+    }
+}
+
+/// The tables whose rows hold points, with their row spans: the data table's hour, and each
+/// rollup interval's tables with the interval's span.
+fn watched_tables(settings: &Settings) -> WatchedTables {
+    let mut spans = vec![(
+        settings.schema.data_table.clone(),
+        crate::cell_codec::HOUR_MS,
+    )];
+    if let Some(rollups) = &settings.rollups {
+        for i in rollups.config.intervals() {
+            let span = i64::from(i.interval_seconds) * i64::from(i.intervals) * 1000;
+            for t in [&i.table, &i.pre_aggregation_table] {
+                match spans.iter_mut().find(|(name, _)| name == t) {
+                    Some((_, s)) => *s = (*s).max(span),
+                    None => spans.push((t.clone(), span)),
+                }
+            }
+        }
+    }
+    WatchedTables {
+        schema: settings.schema.clone(),
+        spans,
     }
 }

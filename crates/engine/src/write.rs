@@ -301,6 +301,8 @@ pub(crate) struct Writer {
     index: Option<index::IndexWriter>,
     /// The cap on new series per metric (`tsd.index.max_series_per_metric`), when set.
     series_cap: Option<series_cap::SeriesCap>,
+    /// Where buffered points are noted as changes (when this TSD alone writes its store).
+    changes: Option<Arc<crate::changes::Changes>>,
     pub(crate) stats: WriteStats,
 }
 
@@ -337,6 +339,7 @@ impl Writer {
         uids: Arc<UidRegistry>,
         log: Option<wal::Log>,
         files: Option<Arc<dyn LogFiles>>,
+        changes: Option<Arc<crate::changes::Changes>>,
     ) -> Result<Writer> {
         let tracker =
             crate::meta::Tracker::new(Arc::clone(&store), settings.schema.clone(), settings.meta);
@@ -388,6 +391,7 @@ impl Writer {
             store_failing: AtomicBool::new(false),
             tables_ready: AtomicBool::new(false),
             last_cell_ts: AtomicI64::new(0),
+            changes,
             stats: WriteStats::default(),
         })
     }
@@ -806,6 +810,14 @@ impl Writer {
             self.buffered_bytes.store(state.bytes(), Ordering::Relaxed);
             break (seq, defined);
         };
+        // The points are visible now: answers kept from reads before are stale. A reader
+        // registers its watch before it takes the state lock to read the buffer, so when no
+        // watch is registered here, none read before these points were in.
+        if let Some(changes) = &self.changes
+            && changes.watching() > 0
+        {
+            self.note_buffered(changes, resolved);
+        }
         // Later entries for this segment may now leave these series' keys out: they are
         // appended after this one.
         if !defined.is_empty() {
@@ -820,6 +832,50 @@ impl Writer {
             self.sync_through(seq)?;
         }
         Ok(())
+    }
+
+    /// Notes each metric of `resolved` as changed over the hours its points are in.
+    fn note_buffered(&self, changes: &crate::changes::Changes, resolved: &[(u64, Point)]) {
+        let schema = &self.settings.schema;
+        let (m0, t0) = (usize::from(schema.salt_width), schema.timestamp_offset());
+        let mut ranges: HashMap<Vec<u8>, (i64, i64)> = HashMap::new();
+        let mut unknown = false;
+        {
+            let series = self.series.read();
+            let mut last: Option<(u32, &[u8])> = None;
+            for (row, _) in resolved {
+                let id = (row >> 32) as u32;
+                let metric = match last {
+                    Some((l, m)) if l == id => m,
+                    _ => {
+                        let Some(m) = series
+                            .templates
+                            .get(id as usize)
+                            .and_then(|t| t.get(m0..t0))
+                        else {
+                            unknown = true;
+                            continue;
+                        };
+                        last = Some((id, m));
+                        m
+                    }
+                };
+                let lo = i64::from(*row as u32) * 1000;
+                let r = ranges.entry(metric.to_vec()).or_insert((lo, lo));
+                r.0 = r.0.min(lo);
+                r.1 = r.1.max(lo);
+            }
+        }
+        if unknown {
+            changes.note_all();
+        }
+        changes.note_with(|out| {
+            out.extend(
+                ranges
+                    .into_iter()
+                    .map(|(m, (lo, hi))| (m, lo, hi + crate::cell_codec::HOUR_MS)),
+            );
+        });
     }
 
     /// The log entry of resolved points for log segment `segment`: consecutive points of

@@ -13,6 +13,7 @@ mod ingest;
 mod limit_overrides;
 pub mod logs;
 mod plot;
+mod query_cache;
 mod query_log;
 mod state;
 mod stats;

@@ -39,6 +39,11 @@ pub struct ServerSettings {
     pub allow_point_limit_override: bool,
     /// `tsd.http.query.allow_delete`: queries may delete what they match.
     pub allow_delete: bool,
+    /// `tsd.query.cache.max_bytes`: memory for answers kept for identical queries (0: none
+    /// kept; never over a store other TSDs write).
+    pub query_cache_bytes: u64,
+    /// `tsd.query.cache.max_age` (seconds): a kept answer older than this is computed again.
+    pub query_cache_max_age: Duration,
     /// `tsd.http.staticroot`: serve the web UI's files from this directory instead of the
     /// copies built into the binary (for working on the UI without rebuilding the server).
     pub static_root: Option<std::path::PathBuf>,
@@ -114,6 +119,8 @@ impl Default for ServerSettings {
             allow_byte_limit_override: false,
             allow_point_limit_override: false,
             allow_delete: false,
+            query_cache_bytes: 64 << 20,
+            query_cache_max_age: Duration::from_secs(300),
             static_root: None,
             connections_limit: 0,
             socket_timeout: None,
@@ -177,6 +184,16 @@ impl ServerSettings {
             allow_point_limit_override: c
                 .get_bool("tsd.query.limits.data_points.allow_override", false),
             allow_delete: c.get_bool("tsd.http.query.allow_delete", false),
+            query_cache_bytes: c
+                .get_int("tsd.query.cache.max_bytes", d.query_cache_bytes as i64)?
+                .max(0) as u64,
+            query_cache_max_age: Duration::from_secs(
+                c.get_int(
+                    "tsd.query.cache.max_age",
+                    d.query_cache_max_age.as_secs() as i64,
+                )?
+                .max(0) as u64,
+            ),
             static_root: Some(c.get_str("tsd.http.staticroot", ""))
                 .filter(|d| !d.is_empty())
                 .map(std::path::PathBuf::from)
@@ -314,12 +331,20 @@ pub struct State {
     /// Woken when buffered points are back under their budget (held-back telnet
     /// connections wait on it instead of each polling).
     pub(crate) room: tokio::sync::Notify,
+    /// Answers kept for identical queries, when on and this TSD alone writes its store.
+    pub(crate) query_cache: Option<crate::query_cache::QueryCache>,
 }
 
 impl State {
     pub fn new(tsdb: Arc<Tsdb>, config: Config, settings: ServerSettings) -> Arc<State> {
         let (shutdown, _) = watch::channel(false);
         let max_auth_failures = settings.max_auth_failures;
+        let query_cache = (settings.query_cache_bytes > 0 && tsdb.changes().is_some()).then(|| {
+            crate::query_cache::QueryCache::new(
+                settings.query_cache_bytes,
+                settings.query_cache_max_age,
+            )
+        });
         Arc::new(State {
             tsdb,
             config,
@@ -329,6 +354,7 @@ impl State {
             started: Instant::now(),
             shutdown,
             room: tokio::sync::Notify::new(),
+            query_cache,
         })
     }
 

@@ -447,11 +447,29 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         stat("tsd.uptime", state.started.elapsed().as_secs(), &[]),
     ]);
     out.extend(index_stats(state));
+    out.extend(query_cache_stats(state));
     out
 }
 
 /// Series counts per metric and tag key from the tag index's counters (RFC 0007), for the
 /// `tsd.index.stats.top` metrics with the most series, and the series the cap refused.
+/// The query cache's counters (`tsd.query.cache.*`), when it is on.
+fn query_cache_stats(state: &State) -> Vec<Stat> {
+    let Some(cache) = &state.query_cache else {
+        return Vec::new();
+    };
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let (entries, bytes) = cache.usage();
+    vec![
+        stat("tsd.query.cache.hits", get(&cache.stats.hits), &[]),
+        stat("tsd.query.cache.misses", get(&cache.stats.misses), &[]),
+        stat("tsd.query.cache.stale", get(&cache.stats.stale), &[]),
+        stat("tsd.query.cache.stored", get(&cache.stats.stored), &[]),
+        stat("tsd.query.cache.entries", entries as u64, &[]),
+        stat("tsd.query.cache.bytes", bytes, &[]),
+    ]
+}
+
 /// Nothing with the index off; a failed read is logged and leaves them out.
 fn index_stats(state: &State) -> Vec<Stat> {
     let tsdb = &state.tsdb;

@@ -278,6 +278,42 @@ impl Default for RunOptions {
     }
 }
 
+/// What the answer of `q` over `[start_ms, end_ms]` depends on: its metric's points from
+/// two downsampling intervals and an hour before the start to as much after the end (more
+/// than any row it reads may hold: the hours of the scan, a downsampling bucket that begins
+/// before the start or ends after the end). Rows of rollup tables are noted whole (their
+/// span), so any row a rollup read takes overlaps this range too. An unknown metric or bad
+/// TSUID is the error the query itself gives.
+pub fn dependency(
+    tsdb: &Tsdb,
+    q: &SubQuery,
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<crate::changes::Dependency> {
+    let metric = match q.tsuids.first() {
+        None => tsdb
+            .uids()
+            .get_id(UidKind::Metric, &q.metric)?
+            .to_bytes(tsdb.settings().schema.metric_width),
+        Some(t) => {
+            let mw = usize::from(tsdb.settings().schema.metric_width);
+            parse_hex(t)
+                .ok()
+                .and_then(|b| b.get(..mw).map(<[u8]>::to_vec))
+                .ok_or_else(|| Error::invalid(format!("Invalid TSUID: {t}")))?
+        }
+    };
+    let interval = q.downsample.map_or(0, |d| d.interval_ms.max(0));
+    let pad = interval
+        .saturating_mul(2)
+        .saturating_add(crate::cell_codec::HOUR_MS);
+    Ok(crate::changes::Dependency {
+        metric,
+        lo_ms: start_ms.saturating_sub(pad),
+        hi_ms: end_ms.saturating_add(pad).saturating_add(1),
+    })
+}
+
 /// Runs `q` over `[start_ms, end_ms]`: resolves its names, reads its series (from the data
 /// table, or the rollup and pre-aggregate tables its downsample and `rollupUsage` choose,
 /// falling back as that says), then groups, finishes and aggregates them.

@@ -62,8 +62,11 @@ pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Res
 }
 
 /// An already serialized JSON body with OpenTSDB's content type.
-pub(crate) fn json_text_response(status: StatusCode, body: String) -> Response {
-    let mut resp = (status, body).into_response();
+pub(crate) fn json_text_response(
+    status: StatusCode,
+    body: impl Into<axum::body::Body>,
+) -> Response {
+    let mut resp = (status, body.into()).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json; charset=UTF-8"),

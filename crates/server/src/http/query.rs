@@ -620,12 +620,32 @@ pub(crate) async fn handle(
             unique.push(q);
         }
     }
+    // The same query again, while nothing it read has changed: its kept answer. (Timings
+    // and deletions are not kept; `nocache`, as `/q` and OpenTSDB's graph cache read it,
+    // computes the answer and keeps nothing.)
+    let nocache = params.iter().any(|(k, _)| k == "nocache");
+    let cache_key = state
+        .query_cache
+        .as_ref()
+        .filter(|_| !flags.delete && !flags.show_stats && !flags.show_summary && !nocache)
+        .map(|_| format!("{start} {end} {tz:?} {use_calendar} {flags:?} {unique:?}"));
+    if let (Some(cache), Some(key)) = (&state.query_cache, &cache_key)
+        && let Some(body) = cache.get(key)
+    {
+        return Ok(json_text_response(StatusCode::OK, body));
+    }
     let started = std::time::Instant::now();
     let options: Vec<RunOptions> = unique
         .iter()
         .map(|q| run_options(&state, q, &flags, started))
         .collect();
-    let body = blocking(&state.tsdb, move |tsdb| {
+    let global_notes = flags.global_annotations && !flags.no_annotations;
+    let keeping = cache_key.is_some();
+    let (body, watch) = blocking(&state.tsdb, move |tsdb| {
+        // Registered before anything is read: a change from here on makes the answer stale.
+        let watch = keeping
+            .then(|| watch_reads(tsdb, &unique, start, end, global_notes))
+            .flatten();
         let global = if flags.global_annotations && !flags.no_annotations {
             let list = global_annotations(tsdb, start, end).map_err(ApiError::from)?;
             (!list.is_empty()).then(|| annotations_json(&list))
@@ -656,10 +676,40 @@ pub(crate) async fn handle(
             summary.write(&mut out, first, started);
         }
         out.push(']');
-        Ok(out)
+        Ok((Bytes::from(out), watch))
     })
     .await?;
+    if let (Some(cache), Some(key), Some(watch)) = (&state.query_cache, cache_key, watch) {
+        cache.insert(key, body.clone(), watch);
+    }
     Ok(json_text_response(StatusCode::OK, body))
+}
+
+/// A watch over what the sub-queries `unique` read over `[start, end]` (and the global
+/// annotations of that time when they are answered too); `None` when a name or TSUID does
+/// not resolve (the query fails on it) or changes are not tracked.
+fn watch_reads(
+    tsdb: &hourglass_engine::Tsdb,
+    unique: &[SubQuery],
+    start: i64,
+    end: i64,
+    global_notes: bool,
+) -> Option<hourglass_engine::changes::Watch> {
+    let changes = tsdb.changes()?;
+    let mut deps = unique
+        .iter()
+        .map(|q| hourglass_engine::query::plan::dependency(tsdb, q, start, end))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    if global_notes {
+        let hour = 3_600_000;
+        deps.push(hourglass_engine::changes::Dependency {
+            metric: vec![0; usize::from(tsdb.settings().schema.metric_width)],
+            lo_ms: start.saturating_sub(hour),
+            hi_ms: end.saturating_add(hour),
+        });
+    }
+    Some(changes.watch(&deps))
 }
 
 /// How sub-query `q` runs: the default limits, or its metric's override; a request may
