@@ -826,3 +826,241 @@ pub fn matches(node: &Node, doc: &mut dyn Document) -> crate::Result<bool> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A document of fixed fields: keyword `metric`, `tags.host`, text `description`.
+    struct Fixed(BTreeMap<&'static str, (FieldKind, Vec<String>)>);
+
+    impl Document for Fixed {
+        fn field(&mut self, field: &str) -> crate::Result<(FieldKind, Vec<String>)> {
+            Ok(self
+                .0
+                .get(field)
+                .cloned()
+                .unwrap_or((FieldKind::Keyword, Vec::new())))
+        }
+
+        fn all_fields(&mut self) -> crate::Result<Vec<(FieldKind, String)>> {
+            Ok(self
+                .0
+                .values()
+                .flat_map(|(k, vs)| vs.iter().map(move |v| (*k, v.clone())))
+                .collect())
+        }
+    }
+
+    fn doc(metric: &str, host: &str, description: &str) -> Fixed {
+        let mut m = BTreeMap::new();
+        m.insert("metric", (FieldKind::Keyword, vec![metric.to_string()]));
+        m.insert("tags.host", (FieldKind::Keyword, vec![host.to_string()]));
+        m.insert(
+            "description",
+            (FieldKind::Text, vec![description.to_string()]),
+        );
+        Fixed(m)
+    }
+
+    fn hits(q: &str, d: &mut Fixed) -> bool {
+        matches(&parse(q).unwrap(), d).unwrap()
+    }
+
+    #[test]
+    fn everything_queries() {
+        for q in ["", "  ", "*", "*:*"] {
+            assert!(matches!(parse(q).unwrap(), Node::All), "{q}");
+        }
+    }
+
+    #[test]
+    fn terms_fields_and_operators() {
+        let mut d = doc("sys.cpu.user", "web-01", "Web server CPU, rack 7.");
+        assert!(hits("metric:sys.cpu.user", &mut d));
+        assert!(!hits("metric:sys.cpu", &mut d), "keywords match whole");
+        assert!(!hits("metric:SYS.CPU.USER", &mut d), "keywords are case-sensitive");
+        assert!(hits("metric:sys.*", &mut d));
+        assert!(hits("metric:sys.cpu.use?", &mut d));
+        assert!(!hits("metric:sys.cpu.us?", &mut d));
+        assert!(hits("metric:/sys\\.cpu\\..*/", &mut d));
+        assert!(!hits("metric:/cpu/", &mut d), "regexes are anchored");
+        assert!(hits("tags.host:web\\-01", &mut d));
+        assert!(hits("tags.host:web-01", &mut d));
+        assert!(hits("description:server", &mut d), "text matches words");
+        assert!(hits("description:SERVER", &mut d), "text is case-insensitive");
+        assert!(hits("description:\"web server\"", &mut d));
+        assert!(!hits("description:\"server web\"", &mut d));
+        assert!(hits("description:7", &mut d), "a trailing dot ends a word");
+        assert!(hits("description:ser*", &mut d));
+        assert!(hits("server", &mut d), "bare terms search every field");
+        assert!(hits("web-01", &mut d));
+        assert!(!hits("nothing", &mut d));
+        assert!(hits("description:*", &mut d));
+        assert!(!hits("notes:*", &mut d));
+        assert!(hits("metric:x OR tags.host:web-01", &mut d));
+        assert!(hits("metric:x tags.host:web-01", &mut d), "default OR");
+        assert!(!hits("metric:x AND tags.host:web-01", &mut d));
+        assert!(!hits("metric:x && tags.host:web-01", &mut d));
+        assert!(hits("metric:x || tags.host:web-01", &mut d));
+        assert!(!hits("+metric:x tags.host:web-01", &mut d));
+        assert!(hits("+tags.host:web-01 metric:x", &mut d), "SHOULD is optional beside MUST");
+        assert!(!hits("tags.host:web-01 -metric:sys.cpu.user", &mut d));
+        assert!(!hits("-metric:sys.cpu.user", &mut d));
+        assert!(hits("-metric:x", &mut d), "only negatives: everything else");
+        assert!(hits("NOT metric:x", &mut d));
+        assert!(hits("!metric:x", &mut d));
+        assert!(hits("metric:sys.cpu.user AND NOT tags.host:x", &mut d));
+        assert!(!hits("metric:sys.cpu.user AND NOT tags.host:web-01", &mut d));
+        assert!(hits("(metric:x OR metric:sys.cpu.user) AND description:cpu", &mut d));
+        assert!(hits("tags.host:(a OR web-01)", &mut d));
+        assert!(!hits("tags.host:(a OR b)", &mut d));
+        assert!(hits("metric:[sys.a TO sys.d]", &mut d));
+        assert!(!hits("metric:{sys.cpu.user TO *}", &mut d));
+        assert!(hits("metric:[sys.cpu.user TO *]", &mut d));
+    }
+
+    #[test]
+    fn ranges_compare_numbers() {
+        let mut m = BTreeMap::new();
+        m.insert("startTime", (FieldKind::Keyword, vec!["900".to_string()]));
+        let mut d = Fixed(m);
+        assert!(hits("startTime:[100 TO 1000]", &mut d));
+        assert!(!hits("startTime:[1000 TO *]", &mut d));
+        assert!(hits("startTime:[* TO 900]", &mut d));
+        assert!(!hits("startTime:[* TO 900}", &mut d));
+    }
+
+    #[test]
+    fn refused_queries_name_their_position() {
+        for (q, position, words) in [
+            ("metric:(", 9, "Missing term"),
+            ("tags.host:\"web", 11, "Unclosed phrase"),
+            ("a AND", 6, "Missing term after AND"),
+            ("OR b", 1, "Missing term before OR"),
+            ("AND b", 1, "Missing term before AND"),
+            ("a OR", 5, "Missing term after OR"),
+            ("metric:x^2", 9, "Boosts (^) are not supported"),
+            ("web~2", 4, "Fuzzy and proximity queries (~) are not supported"),
+            ("\"a b\"~2", 6, "Proximity queries (~) are not supported"),
+            ("(a", 1, "Unclosed '('"),
+            ("a)", 2, "Unexpected ')'"),
+            (":x", 1, "Unexpected ':'"),
+            ("metric:", 8, "Missing value after 'metric:'"),
+            ("metric:/a", 8, "Unclosed regular expression"),
+            ("metric:[a TO", 8, "Unclosed range"),
+            ("metric:[a b]", 8, "A range must read [low TO high]"),
+            ("[a TO b]", 1, "A range needs a field"),
+            ("a:b:c", 3, "Missing value after 'a:'"),
+            ("a:(b:c)", 4, "A field inside a field group"),
+            ("-", 2, "Missing term after an operator"),
+            ("a\\", 2, "Escape (\\) at the end of the query"),
+        ] {
+            let e = parse(q).expect_err(q);
+            assert_eq!((e.position, e.message.as_str()), (position, words), "{q}");
+        }
+        let e = parse("metric:/a(/").unwrap_err();
+        assert!(e.message.starts_with("Bad regular expression"), "{e}");
+        assert_eq!(e.to_string(), format!("{} at position 8", e.message));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_overflowed() {
+        let q = "(".repeat(10_000) + "a" + &")".repeat(10_000);
+        assert_eq!(parse(&q).unwrap_err().message, "Query nested too deeply");
+        let q = "!".repeat(10_000) + "a";
+        assert_eq!(parse(&q).unwrap_err().message, "Query nested too deeply");
+        assert!(parse(&("-".repeat(10_000) + "a")).is_err());
+        let q = "NOT ".repeat(10_000) + "a";
+        assert_eq!(parse(&q).unwrap_err().message, "Query nested too deeply");
+    }
+
+    #[test]
+    fn required_words_are_what_every_match_needs() {
+        let q = parse("+metric:m tags.host:a AND tags.dc:b").unwrap();
+        let mut out = Vec::new();
+        q.required_words(&["metric", "tags.host"], &mut out);
+        assert_eq!(out, vec![("metric", "m")]);
+        let q = parse("metric:m AND (tags.host:a OR tags.host:b)").unwrap();
+        let mut out = Vec::new();
+        q.required_words(&["metric", "tags.host"], &mut out);
+        assert_eq!(out, vec![("metric", "m")]);
+        let q = parse("metric:m").unwrap();
+        let mut out = Vec::new();
+        q.required_words(&["metric"], &mut out);
+        assert_eq!(out, vec![("metric", "m")]);
+        let q = parse("NOT metric:m").unwrap();
+        let mut out = Vec::new();
+        q.required_words(&["metric"], &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_matches("a*c", "abbbc"));
+        assert!(glob_matches("*", ""));
+        assert!(glob_matches("a?c", "abc"));
+        assert!(!glob_matches("a?c", "ac"));
+        assert!(glob_matches("a\\*", "a*"));
+        assert!(!glob_matches("a\\*", "ab"));
+        assert!(glob_matches("*b*b*", "abab"));
+        assert!(!glob_matches("*b*b*", "ab"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// No input makes the parser or an evaluation panic.
+        #[test]
+        fn any_string_parses_or_is_refused(q in "\\PC{0,40}") {
+            if let Ok(node) = parse(&q) {
+                let mut d = doc("sys.cpu", "web01", "some text");
+                let _ = matches(&node, &mut d);
+            }
+        }
+
+        /// The same, from the query language's own characters.
+        #[test]
+        fn query_characters_parse_or_are_refused(
+            q in proptest::collection::vec(
+                prop_oneof![
+                    Just("("), Just(")"), Just(":"), Just("\""), Just("/"), Just("["),
+                    Just("]"), Just("{"), Just("}"), Just("*"), Just("?"), Just("\\"),
+                    Just("+"), Just("-"), Just("!"), Just("AND"), Just("OR"), Just("NOT"),
+                    Just("&&"), Just("||"), Just(" "), Just("TO"), Just("metric"),
+                    Just("web"), Just("^"), Just("~"), Just("é"),
+                ],
+                0..24,
+            )
+        ) {
+            let q: String = q.concat();
+            match parse(&q) {
+                Ok(node) => {
+                    let mut d = doc("metric", "web", "web TO");
+                    let _ = matches(&node, &mut d);
+                }
+                Err(e) => prop_assert!(e.position >= 1 && e.position <= q.chars().count() + 1),
+            }
+        }
+
+        /// A conjunction of exact terms matches exactly when each term does.
+        #[test]
+        fn and_of_terms_is_each_term(
+            metric in "[a-z]{1,3}", host in "[a-z]{1,3}",
+            want_metric in "[a-z]{1,3}", want_host in "[a-z]{1,3}",
+        ) {
+            let mut d = doc(&metric, &host, "");
+            let q = format!("metric:{want_metric} AND tags.host:{want_host}");
+            prop_assert_eq!(hits(&q, &mut d), metric == want_metric && host == want_host);
+            let q = format!("metric:{want_metric} OR tags.host:{want_host}");
+            prop_assert_eq!(hits(&q, &mut d), metric == want_metric || host == want_host);
+            let q = format!("metric:{want_metric} -tags.host:{want_host}");
+            prop_assert_eq!(hits(&q, &mut d), metric == want_metric && host != want_host);
+        }
+    }
+}
