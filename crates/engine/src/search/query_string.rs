@@ -884,7 +884,10 @@ mod tests {
         let mut d = doc("sys.cpu.user", "web-01", "Web server CPU, rack 7.");
         assert!(hits("metric:sys.cpu.user", &mut d));
         assert!(!hits("metric:sys.cpu", &mut d), "keywords match whole");
-        assert!(!hits("metric:SYS.CPU.USER", &mut d), "keywords are case-sensitive");
+        assert!(
+            !hits("metric:SYS.CPU.USER", &mut d),
+            "keywords are case-sensitive"
+        );
         assert!(hits("metric:sys.*", &mut d));
         assert!(hits("metric:sys.cpu.use?", &mut d));
         assert!(!hits("metric:sys.cpu.us?", &mut d));
@@ -893,7 +896,10 @@ mod tests {
         assert!(hits("tags.host:web\\-01", &mut d));
         assert!(hits("tags.host:web-01", &mut d));
         assert!(hits("description:server", &mut d), "text matches words");
-        assert!(hits("description:SERVER", &mut d), "text is case-insensitive");
+        assert!(
+            hits("description:SERVER", &mut d),
+            "text is case-insensitive"
+        );
         assert!(hits("description:\"web server\"", &mut d));
         assert!(!hits("description:\"server web\"", &mut d));
         assert!(hits("description:7", &mut d), "a trailing dot ends a word");
@@ -909,15 +915,24 @@ mod tests {
         assert!(!hits("metric:x && tags.host:web-01", &mut d));
         assert!(hits("metric:x || tags.host:web-01", &mut d));
         assert!(!hits("+metric:x tags.host:web-01", &mut d));
-        assert!(hits("+tags.host:web-01 metric:x", &mut d), "SHOULD is optional beside MUST");
+        assert!(
+            hits("+tags.host:web-01 metric:x", &mut d),
+            "SHOULD is optional beside MUST"
+        );
         assert!(!hits("tags.host:web-01 -metric:sys.cpu.user", &mut d));
         assert!(!hits("-metric:sys.cpu.user", &mut d));
         assert!(hits("-metric:x", &mut d), "only negatives: everything else");
         assert!(hits("NOT metric:x", &mut d));
         assert!(hits("!metric:x", &mut d));
         assert!(hits("metric:sys.cpu.user AND NOT tags.host:x", &mut d));
-        assert!(!hits("metric:sys.cpu.user AND NOT tags.host:web-01", &mut d));
-        assert!(hits("(metric:x OR metric:sys.cpu.user) AND description:cpu", &mut d));
+        assert!(!hits(
+            "metric:sys.cpu.user AND NOT tags.host:web-01",
+            &mut d
+        ));
+        assert!(hits(
+            "(metric:x OR metric:sys.cpu.user) AND description:cpu",
+            &mut d
+        ));
         assert!(hits("tags.host:(a OR web-01)", &mut d));
         assert!(!hits("tags.host:(a OR b)", &mut d));
         assert!(hits("metric:[sys.a TO sys.d]", &mut d));
@@ -946,7 +961,11 @@ mod tests {
             ("AND b", 1, "Missing term before AND"),
             ("a OR", 5, "Missing term after OR"),
             ("metric:x^2", 9, "Boosts (^) are not supported"),
-            ("web~2", 4, "Fuzzy and proximity queries (~) are not supported"),
+            (
+                "web~2",
+                4,
+                "Fuzzy and proximity queries (~) are not supported",
+            ),
             ("\"a b\"~2", 6, "Proximity queries (~) are not supported"),
             ("(a", 1, "Unclosed '('"),
             ("a)", 2, "Unexpected ')'"),
