@@ -185,7 +185,7 @@ async fn search_endpoints(backend: &str) {
     let (status, body) = get(addr, "tsmeta_summary", "tags.host:web01", "").await;
     assert_eq!(status, 200, "{backend}");
     assert_eq!(body["type"], "TSMETA_SUMMARY", "{backend}");
-    let mut want = vec![cpu_web01.clone(), mem_web01.clone()];
+    let mut want = [cpu_web01.clone(), mem_web01.clone()];
     want.sort();
     assert_eq!(
         body["results"][0],
