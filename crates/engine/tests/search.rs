@@ -216,6 +216,7 @@ fn search_answers_equal_a_brute_force_filter() {
                     query,
                     limit,
                     start_index: start,
+                    timeout: None,
                 },
             )
             .unwrap();
@@ -269,6 +270,7 @@ fn notes_and_summaries_are_found() {
                     query: query_string::parse(q).unwrap(),
                     limit: 25,
                     start_index: 0,
+                    timeout: None,
                 },
             )
             .unwrap()
@@ -280,6 +282,23 @@ fn notes_and_summaries_are_found() {
         assert_eq!(run(SearchType::Annotation, "*").total, 2, "{name}");
         annotation::delete(&db, "", DAY + 20).unwrap();
         assert_eq!(run(SearchType::Annotation, "*").total, 1, "{name}");
+        // `tsd.query.timeout` bounds a search as it bounds a query.
+        let late = search(
+            &db,
+            &Search {
+                kind: SearchType::Tsuids,
+                query: query_string::parse("*").unwrap(),
+                limit: 25,
+                start_index: 0,
+                timeout: Some(std::time::Duration::ZERO),
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            late.to_string(),
+            "Sorry, the search ran longer than the limit of 0 ms. Please try a narrower query.",
+            "{name}"
+        );
         let summary = run(SearchType::TsMetaSummary, "tags.host:web01");
         assert_eq!(
             summary.results,

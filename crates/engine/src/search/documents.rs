@@ -18,6 +18,8 @@
 //! [`query_string`]: super::query_string
 
 use hourglass_core::annotation::is_annotation_qualifier;
+use std::time::{Duration, Instant};
+
 use hourglass_core::schema::{DATA_FAMILY, MAXID_ROW, UID_ID_FAMILY};
 use hourglass_core::uid::{Uid, UidKind, hex_upper, name_bytes, name_from_bytes};
 use hourglass_storage::{ReadOptions, ScanRequest};
@@ -107,6 +109,8 @@ pub struct Search {
     pub limit: usize,
     /// Matches skipped before the first result kept.
     pub start_index: usize,
+    /// Wall time the search may take (`tsd.query.timeout`); None: no limit.
+    pub timeout: Option<Duration>,
 }
 
 /// A search's answer: every match counted, the page's results in OpenTSDB's JSON.
@@ -122,6 +126,9 @@ struct Page {
     end: u64,
     total: u64,
     results: Vec<Value>,
+    /// Documents looked at, and when to stop.
+    seen: u64,
+    deadline: Option<(Instant, Duration)>,
 }
 
 impl Page {
@@ -132,7 +139,25 @@ impl Page {
             end: start.saturating_add(s.limit as u64),
             total: 0,
             results: Vec::new(),
+            seen: 0,
+            deadline: s.timeout.map(|t| (Instant::now() + t, t)),
         }
+    }
+
+    /// Counts a document looked at; past the deadline, the search fails as a query would.
+    fn tick(&mut self) -> Result<()> {
+        self.seen += 1;
+        if let Some((deadline, timeout)) = self.deadline
+            && (self.seen == 1 || self.seen.is_multiple_of(64))
+            && Instant::now() > deadline
+        {
+            return Err(Error::LimitExceeded(format!(
+                "Sorry, the search ran longer than the limit of {} ms. Please try a \
+                 narrower query.",
+                timeout.as_millis()
+            )));
+        }
+        Ok(())
     }
 
     /// Counts a match; true when it falls in the page (its result is then to be pushed).
@@ -385,6 +410,7 @@ fn series(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
     let mut page = Page::new(s);
     let metric_width = usize::from(schema.metric_width);
     let visit = |tsuid: Vec<u8>, page: &mut Page| -> Result<()> {
+        page.tick()?;
         let Some(series) = crate::index::Series::from_tsuid(schema, &tsuid) else {
             return Ok(());
         };
@@ -574,6 +600,7 @@ fn uids(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
         };
         for row in rows {
             let row = row?;
+            page.tick()?;
             if row.key == MAXID_ROW {
                 continue;
             }
@@ -715,6 +742,7 @@ fn notes(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
     let mut page = Page::new(s);
     for row in tsdb.store().scan(&schema.index_table, &request)? {
         let row = row?;
+        page.tick()?;
         let Some(rest) = row.key.get(1..) else {
             continue;
         };

@@ -33,8 +33,6 @@ pub enum Node {
     },
     /// Every child matches.
     And(Vec<Node>),
-    /// Any child matches.
-    Or(Vec<Node>),
     /// The child does not match.
     Not(Box<Node>),
     /// A boolean query: MUST clauses all match, MUST_NOT none, SHOULD at least one when
@@ -97,7 +95,7 @@ impl Node {
                     out.push(f);
                 }
             }
-            Node::And(c) | Node::Or(c) => c.iter().for_each(|n| n.collect_fields(out)),
+            Node::And(c) => c.iter().for_each(|n| n.collect_fields(out)),
             Node::Not(n) => n.collect_fields(out),
             Node::Bool {
                 must,
@@ -789,14 +787,6 @@ pub fn matches(node: &Node, doc: &mut dyn Document) -> crate::Result<bool> {
                 }
             }
             true
-        }
-        Node::Or(children) => {
-            for c in children {
-                if matches(c, doc)? {
-                    return Ok(true);
-                }
-            }
-            false
         }
         Node::Not(c) => !matches(c, doc)?,
         Node::Bool {

@@ -228,6 +228,7 @@ async fn plugin_search(
         query: parsed,
         limit: request.limit.max(0) as usize,
         start_index: request.start_index.max(0) as usize,
+        timeout: state.settings.query_limits.timeout,
     };
     let answer = blocking(&state.tsdb, move |db| {
         search(db, &run).map_err(ApiError::from)
