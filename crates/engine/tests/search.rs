@@ -132,6 +132,16 @@ fn random_expr(rng: &mut Rng, written: &[Written], depth: usize) -> Expr {
     if leaf {
         let k = rng.pick(&KEYS).to_string();
         let v = rng.pick(&VALUES).to_string();
+        if rng.below(4) == 0 {
+            // A metric and a tag pattern: the index's value names and postings answer.
+            let m = Expr::Metric(rng.pick(&METRICS).to_string());
+            let p = if rng.below(2) == 0 {
+                Expr::TagGlob(k, format!("{}*", &v[..2]))
+            } else {
+                Expr::TagRegex(k, format!("{}.*", &v[..1]))
+            };
+            return Expr::And(Box::new(m), Box::new(p));
+        }
         return match rng.below(8) {
             0 => Expr::Metric(rng.pick(&METRICS).to_string()),
             1 => Expr::MetricGlob(format!("{}*", &rng.pick(&METRICS)[..5])),

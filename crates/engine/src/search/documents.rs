@@ -5,7 +5,8 @@
 //! - Series (`tsmeta`, `tsmeta_summary`, `tsuids`) come from the tag index in TSUID order:
 //!   the catalog (`0x01`), or, when every match must have an exact metric or tag pair, that
 //!   metric's catalog range, its `0x02` posting range, or the `0x03` one; an exact `tsuid`
-//!   reads its one catalog row. Other fields are read from the series' `tsdb-meta` row only
+//!   reads its one catalog row; an exact metric with a tag glob or regex, the query path's
+//!   selector; a metric glob or regex, the catalog ranges of the metrics it names. Other fields are read from the series' `tsdb-meta` row only
 //!   when the query asks for them (and for the page's `tsmeta` results).
 //! - UIDs (`uidmeta`) come from `tsdb-uid`'s forward rows, type by type (metric, tag key, tag
 //!   value), each by name; an exact `name` reads its one row, an exact `type` one type.
@@ -25,10 +26,12 @@ use hourglass_core::uid::{Uid, UidKind, hex_upper, name_bytes, name_from_bytes};
 use hourglass_storage::{ReadOptions, ScanRequest};
 use serde_json::{Map, Value, json};
 
-use super::query_string::{Document, FieldKind, Node, matches};
+use super::query_string::{Document, FieldKind, Node, Pattern, matches, value_matches};
 use crate::annotation::{self, Annotation};
+use crate::index::select::{KeyFilters, SeriesSelector};
 use crate::index::{GLOBAL_FAMILY, kind};
 use crate::meta::{TsMeta, UidMeta, get_uid_meta, ts_meta_or_default};
+use crate::query::filter::TagFilter;
 use crate::{Error, Result, Tsdb};
 
 /// What a search returns.
@@ -313,51 +316,134 @@ impl Document for SeriesDoc<'_> {
     }
 }
 
-/// Where the series come from: index key ranges and where each key's TSUID is.
+/// One index key range of series: keys starting with `prefix`, the TSUID `head` then the
+/// key from `tail_at`.
+struct SeriesRange {
+    prefix: Vec<u8>,
+    head: Vec<u8>,
+    tail_at: usize,
+}
+
+/// Where the series come from, each source in TSUID order.
 enum SeriesSource {
     /// No series can match (an exact name with no UID).
     Nothing,
-    /// One series, if its catalog row exists.
-    One(Vec<u8>),
-    /// Keys starting with `prefix`; the TSUID is `head` then the key from `tail_at`.
-    Range {
-        prefix: Vec<u8>,
-        head: Vec<u8>,
-        tail_at: usize,
-    },
+    /// These series, sorted, if their catalog rows exist.
+    Listed(Vec<Vec<u8>>),
+    /// These ranges, one after the other.
+    Ranges(Vec<SeriesRange>),
+}
+
+fn catalog_range(metric: &[u8]) -> SeriesRange {
+    SeriesRange {
+        prefix: [&[kind::CATALOG][..], metric].concat(),
+        head: Vec::new(),
+        tail_at: 1,
+    }
+}
+
+/// An anchored regex equal to a glob of `*` and `?` (`\` escaping either).
+fn glob_regex(glob: &str) -> String {
+    let mut out = String::from("^");
+    let mut chars = glob.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' => out.push_str(".*"),
+            '?' => out.push('.'),
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    out.push_str(&regex::escape(&n.to_string()));
+                }
+            }
+            c => out.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    out.push('$');
+    out
+}
+
+/// The ASCII characters a glob's matches all start with.
+fn glob_prefix(glob: &str) -> &str {
+    let end = glob
+        .find(|c: char| matches!(c, '*' | '?' | '\\') || !c.is_ascii())
+        .unwrap_or(glob.len());
+    &glob[..end]
+}
+
+/// Metric UIDs (sorted) whose names match a glob or regex, from `tsdb-uid`'s forward rows
+/// (a glob's literal head is a prefix scan).
+fn metrics_matching(tsdb: &Tsdb, pattern: &Pattern) -> Result<Vec<Uid>> {
+    let schema = &tsdb.settings().schema;
+    let prefix = match pattern {
+        Pattern::Wildcard(g) => glob_prefix(g),
+        _ => "",
+    };
+    let request = ScanRequest {
+        read: ReadOptions::family(UID_ID_FAMILY),
+        ..ScanRequest::prefix(prefix.as_bytes())
+    };
+    let mut out = Vec::new();
+    for row in tsdb.store().scan(&schema.uid_table, &request)? {
+        let row = row?;
+        if row.key == MAXID_ROW {
+            continue;
+        }
+        let Some(uid) = row.value(UID_ID_FAMILY, UidKind::Metric.qualifier().as_bytes()) else {
+            continue;
+        };
+        if uid.len() == usize::from(schema.metric_width)
+            && value_matches(pattern, FieldKind::Keyword, &name_from_bytes(&row.key))
+        {
+            out.push(Uid::from_bytes(uid)?);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 fn series_source(tsdb: &Tsdb, query: &Node) -> Result<SeriesSource> {
     let schema = &tsdb.settings().schema;
     let mut required = Vec::new();
-    query.required_words(&["tsuid", "metric", "metric.name"], &mut required);
+    query.required_terms(&["tsuid", "metric", "metric.name"], &mut required);
+    let exact = |field: &str| {
+        required.iter().find_map(|(f, p)| match p {
+            Pattern::Word(w) | Pattern::Phrase(w) if *f == field => Some(w.as_str()),
+            _ => None,
+        })
+    };
     let tag_fields: Vec<&str> = query
         .fields()
         .into_iter()
         .filter(|f| f.starts_with("tags.") && *f != "tags.name")
         .collect();
-    let mut tag_pairs: Vec<(&str, &str)> = Vec::new();
-    query.required_words(&tag_fields, &mut tag_pairs);
-    let tag_pairs: Vec<(&str, &str)> = tag_pairs
+    let mut tag_terms = Vec::new();
+    query.required_terms(&tag_fields, &mut tag_terms);
+    let tag_terms: Vec<(&str, &Pattern)> = tag_terms
         .into_iter()
-        .filter_map(|(f, v)| Some((f.strip_prefix("tags.")?, v)))
+        .filter_map(|(f, p)| Some((f.strip_prefix("tags.")?, p)))
         .collect();
-    if let Some((_, tsuid)) = required.iter().find(|(f, _)| *f == "tsuid") {
+    if let Some(tsuid) = exact("tsuid") {
         return Ok(match hourglass_core::uid::parse_hex(tsuid) {
             Ok(bytes) if crate::meta::check_tsuid(schema, &bytes).is_ok() => {
-                SeriesSource::One(bytes)
+                SeriesSource::Listed(vec![bytes])
             }
             _ => SeriesSource::Nothing,
         });
     }
-    let metric = match required.iter().find(|(f, _)| *f != "tsuid") {
-        Some((_, name)) => match id_of(tsdb, UidKind::Metric, name)? {
-            Some(m) => Some(m.to_bytes(schema.metric_width)),
+    let metric_name = exact("metric").or_else(|| exact("metric.name"));
+    let metric = match metric_name {
+        Some(name) => match id_of(tsdb, UidKind::Metric, name)? {
+            Some(m) => Some(m),
             None => return Ok(SeriesSource::Nothing),
         },
         None => None,
     };
-    let pair = match tag_pairs.first() {
+    let pair = tag_terms.iter().find_map(|(k, p)| match p {
+        Pattern::Word(v) | Pattern::Phrase(v) => Some((*k, v.as_str())),
+        _ => None,
+    });
+    let pair = match pair {
         Some((k, v)) => {
             match (
                 id_of(tsdb, UidKind::TagKey, k)?,
@@ -371,10 +457,11 @@ fn series_source(tsdb: &Tsdb, query: &Node) -> Result<SeriesSource> {
         }
         None => None,
     };
-    Ok(match (metric, pair) {
+    let range = match (metric, pair) {
         (Some(m), Some((k, v))) => {
+            let m = m.to_bytes(schema.metric_width);
             let prefix = [&[kind::POSTING][..], &m, &k, &v].concat();
-            SeriesSource::Range {
+            SeriesRange {
                 tail_at: prefix.len(),
                 prefix,
                 head: m,
@@ -382,23 +469,76 @@ fn series_source(tsdb: &Tsdb, query: &Node) -> Result<SeriesSource> {
         }
         (None, Some((k, v))) => {
             let prefix = [&[kind::ANY_METRIC_POSTING][..], &k, &v].concat();
-            SeriesSource::Range {
+            SeriesRange {
                 tail_at: prefix.len(),
                 prefix,
                 head: Vec::new(),
             }
         }
-        (Some(m), None) => SeriesSource::Range {
-            prefix: [&[kind::CATALOG][..], &m].concat(),
-            head: Vec::new(),
-            tail_at: 1,
-        },
-        (None, None) => SeriesSource::Range {
-            prefix: vec![kind::CATALOG],
-            head: Vec::new(),
-            tail_at: 1,
-        },
-    })
+        (Some(m), None) => {
+            // A tag glob or regex within the metric: the selector the query path uses
+            // (value names, then postings), while its candidates stay few.
+            if let Some(listed) = tag_pattern_candidates(tsdb, m, &tag_terms)? {
+                return Ok(listed);
+            }
+            catalog_range(&m.to_bytes(schema.metric_width))
+        }
+        (None, None) => {
+            let pattern = required.iter().find_map(|(f, p)| {
+                (*f != "tsuid" && matches!(p, Pattern::Wildcard(_) | Pattern::Regex(_)))
+                    .then_some(*p)
+            });
+            if let Some(p) = pattern {
+                let ranges = metrics_matching(tsdb, p)?
+                    .into_iter()
+                    .map(|m| catalog_range(&m.to_bytes(schema.metric_width)))
+                    .collect();
+                return Ok(SeriesSource::Ranges(ranges));
+            }
+            catalog_range(&[])
+        }
+    };
+    Ok(SeriesSource::Ranges(vec![range]))
+}
+
+/// The series of `metric` a required tag glob or regex may match, from the query path's
+/// selector over all time; None when it cannot say (no such term, coverage, too many).
+fn tag_pattern_candidates(
+    tsdb: &Tsdb,
+    metric: Uid,
+    terms: &[(&str, &Pattern)],
+) -> Result<Option<SeriesSource>> {
+    let Some((tagk, regex)) = terms.iter().find_map(|(k, p)| match p {
+        Pattern::Wildcard(g) => Some((*k, glob_regex(g))),
+        Pattern::Regex(r) => Some((*k, r.as_str().to_string())),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let Some(tagk_uid) = id_of(tsdb, UidKind::TagKey, tagk)? else {
+        return Ok(Some(SeriesSource::Nothing));
+    };
+    let filter = TagFilter::new("regexp", tagk, &regex, false)?;
+    let Some(selector) = SeriesSelector::new(
+        metric,
+        vec![KeyFilters {
+            tagk: tagk_uid,
+            filters: vec![filter],
+        }],
+        false,
+    ) else {
+        return Ok(None);
+    };
+    let Some(tags) = selector.candidates(tsdb, 0, i64::from(u32::MAX))? else {
+        return Ok(None);
+    };
+    let schema = &tsdb.settings().schema;
+    let m = metric.to_bytes(schema.metric_width);
+    Ok(Some(SeriesSource::Listed(
+        tags.into_iter()
+            .map(|t| [m.as_slice(), &t].concat())
+            .collect(),
+    )))
 }
 
 fn series(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
@@ -456,30 +596,41 @@ fn series(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
     let table = &schema.index_table;
     match series_source(tsdb, &s.query)? {
         SeriesSource::Nothing => {}
-        SeriesSource::One(tsuid) => {
-            let key = [&[kind::CATALOG][..], &tsuid].concat();
-            if store.get(table, &key, &ReadOptions::keys_only())?.is_some() {
-                visit(tsuid, &mut page)?;
+        SeriesSource::Listed(list) => {
+            let keys: Vec<Vec<u8>> = list
+                .iter()
+                .map(|t| [&[kind::CATALOG][..], t].concat())
+                .collect();
+            for chunk in keys.chunks(1_000) {
+                let rows = store.get_rows(table, chunk, &ReadOptions::keys_only())?;
+                for (key, row) in chunk.iter().zip(rows) {
+                    if row.is_some() {
+                        visit(key[1..].to_vec(), &mut page)?;
+                    }
+                }
             }
         }
-        SeriesSource::Range {
-            prefix,
-            head,
-            tail_at,
-        } => {
-            let request = ScanRequest {
-                read: ReadOptions {
-                    keys_only: true,
-                    ..ReadOptions::family(GLOBAL_FAMILY)
-                },
-                ..ScanRequest::prefix(&prefix)
-            };
-            for row in store.scan(table, &request)? {
-                let row = row?;
-                let Some(tail) = row.key.get(tail_at..) else {
-                    continue;
+        SeriesSource::Ranges(ranges) => {
+            for SeriesRange {
+                prefix,
+                head,
+                tail_at,
+            } in ranges
+            {
+                let request = ScanRequest {
+                    read: ReadOptions {
+                        keys_only: true,
+                        ..ReadOptions::family(GLOBAL_FAMILY)
+                    },
+                    ..ScanRequest::prefix(&prefix)
                 };
-                visit([head.as_slice(), tail].concat(), &mut page)?;
+                for row in store.scan(table, &request)? {
+                    let row = row?;
+                    let Some(tail) = row.key.get(tail_at..) else {
+                        continue;
+                    };
+                    visit([head.as_slice(), tail].concat(), &mut page)?;
+                }
             }
         }
     }

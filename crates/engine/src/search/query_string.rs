@@ -109,18 +109,29 @@ impl Node {
         }
     }
 
-    /// Exact (`Word`) terms on `fields` that every match must satisfy, as (field, value).
+    /// Exact (`Word`, `Phrase`) terms on `fields` that every match must satisfy, as
+    /// (field, value).
     pub fn required_words<'a>(&'a self, fields: &[&str], out: &mut Vec<(&'a str, &'a str)>) {
+        let mut terms = Vec::new();
+        self.required_terms(fields, &mut terms);
+        out.extend(terms.into_iter().filter_map(|(f, p)| match p {
+            Pattern::Word(w) | Pattern::Phrase(w) => Some((f, w.as_str())),
+            _ => None,
+        }));
+    }
+
+    /// Terms on `fields` that every match must satisfy, as (field, pattern).
+    pub fn required_terms<'a>(&'a self, fields: &[&str], out: &mut Vec<(&'a str, &'a Pattern)>) {
         match self {
             Node::Term {
                 field: Some(f),
-                pattern: Pattern::Word(w) | Pattern::Phrase(w),
-            } if fields.contains(&f.as_str()) => out.push((f, w)),
-            Node::And(c) => c.iter().for_each(|n| n.required_words(fields, out)),
+                pattern,
+            } if fields.contains(&f.as_str()) => out.push((f, pattern)),
+            Node::And(c) => c.iter().for_each(|n| n.required_terms(fields, out)),
             Node::Bool { must, should, .. } => {
-                must.iter().for_each(|n| n.required_words(fields, out));
+                must.iter().for_each(|n| n.required_terms(fields, out));
                 if must.is_empty() && should.len() == 1 {
-                    should[0].required_words(fields, out);
+                    should[0].required_terms(fields, out);
                 }
             }
             _ => {}
