@@ -20,10 +20,14 @@ use hourglass_engine::{Clock, IncomingPoint, Settings, Tsdb};
 const DAY: i64 = 1_370_995_200;
 
 fn settings(now_secs: &Arc<AtomicI64>) -> Settings {
+    settings_with(now_secs, true)
+}
+
+fn settings_with(now_secs: &Arc<AtomicI64>, index: bool) -> Settings {
     let now = Arc::clone(now_secs);
     Settings {
         auto_create_metrics: true,
-        index: true,
+        index,
         clock: Clock::from_fn(move || now.load(Ordering::SeqCst) * 1000),
         ..Settings::default()
     }
@@ -317,6 +321,93 @@ fn notes_and_summaries_are_found() {
             ],
             "{name}"
         );
+        db.close().unwrap();
+    }
+}
+
+fn put(db: &Tsdb, ts: i64, host: &str) {
+    let tags = [("host", host)];
+    let out = db.add_points(&[IncomingPoint {
+        metric: "sys.cpu",
+        timestamp: ts,
+        value: Value::Int(1),
+        tags: &tags,
+        line_tags: None,
+    }]);
+    assert_eq!(out.stored, 1, "{:?}", out.errors);
+}
+
+/// Series written while the index was off are not in it: a series or note search that
+/// would need them is refused (not answered short) until `tsdb index rebuild` covers them;
+/// UID searches do not need the index. Global notes are read from their rows, so one
+/// written with the index off is found.
+#[test]
+fn searches_the_index_cannot_answer_whole_are_refused_until_a_rebuild() {
+    use hourglass_engine::annotation::{self, AnnotationUpdate};
+    use hourglass_engine::index::rebuild::{RebuildOptions, rebuild};
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 3600));
+        let db = common::open(Arc::clone(&store), settings_with(&now, false));
+        put(&db, DAY, "a");
+        let mut n = AnnotationUpdate::default();
+        n.note.start_time = DAY + 5;
+        n.note.description = "outage".into();
+        n.changed.insert("description");
+        annotation::sync(&db, &n, false).unwrap();
+        db.close().unwrap();
+        drop(db);
+        let db = common::open(Arc::clone(&store), settings(&now));
+        put(&db, DAY + 1800, "b");
+        let run = |kind: SearchType, q: &str| {
+            search(
+                &db,
+                &Search {
+                    kind,
+                    query: query_string::parse(q).unwrap(),
+                    limit: 25,
+                    start_index: 0,
+                    timeout: None,
+                },
+            )
+        };
+        for (kind, q) in [
+            (SearchType::Tsuids, "*"),
+            (SearchType::TsMeta, "metric:sys.cpu"),
+            (SearchType::Annotation, "*"),
+        ] {
+            let e = run(kind, q).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "The tag index does not list every series of sys.cpu yet (data written \
+                 before it or while it was off): run tsdb index rebuild",
+                "{name}: {kind:?} {q}"
+            );
+        }
+        assert_eq!(
+            run(SearchType::UidMeta, "name:a").unwrap().total,
+            1,
+            "{name}"
+        );
+        // A rebuild once the index's first day is over covers the past.
+        now.store(DAY + 2 * 86_400 + 7200, Ordering::SeqCst);
+        rebuild(
+            &db,
+            &RebuildOptions {
+                now_secs: now.load(Ordering::SeqCst) as u32,
+                ..RebuildOptions::default()
+            },
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(run(SearchType::Tsuids, "*").unwrap().total, 2, "{name}");
+        assert_eq!(
+            run(SearchType::Tsuids, "tags.host:a").unwrap().total,
+            1,
+            "{name}"
+        );
+        let notes = run(SearchType::Annotation, "outage").unwrap();
+        assert_eq!(notes.total, 1, "{name}");
+        assert_eq!(notes.results[0]["startTime"], DAY + 5, "{name}");
         db.close().unwrap();
     }
 }

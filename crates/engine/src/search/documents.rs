@@ -10,9 +10,12 @@
 //!   when the query asks for them (and for the page's `tsmeta` results).
 //! - UIDs (`uidmeta`) come from `tsdb-uid`'s forward rows, type by type (metric, tag key, tag
 //!   value), each by name; an exact `name` reads its one row, an exact `type` one type.
-//! - Annotations come from the index's `0x30` rows (global notes first, then by metric,
-//!   start time and tags), each read back from its data row (a place whose note is gone is
-//!   skipped).
+//! - Annotations: global notes from their data rows (time order), then series notes from
+//!   the index's `0x30` places (by metric, start time and tags), each read back from its
+//!   data row (a place whose note is gone is skipped).
+//!
+//! Series and series-note searches answer only when the index covers every metric they
+//! may touch (else an error naming the metric and `tsdb index rebuild`).
 //!
 //! Memory is bounded by the page: matches past it are counted, not kept.
 //!
@@ -29,7 +32,7 @@ use serde_json::{Map, Value, json};
 use super::query_string::{Document, FieldKind, Node, Pattern, matches, value_matches};
 use crate::annotation::{self, Annotation};
 use crate::index::select::{KeyFilters, SeriesSelector};
-use crate::index::{GLOBAL_FAMILY, kind};
+use crate::index::{GLOBAL_FAMILY, kind, status};
 use crate::meta::{TsMeta, UidMeta, get_uid_meta, ts_meta_or_default};
 use crate::query::filter::TagFilter;
 use crate::{Error, Result, Tsdb};
@@ -212,6 +215,29 @@ fn id_of(tsdb: &Tsdb, kind: UidKind, name: &str) -> Result<Option<Uid>> {
         Err(Error::NoSuchName { .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Fails unless the index lists every series of `metrics` (None: of every metric): each
+/// metric's coverage has no gap (RFC 0007, "Status"), as lookups ask. Series written before
+/// the index existed, or while it was off, are listed only after `tsdb index rebuild`; a
+/// search must not answer without them.
+fn check_covered(tsdb: &Tsdb, metrics: Option<Vec<Vec<u8>>>) -> Result<()> {
+    let schema = &tsdb.settings().schema;
+    let store = tsdb.store();
+    let metrics = match metrics {
+        Some(m) => m,
+        None => crate::index::rebuild::all_metrics(tsdb)?,
+    };
+    for m in metrics {
+        if !status::covers_all_hours(store.as_ref(), &schema.index_table, Some(&m))? {
+            let name = name_of(tsdb, UidKind::Metric, &m)?.unwrap_or_else(|| hex_upper(&m));
+            return Err(Error::invalid(format!(
+                "The tag index does not list every series of {name} yet (data written before \
+                 it or while it was off): run tsdb index rebuild"
+            )));
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -594,7 +620,27 @@ fn series(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
     };
     let store = tsdb.store();
     let table = &schema.index_table;
-    match series_source(tsdb, &s.query)? {
+    let source = series_source(tsdb, &s.query)?;
+    let scope = match &source {
+        SeriesSource::Nothing => Some(Vec::new()),
+        SeriesSource::Listed(list) => Some(
+            list.iter()
+                .filter_map(|t| t.get(..metric_width).map(<[u8]>::to_vec))
+                .collect(),
+        ),
+        SeriesSource::Ranges(ranges) => ranges
+            .iter()
+            .map(|r| match r.prefix.first() {
+                Some(&kind::CATALOG) if r.prefix.len() == 1 + metric_width => {
+                    Some(r.prefix[1..].to_vec())
+                }
+                Some(&kind::POSTING) => r.prefix.get(1..1 + metric_width).map(<[u8]>::to_vec),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>(),
+    };
+    check_covered(tsdb, scope)?;
+    match source {
         SeriesSource::Nothing => {}
         SeriesSource::Listed(list) => {
             let keys: Vec<Vec<u8>> = list
@@ -883,14 +929,26 @@ fn notes(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
             None => return Ok(Page::new(s).answer()),
         }
     }
+    let global = prefix.len() == 1;
+    check_covered(tsdb, (!global).then(|| vec![prefix[1..].to_vec()]))?;
+    let mut page = Page::new(s);
+    if global {
+        global_notes(tsdb, s, &mut page)?;
+    }
+    // Series notes: their places, skipping the all-zero metric (global notes, read above).
+    let start = if global {
+        let zeros = [&[kind::NOTE][..], &vec![0u8; m]].concat();
+        hourglass_storage::prefix_end(&zeros).unwrap_or(zeros)
+    } else {
+        prefix.clone()
+    };
     let request = ScanRequest {
         read: ReadOptions {
             keys_only: true,
             ..ReadOptions::family(GLOBAL_FAMILY)
         },
-        ..ScanRequest::prefix(&prefix)
+        ..ScanRequest::range(start, hourglass_storage::prefix_end(&prefix))
     };
-    let mut page = Page::new(s);
     for row in tsdb.store().scan(&schema.index_table, &request)? {
         let row = row?;
         page.tick()?;
@@ -923,4 +981,45 @@ fn notes(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
         }
     }
     Ok(page.answer())
+}
+
+/// Global notes, straight from their data rows (all-zero metric, never salted, in time
+/// order; a row's notes sorted by time): complete whatever the index holds.
+fn global_notes(tsdb: &Tsdb, s: &Search, page: &mut Page) -> Result<()> {
+    let schema = &tsdb.settings().schema;
+    let start = annotation::row_key(schema, None, 0);
+    let head = start.len() - 4;
+    let request = ScanRequest {
+        read: ReadOptions::family(DATA_FAMILY),
+        ..ScanRequest::range(start.clone(), hourglass_storage::prefix_end(&start[..head]))
+    };
+    for row in tsdb.store().scan(&schema.data_table, &request)? {
+        let row = row?;
+        page.tick()?;
+        let Some(base) = row
+            .key
+            .get(head..)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_be_bytes)
+        else {
+            continue;
+        };
+        let mut found: Vec<(i64, Annotation)> = row
+            .cells
+            .iter()
+            .filter(|c| is_annotation_qualifier(&c.qualifier))
+            .filter_map(|c| {
+                let t = annotation::stored_time_ms(base, &c.qualifier, &c.value)?;
+                Some((t, Annotation::from_stored(&c.value).ok()?))
+            })
+            .collect();
+        found.sort_by_key(|(t, _)| *t);
+        for (_, note) in found {
+            let mut doc = NoteDoc { note, metric: None };
+            if matches(&s.query, &mut doc)? && page.take() {
+                page.results.push(doc.note.to_json());
+            }
+        }
+    }
+    Ok(())
 }
