@@ -9,7 +9,8 @@
 //!   selector; a metric glob or regex, the catalog ranges of the metrics it names. Other fields are read from the series' `tsdb-meta` row only
 //!   when the query asks for them (and for the page's `tsmeta` results).
 //! - UIDs (`uidmeta`) come from `tsdb-uid`'s forward rows, type by type (metric, tag key, tag
-//!   value), each by name; an exact `name` reads its one row, an exact `type` one type.
+//!   value), each by name; an exact `name` reads its one row, a name glob the rows starting
+//!   with its literal head, an exact `type` one type.
 //! - Annotations: global notes from their data rows (time order), then series notes from
 //!   the index's `0x30` places (by metric, start time and tags), each read back from its
 //!   data row (a place whose note is gone is skipped).
@@ -764,6 +765,17 @@ fn uids(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
     let mut required = Vec::new();
     s.query.required_words(&["name", "type"], &mut required);
     let name = required.iter().find(|(f, _)| *f == "name").map(|(_, n)| *n);
+    // A required name glob's literal head bounds the forward rows read.
+    let mut name_terms = Vec::new();
+    s.query.required_terms(&["name"], &mut name_terms);
+    let head = name_terms
+        .iter()
+        .filter_map(|(_, p)| match p {
+            Pattern::Wildcard(g) => Some(glob_prefix(g)),
+            _ => None,
+        })
+        .max_by_key(|h| h.len())
+        .unwrap_or("");
     let kinds: Vec<UidKind> = [UidKind::Metric, UidKind::TagKey, UidKind::TagValue]
         .into_iter()
         .filter(|k| {
@@ -789,7 +801,7 @@ fn uids(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
                         &schema.uid_table,
                         &ScanRequest {
                             read: read.clone(),
-                            ..ScanRequest::default()
+                            ..ScanRequest::prefix(head.as_bytes())
                         },
                     )?
                     .map(|r| r.map_err(Error::from)),
