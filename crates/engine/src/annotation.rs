@@ -13,7 +13,7 @@ use hourglass_core::rowkey::apply_salt;
 use hourglass_core::schema::{DATA_FAMILY, Schema};
 use hourglass_core::time::{MAX_TIMESPAN, base_time_of_ms, to_millis};
 use hourglass_core::uid::parse_hex;
-use hourglass_storage::{Check, Mutation, ReadOptions, ScanRequest};
+use hourglass_storage::{Check, Mutation, ReadOptions, RowMutation, ScanRequest};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -196,7 +196,7 @@ pub fn row_key(schema: &Schema, tsuid: Option<&[u8]>, base: u32) -> Vec<u8> {
 }
 
 /// The base hour (seconds) of the row holding time `ms`, clamped to the 4-byte range.
-fn base_hour(ms: i64) -> u32 {
+pub(crate) fn base_hour(ms: i64) -> u32 {
     base_time_of_ms(ms).clamp(0, i64::from(u32::MAX)) as u32
 }
 
@@ -208,6 +208,46 @@ fn location(schema: &Schema, tsuid: &str, start_time: i64) -> Result<(Vec<u8>, V
     let tsuid = tsuid_bytes(schema, tsuid)?;
     let (base, qualifier) = encode_qualifier(start_time)?;
     Ok((row_key(schema, tsuid.as_deref(), base), qualifier))
+}
+
+/// The tag index's `0x30` key of a note of `tsuid` (None: global) starting at `start_ms`.
+fn place_key(schema: &Schema, tsuid: Option<&[u8]>, start_ms: i64) -> Vec<u8> {
+    let metric = usize::from(schema.metric_width);
+    match tsuid {
+        Some(t) => {
+            let at = metric.min(t.len());
+            crate::index::note_key(&t[..at], start_ms, &t[at..])
+        }
+        None => crate::index::note_key(&vec![0u8; metric], start_ms, &[]),
+    }
+}
+
+/// Writes (`Some(true)`) or removes the index places of notes, when this TSD maintains the
+/// tag index (RFC 0007: a note's place is written before the note, removed after it).
+fn set_places(tsdb: &Tsdb, keys: &[Vec<u8>], present: bool) -> Result<()> {
+    let settings = tsdb.settings();
+    if !settings.index || keys.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<RowMutation> = keys
+        .iter()
+        .map(|key| RowMutation {
+            key: key.clone(),
+            mutations: if present {
+                vec![Mutation::set_at(
+                    crate::index::GLOBAL_FAMILY,
+                    crate::index::NOTE_QUALIFIER,
+                    0,
+                    Vec::new(),
+                )]
+            } else {
+                vec![Mutation::DeleteRow]
+            },
+        })
+        .collect();
+    tsdb.store()
+        .mutate_rows(&settings.schema.index_table, &rows)?;
+    Ok(())
 }
 
 fn read_cell(tsdb: &Tsdb, key: &[u8], qualifier: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -262,6 +302,14 @@ pub fn sync(tsdb: &Tsdb, update: &AnnotationUpdate, overwrite: bool) -> Result<A
             }
         }
     }
+    // The note's index place before the note (a place without its note is skipped by
+    // searches; a note without its place would be missed).
+    let tsuid = tsuid_bytes(schema, &note.tsuid)?;
+    set_places(
+        tsdb,
+        &[place_key(schema, tsuid.as_deref(), note.start_ms())],
+        true,
+    )?;
     let check = Check {
         family: DATA_FAMILY.into(),
         qualifier: qualifier.clone(),
@@ -292,12 +340,24 @@ pub fn sync(tsdb: &Tsdb, update: &AnnotationUpdate, overwrite: bool) -> Result<A
 pub fn delete(tsdb: &Tsdb, tsuid: &str, start_time: i64) -> Result<()> {
     let schema = &tsdb.settings().schema;
     let (key, qualifier) = location(schema, tsuid, start_time)?;
+    let stored = read_cell(tsdb, &key, &qualifier)?;
     tsdb.store().mutate_row(
         &schema.data_table,
         &key,
-        &[Mutation::delete(DATA_FAMILY, qualifier)],
+        &[Mutation::delete(DATA_FAMILY, qualifier.clone())],
     )?;
-    Ok(())
+    // Its index place after the note: the stored note's time, and the one asked for.
+    let series = tsuid_bytes(schema, tsuid)?;
+    let base = base_hour(to_millis(start_time));
+    let mut places = vec![place_key(schema, series.as_deref(), to_millis(start_time))];
+    if let Some(t) = stored
+        .as_deref()
+        .and_then(|json| stored_time_ms(base, &qualifier, json))
+        && t != to_millis(start_time)
+    {
+        places.push(place_key(schema, series.as_deref(), t));
+    }
+    set_places(tsdb, &places, false)
 }
 
 /// The time (ms) of a stored note: its JSON `startTime`, else its qualifier's offset.
@@ -346,9 +406,18 @@ pub fn delete_range(tsdb: &Tsdb, tsuid: Option<&[u8]>, start_ms: i64, end_ms: i6
                 })
                 .map(|c| Mutation::delete(DATA_FAMILY, c.qualifier.clone()))
                 .collect();
+            let places: Vec<Vec<u8>> = row
+                .cells
+                .iter()
+                .filter(|c| is_annotation_qualifier(&c.qualifier))
+                .filter_map(|c| stored_time_ms(base, &c.qualifier, &c.value))
+                .filter(|t| *t >= start_ms && *t <= end_ms)
+                .map(|t| place_key(schema, tsuid, t))
+                .collect();
             if !doomed.is_empty() {
                 deleted += doomed.len() as u64;
                 tsdb.store().mutate_row(&schema.data_table, &key, &doomed)?;
+                set_places(tsdb, &places, false)?;
             }
         }
         match base.checked_add(MAX_TIMESPAN) {

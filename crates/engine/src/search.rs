@@ -12,8 +12,12 @@ use hourglass_storage::{ReadOptions, ScanRequest, prefix_end};
 use crate::scan::escape_bytes;
 use crate::{Error, Result, Tsdb};
 
+mod documents;
 mod indexed;
+pub mod query_string;
 pub mod suggest;
+
+pub use documents::{Search, SearchAnswer, SearchType, search};
 
 /// What to look for. `None` (or `*`) in a pair means any tag key / any value.
 #[derive(Debug, Clone, Default)]

@@ -122,10 +122,19 @@ pub fn scan_metric(db: &Tsdb, metric: &[u8], from: u32, to: Option<u32>) -> Resu
             ) else {
                 continue; // not a series' row (fsck of the data table reports those)
             };
-            data.series
-                .entry(series.tags.to_vec())
-                .or_default()
-                .insert(super::period_of(base));
+            // A row holding only notes is no point of the series: the flush gives entries
+            // to points only, and notes have places of their own (`0x30`).
+            if row.cells.is_empty()
+                || row
+                    .cells
+                    .iter()
+                    .any(|c| !is_annotation_qualifier(&c.qualifier))
+            {
+                data.series
+                    .entry(series.tags.to_vec())
+                    .or_default()
+                    .insert(super::period_of(base));
+            }
             if row
                 .cells
                 .iter()

@@ -141,6 +141,12 @@ fn ts_meta_from_row(tsdb: &Tsdb, tsuid: &[u8], row: &Row) -> Result<Option<TsMet
     let Some(json) = row.value(META_FAMILY, TS_META) else {
         return Ok(None);
     };
+    assemble(tsdb, tsuid, parse_stored(json), counter_of(row)).map(Some)
+}
+
+/// A TSMeta of `fields` and the counter (total, last received seconds), with the UID meta
+/// data of every UID of the TSUID.
+fn assemble(tsdb: &Tsdb, tsuid: &[u8], fields: MetaFields, counter: (i64, i64)) -> Result<TsMeta> {
     let schema = &tsdb.settings().schema;
     let series = decode_tsuid(schema, tsuid)?;
     let metric = get_uid_meta(
@@ -161,15 +167,30 @@ fn ts_meta_from_row(tsdb: &Tsdb, tsuid: &[u8], row: &Row) -> Result<Option<TsMet
             &v.to_bytes(schema.tagv_width),
         )?);
     }
-    let (total, last) = counter_of(row);
-    Ok(Some(TsMeta {
+    let (total, last) = counter;
+    Ok(TsMeta {
         tsuid: hex_upper(tsuid),
         metric,
         tags,
-        fields: parse_stored(json),
+        fields,
         last_received: last,
         total_datapoints: total,
-    }))
+    })
+}
+
+/// A series' meta data as search answers show it: the stored TSMeta, else one with default
+/// fields (and the counter, when the series has one), as OpenTSDB's search plugins index
+/// series without a `ts_meta` cell.
+pub fn ts_meta_or_default(tsdb: &Tsdb, tsuid: &[u8]) -> Result<TsMeta> {
+    check_tsuid(&tsdb.settings().schema, tsuid)?;
+    let row = read_ts_row(tsdb, tsuid)?;
+    if let Some(r) = &row
+        && let Some(meta) = ts_meta_from_row(tsdb, tsuid, r)?
+    {
+        return Ok(meta);
+    }
+    let counter = row.as_ref().map_or((0, 0), counter_of);
+    assemble(tsdb, tsuid, MetaFields::default(), counter)
 }
 
 /// The meta data of one series, or None when it has no `ts_meta` cell.

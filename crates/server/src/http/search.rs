@@ -1,5 +1,7 @@
 //! `/api/search/*`: `lookup` finds series by metric and tags (meta table or data table);
-//! the other search types need a search plugin, which this TSD does not have.
+//! `tsmeta`, `tsmeta_summary`, `tsuids`, `uidmeta` and `annotation` answer a Lucene-style
+//! query from the tag index (RFC 0007, "Search endpoints without a plugin"), where OpenTSDB
+//! needs a search plugin; with the index off they answer `Searching is not enabled`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +11,8 @@ use axum::extract::{Path, RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::uid::hex_upper;
-use hourglass_engine::search::{LookupQuery, lookup};
+use hourglass_engine::search::query_string;
+use hourglass_engine::search::{LookupQuery, Search, SearchType, lookup, search};
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
@@ -61,12 +64,8 @@ pub(crate) async fn handle(
         return Err(ApiError::bad_request("Invalid search query type supplied")
             .with_details(format!("Unknown type: {kind}")));
     }
-    if kind != "lookup" {
-        if !has_body(&body) {
-            params.required("query")?;
-        }
-        return Err(ApiError::bad_request("Searching is not enabled")
-            .with_details("Searching has not been enabled on this TSD"));
+    if let Some(search_type) = SearchType::parse(&kind) {
+        return plugin_search(&state, search_type, &params, &body).await;
     }
     let tracking = state.tsdb.settings().meta.tracks_series();
     let request = if has_body(&body) {
@@ -122,6 +121,133 @@ pub(crate) async fn handle(
     out.insert("results".into(), Value::Array(results));
     out.insert("startIndex".into(), json!(request.start_index));
     out.insert("totalResults".into(), json!(total));
+    Ok(json_response(StatusCode::OK, &Value::Object(out)))
+}
+
+/// A search request of one of the plugin types, as OpenTSDB's `SearchQuery` reads it.
+struct SearchRequest {
+    /// The query as given (None: a body without one).
+    query: Option<String>,
+    /// The body's `metric` (OpenTSDB's default `*`; None: given as null), echoed.
+    metric: Option<String>,
+    limit: i32,
+    start_index: i32,
+}
+
+fn search_from_params(params: &Params) -> Result<SearchRequest, ApiError> {
+    let query = params.required("query")?.to_string();
+    let int = |key: &str, default: i32| -> Result<i32, ApiError> {
+        match params.get(key) {
+            None => Ok(default),
+            Some(v) => v.trim().parse::<i32>().map_err(|_| {
+                ApiError::bad_request(format!("Unable to convert '{key}' to a valid number"))
+            }),
+        }
+    };
+    Ok(SearchRequest {
+        query: Some(query),
+        metric: Some("*".into()),
+        limit: int("limit", DEFAULT_LIMIT as i32)?,
+        start_index: int("start_index", 0)?,
+    })
+}
+
+fn search_from_body(obj: &Map<String, Value>) -> Result<SearchRequest, ApiError> {
+    let bad = |what: &str| {
+        ApiError::bad_request("Unable to parse the given JSON")
+            .with_details(format!("field '{what}' has the wrong type"))
+    };
+    let text = |k: &str, default: Option<&str>| -> Result<Option<String>, ApiError> {
+        match obj.get(k) {
+            None => Ok(default.map(str::to_string)),
+            Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(bad(k)),
+        }
+    };
+    let int = |k: &str, default: i32| -> Result<i32, ApiError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| bad(k)),
+            Some(Value::String(s)) => s.trim().parse().map_err(|_| bad(k)),
+            Some(_) => Err(bad(k)),
+        }
+    };
+    Ok(SearchRequest {
+        query: text("query", None)?,
+        metric: text("metric", Some("*"))?,
+        limit: int("limit", DEFAULT_LIMIT as i32)?,
+        start_index: int("startIndex", 0)?,
+    })
+}
+
+/// `tsmeta`, `tsmeta_summary`, `tsuids`, `uidmeta`, `annotation`: OpenTSDB's `SearchQuery`
+/// in, the same object out with `totalResults`, `time` and `results` filled.
+async fn plugin_search(
+    state: &Arc<State>,
+    kind: SearchType,
+    params: &Params,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let request = if has_body(body) {
+        search_from_body(&json_object(body)?)?
+    } else {
+        search_from_params(params)?
+    };
+    if !state.tsdb.settings().index {
+        return Err(ApiError::bad_request("Searching is not enabled")
+            .with_details("Searching has not been enabled on this TSD"));
+    }
+    for (key, value) in [
+        ("limit", request.limit),
+        ("startIndex", request.start_index),
+    ] {
+        if value < 0 {
+            return Err(ApiError::bad_request(format!(
+                "Unable to convert '{key}' to a valid number"
+            ))
+            .with_details(format!("'{key}' must be 0 or more, was {value}")));
+        }
+    }
+    let parsed = query_string::parse(request.query.as_deref().unwrap_or(""))
+        .map_err(|e| ApiError::bad_request("Unable to parse query").with_details(e.to_string()))?;
+    if let Some(field) = parsed.fields().into_iter().find(|f| !kind.knows_field(f)) {
+        return Err(
+            ApiError::bad_request("Unable to parse query").with_details(format!(
+                "Unknown field '{field}' for search type {}",
+                kind.name()
+            )),
+        );
+    }
+    let started = Instant::now();
+    let run = Search {
+        kind,
+        query: parsed,
+        limit: request.limit.max(0) as usize,
+        start_index: request.start_index.max(0) as usize,
+        timeout: state.settings.query_limits.timeout,
+    };
+    let answer = blocking(&state.tsdb, move |db| {
+        search(db, &run).map_err(ApiError::from)
+    })
+    .await?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut out = Map::new();
+    out.insert("type".into(), json!(kind.name()));
+    if let Some(q) = &request.query {
+        out.insert("query".into(), json!(q));
+    }
+    if let Some(m) = &request.metric {
+        out.insert("metric".into(), json!(m));
+    }
+    out.insert("limit".into(), json!(request.limit));
+    out.insert("startIndex".into(), json!(request.start_index));
+    out.insert("totalResults".into(), json!(answer.total));
+    out.insert("time".into(), json!((elapsed_ms * 1000.0).round() / 1000.0));
+    out.insert("results".into(), Value::Array(answer.results));
     Ok(json_response(StatusCode::OK, &Value::Object(out)))
 }
 
