@@ -6,6 +6,7 @@ mod bounded;
 pub mod cell_codec;
 mod error;
 pub mod fsck;
+pub mod histogram;
 pub mod index;
 pub mod meta;
 pub mod num;

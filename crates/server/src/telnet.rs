@@ -6,6 +6,7 @@
 
 mod auth_line;
 mod commands;
+mod histogram;
 mod rollup;
 
 pub(crate) use commands::stats_text;
@@ -267,6 +268,15 @@ fn handle_lines(
         if cmd == "rollup" && !state.settings.read_only {
             batch.submit(state, out);
             rollups.add(args);
+            continue;
+        }
+        if cmd == "histogram" && !state.settings.read_only {
+            batch.submit(state, out);
+            rollups.submit(state, out);
+            if let Some(reply) = histogram::run(state, args) {
+                out.extend_from_slice(reply.as_bytes());
+                out.push(b'\n');
+            }
             continue;
         }
         batch.submit(state, out);
