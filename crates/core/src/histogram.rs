@@ -383,21 +383,17 @@ pub fn parse_java_float(text: &str) -> Option<f32> {
         .strip_suffix(['f', 'F', 'd', 'D'])
         .filter(|rest| !rest.ends_with(|c: char| c.is_ascii_alphabetic()))
         .unwrap_or(t);
-    let unsigned = t.trim_start_matches(['+', '-']);
-    if unsigned.eq_ignore_ascii_case("inf")
-        || unsigned.eq_ignore_ascii_case("nan")
-        || unsigned.eq_ignore_ascii_case("infinity") && unsigned != "Infinity"
-        || unsigned.starts_with(['+', '-'])
-    {
-        return None;
-    }
-    if unsigned == "Infinity" || unsigned == "NaN" {
-        let negative = t.starts_with('-');
-        return Some(match (unsigned, negative) {
-            ("NaN", _) => f32::NAN,
-            (_, true) => f32::NEG_INFINITY,
-            _ => f32::INFINITY,
-        });
+    let (negative, unsigned) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    match unsigned {
+        "NaN" => return Some(f32::NAN),
+        "Infinity" if negative => return Some(f32::NEG_INFINITY),
+        "Infinity" => return Some(f32::INFINITY),
+        // Rust's own spellings (`inf`, `nan`) and a second sign are not Java's.
+        _ if !unsigned.starts_with(|c: char| c.is_ascii_digit() || c == '.') => return None,
+        _ => {}
     }
     t.parse::<f32>().ok()
 }
@@ -638,26 +634,61 @@ mod tests {
 
     #[test]
     fn qualifiers_and_times() {
-        assert_eq!(qualifier(1356998400).unwrap(), (1356998400, vec![6, 0, 0]));
         assert_eq!(
-            qualifier(1356998400 + 3599).unwrap(),
-            (1356998400, vec![6, 0x0E, 0x0F])
+            qualifier(1_356_998_400).unwrap(),
+            (1_356_998_400, vec![6, 0, 0])
         );
         assert_eq!(
-            qualifier(1356998400_250).unwrap(),
-            (1356998400, vec![6, 0, 0, 0, 250])
+            qualifier(1_356_998_400 + 3599).unwrap(),
+            (1_356_998_400, vec![6, 0x0E, 0x0F])
         );
         assert_eq!(
-            time_ms(1356998400, &[6, 0x0E, 0x0F]),
-            Some(1356998400_000 + 3599_000)
+            qualifier(1_356_998_400_250).unwrap(),
+            (1_356_998_400, vec![6, 0, 0, 0, 250])
         );
         assert_eq!(
-            time_ms(1356998400, &[6, 0, 0, 0, 250]),
-            Some(1356998400_250)
+            time_ms(1_356_998_400, &[6, 0x0E, 0x0F]),
+            Some(1_356_998_400_000 + 3_599_000)
+        );
+        assert_eq!(
+            time_ms(1_356_998_400, &[6, 0, 0, 0, 250]),
+            Some(1_356_998_400_250)
         );
         assert!(is_histogram_qualifier(&[6, 0, 0]));
         assert!(!is_histogram_qualifier(&[1, 0, 0]));
         assert!(!is_histogram_qualifier(&[6, 0]));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_never_panic(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            text in "[uo0-9,.=:x-]{0,24}",
+        ) {
+            let _ = SimpleHistogram::decode(&raw, true);
+            let _ = SimpleHistogram::decode(&raw, false);
+            let _ = parse_telnet(&text);
+            let _ = decode_base64_lenient(&text);
+        }
+
+        #[test]
+        fn encoding_reads_back(
+            buckets in proptest::collection::vec((-1e6f32..1e6, -1e6f32..1e6, proptest::prelude::any::<i64>()), 0..20),
+            under in proptest::prelude::any::<i64>(),
+            over in proptest::prelude::any::<i64>(),
+            id in proptest::prelude::any::<u8>(),
+        ) {
+            let mut h = SimpleHistogram { underflow: under, overflow: over, ..SimpleHistogram::default() };
+            for (lo, up, n) in buckets {
+                h.set_bucket(lo, up, n);
+            }
+            let bytes = h.encode(Some(id));
+            proptest::prop_assert_eq!(SimpleHistogram::decode(&bytes, true).unwrap(), h.clone());
+            proptest::prop_assert_eq!(
+                decode_base64_lenient(&encode_base64(&bytes[1..])),
+                bytes[1..].to_vec()
+            );
+        }
     }
 
     #[test]
@@ -676,6 +707,11 @@ mod tests {
         assert_eq!(parse_java_float(" 1.5f"), Some(1.5));
         assert_eq!(parse_java_float("-Infinity"), Some(f32::NEG_INFINITY));
         assert_eq!(parse_java_float("inf"), None);
+        assert_eq!(parse_java_float("-nan"), None);
+        assert_eq!(parse_java_float("+-1"), None);
+        assert!(parse_java_float("NaN").unwrap().is_nan());
+        assert_eq!(parse_java_float("+Infinity"), Some(f32::INFINITY));
+        assert_eq!(parse_java_float("1e3"), Some(1000.0));
         assert_eq!(parse_java_float("x"), None);
     }
 }

@@ -22,10 +22,7 @@ use crate::State;
 /// Runs one `histogram` line (`args`: what follows the command's space); the reply, if any.
 pub(super) fn run(state: &State, args: Option<&str>) -> Option<String> {
     state.stats.points_received.fetch_add(1, Ordering::Relaxed);
-    match line(state, args.unwrap_or_default()) {
-        Ok(()) => None,
-        Err(reply) => Some(reply),
-    }
+    line(state, args.unwrap_or_default()).err()
 }
 
 fn illegal(m: impl std::fmt::Display) -> String {
