@@ -378,6 +378,19 @@ async fn percentiles_and_buckets_answer_as_2_4_1(backend: &str) {
     .await;
     assert_eq!(got[0].3, dps(&[(T0, f(3.0))]));
 
+    // A percentile below 1 is -1 (2.4.1's `percentile` answers so for p outside [1, 100]).
+    let got = run(q(
+        json!({"aggregator": "sum", "metric": "h.q", "percentiles": [0.5]}),
+    ))
+    .await;
+    assert_eq!(
+        (got[0].0.as_str(), &got[0].3),
+        (
+            "h.q_pct_0.5",
+            &dps(&[(T0, f(-1.0)), (T0 + 30, f(-1.0)), (T0 + 90, f(-1.0))])
+        )
+    );
+
     // The query's range cuts points, not the scanned hour.
     let got = run(json!({"start": T0 + 1, "end": T0 + 60, "queries": [
         {"aggregator": "sum", "metric": "h.q", "percentiles": [50]}]}))
@@ -462,7 +475,7 @@ async fn errors_are_2_4_1s(backend: &str) {
     let replies = telnet(
         srv.addr,
         &format!(
-            "histogram h.e {T0} host=a\nhistogram h.e 0 u=1 host=a\nhistogram h.e x u=1 host=a\nhistogram h.e {T0} 0,1=x host=a\nhistogram h.e {T0} 0-1=1 host=a\nhistogram h.e {T0} 7 {FIXTURE_B64} host=a\nhistogram h.e {T0} u=1 host\n"
+            "histogram h.e {T0} host=a\nhistogram h.e 0 u=1 host=a\nhistogram h.e x u=1 host=a\nhistogram h.e {T0} 0,1=x host=a\nhistogram h.e {T0} 0-1=1 host=a\nhistogram h.e {T0} 7 {FIXTURE_B64} host=a\nhistogram h.e {T0} u=1 host=a@b\nhistogram h.e {T0} u=1 host=a\nhistogram h.e {T0} u=1 host\n"
         ),
     )
     .await;
@@ -475,6 +488,7 @@ async fn errors_are_2_4_1s(backend: &str) {
             "histogram: HBase error: For input string: \"x\"",
             "histogram: HBase error: Improperly formatted bounds: 0-1=1",
             "histogram: HBase error: No codec found mapped to ID 7",
+            "histogram: HBase error: Invalid tag value with key [host] (\"a@b\"): illegal character: @",
             "histogram: illegal argument: invalid tag: host",
         ]
     );

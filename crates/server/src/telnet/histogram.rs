@@ -6,7 +6,8 @@
 //! histogram METRIC TIMESTAMP BUCKETS TAG ...          (u=0:o=1:0,1=42:1,5=24)
 //! ```
 //!
-//! Silent on success. Errors are answered as 2.4.1 answers them: `histogram: illegal
+//! Silent on success; consecutive `histogram` lines of one read are written as one batch.
+//! Errors are answered as 2.4.1 answers them: `histogram: illegal
 //! argument: ...` and `histogram: invalid value: ...` for what is read before the point is
 //! built, `histogram: HBase error: ...` for what fails after (2.4.1 reports every failure of
 //! decoding and storing the point through its storage error path).
@@ -19,17 +20,95 @@ use hourglass_engine::histogram::HistogramPoint;
 
 use crate::State;
 
-/// Runs one `histogram` line (`args`: what follows the command's space); the reply, if any.
-pub(super) fn run(state: &State, args: Option<&str>) -> Option<String> {
-    state.stats.points_received.fetch_add(1, Ordering::Relaxed);
-    line(state, args.unwrap_or_default()).err()
+/// A `histogram` line read: the point to store, or the line's reply.
+struct Parsed {
+    metric: String,
+    timestamp: i64,
+    value: Vec<u8>,
+    tags: Vec<(String, String)>,
+}
+
+/// `histogram` lines waiting to be written, in line order (consecutive lines of one read
+/// are written as one batch, as `put` and `rollup` lines are).
+#[derive(Default)]
+pub(super) struct HistogramBatch {
+    lines: Vec<Result<Parsed, String>>,
+}
+
+impl HistogramBatch {
+    /// Reads one line; `args` is what follows the command's space.
+    pub(super) fn add(&mut self, state: &State, args: Option<&str>) {
+        state.stats.points_received.fetch_add(1, Ordering::Relaxed);
+        self.lines.push(line(state, args.unwrap_or_default()));
+    }
+
+    /// Writes the batch's points and answers its errors in line order.
+    pub(super) fn submit(&mut self, state: &State, out: &mut Vec<u8>) {
+        if self.lines.is_empty() {
+            return;
+        }
+        let storage_error = |e: &hourglass_engine::Error| {
+            state.stats.count_error(e);
+            format!("histogram: HBase error: {e}")
+        };
+        let tags: Vec<Vec<(&str, &str)>> = self
+            .lines
+            .iter()
+            .flatten()
+            .map(|p| {
+                p.tags
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect()
+            })
+            .collect();
+        let mut origin = Vec::new();
+        let mut points = Vec::new();
+        for (i, p) in self.lines.iter().enumerate() {
+            if let Ok(p) = p {
+                points.push(HistogramPoint {
+                    metric: &p.metric,
+                    timestamp: p.timestamp,
+                    value: p.value.clone(),
+                    tags: &tags[points.len()],
+                });
+                origin.push(i);
+            }
+        }
+        let mut replies: Vec<Option<String>> = self
+            .lines
+            .iter()
+            .map(|l| l.as_ref().err().cloned())
+            .collect();
+        if !points.is_empty() {
+            match state.tsdb.add_histogram_points(&points, false) {
+                Ok(outcome) => {
+                    for (idx, e) in outcome.errors {
+                        replies[origin[idx]] = Some(storage_error(&e));
+                    }
+                }
+                // The batch's write failed: none of its points is stored.
+                Err(e) => {
+                    for i in &origin {
+                        replies[*i] = Some(storage_error(&e));
+                    }
+                }
+            }
+        }
+        for reply in replies.into_iter().flatten() {
+            out.extend_from_slice(reply.as_bytes());
+            out.push(b'\n');
+        }
+        self.lines.clear();
+    }
 }
 
 fn illegal(m: impl std::fmt::Display) -> String {
     format!("histogram: illegal argument: {m}")
 }
 
-fn line(state: &State, args: &str) -> Result<(), String> {
+/// One line read as 2.4.1 reads it, up to the encoded value: the point, or the reply.
+fn line(state: &State, args: &str) -> Result<Parsed, String> {
     let Some(config) = state.tsdb.histograms() else {
         return Err(illegal(crate::http::put::HISTOGRAMS_OFF));
     };
@@ -88,22 +167,13 @@ fn line(state: &State, args: &str) -> Result<(), String> {
             .encode(Some(id)),
         (None, None) => return Err(illegal("no codec")),
     };
-    let point = HistogramPoint {
-        metric,
+    Ok(Parsed {
+        metric: metric.to_string(),
         timestamp,
         value: encoded,
-        tags: &tags,
-    };
-    let outcome = state
-        .tsdb
-        .add_histogram_points(std::slice::from_ref(&point), false)
-        .map_err(|e| {
-            state.stats.count_error(&e);
-            storage_error(e.to_string())
-        })?;
-    if let Some((_, e)) = outcome.errors.first() {
-        state.stats.count_error(e);
-        return Err(storage_error(e.to_string()));
-    }
-    Ok(())
+        tags: tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    })
 }
