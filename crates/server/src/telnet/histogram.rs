@@ -135,16 +135,11 @@ fn line(state: &State, args: &str) -> Result<Parsed, String> {
     if timestamp <= 0 {
         return Err(illegal(format!("invalid timestamp: {timestamp}")));
     }
-    // An integer third word is a codec id (then the base64 value follows); else the word is
-    // the simple histogram's buckets.
-    let id: Option<i32> = words[2].parse().ok();
-    let (value, tag_words) = match id {
-        Some(_) => (words[3], &words[4..]),
-        None => (words[2], &words[3..]),
-    };
-    let simple = match id {
-        Some(_) => None,
-        None => Some(config.simple().map_err(illegal)?),
+    // An integer third word is a codec id (the base64 value follows); else the word is the
+    // simple histogram's buckets, whose codec id is looked up first, as 2.4.1 does.
+    let (value, tag_words, codec) = match words[2].parse::<i32>() {
+        Ok(id) => (words[3], &words[4..], Err(id)),
+        Err(_) => (words[2], &words[3..], Ok(config.simple().map_err(illegal)?)),
     };
     if value.is_empty() {
         return Err(illegal("empty histogram value"));
@@ -153,19 +148,20 @@ fn line(state: &State, args: &str) -> Result<Parsed, String> {
     let mut tags = Vec::new();
     parse_tags(&tag_text, &mut tags).map_err(illegal)?;
     let storage_error = |m: String| format!("histogram: HBase error: {m}");
-    let encoded = match (id, simple) {
-        (Some(id), _) => {
+    let encoded = match codec {
+        // `Err`: the id the line gives, for bytes in base64.
+        Err(id) => {
             let id = config
                 .codec(i64::from(id))
                 .map_err(|e| storage_error(e.to_string()))?;
-            let h = SimpleHistogram::decode(&decode_base64_lenient(value), false)
-                .map_err(|e| storage_error(e.to_string()))?;
-            h.encode(Some(id))
+            SimpleHistogram::decode(&decode_base64_lenient(value), false)
+                .map_err(|e| storage_error(e.to_string()))?
+                .encode(Some(id))
         }
-        (None, Some(id)) => parse_telnet(value)
+        // `Ok`: the simple codec's id, for the bucket text.
+        Ok(id) => parse_telnet(value)
             .map_err(|e| storage_error(e.to_string()))?
             .encode(Some(id)),
-        (None, None) => return Err(illegal("no codec")),
     };
     Ok(Parsed {
         metric: metric.to_string(),
