@@ -10,6 +10,7 @@ pub mod compact;
 pub mod config;
 pub mod credentials;
 mod error;
+pub mod histogram;
 pub mod names;
 pub mod permission;
 pub mod put;

@@ -7,6 +7,7 @@ pub mod cell_codec;
 pub mod changes;
 mod error;
 pub mod fsck;
+pub mod histogram;
 pub mod index;
 pub mod meta;
 pub mod num;

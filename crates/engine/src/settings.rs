@@ -92,6 +92,8 @@ pub struct Settings {
     pub uid_cache_ids: usize,
     /// `tsd.rollups.*` when `tsd.rollups.enable` is on (RFC 0008).
     pub rollups: Option<std::sync::Arc<crate::rollup::RollupSettings>>,
+    /// `tsd.core.histograms.config` when set: the histogram codecs (RFC 0008, phase 3).
+    pub histograms: Option<std::sync::Arc<hourglass_core::histogram::HistogramConfig>>,
     pub clock: Clock,
 }
 
@@ -122,6 +124,7 @@ impl Default for Settings {
             uid_cache_names: crate::uid::DEFAULT_CACHE_ENTRIES,
             uid_cache_ids: crate::uid::DEFAULT_CACHE_ENTRIES,
             rollups: None,
+            histograms: None,
             clock: Clock::system(),
         }
     }
@@ -189,6 +192,7 @@ impl Settings {
                 .get_int("tsd.uid.lru.id.size", d.uid_cache_ids as i64)?
                 .max(2) as usize,
             rollups: crate::rollup::RollupSettings::from_config(c)?.map(std::sync::Arc::new),
+            histograms: crate::histogram::settings_from_config(c)?.map(std::sync::Arc::new),
             clock: d.clock,
         })
     }

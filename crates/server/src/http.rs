@@ -12,7 +12,7 @@ mod graph;
 mod json;
 mod last;
 mod misc;
-mod put;
+pub(crate) mod put;
 mod query;
 mod request;
 mod search;

@@ -6,6 +6,7 @@
 
 mod auth_line;
 mod commands;
+mod histogram;
 mod rollup;
 
 pub(crate) use commands::stats_text;
@@ -202,6 +203,7 @@ fn handle_lines(
 ) -> Next {
     let mut batch = PutBatch::with_capacity(lines.len());
     let mut rollups = rollup::RollupBatch::default();
+    let mut histograms = histogram::HistogramBatch::default();
     // Every line but the overlong ones is a command (counted once per read, not per line).
     state.stats.telnet_rpcs.fetch_add(
         lines.len().saturating_sub(too_long.len()) as u64,
@@ -211,6 +213,7 @@ fn handle_lines(
         if let Some((_, len)) = too_long.iter().find(|(at, _)| *at == i) {
             batch.submit(state, out);
             rollups.submit(state, out);
+            histograms.submit(state, out);
             out.extend_from_slice(
                 format!(
                     "put: illegal argument: line too long: {len} bytes, the limit is {} (tsd.network.max_line_length)\n",
@@ -236,6 +239,7 @@ fn handle_lines(
             // Not authenticated yet: only `auth` is read; nothing else runs.
             batch.submit(state, out);
             rollups.submit(state, out);
+            histograms.submit(state, out);
             if login.run(state, cmd, args, out) == Next::Close {
                 return Next::Close;
             }
@@ -248,6 +252,7 @@ fn handle_lines(
         {
             batch.submit(state, out);
             rollups.submit(state, out);
+            histograms.submit(state, out);
             state.stats.auth_forbidden.fetch_add(1, Ordering::Relaxed);
             reply(
                 out,
@@ -261,22 +266,32 @@ fn handle_lines(
         }
         if cmd == "put" && !state.settings.read_only {
             rollups.submit(state, out);
+            histograms.submit(state, out);
             batch.add(args);
             continue;
         }
         if cmd == "rollup" && !state.settings.read_only {
             batch.submit(state, out);
+            histograms.submit(state, out);
             rollups.add(args);
+            continue;
+        }
+        if cmd == "histogram" && !state.settings.read_only {
+            batch.submit(state, out);
+            rollups.submit(state, out);
+            histograms.add(state, args);
             continue;
         }
         batch.submit(state, out);
         rollups.submit(state, out);
+        histograms.submit(state, out);
         if commands::run(state, cmd, out) == Next::Close {
             return Next::Close;
         }
     }
     batch.submit(state, out);
     rollups.submit(state, out);
+    histograms.submit(state, out);
     Next::Continue
 }
 

@@ -25,7 +25,10 @@ use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
 use crate::{Error, Result, Tsdb};
 
+mod histogram;
 mod rollup;
+
+pub use histogram::{HISTOGRAMS_OFF, check_histogram_request};
 
 /// One sub-query of a request.
 #[derive(Debug, Clone)]
@@ -48,6 +51,10 @@ pub struct SubQuery {
     pub rollup_usage: Option<String>,
     /// Pre-aggregated series asked for (`preAggregate`, `pre-agg`).
     pub pre_aggregate: bool,
+    /// `percentiles` (`percentiles[...]` in `m=`): a histogram query (RFC 0008, phase 3).
+    pub percentiles: Vec<f32>,
+    /// `showHistogramBuckets` (`show-histogram-buckets`): a histogram query.
+    pub show_histogram_buckets: bool,
 }
 
 impl SubQuery {
@@ -65,6 +72,8 @@ impl SubQuery {
             explicit_tags: false,
             rollup_usage: None,
             pre_aggregate: false,
+            percentiles: Vec::new(),
+            show_histogram_buckets: false,
         }
     }
 }
@@ -324,6 +333,9 @@ pub fn run(
     q: &SubQuery,
     options: &RunOptions,
 ) -> Result<Outcome> {
+    if q.is_histogram() {
+        return histogram::run_histogram(tsdb, start_ms, end_ms, q, options);
+    }
     check_rollup_request(tsdb, q)?;
     let Some(settings) = tsdb.rollups() else {
         return run_on(tsdb, start_ms, end_ms, q, options, &rollup::Source::Data);

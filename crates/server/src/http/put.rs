@@ -13,6 +13,7 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hourglass_core::value::{self, Value};
 use hourglass_engine::IncomingPoint;
+use hourglass_engine::histogram::HistogramPoint;
 use hourglass_engine::rollup::{RollupPoint, RollupRefusal};
 use serde::Deserialize;
 use serde_json::json;
@@ -51,6 +52,12 @@ struct RawPoint {
     aggregator: Option<Scalar>,
     #[serde(rename = "groupByAggregator")]
     group_by_aggregator: Option<Scalar>,
+    /// A histogram point's fields (`/api/histogram`): the codec id of a base64 `value`, or
+    /// buckets (`"lower,upper": count`) with underflow and overflow counts.
+    id: Option<Scalar>,
+    buckets: Option<BTreeMap<String, Scalar>>,
+    underflow: Option<Scalar>,
+    overflow: Option<Scalar>,
 }
 
 /// What a body's points are.
@@ -60,6 +67,8 @@ enum Kind {
     Raw,
     /// Rollups and pre-aggregates (`/api/rollup`), written to the rollup tables.
     Rollup,
+    /// Histograms (`/api/histogram`), written to the data table.
+    Histogram,
 }
 
 impl RawPoint {
@@ -89,6 +98,21 @@ impl RawPoint {
             ("aggregator", &self.aggregator),
             ("groupByAggregator", &self.group_by_aggregator),
         ] {
+            if let Some(v) = field {
+                dp.insert(name.into(), json!(v.text()));
+            }
+        }
+        if let Some(id) = &self.id {
+            dp.insert("id".into(), json!(id.text()));
+        }
+        if let Some(buckets) = &self.buckets {
+            let buckets: serde_json::Map<String, serde_json::Value> = buckets
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v.text())))
+                .collect();
+            dp.insert("buckets".into(), serde_json::Value::Object(buckets));
+        }
+        for (name, field) in [("underflow", &self.underflow), ("overflow", &self.overflow)] {
             if let Some(v) = field {
                 dp.insert(name.into(), json!(v.text()));
             }
@@ -164,6 +188,7 @@ fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
             );
         }
         Kind::Raw => {}
+        Kind::Histogram => return Err("a histogram point is checked by check_histogram".into()),
     }
     let text_of = |f: &Option<Scalar>| f.as_ref().map(Scalar::text);
     Ok(Checked {
@@ -215,6 +240,9 @@ struct PutResult {
 }
 
 fn store(state: &State, raw: &[RawPoint], kind: Kind, sync: bool) -> PutResult {
+    if kind == Kind::Histogram {
+        return store_histograms(state, raw, sync);
+    }
     let mut errors = Vec::new();
     let mut checked = Vec::with_capacity(raw.len());
     for (i, p) in raw.iter().enumerate() {
@@ -317,6 +345,161 @@ fn store_rollups(
     }
 }
 
+/// A histogram point of `/api/histogram`, checked (`HistogramPojo.validate`), decoded and
+/// encoded again as 2.4.1's `PutDataPointRpc` does: the stored value with its codec id first.
+struct CheckedHistogram {
+    metric: String,
+    timestamp: i64,
+    tags: Vec<(String, String)>,
+    value: Vec<u8>,
+}
+
+fn check_histogram(
+    p: &RawPoint,
+    config: &hourglass_core::histogram::HistogramConfig,
+) -> Result<CheckedHistogram, String> {
+    use hourglass_core::histogram::{SimpleHistogram, decode_base64_lenient, parse_java_float};
+    let metric = p.metric.as_ref().map(Scalar::text).unwrap_or_default();
+    if metric.is_empty() {
+        return Err("Metric name was empty".into());
+    }
+    let ts = p
+        .timestamp
+        .as_ref()
+        .and_then(timestamp)
+        .filter(|t| *t > 0)
+        .ok_or("Invalid timestamp")?;
+    let tags: Vec<(String, String)> = p
+        .tags
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.text()))
+        .collect();
+    if tags.is_empty() {
+        return Err("Missing tags".into());
+    }
+    let text = p.value.as_ref().map(Scalar::text).unwrap_or_default();
+    let long = |f: &Option<Scalar>| -> Result<i64, String> {
+        match f {
+            None => Ok(0),
+            Some(s) => timestamp(s).ok_or_else(|| "Unable to parse value to a number".to_string()),
+        }
+    };
+    let value = if text.is_empty() {
+        let buckets = p
+            .buckets
+            .as_ref()
+            .filter(|b| !b.is_empty())
+            .ok_or("Histogram buckets cannot be null or empty if 'value' is empty.")?;
+        let id = config.simple().map_err(|e| e.to_string())?;
+        let mut h = SimpleHistogram {
+            underflow: long(&p.underflow)?,
+            overflow: long(&p.overflow)?,
+            ..SimpleHistogram::default()
+        };
+        for (bounds, count) in buckets {
+            let parts: Vec<&str> = bounds.split(',').collect();
+            if parts.len() != 2 {
+                return Err(format!("Unable to parse bucket bounds: {bounds}"));
+            }
+            let bound = |s: &str| {
+                parse_java_float(s).ok_or_else(|| "Unable to parse value to a number".to_string())
+            };
+            let count = long(&Some(count.clone()))?;
+            h.set_bucket(bound(parts[0])?, bound(parts[1])?, count);
+        }
+        h.encode(Some(id))
+    } else {
+        let id = match &p.id {
+            None => 0,
+            Some(id) => timestamp(id).ok_or("Unable to parse value to a number")?,
+        };
+        if !(0..=255).contains(&id) {
+            return Err("Invalid type. Must be from 0 to 255.".into());
+        }
+        let id = config.codec(id).map_err(|e| e.to_string())?;
+        // A value cut short is Kryo's runtime exception in 2.4.1, answered so.
+        let h =
+            SimpleHistogram::decode(&decode_base64_lenient(&text), false).map_err(|e| {
+                match e.kind() {
+                    hourglass_core::ErrorKind::Corrupt => "Unexpected exception".to_string(),
+                    hourglass_core::ErrorKind::InvalidInput => e.to_string(),
+                }
+            })?;
+        h.encode(Some(id))
+    };
+    Ok(CheckedHistogram {
+        metric,
+        timestamp: ts,
+        tags,
+        value,
+    })
+}
+
+/// Histogram points go straight to the data table (RFC 0008, phase 3), synced there when
+/// asked.
+fn store_histograms(state: &State, raw: &[RawPoint], sync: bool) -> PutResult {
+    let mut errors = Vec::new();
+    let Some(config) = state.tsdb.histograms() else {
+        for i in 0..raw.len() {
+            errors.push((i, HISTOGRAMS_OFF.to_string()));
+        }
+        return PutResult {
+            success: 0,
+            errors,
+            throttled: None,
+        };
+    };
+    let mut checked = Vec::with_capacity(raw.len());
+    for (i, p) in raw.iter().enumerate() {
+        match check_histogram(p, config) {
+            Ok(c) => checked.push((i, c)),
+            Err(e) => errors.push((i, e)),
+        }
+    }
+    let tag_refs: Vec<Vec<(&str, &str)>> = checked
+        .iter()
+        .map(|(_, c)| {
+            c.tags
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect()
+        })
+        .collect();
+    let points: Vec<HistogramPoint<'_>> = checked
+        .iter()
+        .zip(&tag_refs)
+        .map(|((_, c), tags)| HistogramPoint {
+            metric: &c.metric,
+            timestamp: c.timestamp,
+            value: c.value.clone(),
+            tags,
+        })
+        .collect();
+    let mut success = 0;
+    match state.tsdb.add_histogram_points(&points, sync) {
+        Ok(outcome) => {
+            success = outcome.stored;
+            for (idx, e) in outcome.errors {
+                state.stats.count_error(&e);
+                errors.push((checked[idx].0, super::PointError::of(&e).http));
+            }
+        }
+        Err(e) => {
+            for (i, _) in &checked {
+                state.stats.count_error(&e);
+                errors.push((*i, super::PointError::of(&e).http));
+            }
+        }
+    }
+    errors.sort_by_key(|(i, _)| *i);
+    PutResult {
+        success,
+        errors,
+        throttled: None,
+    }
+}
+
 /// A rollup refusal as the engine error it is counted and worded as.
 pub(crate) fn rollup_error(refusal: RollupRefusal) -> hourglass_engine::Error {
     match refusal {
@@ -366,18 +549,27 @@ pub(crate) async fn rollup(
     serve(Kind::Rollup, method, params, state, body).await
 }
 
-/// `/api/histogram`: histogram storage is not enabled (answered before the method is looked
-/// at, as OpenTSDB does).
-pub(crate) async fn histogram() -> Response {
-    let mut resp = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, HISTOGRAMS_OFF).into_response();
-    // Not a passing condition: retrying will not help.
-    resp.headers_mut().remove(axum::http::header::RETRY_AFTER);
-    resp
+/// `/api/histogram`: histogram points as `/api/put` takes points (RFC 0008, phase 3); 503
+/// when histogram storage is not enabled (answered before the method is looked at, as
+/// OpenTSDB does).
+pub(crate) async fn histogram(
+    method: Method,
+    Query(params): Query<HashMap<String, String>>,
+    Extract(state): Extract<Arc<State>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if state.tsdb.histograms().is_none() {
+        let mut resp =
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, HISTOGRAMS_OFF).into_response();
+        // Not a passing condition: retrying will not help.
+        resp.headers_mut().remove(axum::http::header::RETRY_AFTER);
+        return Ok(resp);
+    }
+    serve(Kind::Histogram, method, params, state, body).await
 }
 
 /// OpenTSDB's words when histogram storage is not enabled.
-pub(crate) const HISTOGRAMS_OFF: &str =
-    "Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.";
+pub(crate) const HISTOGRAMS_OFF: &str = hourglass_engine::query::plan::HISTOGRAMS_OFF;
 
 async fn serve(
     kind: Kind,
@@ -407,7 +599,7 @@ async fn serve(
     }
     // Without a timeout the sync runs in the same hand-off as the write. Rollup points are
     // synced by the write itself (they skip the log).
-    let rollup_sync = sync && kind == Kind::Rollup;
+    let rollup_sync = sync && kind != Kind::Raw;
     let sync = sync && kind == Kind::Raw;
     let sync_inline = sync && sync_timeout == 0;
     let (raw, result, synced_inline) =

@@ -62,7 +62,7 @@ struct SubQueryRequest {
     tags: Option<HashMap<String, String>>,
     filters: Option<Vec<FilterRequest>>,
     explicit_tags: bool,
-    /// Histogram options (refused: no histogram is stored) and rollup options (RFC 0008).
+    /// Histogram options and rollup options (RFC 0008).
     percentiles: Option<serde_json::Value>,
     show_histogram_buckets: bool,
     pre_aggregate: bool,
@@ -105,12 +105,7 @@ fn time_of(v: &Value, now_ms: i64, tz: Tz) -> Result<i64, ApiError> {
 
 impl SubQueryRequest {
     fn into_sub(self) -> Result<SubQuery, ApiError> {
-        let histogram = self.show_histogram_buckets
-            || self
-                .percentiles
-                .as_ref()
-                .is_some_and(|p| !p.is_null() && p.as_array().is_none_or(|a| !a.is_empty()));
-        refuse_unstored(histogram)?;
+        let percentiles = json_percentiles(self.percentiles.as_ref())?;
         let rollup_usage = self.rollup_usage.as_deref().map(rollup_usage).transpose()?;
         let agg = self
             .aggregator
@@ -163,8 +158,58 @@ impl SubQueryRequest {
             explicit_tags: self.explicit_tags,
             rollup_usage,
             pre_aggregate: self.pre_aggregate,
+            percentiles,
+            show_histogram_buckets: self.show_histogram_buckets,
         })
     }
+}
+
+/// `percentiles` of a JSON sub-query, as Jackson reads a `List<Float>`: numbers or numeric
+/// strings; `null` or absent is none.
+fn json_percentiles(value: Option<&Value>) -> Result<Vec<f32>, ApiError> {
+    let unparsable = |why: String| bad("Unable to parse the given JSON").with_details(why);
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::Number(n) => n.as_f64().map(|f| f as f32),
+                Value::String(s) => hourglass_core::histogram::parse_java_float(s),
+                _ => None,
+            })
+            .map(|p| {
+                p.ok_or_else(|| {
+                    unparsable(format!("percentiles: not a list of numbers: {value:?}"))
+                })
+            })
+            .collect(),
+        Some(other) => Err(unparsable(format!(
+            "percentiles must be a list of numbers, not {other}"
+        ))),
+    }
+}
+
+/// 2.4.1's `QueryRpc.parsePercentiles`: `percentiles[50,99.9]`.
+fn token_percentiles(token: &str) -> Result<Vec<f32>, ApiError> {
+    let (Some(open), Some(close)) = (token.find('['), token.find(']')) else {
+        return Err(bad(format!(
+            "Malformated percentile query paramater: {token}"
+        )));
+    };
+    let inner = token
+        .get(open + 1..close)
+        .ok_or_else(|| bad(format!("Malformated percentile query paramater: {token}")))?;
+    inner
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let p = p.trim();
+            hourglass_core::histogram::parse_java_float(p).ok_or_else(|| {
+                bad(format!("For input string: \"{p}\""))
+                    .with_details("percentiles[...] takes numbers separated by commas")
+            })
+        })
+        .collect()
 }
 
 /// `metric{tags}{filters}` of a GET `m=` parameter.
@@ -228,18 +273,6 @@ pub(crate) fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
     Ok(q)
 }
 
-/// Refuses what asks for histogram data: this TSD stores none yet, so an answer from raw
-/// data would be wrong. Rollup and pre-aggregate requests are checked by the engine, which
-/// knows the rollup configuration (`plan::check_rollup_request`).
-fn refuse_unstored(histogram: bool) -> Result<(), ApiError> {
-    if histogram {
-        return Err(bad(super::put::HISTOGRAMS_OFF).with_details(
-            "percentiles and histogram buckets need histogram data, which this TSD does not store",
-        ));
-    }
-    Ok(())
-}
-
 /// A `rollupUsage` (any case) as its upper-cased name, or OpenTSDB's refusal.
 fn rollup_usage(text: &str) -> Result<String, ApiError> {
     let upper = text.to_ascii_uppercase();
@@ -252,13 +285,15 @@ fn rollup_usage(text: &str) -> Result<String, ApiError> {
 }
 
 /// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, explicit_tags,
-/// the rollup tokens (`pre-agg`, `rollup_*`) and the histogram ones OpenTSDB reads (refused
-/// by [`refuse_unstored`]); anything else is ignored, as OpenTSDB does.
+/// the rollup tokens (`pre-agg`, `rollup_*`) and the histogram ones (`percentiles[...]`,
+/// `show-histogram-buckets`); anything else is ignored, as OpenTSDB does.
 fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
     for token in tokens {
         let lower = token.to_ascii_lowercase();
-        if lower.starts_with("percentiles") || lower == "show-histogram-buckets" {
-            refuse_unstored(true)?;
+        if lower.starts_with("percentiles") {
+            q.percentiles = token_percentiles(token)?;
+        } else if lower.starts_with("show-histogram-buckets") {
+            q.show_histogram_buckets = true;
         } else if lower == "pre-agg" {
             q.pre_aggregate = true;
         } else if lower.starts_with("rollup_") {
@@ -391,6 +426,15 @@ fn sub_query_json(q: &SubQuery, index: usize, o: &Outcome) -> Value {
         "preAggregate": q.pre_aggregate,
         "rollupUsage": q.rollup_usage,
         "rollupTable": o.rollup_table.as_deref().unwrap_or("raw"),
+        "percentiles": if q.percentiles.is_empty() {
+            Value::Null
+        } else {
+            // Java's floats as Jackson writes them (`99.9`, not the double nearest).
+            json!(q.percentiles.iter().map(|p| {
+                hourglass_core::histogram::java_float_text(*p).parse::<f64>().unwrap_or(f64::from(*p))
+            }).collect::<Vec<f64>>())
+        },
+        "showHistogramBuckets": q.show_histogram_buckets,
         "index": index,
         "tags": tags,
         "rateOptions": if q.rate {

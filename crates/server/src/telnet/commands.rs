@@ -26,11 +26,6 @@ pub(super) fn run(state: &State, cmd: &str, out: &mut Vec<u8>) -> Next {
             out.extend_from_slice(b"Caches dropped.\n");
         }
         "exit" => return Next::Close,
-        // Histograms are not stored yet: refused as OpenTSDB refuses them when they are not
-        // configured. (`put` and `rollup` lines are batched by the caller.)
-        "histogram" if writable => out.extend_from_slice(
-            b"histogram: illegal argument: Histogram storage has not been enabled. Check the 'tsd.core.histograms.config' configuration.\n",
-        ),
         "diediedie" if state.settings.diediedie => {
             tracing::warn!("shutdown requested over telnet");
             out.extend_from_slice(b"Cleaning up and exiting now.\n");

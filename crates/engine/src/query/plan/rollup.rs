@@ -241,7 +241,7 @@ fn has_name(qualifier: &[u8], name: &str) -> bool {
 }
 
 /// Bytes a row holds (key, qualifiers and values).
-fn row_bytes(row: &Row) -> usize {
+pub(super) fn row_bytes(row: &Row) -> usize {
     row.key.len()
         + row
             .cells
