@@ -181,6 +181,23 @@ impl<V: Sample> RowData<'_, V> {
 type Buffered = BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)>;
 
 /// Whether the row `key` has buffered points.
+/// `key` (a joint row's key) made the key of its member `m` of the period starting at
+/// `period` (seconds), in place.
+fn member_key_in<'k>(
+    key: &'k mut Vec<u8>,
+    at: usize,
+    period: u32,
+    m: &JointMember,
+) -> Result<&'k [u8]> {
+    let base = period
+        .checked_add(m.offset_secs)
+        .ok_or_else(|| Error::Corrupt("group member past the end of time".into()))?;
+    if let Some(b) = key.get_mut(at..at + 4) {
+        b.copy_from_slice(&base.to_be_bytes());
+    }
+    Ok(key)
+}
+
 fn has_buffered(buffered: &Buffered, at: usize, key: &[u8]) -> bool {
     !buffered.is_empty() && buffered.contains_key(&hourglass_storage::series_major(key, at))
 }
@@ -308,49 +325,49 @@ impl Tsdb {
                         members.into_iter().unzip();
                     let period = base_time_of(schema, &row.key)
                         .ok_or_else(|| Error::Corrupt("group key without a base time".into()))?;
-                    // Each member's key, or `None` outside the scan (a joint row lists the
-                    // group's members outside it too).
-                    let mut keys = Vec::with_capacity(members.len());
+                    // Whether each member is in the scan (a joint row lists the group's
+                    // members outside it too); their keys are built in one buffer, and
+                    // owned only where a member is given on its own.
+                    let mut key_buf = row.key.clone();
+                    let mut inside = Vec::with_capacity(members.len());
                     for m in &members {
-                        let mut key = row.key.clone();
-                        let base = period.checked_add(m.offset_secs).ok_or_else(|| {
-                            Error::Corrupt("group member past the end of time".into())
-                        })?;
-                        if let Some(b) = key.get_mut(at..at + 4) {
-                            b.copy_from_slice(&base.to_be_bytes());
-                        }
-                        let outside =
-                            key < request.start || request.end.as_ref().is_some_and(|e| key >= *e);
-                        keys.push((!outside).then_some(key));
+                        let key = member_key_in(&mut key_buf, at, period, m)?;
+                        let outside = key < request.start.as_slice()
+                            || request.end.as_ref().is_some_and(|e| key >= e.as_slice());
+                        inside.push(!outside);
                     }
                     let summaries = match within {
                         Some((lo, hi)) => joint_summaries(stream, &members)?.map(|all| {
                             let period_ms = i64::from(period) * 1000;
                             all.into_iter()
                                 .zip(&members)
-                                .zip(&keys)
-                                .map(|((s, m), key)| {
+                                .zip(&inside)
+                                .map(|((s, m), inside)| {
                                     let hour = period_ms + i64::from(m.offset_secs) * 1000;
-                                    s.filter(|_| {
-                                        hour >= lo
-                                            && hour + HOUR_MS - 1 <= hi
-                                            && key
-                                                .as_ref()
-                                                .is_some_and(|k| !has_buffered(&buffered, at, k))
-                                    })
+                                    let usable = *inside
+                                        && hour >= lo
+                                        && hour + HOUR_MS - 1 <= hi
+                                        && (buffered.is_empty()
+                                            || !has_buffered(
+                                                &buffered,
+                                                at,
+                                                member_key_in(&mut key_buf, at, period, m)?,
+                                            ));
+                                    Ok(s.filter(|_| usable))
                                 })
-                                .collect::<Vec<_>>()
+                                .collect::<Result<Vec<_>>>()
                         }),
                         None => None,
                     };
+                    let summaries = summaries.transpose()?;
                     let summarized =
                         |i: usize| summaries.as_ref().and_then(|s| s.get(i).copied().flatten());
                     group_times.clear();
                     group_values.clear();
-                    let decode = keys
+                    let decode = inside
                         .iter()
                         .enumerate()
-                        .any(|(i, k)| k.is_some() && summarized(i).is_none());
+                        .any(|(i, k)| *k && summarized(i).is_none());
                     let increasing = !decode
                         || decode_joint_columns(
                             stream,
@@ -365,10 +382,17 @@ impl Tsdb {
                         .sum::<usize>()
                         .max(1);
                     // The members in the scan: a run (the scan's range is contiguous).
-                    let first = keys.iter().position(Option::is_some);
-                    let last = keys.iter().rposition(Option::is_some);
+                    let first = inside.iter().position(|i| *i);
+                    let last = inside.iter().rposition(|i| *i);
+                    let ends = match (first, last) {
+                        (Some(f), Some(l)) => Some((
+                            member_key_in(&mut key_buf, at, period, &members[f])?.to_vec(),
+                            member_key_in(&mut key_buf, at, period, &members[l])?.to_vec(),
+                        )),
+                        _ => None,
+                    };
                     if let (true, true, Some(first), Some(last)) = (whole, increasing, first, last)
-                        && let (Some(first_key), Some(last_key)) = (&keys[first], &keys[last])
+                        && let Some((first_key, last_key)) = &ends
                         && !buffered_between(&buffered, at, first_key, last_key)
                     {
                         // The series' buffered rows of earlier hours go first.
@@ -421,12 +445,13 @@ impl Tsdb {
                     }
                     let mut rebuilt: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
                     let mut from = 0usize;
-                    for (i, (m, key)) in members.iter().zip(keys).enumerate() {
+                    for (i, (m, inside)) in members.iter().zip(&inside).enumerate() {
                         let to = from + m.shape.points as usize;
-                        let Some(key) = key else {
+                        if !inside {
                             from = to;
                             continue;
-                        };
+                        }
+                        let key = member_key_in(&mut key_buf, at, period, m)?.to_vec();
                         let extra =
                             take_buffered(&mut buffered, &mut earlier, at, &key, &mut visit)?;
                         let stored = key.len() + stream.len() * (to - from) / total;

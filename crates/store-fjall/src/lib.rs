@@ -777,13 +777,14 @@ impl GroupedScan {
         }
         let mut members = Vec::with_capacity(group.members.len());
         let (mut first, mut any_in_range) = (None, false);
+        let mut key = group_key.to_vec();
         for (offset, member) in &group.members {
             let Member::Joint { shape, timestamp } = member else {
                 return Ok(None);
             };
-            let Some(key) = self.grouping.member_key(group_key, *offset) else {
+            if self.grouping.to_member(&mut key, *offset).is_none() {
                 return Ok(None);
-            };
+            }
             if !read.time_range.contains(*timestamp)
                 || !(self.series_filter || self.filter.key_matches(&key))
             {
