@@ -184,7 +184,7 @@ type Buffered = BTreeMap<Vec<u8>, (Vec<u8>, Vec<Point>)>;
 /// `key` (a joint row's key) made the key of its member `m` of the period starting at
 /// `period` (seconds), in place.
 fn member_key_in<'k>(
-    key: &'k mut Vec<u8>,
+    key: &'k mut [u8],
     at: usize,
     period: u32,
     m: &JointMember,

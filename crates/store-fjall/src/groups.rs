@@ -71,13 +71,13 @@ impl Grouping {
     /// The row key of member `offset` of a group.
     pub(crate) fn member_key(&self, group_key: &[u8], offset: u32) -> Option<Vec<u8>> {
         let mut key = group_key.to_vec();
-        self.to_member(&mut key, offset)?;
+        self.make_member_key(&mut key, offset)?;
         Some(key)
     }
 
     /// Turns `key`, a group's key or one of its members' keys, into member `offset`'s key in
     /// place (one buffer for all the members of a group).
-    pub(crate) fn to_member(&self, key: &mut [u8], offset: u32) -> Option<()> {
+    pub(crate) fn make_member_key(&self, key: &mut [u8], offset: u32) -> Option<()> {
         let start = self.period_start(self.base(key)?);
         let at = self.timestamp_offset;
         key[at..at + 4].copy_from_slice(&start.checked_add(offset)?.to_be_bytes());

@@ -782,7 +782,7 @@ impl GroupedScan {
             let Member::Joint { shape, timestamp } = member else {
                 return Ok(None);
             };
-            if self.grouping.to_member(&mut key, *offset).is_none() {
+            if self.grouping.make_member_key(&mut key, *offset).is_none() {
                 return Ok(None);
             }
             if !read.time_range.contains(*timestamp)
