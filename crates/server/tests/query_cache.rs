@@ -235,6 +235,11 @@ async fn a_write_into_a_kept_answer_is_seen_at_once() {
     assert_eq!(first[0]["dps"].as_object().unwrap().len(), 1);
     assert_eq!(http(srv.addr, "GET", &q, "").await.json(), first);
     assert_eq!(stats(&srv).await["tsd.query.cache.hits"], 1);
+    // `nocache` computes the answer and keeps nothing.
+    let nocache = format!("{q}&nocache");
+    assert_eq!(http(srv.addr, "GET", &nocache, "").await.json(), first);
+    assert_eq!(http(srv.addr, "GET", &nocache, "").await.json(), first);
+    assert_eq!(stats(&srv).await["tsd.query.cache.hits"], 1);
     // A day later: not in the range read.
     http(srv.addr, "POST", "/api/put", &put(BASE + 86_400, 5)).await;
     assert_eq!(http(srv.addr, "GET", &q, "").await.json(), first);
