@@ -37,6 +37,11 @@ pub fn is_histogram_qualifier(qualifier: &[u8]) -> bool {
 
 /// The qualifier of a histogram point and its row's base hour (`Internal.getQualifier`):
 /// seconds give `06 | offset (2)`, milliseconds `06 | offset ms (4)`.
+/// A base hour (seconds) as a row key holds it: 4 bytes.
+fn base_hour(base: i64) -> Result<u32> {
+    u32::try_from(base).map_err(|_| Error::invalid(format!("bad timestamp={base}")))
+}
+
 pub fn qualifier(timestamp: i64) -> Result<(u32, Vec<u8>)> {
     if timestamp < 1 {
         return Err(Error::invalid("The start timestamp has not been set"));
@@ -47,13 +52,13 @@ pub fn qualifier(timestamp: i64) -> Result<(u32, Vec<u8>)> {
         let offset = (timestamp - base * 1000) as u32;
         let mut q = vec![QUALIFIER_PREFIX];
         q.extend_from_slice(&offset.to_be_bytes());
-        Ok((base as u32, q))
+        Ok((base_hour(base)?, q))
     } else {
         let base = timestamp - timestamp % 3600;
         let offset = (timestamp - base) as u16;
         let mut q = vec![QUALIFIER_PREFIX];
         q.extend_from_slice(&offset.to_be_bytes());
-        Ok((base as u32, q))
+        Ok((base_hour(base)?, q))
     }
 }
 
@@ -252,14 +257,21 @@ impl SimpleHistogram {
         self.buckets.insert(Bounds { lower, upper }, count);
     }
 
+    /// The most buckets a histogram holds: 2.4.1 writes the count as a short and reads it
+    /// back signed.
+    pub const MAX_BUCKETS: usize = i16::MAX as usize;
+
     /// The bytes 2.4.1 writes (`histogram(include_id)`), with the codec id first when given.
+    /// Callers refuse histograms of more than [`Self::MAX_BUCKETS`] buckets first; past it
+    /// the count is written as at most that many.
     pub fn encode(&self, id: Option<u8>) -> Vec<u8> {
         let mut out = Vec::with_capacity(3 + self.buckets.len() * 10 + 2);
         if let Some(id) = id {
             out.push(id);
         }
-        out.extend_from_slice(&(self.buckets.len() as u16).to_be_bytes());
-        for (b, count) in &self.buckets {
+        let n = self.buckets.len().min(Self::MAX_BUCKETS);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+        for (b, count) in self.buckets.iter().take(n) {
             out.extend_from_slice(&float_bits(b.lower).to_be_bytes());
             out.extend_from_slice(&float_bits(b.upper).to_be_bytes());
             write_varlong(*count, &mut out);

@@ -346,6 +346,12 @@ pub fn delete(tsdb: &Tsdb, tsuid: &str, start_time: i64) -> Result<()> {
         &key,
         &[Mutation::delete(DATA_FAMILY, qualifier.clone())],
     )?;
+    // No note stored: no index place to remove (removing one could undo a note being
+    // written at once, whose place is written first; a place left without its note is
+    // skipped by searches).
+    if stored.is_none() {
+        return Ok(());
+    }
     // Its index place after the note: the stored note's time, and the one asked for.
     let series = tsuid_bytes(schema, tsuid)?;
     let base = base_hour(to_millis(start_time));

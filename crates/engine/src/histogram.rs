@@ -127,9 +127,8 @@ impl Tsdb {
                 histogram::pretty(&p.value)
             )));
         }
-        if p.timestamp < 0
-            || (hourglass_core::time::is_millis(p.timestamp) && p.timestamp > 9_999_999_999_999)
-        {
+        // A row's base hour is 4 bytes of seconds, as for data points.
+        if hourglass_core::time::check_timestamp(p.timestamp).is_err() {
             return Err(Error::invalid(format!(
                 "{} timestamp={} when trying to add value={}/0 to metric={}, tags={}",
                 if p.timestamp < 0 { "negative " } else { "bad" },

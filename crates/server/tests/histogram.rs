@@ -237,6 +237,21 @@ async fn percentiles_and_buckets_answer_as_2_4_1(backend: &str) {
         }
     };
     let q = |sub: Value| json!({"start": T0, "end": T0 + 3599, "queries": [sub]});
+    // Percentiles are sorted as 2.4.1's setPercentiles sorts them: the echoed query too.
+    let echo = post(
+        &srv,
+        "/api/query",
+        &json!({"start": T0, "end": T0 + 3599, "showQuery": true,
+                "queries": [{"aggregator": "sum", "metric": "h.q", "percentiles": [99, 50]}]}),
+    )
+    .await
+    .json();
+    assert_eq!(echo[0]["metric"], "h.q_pct_50.0", "{echo}");
+    assert_eq!(
+        echo[0]["query"]["percentiles"],
+        json!([50.0, 99.0]),
+        "{echo}"
+    );
 
     // Summed across series; percentiles sorted, each named after it.
     let got = run(q(
@@ -418,6 +433,9 @@ async fn percentiles_and_buckets_answer_as_2_4_1(backend: &str) {
 async fn errors_are_2_4_1s(backend: &str) {
     let srv = start_on(store_for(backend), config()).await;
     let tags = json!({"host": "a"});
+    let many_buckets: serde_json::Map<String, Value> = (0..32_768)
+        .map(|i| (format!("{i},{}", i + 1), json!(1)))
+        .collect();
     let body = json!([
         {"metric": "", "timestamp": T0, "tags": tags, "buckets": {"0,1": 1}},
         {"metric": "h.e", "timestamp": 0, "tags": tags, "buckets": {"0,1": 1}},
@@ -430,6 +448,10 @@ async fn errors_are_2_4_1s(backend: &str) {
         {"metric": "h.e", "timestamp": T0, "tags": tags, "id": 42, "value": "AAIA"},
         {"metric": "h.e", "timestamp": T0, "tags": tags, "id": 42, "value": "AAIAAAAAP4AA"},
         {"metric": "h.e", "timestamp": T0, "tags": {"host": "a b"}, "buckets": {"0,1": 1}},
+        // More buckets than 2.4.1's signed short count reads back.
+        {"metric": "h.e", "timestamp": T0, "tags": tags, "buckets": many_buckets},
+        // A millisecond time past the 4-byte base hour.
+        {"metric": "h.e", "timestamp": 5_000_000_000_000i64, "tags": tags, "buckets": {"0,1": 1}},
         {"metric": "h.e", "timestamp": T0, "tags": tags, "buckets": {"0,1": 1}}
     ]);
     let r = post(&srv, "/api/histogram?details", &body).await;
@@ -437,7 +459,7 @@ async fn errors_are_2_4_1s(backend: &str) {
     let answer = r.json();
     assert_eq!(
         (&answer["success"], &answer["failed"]),
-        (&json!(1), &json!(11))
+        (&json!(1), &json!(13))
     );
     let errors: Vec<&str> = answer["errors"]
         .as_array()
@@ -459,6 +481,8 @@ async fn errors_are_2_4_1s(backend: &str) {
             "Byte array shorter than 6 bytes detected: [0, 2, 0]",
             "Unexpected exception",
             "Invalid tag value with key [host] (\"a b\"): illegal character:  ",
+            "Too many buckets: 32768, at most 32767",
+            "bad timestamp=5000000000000 when trying to add value=[42, 0, 1, 0, 0, 0, 0, 63, -128, 0, 0, 1, 0, 0]/0 to metric=h.e, tags={host=a}",
         ],
         "{backend}"
     );

@@ -408,6 +408,13 @@ fn check_histogram(
             let count = long(&Some(count.clone()))?;
             h.set_bucket(bound(parts[0])?, bound(parts[1])?, count);
         }
+        if h.buckets.len() > SimpleHistogram::MAX_BUCKETS {
+            return Err(format!(
+                "Too many buckets: {}, at most {}",
+                h.buckets.len(),
+                SimpleHistogram::MAX_BUCKETS
+            ));
+        }
         h.encode(Some(id))
     } else {
         let id = match &p.id {

@@ -105,7 +105,7 @@ fn time_of(v: &Value, now_ms: i64, tz: Tz) -> Result<i64, ApiError> {
 
 impl SubQueryRequest {
     fn into_sub(self) -> Result<SubQuery, ApiError> {
-        let percentiles = json_percentiles(self.percentiles.as_ref())?;
+        let percentiles = sorted_percentiles(json_percentiles(self.percentiles.as_ref())?);
         let rollup_usage = self.rollup_usage.as_deref().map(rollup_usage).transpose()?;
         let agg = self
             .aggregator
@@ -187,6 +187,13 @@ fn json_percentiles(value: Option<&Value>) -> Result<Vec<f32>, ApiError> {
             "percentiles must be a list of numbers, not {other}"
         ))),
     }
+}
+
+/// Percentiles in order, as 2.4.1's `TSSubQuery.setPercentiles` sorts them (so the echoed
+/// query lists them sorted, and equal lists are one query).
+fn sorted_percentiles(mut p: Vec<f32>) -> Vec<f32> {
+    p.sort_by(|a, b| hourglass_core::histogram::java_float_cmp(*a, *b));
+    p
 }
 
 /// 2.4.1's `QueryRpc.parsePercentiles`: `percentiles[50,99.9]`.
@@ -291,7 +298,7 @@ fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
     for token in tokens {
         let lower = token.to_ascii_lowercase();
         if lower.starts_with("percentiles") {
-            q.percentiles = token_percentiles(token)?;
+            q.percentiles = sorted_percentiles(token_percentiles(token)?);
         } else if lower.starts_with("show-histogram-buckets") {
             q.show_histogram_buckets = true;
         } else if lower == "pre-agg" {

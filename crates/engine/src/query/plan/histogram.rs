@@ -176,7 +176,16 @@ pub(super) fn run_histogram(
                 }
             };
             if let Some(i) = slot {
-                held += histos.len() as u64;
+                // Each histogram holds its buckets (and its two counts), and may give as many
+                // values to the answer, besides one per percentile asked for.
+                let per_answer = q.percentiles.len() as u64;
+                held += histos
+                    .iter()
+                    .map(|(_, _, h)| {
+                        let buckets = h.buckets.len() as u64 + 2;
+                        buckets + per_answer + if q.show_histogram_buckets { buckets } else { 0 }
+                    })
+                    .sum::<u64>();
                 series[i].1.extend(histos);
                 series[i].0.annotations.extend(notes);
             }
