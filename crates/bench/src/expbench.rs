@@ -184,9 +184,10 @@ pub(crate) fn run(args: &ExpArgs) -> anyhow::Result<()> {
     let addr = server.http_addr().to_string();
     let agent = query_agent();
     let last = end - 1;
+    // Computed each run (`nocache`), as the expression is: kept answers would time a cache.
     let query_url = format!(
         "http://{addr}/api/query?start={start}&end={last}\
-         &m=sum:1m-avg:{METRIC_A}%7Bhost=*%7D&m=sum:1m-avg:{METRIC_B}%7Bhost=*%7D"
+         &m=sum:1m-avg:{METRIC_A}%7Bhost=*%7D&m=sum:1m-avg:{METRIC_B}%7Bhost=*%7D&nocache"
     );
     let exp_url = format!("http://{addr}/api/query/exp");
     let exp_body = serde_json::json!({
