@@ -92,6 +92,9 @@ pub struct Settings {
     pub uid_cache_ids: usize,
     /// `tsd.rollups.*` when `tsd.rollups.enable` is on (RFC 0008).
     pub rollups: Option<std::sync::Arc<crate::rollup::RollupSettings>>,
+    /// `tsd.storage.retention` in ms: raw points older than this are removed and no longer
+    /// answered (RFC 0008 phase 4).
+    pub retention_ms: Option<i64>,
     pub clock: Clock,
 }
 
@@ -122,6 +125,7 @@ impl Default for Settings {
             uid_cache_names: crate::uid::DEFAULT_CACHE_ENTRIES,
             uid_cache_ids: crate::uid::DEFAULT_CACHE_ENTRIES,
             rollups: None,
+            retention_ms: None,
             clock: Clock::system(),
         }
     }
@@ -189,7 +193,12 @@ impl Settings {
                 .get_int("tsd.uid.lru.id.size", d.uid_cache_ids as i64)?
                 .max(2) as usize,
             rollups: crate::rollup::RollupSettings::from_config(c)?.map(std::sync::Arc::new),
+            retention_ms: crate::rollup::retention::raw_retention(c)?,
             clock: d.clock,
+        })
+        .and_then(|s| {
+            crate::rollup::retention::check(&s)?;
+            Ok(s)
         })
     }
 }
