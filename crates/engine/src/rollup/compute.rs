@@ -150,6 +150,11 @@ pub struct Tier {
     pub progress: AtomicI64,
     /// Units computed since start (dirty recomputes included).
     pub units: AtomicU64,
+    /// The progress this process stored last, its rounds since then all successful
+    /// (`i64::MIN`: none). A unit at exactly this progress was never written by anyone (no
+    /// other TSD moved the progress, no failed attempt of this one), so its computation
+    /// needs not look for cells to replace.
+    clean: AtomicI64,
 }
 
 /// Counters of the background upkeep (computing and retention), for `/api/stats`.
@@ -207,6 +212,7 @@ impl Upkeep {
                     unit_secs: i64::from(i.interval_seconds).max(HOUR),
                     progress: AtomicI64::new(i64::MIN),
                     units: AtomicU64::new(0),
+                    clean: AtomicI64::new(i64::MIN),
                 })
                 .collect(),
             _ => Vec::new(),
@@ -359,6 +365,13 @@ impl Tsdb {
             } else {
                 Ok(())
             };
+        if computed.is_err() {
+            // A unit may have been written in part: the next computation of each tier's
+            // next unit replaces what it finds.
+            for tier in &upkeep.tiers {
+                tier.clean.store(i64::MIN, Ordering::Relaxed);
+            }
+        }
         if computed.is_err() || swept.is_err() {
             upkeep.stats.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -425,7 +438,13 @@ impl Tsdb {
             let w = match stored {
                 Some(w) => w,
                 None => {
-                    let first = self.oldest_raw_hour()?.unwrap_or(now);
+                    // The first key of a scan is of the oldest period when the store returns
+                    // closed periods series by series (RFC 0006: a UTC day by default), not
+                    // necessarily the oldest hour: from the start of its day.
+                    let first = match self.oldest_raw_hour()? {
+                        Some(first) => first - first.rem_euclid(DAY),
+                        None => now,
+                    };
                     first - first.rem_euclid(tier.unit_secs)
                 }
             };
@@ -487,7 +506,10 @@ impl Tsdb {
                 if w + tier.unit_secs + compute.delay_ms / 1000 > now {
                     break;
                 }
-                self.compute_unit(upkeep, tier, w, &metrics, false)?;
+                // A unit someone may have written before (a failed or crashed attempt,
+                // another TSD) has its cells replaced, stale widths included.
+                let replace = tier.clean.load(Ordering::Relaxed) != w;
+                self.compute_unit(upkeep, tier, w, &metrics, replace)?;
                 computed += 1;
                 let next = w + tier.unit_secs;
                 store.mutate_row(
@@ -500,6 +522,7 @@ impl Tsdb {
                     )],
                 )?;
                 tier.progress.store(next, Ordering::Relaxed);
+                tier.clean.store(next, Ordering::Relaxed);
             }
         }
         Ok(computed)
