@@ -257,6 +257,9 @@ pub(crate) fn run(args: &RollupArgs) -> anyhow::Result<()> {
                     rollup_secs[i] = rolled;
                 }
                 server.stop(Duration::from_secs(600))?;
+                if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
+                    println!("(data kept in {})", dir.keep().display());
+                }
             }
             Target::VictoriaMetrics => {
                 let mut server = match target.start(dir.path()) {

@@ -643,7 +643,8 @@ impl Tsdb {
             // Row key with a zero base time → the unit's folds.
             let mut series: HashMap<Vec<u8>, Vec<Acc>> = HashMap::new();
             let mut points = 0u64;
-            self.visit_columns::<Num>(&query, |row| {
+            // A group's members in one call when they can (one series' hours of a period).
+            self.visit_columns_within::<Num>(&query, None, true, |row| {
                 let mut key = row.key.to_vec();
                 if let Some(slot) = key.get_mut(at..at + 4) {
                     slot.fill(0);
