@@ -247,7 +247,7 @@ pub(crate) fn run(args: &RollupArgs) -> anyhow::Result<()> {
                         );
                     }
                     println!(
-                        "  hourglass | {:<20} | raw {:>9.1} ms | rollups {:>7.1} ms | {:.0}x | answers equal",
+                        "  hourglass | {:<20} | raw {:>9.1} ms | rollups {:>7.1} ms | {:.2}x | answers equal",
                         c.name,
                         raw * 1e3,
                         rolled * 1e3,
@@ -304,7 +304,7 @@ pub(crate) fn run(args: &RollupArgs) -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|");
     for (i, c) in cases.iter().enumerate() {
         println!(
-            "| {} | {:.1} | {:.1} | {:.0}x | {:.1} | {:.1}x |",
+            "| {} | {:.1} | {:.1} | {:.2}x | {:.1} | {:.2}x |",
             c.name,
             raw_secs[i] * 1e3,
             rollup_secs[i] * 1e3,
