@@ -518,6 +518,12 @@ fn bad_keys_refuse_the_start() {
         with(&[("tsd.rollups.config", &odd)]),
         "tsd.rollups.compute: interval 7m does not divide a day; computed intervals must"
     );
+    let into_data =
+        rollup_json(None, None).replace(r#""table":"tsdb-rollup-1h""#, r#""table":"tsdb""#);
+    assert_eq!(
+        with(&[("tsd.rollups.config", &into_data)]),
+        "tsd.rollups.compute: interval 1h would be computed into the data table tsdb, which holds raw points; give it a table of its own"
+    );
     let raw_ret = rollup_json(None, None).replace(
         r#""rowSpan":"1h","defaultInterval":true"#,
         r#""rowSpan":"1h","defaultInterval":true,"retention":"1d""#,

@@ -80,7 +80,14 @@ impl ComputeSettings {
                 "tsd.rollups.compute.interval_ms must be at least 1, got {interval_ms}"
             )));
         }
+        let data_table = c.get_str("tsd.storage.hbase.data_table", "tsdb");
         for tier in config.intervals().iter().filter(|i| !i.default_interval) {
+            if tier.table == data_table {
+                return Err(Error::invalid(format!(
+                    "tsd.rollups.compute: interval {} would be computed into the data table {data_table}, which holds raw points; give it a table of its own",
+                    tier.interval
+                )));
+            }
             let secs = i64::from(tier.interval_seconds);
             if DAY % secs != 0 {
                 return Err(Error::invalid(format!(
