@@ -215,6 +215,11 @@ async fn computed_rollups_equal_the_raw_downsample(backend: &str) {
     assert_eq!(compared, 3 * 6 * 7 * 3);
     let page = http(srv.addr, "GET", "/status", "").await.text();
     assert!(page.contains("tsd.rollups.compute.lag"), "{page}");
+    // The tiers' own table: up to 2013-01-04 00:00 UTC, no lag.
+    assert!(
+        page.contains("<tr><td>1h</td><td>tsdb-rollup-1h</td><td>2013-01-04 00:00</td><td class=\"n\">0s</td><td class=\"n\">72</td></tr>"),
+        "{page}"
+    );
     // The tiers report their progress: up to date, no lag.
     let stats = http(srv.addr, "GET", "/api/stats", "").await.json();
     let find = |metric: &str, interval: &str| {
