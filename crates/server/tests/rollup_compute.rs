@@ -326,8 +326,8 @@ async fn a_computation_cut_short_and_restarted_does_not_double_count(backend: &s
     {
         let (faults, writes) = (Arc::clone(&faults), Arc::clone(&writes));
         fault_store.set_hook(Some(Arc::new(move |op| {
-            // The 40th batch write after the raw points: the middle of the 10m tier.
-            if op == Op::AfterWrite && writes.fetch_add(1, Ordering::Relaxed) == 40 {
+            // The 10th batch write after the raw points: the middle of the 10m tier.
+            if op == Op::AfterWrite && writes.fetch_add(1, Ordering::Relaxed) == 10 {
                 faults.set_store_down(true);
             }
         })));

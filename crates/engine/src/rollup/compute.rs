@@ -484,7 +484,7 @@ impl Tsdb {
         let mut computed = 0;
         // 3. Dirty units of tiers that passed them.
         for (t, unit) in work {
-            self.compute_unit(upkeep, &upkeep.tiers[t], unit, &metrics, true)?;
+            self.compute_unit(upkeep, &upkeep.tiers[t], (unit, 1), &metrics, true)?;
             computed += 1;
         }
         // 4. The dirty cells read, exactly (a newer write of the hour survives).
@@ -516,9 +516,24 @@ impl Tsdb {
                 // A unit someone may have written before (a failed or crashed attempt,
                 // another TSD) has its cells replaced, stale widths included.
                 let replace = tier.clean.load(Ordering::Relaxed) != w;
-                self.compute_unit(upkeep, tier, w, &metrics, replace)?;
-                computed += 1;
-                let next = w + tier.unit_secs;
+                // Units known clean go several in one read (a day's group is read once for
+                // the 1h tier, not 24 times): those due, in one row span of the tier and one
+                // UTC day, at most 48 intervals a series.
+                let count = if replace {
+                    1
+                } else {
+                    let delay = compute.delay_ms / 1000;
+                    let base = tier.interval.base_time(w)?;
+                    let limit = (tier.interval.span_end(base))
+                        .min(w - w.rem_euclid(DAY) + DAY.max(tier.unit_secs))
+                        .min(now - delay);
+                    let by_slots =
+                        (48 * i64::from(tier.interval.interval_seconds) / tier.unit_secs).max(1);
+                    ((limit - w) / tier.unit_secs).clamp(1, by_slots)
+                };
+                self.compute_unit(upkeep, tier, (w, count), &metrics, replace)?;
+                computed += count as u64;
+                let next = w + count * tier.unit_secs;
                 store.mutate_row(
                     &table,
                     &progress_key(&tier.interval.interval),
@@ -605,13 +620,14 @@ impl Tsdb {
         Ok(oldest)
     }
 
-    /// Computes one unit of a tier from raw points: every metric, series by series, its
-    /// cells written over whatever the unit held.
+    /// Computes `count` consecutive units of a tier from raw points, in one read (they lie
+    /// in one row span of the tier): every metric, series by series, its cells written over
+    /// whatever the units held.
     fn compute_unit(
         &self,
         upkeep: &Upkeep,
         tier: &Tier,
-        start: i64,
+        (start, count): (i64, i64),
         metrics: &[Vec<u8>],
         replace: bool,
     ) -> Result<()> {
@@ -621,8 +637,9 @@ impl Tsdb {
         };
         let interval = &tier.interval;
         let step = i64::from(interval.interval_seconds);
-        let slots = (tier.unit_secs / step) as usize;
-        let end = start + tier.unit_secs;
+        let span = tier.unit_secs * count.max(1);
+        let slots = (span / step) as usize;
+        let end = start + span;
         let (start_ms, end_ms) = (start * 1000, end * 1000);
         let raw_tag = if rollups.tag_raw {
             Some((
@@ -764,7 +781,7 @@ impl Tsdb {
             }
             upkeep.stats.cells.fetch_add(cells, Ordering::Relaxed);
         }
-        tier.units.fetch_add(1, Ordering::Relaxed);
+        tier.units.fetch_add(count.max(1) as u64, Ordering::Relaxed);
         Ok(())
     }
 }
