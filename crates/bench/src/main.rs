@@ -17,6 +17,7 @@ mod metabench;
 mod proc;
 mod querybench;
 mod realdata;
+mod rollbench;
 mod scaling;
 mod syncbench;
 mod targets;
@@ -53,6 +54,9 @@ enum Cli {
     /// Real monitoring data (CSV files) into Hourglass and VictoriaMetrics: CPU, disk and
     /// query latency side by side (`--fetch-help` tells how to get the data).
     Realdata(realdata::RealDataArgs),
+    /// Rollups Hourglass computes itself: `1h-avg` and `1d-max` over the whole range from
+    /// raw points and from rollups, the computation's CPU per point, and VictoriaMetrics.
+    Rollups(rollbench::RollupArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -104,6 +108,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Chaos(args) => return chaos::run(&args),
         Cli::Sync(args) => return syncbench::run(&args),
         Cli::Realdata(args) => return realdata::run(&args),
+        Cli::Rollups(args) => return rollbench::run(&args),
     };
     let tsdb = targets::tsdb_binary(args.tsdb.as_deref())?;
     println!(

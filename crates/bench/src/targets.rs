@@ -80,17 +80,29 @@ impl Target {
         }
     }
 
-    /// `--config FILE` for a run with the index on (the file written in `dir`), else nothing.
-    fn hourglass_config(&self, dir: &Path) -> anyhow::Result<Vec<std::ffi::OsString>> {
-        if !matches!(self, Target::HourglassIndex(_)) {
+    /// `--config FILE` for a run with the index on or `extra` configuration lines (the file
+    /// written in `dir`), else nothing.
+    fn hourglass_config(&self, dir: &Path, extra: &str) -> anyhow::Result<Vec<std::ffi::OsString>> {
+        let index = matches!(self, Target::HourglassIndex(_));
+        if !index && extra.is_empty() {
             return Ok(Vec::new());
         }
         let conf = dir.join("opentsdb.conf");
-        std::fs::write(&conf, "tsd.index.enable = true\n")?;
+        let mut text = String::new();
+        if index {
+            text.push_str("tsd.index.enable = true\n");
+        }
+        text.push_str(extra);
+        std::fs::write(&conf, text)?;
         Ok(vec!["--config".into(), conf.into_os_string()])
     }
 
     pub(crate) fn start(&self, dir: &Path) -> anyhow::Result<Server> {
+        self.start_with(dir, "")
+    }
+
+    /// [`Target::start`], Hourglass with `extra` lines of configuration.
+    pub(crate) fn start_with(&self, dir: &Path, extra: &str) -> anyhow::Result<Server> {
         let put_port = free_port()?;
         let http_port = free_port()?;
         let put_addr = format!("127.0.0.1:{put_port}");
@@ -111,7 +123,7 @@ impl Target {
                     "--data-dir",
                 ])
                 .arg(dir.join("data"))
-                .args(self.hourglass_config(dir)?)
+                .args(self.hourglass_config(dir, extra)?)
                 .stderr(Stdio::null())
                 .spawn()
                 .with_context(|| format!("cannot run {}", tsdb.display()))?,

@@ -63,6 +63,9 @@ pub struct RollupInterval {
     /// How many intervals one row holds (span seconds, the longest month or year, divided by
     /// the interval).
     pub intervals: u32,
+    /// `retention` (Hourglass's own field, RFC 0008 phase 4): rows of this interval's tables
+    /// older than this many milliseconds are removed.
+    pub retention_ms: Option<i64>,
 }
 
 impl RollupInterval {
@@ -141,6 +144,7 @@ impl RollupInterval {
             multiplier,
             interval_seconds: interval_seconds as u32,
             intervals: intervals as u32,
+            retention_ms: None,
         })
     }
 
@@ -214,6 +218,28 @@ impl RollupInterval {
         Ok([aggregator_id, hi, lo])
     }
 
+    /// The end (exclusive, seconds) of the row span starting at `base_time`.
+    pub fn span_end(&self, base_time: u32) -> i64 {
+        let base = i64::from(base_time);
+        let next = |years: i32, months: u32| {
+            Utc.timestamp_opt(base, 0)
+                .single()
+                .map(|d| d.date_naive())
+                .and_then(|d| {
+                    let total = d.year() * 12 + d.month0() as i32 + months as i32 + years * 12;
+                    chrono::NaiveDate::from_ymd_opt(total / 12, (total % 12) as u32 + 1, 1)
+                })
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|d| d.and_utc().timestamp())
+        };
+        match self.unit {
+            SpanUnit::Hour => base + 3_600 * i64::from(self.multiplier),
+            SpanUnit::Day => base + 86_400,
+            SpanUnit::Month => next(0, 1).unwrap_or(base + 86_400 * 32),
+            SpanUnit::Year => next(1, 0).unwrap_or(base + 86_400 * 366),
+        }
+    }
+
     /// OpenTSDB's `toString`, used in its messages.
     fn describe(&self) -> String {
         format!(
@@ -283,6 +309,8 @@ struct IntervalJson {
     row_span: Option<String>,
     #[serde(default)]
     default_interval: bool,
+    /// Hourglass's own: how long the interval's rows are kept (`365d`).
+    retention: Option<String>,
 }
 
 impl RollupConfig {
@@ -308,13 +336,21 @@ impl RollupConfig {
         let mut defaults = 0;
         for i in intervals {
             let text = |s: &Option<String>| s.clone().unwrap_or_default();
-            let interval = RollupInterval::new(
+            let mut interval = RollupInterval::new(
                 &text(&i.table),
                 &text(&i.pre_aggregation_table),
                 &text(&i.interval),
                 &text(&i.row_span),
                 i.default_interval,
             )?;
+            if let Some(r) = &i.retention {
+                interval.retention_ms = Some(crate::time::parse_duration_ms(r).map_err(|e| {
+                    Error::invalid(format!(
+                        "rollup interval {}: retention: {e}",
+                        interval.interval
+                    ))
+                })?);
+            }
             if out.iter().any(|o| o.interval == interval.interval) {
                 return Err(Error::invalid(format!(
                     "Only one interval of each type can be configured: {}",

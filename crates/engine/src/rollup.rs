@@ -18,6 +18,9 @@ use hourglass_storage::{Mutation, RowMutation};
 use crate::query::aggregator::Aggregator;
 use crate::{Error, Result, Tsdb};
 
+pub mod compute;
+pub mod retention;
+
 /// `tsd.rollups.*`, read when `tsd.rollups.enable` is true.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RollupSettings {
@@ -31,6 +34,9 @@ pub struct RollupSettings {
     pub tag_raw: bool,
     /// `tsd.rollups.block_derived` (default true): refuse `avg` and `dev` rollups.
     pub block_derived: bool,
+    /// `tsd.rollups.compute` and its keys: Hourglass computes the tiers itself (RFC 0008
+    /// phase 4).
+    pub compute: Option<compute::ComputeSettings>,
 }
 
 impl RollupSettings {
@@ -38,6 +44,11 @@ impl RollupSettings {
     /// `tsd.rollups.config` is a file path when it ends in `.json`, else the JSON itself.
     pub fn from_config(c: &Config) -> Result<Option<RollupSettings>> {
         if !c.get_bool("tsd.rollups.enable", false) {
+            if c.get_bool("tsd.rollups.compute", false) {
+                return Err(Error::invalid(
+                    "tsd.rollups.compute = true needs tsd.rollups.enable = true and a rollup configuration (tsd.rollups.config)",
+                ));
+            }
             return Ok(None);
         }
         let conf = c.get_str("tsd.rollups.config", "");
@@ -61,6 +72,7 @@ impl RollupSettings {
         }
         let config = RollupConfig::parse(&text, &|name| Aggregator::parse(name).is_ok())
             .map_err(|e| Error::invalid(e.to_string()))?;
+        let compute = compute::ComputeSettings::from_config(c, &config)?;
         Ok(Some(RollupSettings {
             config,
             agg_tag_key: c
@@ -71,6 +83,7 @@ impl RollupSettings {
                 .to_string(),
             tag_raw: c.get_bool("tsd.rollups.tag_raw", false),
             block_derived: c.get_bool("tsd.rollups.block_derived", true),
+            compute,
         }))
     }
 

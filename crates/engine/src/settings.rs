@@ -94,6 +94,9 @@ pub struct Settings {
     pub rollups: Option<std::sync::Arc<crate::rollup::RollupSettings>>,
     /// `tsd.core.histograms.config` when set: the histogram codecs (RFC 0008, phase 3).
     pub histograms: Option<std::sync::Arc<hourglass_core::histogram::HistogramConfig>>,
+    /// `tsd.storage.retention` in ms: raw points older than this are removed and no longer
+    /// answered (RFC 0008 phase 4).
+    pub retention_ms: Option<i64>,
     pub clock: Clock,
 }
 
@@ -125,6 +128,7 @@ impl Default for Settings {
             uid_cache_ids: crate::uid::DEFAULT_CACHE_ENTRIES,
             rollups: None,
             histograms: None,
+            retention_ms: None,
             clock: Clock::system(),
         }
     }
@@ -193,7 +197,12 @@ impl Settings {
                 .max(2) as usize,
             rollups: crate::rollup::RollupSettings::from_config(c)?.map(std::sync::Arc::new),
             histograms: crate::histogram::settings_from_config(c)?.map(std::sync::Arc::new),
+            retention_ms: crate::rollup::retention::raw_retention(c)?,
             clock: d.clock,
+        })
+        .and_then(|s| {
+            crate::rollup::retention::check(&s)?;
+            Ok(s)
         })
     }
 }

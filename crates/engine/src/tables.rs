@@ -33,6 +33,9 @@ pub fn table_specs(schema: &Schema, rollups: Option<&RollupSettings>) -> Vec<Tab
         },
         crate::index::table_spec(schema),
     ];
+    if rollups.is_some_and(|r| r.compute.is_some()) {
+        specs.push(crate::rollup::compute::state_table_spec(schema));
+    }
     for name in rollups.map(RollupSettings::tables).unwrap_or_default() {
         if specs.iter().all(|s| s.name != name) {
             specs.push(TableSpec {

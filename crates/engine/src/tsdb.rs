@@ -29,6 +29,9 @@ pub struct Tsdb {
     writer: Writer,
     stop: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// Computed rollups and retention (RFC 0008 phase 4), when configured.
+    upkeep: Option<crate::rollup::compute::Upkeep>,
+    upkeeper: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Tsdb {
@@ -124,6 +127,7 @@ impl Tsdb {
         {
             tracing::error!(error = %e, "replayed points stay logged and buffered until the store takes them");
         }
+        let upkeep = crate::rollup::compute::Upkeep::new(&settings);
         Ok(Arc::new(Tsdb {
             store,
             store_stats,
@@ -134,6 +138,8 @@ impl Tsdb {
             writer,
             stop: AtomicBool::new(false),
             flusher: Mutex::new(None),
+            upkeep,
+            upkeeper: Mutex::new(None),
         }))
     }
 
@@ -160,6 +166,37 @@ impl Tsdb {
             Ok(h) => *self.flusher.lock() = Some(h),
             Err(e) => tracing::error!(error = %e, "cannot start the flush thread"),
         }
+        if let Some(upkeep) = &self.upkeep {
+            let period = Duration::from_millis(upkeep.period_ms().max(1) as u64);
+            let weak = Arc::downgrade(self);
+            let handle = std::thread::Builder::new()
+                .name("hourglass-rollups".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::park_timeout(period);
+                        let Some(db) = weak.upgrade() else { return };
+                        if db.stopping() {
+                            return;
+                        }
+                        if let Err(e) = db.upkeep_round(false) {
+                            tracing::error!(error = %e, "rollup computation or retention failed; retried at the next round");
+                        }
+                    }
+                });
+            match handle {
+                Ok(h) => *self.upkeeper.lock() = Some(h),
+                Err(e) => tracing::error!(error = %e, "cannot start the rollup thread"),
+            }
+        }
+    }
+
+    /// Whether [`Tsdb::close`] was called.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn upkeep_state(&self) -> Option<&crate::rollup::compute::Upkeep> {
+        self.upkeep.as_ref()
     }
 
     /// The changes noted to points and names, when this TSD alone writes its store (else
@@ -276,6 +313,12 @@ impl Tsdb {
     /// Stops the flush thread, flushes, and syncs the store.
     pub fn close(&self) -> Result<()> {
         self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.upkeeper.lock().take() {
+            h.thread().unpark();
+            if h.join().is_err() {
+                tracing::error!("rollup thread panicked");
+            }
+        }
         if let Some(h) = self.flusher.lock().take() {
             h.thread().unpark();
             if h.join().is_err() {

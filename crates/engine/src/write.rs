@@ -1170,6 +1170,20 @@ impl Writer {
             None => None,
         };
         let written = self.write_rows(&sealed, &rows)?;
+        // Rows of hours already closed mark their hours dirty for computed rollups (RFC 0008
+        // phase 4): after the rows are in the store, before the log lets go of the points.
+        if self
+            .settings
+            .rollups
+            .as_deref()
+            .is_some_and(|r| r.compute.is_some())
+        {
+            let dirty = crate::rollup::compute::dirty_rows(&rows, self.settings.clock.now_ms());
+            if !dirty.is_empty() {
+                let table = crate::rollup::compute::state_table(&self.settings.schema);
+                self.store.mutate_rows(&table, &dirty)?;
+            }
+        }
         // Durable in the store before the log lets go of the points.
         self.store.sync()?;
         {

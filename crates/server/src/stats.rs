@@ -448,6 +448,62 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
     ]);
     out.extend(index_stats(state));
     out.extend(query_cache_stats(state));
+    out.extend(upkeep_stats(state));
+    out
+}
+
+/// Computed rollups' progress and lag per tier, and retention's deletions (RFC 0008 phase
+/// 4). Nothing unless `tsd.rollups.compute` or a retention is on.
+fn upkeep_stats(state: &State) -> Vec<Stat> {
+    let tsdb = &state.tsdb;
+    let Some(upkeep) = tsdb.upkeep() else {
+        return Vec::new();
+    };
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let now = tsdb.settings().clock.now_ms().div_euclid(1000);
+    let delay = upkeep.compute.as_ref().map_or(0, |c| c.delay_ms / 1000);
+    let mut out = Vec::new();
+    for tier in &upkeep.tiers {
+        let interval = tier.interval.interval.as_str();
+        let tags = [("interval", interval)];
+        let progress = tier.progress.load(Ordering::Relaxed);
+        // Before the first round nothing is known: no progress, no lag.
+        if progress != i64::MIN {
+            out.push(stat(
+                "tsd.rollups.compute.progress",
+                progress.max(0) as u64,
+                &tags,
+            ));
+            // How far the first unit not computed is behind the one due now.
+            let due = now - delay;
+            let lag = due - due.rem_euclid(tier.unit_secs) - progress;
+            out.push(stat("tsd.rollups.compute.lag", lag.max(0) as u64, &tags));
+        }
+        out.push(stat(
+            "tsd.rollups.compute.units",
+            tier.units.load(Ordering::Relaxed),
+            &tags,
+        ));
+    }
+    if upkeep.compute.is_some() {
+        let st = &upkeep.stats;
+        out.push(stat("tsd.rollups.compute.points", get(&st.points), &[]));
+        out.push(stat("tsd.rollups.compute.cells", get(&st.cells), &[]));
+        out.push(stat("tsd.rollups.compute.dirty", get(&st.dirty), &[]));
+        out.push(stat("tsd.rollups.compute.cpu_ns", get(&st.cpu_ns), &[]));
+    }
+    out.push(stat(
+        "tsd.rollups.upkeep.errors",
+        get(&upkeep.stats.errors),
+        &[],
+    ));
+    for (table, rows) in upkeep.stats.rows_deleted.lock().iter() {
+        out.push(stat(
+            "tsd.storage.retention.rows_deleted",
+            *rows,
+            &[("table", table.as_str())],
+        ));
+    }
     out
 }
 

@@ -287,3 +287,32 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn retention_is_read_per_interval_and_bad_durations_are_refused() {
+    let ok = |_: &str| true;
+    let json = |r: &str| {
+        format!(
+            r#"{{"aggregationIds":{{"sum":0}},"intervals":[{{"table":"tsdb","preAggregationTable":"p","interval":"1m","rowSpan":"1h","defaultInterval":true}},{{"table":"r","preAggregationTable":"q","interval":"1h","rowSpan":"1d","retention":"{r}"}}]}}"#
+        )
+    };
+    let c = RollupConfig::parse(&json("365d"), &ok).unwrap();
+    assert_eq!(c.intervals()[0].retention_ms, None);
+    assert_eq!(c.intervals()[1].retention_ms, Some(365 * 86_400_000));
+    assert_eq!(
+        RollupConfig::parse(&json("15x"), &ok)
+            .unwrap_err()
+            .to_string(),
+        "rollup interval 1h: retention: Invalid duration (suffix): 15x"
+    );
+}
+
+#[test]
+fn span_ends_follow_the_calendar() {
+    // 2024-02-01 00:00 UTC: a leap February.
+    let feb = 1_706_745_600;
+    assert_eq!(iv("1h", "1n").span_end(feb), i64::from(feb) + 29 * 86_400);
+    assert_eq!(iv("1d", "1y").span_end(1_704_067_200), 1_735_689_600);
+    assert_eq!(iv("1m", "2h").span_end(7_200), 14_400);
+    assert_eq!(iv("1m", "1d").span_end(86_400), 172_800);
+}

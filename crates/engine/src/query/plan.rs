@@ -362,6 +362,28 @@ fn run_on(
     options: &RunOptions,
     source: &rollup::Source<'_>,
 ) -> Result<Outcome> {
+    // Retention (RFC 0008 phase 4): what is before the source's cutoff is not answered,
+    // whether or not the sweep removed it yet (a deletion still reaches it).
+    let cutoff = match source {
+        rollup::Source::Data => tsdb.raw_cutoff(tsdb.settings().clock.now_ms()),
+        rollup::Source::Points(table) | rollup::Source::Rollup { table, .. } => {
+            tsdb.rollup_cutoff(table, tsdb.settings().clock.now_ms())
+        }
+    };
+    let start_ms = match cutoff {
+        Some(cut) if !options.delete && start_ms < cut.saturating_mul(1000) => {
+            let cut_ms = cut.saturating_mul(1000);
+            if cut_ms > end_ms {
+                return Ok(Outcome {
+                    groups: Vec::new(),
+                    stats: QueryStats::default(),
+                    rollup_table: None,
+                });
+            }
+            cut_ms
+        }
+        _ => start_ms,
+    };
     if !matches!(source, rollup::Source::Data) {
         return run_rollup(tsdb, start_ms, end_ms, q, options, source);
     }

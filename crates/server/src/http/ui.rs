@@ -230,8 +230,10 @@ pub(crate) async fn status(
     for (name, value) in &facts {
         let _ = write!(page, "<dt>{name}</dt><dd>{}</dd>", escape_html(value));
     }
+    page.push_str("</dl>");
+    rollup_tiers(&state, &mut page);
     page.push_str(
-        "</dl><h2>Statistics</h2><table id=\"stats\"><thead><tr><th>metric</th><th>tags</th>\
+        "<h2>Statistics</h2><table id=\"stats\"><thead><tr><th>metric</th><th>tags</th>\
          <th>value</th></tr></thead><tbody>",
     );
     for s in collect(&state) {
@@ -255,6 +257,46 @@ pub(crate) async fn status(
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
+}
+
+/// The computed rollup tiers (RFC 0008 phase 4): each one's progress (the first unit not
+/// computed, UTC) and how far it is behind; nothing unless `tsd.rollups.compute` is on.
+fn rollup_tiers(state: &State, page: &mut String) {
+    let tsdb = &state.tsdb;
+    let Some(upkeep) = tsdb.upkeep() else { return };
+    let Some(compute) = &upkeep.compute else {
+        return;
+    };
+    page.push_str(
+        "<h2>Computed rollups</h2><table id=\"rollups\"><thead><tr><th>interval</th>\
+         <th>table</th><th>computed up to (UTC)</th><th>lag</th><th>units computed</th></tr>\
+         </thead><tbody>",
+    );
+    let now = tsdb.settings().clock.now_ms().div_euclid(1000);
+    let due = now - compute.delay_ms / 1000;
+    for tier in &upkeep.tiers {
+        let progress = tier.progress.load(std::sync::atomic::Ordering::Relaxed);
+        let (at, lag) = if progress == i64::MIN {
+            ("not started".to_string(), "-".to_string())
+        } else {
+            let at = chrono::DateTime::from_timestamp(progress, 0).map_or_else(
+                || progress.to_string(),
+                |d| d.format("%Y-%m-%d %H:%M").to_string(),
+            );
+            let lag = (due - due.rem_euclid(tier.unit_secs) - progress).max(0);
+            (at, human_duration(lag as u64))
+        };
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            escape_html(&tier.interval.interval),
+            escape_html(&tier.interval.table),
+            escape_html(&at),
+            escape_html(&lag),
+            tier.units.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+    page.push_str("</tbody></table>");
 }
 
 #[cfg(test)]

@@ -74,7 +74,17 @@ pub(crate) async fn start_with(backend: &str, config: Config) -> TestServer {
 }
 
 pub(crate) async fn start_on(store: Arc<dyn Store>, config: Config) -> TestServer {
-    let settings = Settings::from_config(&config).unwrap();
+    start_adjusted(store, config, |_| {}).await
+}
+
+/// [`start_on`] with the settings adjusted before the database opens (a clock set by hand).
+pub(crate) async fn start_adjusted(
+    store: Arc<dyn Store>,
+    config: Config,
+    adjust: impl FnOnce(&mut Settings),
+) -> TestServer {
+    let mut settings = Settings::from_config(&config).unwrap();
+    adjust(&mut settings);
     let tsdb = Tsdb::open(store, settings).unwrap();
     let state = State::new(
         tsdb,
