@@ -319,6 +319,38 @@ async fn concurrent_writers_see_their_points_in_the_shared_answer() {
     srv.stop().await;
 }
 
+/// With a retention, an answer reaching back to where the cutoff may move while it is kept
+/// is computed each time (the cutoff moves with the clock, not with a change); one well
+/// inside the kept range is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_near_the_retention_cutoff_are_not_kept() {
+    let mut c = config(None);
+    c.set("tsd.storage.retention", "1d");
+    let srv = start_with("embedded", c).await;
+    let now = hourglass_storage::now_ms() / 1000;
+    let body = json!([
+        {"metric": "m.r", "timestamp": now - 86_400 + 600, "value": 1, "tags": {"host": "h1"}},
+        {"metric": "m.r", "timestamp": now - 600, "value": 2, "tags": {"host": "h1"}}
+    ]);
+    assert_eq!(
+        http(srv.addr, "POST", "/api/put", &body.to_string())
+            .await
+            .status,
+        204
+    );
+    let old = format!("/api/query?start={}&end={now}&m=sum:m.r", now - 86_400 + 60);
+    let recent = format!("/api/query?start={}&end={now}&m=sum:m.r", now - 3600);
+    for q in [&old, &old, &recent, &recent] {
+        assert_eq!(http(srv.addr, "GET", q, "").await.status, 200);
+    }
+    assert_eq!(
+        stats(&srv).await["tsd.query.cache.hits"],
+        1,
+        "the recent range only"
+    );
+    srv.stop().await;
+}
+
 /// Over Bigtable, which other TSDs may write, no answer is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_answer_is_kept_over_a_shared_store() {

@@ -679,6 +679,7 @@ pub(crate) async fn handle(
         .query_cache
         .as_ref()
         .filter(|_| !flags.delete && !flags.show_stats && !flags.show_summary && !nocache)
+        .filter(|_| !expires_within(&state, start))
         .map(|_| format!("{start} {end} {tz:?} {use_calendar} {flags:?} {unique:?}"));
     if let (Some(cache), Some(key)) = (&state.query_cache, &cache_key)
         && let Some(body) = cache.get(key)
@@ -734,6 +735,24 @@ pub(crate) async fn handle(
         cache.insert(key, body.clone(), watch);
     }
     Ok(json_text_response(StatusCode::OK, body))
+}
+
+/// Whether a retention (`tsd.storage.retention`, an interval's `retention`) may clip data
+/// from `start` on before a kept answer grows too old to serve: the cutoff moves with the
+/// clock, not with a change, so such answers are not kept.
+fn expires_within(state: &State, start: i64) -> bool {
+    let tsdb = &state.tsdb;
+    let now_ms = tsdb.settings().clock.now_ms();
+    let tiers = tsdb
+        .rollups()
+        .map(|r| r.config.intervals().iter().filter_map(|i| i.retention_ms))
+        .into_iter()
+        .flatten();
+    let Some(shortest) = tsdb.settings().retention_ms.into_iter().chain(tiers).min() else {
+        return false;
+    };
+    let horizon = state.settings.query_cache_max_age.as_millis() as i64 + 3_600_000;
+    start < now_ms.saturating_sub(shortest).saturating_add(horizon)
 }
 
 /// A watch over what the sub-queries `unique` read over `[start, end]` (and the global
