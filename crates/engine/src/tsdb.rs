@@ -154,11 +154,24 @@ impl Tsdb {
                         && let Err(e) = db.writer.flush() {
                             tracing::error!(error = %e, "flush failed; points stay buffered and logged, retried with backoff");
                         }
+                    if let Err(e) = db.process_new_series_trees() {
+                        tracing::error!(error = %e, "tree processing of new series failed");
+                    }
                 }
             });
         match handle {
             Ok(h) => *self.flusher.lock() = Some(h),
             Err(e) => tracing::error!(error = %e, "cannot start the flush thread"),
+        }
+    }
+
+    /// Runs the series whose TSMeta the writer created since the last call through every
+    /// enabled tree (`tsd.core.tree.enable_processing`; RFC 0010). The background thread
+    /// calls it after each flush check; returns the series processed.
+    pub fn process_new_series_trees(&self) -> Result<usize> {
+        match self.writer.tree_queue() {
+            Some(q) => crate::tree::process_queued(self, q),
+            None => Ok(0),
         }
     }
 
