@@ -533,4 +533,46 @@ async fn new_series_fill_the_enabled_trees(backend: &str) {
     srv.stop().await;
 }
 
-on_every_backend!(definitions_and_rules, new_series_fill_the_enabled_trees);
+/// A TSMeta created over `/api/uid/tsmeta` goes through the enabled trees at once, as in
+/// 2.4.1 (here without real-time tracking, so nothing else creates it).
+async fn created_ts_meta_goes_through_the_trees(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.core.tree.enable_processing", "true");
+    let srv = start_with(backend, c).await;
+    call(&srv, "POST", "/api/tree", r#"{"name":"m","enabled":true}"#).await;
+    let r = call(
+        &srv,
+        "POST",
+        "/api/tree/rules",
+        r#"[{"treeId":1,"level":0,"order":0,"type":"TAGK","field":"host"},{"treeId":1,"level":1,"order":0,"type":"METRIC"}]"#,
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    let lines = "put sys.cpu.user 1356998400 1 host=web01\n";
+    assert_eq!(common::telnet(srv.addr, lines).await, Vec::<String>::new());
+    assert_eq!(
+        call(&srv, "GET", "/api/tree/branch?treeid=1", "")
+            .await
+            .status,
+        404
+    );
+    let r = call(
+        &srv,
+        "POST",
+        "/api/uid/tsmeta?m=sys.cpu.user{host=web01}&create=true",
+        "{}",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = call(&srv, "GET", "/api/tree/branch?treeid=1", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["branches"][0]["displayName"], "web01");
+    srv.stop().await;
+}
+
+on_every_backend!(
+    definitions_and_rules,
+    new_series_fill_the_enabled_trees,
+    created_ts_meta_goes_through_the_trees
+);

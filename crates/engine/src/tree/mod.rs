@@ -92,6 +92,14 @@ fn process_series(tsdb: &Tsdb, builders: &mut [TreeBuilder], tsuid: &[u8]) -> Re
     Ok(true)
 }
 
+/// Runs one series' TSMeta through every enabled tree now.
+pub fn process_meta(tsdb: &Tsdb, meta: &crate::meta::TsMeta) -> Result<()> {
+    for tree in fetch_all_trees(tsdb)?.into_iter().filter(|t| t.enabled) {
+        TreeBuilder::new(tree).process_and_store(tsdb, meta)?;
+    }
+    Ok(())
+}
+
 /// Deletes a tree's branches, leaves, collisions and not-matched entries, and with
 /// `definition` the tree itself (`tsdb uid treepurge`). Returns the cells deleted.
 pub fn tree_purge(tsdb: &Tsdb, tree_id: u16, definition: bool) -> Result<usize> {
