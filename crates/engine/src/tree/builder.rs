@@ -57,6 +57,8 @@ pub struct TreeBuilder {
     tsuid: String,
     /// Branches stored by this builder (a definition is written once per builder).
     stored_branches: HashSet<Vec<u8>>,
+    /// The tree's root once read or created by [`TreeBuilder::process_and_store`].
+    stored_root: Option<Branch>,
 }
 
 const ROOT: usize = 0;
@@ -97,6 +99,7 @@ impl TreeBuilder {
             collisions: Vec::new(),
             tsuid: String::new(),
             stored_branches: HashSet::new(),
+            stored_root: None,
         }
     }
 
@@ -540,7 +543,14 @@ impl TreeBuilder {
     /// stores failures) collisions and not-matched entries. Returns the walk's outcome.
     pub fn process_and_store(&mut self, tsdb: &Tsdb, meta: &TsMeta) -> Result<Outcome> {
         let tree_id = self.tree.tree_id;
-        let root = load_or_init_root(tsdb, tree_id)?;
+        let root = match &self.stored_root {
+            Some(r) => r.clone(),
+            None => {
+                let r = load_or_init_root(tsdb, tree_id)?;
+                self.stored_root = Some(r.clone());
+                r
+            }
+        };
         let outcome = self.run(meta, &root)?;
         if let Some(message) = &outcome.not_matched {
             if self.tree.store_failures {

@@ -177,12 +177,10 @@ pub fn delete_tree(tsdb: &Tsdb, tree_id: u16, definition: bool) -> Result<usize>
         read: ReadOptions::family(TREE_FAMILY),
         ..ScanRequest::range(start, end)
     };
-    let mut deleted = 0;
-    let rows: Vec<Row> = tsdb
-        .store()
-        .scan(table(tsdb), &request)?
-        .collect::<std::result::Result<_, _>>()?;
-    for row in rows {
+    // Only the doomed qualifiers are kept from the scan, then deleted row by row.
+    let mut doomed: Vec<(Vec<u8>, Vec<Mutation>)> = Vec::new();
+    for row in tsdb.store().scan(table(tsdb), &request)? {
+        let row = row?;
         let mutations: Vec<Mutation> = row
             .cells
             .iter()
@@ -200,9 +198,13 @@ pub fn delete_tree(tsdb: &Tsdb, tree_id: u16, definition: bool) -> Result<usize>
             .map(|c| Mutation::delete(TREE_FAMILY, c.qualifier.clone()))
             .collect();
         if !mutations.is_empty() {
-            deleted += mutations.len();
-            tsdb.store().mutate_row(table(tsdb), &row.key, &mutations)?;
+            doomed.push((row.key, mutations));
         }
+    }
+    let mut deleted = 0;
+    for (key, mutations) in doomed {
+        deleted += mutations.len();
+        tsdb.store().mutate_row(table(tsdb), &key, &mutations)?;
     }
     Ok(deleted)
 }
