@@ -585,3 +585,79 @@ fn a_second_series_on_a_taken_leaf_is_a_collision() {
         assert!(fetch_tree(&db, 1).unwrap().is_none(), "{name}");
     }
 }
+
+#[test]
+fn metasync_runs_the_series_it_creates_meta_for_through_the_trees() {
+    use hourglass_core::value::Value;
+    use hourglass_engine::IncomingPoint;
+    for (name, store) in common::backends() {
+        let mut settings = common::auto_create();
+        settings.meta.tree_processing = true;
+        let db = common::open(store, settings);
+        let mut tree = Tree {
+            tree_id: 1,
+            name: "hosts".into(),
+            enabled: true,
+            ..Tree::default()
+        };
+        let mut r = rule(0, 0, RuleType::Tagk);
+        r.field = "host".into();
+        tree.add_rule(r);
+        tree.add_rule(rule(1, 0, RuleType::Metric));
+        let mut u = TreeUpdate {
+            tree: tree.clone(),
+            ..TreeUpdate::default()
+        };
+        u.changed.insert("name");
+        store_tree(&db, 1, &u, true).unwrap();
+        for (k, r) in tree.rules.values().flat_map(|l| l.values()).enumerate() {
+            let mut ru = RuleUpdate {
+                rule: r.clone(),
+                ..RuleUpdate::default()
+            };
+            ru.changed.insert("type");
+            store_rule(&db, &ru, true).unwrap_or_else(|e| panic!("{name} rule {k}: {e}"));
+        }
+        let out = db.add_points(&[IncomingPoint {
+            metric: "sys.cpu.user",
+            timestamp: 1_356_998_400,
+            value: Value::Int(1),
+            tags: &[("host", "web01")],
+            line_tags: None,
+        }]);
+        assert!(out.errors.is_empty(), "{name}");
+        db.flush().unwrap();
+        assert!(
+            fetch_branch(&db, &[0, 1], false).unwrap().is_none(),
+            "{name}"
+        );
+        let report = hourglass_engine::meta::meta_sync(&db).unwrap();
+        assert_eq!(report.ts_meta_created, 1, "{name}");
+        assert!(
+            report
+                .lines
+                .contains(&"Processed [1] new time series through the trees".to_string()),
+            "{name}"
+        );
+        let root = fetch_branch(&db, &[0, 1], true).unwrap().unwrap();
+        let hosts: Vec<&str> = root
+            .branches
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|b| b.display_name.as_str())
+            .collect();
+        assert_eq!(hosts, vec!["web01"], "{name}");
+        let web01 = fetch_branch(&db, &root.branches.as_ref().unwrap()[0].id(), true)
+            .unwrap()
+            .unwrap();
+        let leaf = web01.leaves.as_ref().unwrap().values().next().unwrap();
+        assert_eq!(leaf.display_name, "sys.cpu.user", "{name}");
+        assert_eq!(leaf.metric, "sys.cpu.user", "{name}");
+        assert_eq!(
+            leaf.tags,
+            Some(BTreeMap::from([("host".to_string(), "web01".to_string())])),
+            "{name}"
+        );
+    }
+}

@@ -92,6 +92,26 @@ fn process_series(tsdb: &Tsdb, builders: &mut [TreeBuilder], tsuid: &[u8]) -> Re
     Ok(true)
 }
 
+/// Runs the series `tsuids` through every enabled tree (trees read once); returns how many
+/// had a TSMeta to process.
+pub fn process_new_series(tsdb: &Tsdb, tsuids: &[Vec<u8>]) -> Result<usize> {
+    let trees: Vec<Tree> = fetch_all_trees(tsdb)?
+        .into_iter()
+        .filter(|t| t.enabled)
+        .collect();
+    if trees.is_empty() {
+        return Ok(0);
+    }
+    let mut builders: Vec<TreeBuilder> = trees.into_iter().map(TreeBuilder::new).collect();
+    let mut done = 0;
+    for tsuid in tsuids {
+        if process_series(tsdb, &mut builders, tsuid)? {
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
 /// Runs one series' TSMeta through every enabled tree now.
 pub fn process_meta(tsdb: &Tsdb, meta: &crate::meta::TsMeta) -> Result<()> {
     for tree in fetch_all_trees(tsdb)?.into_iter().filter(|t| t.enabled) {
