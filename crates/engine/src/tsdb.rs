@@ -29,6 +29,8 @@ pub struct Tsdb {
     writer: Writer,
     stop: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// Runs new series through the trees (`tsd.core.tree.enable_processing`).
+    tree_worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Tsdb {
@@ -134,6 +136,7 @@ impl Tsdb {
             writer,
             stop: AtomicBool::new(false),
             flusher: Mutex::new(None),
+            tree_worker: Mutex::new(None),
         }))
     }
 
@@ -154,20 +157,40 @@ impl Tsdb {
                         && let Err(e) = db.writer.flush() {
                             tracing::error!(error = %e, "flush failed; points stay buffered and logged, retried with backoff");
                         }
-                    if let Err(e) = db.process_new_series_trees() {
-                        tracing::error!(error = %e, "tree processing of new series failed");
-                    }
                 }
             });
         match handle {
             Ok(h) => *self.flusher.lock() = Some(h),
             Err(e) => tracing::error!(error = %e, "cannot start the flush thread"),
         }
+        // New series go through the trees on a thread of their own, so a burst of new series
+        // never holds back flushes.
+        if self.writer.tree_queue().is_some() {
+            let weak = Arc::downgrade(self);
+            let handle = std::thread::Builder::new()
+                .name("hourglass-trees".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::park_timeout(Duration::from_millis(100));
+                        let Some(db) = weak.upgrade() else { return };
+                        if db.stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                        if let Err(e) = db.process_new_series_trees() {
+                            tracing::error!(error = %e, "tree processing of new series failed; retried");
+                        }
+                    }
+                });
+            match handle {
+                Ok(h) => *self.tree_worker.lock() = Some(h),
+                Err(e) => tracing::error!(error = %e, "cannot start the tree processing thread"),
+            }
+        }
     }
 
     /// Runs the series whose TSMeta the writer created since the last call through every
-    /// enabled tree (`tsd.core.tree.enable_processing`; RFC 0010). The background thread
-    /// calls it after each flush check; returns the series processed.
+    /// enabled tree (`tsd.core.tree.enable_processing`; RFC 0010). A background thread of
+    /// its own calls it every tenth of a second; returns the series processed.
     pub fn process_new_series_trees(&self) -> Result<usize> {
         match self.writer.tree_queue() {
             Some(q) => crate::tree::process_queued(self, q),
@@ -293,6 +316,12 @@ impl Tsdb {
             h.thread().unpark();
             if h.join().is_err() {
                 tracing::error!("flush thread panicked");
+            }
+        }
+        if let Some(h) = self.tree_worker.lock().take() {
+            h.thread().unpark();
+            if h.join().is_err() {
+                tracing::error!("tree processing thread panicked");
             }
         }
         // A store that is away for a moment (a reopen after a full disk, a network blip)
