@@ -64,3 +64,10 @@ export function query(body, signal) {
 export function gexp(params, signal) {
   return call(`/api/query/gexp?${params}`, { signal });
 }
+
+// Trees (/api/tree): the definitions, and one branch by `{ branch }` id or `{ treeid }` (the
+// root), with its child branches and leaves.
+export const trees = () => call('/api/tree');
+export function branch(which) {
+  return call(`/api/tree/branch?${new URLSearchParams(which)}`);
+}

@@ -8,6 +8,7 @@ import {
   FILLS, FILTER_TYPES, fromHash, gexpParams, newFilter, newQuery, queryBody, toHash,
 } from './state.js';
 import { formatTime, parseTime } from './time.js';
+import { setupTrees } from './trees.js';
 
 const $ = (sel) => document.querySelector(sel);
 const BROWSER_TZ = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
@@ -476,6 +477,18 @@ async function init() {
     renderQueries();
     $('#queries .query:last-of-type .metric').focus();
   });
+  // A leaf picked in the tree browser becomes a sub-query (the empty one, if any).
+  setupTrees($('#trees'), (metric, tags) => {
+    let q = state.queries.find((x) => !x.metric.trim());
+    if (!q) {
+      q = newQuery();
+      state.queries.push(q);
+    }
+    q.metric = metric;
+    q.filters = Object.entries(tags).map(([tagk, value]) => ({ ...newFilter(), tagk, value }));
+    renderQueries();
+    run({ explicit: true });
+  }, (e) => showError(e.message, e.details));
   $('#add-expression').addEventListener('click', () => {
     state.expressions.push('');
     renderExpressions();

@@ -163,14 +163,14 @@ fn refused_start(config_text: &str) -> String {
     stderr
 }
 
-/// A switch for what is not provided (tree processing) is refused at start, not silently
-/// left off: a TSD that seems to do something it does not is worse than one that does not
-/// start.
+/// A switch for what is not provided (a real-time publisher plugin) is refused at start,
+/// not silently left off: a TSD that seems to do something it does not is worse than one
+/// that does not start.
 #[test]
 fn a_switch_for_what_is_not_provided_refuses_the_start() {
-    let stderr = refused_start("tsd.core.tree.enable_processing = true\n");
+    let stderr = refused_start("tsd.rtpublisher.enable = true\n");
     assert!(
-        stderr.contains("tsd.core.tree.enable_processing = true asks for tree processing"),
+        stderr.contains("tsd.rtpublisher.enable = true asks for a real-time publisher plugin"),
         "{stderr}"
     );
 }

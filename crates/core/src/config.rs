@@ -281,6 +281,7 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.core.socket.timeout",
     "tsd.core.stats_with_port",
     "tsd.core.tag.allow_specialchars",
+    "tsd.core.tree.enable_processing",
     "tsd.core.uid.random_metrics",
     "tsd.http.query.allow_delete",
     "tsd.http.request.cors_domains",
@@ -355,7 +356,6 @@ pub const READ_KEYS: &[&str] = &[
 /// on refuses to start ([`Config::unavailable_switch`]), as OpenTSDB refuses when the plugin
 /// a switch names cannot be loaded.
 pub const UNAVAILABLE_SWITCHES: &[(&str, &str)] = &[
-    ("tsd.core.tree.enable_processing", "tree processing"),
     ("tsd.rtpublisher.enable", "a real-time publisher plugin"),
     ("tsd.search.enable", "a search plugin"),
     ("tsd.startup.enable", "a start-up plugin"),
@@ -388,7 +388,6 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.core.storage_exception_handler.enable",
     "tsd.core.storage_exception_handler.plugin",
     "tsd.core.timezone",
-    "tsd.core.tree.enable_processing",
     "tsd.gnuplot.options.allowlist",
     "tsd.http.cachedir",
     "tsd.http.header_tag",
@@ -739,14 +738,22 @@ mod tests {
                 "{provided}"
             );
         }
-        let refused = parse("tsd.core.tree.enable_processing = TRUE\n")
+        let refused = parse("tsd.rtpublisher.enable = TRUE\n")
             .unavailable_switch()
             .unwrap();
         assert!(
-            refused.contains("tsd.core.tree.enable_processing = TRUE"),
+            refused.contains("tsd.rtpublisher.enable = TRUE"),
             "{refused}"
         );
-        assert!(refused.contains("tree processing"), "{refused}");
+        assert!(
+            refused.contains("a real-time publisher plugin"),
+            "{refused}"
+        );
+        // Trees are processed (RFC 0010): the switch no longer refuses the start.
+        assert_eq!(
+            parse("tsd.core.tree.enable_processing = true\n").unavailable_switch(),
+            None
+        );
         for (key, _) in UNAVAILABLE_SWITCHES {
             assert!(OPENTSDB_UNUSED_KEYS.contains(key), "{key}");
             let c = parse(&format!("{key} = true\n"));

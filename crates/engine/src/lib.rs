@@ -20,6 +20,7 @@ pub mod search;
 pub mod settings;
 pub mod sim;
 pub mod tables;
+pub mod tree;
 mod tsdb;
 pub mod uid;
 pub mod wal;

@@ -32,6 +32,8 @@ pub struct Tsdb {
     /// Computed rollups and retention (RFC 0008 phase 4), when configured.
     upkeep: Option<crate::rollup::compute::Upkeep>,
     upkeeper: Mutex<Option<JoinHandle<()>>>,
+    /// Runs new series through the trees (`tsd.core.tree.enable_processing`).
+    tree_worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Tsdb {
@@ -140,6 +142,7 @@ impl Tsdb {
             flusher: Mutex::new(None),
             upkeep,
             upkeeper: Mutex::new(None),
+            tree_worker: Mutex::new(None),
         }))
     }
 
@@ -188,6 +191,29 @@ impl Tsdb {
                 Err(e) => tracing::error!(error = %e, "cannot start the rollup thread"),
             }
         }
+        // New series go through the trees on a thread of their own, so a burst of new series
+        // never holds back flushes.
+        if self.writer.tree_queue().is_some() {
+            let weak = Arc::downgrade(self);
+            let handle = std::thread::Builder::new()
+                .name("hourglass-trees".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::park_timeout(Duration::from_millis(100));
+                        let Some(db) = weak.upgrade() else { return };
+                        if db.stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                        if let Err(e) = db.process_new_series_trees() {
+                            tracing::error!(error = %e, "tree processing of new series failed; retried");
+                        }
+                    }
+                });
+            match handle {
+                Ok(h) => *self.tree_worker.lock() = Some(h),
+                Err(e) => tracing::error!(error = %e, "cannot start the tree processing thread"),
+            }
+        }
     }
 
     /// Whether [`Tsdb::close`] was called.
@@ -197,6 +223,16 @@ impl Tsdb {
 
     pub(crate) fn upkeep_state(&self) -> Option<&crate::rollup::compute::Upkeep> {
         self.upkeep.as_ref()
+    }
+
+    /// Runs the series whose TSMeta the writer created since the last call through every
+    /// enabled tree (`tsd.core.tree.enable_processing`; RFC 0010). A background thread of
+    /// its own calls it every tenth of a second; returns the series processed.
+    pub fn process_new_series_trees(&self) -> Result<usize> {
+        match self.writer.tree_queue() {
+            Some(q) => crate::tree::process_queued(self, q),
+            None => Ok(0),
+        }
     }
 
     /// The changes noted to points and names, when this TSD alone writes its store (else
@@ -323,6 +359,12 @@ impl Tsdb {
             h.thread().unpark();
             if h.join().is_err() {
                 tracing::error!("flush thread panicked");
+            }
+        }
+        if let Some(h) = self.tree_worker.lock().take() {
+            h.thread().unpark();
+            if h.join().is_err() {
+                tracing::error!("tree processing thread panicked");
             }
         }
         // A store that is away for a moment (a reopen after a full disk, a network blip)

@@ -297,6 +297,8 @@ pub(crate) struct Writer {
     last_cell_ts: AtomicI64,
     /// Series tracking in the meta table (`tsd.core.meta.*`), when on.
     tracker: Option<crate::meta::Tracker>,
+    /// New series waiting for tree processing (`tsd.core.tree.enable_processing`).
+    trees: Option<Arc<crate::tree::TreeQueue>>,
     /// The tag index's maintenance (`tsd.index.enable`), when on.
     index: Option<index::IndexWriter>,
     /// The cap on new series per metric (`tsd.index.max_series_per_metric`), when set.
@@ -333,6 +335,11 @@ fn tags_text(tags: &[(&str, &str)]) -> String {
 }
 
 impl Writer {
+    /// New series waiting for tree processing, when it is on.
+    pub(crate) fn tree_queue(&self) -> Option<&Arc<crate::tree::TreeQueue>> {
+        self.trees.as_ref()
+    }
+
     pub(crate) fn new(
         store: Arc<dyn Store>,
         settings: Settings,
@@ -341,8 +348,16 @@ impl Writer {
         files: Option<Arc<dyn LogFiles>>,
         changes: Option<Arc<crate::changes::Changes>>,
     ) -> Result<Writer> {
-        let tracker =
-            crate::meta::Tracker::new(Arc::clone(&store), settings.schema.clone(), settings.meta);
+        let trees = settings
+            .meta
+            .tree_processing
+            .then(|| Arc::new(crate::tree::TreeQueue::default()));
+        let tracker = crate::meta::Tracker::new(
+            Arc::clone(&store),
+            settings.schema.clone(),
+            settings.meta,
+            trees.clone(),
+        );
         let open = match &files {
             Some(f) => match f.read_named(open_hours::FILE_NAME) {
                 Ok(Some(bytes)) => OpenHours::decode(&bytes)?,
@@ -366,6 +381,7 @@ impl Writer {
             store,
             settings,
             tracker,
+            trees,
             index,
             series_cap,
             uids,

@@ -17,6 +17,7 @@ mod query;
 mod request;
 mod search;
 mod suggest;
+mod tree;
 mod ui;
 mod uid;
 
@@ -67,6 +68,8 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/api/uid/uidmeta", any(uid::uidmeta))
         .route("/api/uid/tsmeta", any(uid::tsmeta))
         .route("/api/uid/{*rest}", any(uid::other))
+        .route("/api/tree", any(tree::root))
+        .route("/api/tree/{*rest}", any(tree::sub))
         .route("/api/annotation", any(annotation::handle))
         .route("/api/annotations", any(annotation::global))
         .route("/api/annotation/bulk", any(annotation::bulk))

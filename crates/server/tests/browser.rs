@@ -61,6 +61,8 @@ async fn ui_in_headless_chromium() {
 
     let mut config = Config::default();
     config.set("tsd.core.auto_create_metrics", "true");
+    // Series whose TSMeta is created go through the trees (the tree browser's test).
+    config.set("tsd.core.tree.enable_processing", "true");
     let srv = start_with("embedded", config).await;
     let url = format!("http://{}", srv.addr);
     let run = tokio::task::spawn_blocking(move || {

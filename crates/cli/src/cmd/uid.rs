@@ -20,6 +20,10 @@ Sub commands:
   delete <kind> <name>: Deletes this UID.
   metasync: Creates missing TSMeta, counters and UIDMeta from the data table.
   metapurge: Deletes every TSMeta, counter and UIDMeta.
+  treesync: Process all timeseries meta objects through tree rules
+  treepurge <id> [definition]: Purge a tree and/or the branches
+            from storage. Provide an integer Tree ID and optionally
+            add \"true\" to delete the tree definition
   fsck [fix] [delete_unknown]: Checks the UID table for errors (and fixes them).
 
   [kind] <name>: Lookup the ID of this name.
@@ -140,6 +144,57 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             writeln!(
                 out,
                 "Completed meta data purge in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            db.close()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        "treesync" => {
+            if !settings.meta.tree_processing {
+                tracing::warn!("Tree processing is disabled");
+                eprintln!("Tree processing is disabled (tsd.core.tree.enable_processing)");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let started = std::time::Instant::now();
+            let report = hourglass_engine::tree::tree_sync(&db)?;
+            let mut out = std::io::stdout().lock();
+            if report.trees == 0 {
+                writeln!(out, "No enabled trees were found")?;
+            } else {
+                writeln!(
+                    out,
+                    "Processed {} time series through {} enabled trees, {} skipped",
+                    report.series, report.trees, report.skipped
+                )?;
+            }
+            writeln!(
+                out,
+                "Completed tree synchronization in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            db.close()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        "treepurge" => {
+            let Some(id) = rest.first() else {
+                return usage("Wrong number of arguments");
+            };
+            let Ok(id) = id.parse::<i64>() else {
+                return usage(&format!("Invalid tree ID: {id}"));
+            };
+            let tree_id = hourglass_engine::tree::check_tree_id(id)?;
+            let definition = rest.get(1).is_some_and(|d| d.eq_ignore_ascii_case("true"));
+            let started = std::time::Instant::now();
+            let cells = hourglass_engine::tree::tree_purge(&db, tree_id, definition)?;
+            let mut out = std::io::stdout().lock();
+            if definition {
+                writeln!(out, "Deleted tree branches and definition for: {tree_id}")?;
+            } else {
+                writeln!(out, "Deleted tree branches for: {tree_id}")?;
+            }
+            writeln!(
+                out,
+                "Purged [{cells}] columns in [{}] seconds",
                 started.elapsed().as_secs()
             )?;
             db.close()?;

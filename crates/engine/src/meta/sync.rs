@@ -52,6 +52,9 @@ pub fn meta_sync(tsdb: &Tsdb) -> Result<SyncReport> {
         e.1 += points;
     }
     let mut report = SyncReport::default();
+    // Series whose TSMeta this sync creates, run through the trees at the end (2.4.1's
+    // metasync does the same with `tsd.core.tree.enable_processing`).
+    let mut created_series: Vec<Vec<u8>> = Vec::new();
     let mut uid_created: BTreeMap<(UidKind, Vec<u8>), i64> = BTreeMap::new();
     for (tsuid, (first, points)) in &series {
         report.series += 1;
@@ -110,6 +113,7 @@ pub fn meta_sync(tsdb: &Tsdb) -> Result<SyncReport> {
                     ts_meta_storage_json(&hex_upper(tsuid), &fields),
                 ));
                 report.ts_meta_created += 1;
+                created_series.push(tsuid.clone());
                 report.lines.push(format!(
                     "Created counter and meta for timeseries [{}]",
                     hex_upper(tsuid)
@@ -133,6 +137,12 @@ pub fn meta_sync(tsdb: &Tsdb) -> Result<SyncReport> {
             tsdb.store()
                 .mutate_row(&schema.meta_table, tsuid, &mutations)?;
         }
+    }
+    if tsdb.settings().meta.tree_processing && !created_series.is_empty() {
+        let n = crate::tree::process_new_series(tsdb, &created_series)?;
+        report
+            .lines
+            .push(format!("Processed [{n}] new time series through the trees"));
     }
     for ((kind, uid), first) in uid_created {
         let Ok(meta) = get_uid_meta(tsdb, kind, &uid) else {

@@ -17,6 +17,9 @@ pub struct MetaTracking {
     pub tsuid_incrementing: bool,
     /// `enable_realtime_uid`: write UIDMeta when a UID is assigned.
     pub realtime_uid: bool,
+    /// `tsd.core.tree.enable_processing`: run each series whose TSMeta is created through
+    /// the enabled trees (RFC 0010).
+    pub tree_processing: bool,
 }
 
 impl MetaTracking {
@@ -26,6 +29,7 @@ impl MetaTracking {
             realtime_ts: c.get_bool("tsd.core.meta.enable_realtime_ts", false),
             tsuid_incrementing: c.get_bool("tsd.core.meta.enable_tsuid_incrementing", false),
             realtime_uid: c.get_bool("tsd.core.meta.enable_realtime_uid", false),
+            tree_processing: c.get_bool("tsd.core.tree.enable_processing", false),
         }
     }
 
@@ -49,6 +53,8 @@ pub(crate) struct Tracker {
     flags: MetaTracking,
     /// Series known to have `ts_meta` (bounded: one that left is read again once).
     known: BoundedMap<Vec<u8>, ()>,
+    /// New series for tree processing, when on.
+    trees: Option<Arc<crate::tree::TreeQueue>>,
 }
 
 impl Tracker {
@@ -56,12 +62,14 @@ impl Tracker {
         store: Arc<dyn Store>,
         schema: Schema,
         flags: MetaTracking,
+        trees: Option<Arc<crate::tree::TreeQueue>>,
     ) -> Option<Tracker> {
         flags.tracks_series().then(|| Tracker {
             store,
             schema,
             flags,
             known: BoundedMap::new(KNOWN_SERIES_MAX),
+            trees,
         })
     }
 
@@ -159,6 +167,9 @@ impl Tracker {
             )],
         )?;
         tracing::debug!(tsuid = %hex_upper(tsuid), "created new TSUID meta entry");
+        if let Some(q) = &self.trees {
+            q.push(tsuid);
+        }
         Ok(())
     }
 }

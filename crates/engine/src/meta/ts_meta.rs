@@ -317,8 +317,15 @@ pub fn create_ts_meta(tsdb: &Tsdb, tsuid: &[u8], update: &MetaUpdate) -> Result<
     ));
     tsdb.store()
         .mutate_row(&schema.meta_table, tsuid, &mutations)?;
-    get_ts_meta(tsdb, tsuid)?
-        .ok_or_else(|| Error::Internal("TSMeta vanished after it was written".into()))
+    let meta = get_ts_meta(tsdb, tsuid)?
+        .ok_or_else(|| Error::Internal("TSMeta vanished after it was written".into()))?;
+    // A new TSMeta goes through the trees, as OpenTSDB's `/api/uid/tsmeta` creation does.
+    if tsdb.settings().meta.tree_processing
+        && let Err(e) = crate::tree::process_meta(tsdb, &meta)
+    {
+        tracing::warn!(tsuid = %meta.tsuid, error = %e, "new TSMeta not processed through trees");
+    }
+    Ok(meta)
 }
 
 /// Deletes a series' `ts_meta` cell (its counter stays, as in OpenTSDB).

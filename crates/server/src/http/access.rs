@@ -59,6 +59,10 @@ pub(crate) const RULES: &[(&str, Permission, Permission, Permission)] = {
         ("/api/uid/rename", Uid, Uid, Uid),
         ("/api/uid/uidmeta", Read, Uid, Delete),
         ("/api/uid/tsmeta", Read, Uid, Delete),
+        // Trees: definitions and rules are meta data; the rest reads.
+        ("/api/tree", Read, Uid, Delete),
+        ("/api/tree/rule", Read, Uid, Delete),
+        ("/api/tree/rules", Read, Uid, Delete),
         // Administration.
         ("/api/config", Admin, Admin, Admin),
         ("/api/stats", Admin, Admin, Admin),
