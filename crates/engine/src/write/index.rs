@@ -22,13 +22,11 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
 
 /// Most rows per index write (the embedded store makes a large batch one table file).
-/// Entries are sorted by key first and each write holds one kind of entry, so the files a
-/// flush makes cover disjoint key ranges (also those of the markers written after the data
-/// rows): the store moves them down its levels without merging them, a later merge takes
-/// only the files of the same kind, and a marker read probes only files of its kind. Files
-/// each spanning every kind of entry were merged at once (a fifth of the CPU a new series
-/// cost) and every read probed each of them. Writes of fewer than 256 rows go through the
-/// embedded store's journal instead of making a file.
+/// Entries are sorted by key first, and a flush with more entries than this writes one kind
+/// of entry per write: the files it makes cover disjoint key ranges (also those of the
+/// markers written after the data rows), so the store moves them down its levels without
+/// merging them, where several files each spanning every kind of entry were merged at once
+/// (a fifth of the CPU a new series cost).
 const INDEX_BATCH_ROWS: usize = 65_536;
 /// Bound of each set of value rows known written: at it the set starts again empty (the
 /// rows are then written again, idempotently, and counted again: an over-count).
@@ -400,15 +398,16 @@ fn announced(base: u32, now_secs: i64) -> Option<u32> {
     (last_hour && in_it).then(|| index::period_of(base).saturating_add(PERIOD_SECS))
 }
 
-/// Writes entries sorted by key, one kind of entry and at most [`INDEX_BATCH_ROWS`] per
-/// write (see there).
+/// Writes entries sorted by key: in one write when they fit [`INDEX_BATCH_ROWS`], else at
+/// most that many and one kind of entry per write (see there).
 fn write_sorted(store: &dyn Store, table: &str, mut entries: Vec<Entry>) -> Result<()> {
     entries.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    let by_kind = entries.len() > INDEX_BATCH_ROWS;
     let mut batch: Vec<RowMutation> = Vec::with_capacity(entries.len().min(INDEX_BATCH_ROWS));
     let mut kind: Option<u8> = None;
     for entry in entries {
         let this = entry.key.first().copied();
-        if batch.len() >= INDEX_BATCH_ROWS || (!batch.is_empty() && this != kind) {
+        if batch.len() >= INDEX_BATCH_ROWS || (by_kind && !batch.is_empty() && this != kind) {
             store.mutate_rows(table, &batch)?;
             batch.clear();
         }
@@ -463,7 +462,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_are_written_sorted_one_kind_a_write() {
+    fn entries_are_written_sorted_and_a_large_flush_one_kind_a_write() {
         use crate::sim::{FaultStore, Faults, Op};
         use hourglass_storage::ScanRequest;
         use std::sync::Arc;
@@ -487,23 +486,29 @@ mod tests {
             value: Vec::new(),
         };
         let table = &schema.index_table;
-        // One kind a write, sorted (10 rows, 10 rows, a batch, 20 rows), where cutting at
-        // the batch size alone would write two.
-        let n = INDEX_BATCH_ROWS as u32 + 40;
+        // Few entries: one write, whatever their kinds and order.
+        let few: Vec<Entry> = (0..100)
+            .rev()
+            .map(|i| entry(2 + (i % 3) as u8, i))
+            .collect();
+        write_sorted(&store, table, few).unwrap();
+        assert_eq!(writes.swap(0, Ordering::SeqCst), 1);
+        // More than a batch: one kind a write (10 rows, 10 rows, a batch), where cutting
+        // at the batch size alone would write two.
+        let n = INDEX_BATCH_ROWS as u32 + 20;
         let kind = |i: u32| match i {
-            0..10 => 2,
-            10..20 => 3,
-            _ if i >= n - 20 => 5,
-            _ => 4,
+            0..10 => 5,
+            10..20 => 6,
+            _ => 7,
         };
         let many: Vec<Entry> = (0..n).rev().map(|i| entry(kind(i), i)).collect();
         write_sorted(&store, table, many).unwrap();
-        assert_eq!(writes.load(Ordering::SeqCst), 4);
+        assert_eq!(writes.load(Ordering::SeqCst), 3);
         let rows = memory
             .scan(table, &ScanRequest::prefix(&[]))
             .unwrap()
             .count();
-        assert_eq!(rows, n as usize);
+        assert_eq!(rows, 100 + n as usize);
     }
 
     #[test]
