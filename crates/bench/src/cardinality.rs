@@ -3,8 +3,9 @@
 //! literal, wildcard, case-insensitive wildcard and regular expressions (anchored and not),
 //! on Hourglass with the tag index off and on and on VictoriaMetrics, in the same run
 //! (RFC 0007's query benchmark). Hourglass is restarted after loading (every row stored,
-//! nothing buffered); VictoriaMetrics is force-flushed and asked with `nocache=1`; each
-//! server is left to go idle before timing. Each
+//! nothing buffered); both are asked with `nocache=1` (each query computed, not a kept
+//! answer) and VictoriaMetrics is force-flushed; each server is left to go idle before
+//! timing. Each
 //! query runs `--runs` times after one warm-up; the median is reported, with each filter's
 //! time over the literal query's and VictoriaMetrics's time over Hourglass's.
 
@@ -113,7 +114,7 @@ fn measure(
         let secs = match target {
             Target::Hourglass(_) | Target::HourglassIndex(_) => {
                 let base = format!(
-                    "http://{}/api/query?start={start}&end={}",
+                    "http://{}/api/query?start={start}&end={}&nocache=1",
                     server.put_addr,
                     end - 1
                 );

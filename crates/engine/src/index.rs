@@ -252,26 +252,49 @@ pub fn trigrams(name: &str) -> Vec<[u8; 3]> {
     out
 }
 
-/// An entry row: one cell, written whole. Deleting the row first makes the write a blind
-/// put (the embedded store then need not read the row), and changes nothing: an entry row
-/// never holds another cell.
-fn global(key: Vec<u8>, qualifier: &[u8], value: Vec<u8>) -> RowMutation {
-    RowMutation {
-        key,
-        mutations: vec![
-            Mutation::DeleteRow,
-            Mutation::set_at(GLOBAL_FAMILY, qualifier, 0, value),
-        ],
+/// An entry row: one cell, written whole. Kept in this form (two allocations) until it is
+/// written: a flush of many new series holds and sorts a few hundred thousand of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub key: Vec<u8>,
+    pub family: &'static str,
+    pub qualifier: &'static [u8],
+    /// The cell's timestamp (ms): fixed, so a repeated write is the same cell.
+    pub timestamp: i64,
+    pub value: Vec<u8>,
+}
+
+/// Deleting the row first makes the write a blind put (the embedded store then need not
+/// read the row), and changes nothing: an entry row never holds another cell.
+impl From<Entry> for RowMutation {
+    fn from(e: Entry) -> RowMutation {
+        RowMutation {
+            key: e.key,
+            mutations: vec![
+                Mutation::DeleteRow,
+                Mutation::set_at(e.family, e.qualifier, e.timestamp, e.value),
+            ],
+        }
     }
 }
 
-fn periodic(key: Vec<u8>, period: u32, qualifier: &[u8], value: Vec<u8>) -> RowMutation {
-    RowMutation {
+fn global(key: Vec<u8>, qualifier: &'static [u8], value: Vec<u8>) -> Entry {
+    Entry {
         key,
-        mutations: vec![
-            Mutation::DeleteRow,
-            Mutation::set_at(PERIOD_FAMILY, qualifier, period_cell_ms(period), value),
-        ],
+        family: GLOBAL_FAMILY,
+        qualifier,
+        timestamp: 0,
+        value,
+    }
+}
+
+fn periodic(key: Vec<u8>, period: u32, qualifier: &'static [u8], value: Vec<u8>) -> Entry {
+    Entry {
+        key,
+        family: PERIOD_FAMILY,
+        qualifier,
+        timestamp: period_cell_ms(period),
+        value,
     }
 }
 
@@ -280,29 +303,29 @@ fn periodic(key: Vec<u8>, period: u32, qualifier: &[u8], value: Vec<u8>) -> RowM
 pub struct ValueRows {
     pub tagk: Vec<u8>,
     pub tagv: Vec<u8>,
-    pub rows: Vec<RowMutation>,
+    pub rows: Vec<Entry>,
 }
 
 /// The entries of a series in one period.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeriodEntries {
     /// `0x11`, one per tag pair.
-    pub postings: Vec<RowMutation>,
+    pub postings: Vec<Entry>,
     /// `0x12`, one per tag pair whose value's name is known.
     pub values: Vec<ValueRows>,
     /// `0x10`, written only once the postings are stored.
-    pub marker: RowMutation,
+    pub marker: Entry,
 }
 
 /// The entries of a series over all time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeriesEntries {
     /// `0x02` and `0x03`, one each per tag pair.
-    pub postings: Vec<RowMutation>,
+    pub postings: Vec<Entry>,
     /// `0x04` and its `0x05` trigrams, per tag pair whose value's name is known.
     pub values: Vec<ValueRows>,
     /// `0x01`, written only once the rest is stored.
-    pub catalog: RowMutation,
+    pub catalog: Entry,
 }
 
 /// The entries of `series` in `period`. `names` gives each tag pair's value name, in pair
@@ -398,18 +421,21 @@ pub fn value_names(
 ) -> crate::Result<Vec<Option<String>>> {
     series
         .pairs(schema)
-        .map(|(_, tagv)| {
-            let uid = hourglass_core::uid::Uid::from_bytes(tagv)?;
-            match uids.get_name(hourglass_core::uid::UidKind::TagValue, uid) {
-                Ok(name) => Ok(Some(name)),
-                Err(e @ crate::Error::NoSuchId { .. }) => {
-                    tracing::error!(error = %e, "tag index: a tag value has no name; its value rows are left out");
-                    Ok(None)
-                }
-                Err(e) => Err(e),
-            }
-        })
+        .map(|(_, tagv)| value_name(uids, tagv))
         .collect()
+}
+
+/// The name of one tag value UID through the UID cache (see [`value_names`]).
+pub fn value_name(uids: &crate::uid::UidRegistry, tagv: &[u8]) -> crate::Result<Option<String>> {
+    let uid = hourglass_core::uid::Uid::from_bytes(tagv)?;
+    match uids.get_name(hourglass_core::uid::UidKind::TagValue, uid) {
+        Ok(name) => Ok(Some(name)),
+        Err(e @ crate::Error::NoSuchId { .. }) => {
+            tracing::error!(error = %e, "tag index: a tag value has no name; its value rows are left out");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Rewrites the value rows of a renamed tag value (`tsdb uid rename`, `/api/uid/rename`):
@@ -460,17 +486,23 @@ pub fn rename_value(
             let metric = &fixed[1..1 + m];
             let tagk = &fixed[head - k..];
             if kind_byte == kind::VALUE_NAME {
-                writes.push(global(
-                    value_name_key(metric, tagk, new),
-                    VALUE_QUALIFIER,
-                    uid.to_vec(),
-                ));
+                writes.push(
+                    global(
+                        value_name_key(metric, tagk, new),
+                        VALUE_QUALIFIER,
+                        uid.to_vec(),
+                    )
+                    .into(),
+                );
                 for t in &new_trigrams {
-                    writes.push(global(
-                        trigram_key(metric, tagk, *t, uid),
-                        ENTRY_QUALIFIER,
-                        Vec::new(),
-                    ));
+                    writes.push(
+                        global(
+                            trigram_key(metric, tagk, *t, uid),
+                            ENTRY_QUALIFIER,
+                            Vec::new(),
+                        )
+                        .into(),
+                    );
                 }
                 for t in old_trigrams.iter().filter(|t| !new_trigrams.contains(t)) {
                     deletes.push(gone(trigram_key(metric, tagk, *t, uid)));
@@ -479,7 +511,7 @@ pub fn rename_value(
                 let p = &fixed[1 + m..1 + m + 4];
                 let period = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
                 let key = period_value_name_key(metric, period, tagk, new);
-                writes.push(periodic(key, period, VALUE_QUALIFIER, uid.to_vec()));
+                writes.push(periodic(key, period, VALUE_QUALIFIER, uid.to_vec()).into());
             }
             deletes.push(gone(row.key));
         }

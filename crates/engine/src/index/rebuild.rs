@@ -203,7 +203,8 @@ pub(crate) fn expected(
         let series = Series { metric, tags };
         let names = super::value_names(db.uids(), schema, series)?;
         let all = super::series_entries(schema, series, &names);
-        out.entries.extend(all.postings);
+        out.entries
+            .extend(all.postings.into_iter().map(RowMutation::from));
         let counters = super::series_counters_key(metric);
         counts.push((counters.clone(), ENTRY_QUALIFIER.to_vec()));
         for (tagk, _) in series.pairs(schema) {
@@ -212,13 +213,15 @@ pub(crate) fn expected(
         for v in all.values {
             if values.insert([&[0u8][..], &v.tagk, &v.tagv].concat()) {
                 counts.push((counters.clone(), super::key_values_qualifier(&v.tagk)));
-                out.entries.extend(v.rows);
+                out.entries
+                    .extend(v.rows.into_iter().map(RowMutation::from));
             }
         }
-        out.markers.push(all.catalog);
+        out.markers.push(all.catalog.into());
         for &period in periods {
             let entries = super::period_entries(schema, series, period, &names);
-            out.entries.extend(entries.postings);
+            out.entries
+                .extend(entries.postings.into_iter().map(RowMutation::from));
             let counters = super::period_counters_key(metric, period);
             counts.push((counters.clone(), ENTRY_QUALIFIER.to_vec()));
             for (tagk, _) in series.pairs(schema) {
@@ -228,10 +231,11 @@ pub(crate) fn expected(
                 let id = [&[1u8][..], &period.to_be_bytes(), &v.tagk, &v.tagv].concat();
                 if values.insert(id) {
                     counts.push((counters.clone(), super::key_values_qualifier(&v.tagk)));
-                    out.entries.extend(v.rows);
+                    out.entries
+                        .extend(v.rows.into_iter().map(RowMutation::from));
                 }
             }
-            out.markers.push(entries.marker);
+            out.markers.push(entries.marker.into());
         }
     }
     for (key, q) in counts {

@@ -31,6 +31,10 @@ pub const MAX_CANDIDATES: usize = 4_096;
 /// Most values a trigram may list before its filter is left to a full scan.
 pub const MAX_TRIGRAM_VALUES: usize = 65_536;
 
+/// Values left by a trigram list at or under which their names are checked instead of
+/// reading the next trigram's list.
+pub const NAME_CHECKS: usize = 4_096;
+
 /// Ranges over more periods than this read the all-time rows instead of each period's.
 pub const MAX_PERIODS: u32 = 31;
 
@@ -292,6 +296,11 @@ impl SeriesSelector {
     /// The driving key's values (UID bytes) having every trigram and passing its filters
     /// (names from the UID cache); `None` when more than [`MAX_TRIGRAM_VALUES`] have the
     /// trigrams or more than [`MAX_CANDIDATES`] pass.
+    ///
+    /// A trigram's list is in value UID order, so lists are intersected by merging; once
+    /// the values left are at most [`NAME_CHECKS`], their names are checked against the
+    /// filters instead of reading further lists (a cached name and a match cost less than
+    /// a listed row, and every value left is checked by name in the end anyway).
     fn trigram_values(
         &self,
         tsdb: &Tsdb,
@@ -301,8 +310,11 @@ impl SeriesSelector {
         let schema = &tsdb.settings().schema;
         let tagk = self.driving_tagk(tsdb);
         let width = usize::from(schema.tagv_width);
-        let mut have: Option<BTreeSet<Vec<u8>>> = None;
+        let mut have: Option<Vec<Vec<u8>>> = None;
         for t in trigrams {
+            if have.as_ref().is_some_and(|h| h.len() <= NAME_CHECKS) {
+                break;
+            }
             let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
             let at = start.len();
             let request = ScanRequest {
@@ -314,14 +326,24 @@ impl SeriesSelector {
                 },
                 ..ScanRequest::default()
             };
-            let mut these = BTreeSet::new();
+            let mut these: Vec<Vec<u8>> = Vec::new();
+            let mut next = 0;
             for row in tsdb.store().scan(&schema.index_table, &request)? {
                 let row = row?;
                 let Some(v) = row.key.get(at..).filter(|v| v.len() == width) else {
                     continue;
                 };
-                if have.as_ref().is_none_or(|h| h.contains(v)) {
-                    these.insert(v.to_vec());
+                let kept = match &have {
+                    None => true,
+                    Some(h) => {
+                        while next < h.len() && h[next].as_slice() < v {
+                            next += 1;
+                        }
+                        next < h.len() && h[next].as_slice() == v
+                    }
+                };
+                if kept && these.last().is_none_or(|last| last.as_slice() < v) {
+                    these.push(v.to_vec());
                     if these.len() > MAX_TRIGRAM_VALUES {
                         return Ok(None);
                     }

@@ -140,7 +140,7 @@ fn entries_carry_fixed_timestamps_and_their_values() {
         period_posting_key(series(), PERIOD, &[0, 0, 2], &[0, 0, 9])
     );
     assert_eq!(
-        p.postings[0].mutations,
+        RowMutation::from(p.postings[0].clone()).mutations,
         vec![
             Mutation::DeleteRow,
             Mutation::set_at("p", b"s".to_vec(), 1_370_995_200_000, Vec::new())
@@ -152,7 +152,12 @@ fn entries_carry_fixed_timestamps_and_their_values() {
         "the value whose name is unknown has no row"
     );
     assert_eq!(
-        p.values[0].rows,
+        p.values[0]
+            .rows
+            .iter()
+            .cloned()
+            .map(RowMutation::from)
+            .collect::<Vec<_>>(),
         vec![RowMutation {
             key: period_value_name_key(&[0, 0, 1], PERIOD, &[0, 0, 1], "web01"),
             mutations: vec![
@@ -184,7 +189,7 @@ fn entries_carry_fixed_timestamps_and_their_values() {
         g.postings
             .iter()
             .chain(std::iter::once(&g.catalog))
-            .all(|r| r.mutations
+            .all(|r| RowMutation::from(r.clone()).mutations
                 == vec![
                     Mutation::DeleteRow,
                     Mutation::set_at("g", b"s".to_vec(), 0, Vec::new())

@@ -430,13 +430,21 @@ impl TagFilter {
     }
 
     /// Trigrams (of lower-cased names, as the index keeps them) every value passing this
-    /// filter has: those of the ASCII literals a regular expression requires. `None` when
-    /// it requires none of 3 bytes or more.
+    /// filter has: those of the ASCII literals a regular expression requires, and those of
+    /// the ASCII parts of a glob (OpenTSDB's glob finds every part in the value, the
+    /// lower-cased value for `iwildcard`; an ASCII part's lower-cased bytes are then in the
+    /// lower-cased name). `None` when it requires none of 3 bytes or more.
     pub fn value_trigrams(&self) -> Option<Vec<[u8; 3]>> {
-        let FilterKind::Regexp(_) = &self.kind else {
-            return None;
+        let literals: Vec<String> = match &self.kind {
+            FilterKind::Regexp(_) => regex_literals(&self.expression)?,
+            FilterKind::Wildcard { pattern, .. } => pattern
+                .split('*')
+                .filter(|part| part.is_ascii())
+                .map(str::to_string)
+                .collect(),
+            FilterKind::Literals { .. } => return None,
         };
-        let mut out: Vec<[u8; 3]> = regex_literals(&self.expression)?
+        let mut out: Vec<[u8; 3]> = literals
             .iter()
             .flat_map(|lit| crate::index::trigrams(lit))
             .collect();
@@ -542,6 +550,22 @@ mod tests {
         );
         assert_eq!(t("(?i)abc"), None);
         assert_eq!(t("abc|xyz"), None);
+        let g = |ty: &str, e: &str| f(ty, e).value_trigrams();
+        assert_eq!(g("wildcard", "*0001*"), Some(vec![*b"000", *b"001"]));
+        assert_eq!(g("wildcard", "*Web*x1Y"), Some(vec![*b"web", *b"x1y"]));
+        assert_eq!(g("iwildcard", "*WEB"), Some(vec![*b"web"]));
+        assert_eq!(g("wildcard", "*ab*cd*"), None, "no part of 3 bytes");
+        assert_eq!(g("wildcard", "*é01*"), None, "non-ASCII parts left out");
+        for (ty, e) in [("wildcard", "*0001*"), ("iwildcard", "*WEB*1")] {
+            let want = g(ty, e).unwrap();
+            for name in ["h00012", "x0001", "web01", "WEB1", "aWeBb1", "w0001eb"] {
+                let have = crate::index::trigrams(name);
+                assert!(
+                    !f(ty, e).matches(Some(name)) || want.iter().all(|w| have.contains(w)),
+                    "{ty} {e} {name}"
+                );
+            }
+        }
         for name in ["x00001y", "000019", "h00001[0-9]"] {
             let want = t("00001[0-9]").unwrap();
             let have = crate::index::trigrams(name);
