@@ -39,7 +39,7 @@ pub(crate) struct UidArgs {
     #[arg(short, long)]
     ignore_case: bool,
     /// Subcommand and its arguments.
-    #[arg(allow_hyphen_values = false)]
+    #[arg(trailing_var_arg = true, allow_hyphen_values = false)]
     args: Vec<String>,
 }
 
