@@ -2,11 +2,75 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
 mod open;
 mod remote;
+
+/// `tsdb uid`'s arguments with its own options (`--config`, `--data-dir`, `-i`...) moved in
+/// front of its subcommand: OpenTSDB's tools read options anywhere on the line
+/// (`tsdb uid metasync --config F`), while what follows the subcommand is otherwise taken as
+/// the subcommand's words (`fsck --fix` included). Other commands' lines are unchanged.
+fn uid_options_first(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let command = Cli::command();
+    let Some(uid) = command.find_subcommand("uid") else {
+        return args;
+    };
+    if args.get(1).and_then(|a| a.to_str()) != Some("uid") {
+        return args;
+    }
+    // Its options: the long and short names, and whether each takes a value.
+    let options: Vec<(Option<String>, Option<char>, bool)> = uid
+        .get_arguments()
+        .filter(|a| !a.is_positional())
+        .map(|a| {
+            let takes = a.get_action().takes_values();
+            (a.get_long().map(str::to_string), a.get_short(), takes)
+        })
+        .collect();
+    let takes_value = |arg: &str| -> Option<bool> {
+        if let Some(long) = arg.strip_prefix("--") {
+            let (name, inline) = long
+                .split_once('=')
+                .map_or((long, false), |(n, _)| (n, true));
+            return options
+                .iter()
+                .find(|(l, _, _)| l.as_deref() == Some(name))
+                .map(|(_, _, t)| *t && !inline);
+        }
+        let mut chars = arg.strip_prefix('-')?.chars();
+        let (Some(c), None) = (chars.next(), chars.next()) else {
+            return None;
+        };
+        options
+            .iter()
+            .find(|(_, s, _)| *s == Some(c))
+            .map(|(_, _, t)| *t)
+    };
+    let (mut front, mut rest) = (args[..2].to_vec(), Vec::new());
+    let mut i = 2;
+    while i < args.len() {
+        let arg = args[i].to_str().unwrap_or_default();
+        if arg == "--" {
+            rest.extend_from_slice(&args[i..]);
+            break;
+        }
+        match takes_value(arg) {
+            Some(takes) => {
+                front.push(args[i].clone());
+                if takes && let Some(v) = args.get(i + 1) {
+                    front.push(v.clone());
+                    i += 1;
+                }
+            }
+            None => rest.push(args[i].clone()),
+        }
+        i += 1;
+    }
+    front.extend(rest);
+    front
+}
 
 /// Hourglass: OpenTSDB's schema, protocols and tools.
 #[derive(Debug, Parser)]
@@ -50,7 +114,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(uid_options_first(std::env::args_os().collect()));
     let verbose = match &cli.command {
         Command::Tsd(_) | Command::Import(_) => true,
         Command::Uid(a) => a.store.verbose,

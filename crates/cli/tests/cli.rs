@@ -50,6 +50,31 @@ fn mkmetric_and_uid_speak_opentsdb() {
         stdout(&tsdb(d, &["uid", "grep", "tagv", "web"])),
         "tagv web01: [0, 0, 1]\ntagv web02: [0, 0, 2]\n"
     );
+    // Options after the subcommand are options too, as OpenTSDB's tools read them; a word
+    // the subcommand takes (`fsck --fix`) stays the subcommand's.
+    let late = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["uid", "metrics", "2", "--data-dir"])
+        .arg(d)
+        .output()
+        .expect("run tsdb");
+    assert_eq!(
+        stdout(&late),
+        "metrics mysql.bytes_sent: [0, 0, 2]\n",
+        "{late:?}"
+    );
+    let mut inline = std::ffi::OsString::from("--data-dir=");
+    inline.push(d);
+    let late = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["uid", "grep", "tagv"])
+        .arg(&inline)
+        .args(["WEB", "-i"])
+        .output()
+        .expect("run tsdb");
+    assert_eq!(
+        stdout(&late),
+        "tagv web01: [0, 0, 1]\ntagv web02: [0, 0, 2]\n",
+        "{late:?}"
+    );
     let missing = tsdb(d, &["uid", "metrics", "nope"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(
