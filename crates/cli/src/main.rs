@@ -13,13 +13,13 @@ mod remote;
 /// (`tsdb uid metasync --config F`), while what follows the subcommand is otherwise taken as
 /// the subcommand's words (`fsck --fix` included). Other commands' lines are unchanged.
 fn uid_options_first(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if args.get(1).and_then(|a| a.to_str()) != Some("uid") {
+        return args;
+    }
     let command = Cli::command();
     let Some(uid) = command.find_subcommand("uid") else {
         return args;
     };
-    if args.get(1).and_then(|a| a.to_str()) != Some("uid") {
-        return args;
-    }
     // Its options: the long and short names, and whether each takes a value.
     let options: Vec<(Option<String>, Option<char>, bool)> = uid
         .get_arguments()

@@ -228,6 +228,7 @@ impl Watched {
             let schema = &self.tables.schema;
             let m0 = usize::from(schema.salt_width);
             let t0 = schema.timestamp_offset();
+            let mut unknown = false;
             self.changes.note_with(|out| {
                 for key in keys {
                     match key.get(m0..t0).zip(key.get(t0..t0 + 4)) {
@@ -244,12 +245,13 @@ impl Watched {
                             }
                         }
                         // Not a row key of points: anything may have changed.
-                        None => {
-                            out.push((key.get(m0..).unwrap_or(key).to_vec(), i64::MIN, i64::MAX))
-                        }
+                        None => unknown = true,
                     }
                 }
             });
+            if unknown {
+                self.changes.note_all();
+            }
         }
     }
 
@@ -454,6 +456,11 @@ mod tests {
         assert!(before.is_fresh(), "the row holds 2:00 to 3:00 only");
         assert!(!during.is_fresh());
         assert!(later.is_fresh());
+        // A key too short to name a metric and hour changes every answer.
+        let short = changes.watch(&[dep(9, 0, 1)]);
+        watched.mutate_row(&schema.data_table, &[0, 0], &set).ok();
+        assert!(!short.is_fresh() && !later.is_fresh());
+        let later = changes.watch(&[dep(1, 10_800_000, 20_000_000)]);
         // A name deleted from the UID table changes every answer.
         let del = [Mutation::DeleteRow];
         watched.mutate_row(&schema.uid_table, b"name", &set).ok();
