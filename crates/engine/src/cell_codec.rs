@@ -138,8 +138,35 @@ fn joint_points(qualifier: &[u8], value: &[u8]) -> Option<(Vec<Point>, Option<u8
     if points.iter().any(|p| i64::from(p.offset_ms()) >= HOUR_MS) {
         return None;
     }
-    let (q, v) = rebuild_cell(&points, meta);
-    (q == qualifier && v == value).then_some((points, meta))
+    rebuilds_to(&points, meta, qualifier, value).then_some((points, meta))
+}
+
+/// Whether `points` and `meta` rebuild exactly `qualifier` and `value` (what
+/// [`rebuild_cell`] gives, compared as it is written).
+fn rebuilds_to(points: &[Point], meta: Option<u8>, qualifier: &[u8], value: &[u8]) -> bool {
+    let (mut q_at, mut v_at) = (0usize, 0usize);
+    let mut piece = Vec::with_capacity(8);
+    for p in points {
+        piece.clear();
+        p.qualifier.write(&mut piece);
+        if qualifier.get(q_at..q_at + piece.len()) != Some(piece.as_slice()) {
+            return false;
+        }
+        q_at += piece.len();
+        piece.clear();
+        write_bits(p.bits, p.qualifier.flags(), &mut piece);
+        if value.get(v_at..v_at + piece.len()) != Some(piece.as_slice()) {
+            return false;
+        }
+        v_at += piece.len();
+    }
+    if let Some(m) = meta {
+        if value.get(v_at) != Some(&m) {
+            return false;
+        }
+        v_at += 1;
+    }
+    q_at == qualifier.len() && v_at == value.len()
 }
 
 /// A cell's qualifier and value from its points and meta byte.
@@ -210,13 +237,10 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
     }
     encode_runs(&points, &offsets, packing, &mut stream);
     encode_values(&points, packing, &mut stream);
-    // Lossless or not at all.
-    let decoded = decode_joint_cells(&stream, &members).ok()?;
-    let taken = cells.iter().zip(&shapes).filter(|(_, s)| s.is_some());
-    for ((c, _), (q, v)) in taken.zip(&decoded) {
-        if c.qualifier != q.as_slice() || c.value != v.as_slice() {
-            return None;
-        }
+    // Lossless or not at all: the stream must give back every point taken (each taken cell
+    // is exactly what its points and meta byte rebuild, checked by `joint_points`).
+    if !joint_points_are(&stream, &members, &points) {
+        return None;
     }
     Some((shapes, stream))
 }
@@ -466,6 +490,30 @@ fn decode_joint_cells(
     Ok(out)
 }
 
+/// Whether a joint stream over `members` decodes to exactly `points`, member after member.
+fn joint_points_are(stream: &[u8], members: &[JointMember], points: &[Point]) -> bool {
+    let Ok(body) = joint_body(stream, members) else {
+        return false;
+    };
+    if body.offsets.len() != points.len() {
+        return false;
+    }
+    let mut at = 0usize;
+    for m in members {
+        let base = i64::from(m.offset_secs) * 1000;
+        let end = at + m.shape.points as usize;
+        for (i, want) in (at..end).zip(&points[at..end.min(points.len())]) {
+            if body.offsets[i].saturating_sub(base) >= HOUR_MS
+                || body_point(&body, i, base).ok().as_ref() != Some(want)
+            {
+                return false;
+            }
+        }
+        at = end;
+    }
+    at == points.len()
+}
+
 /// The points of a joint stream's members, as times (the period's start `period_ms` plus
 /// each offset) and values appended to `times` and `values`, and each member's number of
 /// points appended to `counts`: what [`decode_columns`] gives for each member's cell, member
@@ -608,6 +656,29 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
+/// The greatest common divisor of `deltas` (1 when they are all zero or there are none).
+/// Stops at the first delta that brings it to 1: noisy values reach 1 within a few deltas,
+/// and each step is a division.
+fn common_divisor(deltas: &[i64]) -> u64 {
+    let mut g = 0u64;
+    for d in deltas {
+        g = gcd(g, d.unsigned_abs());
+        if g == 1 {
+            return 1;
+        }
+    }
+    g.max(1)
+}
+
+/// `deltas` divided by `divisor` (a divisor of each), in place; nothing to do for 1.
+fn divide_all(deltas: &mut [i64], divisor: u64) {
+    if divisor != 1 {
+        for d in deltas {
+            *d /= divisor as i64;
+        }
+    }
+}
+
 /// A sequence as its first value (zigzag varint), the greatest common divisor of its deltas
 /// (varint; counters often step in fixed multiples), the smallest quotient (zigzag varint),
 /// then each quotient above it, bit-packed: constant steps cost no bits.
@@ -616,13 +687,10 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 fn pack_sequence(values: &[i64], packing: Packing, out: &mut Vec<u8>) {
     let first = values.first().copied().unwrap_or(0);
     put_varint(out, zigzag(first));
-    let deltas: Vec<i64> = values.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
-    let divisor = deltas
-        .iter()
-        .fold(0u64, |g, d| gcd(g, d.unsigned_abs()))
-        .max(1);
+    let mut quotients: Vec<i64> = values.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    let divisor = common_divisor(&quotients);
     put_varint(out, divisor);
-    let quotients: Vec<i64> = deltas.iter().map(|d| d / divisor as i64).collect();
+    divide_all(&mut quotients, divisor);
     match packing {
         Packing::Frame => pack_above_floor(&quotients, out),
         Packing::Rice => rice::write(&quotients, out),
@@ -783,11 +851,12 @@ const NEAR_LIMIT: f64 = 140_737_488_355_328.0;
 /// scales go first; a scale is dropped as soon as its corrections need more than 32 bits (its
 /// values are not near decimals) or alone would take the best section's size.
 fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
-    let mut best = Vec::with_capacity(1 + floats.len() * 8);
-    best.push(1);
-    for p in floats {
-        write_bits(p.bits, p.qualifier.flags(), &mut best);
-    }
+    // The raw section's length; its bytes are written only if no scale beats it.
+    let raw_len = 1 + floats
+        .iter()
+        .map(|p| p.qualifier.value_len())
+        .sum::<usize>();
+    let mut best: Vec<u8> = Vec::new();
     let mut candidates = 1u32;
     for p in floats {
         if let Some(k) = near_scale(p) {
@@ -797,19 +866,28 @@ fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
     if let Some((k, _)) = decimal_scale(floats) {
         candidates |= 1 << k;
     }
-    let mut section = Vec::with_capacity(best.len());
+    let mut section = Vec::new();
     for k in (0..=MAX_DECIMALS)
         .rev()
         .filter(|k| candidates & (1 << k) != 0)
     {
+        let best_len = if best.is_empty() { raw_len } else { best.len() };
         section.clear();
-        if decimal_section(floats, k, Some(best.len()), packing, &mut section)
-            && section.len() < best.len()
+        if decimal_section(floats, k, Some(best_len), packing, &mut section)
+            && section.len() < best_len
         {
             std::mem::swap(&mut best, &mut section);
         }
     }
-    out.extend_from_slice(&best);
+    if best.is_empty() {
+        out.reserve(raw_len);
+        out.push(1);
+        for p in floats {
+            write_bits(p.bits, p.qualifier.flags(), out);
+        }
+    } else {
+        out.extend_from_slice(&best);
+    }
 }
 
 /// The float section at decimal scale `k`: mode 0x00 when every correction is zero, else 0x02.
@@ -913,22 +991,16 @@ fn offset_runs(offsets: &[i64], out: &mut Vec<u8>) {
 /// where each jitter would start two runs).
 fn offset_rice(offsets: &[i64], out: &mut Vec<u8>) {
     put_varint(out, offsets.first().copied().unwrap_or(0) as u64);
-    let deltas: Vec<i64> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
-    let divisor = deltas
-        .iter()
-        .fold(0u64, |g, d| gcd(g, d.unsigned_abs()))
-        .max(1);
+    let mut changes: Vec<i64> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+    let divisor = common_divisor(&changes);
     put_varint(out, divisor);
+    divide_all(&mut changes, divisor);
     let mut previous = 0i64;
-    let changes: Vec<i64> = deltas
-        .iter()
-        .map(|d| {
-            let q = d / divisor as i64;
-            let change = q.wrapping_sub(previous);
-            previous = q;
-            change
-        })
-        .collect();
+    for c in &mut changes {
+        let q = *c;
+        *c = q.wrapping_sub(previous);
+        previous = q;
+    }
     rice::write(&changes, out);
 }
 

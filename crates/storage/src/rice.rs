@@ -15,7 +15,8 @@
 //!                the low w - 1 bits of u (its top bit is implied)
 //! ```
 //!
-//! The writer takes c as the values' median: a constant sequence costs 6 bits a block, and a
+//! The writer takes c as the values' median (of an evenly spaced sample of 255 of them in a
+//! longer sequence): a constant sequence costs 6 bits a block, and a
 //! counter's steady rate or a walk's drift costs nothing per value.
 //! L is exactly the bytes the bits fill (the last byte's unused high bits zero); a reader
 //! refuses other lengths, parameters or escapes past 64 bits, and reads past L.
@@ -59,16 +60,17 @@ fn varint(bytes: &[u8], pos: &mut usize) -> Result<u64, &'static str> {
     Err("varint too long")
 }
 
-/// Bits appended least significant first.
-struct BitWriter {
-    bytes: Vec<u8>,
+/// Bits appended least significant first, straight onto the output.
+struct BitWriter<'a> {
+    bytes: &'a mut Vec<u8>,
     acc: u64,
     bits: u32,
 }
 
-impl BitWriter {
+impl BitWriter<'_> {
     /// Appends the low `n` bits of `v` (`n` at most 32: fewer than 32 bits are held between
     /// calls, so the accumulator never overflows). Whole 32-bit words leave in one copy.
+    #[inline]
     fn put(&mut self, v: u64, n: u32) {
         debug_assert!(n <= 32);
         if n == 0 {
@@ -102,13 +104,13 @@ impl BitWriter {
         }
     }
 
-    fn finish(mut self) -> Vec<u8> {
+    /// The last bits, in whole bytes.
+    fn finish(mut self) {
         while self.bits > 0 {
             self.bytes.push(self.acc as u8);
             self.acc >>= 8;
             self.bits = self.bits.saturating_sub(8);
         }
-        self.bytes
     }
 }
 
@@ -122,10 +124,10 @@ fn cost(u: u64, r: u32) -> u64 {
     }
 }
 
-/// The parameter for a block: the cheapest within one of two guesses, the bit length of the
-/// values' mean (right for evenly spread values) and their mean bit length (right when a
-/// spike would pull the mean up).
-fn parameter(us: &[u64]) -> u32 {
+/// The parameter for a block and the bits its values cost at it: the cheapest within one of
+/// two guesses, the bit length of the values' mean (right for evenly spread values) and their
+/// mean bit length (right when a spike would pull the mean up).
+fn parameter(us: &[u64]) -> (u64, u32) {
     let count = us.len().max(1) as u128;
     let mean = us.iter().map(|u| u128::from(*u)).sum::<u128>() / count;
     let of_mean = (128 - mean.leading_zeros())
@@ -141,30 +143,42 @@ fn parameter(us: &[u64]) -> u32 {
         let total = us.iter().map(|u| cost(*u, r)).sum::<u64>();
         best = best.min((total, r));
     }
-    best.1
+    best
 }
 
-/// Appends the Rice sequence of `values` to `out`.
+/// Appends the Rice sequence of `values` to `out`. Each block's parameter is chosen first, so
+/// the byte length is known before the bits and they go straight onto `out`.
 pub fn write(values: &[i64], out: &mut Vec<u8>) {
+    let center = median(values);
+    let mut params = Vec::with_capacity(values.len().div_ceil(BLOCK));
+    let mut total_bits = 0u64;
+    let mut us = [0u64; BLOCK];
+    for block in values.chunks(BLOCK) {
+        let us = zigzag_block(block, center, &mut us);
+        let (cost, r) = if us.iter().all(|u| *u == 0) {
+            (0, CENTER_BLOCK)
+        } else {
+            parameter(us)
+        };
+        total_bits += 6 + cost;
+        params.push(r);
+    }
+    put_varint(out, zigzag(center));
+    let len = total_bits.div_ceil(8);
+    put_varint(out, len);
+    let start = out.len();
+    out.reserve(len as usize + 4);
     let mut w = BitWriter {
-        bytes: Vec::with_capacity(values.len() + 8),
+        bytes: out,
         acc: 0,
         bits: 0,
     };
-    let center = median(values);
-    let mut us = [0u64; BLOCK];
-    for block in values.chunks(BLOCK) {
-        for (u, v) in us.iter_mut().zip(block) {
-            *u = zigzag(v.wrapping_sub(center));
-        }
-        let us = &us[..block.len()];
-        if us.iter().all(|u| *u == 0) {
-            w.put(u64::from(CENTER_BLOCK), 6);
+    for (block, &r) in values.chunks(BLOCK).zip(&params) {
+        w.put(u64::from(r), 6);
+        if r == CENTER_BLOCK {
             continue;
         }
-        let r = parameter(us);
-        w.put(u64::from(r), 6);
-        for &u in us {
+        for &u in zigzag_block(block, center, &mut us) {
             let q = u >> r;
             if q < ESCAPE && q as u32 + 1 + r <= 32 {
                 // The whole code in one put: q ones, a zero, the low r bits of u.
@@ -187,10 +201,17 @@ pub fn write(values: &[i64], out: &mut Vec<u8>) {
             }
         }
     }
-    let bytes = w.finish();
-    put_varint(out, zigzag(center));
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(&bytes);
+    w.finish();
+    debug_assert_eq!((out.len() - start) as u64, len);
+}
+
+/// A block's values as zigzags of their distance from the center.
+#[inline]
+fn zigzag_block<'a>(block: &[i64], center: i64, us: &'a mut [u64; BLOCK]) -> &'a [u64] {
+    for (u, v) in us.iter_mut().zip(block) {
+        *u = zigzag(v.wrapping_sub(center));
+    }
+    &us[..block.len()]
 }
 
 /// Reads the Rice sequence of `n` values at the start of `bytes`, giving each to `f` in order;
@@ -216,12 +237,23 @@ pub fn read(
     Ok(end)
 }
 
-/// The middle value of `values` (the upper one of an even count), 0 for none.
+/// Values a center is taken from: a longer sequence gives an evenly spaced sample of this many.
+const CENTER_SAMPLE: usize = 255;
+
+/// The center of `values`: their middle value (the upper one of an even count), or for more
+/// than [`CENTER_SAMPLE`] values the middle of an evenly spaced sample of that many (a full
+/// selection over thousands of values cost a third of the writing); 0 for none.
 fn median(values: &[i64]) -> i64 {
     if values.is_empty() {
         return 0;
     }
-    let mut copy = values.to_vec();
+    let mut copy: Vec<i64> = if values.len() <= CENTER_SAMPLE {
+        values.to_vec()
+    } else {
+        (0..CENTER_SAMPLE)
+            .map(|i| values[i * values.len() / CENTER_SAMPLE])
+            .collect()
+    };
     let middle = copy.len() / 2;
     *copy.select_nth_unstable(middle).1
 }
@@ -476,15 +508,16 @@ mod tests {
         r.for_each(3, |_| Ok(())).expect("values");
         assert_eq!(r.finish(), Err("rice sequence length differs"));
         // An escape for a value that fits: r = 0, sixteen ones, width 1.
+        let mut bytes = Vec::new();
         let mut w = BitWriter {
-            bytes: Vec::new(),
+            bytes: &mut bytes,
             acc: 0,
             bits: 0,
         };
         w.put(0, 6);
         w.ones(ESCAPE);
         w.put(0, 6);
-        let bytes = w.finish();
+        w.finish();
         assert_eq!(
             Reader::new(0, &bytes).for_each(1, |_| Ok(())),
             Err("escape not needed")
