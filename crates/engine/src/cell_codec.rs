@@ -826,18 +826,26 @@ fn near_scale(p: &Point) -> Option<u32> {
     } else {
         NEAR_F64
     };
-    for k in 0..=MAX_DECIMALS {
+    let near = |k: u32| {
         let x = v * POW10[k as usize];
-        if x.is_nan() || x.abs() >= NEAR_LIMIT {
-            return None;
-        }
-        if round(x).is_some_and(|m| (x - m as f64).abs() <= x.abs() * tolerance)
+        round(x).is_some_and(|m| (x - m as f64).abs() <= x.abs() * tolerance)
             && decimal(p, k).is_some_and(|(_, c)| c.unsigned_abs() <= 1)
-        {
-            return Some(k);
-        }
+    };
+    // The scales tried end before the mantissa reaches 2^47.
+    let fits = |k: u32| {
+        let x = v * POW10[k as usize];
+        !x.is_nan() && x.abs() < NEAR_LIMIT
+    };
+    let Some(last) = (0..=MAX_DECIMALS).take_while(|k| fits(*k)).last() else {
+        return None;
+    };
+    // A float near a decimal at a scale is near it at every larger one (the same mantissa
+    // times ten rebuilds the same float), so one far at the largest is far at all: most
+    // full-precision floats are settled by one test instead of one a scale.
+    if !near(last) {
+        return None;
     }
-    None
+    (0..=last).find(|k| near(*k))
 }
 
 /// 2^-48 and 2^-19: a few units in the last place of a double or a float, relative.
