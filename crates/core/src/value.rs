@@ -249,23 +249,56 @@ pub fn push_java_double(out: &mut String, d: f64) {
         out.push_str(ryu::Buffer::new().format_finite(d));
         return;
     }
-    out.push_str(&java_double_text_rare(d));
+    if d.is_nan() {
+        out.push_str("NaN");
+    } else if d.is_infinite() {
+        out.push_str(if d > 0.0 { "Infinity" } else { "-Infinity" });
+    } else {
+        push_scientific(out, ryu::Buffer::new().format_finite(d));
+    }
 }
 
-fn java_double_text_rare(d: f64) -> String {
-    if d.is_nan() {
-        return "NaN".into();
+/// Java's scientific form (`d.dddE±n`, at least one decimal) of the shortest digits ryu
+/// wrote, plain (`12345678.0`, `0.0001`) or with an exponent (`1e20`, `1.2345e-5`).
+/// Counters of bytes print in this form, so it takes no allocation either.
+fn push_scientific(out: &mut String, ryu_text: &str) {
+    let (negative, text) = match ryu_text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, ryu_text),
+    };
+    let (mantissa, exponent) = match text.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
+        None => (text, 0),
+    };
+    let point = mantissa.find('.').unwrap_or(mantissa.len());
+    let mut digits = [0u8; 32];
+    let mut n = 0;
+    for b in mantissa.bytes().filter(u8::is_ascii_digit) {
+        if n < digits.len() {
+            digits[n] = b;
+            n += 1;
+        }
     }
-    if d.is_infinite() {
-        return if d > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    // Leading zeros move the point left; trailing zeros say nothing.
+    let leading = digits[..n].iter().take_while(|b| **b == b'0').count();
+    let digits = &digits[leading.min(n.saturating_sub(1))..n];
+    let end = digits.len() - digits[1..].iter().rev().take_while(|b| **b == b'0').count();
+    let digits = &digits[..end];
+    let exponent = point as i32 - leading as i32 - 1 + exponent;
+    if negative {
+        out.push('-');
     }
-    let sci = format!("{d:e}"); // shortest digits: "1.2345e-5", "1e7"
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-    if mantissa.contains('.') {
-        format!("{mantissa}E{exponent}")
+    out.push(char::from(digits[0]));
+    out.push('.');
+    if digits.len() > 1 {
+        // ASCII digits only.
+        out.push_str(std::str::from_utf8(&digits[1..]).unwrap_or("0"));
     } else {
-        format!("{mantissa}.0E{exponent}")
+        out.push('0');
     }
+    out.push('E');
+    // Writing to a String cannot fail.
+    let _ = std::fmt::Write::write_fmt(out, format_args!("{exponent}"));
 }
 
 /// A finite floating point number on 4 bytes when that loses nothing, else on 8.
@@ -349,6 +382,23 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn scientific_doubles_are_the_shortest_digits_in_java_form(bits in any::<u64>()) {
+            let d = f64::from_bits(bits);
+            proptest::prop_assume!(d.is_finite() && d != 0.0 && !(1e-3..1e7).contains(&d.abs()));
+            // The shortest digits as the standard library writes them: "1.2345e-5", "1e7".
+            let sci = format!("{d:e}");
+            let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+            let want = if mantissa.contains('.') {
+                format!("{mantissa}E{exponent}")
+            } else {
+                format!("{mantissa}.0E{exponent}")
+            };
+            proptest::prop_assert_eq!(java_double_text(d), want);
+        }
+    }
+
     #[test]
     fn doubles_print_as_java_does() {
         for (d, want) in [
@@ -366,6 +416,11 @@ mod tests {
             (f64::NAN, "NaN"),
             (f64::NEG_INFINITY, "-Infinity"),
             (1.7976931348623157e308, "1.7976931348623157E308"),
+            (123456789012.0, "1.23456789012E11"),
+            (1e16, "1.0E16"),
+            (-98765432.5, "-9.87654325E7"),
+            (0.000123, "1.23E-4"),
+            (1e22, "1.0E22"),
         ] {
             assert_eq!(java_double_text(d), want, "{d}");
         }
