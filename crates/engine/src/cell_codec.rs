@@ -239,7 +239,7 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
     encode_values(&points, packing, &mut stream);
     // Lossless or not at all: the stream must give back every point taken (each taken cell
     // is exactly what its points and meta byte rebuild, checked by `joint_points`).
-    if !joint_points_are(&stream, &members, &points) {
+    if !joint_points_are(&stream, &members, &points, &offsets) {
         return None;
     }
     Some((shapes, stream))
@@ -490,28 +490,27 @@ fn decode_joint_cells(
     Ok(out)
 }
 
-/// Whether a joint stream over `members` decodes to exactly `points`, member after member.
-fn joint_points_are(stream: &[u8], members: &[JointMember], points: &[Point]) -> bool {
+/// Whether a joint stream over `members` decodes to exactly `points`, at `offsets` (each
+/// point's time from the period start, ms): the same times, resolutions, flags and value
+/// bits, which are all a point is.
+fn joint_points_are(
+    stream: &[u8],
+    members: &[JointMember],
+    points: &[Point],
+    offsets: &[i64],
+) -> bool {
     let Ok(body) = joint_body(stream, members) else {
         return false;
     };
-    if body.offsets.len() != points.len() {
-        return false;
-    }
-    let mut at = 0usize;
-    for m in members {
-        let base = i64::from(m.offset_secs) * 1000;
-        let end = at + m.shape.points as usize;
-        for (i, want) in (at..end).zip(&points[at..end.min(points.len())]) {
-            if body.offsets[i].saturating_sub(base) >= HOUR_MS
-                || body_point(&body, i, base).ok().as_ref() != Some(want)
-            {
-                return false;
-            }
-        }
-        at = end;
-    }
-    at == points.len()
+    body.offsets == offsets
+        && body.resolution.len() == points.len()
+        && body.flags.len() == points.len()
+        && body.bits.len() == points.len()
+        && points.iter().enumerate().all(|(i, p)| {
+            body.resolution[i] == p.qualifier.is_millis()
+                && body.flags[i] == p.qualifier.flags()
+                && body.bits[i] == p.bits
+        })
 }
 
 /// The points of a joint stream's members, as times (the period's start `period_ms` plus
