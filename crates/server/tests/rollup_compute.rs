@@ -455,6 +455,99 @@ async fn retention_removes_raw_rows_and_tiers_on_schedule(backend: &str) {
     srv.stop().await;
 }
 
+/// `/api/query/last` leaves out points before the raw cutoff (`tsd.storage.retention`)
+/// before the sweep removes them, buffered or stored, by the point's time, not its hour's:
+/// a series whose newest point is older has no last point (the seen bug: it answered it).
+async fn query_last_leaves_out_points_before_the_retention_cutoff(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.storage.retention", "2h");
+    let now = Arc::new(AtomicI64::new(T0 + 10 * 3600 + 1800));
+    let srv = start(store_for(backend), c, &now).await;
+    // The cutoff: T0 + 8h 30m, in the middle of an hour.
+    let cut = T0 + 8 * 3600 + 1800;
+    let points = [
+        ("a", cut - 3600),
+        ("b", cut - 3600),
+        ("b", T0 + 9 * 3600),
+        ("c", cut - 100),
+        ("d", cut - 100),
+        ("d", cut + 100),
+        ("e", cut),
+    ];
+    let body: Vec<Value> = points
+        .iter()
+        .enumerate()
+        .map(|(i, (host, t))| json!({"metric": "m.last", "timestamp": t, "value": i, "tags": {"host": host}}))
+        .collect();
+    send(&srv, &body).await;
+    let expected = json!([
+        {"metric": "m.last", "timestamp": (T0 + 9 * 3600) * 1000, "value": "2", "tags": {"host": "b"}},
+        {"metric": "m.last", "timestamp": (cut + 100) * 1000, "value": "5", "tags": {"host": "d"}},
+        {"metric": "m.last", "timestamp": cut * 1000, "value": "6", "tags": {"host": "e"}},
+    ]);
+    let last = |answer: Value| -> Value {
+        let mut list: Vec<Value> = answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let mut o = o.clone();
+                o.as_object_mut().unwrap().remove("tsuid");
+                o
+            })
+            .collect();
+        list.sort_by_key(|o| o["tags"]["host"].as_str().unwrap().to_string());
+        Value::Array(list)
+    };
+    for stage in ["buffered", "stored"] {
+        if stage == "stored" {
+            srv.state.tsdb.flush().unwrap();
+        }
+        let r = http(
+            srv.addr,
+            "GET",
+            "/api/query/last?timeseries=m.last&back_scan=24&resolve",
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 200, "{stage}: {}", r.text());
+        assert_eq!(last(r.json()), expected, "{stage}");
+        // By TSUID: the expired series answers nothing.
+        let tsuid = |host: &str| {
+            let uids = srv.state.tsdb.uids();
+            let id = |k, n| {
+                uids.get_id(k, n)
+                    .unwrap()
+                    .to_bytes(3)
+                    .iter()
+                    .map(|b| format!("{b:02X}"))
+                    .collect::<String>()
+            };
+            use hourglass_core::uid::UidKind;
+            format!(
+                "{}{}{}",
+                id(UidKind::Metric, "m.last"),
+                id(UidKind::TagKey, "host"),
+                id(UidKind::TagValue, host)
+            )
+        };
+        let r = post(
+            &srv,
+            "/api/query/last",
+            &json!({"queries": [{"tsuids": [tsuid("a"), tsuid("c"), tsuid("d")]}], "backScan": 24}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{stage}: {}", r.text());
+        let answer = r.json();
+        let answer = answer.as_array().unwrap();
+        assert_eq!(answer.len(), 1, "{stage}: {answer:?}");
+        assert_eq!(answer[0]["tsuid"], tsuid("d"), "{stage}");
+        assert_eq!(answer[0]["timestamp"], (cut + 100) * 1000, "{stage}");
+    }
+    srv.stop().await;
+}
+
 /// The background thread computes on its own (no round called by hand).
 async fn the_background_task_computes_on_its_own(backend: &str) {
     let mut c = config();
@@ -486,6 +579,7 @@ on_every_backend!(
     a_computation_cut_short_and_restarted_does_not_double_count,
     retention_removes_raw_rows_and_tiers_on_schedule,
     the_background_task_computes_on_its_own,
+    query_last_leaves_out_points_before_the_retention_cutoff,
 );
 
 /// Each key's errors refuse the start with a clear message.
