@@ -109,6 +109,10 @@ impl Tsdb {
             if sync || self.settings().wal_sync {
                 self.store().sync()?;
             }
+            // Series meta data as for raw points (2.4.1's `storeIntoDB` tracks both kinds):
+            // `ts_ctr`, `ts_meta` and its counter with `tsd.core.meta.*`.
+            let written: Vec<(Vec<u8>, u64)> = rows.iter().map(|r| (r.key.clone(), 1)).collect();
+            self.writer().track_written(&written);
         }
         outcome.stored = rows.len();
         Ok(outcome)
