@@ -275,7 +275,7 @@ impl Tsdb {
         &self,
         keys: impl IntoIterator<Item = &'k [u8]>,
     ) -> Result<()> {
-        if !self.rollups().is_some_and(|r| r.compute.is_some()) {
+        if self.rollups().is_none_or(|r| r.compute.is_none()) {
             return Ok(());
         }
         let schema = &self.settings().schema;
