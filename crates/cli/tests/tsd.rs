@@ -10,6 +10,21 @@ use std::time::Duration;
 mod common;
 use common::spawn_tsd;
 
+/// POSTs `body` to `path` and returns the status line's first 12 bytes (`HTTP/1.1 204`),
+/// read once the TSD answered.
+fn post_status(addr: &str, path: &str, body: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut status = [0u8; 12];
+    s.read_exact(&mut status).unwrap();
+    String::from_utf8_lossy(&status).into_owned()
+}
+
 fn telnet_fenced(addr: &str, text: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -214,7 +229,8 @@ fn tls_without_usable_files_refuses_the_start() {
 }
 
 /// Rollups (RFC 0008): a bad configuration refuses the start in OpenTSDB's words; a good
-/// one (a `.json` file) creates the rollup tables and the TSD takes `rollup` lines.
+/// one (a `.json` file) creates the rollup tables and the TSD takes `rollup` lines and
+/// `/api/rollup` points, kept through a kill -9.
 #[test]
 fn rollups_are_configured_as_opentsdb_configures_them() {
     let stderr = refused_start("tsd.rollups.enable = true\n");
@@ -275,6 +291,9 @@ fn rollups_are_configured_as_opentsdb_configures_them() {
         ),
         "{out}"
     );
+    // So does one acknowledged over HTTP, the answer read just before the kill.
+    let body = r#"{"metric":"sys.cpu.user","timestamp":1356998400,"value":5,"tags":{"host":"http"},"interval":"1h","aggregator":"sum"}"#;
+    assert_eq!(post_status(&addr, "/api/rollup", body), "HTTP/1.1 204");
     // Acknowledged rollup points survive a kill -9 (they are in the store's journal).
     child.kill().unwrap();
     child.wait().unwrap();
@@ -287,13 +306,14 @@ fn rollups_are_configured_as_opentsdb_configures_them() {
     .unwrap()
     .map(Result::unwrap)
     .collect();
-    assert_eq!(rows.len(), 1000);
+    assert_eq!(rows.len(), 1001);
     assert!(rows.iter().all(|r| r.cells.len() == 1));
 }
 
 /// Histograms (RFC 0008 phase 3): a bad codec configuration refuses the start in
-/// OpenTSDB's words; with a good one (a `.json` file) telnet `histogram` lines are stored as
-/// OpenTSDB 2.4.1 stores them, survive a kill -9 beside raw points, and `tsdb scan` shows the
+/// OpenTSDB's words; with a good one (a `.json` file) telnet `histogram` lines (and an
+/// `/api/histogram` point) are stored as OpenTSDB 2.4.1 stores them, survive a kill -9
+/// beside raw points, and `tsdb scan` shows the
 /// cell as OpenTSDB's scan does (`[Not a data point]`), its import format leaving it out.
 #[test]
 fn histograms_are_stored_and_scanned_as_opentsdbs() {
@@ -326,6 +346,9 @@ fn histograms_are_stored_and_scanned_as_opentsdbs() {
         "histogram h.m 1356998400 u=0:o=1:0,1=42:1,5=24 host=a\nput h.m 1356998401 7 host=a\n",
     );
     assert!(out.starts_with("hourglass "), "{out}");
+    // One over HTTP too, the answer read just before the kill.
+    let body = r#"{"metric":"h.m","timestamp":1356998460,"tags":{"host":"a"},"buckets":{"0,1":3}}"#;
+    assert_eq!(post_status(&addr, "/api/histogram", body), "HTTP/1.1 204");
     child.kill().unwrap();
     child.wait().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_tsdb"))
@@ -342,6 +365,7 @@ fn histograms_are_stored_and_scanned_as_opentsdbs() {
         ),
         "{text}"
     );
+    assert_eq!(text.matches("[Not a data point]").count(), 2, "{text}");
     assert_eq!(scan(&data, "h.m"), ["h.m 1356998401 7 host=a"]);
 }
 

@@ -6,7 +6,7 @@
 //! hour, beside the row's data cells. A request's cells are written as one batched mutation,
 //! straight to the store: 2.4.1 writes them with a plain put, and compaction leaves them
 //! alone (it rewrites data cells only). The batch is acknowledged once the store applied it
-//! (and synced it, when the caller asks).
+//! (and synced it, with `?sync` or `tsd.storage.wal.sync`).
 
 use hourglass_core::config::Config;
 use hourglass_core::histogram::{self, HistogramConfig};
@@ -77,9 +77,10 @@ impl Tsdb {
         self.settings().histograms.as_deref()
     }
 
-    /// Writes histogram points to the data table, one batched mutation; with `sync`, the
-    /// store is synced before this returns. Points refused by the checks are listed; a
-    /// storage failure fails the whole batch.
+    /// Writes histogram points to the data table, one batched mutation; with `sync` or
+    /// `tsd.storage.wal.sync`, the store is synced before this returns (the promises of a
+    /// raw point's acknowledgement, RFC 0001). Points refused by the checks are listed; a
+    /// storage failure fails the whole batch, and nothing of it is acknowledged.
     pub fn add_histogram_points(
         &self,
         points: &[HistogramPoint<'_>],
@@ -105,9 +106,13 @@ impl Tsdb {
         if !rows.is_empty() {
             self.store()
                 .mutate_rows(&self.settings().schema.data_table, &rows)?;
-            if sync {
+            if sync || self.settings().wal_sync {
                 self.store().sync()?;
             }
+            // Series meta data as for raw points (2.4.1's `storeIntoDB` tracks both kinds):
+            // `ts_ctr`, `ts_meta` and its counter with `tsd.core.meta.*`.
+            let written: Vec<(Vec<u8>, u64)> = rows.iter().map(|r| (r.key.clone(), 1)).collect();
+            self.writer().track_written(&written);
         }
         outcome.stored = rows.len();
         Ok(outcome)

@@ -4,7 +4,7 @@
 //! A request's points are checked and keyed one by one, then written as one batched
 //! mutation per table: they skip the write-ahead log and buffers of raw points, as OpenTSDB
 //! writes them with a plain put that nothing compacts. The batch is acknowledged once the
-//! store applied it (and synced it, when the caller asks).
+//! store applied it (and synced it, with `?sync` or `tsd.storage.wal.sync`).
 
 use std::collections::BTreeMap;
 
@@ -173,8 +173,10 @@ impl Tsdb {
     }
 
     /// Writes rollup and pre-aggregate points to their tables (RFC 0008), one batched
-    /// mutation per table; with `sync`, the store is synced before this returns. Points
-    /// refused by the checks are listed; a storage failure fails the whole batch.
+    /// mutation per table; with `sync` or `tsd.storage.wal.sync`, the store is synced before
+    /// this returns (the promises of a raw point's acknowledgement, RFC 0001). Points
+    /// refused by the checks are listed; a storage failure fails the whole batch, and nothing
+    /// of it is acknowledged.
     pub fn add_rollup_points(
         &self,
         points: &[RollupPoint<'_>],
@@ -204,7 +206,7 @@ impl Tsdb {
         for (table, rows) in &tables {
             self.store().mutate_rows(table, rows)?;
         }
-        if sync && !tables.is_empty() {
+        if (sync || self.settings().wal_sync) && !tables.is_empty() {
             self.store().sync()?;
         }
         outcome.stored = stored;

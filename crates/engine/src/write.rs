@@ -1236,6 +1236,15 @@ impl Writer {
         Ok(flushed)
     }
 
+    /// Notes series whose points were written outside the flush (histogram points, RFC 0008
+    /// phase 3) in the meta table, as a flush notes its rows: `(data row key, points)`, when
+    /// `tsd.core.meta.enable_tsuid_tracking` is on. Best effort, as for a flush.
+    pub(crate) fn track_written(&self, rows: &[(Vec<u8>, u64)]) {
+        if let Some(tracker) = &self.tracker {
+            self.track(tracker, rows);
+        }
+    }
+
     /// Notes the flushed series in the meta table. Meta data is best effort: a failure is
     /// logged and never fails the flush (the points are already stored).
     fn track(&self, tracker: &crate::meta::Tracker, rows: &[(Vec<u8>, u64)]) {

@@ -484,6 +484,44 @@ fn out_of_order_compacted_cells_are_rewritten_with_fix() {
     }
 }
 
+/// With computed rollups (RFC 0008 phase 4) a repair of raw points marks its hour dirty in
+/// the rollup state table, so the next round computes the tiers again from the repaired
+/// points.
+#[test]
+fn repairs_mark_their_hours_dirty_for_computed_rollups() {
+    let mut c = hourglass_core::config::Config::default();
+    c.set("tsd.rollups.enable", "true");
+    c.set("tsd.rollups.compute", "true");
+    c.set(
+        "tsd.rollups.config",
+        r#"{"aggregationIds":{"sum":0,"count":1},"intervals":[
+        {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+        {"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#,
+    );
+    let mut settings = common::auto_create();
+    settings.rollups = hourglass_engine::rollup::RollupSettings::from_config(&c)
+        .unwrap()
+        .map(Arc::new);
+    for f in fixtures_with(settings) {
+        let state = hourglass_engine::rollup::compute::state_table(f.schema());
+        let marked = |f: &Fixture| -> bool {
+            let key = [&[b'd'][..], &HOUR.to_be_bytes()].concat();
+            f.store
+                .get(&state, &key, &ReadOptions::default())
+                .unwrap()
+                .is_some()
+        };
+        let key = f.damaged_key(HOUR);
+        f.put(&key, &[(&[0x00, 0x01], &[5], 1000)]);
+        f.fsck_read_only(&fix(|o| o.delete_bad_rows = true));
+        assert!(!marked(&f), "{}: nothing repaired yet", f.backend);
+        let report = f.fsck(&fix(|o| o.delete_bad_values = true));
+        assert_eq!(report.bad_values_deleted, 1, "{}", f.backend);
+        assert!(marked(&f), "{}: the repaired hour is dirty", f.backend);
+        f.assert_healthy();
+    }
+}
+
 #[test]
 fn duplicates_are_resolved_with_resolve_duplicates() {
     for f in fixtures() {

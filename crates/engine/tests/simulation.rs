@@ -9,6 +9,11 @@
 //! - after a power loss, every point acknowledged as synced (`wal.sync`, or a `?sync` that
 //!   succeeded) is readable;
 //! - buffered points stay under their memory budget (plus one batch);
+//! - histogram points (in the rows of the raw series, beside their data cells) and rollup
+//!   and pre-aggregate points (RFC 0008), written straight to the store, keep the same
+//!   promises: an acknowledged cell is readable with its bytes (after crashes too), after a
+//!   power loss every cell acknowledged as synced (`wal.sync`, or the write's `sync`) is,
+//!   and no cell is read that was never sent;
 //! - the tag index (RFC 0007): after a flush that succeeded, every acknowledged point's
 //!   (series, period) has its postings and its series its all-time postings; at every check,
 //!   each `0x10` marker's postings exist and each period's series counter is at least its
@@ -22,8 +27,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
+use hourglass_core::histogram::{HistogramConfig, SimpleHistogram};
+use hourglass_core::rowkey::decode_row_key;
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
+use hourglass_engine::histogram::HistogramPoint;
+use hourglass_engine::rollup::{RollupPoint, RollupSettings};
 use hourglass_engine::scan::RowQuery;
 use hourglass_engine::sim::{FaultStore, Faults, Op, Rng, SimFiles};
 use hourglass_engine::wal::files::LogFiles;
@@ -39,6 +48,34 @@ const HOSTS: [&str; 5] = ["web01", "web02", "web03", "db01", "db02"];
 const T0: i64 = 1_356_998_400;
 const STEPS: usize = 250;
 const MAX_BATCH: usize = 40;
+
+/// A rollup configuration with one computed-free tier: `1h` sums (and counts) in
+/// `tsdb-rollup-1h`, pre-aggregates in `tsdb-rollup-agg-1h`.
+const ROLLUPS: &str = r#"{"aggregationIds":{"sum":0,"count":1},"intervals":[
+{"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+{"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#;
+const ROLLUP_TABLE: &str = "tsdb-rollup-1h";
+const PREAGG_TABLE: &str = "tsdb-rollup-agg-1h";
+const HISTOGRAM_ID: u8 = 42;
+
+/// Where a histogram or rollup cell lives: its table, its series' tags by name and its time
+/// (ms). The model never sends two cells to one place, so a place names one value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct CellAt {
+    table: String,
+    tags: Vec<(String, String)>,
+    ms: i64,
+}
+
+/// Histogram and rollup cells sent straight to the store, by place: their value bytes.
+#[derive(Debug, Default, Clone)]
+struct Cells {
+    acked: BTreeMap<CellAt, Vec<u8>>,
+    durable: BTreeMap<CellAt, Vec<u8>>,
+    maybe: BTreeMap<CellAt, Vec<u8>>,
+    /// Every place ever written to (acknowledged, failed or refused).
+    used: std::collections::BTreeSet<CellAt>,
+}
 
 /// What the model knows of a point: its time (ms) and host; identified by its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +102,98 @@ struct Totals {
     power_losses: u64,
     racing_checks: u64,
     series_evicted: u64,
+    cells_acked: u64,
+}
+
+/// The histogram and rollup cells in the store, by place. `None` when a read failed (a
+/// fault), so nothing can be concluded.
+fn stored_cells(db: &Tsdb) -> Option<BTreeMap<CellAt, Vec<u8>>> {
+    let trace = std::env::var("HOURGLASS_SIM_TRACE").is_ok();
+    let schema = &db.settings().schema;
+    let mut out = BTreeMap::new();
+    for table in [schema.data_table.as_str(), ROLLUP_TABLE, PREAGG_TABLE] {
+        let rows = match db
+            .store()
+            .scan(table, &hourglass_storage::ScanRequest::default())
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                if trace {
+                    eprintln!("  cells: {table}: {e}");
+                }
+                return None;
+            }
+        };
+        for row in rows {
+            let row = row.ok()?;
+            let key = decode_row_key(schema, &row.key).expect("row key");
+            let mut tags = Vec::new();
+            for (k, v) in &key.series.tags {
+                tags.push((
+                    db.uids().get_name(UidKind::TagKey, *k).ok()?,
+                    db.uids().get_name(UidKind::TagValue, *v).ok()?,
+                ));
+            }
+            tags.sort();
+            for c in &row.cells {
+                let q = &c.qualifier;
+                let ms = if table == schema.data_table {
+                    if !hourglass_core::histogram::is_histogram_qualifier(q) {
+                        continue;
+                    }
+                    hourglass_core::histogram::time_ms(key.base_time, q).expect("time")
+                } else {
+                    assert_eq!(q.len(), 3, "rollup qualifier {q:02x?}");
+                    assert_eq!(q[0], 0, "only sums are sent");
+                    let offset = i64::from(u16::from_be_bytes([q[1], q[2]]) >> 4);
+                    (i64::from(key.base_time) + offset * 3600) * 1000
+                };
+                let at = CellAt {
+                    table: table.to_string(),
+                    tags: tags.clone(),
+                    ms,
+                };
+                assert!(
+                    out.insert(at.clone(), c.value.clone()).is_none(),
+                    "cell {at:?} read twice"
+                );
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Checks the histogram and rollup cells seen against the model.
+fn check_cells(
+    seen: &BTreeMap<CellAt, Vec<u8>>,
+    cells: &Cells,
+    after_power_loss: bool,
+) -> Result<(), String> {
+    let must = if after_power_loss {
+        &cells.durable
+    } else {
+        &cells.acked
+    };
+    for (at, value) in must {
+        match seen.get(at) {
+            None => return Err(format!("acknowledged cell {at:?} is not readable")),
+            Some(v) if v != value => {
+                return Err(format!("cell {at:?} holds {v:02x?}, sent {value:02x?}"));
+            }
+            Some(_) => {}
+        }
+    }
+    for (at, v) in seen {
+        let sent = cells
+            .acked
+            .get(at)
+            .or_else(|| cells.maybe.get(at))
+            .ok_or_else(|| format!("cell {at:?} = {v:02x?} was never sent"))?;
+        if sent != v {
+            return Err(format!("cell {at:?} holds {v:02x?}, sent {sent:02x?}"));
+        }
+    }
+    Ok(())
 }
 
 /// Visible points of metric `m` by value: (ms, host name). `None` when the read failed (a
@@ -317,6 +446,21 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
         clock: Clock::from_fn(move || clock_now.load(Ordering::SeqCst)),
         index: true,
         series_idle_ms,
+        rollups: RollupSettings::from_config(&{
+            let mut c = hourglass_core::config::Config::default();
+            c.set("tsd.rollups.enable", "true");
+            c.set("tsd.rollups.config", ROLLUPS);
+            c
+        })
+        .expect("rollup settings")
+        .map(Arc::new),
+        histograms: Some(Arc::new(
+            HistogramConfig::parse(&format!(
+                r#"{{"{}": {HISTOGRAM_ID}}}"#,
+                hourglass_core::histogram::SIMPLE_CODEC
+            ))
+            .expect("histogram codecs"),
+        )),
         ..Settings::default()
     };
     let trace = std::env::var("HOURGLASS_SIM_TRACE").is_ok();
@@ -326,6 +470,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
         );
     }
     let mut model = Model::default();
+    let mut cells = Cells::default();
     let model_shared: Arc<Mutex<Option<Model>>> = Arc::new(Mutex::new(None));
     let mut db = open(&dyn_store, &files, &settings, &faults);
     let mut next_value = 1i64;
@@ -367,7 +512,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     for step in 0..STEPS {
         totals.steps += 1;
         let until = now.load(Ordering::SeqCst) / 1000 + 7200;
-        let roll = rng.below(100);
+        let roll = rng.below(112);
         if trace {
             eprintln!(
                 "step {step}: roll {roll} acked {} buffered {} poisoned {:?} failing {}",
@@ -510,6 +655,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                         )
                     })?;
                 }
+                if let Some(seen) = stored_cells(&db) {
+                    check_cells(&seen, &cells, false).map_err(|e| format!("step {step}: {e}"))?;
+                }
             }
             82..=87 => {
                 now.fetch_add(rng.below(2 * 3600 * 1000) as i64, Ordering::SeqCst);
@@ -524,7 +672,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 db = open(&dyn_store, &files, &settings, &faults);
                 install_hook(&db);
             }
-            _ => {
+            98..=99 => {
                 totals.power_losses += 1;
                 totals.series_evicted += evicted(&db);
                 drop(db);
@@ -541,6 +689,16 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     let sent = model.acked.remove(&v).expect("acked");
                     model.maybe.insert(v, sent);
                 }
+                let lost: Vec<CellAt> = cells
+                    .acked
+                    .keys()
+                    .filter(|at| !cells.durable.contains_key(*at))
+                    .cloned()
+                    .collect();
+                for at in lost {
+                    let value = cells.acked.remove(&at).expect("acked");
+                    cells.maybe.insert(at, value);
+                }
                 db = open(&dyn_store, &files, &settings, &faults);
                 install_hook(&db);
                 if let Some(seen) = visible(&db, until) {
@@ -550,6 +708,118 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 if let Some(Err(e)) = check_index(&db, &model, false) {
                     return Err(format!("step {step} (power loss): index: {e}"));
                 }
+                if let Some(seen) = stored_cells(&db) {
+                    check_cells(&seen, &cells, true)
+                        .map_err(|e| format!("step {step} (power loss): {e}"))?;
+                }
+            }
+            // Histogram points, in the rows of the raw series (RFC 0008 phase 3).
+            100..=105 => {
+                let sync = rng.chance(300);
+                let n = 1 + rng.below(8) as usize;
+                let mut sent = Vec::new();
+                for _ in 0..n {
+                    let host = rng.below(HOSTS.len() as u64) as usize;
+                    let secs = T0 - 3600 + rng.below(8 * 3600) as i64;
+                    let ts = if rng.chance(300) {
+                        secs * 1000 + rng.below(1000) as i64
+                    } else {
+                        secs
+                    };
+                    let at = CellAt {
+                        table: settings.schema.data_table.clone(),
+                        tags: vec![("host".to_string(), HOSTS[host].to_string())],
+                        ms: if ts == secs { secs * 1000 } else { ts },
+                    };
+                    if !cells.used.insert(at.clone()) {
+                        continue;
+                    }
+                    let mut h = SimpleHistogram::default();
+                    h.set_bucket(0.0, 1.0, next_value);
+                    h.overflow = rng.below(3) as i64;
+                    next_value += 1;
+                    sent.push((host, ts, at, h.encode(Some(HISTOGRAM_ID))));
+                }
+                let tags: Vec<[(&str, &str); 1]> =
+                    sent.iter().map(|(h, ..)| [("host", HOSTS[*h])]).collect();
+                let points: Vec<HistogramPoint<'_>> = sent
+                    .iter()
+                    .zip(&tags)
+                    .map(|((_, ts, _, value), tags)| HistogramPoint {
+                        metric: "m",
+                        timestamp: *ts,
+                        value: value.clone(),
+                        tags,
+                    })
+                    .collect();
+                let out = db.add_histogram_points(&points, sync);
+                if trace {
+                    eprintln!("  histograms {} sync {sync} -> {out:?}", points.len());
+                }
+                let sent = sent.into_iter().map(|(_, _, at, value)| (at, value));
+                record_cells(
+                    &mut cells,
+                    sent,
+                    out.map(|o| o.errors.iter().map(|(i, _)| *i).collect()),
+                    sync || wal_sync,
+                    totals,
+                );
+            }
+            // Rollup and pre-aggregate points, straight to their tables (RFC 0008).
+            _ => {
+                let sync = rng.chance(300);
+                let n = 1 + rng.below(8) as usize;
+                let mut sent = Vec::new();
+                for _ in 0..n {
+                    let host = rng.below(HOSTS.len() as u64) as usize;
+                    let secs = T0 + 3600 * (rng.below(48) as i64 - 6);
+                    let preagg = rng.chance(300);
+                    let mut tags = vec![("host".to_string(), HOSTS[host].to_string())];
+                    if preagg {
+                        tags.push(("_aggregate".to_string(), "SUM".to_string()));
+                        tags.sort();
+                    }
+                    let at = CellAt {
+                        table: if preagg { PREAGG_TABLE } else { ROLLUP_TABLE }.to_string(),
+                        tags,
+                        ms: secs * 1000,
+                    };
+                    if !cells.used.insert(at.clone()) {
+                        continue;
+                    }
+                    let v = next_value;
+                    next_value += 1;
+                    let mut value = Vec::new();
+                    Value::Int(v).write(&mut value);
+                    sent.push((host, secs, preagg, v, at, value));
+                }
+                let tags: Vec<[(&str, &str); 1]> =
+                    sent.iter().map(|(h, ..)| [("host", HOSTS[*h])]).collect();
+                let points: Vec<RollupPoint<'_>> = sent
+                    .iter()
+                    .zip(&tags)
+                    .map(|((_, secs, preagg, v, _, _), tags)| RollupPoint {
+                        metric: "m",
+                        timestamp: *secs,
+                        value: Value::Int(*v),
+                        tags,
+                        interval: Some("1h"),
+                        aggregator: Some("sum"),
+                        group_by: preagg.then_some("sum"),
+                    })
+                    .collect();
+                let out = db.add_rollup_points(&points, sync);
+                if trace {
+                    eprintln!("  rollups {} sync {sync} -> {out:?}", points.len());
+                }
+                let sent = sent.into_iter().map(|(.., at, value)| (at, value));
+                record_cells(
+                    &mut cells,
+                    sent,
+                    out.map(|o| o.errors.iter().map(|(i, _)| *i).collect()),
+                    sync || wal_sync,
+                    totals,
+                );
             }
         }
     }
@@ -569,6 +839,8 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     }
     let seen = visible(&db, until).ok_or("final read failed")?;
     check(&seen, &model, false).map_err(|e| format!("end: {e}"))?;
+    let seen = stored_cells(&db).ok_or("final read of cells failed")?;
+    check_cells(&seen, &cells, false).map_err(|e| format!("end: {e}"))?;
     check_index(&db, &model, true)
         .ok_or("final index read failed")?
         .map_err(|e| format!("end: index: {e}"))?;
@@ -579,9 +851,38 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     let db = open(&dyn_store, &files, &settings, &faults);
     let seen = visible(&db, until).ok_or("read after restart failed")?;
     check(&seen, &model, false).map_err(|e| format!("after restart: {e}"))?;
+    let seen = stored_cells(&db).ok_or("read of cells after restart failed")?;
+    check_cells(&seen, &cells, false).map_err(|e| format!("after restart: {e}"))?;
     store.set_hook(None);
     totals.racing_checks += racing_checks.load(Ordering::SeqCst);
     Ok(faults.injected())
+}
+
+/// Enters a batch of histogram or rollup cells in the model: acknowledged unless refused
+/// (`Ok` lists the refused indexes: never written) or the batch failed (`Err`: any may be
+/// stored).
+fn record_cells(
+    cells: &mut Cells,
+    sent: impl Iterator<Item = (CellAt, Vec<u8>)>,
+    outcome: hourglass_engine::Result<Vec<usize>>,
+    durable: bool,
+    totals: &mut Totals,
+) {
+    for (i, (at, value)) in sent.enumerate() {
+        match &outcome {
+            Ok(refused) if refused.contains(&i) => {}
+            Ok(_) => {
+                if durable {
+                    cells.durable.insert(at.clone(), value.clone());
+                }
+                cells.acked.insert(at, value);
+                totals.cells_acked += 1;
+            }
+            Err(_) => {
+                cells.maybe.insert(at, value);
+            }
+        }
+    }
 }
 
 fn evicted(db: &Tsdb) -> u64 {
@@ -612,13 +913,14 @@ fn write_path_keeps_its_promises_under_injected_faults() {
         }
     }
     eprintln!(
-        "simulation: {} seeds, {} steps, {} faults injected, {} crashes, {} power losses, {} points acknowledged, {} checks from inside flushes, {} series evicted, {:.1} s",
+        "simulation: {} seeds, {} steps, {} faults injected, {} crashes, {} power losses, {} points acknowledged, {} histogram and rollup cells acknowledged, {} checks from inside flushes, {} series evicted, {:.1} s",
         seeds.len(),
         totals.steps,
         injected,
         totals.crashes,
         totals.power_losses,
         totals.acked,
+        totals.cells_acked,
         totals.racing_checks,
         totals.series_evicted,
         started.elapsed().as_secs_f64()

@@ -5,7 +5,8 @@
 //! embedded store's groups and a restart; `percentiles` and `showHistogramBuckets` answer
 //! as 2.4.1's `SimpleHistogram.percentile`, `HistogramDownsampler` and
 //! `HistogramAggregationIterator` compute them (values worked out by hand below); errors
-//! in 2.4.1's words.
+//! in 2.4.1's words; with `tsd.core.meta.*` histogram series are tracked in `tsdb-meta` as
+//! raw ones are.
 
 mod common;
 
@@ -566,7 +567,66 @@ async fn errors_are_2_4_1s(backend: &str) {
     srv.stop().await;
 }
 
+/// With `tsd.core.meta.*` a histogram series is tracked as a raw one (2.4.1's
+/// `storeIntoDB` tracks both): its TSMeta exists as soon as its points are acknowledged,
+/// found by lookups, and `totalDatapoints` counts its points, histogram and raw alike.
+async fn histogram_series_are_tracked_in_meta(backend: &str) {
+    let mut c = config();
+    c.set("tsd.core.meta.enable_tsuid_tracking", "true");
+    c.set("tsd.core.meta.enable_realtime_ts", "true");
+    c.set("tsd.core.meta.enable_tsuid_incrementing", "true");
+    let srv = start_on(store_for(backend), c).await;
+    let tags = json!({"host": "a"});
+    let points = json!([
+        {"metric": "h.meta", "timestamp": T0, "tags": tags, "buckets": {"0,1": 4}},
+        {"metric": "h.meta", "timestamp": T0 + 60, "tags": tags, "buckets": {"0,1": 5}},
+    ]);
+    let r = post(&srv, "/api/histogram", &points).await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    let replies = telnet(
+        srv.addr,
+        &format!("histogram h.meta {} u=0:o=1:0,1=42 host=a\n", T0 + 120),
+    )
+    .await;
+    assert!(replies.is_empty(), "{replies:?}");
+    let key = row_key(&srv, "h.meta", "a", T0 as u32);
+    let schema = &srv.state.tsdb.settings().schema;
+    let tsuid: String = hourglass_core::rowkey::tsuid_of(schema, &key)
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect();
+    let r = http(
+        srv.addr,
+        "GET",
+        &format!("/api/uid/tsmeta?tsuid={tsuid}"),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = r.json();
+    assert_eq!(m["metric"]["name"], "h.meta", "{m}");
+    assert_eq!(m["totalDatapoints"], 3, "{m}");
+    let v = http(srv.addr, "GET", "/api/search/lookup?m=h.meta", "")
+        .await
+        .json();
+    assert_eq!(v["totalResults"], 1, "{v}");
+    // A raw point of the same series counts with them.
+    telnet(srv.addr, &format!("put h.meta {} 7 host=a\n", T0 + 180)).await;
+    srv.state.tsdb.flush().unwrap();
+    let m = http(
+        srv.addr,
+        "GET",
+        &format!("/api/uid/tsmeta?tsuid={tsuid}"),
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(m["totalDatapoints"], 4, "{m}");
+    srv.stop().await;
+}
+
 on_every_backend!(
+    histogram_series_are_tracked_in_meta,
     histograms_are_stored_as_2_4_1_stores_them,
     percentiles_and_buckets_answer_as_2_4_1,
     errors_are_2_4_1s,

@@ -455,6 +455,212 @@ async fn retention_removes_raw_rows_and_tiers_on_schedule(backend: &str) {
     srv.stop().await;
 }
 
+/// A `delete: true` query of raw points in computed hours marks them dirty: the next round
+/// computes their units again and every tier answers as the raw points left (the seen bug:
+/// the tiers kept the rollups of the deleted points). Parts of two hours of one series, and
+/// a whole hour of another (whose cells of that unit go).
+async fn deleted_raw_points_are_recomputed(backend: &str) {
+    let mut c = config();
+    c.set("tsd.http.query.allow_delete", "true");
+    let now = Arc::new(AtomicI64::new(T0 + 2 * DAY + 600));
+    let srv = start(store_for(backend), c, &now).await;
+    let mut rng = Rng(11);
+    send(
+        &srv,
+        &raw_points(&mut rng, "m.del", &["a", "b"], T0, T0 + 2 * DAY),
+    )
+    .await;
+    assert!(round(&srv).await > 0);
+    assert_eq!(round(&srv).await, 0);
+    let range = (T0, T0 + 2 * DAY - 1);
+    let (_, raw_before) = both(&srv, "m.del", "1h-count", "sum", range).await;
+    let delete = |start: i64, end: i64, host: &str| {
+        json!({"start": start, "end": end, "delete": true, "queries": [{
+            "aggregator": "sum", "metric": "m.del",
+            "filters": [{"type": "literal_or", "tagk": "host", "filter": host, "groupBy": false}]}]})
+    };
+    for body in [
+        delete(T0 + 10 * 3600 + 600, T0 + 12 * 3600 - 1200, "a"),
+        delete(T0 + DAY + 20 * 3600, T0 + DAY + 21 * 3600 - 1, "b"),
+    ] {
+        let r = post(&srv, "/api/query", &body).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    now.fetch_add(30, Ordering::Relaxed);
+    // The 10m and 1h units of 10:00 and 11:00 of the first day and of 20:00 of the second,
+    // and both days' 1d units.
+    assert_eq!(round(&srv).await, 3 + 3 + 2);
+    let (_, raw_after) = both(&srv, "m.del", "1h-count", "sum", range).await;
+    assert_ne!(data(&raw_before), data(&raw_after), "points were deleted");
+    for ds in [
+        "10m-sum",
+        "10m-count",
+        "1h-sum",
+        "1h-count",
+        "1h-min",
+        "1h-max",
+        "1d-sum",
+        "1d-count",
+    ] {
+        for aggregator in ["sum", "none"] {
+            let (rolled, raw) = both(&srv, "m.del", ds, aggregator, range).await;
+            assert_same(&rolled, &raw, &format!("{backend} {ds} {aggregator}"));
+        }
+    }
+    assert_eq!(round(&srv).await, 0, "nothing is dirty any more");
+    srv.stop().await;
+}
+
+/// With `tsd.rollups.tag_raw` (tier rows carry `_aggregate=RAW`), a series that lost every
+/// point of a recomputed unit has the unit's cells removed from the tiers (the seen bug: they
+/// stayed, and the tiers answered the deleted points); its other units keep theirs.
+async fn tag_raw_tiers_drop_the_cells_of_a_series_without_points(backend: &str) {
+    let mut c = config();
+    c.set("tsd.http.query.allow_delete", "true");
+    c.set("tsd.rollups.tag_raw", "true");
+    let now = Arc::new(AtomicI64::new(T0 + DAY + 600));
+    let srv = start(store_for(backend), c, &now).await;
+    let mut rng = Rng(13);
+    send(
+        &srv,
+        &raw_points(&mut rng, "m.tr", &["a", "b"], T0, T0 + DAY),
+    )
+    .await;
+    assert!(round(&srv).await > 0);
+    // Every point of host b in 05:00.
+    let body = json!({"start": T0 + 5 * 3600, "end": T0 + 6 * 3600 - 1, "delete": true,
+        "queries": [{"aggregator": "sum", "metric": "m.tr",
+        "filters": [{"type": "literal_or", "tagk": "host", "filter": "b", "groupBy": false}]}]});
+    let r = post(&srv, "/api/query", &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    now.fetch_add(30, Ordering::Relaxed);
+    // 05:00's 10m and 1h units, the day's 1d unit.
+    assert_eq!(round(&srv).await, 3);
+    let range = (T0, T0 + DAY - 1);
+    // Per host: the tiers' rows carry `_aggregate=RAW`, raw series do not.
+    let by_host = |answer: &Value| -> Vec<(Value, Value)> {
+        let mut out: Vec<(Value, Value)> = answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["tags"]["host"].clone(), s["dps"].clone()))
+            .collect();
+        out.sort_by_key(|(h, _)| h.to_string());
+        out
+    };
+    for ds in [
+        "10m-count",
+        "10m-sum",
+        "1h-count",
+        "1h-max",
+        "1d-count",
+        "1d-sum",
+    ] {
+        let (rolled, raw) = both(&srv, "m.tr", ds, "none", range).await;
+        assert_eq!(by_host(&rolled), by_host(&raw), "{backend} {ds}");
+        let hours = by_host(&rolled);
+        if ds.starts_with("1h") {
+            let b = hours[1].1.as_object().unwrap();
+            assert!(!b.contains_key(&(T0 + 5 * 3600).to_string()), "{ds}: {b:?}");
+            assert!(b.contains_key(&(T0 + 4 * 3600).to_string()), "{ds}: {b:?}");
+        }
+    }
+    srv.stop().await;
+}
+
+/// `/api/query/last` leaves out points before the raw cutoff (`tsd.storage.retention`)
+/// before the sweep removes them, buffered or stored, by the point's time, not its hour's:
+/// a series whose newest point is older has no last point (the seen bug: it answered it).
+async fn query_last_leaves_out_points_before_the_retention_cutoff(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.storage.retention", "2h");
+    let now = Arc::new(AtomicI64::new(T0 + 10 * 3600 + 1800));
+    let srv = start(store_for(backend), c, &now).await;
+    // The cutoff: T0 + 8h 30m, in the middle of an hour.
+    let cut = T0 + 8 * 3600 + 1800;
+    let points = [
+        ("a", cut - 3600),
+        ("b", cut - 3600),
+        ("b", T0 + 9 * 3600),
+        ("c", cut - 100),
+        ("d", cut - 100),
+        ("d", cut + 100),
+        ("e", cut),
+    ];
+    let body: Vec<Value> = points
+        .iter()
+        .enumerate()
+        .map(|(i, (host, t))| json!({"metric": "m.last", "timestamp": t, "value": i, "tags": {"host": host}}))
+        .collect();
+    send(&srv, &body).await;
+    let expected = json!([
+        {"metric": "m.last", "timestamp": (T0 + 9 * 3600) * 1000, "value": "2", "tags": {"host": "b"}},
+        {"metric": "m.last", "timestamp": (cut + 100) * 1000, "value": "5", "tags": {"host": "d"}},
+        {"metric": "m.last", "timestamp": cut * 1000, "value": "6", "tags": {"host": "e"}},
+    ]);
+    let last = |answer: Value| -> Value {
+        let mut list: Vec<Value> = answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let mut o = o.clone();
+                o.as_object_mut().unwrap().remove("tsuid");
+                o
+            })
+            .collect();
+        list.sort_by_key(|o| o["tags"]["host"].as_str().unwrap().to_string());
+        Value::Array(list)
+    };
+    for stage in ["buffered", "stored"] {
+        if stage == "stored" {
+            srv.state.tsdb.flush().unwrap();
+        }
+        let r = http(
+            srv.addr,
+            "GET",
+            "/api/query/last?timeseries=m.last&back_scan=24&resolve",
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 200, "{stage}: {}", r.text());
+        assert_eq!(last(r.json()), expected, "{stage}");
+        // By TSUID: the expired series answers nothing.
+        let tsuid = |host: &str| {
+            let uids = srv.state.tsdb.uids();
+            let id = |k, n| {
+                uids.get_id(k, n)
+                    .unwrap()
+                    .to_bytes(3)
+                    .iter()
+                    .map(|b| format!("{b:02X}"))
+                    .collect::<String>()
+            };
+            use hourglass_core::uid::UidKind;
+            format!(
+                "{}{}{}",
+                id(UidKind::Metric, "m.last"),
+                id(UidKind::TagKey, "host"),
+                id(UidKind::TagValue, host)
+            )
+        };
+        let r = post(
+            &srv,
+            "/api/query/last",
+            &json!({"queries": [{"tsuids": [tsuid("a"), tsuid("c"), tsuid("d")]}], "backScan": 24}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{stage}: {}", r.text());
+        let answer = r.json();
+        let answer = answer.as_array().unwrap();
+        assert_eq!(answer.len(), 1, "{stage}: {answer:?}");
+        assert_eq!(answer[0]["tsuid"], tsuid("d"), "{stage}");
+        assert_eq!(answer[0]["timestamp"], (cut + 100) * 1000, "{stage}");
+    }
+    srv.stop().await;
+}
+
 /// The background thread computes on its own (no round called by hand).
 async fn the_background_task_computes_on_its_own(backend: &str) {
     let mut c = config();
@@ -486,6 +692,9 @@ on_every_backend!(
     a_computation_cut_short_and_restarted_does_not_double_count,
     retention_removes_raw_rows_and_tiers_on_schedule,
     the_background_task_computes_on_its_own,
+    query_last_leaves_out_points_before_the_retention_cutoff,
+    deleted_raw_points_are_recomputed,
+    tag_raw_tiers_drop_the_cells_of_a_series_without_points,
 );
 
 /// Each key's errors refuse the start with a clear message.

@@ -1,7 +1,9 @@
 //! The TSD's write-path promises over real sockets: queries count every point acknowledged
 //! before they began while flushes run; past the memory budget HTTP puts get 503 and
-//! telnet is held back, both recovering once the store returns; the connection limit and
-//! the idle timeout close what they should.
+//! telnet is held back, both recovering once the store returns; histogram and rollup
+//! points (written straight to the store) are acknowledged only once stored, and synced
+//! with `?sync` or `tsd.storage.wal.sync`; the connection limit and the idle timeout close
+//! what they should.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod common;
 
@@ -9,10 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{HttpConn, TestServer, start_on, store_for};
+use common::{HttpConn, TestServer, start_on, store_for, telnet};
 use hourglass_core::config::Config;
 use hourglass_engine::sim::{FaultStore, Faults};
 use hourglass_storage::Store;
+use hourglass_storage::metered::Call;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -278,6 +281,143 @@ async fn past_the_memory_budget_puts_wait_or_are_refused_until_the_store_returns
         .sum();
     assert_eq!(total as u64, acked);
     srv.stop().await;
+}
+
+const ROLLUPS: &str = r#"{"aggregationIds":{"sum":0,"count":1},"intervals":[
+{"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+{"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#;
+
+/// Histogram and rollup points skip the write-ahead log (RFC 0008): each request is
+/// acknowledged only once the store applied it, and, with `?sync` or
+/// `tsd.storage.wal.sync`, once the store synced it (the seen bug: `wal.sync` was not
+/// honoured for them, so an acknowledged histogram or rollup was lost by a power loss the
+/// same setting protects raw points from). While the store is down nothing is acknowledged:
+/// `/api/histogram` and `/api/rollup` count every point failed, telnet says why; once it is
+/// back the same points go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histogram_and_rollup_points_are_acknowledged_once_stored_and_synced() {
+    for wal_sync in [false, true] {
+        let faults = Arc::new(Faults::new(1, 0));
+        let store: Arc<dyn Store> =
+            Arc::new(FaultStore::over(store_for("memory"), Arc::clone(&faults)));
+        let srv: TestServer = start_on(
+            store,
+            config(&[
+                (
+                    "tsd.core.histograms.config",
+                    r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+                ),
+                ("tsd.rollups.enable", "true"),
+                ("tsd.rollups.config", ROLLUPS),
+                (
+                    "tsd.storage.wal.sync",
+                    if wal_sync { "true" } else { "false" },
+                ),
+            ]),
+        )
+        .await;
+        let syncs = || srv.state.tsdb.store_stats().calls(Call::Sync);
+        let histogram = |ts: i64| {
+            format!(
+                r#"{{"metric":"h","timestamp":{ts},"tags":{{"host":"a"}},"buckets":{{"0,1":42}},"underflow":0,"overflow":1}}"#
+            )
+        };
+        let rollup = |ts: i64| {
+            format!(
+                r#"{{"metric":"r","timestamp":{ts},"value":5,"tags":{{"host":"a"}},"interval":"1h","aggregator":"sum"}}"#
+            )
+        };
+        let mut conn = HttpConn::open(srv.addr).await;
+        // The series and their UIDs exist before the store goes down.
+        for (path, body) in [
+            ("/api/histogram", histogram(T0)),
+            ("/api/rollup", rollup(T0)),
+        ] {
+            let r = conn.request("POST", path, "", body.as_bytes()).await;
+            assert_eq!(r.status, 204, "{path}: {}", r.text());
+        }
+
+        faults.set_store_down(true);
+        for (path, body) in [
+            ("/api/histogram", histogram(T0 + 60)),
+            ("/api/rollup", rollup(T0 + 3600)),
+        ] {
+            let r = conn
+                .request("POST", &format!("{path}?details"), "", body.as_bytes())
+                .await;
+            assert_eq!(r.status, 400, "{path}: {}", r.text());
+            let json = r.json();
+            assert_eq!(json["success"], 0, "{path}: {json}");
+            assert_eq!(json["failed"], 1, "{path}: {json}");
+            let r = conn
+                .request("POST", &format!("{path}?sync"), "", body.as_bytes())
+                .await;
+            assert_eq!(r.status, 400, "{path}?sync: {}", r.text());
+        }
+        let replies = telnet(
+            srv.addr,
+            &format!(
+                "histogram h {} u=0:o=1:0,1=42 host=a\nrollup 1h-sum r {} 5 host=a\n",
+                T0 + 120,
+                T0 + 7200
+            ),
+        )
+        .await;
+        assert_eq!(replies.len(), 2, "{replies:?}");
+        assert!(
+            replies[0].starts_with("histogram: HBase error: "),
+            "{replies:?}"
+        );
+        assert!(replies[1].starts_with("rollup: "), "{replies:?}");
+
+        faults.set_store_down(false);
+        for (path, body) in [
+            ("/api/histogram", histogram(T0 + 60)),
+            ("/api/rollup", rollup(T0 + 3600)),
+        ] {
+            let before = syncs();
+            let r = conn.request("POST", path, "", body.as_bytes()).await;
+            assert_eq!(r.status, 204, "{path}: {}", r.text());
+            assert_eq!(
+                syncs() - before,
+                u64::from(wal_sync),
+                "{path}: the store is synced before the answer exactly when wal.sync is on"
+            );
+            let before = syncs();
+            let r = conn
+                .request("POST", &format!("{path}?sync"), "", body.as_bytes())
+                .await;
+            assert_eq!(r.status, 204, "{path}?sync: {}", r.text());
+            assert_eq!(syncs() - before, 1, "{path}?sync syncs the store");
+        }
+        let before = syncs();
+        let replies = telnet(
+            srv.addr,
+            &format!(
+                "histogram h {} u=0:o=1:0,1=42 host=a\nrollup 1h-sum r {} 5 host=a\n",
+                T0 + 120,
+                T0 + 7200
+            ),
+        )
+        .await;
+        assert!(replies.is_empty(), "{replies:?}");
+        assert_eq!(syncs() - before, 2 * u64::from(wal_sync), "telnet");
+
+        // Every acknowledged cell is in the store: three histogram times, three rollup hours.
+        let data = srv.state.tsdb.settings().schema.data_table.clone();
+        let cells = |table: &str| -> usize {
+            srv.state
+                .tsdb
+                .store()
+                .scan(table, &hourglass_storage::ScanRequest::default())
+                .unwrap()
+                .map(|r| r.unwrap().cells.len())
+                .sum()
+        };
+        assert_eq!(cells(&data), 3);
+        assert_eq!(cells("tsdb-rollup-1h"), 3);
+        srv.stop().await;
+    }
 }
 
 /// `tsd.core.connections.limit`: a connection past the limit is closed at once (and

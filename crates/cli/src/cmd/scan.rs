@@ -140,13 +140,12 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
                     mutations: vec![Mutation::DeleteRow],
                 });
                 if deletions.len() >= DELETE_BATCH {
-                    db.store()
-                        .mutate_rows(&schema.data_table, &std::mem::take(&mut deletions))?;
+                    delete_rows(&db, &std::mem::take(&mut deletions))?;
                 }
             }
         }
         if !deletions.is_empty() {
-            db.store().mutate_rows(&schema.data_table, &deletions)?;
+            delete_rows(&db, &deletions)?;
         }
     }
     out.flush()?;
@@ -154,6 +153,17 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
         db.store().sync()?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes data rows; with computed rollups their hours are marked dirty before and after,
+/// so the tiers are computed again without the points (RFC 0008 phase 4).
+fn delete_rows(db: &Tsdb, deletions: &[RowMutation]) -> anyhow::Result<()> {
+    let keys = || deletions.iter().map(|d| d.key.as_slice());
+    db.mark_raw_rows_changed(keys())?;
+    db.store()
+        .mutate_rows(&db.settings().schema.data_table, deletions)?;
+    db.mark_raw_rows_changed(keys())?;
+    Ok(())
 }
 
 /// `java.util.Date.toString()` in UTC.

@@ -350,10 +350,12 @@ impl RowChecker<'_, '_> {
         if mutations.is_empty() {
             return Ok(());
         }
-        self.ctx
-            .tsdb
-            .store()
+        // A repair changes raw points: computed rollups of the hour are computed again.
+        let tsdb = self.ctx.tsdb;
+        tsdb.mark_raw_rows_changed([key])?;
+        tsdb.store()
             .mutate_row(&self.ctx.schema.data_table, key, mutations)?;
+        tsdb.mark_raw_rows_changed([key])?;
         Ok(())
     }
 

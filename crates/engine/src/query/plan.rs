@@ -406,8 +406,12 @@ fn run_on(
     } = read_series(tsdb, q, &resolved, (start_ms, end_ms), hours, options)?;
     stats.scan_time = scan_started.elapsed();
     if !deletions.is_empty() {
+        // Computed rollups of these hours are computed again (RFC 0008 phase 4).
+        let keys = || deletions.iter().map(|d| d.key.as_slice());
+        tsdb.mark_raw_rows_changed(keys())?;
         tsdb.store()
             .mutate_rows(&tsdb.settings().schema.data_table, &deletions)?;
+        tsdb.mark_raw_rows_changed(keys())?;
     }
     drop(flushes);
     outcome(

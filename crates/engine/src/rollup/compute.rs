@@ -1,7 +1,8 @@
 //! Rollups Hourglass computes itself (RFC 0008 phase 4): every configured interval but the
 //! default one is a *tier*, computed from raw points unit by unit (`max(interval, 1 h)`,
 //! aligned to the epoch) once a unit has been closed for `tsd.rollups.compute.delay`, and
-//! again when a flush stored raw rows of an hour that had already closed (a dirty hour).
+//! again when a flush stored raw rows of an hour that had already closed, or raw points of
+//! one were deleted or repaired (a dirty hour).
 //!
 //! Cells are written with plain sets: computing a unit again replaces its cells, so a crash,
 //! two TSDs computing, or a recompute never double counts. Progress and dirty hours live in
@@ -261,6 +262,36 @@ pub(crate) fn dirty_rows(rows: &[(Vec<u8>, u64)], now_ms: i64) -> Vec<RowMutatio
             )],
         })
         .collect()
+}
+
+impl Tsdb {
+    /// Marks the closed hours of data rows dirty when rollups are computed
+    /// (`tsd.rollups.compute`): their raw points changed other than through a flush (a
+    /// `delete: true` query, `tsdb scan --delete`, an fsck repair), so the next round
+    /// computes their units again. Callers mark before the change (a crash right after it
+    /// still leaves the mark) and again after it (a round that took the first mark while
+    /// the change was under way recomputes once more). Keys that name no hour are skipped.
+    pub fn mark_raw_rows_changed<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<()> {
+        if self.rollups().is_none_or(|r| r.compute.is_none()) {
+            return Ok(());
+        }
+        let schema = &self.settings().schema;
+        let rows: Vec<(Vec<u8>, u64)> = keys
+            .into_iter()
+            .filter_map(|k| hourglass_core::rowkey::base_time_of(schema, k))
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .map(|h| (Vec::new(), u64::from(h)))
+            .collect();
+        let dirty = dirty_rows(&rows, self.settings().clock.now_ms());
+        if !dirty.is_empty() {
+            self.store().mutate_rows(&state_table(schema), &dirty)?;
+        }
+        Ok(())
+    }
 }
 
 fn dirty_key(hour: u32) -> Vec<u8> {
@@ -697,12 +728,31 @@ impl Tsdb {
             };
             let empty = vec![Acc::EMPTY; slots];
             for key in stale.keys() {
-                // Rows of series without points in the unit any more: their cells go.
-                let mut raw = key.clone();
-                raw[at..at + 4].fill(0);
-                if raw_tag.is_none() {
-                    series.entry(raw).or_insert_with(|| empty.clone());
-                }
+                // Rows of series without points in the unit any more: their cells go. With
+                // `tag_raw` the tier's row names the raw series with the aggregate tag added:
+                // the series is that row's less the tag (rows without it are not ours).
+                let raw = match raw_tag {
+                    None => {
+                        let mut raw = key.clone();
+                        raw[at..at + 4].fill(0);
+                        raw
+                    }
+                    Some(pair) => {
+                        let decoded = decode_row_key(schema, key)?;
+                        if !decoded.series.tags.contains(&pair) {
+                            continue;
+                        }
+                        let tags = decoded
+                            .series
+                            .tags
+                            .into_iter()
+                            .filter(|t| *t != pair)
+                            .collect();
+                        let s = SeriesKey::new(decoded.series.metric, tags);
+                        encode_row_key(schema, &s, 0)
+                    }
+                };
+                series.entry(raw).or_insert_with(|| empty.clone());
             }
             let mut keys: Vec<&Vec<u8>> = series.keys().collect();
             keys.sort();

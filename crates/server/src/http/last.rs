@@ -4,6 +4,10 @@
 //! OpenTSDB answers `backScan: 0` from its meta-data counters; without them it finds nothing.
 //! Here `backScan: 0` looks back [`DEFAULT_BACK_SCAN_HOURS`] instead, so the endpoint works
 //! without meta tracking.
+//!
+//! With `tsd.storage.retention` (Hourglass's own, RFC 0008 phase 4) a point before the raw
+//! cutoff is never the answer, whether or not the sweep removed it yet: a series whose newest
+//! point is older has no last point, as `/api/query` answers nothing before the cutoff.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -90,7 +94,9 @@ struct Found {
 }
 
 /// The newest point of every series of `metric` having `pairs` (and exactly those tag bytes
-/// when `exact` is given), over the hours `[from_secs, to_secs]`.
+/// when `exact` is given), over the hours `[from_secs, to_secs]`, at or after `cutoff_ms`
+/// (the retention cutoff) when given.
+#[allow(clippy::too_many_arguments)]
 fn newest(
     tsdb: &Tsdb,
     metric: Uid,
@@ -99,6 +105,7 @@ fn newest(
     select: Option<&SeriesSelector>,
     from_secs: i64,
     to_secs: i64,
+    cutoff_ms: Option<i64>,
 ) -> hourglass_engine::Result<Vec<Found>> {
     let schema = &tsdb.settings().schema;
     let tags_at = schema.tags_offset();
@@ -121,6 +128,10 @@ fn newest(
                 return Ok(());
             };
             let t = last.qualifier.timestamp_ms(base);
+            // The row's newest point is before the cutoff: so are all of its points.
+            if cutoff_ms.is_some_and(|cut| t < cut) {
+                return Ok(());
+            }
             let entry = latest.entry(tags.to_vec()).or_insert((t, last.value()));
             if t >= entry.0 {
                 *entry = (t, last.value());
@@ -189,7 +200,9 @@ fn run(
     } else {
         back_scan
     };
-    let from = now_secs - hours.saturating_mul(3600);
+    let cutoff_ms = tsdb.raw_cutoff(now_ms).map(|cut| cut.saturating_mul(1000));
+    let from = (now_secs - hours.saturating_mul(3600))
+        .max(cutoff_ms.map_or(i64::MIN, |cut| cut.div_euclid(1000)));
     let mut out = Vec::new();
     for w in wanted {
         let found = match w {
@@ -219,7 +232,16 @@ fn run(
                 let select = (keys.len() == pairs.len())
                     .then(|| SeriesSelector::new(metric, keys, false))
                     .flatten();
-                newest(tsdb, metric, pairs, None, select.as_ref(), from, now_secs)
+                newest(
+                    tsdb,
+                    metric,
+                    pairs,
+                    None,
+                    select.as_ref(),
+                    from,
+                    now_secs,
+                    cutoff_ms,
+                )
             }
             Wanted::Tsuid(text) => {
                 let bytes = parse_hex(text).map_err(|e| bad(e.to_string()))?;
@@ -234,6 +256,7 @@ fn run(
                     None,
                     from,
                     now_secs,
+                    cutoff_ms,
                 )
             }
         }
@@ -305,7 +328,8 @@ pub(crate) async fn handle(
     if back_scan < 0 {
         return Err(bad("Backscan must be zero or a positive number"));
     }
-    let now_ms = hourglass_storage::now_ms();
+    // The TSD's clock (the system's, or a test's), as `/api/query`'s cutoffs read it.
+    let now_ms = state.tsdb.settings().clock.now_ms();
     let results = blocking(&state.tsdb, move |tsdb| {
         run(tsdb, &wanted, resolve, back_scan, now_ms)
     })
