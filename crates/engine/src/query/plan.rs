@@ -1221,15 +1221,15 @@ impl SeriesState {
 
 /// The first hour (seconds) of the later half when a sub-query's hours can be read by two
 /// threads: at least two hours, more than one core, no deletion, not a query naming its
-/// series over a short range (see [`names_its_series`]), and a split that falls on a
-/// downsampling bucket boundary (so no bucket is cut in two).
+/// series (see [`names_its_series`]), and a split that falls on a downsampling bucket
+/// boundary (so no bucket is cut in two).
 fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOptions) -> Option<i64> {
     let hours = (last_hour - first_hour) / 3600 + 1;
     if hours < 2
         || !super::two_cores()
         || options.delete
         || !options.parallel
-        || (hours <= NAMED_SERIES_WHOLE_HOURS && names_its_series(q))
+        || names_its_series(q)
     {
         return None;
     }
@@ -1267,12 +1267,6 @@ fn names_its_series(q: &SubQuery) -> bool {
 
 /// TSUIDs a query may name and still be read by one thread.
 const FEW_SERIES: usize = 4;
-
-/// The longest range (hours) over which a query naming its series is read by one thread:
-/// two weeks. Past it, decoding outweighs a second thread's start and scan (a series at
-/// 5-minute intervals over 79 days: 22,683 points, about a millisecond to decode), and
-/// the two halves answer sooner.
-const NAMED_SERIES_WHOLE_HOURS: i64 = 14 * 24;
 
 /// A UTC day.
 const DAY_SECS: i64 = 86_400;
@@ -1393,8 +1387,8 @@ mod tests {
         );
     }
 
-    /// A query naming its series by literal tag values or TSUIDs is read by one thread over
-    /// up to two weeks; one with a wildcard, an alternative or a negation may be split.
+    /// A query naming its series by literal tag values or TSUIDs is read by one thread;
+    /// one with a wildcard, an alternative or a negation may be split.
     #[test]
     fn queries_naming_their_series_are_not_split() {
         let query = |filters: &[(&str, &str, &str)]| {
@@ -1427,11 +1421,6 @@ mod tests {
             let (first, last) = (1_735_689_600, 1_735_689_600 + 47 * 3600);
             assert_eq!(split_hour(&named, first, last, &options), None);
             assert!(split_hour(&query(&[]), first, last, &options).is_some());
-            // Past two weeks a named series is split too: decoding outweighs the second
-            // thread's start.
-            let weeks = first + NAMED_SERIES_WHOLE_HOURS * 3600;
-            assert_eq!(split_hour(&named, first, weeks - 3600, &options), None);
-            assert!(split_hour(&named, first, weeks, &options).is_some());
         }
     }
 }
