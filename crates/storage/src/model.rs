@@ -557,6 +557,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn byte(&mut self) -> Result<u8> {
         let b = *self
             .bytes
@@ -567,6 +568,7 @@ impl<'a> Reader<'a> {
     }
 
     /// At most 10 bytes (64 bits); a last byte with its continuation bit set is too long.
+    #[inline]
     fn varint(&mut self) -> Result<u64> {
         let rest = self.bytes.get(self.pos..).unwrap_or_default();
         // Lengths and counts: one byte.
@@ -575,6 +577,26 @@ impl<'a> Reader<'a> {
         {
             self.pos += 1;
             return Ok(u64::from(b));
+        }
+        // Up to 8 bytes at once when 8 are there: the first byte without its continuation
+        // bit ends the varint, and the 7-bit groups before it are packed together.
+        if let Some(word) = rest.get(..8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+            let word = u64::from_le_bytes(word);
+            let ends = !word & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = ends.trailing_zeros() / 8 + 1;
+                let kept = if len == 8 {
+                    word
+                } else {
+                    word & ((1u64 << (len * 8)) - 1)
+                };
+                let mut x = kept & 0x7F7F_7F7F_7F7F_7F7F;
+                x = ((x & 0x7F00_7F00_7F00_7F00) >> 1) | (x & 0x007F_007F_007F_007F);
+                x = ((x & 0x3FFF_0000_3FFF_0000) >> 2) | (x & 0x0000_3FFF_0000_3FFF);
+                x = ((x & 0x0FFF_FFFF_0000_0000) >> 4) | (x & 0x0000_0000_0FFF_FFFF);
+                self.pos += len as usize;
+                return Ok(x);
+            }
         }
         let mut v = 0u64;
         for (i, &b) in rest.iter().take(10).enumerate() {
@@ -591,6 +613,7 @@ impl<'a> Reader<'a> {
         }))
     }
 
+    #[inline]
     fn chunk(&mut self) -> Result<&'a [u8]> {
         let len = self.varint()? as usize;
         let end = self.pos.checked_add(len).filter(|e| *e <= self.bytes.len());
@@ -830,6 +853,43 @@ mod fuzz_tests {
                     }
                     Err(e) => proptest::prop_assert_eq!(got, Err(e)),
                 }
+            }
+        }
+
+        #[test]
+        fn varints_read_as_the_plain_loop_reads_them(
+            values in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..6),
+            small in proptest::collection::vec(0u64..1 << 21, 0..6),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+        ) {
+            // The plain loop: one byte at a time, at most 10.
+            fn plain(bytes: &[u8], pos: usize) -> Option<(u64, usize)> {
+                let mut v = 0u64;
+                for i in 0..10 {
+                    let b = *bytes.get(pos + i)?;
+                    v |= u64::from(b & 0x7F) << (7 * i);
+                    if b < 0x80 {
+                        return Some((v, pos + i + 1));
+                    }
+                }
+                None
+            }
+            let mut bytes = Vec::new();
+            for v in values.iter().chain(&small) {
+                super::put_varint(&mut bytes, *v);
+            }
+            bytes.extend_from_slice(&tail);
+            let mut r = super::Reader { bytes: &bytes, pos: 0 };
+            let mut at = 0;
+            for v in values.iter().chain(&small) {
+                proptest::prop_assert_eq!(r.varint(), Ok(*v));
+                at = r.pos;
+            }
+            // Then whatever the tail holds, from every position.
+            for start in at..=bytes.len() {
+                let mut r = super::Reader { bytes: &bytes, pos: start };
+                let got = r.varint().ok().map(|v| (v, r.pos));
+                proptest::prop_assert_eq!(got, plain(&bytes, start));
             }
         }
 
