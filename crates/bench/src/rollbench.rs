@@ -205,6 +205,7 @@ pub(crate) fn run(args: &RollupArgs) -> anyhow::Result<()> {
                 let computing = format!(
                     "{rollups}tsd.rollups.compute = true\ntsd.rollups.compute.delay = 1m\ntsd.rollups.compute.interval_ms = 200\n"
                 );
+                // Queries are computed each run (`nocache`): kept answers would time a cache.
                 let mut server = target.start_with(dir.path(), &computing)?;
                 let addr = server.put_addr.clone();
                 let computed_at = Instant::now();
@@ -231,7 +232,7 @@ pub(crate) fn run(args: &RollupArgs) -> anyhow::Result<()> {
                 for (i, c) in cases.iter().enumerate() {
                     let url = |usage: &str| {
                         format!(
-                            "http://{addr}/api/query?start={start}&end={}&m={}:{}:{usage}:{METRIC}",
+                            "http://{addr}/api/query?start={start}&end={}&m={}:{}:{usage}:{METRIC}&nocache",
                             end - 1,
                             c.aggregator,
                             c.downsample

@@ -315,6 +315,15 @@ impl Store for Watched {
         self.inner.scan(table, request)
     }
 
+    fn scan_cells(
+        &self,
+        table: &str,
+        request: &ScanRequest,
+        visit: hourglass_storage::CellVisitor<'_>,
+    ) -> Result<()> {
+        self.inner.scan_cells(table, request, visit)
+    }
+
     fn increment(
         &self,
         table: &str,

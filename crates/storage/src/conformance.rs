@@ -38,7 +38,8 @@ macro_rules! conformance_tests {
             increment_many_moves_each_counter_of_a_row,
             concurrent_increment_many_lose_nothing,
             keys_only_reads_return_cells_without_values,
-            a_row_is_replaced_by_deleting_it_then_setting_cells
+            a_row_is_replaced_by_deleting_it_then_setting_cells,
+            lent_cells_are_the_scanned_cells
         );
     };
     (@cases $make:expr; $($name:ident),* $(,)?) => {
@@ -1048,4 +1049,107 @@ pub fn a_row_is_replaced_by_deleting_it_then_setting_cells(store: &Arc<dyn Store
     );
     store.mutate_rows(T, &[replace(b"fresh", b"z")]).unwrap();
     assert_eq!(get(store, b"fresh").unwrap().cells.len(), 1);
+}
+
+/// `scan_cells` visits the rows `scan` returns, in its order, each with its cells, under
+/// every filter; a visitor's error ends the scan with that error.
+pub fn lent_cells_are_the_scanned_cells(store: &Arc<dyn Store>) {
+    setup(store);
+    for (i, key) in [&b"r1"[..], b"r2", b"r3", b"s1", b"\xFFz"]
+        .iter()
+        .enumerate()
+    {
+        let t = i as i64;
+        store
+            .mutate_row(
+                T,
+                key,
+                &[
+                    Mutation::set_at("a", b"q1".to_vec(), 10 + t, vec![1, i as u8]),
+                    Mutation::set_at("a", b"q1".to_vec(), 20 + t, vec![2; 300]),
+                    Mutation::set_at("a", b"q2".to_vec(), 30, b"v".to_vec()),
+                    Mutation::set_at("b", b"".to_vec(), 40, b"w".to_vec()),
+                    Mutation::set_at("one", b"q".to_vec(), 50 + t, b"x".to_vec()),
+                ],
+            )
+            .unwrap();
+    }
+    let requests = [
+        ScanRequest::default(),
+        ScanRequest {
+            start: b"r2".to_vec(),
+            end: Some(b"s2".to_vec()),
+            ..Default::default()
+        },
+        ScanRequest {
+            key_regex: Some("r.".into()),
+            limit: Some(2),
+            ..Default::default()
+        },
+        ScanRequest {
+            read: ReadOptions {
+                families: Some(vec!["a".into()]),
+                time_range: TimeRange::new(12, Some(31)),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ScanRequest {
+            read: ReadOptions {
+                latest_only: true,
+                keys_only: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        // No cell passes: no row.
+        ScanRequest {
+            read: ReadOptions {
+                time_range: TimeRange::new(1000, None),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ];
+    for request in &requests {
+        let scanned: Vec<Row> = store
+            .scan(T, request)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let mut lent: Vec<Row> = Vec::new();
+        store
+            .scan_cells(T, request, &mut |key, cells| {
+                lent.push(Row {
+                    key: key.to_vec(),
+                    cells: cells
+                        .iter()
+                        .map(|c| crate::Cell {
+                            family: c.family.to_string(),
+                            qualifier: c.qualifier.to_vec(),
+                            timestamp: c.timestamp,
+                            value: c.value.to_vec(),
+                            form: c.form,
+                        })
+                        .collect(),
+                });
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(lent, scanned, "{request:?}");
+    }
+    assert!(
+        store
+            .scan_cells(T, &ScanRequest::default(), &mut |key, _| {
+                assert_eq!(key, b"r1");
+                Err(crate::Error::Unavailable("stop".into()))
+            })
+            .is_err_and(|e| e == crate::Error::Unavailable("stop".into())),
+        "a visitor's error ends the scan"
+    );
+    assert!(
+        store
+            .scan_cells("nope", &ScanRequest::default(), &mut |_, _| Ok(()))
+            .is_err()
+    );
 }

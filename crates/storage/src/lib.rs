@@ -111,6 +111,19 @@ pub trait Store: Send + Sync + Debug {
     /// same salt and metric). Callers of data-table scans must accept both orders.
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter>;
 
+    /// The rows [`Store::scan`] returns, in its order and with its cells, lent to `visit`
+    /// one at a time instead of handed over: a backend keeping rows as bytes lends cells
+    /// borrowed from them, without a copy (and an allocation) per cell. The default visits
+    /// the rows of [`Store::scan`].
+    fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()> {
+        for row in self.scan(table, request)? {
+            let row = row?;
+            let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
+            visit(&row.key, &cells)?;
+        }
+        Ok(())
+    }
+
     /// Adds `delta` to an 8-byte big-endian counter (absent counts as 0); returns the new value.
     fn increment(
         &self,

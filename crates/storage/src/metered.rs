@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::{
-    Check, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, Store, TableSpec,
+    CellVisitor, Check, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest,
+    Store, TableSpec,
 };
 
 /// The kinds of store call counted.
@@ -182,6 +183,24 @@ impl Store for Metered {
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         self.stats
             .run(Call::Scan, || self.inner.scan(table, request))
+    }
+
+    /// One scan call, timed with its visits; an error the visitor gave is not the store's
+    /// failure.
+    fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()> {
+        let visitor_failed = std::cell::Cell::new(false);
+        let mut counted = |key: &[u8], cells: &[crate::CellRef<'_>]| {
+            let r = visit(key, cells);
+            visitor_failed.set(r.is_err());
+            r
+        };
+        let out = self.stats.run(Call::Scan, || {
+            match self.inner.scan_cells(table, request, &mut counted) {
+                Err(e) if visitor_failed.get() => Ok(Err(e)),
+                other => other.map(Ok),
+            }
+        });
+        out?
     }
 
     fn increment(

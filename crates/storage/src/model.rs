@@ -466,6 +466,73 @@ impl RowData {
     }
 }
 
+/// The cells of a stored row as a reader sees them through `read` (as
+/// [`RowData::decode`] then [`RowData::into_read`] give them, and failing where they fail),
+/// borrowed from `bytes`, into `out` (cleared first). A row with cells stored by a codec is
+/// refused as [`RowData::decode`] without the codec refuses it.
+pub fn lend_cells<'a>(
+    bytes: &'a [u8],
+    read: &ReadOptions,
+    out: &mut Vec<crate::CellRef<'a>>,
+) -> Result<()> {
+    out.clear();
+    let mut r = Reader { bytes, pos: 0 };
+    let coded_format = match r.byte()? {
+        ROW_FORMAT_PLAIN => false,
+        ROW_FORMAT_CODED => true,
+        _ => return Err(Error::Corrupt("unknown row format".into())),
+    };
+    let n = r.varint()?;
+    // The family of the cell before: a row's cells mostly share one, checked once.
+    let mut last_family: (&[u8], &str) = (&[], "");
+    for _ in 0..n {
+        let coded = coded_format && r.byte()? == 1;
+        let name = r.chunk()?;
+        let family = if name == last_family.0 {
+            last_family.1
+        } else {
+            let family = std::str::from_utf8(name)
+                .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+            last_family = (name, family);
+            family
+        };
+        if coded {
+            // The blob's length is read first, as the decoder reads it before asking for
+            // the codec.
+            r.varint()?;
+            r.chunk()?;
+            return Err(Error::Corrupt(
+                "cell was stored with a codec this store was not given".into(),
+            ));
+        }
+        let qualifier = r.chunk()?;
+        let z = r.varint()?;
+        let timestamp = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let value = r.chunk()?;
+        if !read.wants_family(family) || !read.time_range.contains(timestamp) {
+            continue;
+        }
+        if read.latest_only
+            && out
+                .last()
+                .is_some_and(|p| p.family == family && p.qualifier == qualifier)
+        {
+            continue;
+        }
+        out.push(crate::CellRef {
+            family,
+            qualifier,
+            timestamp,
+            value: if read.keys_only { &[] } else { value },
+            form: CellForm::Plain,
+        });
+    }
+    if r.pos != bytes.len() {
+        return Err(Error::Corrupt("trailing bytes after row".into()));
+    }
+    Ok(())
+}
+
 fn family_of<'a>(spec: &'a TableSpec, family: &str) -> Result<&'a crate::FamilySpec> {
     spec.families
         .iter()
@@ -490,6 +557,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn byte(&mut self) -> Result<u8> {
         let b = *self
             .bytes
@@ -499,18 +567,53 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
+    /// At most 10 bytes (64 bits); a last byte with its continuation bit set is too long.
+    #[inline]
     fn varint(&mut self) -> Result<u64> {
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        // Lengths and counts: one byte.
+        if let Some(&b) = rest.first()
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        // Up to 8 bytes at once when 8 are there: the first byte without its continuation
+        // bit ends the varint, and the 7-bit groups before it are packed together.
+        if let Some(word) = rest.get(..8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+            let word = u64::from_le_bytes(word);
+            let ends = !word & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = ends.trailing_zeros() / 8 + 1;
+                let kept = if len == 8 {
+                    word
+                } else {
+                    word & ((1u64 << (len * 8)) - 1)
+                };
+                let mut x = kept & 0x7F7F_7F7F_7F7F_7F7F;
+                x = ((x & 0x7F00_7F00_7F00_7F00) >> 1) | (x & 0x007F_007F_007F_007F);
+                x = ((x & 0x3FFF_0000_3FFF_0000) >> 2) | (x & 0x0000_3FFF_0000_3FFF);
+                x = ((x & 0x0FFF_FFFF_0000_0000) >> 4) | (x & 0x0000_0000_0FFF_FFFF);
+                self.pos += len as usize;
+                return Ok(x);
+            }
+        }
         let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7F) << shift;
+        for (i, &b) in rest.iter().take(10).enumerate() {
+            v |= u64::from(b & 0x7F) << (7 * i);
             if b < 0x80 {
+                self.pos += i + 1;
                 return Ok(v);
             }
         }
-        Err(Error::Corrupt("varint too long".into()))
+        Err(Error::Corrupt(if rest.len() < 10 {
+            "truncated row".into()
+        } else {
+            "varint too long".into()
+        }))
     }
 
+    #[inline]
     fn chunk(&mut self) -> Result<&'a [u8]> {
         let len = self.varint()? as usize;
         let end = self.pos.checked_add(len).filter(|e| *e <= self.bytes.len());
@@ -525,6 +628,29 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use crate::FamilySpec;
+
+    #[test]
+    fn varints_end_within_ten_bytes_or_are_refused() {
+        let count = |bytes: &[u8]| RowData::decode(bytes, None).map(|r| r.cells.len());
+        // Ten bytes, the last without its continuation bit: zero cells (the bits beyond 64
+        // dropped), then the row's end.
+        let mut ten = vec![1];
+        ten.extend([0x80; 9]);
+        ten.push(0x00);
+        assert_eq!(count(&ten), Ok(0));
+        let mut eleven = vec![1];
+        eleven.extend([0xFF; 10]);
+        eleven.push(0x01);
+        assert_eq!(
+            count(&eleven),
+            Err(Error::Corrupt("varint too long".into()))
+        );
+        assert_eq!(
+            count(&[1, 0x80, 0x80]),
+            Err(Error::Corrupt("truncated row".into()))
+        );
+        assert_eq!(count(&[1]), Err(Error::Corrupt("truncated row".into())));
+    }
 
     #[test]
     fn encoding_round_trips_and_rejects_garbage() {
@@ -681,6 +807,90 @@ mod fuzz_tests {
         fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
             let _ = RowData::decode(&bytes, None);
             let _ = super::decode_joint_row(&bytes);
+        }
+
+        #[test]
+        fn lent_cells_are_the_decoded_cells_read(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+            cells in proptest::collection::vec((0u8..3, proptest::collection::vec(0u8..3, 0..3), -3i64..3, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3)), 0..12),
+            family in proptest::option::of(0u8..3),
+            range in proptest::option::of((-3i64..3, proptest::option::of(-3i64..4))),
+            latest_only in proptest::prelude::any::<bool>(),
+            keys_only in proptest::prelude::any::<bool>(),
+        ) {
+            let name = |f: u8| ["t", "f", "g"][usize::from(f)].to_string();
+            let cells = cells
+                .into_iter()
+                .map(|(f, qualifier, timestamp, value)| crate::Cell {
+                    family: name(f),
+                    qualifier,
+                    timestamp,
+                    value,
+                    form: crate::CellForm::Plain,
+                })
+                .collect();
+            let read = crate::ReadOptions {
+                families: family.map(|f| vec![name(f)]),
+                time_range: range.map_or(crate::TimeRange::ALL, |(s, e)| crate::TimeRange::new(s, e)),
+                latest_only,
+                keys_only,
+                ..Default::default()
+            };
+            let stored = RowData::from_cells(cells).encode(None);
+            // Garbage, and stored rows whole and cut short.
+            for b in [&bytes[..], &stored[..], &stored[..stored.len() / 2]] {
+                let decoded = RowData::decode(b, None).map(|r| r.into_read(b"k".to_vec(), &read));
+                let mut lent = Vec::new();
+                let got = super::lend_cells(b, &read, &mut lent);
+                match decoded {
+                    Ok(row) => {
+                        proptest::prop_assert_eq!(got, Ok(()));
+                        let want: Vec<crate::CellRef<'_>> = row
+                            .as_ref()
+                            .map(|r| r.cells.iter().map(crate::CellRef::from).collect())
+                            .unwrap_or_default();
+                        proptest::prop_assert_eq!(lent, want);
+                    }
+                    Err(e) => proptest::prop_assert_eq!(got, Err(e)),
+                }
+            }
+        }
+
+        #[test]
+        fn varints_read_as_the_plain_loop_reads_them(
+            values in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..6),
+            small in proptest::collection::vec(0u64..1 << 21, 0..6),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+        ) {
+            // The plain loop: one byte at a time, at most 10.
+            fn plain(bytes: &[u8], pos: usize) -> Option<(u64, usize)> {
+                let mut v = 0u64;
+                for i in 0..10 {
+                    let b = *bytes.get(pos + i)?;
+                    v |= u64::from(b & 0x7F) << (7 * i);
+                    if b < 0x80 {
+                        return Some((v, pos + i + 1));
+                    }
+                }
+                None
+            }
+            let mut bytes = Vec::new();
+            for v in values.iter().chain(&small) {
+                super::put_varint(&mut bytes, *v);
+            }
+            bytes.extend_from_slice(&tail);
+            let mut r = super::Reader { bytes: &bytes, pos: 0 };
+            let mut at = 0;
+            for v in values.iter().chain(&small) {
+                proptest::prop_assert_eq!(r.varint(), Ok(*v));
+                at = r.pos;
+            }
+            // Then whatever the tail holds, from every position.
+            for start in at..=bytes.len() {
+                let mut r = super::Reader { bytes: &bytes, pos: start };
+                let got = r.varint().ok().map(|v| (v, r.pos));
+                proptest::prop_assert_eq!(got, plain(&bytes, start));
+            }
         }
 
         #[test]

@@ -10,6 +10,32 @@ pub struct Cell {
     pub form: CellForm,
 }
 
+/// A cell as [`crate::Store::scan_cells`] lends it, borrowed from the row it was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellRef<'a> {
+    pub family: &'a str,
+    pub qualifier: &'a [u8],
+    pub timestamp: i64,
+    pub value: &'a [u8],
+    pub form: CellForm,
+}
+
+impl<'a> From<&'a Cell> for CellRef<'a> {
+    fn from(c: &'a Cell) -> CellRef<'a> {
+        CellRef {
+            family: &c.family,
+            qualifier: &c.qualifier,
+            timestamp: c.timestamp,
+            value: &c.value,
+            form: c.form,
+        }
+    }
+}
+
+/// The visitor of [`crate::Store::scan_cells`]: each row's key and its cells, as
+/// [`crate::Store::scan`] would return them; an error ends the scan with it.
+pub type CellVisitor<'v> = &'v mut dyn FnMut(&[u8], &[CellRef<'_>]) -> crate::Result<()>;
+
 /// What a cell read holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CellForm {

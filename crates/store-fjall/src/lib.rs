@@ -21,10 +21,11 @@ use fjall::config::CompressionPolicy;
 use fjall::{
     CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot,
 };
-use hourglass_storage::model::{RowData, ScanFilter, encode_joint_row};
+use hourglass_storage::model::{self, RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
-    Cell, CellCodec, CellForm, Check, Error, FamilySpec, JointMember, Mutation, ReadOptions,
-    Result, Row, RowIter, RowMutation, ScanRequest, SkipHint, Store, TableSpec, now_ms,
+    Cell, CellCodec, CellForm, CellRef, CellVisitor, Check, Error, FamilySpec, JointMember,
+    Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, SkipHint, Store,
+    TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -622,6 +623,15 @@ impl RawRows {
             return Some(Ok((key, value)));
         }
     }
+}
+
+/// An empty vector of lent cells keeping `v`'s allocation, for cells of another row.
+fn reuse<'b>(mut v: Vec<CellRef<'_>>) -> Vec<CellRef<'b>> {
+    v.clear();
+    // Collecting a vector's own iterator into a vector of the same layout reuses its buffer;
+    // the filter changes the cells' lifetime, which `filter` cannot.
+    #[allow(clippy::unnecessary_filter_map)]
+    v.into_iter().filter_map(|_| None).collect()
 }
 
 /// A range scan over one table.
@@ -1535,6 +1545,51 @@ impl Store for FjallStore {
             raw,
         };
         Ok(Box::new(rows.take(limit)))
+    }
+
+    /// Rows of a table without groups or codec lend cells borrowed from their stored bytes
+    /// (one parse of the row value, no copy per cell); other tables visit [`Store::scan`]'s
+    /// rows.
+    fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()> {
+        let (open, t) = self.table_for_read(table)?;
+        if t.groups.is_some() || t.codec.is_some() {
+            for row in self.scan(table, request)? {
+                let row = row?;
+                let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
+                visit(&row.key, &cells)?;
+            }
+            return Ok(());
+        }
+        let filter = ScanFilter::new(request)?;
+        let upper = match &request.end {
+            Some(end) => Bound::Excluded(end.clone()),
+            None => Bound::Unbounded,
+        };
+        let mut raw = RawRows::new(
+            t.rows.clone(),
+            None,
+            request.start.clone(),
+            upper,
+            request.skip.clone(),
+        );
+        let mut returned = 0;
+        let mut cells = Vec::new();
+        while !filter.is_full(returned) {
+            let Some(item) = raw.next(&filter) else {
+                break;
+            };
+            let (key, value) = item?;
+            // `RawRows` passed the key through the regex already.
+            let mut lent = reuse(std::mem::take(&mut cells));
+            model::lend_cells(&value, filter.read(), &mut lent)?;
+            if !lent.is_empty() {
+                returned += 1;
+                visit(&key, &lent)?;
+            }
+            cells = reuse(lent);
+        }
+        drop(open);
+        Ok(())
     }
 }
 

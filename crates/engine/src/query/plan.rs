@@ -456,8 +456,8 @@ fn outcome(
     })
 }
 
-/// [`run`] over a rollup or pre-aggregate table (one thread: such tables hold one value per
-/// interval, or pre-aggregated series).
+/// [`run`] over a rollup or pre-aggregate table (its rows in two halves on two threads when
+/// worth it, see [`rollup::split_row`]).
 fn run_rollup(
     tsdb: &Tsdb,
     start_ms: i64,
@@ -501,12 +501,27 @@ fn run_rollup(
         deadline: options.limits.deadline(options.started),
         shared: SharedCounts::default(),
     };
+    let part = match rollup::split_row(source, &read_q, first, last, options) {
+        // Two halves of the rows on two threads, as `read_series` splits the hours.
+        Some(mid) => {
+            let (earlier, later) = std::thread::scope(|threads| {
+                let later = threads.spawn(|| scan.part_from(source, mid, last));
+                let earlier = scan.part_from(source, first, mid - 1);
+                (earlier, later.join())
+            });
+            let later = later.map_err(|_| Error::Internal("a query thread failed".into()))?;
+            let part = earlier?.join(later?);
+            options.limits.check(&part.stats, part.held, None)?;
+            part
+        }
+        None => scan.part_from(source, first, last)?,
+    };
     let Part {
         series,
         mut stats,
         held,
         ..
-    } = scan.part_from(source, first, last)?;
+    } = part;
     stats.scan_time = scan_started.elapsed();
     outcome(
         q,
@@ -1212,6 +1227,11 @@ impl SeriesState {
         match (&mut self.points, later.points) {
             (Points::Raw(a), Points::Raw(b)) => a.extend(b),
             (Points::Downsampled(a), Points::Downsampled(b)) => a.append(b),
+            (Points::RollupAvg(a), Points::RollupAvg(b)) => {
+                let b = *b;
+                a.sums.append(b.sums);
+                a.counts.append(b.counts);
+            }
             // One sub-query makes one kind of state.
             _ => {}
         }

@@ -17,7 +17,7 @@
 
 use hourglass_core::rollup::{AGGREGATOR_MASK, RollupInterval};
 use hourglass_core::value::{FLAGS_MASK, Value};
-use hourglass_storage::Row;
+use hourglass_storage::{CellRef, Row};
 
 use super::*;
 use crate::rollup::RollupSettings;
@@ -253,10 +253,57 @@ pub(super) fn row_bytes(row: &Row) -> usize {
 /// A series' points of one row: time (ms), value, and for `avg` the count beside the sum.
 type RowPoints = Vec<(i64, Num, Option<f64>)>;
 
+/// A rollup cell as a read takes it: time (ms), value, whether it is a count (for `avg`),
+/// whether its qualifier has the older string form.
+type RollupCell = (i64, f64, bool, bool);
+
+/// The points of one rollup row from its cells (`cells` a buffer, cleared first): one value
+/// per time and kind, the id form's over the string one's; for `avg` a sum with the count of
+/// its time, as 2.4.1's `RollupSeq` pairs them (either one alone is left out).
+fn rollup_points(
+    read: RollupRead,
+    interval: &RollupInterval,
+    base: u32,
+    row: &[CellRef<'_>],
+    cells: &mut Vec<RollupCell>,
+    points: &mut RowPoints,
+) -> Result<()> {
+    cells.clear();
+    for c in row.iter().filter(|c| c.family == DATA_FAMILY) {
+        if let Some(cell) = rollup_cell(read, interval, base, c.qualifier, c.value)? {
+            cells.push(cell);
+        }
+    }
+    // Cells come in qualifier order: a read of one id's cells finds them in time order
+    // already, unless string qualifiers are mixed in.
+    if !cells.is_sorted_by_key(|c| (c.2, c.0, c.3)) {
+        cells.sort_by_key(|c| (c.2, c.0, c.3));
+    }
+    cells.dedup_by_key(|c| (c.2, c.0));
+    match read {
+        RollupRead::One { .. } => {
+            points.extend(cells.iter().map(|c| (c.0, Num::Float(c.1), None)));
+        }
+        RollupRead::Avg { .. } => {
+            let split = cells.partition_point(|c| !c.2);
+            let (sums, counts) = cells.split_at(split);
+            let mut counts = counts.iter().peekable();
+            for sum in sums {
+                while counts.next_if(|c| c.0 < sum.0).is_some() {}
+                if let Some(count) = counts.peek().filter(|c| c.0 == sum.0) {
+                    points.push((sum.0, Num::Float(sum.1), Some(count.1)));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Scan<'_> {
     /// Reads a rollup or pre-aggregate table's rows of `[start_secs, end_secs]` (row base
     /// times) into per-series state, one thread, as the store streams them (in key order:
-    /// each series' rows in time order).
+    /// each series' rows in time order). Rollup rows are visited as the store lends their
+    /// cells ([`hourglass_storage::Store::scan_cells`]): nothing is copied per cell.
     pub(super) fn part_from(
         &self,
         source: &Source<'_>,
@@ -264,10 +311,8 @@ impl Scan<'_> {
         end_secs: i64,
     ) -> Result<Part> {
         let schema = &self.tsdb.settings().schema;
-        let tags_at = schema.tags_offset();
-        let limits = &self.options.limits;
-        let (lo, hi) = (self.window.0, self.window.1 - 1);
-        let until_ms = self.window.1;
+        let ts_at = schema.timestamp_offset();
+        let until_ms = (end_secs.saturating_add(1).saturating_mul(1000)).min(self.window.1);
         let (table, rollup) = match *source {
             Source::Data => return Err(Error::Internal("a data table read as a rollup".into())),
             Source::Points(table) => (table, None),
@@ -277,53 +322,55 @@ impl Scan<'_> {
                 read,
             } => (table, Some((interval, read))),
         };
+        let avg = matches!(rollup, Some((_, RollupRead::Avg { .. })));
         let mut part = Part::empty();
         let query = self.row_query(start_secs, end_secs);
         let mut points: RowPoints = Vec::new();
+        let mut cells: Vec<RollupCell> = Vec::new();
+        let base_of = |key: &[u8]| {
+            key.get(ts_at..ts_at + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(u32::from_be_bytes)
+        };
         for request in crate::scan::scan_requests(schema, &query) {
             // Key order (rollup tables are not grouped): a series' rows in time order.
-            for row in self.tsdb.store().scan(table, &request)? {
-                let row = row?;
-                let Some(base) = row
-                    .key
-                    .get(schema.timestamp_offset()..schema.timestamp_offset() + 4)
-                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                    .map(u32::from_be_bytes)
-                else {
-                    continue;
-                };
-                points.clear();
-                match rollup {
-                    Some((interval, read)) => {
-                        let mut cells = Vec::new();
-                        for c in row.cells.iter().filter(|c| c.family == DATA_FAMILY) {
-                            if let Some(cell) =
-                                rollup_cell(read, interval, base, &c.qualifier, &c.value)?
-                            {
-                                cells.push(cell);
-                            }
-                        }
-                        // One value per time and kind: the id form's over the string one's.
-                        cells.sort_by_key(|c| (c.2, c.0, c.3));
-                        cells.dedup_by_key(|c| (c.2, c.0));
-                        match read {
-                            RollupRead::One { .. } => {
-                                points.extend(cells.iter().map(|c| (c.0, Num::Float(c.1), None)));
-                            }
-                            // A sum is taken with the count of its time, as 2.4.1's
-                            // `RollupSeq` pairs them: either one alone is left out.
-                            RollupRead::Avg { .. } => {
-                                let split = cells.partition_point(|c| !c.2);
-                                let (sums, counts) = cells.split_at(split);
-                                for sum in sums {
-                                    if let Ok(at) = counts.binary_search_by_key(&sum.0, |c| c.0) {
-                                        points.push((sum.0, Num::Float(sum.1), Some(counts[at].1)));
-                                    }
-                                }
-                            }
-                        }
+            match rollup {
+                Some((interval, read)) => {
+                    // The visitor's own error, kept while the store's scan stops.
+                    let mut failed: Option<Error> = None;
+                    let mut visit = |key: &[u8], row: &[CellRef<'_>]| {
+                        let Some(base) = base_of(key) else {
+                            return Ok(());
+                        };
+                        points.clear();
+                        let taken =
+                            rollup_points(read, interval, base, row, &mut cells, &mut points)
+                                .and_then(|()| {
+                                    let bytes = key.len()
+                                        + row
+                                            .iter()
+                                            .map(|c| c.qualifier.len() + c.value.len())
+                                            .sum::<usize>();
+                                    self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
+                                });
+                        taken.map_err(|e| {
+                            failed = Some(e);
+                            hourglass_storage::Error::Unavailable("the rollup read stopped".into())
+                        })
+                    };
+                    let scanned = self.tsdb.store().scan_cells(table, &request, &mut visit);
+                    if let Some(e) = failed {
+                        return Err(e);
                     }
-                    None => {
+                    scanned?;
+                }
+                None => {
+                    for row in self.tsdb.store().scan(table, &request)? {
+                        let row = row?;
+                        let Some(base) = base_of(&row.key) else {
+                            continue;
+                        };
+                        points.clear();
                         for p in crate::rows::decode_row(Some(&row), &[])?.points {
                             let v = match p.value() {
                                 Value::Int(i) => Num::Int(i),
@@ -332,66 +379,83 @@ impl Scan<'_> {
                             };
                             points.push((p.qualifier.timestamp_ms(base), v, None));
                         }
+                        let bytes = row_bytes(&row);
+                        self.take_row(&mut part, &row.key, &mut points, bytes, false, until_ms)?;
                     }
                 }
-                let stats = &mut part.stats;
-                stats.rows += 1;
-                stats.bytes += row_bytes(&row) as u64;
-                // A row without a cell the read takes is no series (2.4.1 filters the cells
-                // in the scan: such a row never reaches it).
-                if points.is_empty() {
-                    continue;
-                }
-                points.retain(|p| p.0 >= lo && p.0 <= hi);
-                stats.points += points.len() as u64;
-                let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
-                let slot = match part.index.get(tag_bytes) {
-                    Some(slot) => *slot,
-                    None => {
-                        let slot = match self.new_series(&row.key, tag_bytes, until_ms)? {
-                            Some(mut state) => {
-                                if let (Some((_, RollupRead::Avg { .. })), Points::Downsampled(_)) =
-                                    (rollup, &state.points)
-                                {
-                                    state.points = self.avg_points(until_ms);
-                                }
-                                part.series.push(state);
-                                part.keys.push(tag_bytes.to_vec());
-                                Some(part.series.len() - 1)
-                            }
-                            None => None,
-                        };
-                        stats.series += u64::from(slot.is_some());
-                        part.index.insert(tag_bytes.to_vec(), slot);
-                        slot
-                    }
-                };
-                let mut held = 0u64;
-                if let Some(i) = slot {
-                    let s = &mut part.series[i];
-                    match &mut s.points {
-                        Points::Raw(out) => {
-                            out.extend(points.iter().map(|p| (p.0, p.1)));
-                            held += points.len() as u64;
-                        }
-                        Points::Downsampled(d) => {
-                            for p in &points {
-                                held += d.push(p.0, p.1.as_f64()) as u64;
-                            }
-                        }
-                        Points::RollupAvg(avg) => {
-                            for p in &points {
-                                held += avg.sums.push(p.0, p.1.as_f64()) as u64;
-                                held += avg.counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
-                            }
-                        }
-                    }
-                }
-                part.held += held;
-                limits.check(&part.stats, part.held, self.deadline)?;
             }
         }
         Ok(part)
+    }
+
+    /// Feeds one row's points (`bytes` stored) into its series' state, counted and checked
+    /// against the limits.
+    fn take_row(
+        &self,
+        part: &mut Part,
+        key: &[u8],
+        points: &mut RowPoints,
+        bytes: usize,
+        avg: bool,
+        until_ms: i64,
+    ) -> Result<()> {
+        let tags_at = self.tsdb.settings().schema.tags_offset();
+        let (lo, hi) = (self.window.0, self.window.1 - 1);
+        let stats = &mut part.stats;
+        stats.rows += 1;
+        stats.bytes += bytes as u64;
+        // A row without a cell the read takes is no series (2.4.1 filters the cells in the
+        // scan: such a row never reaches it).
+        if points.is_empty() {
+            return Ok(());
+        }
+        points.retain(|p| p.0 >= lo && p.0 <= hi);
+        stats.points += points.len() as u64;
+        let tag_bytes = key.get(tags_at..).unwrap_or_default();
+        let slot = match part.index.get(tag_bytes) {
+            Some(slot) => *slot,
+            None => {
+                let slot = match self.new_series(key, tag_bytes, until_ms)? {
+                    Some(mut state) => {
+                        if avg && matches!(state.points, Points::Downsampled(_)) {
+                            state.points = self.avg_points(until_ms);
+                        }
+                        part.series.push(state);
+                        part.keys.push(tag_bytes.to_vec());
+                        Some(part.series.len() - 1)
+                    }
+                    None => None,
+                };
+                stats.series += u64::from(slot.is_some());
+                part.index.insert(tag_bytes.to_vec(), slot);
+                slot
+            }
+        };
+        let mut held = 0u64;
+        if let Some(i) = slot {
+            let s = &mut part.series[i];
+            match &mut s.points {
+                Points::Raw(out) => {
+                    out.extend(points.iter().map(|p| (p.0, p.1)));
+                    held += points.len() as u64;
+                }
+                Points::Downsampled(d) => {
+                    for p in points.iter() {
+                        held += d.push(p.0, p.1.as_f64()) as u64;
+                    }
+                }
+                Points::RollupAvg(avg) => {
+                    for p in points.iter() {
+                        held += avg.sums.push(p.0, p.1.as_f64()) as u64;
+                        held += avg.counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
+                    }
+                }
+            }
+        }
+        part.held += held;
+        self.options
+            .limits
+            .check(&part.stats, part.held, self.deadline)
     }
 
     /// The state of a series whose `avg` is read from sums and counts.
@@ -451,6 +515,53 @@ pub(super) fn rollup_downsample(
         }
         (_, ds) => ds,
     }
+}
+
+/// The first row base time (seconds) of the later half when a rollup read of the rows
+/// `[first, last]` can run on two threads: more than one core, a sub-query not naming its
+/// series (see `names_its_series`), and a row boundary near the middle that is also a
+/// downsampling bucket boundary (so no bucket is cut in two). Rows of one series come in
+/// time order in each half, so the halves join as the data table's do.
+pub(super) fn split_row(
+    source: &Source<'_>,
+    q: &SubQuery,
+    first: i64,
+    last: i64,
+    options: &RunOptions,
+) -> Option<i64> {
+    let Source::Rollup { interval, .. } = *source else {
+        return None;
+    };
+    let ds = q.downsample?;
+    if ds.interval_ms == 0
+        || last <= first
+        || !super::super::two_cores()
+        || options.delete
+        || !options.parallel
+        || super::names_its_series(q)
+    {
+        return None;
+    }
+    let span = i64::from(interval.interval_seconds) * i64::from(interval.intervals);
+    let middle = first + (last - first) / 2;
+    // Row starts from the first to the last, the one nearest the middle that starts a bucket.
+    let mut best: Option<i64> = None;
+    let mut base = i64::from(interval.base_time(first).ok()?);
+    while base <= last {
+        let next = i64::from(interval.base_time(base + span).ok()?);
+        if next <= base {
+            return None;
+        }
+        base = next;
+        if base > first
+            && base <= last
+            && ds.is_boundary(base * 1000)
+            && best.is_none_or(|b| (base - middle).abs() < (b - middle).abs())
+        {
+            best = Some(base);
+        }
+    }
+    best
 }
 
 /// The row base times a read of the window `[lo, hi]` (ms) scans: from the row holding its
