@@ -311,12 +311,26 @@ impl SeriesSelector {
         let tagk = self.driving_tagk(tsdb);
         let width = usize::from(schema.tagv_width);
         let mut have: Option<Vec<Vec<u8>>> = None;
+        let kept = tsdb.trigram_lists();
         for t in trigrams {
             if have.as_ref().is_some_and(|h| h.len() <= NAME_CHECKS) {
                 break;
             }
             let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
+            if let Some(list) = kept.and_then(|(lists, generation)| lists.get(&start, generation)) {
+                let these: Vec<Vec<u8>> = match &have {
+                    None => list.to_vec(),
+                    Some(h) => intersect(h, &list),
+                };
+                let empty = these.is_empty();
+                have = Some(these);
+                if empty {
+                    break;
+                }
+                continue;
+            }
             let at = start.len();
+            let start_key = start.clone();
             let request = ScanRequest {
                 end: prefix_end(&start),
                 start,
@@ -348,6 +362,12 @@ impl SeriesSelector {
                         return Ok(None);
                     }
                 }
+            }
+            // A whole list, read from a generation no later than its rows': kept.
+            if have.is_none()
+                && let Some((lists, generation)) = kept
+            {
+                lists.put(start_key, generation, &these);
             }
             let empty = these.is_empty();
             have = Some(these);
@@ -457,5 +477,68 @@ impl SeriesSelector {
             }
         }
         Ok(true)
+    }
+}
+
+/// The values of `have` also in `list` (both sorted).
+fn intersect(have: &[Vec<u8>], list: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    for v in have {
+        while next < list.len() && list[next] < *v {
+            next += 1;
+        }
+        if next < list.len() && list[next] == *v {
+            out.push(v.clone());
+        }
+    }
+    out
+}
+
+/// Most values kept over all trigram lists; past it the lists kept are dropped.
+const KEPT_TRIGRAM_VALUES: usize = 1 << 18;
+
+/// Whole trigram lists (`0x05` value UIDs of a metric, tag key and trigram, sorted) kept
+/// between queries, each with the trigram generation taken before it was read
+/// ([`crate::changes`]: bumped after every write of a trigram row by this TSD, before the
+/// flush writing it goes on to the data rows). A list is used only while the generation has
+/// not moved: a row written since it was read has moved it. Kept only when this TSD alone
+/// writes its store; bounded by [`KEPT_TRIGRAM_VALUES`].
+#[derive(Debug, Default)]
+pub(crate) struct TrigramLists {
+    lists: parking_lot::Mutex<TrigramMap>,
+}
+
+#[derive(Debug, Default)]
+struct TrigramMap {
+    by_start: std::collections::HashMap<Vec<u8>, (u64, std::sync::Arc<[Vec<u8>]>)>,
+    values: usize,
+}
+
+impl TrigramLists {
+    /// The list whose rows start with `start`, when it was read at `generation`.
+    fn get(&self, start: &[u8], generation: u64) -> Option<std::sync::Arc<[Vec<u8>]>> {
+        let lists = self.lists.lock();
+        match lists.by_start.get(start) {
+            Some((g, list)) if *g == generation => Some(std::sync::Arc::clone(list)),
+            _ => None,
+        }
+    }
+
+    /// Keeps a whole list read at `generation`.
+    fn put(&self, start: Vec<u8>, generation: u64, list: &[Vec<u8>]) {
+        let mut lists = self.lists.lock();
+        if list.len() > KEPT_TRIGRAM_VALUES {
+            return;
+        }
+        if lists.values + list.len() > KEPT_TRIGRAM_VALUES {
+            lists.by_start.clear();
+            lists.values = 0;
+        }
+        let list: std::sync::Arc<[Vec<u8>]> = list.into();
+        if let Some((_, old)) = lists.by_start.insert(start, (generation, list.clone())) {
+            lists.values -= old.len();
+        }
+        lists.values += list.len();
     }
 }
