@@ -310,7 +310,8 @@ impl SeriesSelector {
         let schema = &tsdb.settings().schema;
         let tagk = self.driving_tagk(tsdb);
         let width = usize::from(schema.tagv_width);
-        let mut have: Option<Vec<Vec<u8>>> = None;
+        // Values having every trigram read so far (shared with the kept list, not copied).
+        let mut have: Option<std::sync::Arc<[Vec<u8>]>> = None;
         let kept = tsdb.trigram_lists();
         for t in trigrams {
             if have.as_ref().is_some_and(|h| h.len() <= NAME_CHECKS) {
@@ -318,9 +319,9 @@ impl SeriesSelector {
             }
             let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
             if let Some(list) = kept.and_then(|(lists, generation)| lists.get(&start, generation)) {
-                let these: Vec<Vec<u8>> = match &have {
-                    None => list.to_vec(),
-                    Some(h) => intersect(h, &list),
+                let these: std::sync::Arc<[Vec<u8>]> = match &have {
+                    None => list,
+                    Some(h) => intersect(h, &list).into(),
                 };
                 let empty = these.is_empty();
                 have = Some(these);
@@ -364,10 +365,11 @@ impl SeriesSelector {
                 }
             }
             // A whole list, read from a generation no later than its rows': kept.
+            let these: std::sync::Arc<[Vec<u8>]> = these.into();
             if have.is_none()
                 && let Some((lists, generation)) = kept
             {
-                lists.put(start_key, generation, &these);
+                lists.put(start_key, generation, std::sync::Arc::clone(&these));
             }
             let empty = these.is_empty();
             have = Some(these);
@@ -377,17 +379,14 @@ impl SeriesSelector {
         }
         let filters = self.driving_filters();
         let mut out = Vec::new();
-        for v in have.unwrap_or_default() {
-            let name = match tsdb
-                .uids()
-                .get_name(UidKind::TagValue, Uid::from_bytes(&v)?)
-            {
+        for v in have.iter().flat_map(|h| h.iter()) {
+            let name = match tsdb.uids().get_name(UidKind::TagValue, Uid::from_bytes(v)?) {
                 Ok(name) => name,
                 Err(Error::NoSuchId { .. }) => continue,
                 Err(e) => return Err(e),
             };
             if key_passes(&filters, &name) {
-                out.push(v);
+                out.push(v.clone());
                 if out.len() > MAX_CANDIDATES {
                     return Ok(None);
                 }
@@ -526,7 +525,7 @@ impl TrigramLists {
     }
 
     /// Keeps a whole list read at `generation`.
-    fn put(&self, start: Vec<u8>, generation: u64, list: &[Vec<u8>]) {
+    fn put(&self, start: Vec<u8>, generation: u64, list: std::sync::Arc<[Vec<u8>]>) {
         let mut lists = self.lists.lock();
         if list.len() > KEPT_TRIGRAM_VALUES {
             return;
@@ -535,10 +534,10 @@ impl TrigramLists {
             lists.by_start.clear();
             lists.values = 0;
         }
-        let list: std::sync::Arc<[Vec<u8>]> = list.into();
-        if let Some((_, old)) = lists.by_start.insert(start, (generation, list.clone())) {
+        let len = list.len();
+        if let Some((_, old)) = lists.by_start.insert(start, (generation, list)) {
             lists.values -= old.len();
         }
-        lists.values += list.len();
+        lists.values += len;
     }
 }
