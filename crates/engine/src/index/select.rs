@@ -311,7 +311,7 @@ impl SeriesSelector {
         let tagk = self.driving_tagk(tsdb);
         let width = usize::from(schema.tagv_width);
         // Values having every trigram read so far (shared with the kept list, not copied).
-        let mut have: Option<std::sync::Arc<[Vec<u8>]>> = None;
+        let mut have: Option<List> = None;
         let kept = tsdb.trigram_lists();
         for t in trigrams {
             if have.as_ref().is_some_and(|h| h.len() <= NAME_CHECKS) {
@@ -319,7 +319,7 @@ impl SeriesSelector {
             }
             let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
             if let Some(list) = kept.and_then(|(lists, generation)| lists.get(&start, generation)) {
-                let these: std::sync::Arc<[Vec<u8>]> = match &have {
+                let these: List = match &have {
                     None => list,
                     Some(h) => intersect(h, &list).into(),
                 };
@@ -365,7 +365,7 @@ impl SeriesSelector {
                 }
             }
             // A whole list, read from a generation no later than its rows': kept.
-            let these: std::sync::Arc<[Vec<u8>]> = these.into();
+            let these: List = these.into();
             if have.is_none()
                 && let Some((lists, generation)) = kept
             {
@@ -508,15 +508,19 @@ pub(crate) struct TrigramLists {
     lists: parking_lot::Mutex<TrigramMap>,
 }
 
+/// A trigram list: value UIDs, sorted.
+type List = std::sync::Arc<[Vec<u8>]>;
+
 #[derive(Debug, Default)]
 struct TrigramMap {
-    by_start: std::collections::HashMap<Vec<u8>, (u64, std::sync::Arc<[Vec<u8>]>)>,
+    /// By the list's first key: the generation it was read at, and the list.
+    by_start: std::collections::HashMap<Vec<u8>, (u64, List)>,
     values: usize,
 }
 
 impl TrigramLists {
     /// The list whose rows start with `start`, when it was read at `generation`.
-    fn get(&self, start: &[u8], generation: u64) -> Option<std::sync::Arc<[Vec<u8>]>> {
+    fn get(&self, start: &[u8], generation: u64) -> Option<List> {
         let lists = self.lists.lock();
         match lists.by_start.get(start) {
             Some((g, list)) if *g == generation => Some(std::sync::Arc::clone(list)),
@@ -525,7 +529,7 @@ impl TrigramLists {
     }
 
     /// Keeps a whole list read at `generation`.
-    fn put(&self, start: Vec<u8>, generation: u64, list: std::sync::Arc<[Vec<u8>]>) {
+    fn put(&self, start: Vec<u8>, generation: u64, list: List) {
         let mut lists = self.lists.lock();
         if list.len() > KEPT_TRIGRAM_VALUES {
             return;
