@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -520,17 +519,7 @@ pub(crate) fn run(args: &ChaosArgs) -> anyhow::Result<()> {
     ];
     let emulator = if args.bigtable {
         kinds.push(Disruption::PausedStore);
-        let port = free_port()?;
-        let child = Command::new(&args.emulator)
-            .args(["-host", "127.0.0.1", "-port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot run cbtemulator (package google-cloud-cli-bigtable-emulator)")?;
-        let host = format!("127.0.0.1:{port}");
-        while TcpStream::connect(&host).is_err() {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (child, host) = crate::targets::spawn_emulator(&args.emulator)?;
         config.extend([
             "tsd.storage.backend = bigtable".to_string(),
             format!("google.bigtable.emulator.host = {host}"),

@@ -34,12 +34,6 @@ pub(crate) struct ScalingArgs {
     tsdb: Option<std::path::PathBuf>,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 struct Tsd {
     child: Child,
     addr: String,
@@ -103,17 +97,7 @@ pub(crate) fn run(args: &ScalingArgs) -> anyhow::Result<()> {
     println!("|---|---|---|---|");
     for &n in &args.tsds {
         let dir = tempfile::tempdir()?;
-        let port = free_port()?;
-        let mut emulator = Command::new(&args.emulator)
-            .args(["-host", "127.0.0.1", "-port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot run cbtemulator (package google-cloud-cli-bigtable-emulator)")?;
-        let host = format!("127.0.0.1:{port}");
-        while TcpStream::connect(&host).is_err() {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (mut emulator, host) = crate::targets::spawn_emulator(&args.emulator)?;
         let config = dir.path().join("bt.conf");
         std::fs::write(
             &config,

@@ -39,6 +39,59 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Starts Google's Bigtable emulator on a loopback port of its choosing (`-port 0`, so no
+/// other process can take the port between choosing and binding it) and returns it with the
+/// `host:port` it prints once listening. Its later output is drained.
+pub(crate) fn spawn_emulator(binary: &str) -> anyhow::Result<(Child, String)> {
+    let mut child = Command::new(binary)
+        .args(["-host", "127.0.0.1", "-port", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| {
+            format!("cannot run {binary} (package google-cloud-cli-bigtable-emulator)")
+        })?;
+    let Some(stdout) = child.stdout.take() else {
+        bail!("the emulator's output is not piped");
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match lines.read_line(&mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(None);
+                    return;
+                }
+                Ok(_) => {
+                    if let Some(addr) = line
+                        .trim()
+                        .strip_prefix("Cloud Bigtable emulator running on ")
+                    {
+                        let _ = tx.send(Some(addr.to_string()));
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = std::io::copy(&mut lines, &mut std::io::sink());
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Some(addr)) => Ok((child, addr)),
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the Bigtable emulator did not say where it listens ({})",
+                if other.is_ok() { "it exited" } else { "30 s" }
+            )
+        }
+    }
+}
+
 pub(crate) fn wait_port(addr: &str, child: &mut Child) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {

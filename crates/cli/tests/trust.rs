@@ -1017,39 +1017,7 @@ struct Emulator {
 
 impl Emulator {
     fn start() -> Emulator {
-        let binary = std::env::var("HOURGLASS_CBTEMULATOR").ok().or_else(|| {
-            [
-                "/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator",
-                "/usr/bin/cbtemulator",
-            ]
-            .iter()
-            .find(|p| Path::new(p).exists())
-            .map(|p| (*p).to_string())
-        });
-        let binary = binary.expect(
-            "the Bigtable emulator (cbtemulator) is missing: install the Debian package \
-             google-cloud-cli-bigtable-emulator or set HOURGLASS_CBTEMULATOR",
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(binary)
-            .args(["-host", "127.0.0.1", "-port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let host = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(&host).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the emulator did not start on {host}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (child, host) = hourglass_store_bigtable::emulator::spawn_own();
         Emulator { child, host }
     }
 }

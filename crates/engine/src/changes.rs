@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hourglass_core::schema::Schema;
 use hourglass_storage::{
@@ -41,6 +41,9 @@ pub struct Changes {
     /// Watches registered and not yet dropped (a hint writers read without the lock).
     registered: AtomicUsize,
     inner: Mutex<Watches>,
+    /// Bumped after each write of tag index trigram rows (`0x05`): trigram lists read at
+    /// an older generation may be missing values.
+    trigrams: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -176,6 +179,11 @@ impl Changes {
         }
     }
 
+    /// The generation of the tag index's trigram rows: it changes after every write of one.
+    pub(crate) fn trigram_generation(&self) -> u64 {
+        self.trigrams.load(Ordering::SeqCst)
+    }
+
     /// Notes a change every answer may depend on (a name renamed or deleted).
     pub fn note_all(&self) {
         let mut w = self.inner.lock();
@@ -255,6 +263,15 @@ impl Watched {
         }
     }
 
+    /// Bumps the trigram generation after a write to the index table touching a trigram row.
+    fn index_change<'k>(&self, table: &str, mut keys: impl Iterator<Item = &'k [u8]>) {
+        if table == self.tables.schema.index_table
+            && keys.any(|k| k.first() == Some(&crate::index::kind::TRIGRAM))
+        {
+            self.changes.trigrams.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     fn uid_change(&self, table: &str, mutations: &[Mutation]) {
         let deletes = mutations
             .iter()
@@ -298,6 +315,7 @@ impl Store for Watched {
     fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
         let r = self.inner.mutate_row(table, key, mutations);
         self.noted(table, std::iter::once(key));
+        self.index_change(table, std::iter::once(key));
         self.uid_change(table, mutations);
         r
     }
@@ -305,6 +323,7 @@ impl Store for Watched {
     fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
         let r = self.inner.mutate_rows(table, rows);
         self.noted(table, rows.iter().map(|r| r.key.as_slice()));
+        self.index_change(table, rows.iter().map(|r| r.key.as_slice()));
         for row in rows {
             self.uid_change(table, &row.mutations);
         }
@@ -357,6 +376,7 @@ impl Store for Watched {
     ) -> Result<bool> {
         let r = self.inner.check_and_mutate(table, key, check, mutations);
         self.noted(table, std::iter::once(key));
+        self.index_change(table, std::iter::once(key));
         self.uid_change(table, mutations);
         r
     }

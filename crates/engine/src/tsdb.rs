@@ -34,6 +34,9 @@ pub struct Tsdb {
     upkeeper: Mutex<Option<JoinHandle<()>>>,
     /// Runs new series through the trees (`tsd.core.tree.enable_processing`).
     tree_worker: Mutex<Option<JoinHandle<()>>>,
+    /// Tag index trigram lists read by queries, kept while no trigram row is written
+    /// (only when this TSD alone writes its store).
+    trigram_lists: crate::index::select::TrigramLists,
 }
 
 impl Tsdb {
@@ -143,6 +146,7 @@ impl Tsdb {
             upkeep,
             upkeeper: Mutex::new(None),
             tree_worker: Mutex::new(None),
+            trigram_lists: crate::index::select::TrigramLists::default(),
         }))
     }
 
@@ -246,6 +250,13 @@ impl Tsdb {
     }
 
     /// Counts of the calls made to the store.
+    /// The trigram lists kept between queries and the trigram generation now, when this TSD
+    /// alone writes its store (else every list is read from the store).
+    pub(crate) fn trigram_lists(&self) -> Option<(&crate::index::select::TrigramLists, u64)> {
+        self.changes()
+            .map(|c| (&self.trigram_lists, c.trigram_generation()))
+    }
+
     pub fn store_stats(&self) -> &hourglass_storage::metered::StoreStats {
         &self.store_stats
     }

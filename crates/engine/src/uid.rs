@@ -265,21 +265,30 @@ impl UidRegistry {
 
     /// The UID of `name`, assigning a new one if it has none.
     pub fn get_or_create_id(&self, kind: UidKind, name: &str) -> Result<Uid> {
+        self.get_or_create_id_noting(kind, name).map(|(uid, _)| uid)
+    }
+
+    /// The UID of `name`, assigning a new one if it has none, and whether this call assigned
+    /// it. UIDs come from an atomic counter (or a check-and-mutate on the reverse mapping),
+    /// so a UID this call assigned was nobody's a moment before, in any process sharing the
+    /// store: nothing written before names it (but rows left by a deleted name whose UID is
+    /// drawn again, which only random metric UIDs allow).
+    pub fn get_or_create_id_noting(&self, kind: UidKind, name: &str) -> Result<(Uid, bool)> {
         match self.get_id(kind, name) {
             Err(Error::NoSuchName { .. }) => {}
-            other => return other,
+            other => return other.map(|uid| (uid, false)),
         }
         let cache = &self.caches[kind.index()];
         let _guard = cache.assign.lock();
         // Another thread may have assigned it while we waited.
         if let Some(uid) = self.cached(kind, name) {
-            return Ok(uid);
+            return Ok((uid, false));
         }
         if let Some(uid) = self.read_forward(kind, name)? {
             // Perhaps written by an assignment of ours whose outcome was unknown.
             self.mark_unsynced();
             self.remember(kind, name, uid);
-            return Ok(uid);
+            return Ok((uid, false));
         }
         let assigned = self.assign(kind, name);
         // After the writes (whatever their outcome): whoever syncs on seeing the mark
@@ -288,7 +297,9 @@ impl UidRegistry {
         assigned
     }
 
-    fn assign(&self, kind: UidKind, name: &str) -> Result<Uid> {
+    /// Assigns a UID to `name`: the UID and whether it is ours (false: another writer won
+    /// the race for the name, and its UID is returned).
+    fn assign(&self, kind: UidKind, name: &str) -> Result<(Uid, bool)> {
         let width = self.width(kind);
         let qualifier = kind.qualifier().as_bytes();
         let random = self
@@ -371,7 +382,7 @@ impl UidRegistry {
                         tracing::error!(error = %e, kind = %kind, name, "unable to write UID meta data");
                     }
                 }
-                return Ok(uid);
+                return Ok((uid, true));
             }
             // Lost the race to another writer: use its UID. Ours is wasted, and its reverse
             // mapping is withdrawn (only if it still names us) so that each name keeps exactly
@@ -391,7 +402,7 @@ impl UidRegistry {
             return match self.read_forward(kind, name)? {
                 Some(winner) => {
                     self.remember(kind, name, winner);
-                    Ok(winner)
+                    Ok((winner, false))
                 }
                 None => Err(Error::Internal(format!(
                     "forward mapping for {kind} {name} vanished during assignment"

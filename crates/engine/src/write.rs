@@ -34,7 +34,7 @@ use hourglass_core::names::validate_name;
 use hourglass_core::qualifier::Qualifier;
 use hourglass_core::rowkey::{self, SeriesKey};
 use hourglass_core::schema::DATA_FAMILY;
-use hourglass_core::uid::UidKind;
+use hourglass_core::uid::{Uid, UidKind};
 use hourglass_core::value::Value;
 use hourglass_storage::{Mutation, ReadOptions, RowMutation, Store, now_ms};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
@@ -471,7 +471,7 @@ impl Writer {
                 return Ok(id);
             }
         }
-        let template = self.series_template(p.metric, p.tags)?;
+        let (template, assigned) = self.series_template_noting(p.metric, p.tags)?;
         let s = &self.settings;
         if let Some(cap) = &self.series_cap
             && let Some(count) = cap.admit(
@@ -500,6 +500,10 @@ impl Writer {
         let mut series = self.series.write();
         let id = series.intern(template, self.epoch());
         series.by_text.insert(text, id);
+        // Before any of its points is buffered, so before any flush of them.
+        if assigned && let Some(index) = &self.index {
+            index.unwritten(id);
+        }
         Ok(id)
     }
 
@@ -510,6 +514,17 @@ impl Writer {
         metric_name: &str,
         tag_names: &[(&str, &str)],
     ) -> Result<Vec<u8>> {
+        self.series_template_noting(metric_name, tag_names)
+            .map(|(template, _)| template)
+    }
+
+    /// [`Writer::series_template`], and whether this call assigned one of its UIDs (then no
+    /// row, and no index entry, of the series was written before, by any process).
+    fn series_template_noting(
+        &self,
+        metric_name: &str,
+        tag_names: &[(&str, &str)],
+    ) -> Result<(Vec<u8>, bool)> {
         let s = &self.settings;
         if tag_names.is_empty() {
             return Err(Error::invalid(format!(
@@ -546,30 +561,25 @@ impl Writer {
                 )));
             }
         }
-        let metric = if s.auto_create_metrics {
-            self.uids.get_or_create_id(UidKind::Metric, metric_name)?
-        } else {
-            self.uids.get_id(UidKind::Metric, metric_name)?
+        let mut assigned = false;
+        let mut uid = |kind: UidKind, name: &str, create: bool| -> Result<Uid> {
+            if create {
+                let (uid, ours) = self.uids.get_or_create_id_noting(kind, name)?;
+                assigned |= ours;
+                Ok(uid)
+            } else {
+                self.uids.get_id(kind, name)
+            }
         };
+        let metric = uid(UidKind::Metric, metric_name, s.auto_create_metrics)?;
         let mut tags = Vec::with_capacity(tag_names.len());
         for (k, v) in tag_names {
-            let k = if s.auto_create_tagks {
-                self.uids.get_or_create_id(UidKind::TagKey, k)?
-            } else {
-                self.uids.get_id(UidKind::TagKey, k)?
-            };
-            let v = if s.auto_create_tagvs {
-                self.uids.get_or_create_id(UidKind::TagValue, v)?
-            } else {
-                self.uids.get_id(UidKind::TagValue, v)?
-            };
+            let k = uid(UidKind::TagKey, k, s.auto_create_tagks)?;
+            let v = uid(UidKind::TagValue, v, s.auto_create_tagvs)?;
             tags.push((k, v));
         }
-        Ok(rowkey::encode_row_key(
-            &s.schema,
-            &SeriesKey::new(metric, tags),
-            0,
-        ))
+        let template = rowkey::encode_row_key(&s.schema, &SeriesKey::new(metric, tags), 0);
+        Ok((template, assigned))
     }
 
     fn check_point(&self, p: &IncomingPoint<'_>) -> Result<(u32, Qualifier)> {

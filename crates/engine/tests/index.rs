@@ -780,3 +780,108 @@ fn annotation_writes_keep_their_index_places_and_fsck_finds_nothing_missing() {
         db.close().unwrap();
     }
 }
+
+/// A series holding a UID its writer has just assigned cannot have entries anywhere yet:
+/// its catalog row and markers are not read, and what is written equals a rebuild's. A
+/// series whose UIDs exist (another TSD, or a restart) is read first. A TSD that writes a
+/// series with a UID another TSD has just assigned, before that one flushes, leaves the same
+/// entries, counted twice at most.
+#[test]
+fn series_with_a_uid_just_assigned_are_indexed_without_reading_their_markers() {
+    use hourglass_engine::index::rebuild::{RebuildOptions, rebuild};
+    use hourglass_engine::sim::{FaultStore, Faults, Op};
+    use std::sync::atomic::AtomicUsize;
+    for (name, inner) in common::backends() {
+        let store = Arc::new(FaultStore::over(inner, Arc::new(Faults::new(1, 0))));
+        let read = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&read);
+        store.set_hook(Some(Arc::new(move |op| {
+            if let Op::GetRows(n) = op {
+                r.fetch_add(n, Ordering::SeqCst);
+            }
+        })));
+        let dyn_store: Arc<dyn Store> = store.clone();
+        // Points in the clock's hour: the flush reads no data row (closed hours' are read).
+        let now = Arc::new(AtomicI64::new(DAY + 3600 + 60));
+        let rebuilt = |db: &Tsdb, table: &str| {
+            let options = RebuildOptions {
+                table: Some(table.into()),
+                now_secs: now.load(Ordering::SeqCst) as u32,
+                ..RebuildOptions::default()
+            };
+            rebuild(db, &options, |_, _| {}).unwrap();
+            entries_of(&dyn_store, table)
+        };
+        let a = common::open(Arc::clone(&dyn_store), settings(&now, true));
+        put(&a, DAY + 3600, "web01");
+        put(&a, DAY + 3600, "web02");
+        a.flush().unwrap();
+        assert_eq!(read.swap(0, Ordering::SeqCst), 0, "{name}: nothing read");
+        assert_eq!(
+            entries_of(&dyn_store, "tsdb-index"),
+            rebuilt(&a, "tsdb-index-2"),
+            "{name}: entries and counters as a rebuild's"
+        );
+        a.close().unwrap();
+        drop(a);
+
+        // Another process: web01's UIDs exist (its catalog row and day marker are read,
+        // found, and nothing is written or counted again); web03's value is new.
+        now.store(DAY + 2 * 3600 + 60, Ordering::SeqCst);
+        let b = common::open(Arc::clone(&dyn_store), settings(&now, true));
+        put(&b, DAY + 2 * 3600, "web01");
+        put(&b, DAY + 2 * 3600, "web03");
+        b.flush().unwrap();
+        assert_eq!(
+            read.swap(0, Ordering::SeqCst),
+            2,
+            "{name}: web01's two rows"
+        );
+        // The same rows; counters too but `dc`'s distinct values (`lon` counted again by a
+        // process that does not know it counted it: an upper bound, as before).
+        let dc_values = index::key_values_qualifier(&Uids::of(&b).dc);
+        let but_dc =
+            |cells: Cells| -> Cells { cells.into_iter().filter(|c| c.2 != dc_values).collect() };
+        assert_eq!(
+            but_dc(entries_of(&dyn_store, "tsdb-index")),
+            but_dc(rebuilt(&b, "tsdb-index-3")),
+            "{name}"
+        );
+
+        // Two TSDs: `c` assigns web04's UID, `b` writes web04 (finding the UID) and flushes
+        // first; `c`'s flush then writes the same entries again without reading them.
+        now.store(DAY + 3 * 3600 + 60, Ordering::SeqCst);
+        let c = common::open(Arc::clone(&dyn_store), settings(&now, true));
+        put(&c, DAY + 3 * 3600, "web04");
+        put(&b, DAY + 3 * 3600 + 1, "web04");
+        b.flush().unwrap();
+        read.store(0, Ordering::SeqCst);
+        c.flush().unwrap();
+        assert_eq!(read.load(Ordering::SeqCst), 0, "{name}");
+        let flushed = entries_of(&dyn_store, "tsdb-index");
+        let exact = rebuilt(&b, "tsdb-index-4");
+        let is_counter = |cell: &(Vec<u8>, String, Vec<u8>, Vec<u8>)| cell.1 == "c";
+        let entries =
+            |cells: &Cells| -> Cells { cells.iter().filter(|c| !is_counter(c)).cloned().collect() };
+        assert_eq!(entries(&flushed), entries(&exact), "{name}: the same rows");
+        let u = Uids::of(&b);
+        let day = index::period_counters_key(&u.metric, DAY as u32);
+        let (flushed, exact) = (index_rows(&dyn_store), {
+            let mut rows = Rows::new();
+            for (key, family, qualifier, value) in exact {
+                rows.entry(key)
+                    .or_default()
+                    .push((family, qualifier, 0, value));
+            }
+            rows
+        });
+        assert_eq!(counter(&exact, &day, b"s"), 4, "{name}");
+        assert_eq!(
+            counter(&flushed, &day, b"s"),
+            5,
+            "{name}: web04 counted by both TSDs, an upper bound"
+        );
+        b.close().unwrap();
+        c.close().unwrap();
+    }
+}

@@ -310,3 +310,42 @@ fn covered_hours_read_only_the_listed_series() {
         db.close().unwrap();
     }
 }
+
+/// Trigram lists kept between queries (a TSD alone on its store) are read again once a
+/// trigram row is written: a value written after a query is found by the next one.
+#[test]
+fn kept_trigram_lists_follow_new_values() {
+    use hourglass_storage::metered::Call;
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        put(&db, "sys.cpu", DAY + 3600, &[("host", "web01")], 1);
+        db.flush().unwrap();
+        let mut q = SubQuery::new(Aggregator::parse("none").unwrap(), "sys.cpu");
+        // Unanchored: driven by the trigrams of `eb0`.
+        q.filters
+            .push(TagFilter::new("regexp", "host", "eb0", false).unwrap());
+        let (start, end) = (DAY * 1000, (DAY + 7200) * 1000);
+        // Store scans of one query, its answer's series.
+        let run = || {
+            let before = db.store_stats().calls(Call::Scan);
+            let out = ask(&db, &q, start, end, true).unwrap();
+            assert!(out.stats.indexed, "{name}");
+            (
+                db.store_stats().calls(Call::Scan) - before,
+                out.groups.len(),
+            )
+        };
+        // The list kept: one scan fewer (the store shared: read every time).
+        let kept = u64::from(!store.is_shared());
+        let (cold, found) = run();
+        assert_eq!(found, 1, "{name}");
+        assert_eq!(run(), (cold - kept, 1), "{name}");
+        put(&db, "sys.cpu", DAY + 3600, &[("host", "web02")], 2);
+        db.flush().unwrap();
+        let (reread, found) = run();
+        assert_eq!(found, 2, "{name}: the new value is found");
+        assert_eq!(run(), (reread - kept, 2), "{name}: read again, then kept");
+        db.close().unwrap();
+    }
+}

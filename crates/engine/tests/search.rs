@@ -411,3 +411,107 @@ fn searches_the_index_cannot_answer_whole_are_refused_until_a_rebuild() {
         db.close().unwrap();
     }
 }
+
+/// An index whose notes are not all placed (made before annotation writes kept `0x30`
+/// places: its status row has no notes marker) refuses note searches, rather than
+/// answering without those notes, until a rebuild of every metric over all time places them
+/// and sets the marker; series searches are not concerned. A fresh index has the marker; a
+/// TSD opening the database with the index off removes it.
+#[test]
+fn note_searches_need_every_note_placed() {
+    use hourglass_engine::annotation::{self, AnnotationUpdate};
+    use hourglass_engine::index::rebuild::{RebuildOptions, rebuild};
+    use hourglass_engine::index::{kind, status};
+    use hourglass_storage::{Mutation, ScanRequest};
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 3600));
+        let db = common::open(Arc::clone(&store), settings(&now));
+        let marker = || {
+            status::read(store.as_ref(), "tsdb-index")
+                .unwrap()
+                .unwrap()
+                .notes_from
+        };
+        assert_eq!(marker(), Some((DAY + 3600) * 1000), "{name}: a fresh index");
+        put(&db, DAY, "a");
+        let tsuid = hex_upper(&tsuid_for(&db, "sys.cpu", &[("host".into(), "a".into())]).unwrap());
+        let mut n = AnnotationUpdate::default();
+        n.note.tsuid = tsuid.clone();
+        n.note.start_time = DAY + 5;
+        n.note.description = "deploy".into();
+        n.changed.insert("description");
+        annotation::sync(&db, &n, false).unwrap();
+        // As an index made before notes had places: none, and no marker.
+        let places: Vec<Vec<u8>> = store
+            .scan("tsdb-index", &ScanRequest::prefix(&[kind::NOTE]))
+            .unwrap()
+            .map(|r| r.unwrap().key)
+            .collect();
+        assert_eq!(places.len(), 1, "{name}");
+        store
+            .mutate_row("tsdb-index", &places[0], &[Mutation::DeleteRow])
+            .unwrap();
+        store
+            .mutate_row(
+                "tsdb-index",
+                &hourglass_engine::index::status_key(),
+                &[Mutation::delete("g", status::NOTES_FROM_QUALIFIER.to_vec())],
+            )
+            .unwrap();
+        let run = |kind: SearchType, q: &str| {
+            search(
+                &db,
+                &Search {
+                    kind,
+                    query: query_string::parse(q).unwrap(),
+                    limit: 25,
+                    start_index: 0,
+                    timeout: None,
+                },
+            )
+        };
+        let refused = "The tag index does not list every series note yet (notes written \
+                       before it kept their places, or while it was off): run tsdb index \
+                       rebuild";
+        for q in ["*", "description:deploy", "metric:sys.cpu"] {
+            let e = run(SearchType::Annotation, q).unwrap_err();
+            assert_eq!(e.to_string(), refused, "{name}: {q}");
+        }
+        assert_eq!(run(SearchType::Tsuids, "*").unwrap().total, 1, "{name}");
+        // A rebuild of some metrics only does not prove every note placed.
+        now.store(DAY + 86_400, Ordering::SeqCst);
+        let options = RebuildOptions {
+            now_secs: now.load(Ordering::SeqCst) as u32,
+            ..RebuildOptions::default()
+        };
+        let metric = db
+            .uids()
+            .get_id(hourglass_core::uid::UidKind::Metric, "sys.cpu")
+            .unwrap();
+        rebuild(
+            &db,
+            &RebuildOptions {
+                metrics: vec![metric],
+                ..options.clone()
+            },
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(
+            run(SearchType::Annotation, "*").unwrap_err().to_string(),
+            refused,
+            "{name}"
+        );
+        rebuild(&db, &options, |_, _| {}).unwrap();
+        assert_eq!(marker(), Some((DAY + 86_400) * 1000), "{name}");
+        let found = run(SearchType::Annotation, "description:deploy").unwrap();
+        assert_eq!(found.total, 1, "{name}");
+        assert_eq!(found.results[0]["tsuid"], tsuid.as_str(), "{name}");
+        db.close().unwrap();
+        drop(db);
+        // With the index off, notes get no places: the marker goes.
+        let off = common::open(Arc::clone(&store), settings_with(&now, false));
+        assert_eq!(marker(), None, "{name}");
+        off.close().unwrap();
+    }
+}

@@ -491,7 +491,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
             Arc::clone(&now),
         );
         store.set_hook(Some(Arc::new(move |op| {
-            if op == Op::Get || !on.load(Ordering::SeqCst) {
+            if matches!(op, Op::Get | Op::GetRows(_)) || !on.load(Ordering::SeqCst) {
                 return;
             }
             let (Some(db), Some(model)) = (weak.upgrade(), model.lock().take()) else {

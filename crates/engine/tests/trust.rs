@@ -98,7 +98,7 @@ fn queries_see_every_acknowledged_point_while_flushes_write_them() {
         let weak = Arc::downgrade(&db);
         let (a, c) = (Arc::clone(&acked), Arc::clone(&checks));
         store.set_hook(Some(Arc::new(move |op| {
-            if op == Op::Get {
+            if matches!(op, Op::Get | Op::GetRows(_)) {
                 return;
             }
             let Some(db) = weak.upgrade() else { return };

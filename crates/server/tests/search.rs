@@ -552,3 +552,79 @@ async fn search_endpoints_on_the_embedded_store() {
 async fn search_endpoints_on_bigtable() {
     search_endpoints("bigtable").await;
 }
+
+/// Notes written before annotation writes kept their index places (an index without the
+/// status row's notes marker) make `/api/search/annotation` a 400 naming `tsdb index
+/// rebuild` rather than an answer without them; the rebuild places them and the search
+/// answers with them.
+async fn note_search_waits_for_every_note_placed(backend: &str) {
+    use hourglass_engine::index::{self, kind, status};
+    use hourglass_storage::{Mutation, ScanRequest};
+    let store = common::store_for(backend);
+    let srv = common::start_on(std::sync::Arc::clone(&store), config(true)).await;
+    let addr = srv.addr;
+    let t = now() - 3600;
+    telnet(addr, &format!("put sys.cpu.user {t} 1 host=web01\n")).await;
+    let r = http(addr, "POST", "/api/annotation", &json!({
+        "tsuid": hourglass_core::uid::hex_upper(&tsuid_for(&srv.state.tsdb, "sys.cpu.user", &[("host".into(), "web01".into())]).unwrap()),
+        "startTime": t, "description": "deploy"}).to_string()).await;
+    assert_eq!(r.status, 200, "{backend}: {}", r.text());
+    let (status, body) = get(addr, "annotation", "deploy", "").await;
+    assert_eq!(
+        (status, body["totalResults"].as_u64()),
+        (200, Some(1)),
+        "{backend}: {body}"
+    );
+    // As an index from before notes had places: none, and no marker.
+    for row in store
+        .scan("tsdb-index", &ScanRequest::prefix(&[kind::NOTE]))
+        .unwrap()
+    {
+        store
+            .mutate_row("tsdb-index", &row.unwrap().key, &[Mutation::DeleteRow])
+            .unwrap();
+    }
+    store
+        .mutate_row(
+            "tsdb-index",
+            &index::status_key(),
+            &[Mutation::delete("g", status::NOTES_FROM_QUALIFIER.to_vec())],
+        )
+        .unwrap();
+    let (status, body) = get(addr, "annotation", "deploy", "").await;
+    assert_eq!(status, 400, "{backend}: {body}");
+    assert_eq!(body["error"]["code"], 400, "{backend}");
+    assert_eq!(
+        body["error"]["message"],
+        "The tag index does not list every series note yet (notes written before it kept \
+         their places, or while it was off): run tsdb index rebuild",
+        "{backend}"
+    );
+    let (status, _) = get(addr, "tsuids", "*", "").await;
+    assert_eq!(status, 200, "{backend}: series searches are not concerned");
+    let tsdb = std::sync::Arc::clone(&srv.state.tsdb);
+    tokio::task::spawn_blocking(move || {
+        let options = index::rebuild::RebuildOptions {
+            now_secs: now() as u32,
+            ..Default::default()
+        };
+        index::rebuild::rebuild(&tsdb, &options, |_, _| {}).unwrap();
+    })
+    .await
+    .unwrap();
+    let (status, body) = get(addr, "annotation", "deploy", "").await;
+    assert_eq!(status, 200, "{backend}: {body}");
+    assert_eq!(body["totalResults"], 1, "{backend}");
+    assert_eq!(body["results"][0]["startTime"], t, "{backend}");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn note_search_waits_for_every_note_placed_on_the_embedded_store() {
+    note_search_waits_for_every_note_placed("embedded").await;
+}
+
+#[tokio::test]
+async fn note_search_waits_for_every_note_placed_on_bigtable() {
+    note_search_waits_for_every_note_placed("bigtable").await;
+}

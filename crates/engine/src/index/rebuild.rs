@@ -293,7 +293,7 @@ fn prepare_table(db: &Tsdb, table: &str) -> Result<()> {
     if table == db.settings().schema.index_table && db.settings().index {
         status::open(store.as_ref(), &schema, true, db.settings().clock.now_ms())?;
     } else {
-        status::create(store.as_ref(), table, status::NOT_MAINTAINED)?;
+        status::create(store.as_ref(), table, status::NOT_MAINTAINED, None)?;
     }
     Ok(())
 }
@@ -354,6 +354,11 @@ pub fn rebuild(
             report.verified.push((metric.clone(), reach));
         }
         progress(metric, &report);
+    }
+    // Every note of the data table has its place now (notes written meanwhile got theirs at
+    // their write): notes are indexed from the scan's start.
+    if options.metrics.is_empty() && all_time {
+        status::set_notes_from(store.as_ref(), &table, i64::from(options.now_secs) * 1000)?;
     }
     Ok(report)
 }

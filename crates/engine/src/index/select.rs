@@ -310,13 +310,28 @@ impl SeriesSelector {
         let schema = &tsdb.settings().schema;
         let tagk = self.driving_tagk(tsdb);
         let width = usize::from(schema.tagv_width);
-        let mut have: Option<Vec<Vec<u8>>> = None;
+        // Values having every trigram read so far (shared with the kept list, not copied).
+        let mut have: Option<List> = None;
+        let kept = tsdb.trigram_lists();
         for t in trigrams {
             if have.as_ref().is_some_and(|h| h.len() <= NAME_CHECKS) {
                 break;
             }
             let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
+            if let Some(list) = kept.and_then(|(lists, generation)| lists.get(&start, generation)) {
+                let these: List = match &have {
+                    None => list,
+                    Some(h) => intersect(h, &list).into(),
+                };
+                let empty = these.is_empty();
+                have = Some(these);
+                if empty {
+                    break;
+                }
+                continue;
+            }
             let at = start.len();
+            let start_key = start.clone();
             let request = ScanRequest {
                 end: prefix_end(&start),
                 start,
@@ -349,6 +364,13 @@ impl SeriesSelector {
                     }
                 }
             }
+            // A whole list, read from a generation no later than its rows': kept.
+            let these: List = these.into();
+            if have.is_none()
+                && let Some((lists, generation)) = kept
+            {
+                lists.put(start_key, generation, std::sync::Arc::clone(&these));
+            }
             let empty = these.is_empty();
             have = Some(these);
             if empty {
@@ -357,17 +379,14 @@ impl SeriesSelector {
         }
         let filters = self.driving_filters();
         let mut out = Vec::new();
-        for v in have.unwrap_or_default() {
-            let name = match tsdb
-                .uids()
-                .get_name(UidKind::TagValue, Uid::from_bytes(&v)?)
-            {
+        for v in have.iter().flat_map(|h| h.iter()) {
+            let name = match tsdb.uids().get_name(UidKind::TagValue, Uid::from_bytes(v)?) {
                 Ok(name) => name,
                 Err(Error::NoSuchId { .. }) => continue,
                 Err(e) => return Err(e),
             };
             if key_passes(&filters, &name) {
-                out.push(v);
+                out.push(v.clone());
                 if out.len() > MAX_CANDIDATES {
                     return Ok(None);
                 }
@@ -457,5 +476,72 @@ impl SeriesSelector {
             }
         }
         Ok(true)
+    }
+}
+
+/// The values of `have` also in `list` (both sorted).
+fn intersect(have: &[Vec<u8>], list: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    for v in have {
+        while next < list.len() && list[next] < *v {
+            next += 1;
+        }
+        if next < list.len() && list[next] == *v {
+            out.push(v.clone());
+        }
+    }
+    out
+}
+
+/// Most values kept over all trigram lists; past it the lists kept are dropped.
+const KEPT_TRIGRAM_VALUES: usize = 1 << 18;
+
+/// Whole trigram lists (`0x05` value UIDs of a metric, tag key and trigram, sorted) kept
+/// between queries, each with the trigram generation taken before it was read
+/// ([`crate::changes`]: bumped after every write of a trigram row by this TSD, before the
+/// flush writing it goes on to the data rows). A list is used only while the generation has
+/// not moved: a row written since it was read has moved it. Kept only when this TSD alone
+/// writes its store; bounded by [`KEPT_TRIGRAM_VALUES`].
+#[derive(Debug, Default)]
+pub(crate) struct TrigramLists {
+    lists: parking_lot::Mutex<TrigramMap>,
+}
+
+/// A trigram list: value UIDs, sorted.
+type List = std::sync::Arc<[Vec<u8>]>;
+
+#[derive(Debug, Default)]
+struct TrigramMap {
+    /// By the list's first key: the generation it was read at, and the list.
+    by_start: std::collections::HashMap<Vec<u8>, (u64, List)>,
+    values: usize,
+}
+
+impl TrigramLists {
+    /// The list whose rows start with `start`, when it was read at `generation`.
+    fn get(&self, start: &[u8], generation: u64) -> Option<List> {
+        let lists = self.lists.lock();
+        match lists.by_start.get(start) {
+            Some((g, list)) if *g == generation => Some(std::sync::Arc::clone(list)),
+            _ => None,
+        }
+    }
+
+    /// Keeps a whole list read at `generation`.
+    fn put(&self, start: Vec<u8>, generation: u64, list: List) {
+        let mut lists = self.lists.lock();
+        if list.len() > KEPT_TRIGRAM_VALUES {
+            return;
+        }
+        if lists.values + list.len() > KEPT_TRIGRAM_VALUES {
+            lists.by_start.clear();
+            lists.values = 0;
+        }
+        let len = list.len();
+        if let Some((_, old)) = lists.by_start.insert(start, (generation, list)) {
+            lists.values -= old.len();
+        }
+        lists.values += len;
     }
 }

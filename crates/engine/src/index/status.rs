@@ -4,7 +4,9 @@
 //! (4 bytes BE, seconds) and `g:writers` (`hourglass`); `| 0x00 | metric |` holds
 //! `g:verified` (4 bytes BE, an hour: the hours before it were proved complete by a data
 //! scan). `live_from` = [`NOT_MAINTAINED`] records that a TSD ran with the index off: the
-//! next TSD that maintains it again sets it to the next period's start.
+//! next TSD that maintains it again sets it to the next period's start. `g:notes_from` (8
+//! bytes BE, ms), when present, says every series note has its `0x30` place (see
+//! [`Status::notes_from`]).
 
 use hourglass_core::schema::Schema;
 use hourglass_storage::{Check, Mutation, ReadOptions, ScanRequest, Store};
@@ -25,6 +27,7 @@ pub const PERIOD_QUALIFIER: &[u8] = b"period";
 pub const LIVE_FROM_QUALIFIER: &[u8] = b"live_from";
 pub const WRITERS_QUALIFIER: &[u8] = b"writers";
 pub const VERIFIED_QUALIFIER: &[u8] = b"verified";
+pub const NOTES_FROM_QUALIFIER: &[u8] = b"notes_from";
 
 /// The index's status row, read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +37,11 @@ pub struct Status {
     /// Hours from this one on are maintained by every writer ([`NOT_MAINTAINED`]: none).
     pub live_from: u32,
     pub writers: Vec<u8>,
+    /// Notes indexed from (ms): every series note has its `0x30` place, those written since
+    /// this time at their write and older ones by a rebuild (or there were none). `None`:
+    /// some may lack one (written before annotation writes kept places, or while the index
+    /// was off) until `tsdb index rebuild` of every metric over all time.
+    pub notes_from: Option<i64>,
 }
 
 fn be_u32(table: &str, what: &str, bytes: &[u8]) -> Result<u32> {
@@ -72,11 +80,21 @@ pub fn read(store: &dyn Store, table: &str) -> Result<Option<Status>> {
         "live_from",
         cell(LIVE_FROM_QUALIFIER).unwrap_or_default(),
     )?;
+    let notes_from = match cell(NOTES_FROM_QUALIFIER) {
+        Some(v) => Some(i64::from_be_bytes(v.try_into().map_err(|_| {
+            Error::Corrupt(format!(
+                "index status cell is not 8 bytes. table={table} cell=notes_from length={}",
+                v.len()
+            ))
+        })?)),
+        None => None,
+    };
     Ok(Some(Status {
         format: FORMAT,
         period_secs,
         live_from,
         writers: cell(WRITERS_QUALIFIER).unwrap_or_default().to_vec(),
+        notes_from,
     }))
 }
 
@@ -88,7 +106,8 @@ fn set(qualifier: &[u8], value: Vec<u8>) -> Mutation {
 /// missing status row is written (`live_from` 0 on an empty data table, else the next
 /// period's start, since series written earlier are missing from today's postings), one
 /// left by a TSD that did not maintain the index gets `live_from` again, and an unknown
-/// format is an error. With it off, an existing status row is marked not maintained.
+/// format is an error. With it off, an existing status row is marked not maintained (and
+/// loses its notes marker: notes written without the index get no places).
 /// Returns the status now in force (`None` with the index off).
 pub fn open(
     store: &dyn Store,
@@ -103,6 +122,18 @@ pub fn open(
         super::period_of(now).saturating_add(PERIOD_SECS)
     };
     if !enabled {
+        if let Some(s) = &status
+            && s.notes_from.is_some()
+        {
+            store.mutate_row(
+                table,
+                &status_key(),
+                &[Mutation::delete(
+                    GLOBAL_FAMILY,
+                    NOTES_FROM_QUALIFIER.to_vec(),
+                )],
+            )?;
+        }
         if let Some(s) = &status
             && s.live_from != NOT_MAINTAINED
         {
@@ -147,7 +178,9 @@ pub fn open(
             if has_data {
                 tracing::warn!(table = %table, live_from, "tag index created beside a data table holding rows: covered from the next day; `tsdb index rebuild` makes the past usable");
             }
-            create(store, table, live_from)?;
+            // Over an empty data table no note lacks its place: notes are indexed from now.
+            let notes_from = (!has_data).then_some(now_ms);
+            create(store, table, live_from, notes_from)?;
             read(store, table)?.map(Some).ok_or_else(|| {
                 Error::Internal(format!(
                     "index status row missing after it was written. table={table}"
@@ -157,15 +190,24 @@ pub fn open(
     }
 }
 
-/// Writes a status row (format, period, `live_from`, writers `hourglass`) unless one exists:
-/// several TSDs starting at once on one Bigtable, the first one's row stands.
-pub fn create(store: &dyn Store, table: &str, live_from: u32) -> Result<()> {
-    let cells = vec![
+/// Writes a status row (format, period, `live_from`, writers `hourglass`, and the notes
+/// marker when given) unless one exists: several TSDs starting at once on one Bigtable, the
+/// first one's row stands.
+pub fn create(
+    store: &dyn Store,
+    table: &str,
+    live_from: u32,
+    notes_from: Option<i64>,
+) -> Result<()> {
+    let mut cells = vec![
         set(FORMAT_QUALIFIER, vec![FORMAT]),
         set(PERIOD_QUALIFIER, PERIOD_SECS.to_be_bytes().to_vec()),
         set(LIVE_FROM_QUALIFIER, live_from.to_be_bytes().to_vec()),
         set(WRITERS_QUALIFIER, WRITERS_HOURGLASS.to_vec()),
     ];
+    if let Some(ms) = notes_from {
+        cells.push(set(NOTES_FROM_QUALIFIER, ms.to_be_bytes().to_vec()));
+    }
     let check = Check {
         family: GLOBAL_FAMILY.to_string(),
         qualifier: FORMAT_QUALIFIER.to_vec(),
@@ -173,6 +215,22 @@ pub fn create(store: &dyn Store, table: &str, live_from: u32) -> Result<()> {
     };
     store.check_and_mutate(table, &status_key(), &check, &cells)?;
     Ok(())
+}
+
+/// Records that every series note has its place from `ms` on (a rebuild of every metric over
+/// all time gave the older ones theirs).
+pub fn set_notes_from(store: &dyn Store, table: &str, ms: i64) -> Result<()> {
+    store.mutate_row(
+        table,
+        &status_key(),
+        &[set(NOTES_FROM_QUALIFIER, ms.to_be_bytes().to_vec())],
+    )?;
+    Ok(())
+}
+
+/// Whether every series note has its `0x30` place: the status row's notes marker is there.
+pub fn notes_indexed(store: &dyn Store, table: &str) -> Result<bool> {
+    Ok(read(store, table)?.is_some_and(|s| s.notes_from.is_some()))
 }
 
 /// The hour before which a metric's hours are proved complete (0: none).

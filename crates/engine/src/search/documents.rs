@@ -16,7 +16,8 @@
 //!   data row (a place whose note is gone is skipped).
 //!
 //! Series and series-note searches answer only when the index covers every metric they
-//! may touch (else an error naming the metric and `tsdb index rebuild`).
+//! may touch (else an error naming the metric and `tsdb index rebuild`); note searches also
+//! need the status row's notes marker (every series note has its place).
 //!
 //! Memory is bounded by the page: matches past it are counted, not kept.
 //!
@@ -943,6 +944,12 @@ fn notes(tsdb: &Tsdb, s: &Search) -> Result<SearchAnswer> {
     }
     let global = prefix.len() == 1;
     check_covered(tsdb, (!global).then(|| vec![prefix[1..].to_vec()]))?;
+    if !status::notes_indexed(tsdb.store().as_ref(), &schema.index_table)? {
+        return Err(Error::invalid(
+            "The tag index does not list every series note yet (notes written before it kept \
+             their places, or while it was off): run tsdb index rebuild",
+        ));
+    }
     let mut page = Page::new(s);
     if global {
         global_notes(tsdb, s, &mut page)?;

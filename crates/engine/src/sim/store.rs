@@ -23,6 +23,8 @@ pub enum Op {
     AfterWrite,
     /// A one-row read, after it read (before the caller sees the row).
     Get,
+    /// A read of several rows by key (how many were asked), after it read.
+    GetRows(usize),
 }
 
 /// Called in the middle of store operations (a query racing a flush, deterministically).
@@ -80,7 +82,7 @@ impl FaultStore {
         }
     }
 
-    /// Runs `hook` at batch writes (before and after the rows are applied) and one-row reads.
+    /// Runs `hook` at batch writes (before and after the rows are applied) and reads by key.
     pub fn set_hook(&self, hook: Option<Hook>) {
         *self.hook.lock() = hook;
     }
@@ -151,7 +153,9 @@ impl Store for FaultStore {
         read: &ReadOptions,
     ) -> Result<Vec<Option<Row>>> {
         self.check("get rows")?;
-        self.inner().get_rows(table, keys, read)
+        let rows = self.inner().get_rows(table, keys, read);
+        self.run_hook(Op::GetRows(keys.len()));
+        rows
     }
 
     fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {

@@ -227,7 +227,11 @@ impl IndexWriter {
                 }
             }
         }
-        let found = store.get_rows(table, &reads, &ReadOptions::keys_only())?;
+        let found = if reads.is_empty() {
+            Vec::new()
+        } else {
+            store.get_rows(table, &reads, &ReadOptions::keys_only())?
+        };
         for ((id, what), row) in read_of.iter().zip(&found) {
             let known = state.known(*id);
             match what {
@@ -350,6 +354,20 @@ impl IndexWriter {
             if let Some(known) = state.series.get_mut(*id as usize) {
                 *known = Known::default();
             }
+        }
+    }
+
+    /// Notes a series this process has just assigned one of its UIDs to: no process can have
+    /// written its entries before (another learns the UID from the UID table only after
+    /// this assignment), so its catalog row and markers are not read: its pairs are written
+    /// without reading (see [`Known::writes_blind`]). Should another TSD sharing the store
+    /// write the series' entries meanwhile, they are written again, the same rows, and
+    /// counted again (counters are upper bounds). Series already known are left alone.
+    pub(crate) fn unwritten(&self, id: u32) {
+        let mut state = self.state.lock();
+        let known = state.known(id);
+        if !known.seen && known.periods == [None, None] {
+            known.seen = true;
         }
     }
 
