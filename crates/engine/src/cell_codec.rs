@@ -835,9 +835,7 @@ fn near_scale(p: &Point) -> Option<u32> {
         let x = v * POW10[k as usize];
         !x.is_nan() && x.abs() < NEAR_LIMIT
     };
-    let Some(last) = (0..=MAX_DECIMALS).take_while(|k| fits(*k)).last() else {
-        return None;
-    };
+    let last = (0..=MAX_DECIMALS).take_while(|k| fits(*k)).last()?;
     // A float near a decimal at a scale is near it at every larger one (the same mantissa
     // times ten rebuilds the same float), so one far at the largest is far at all: most
     // full-precision floats are settled by one test instead of one a scale.
