@@ -151,71 +151,69 @@ impl Tsdb {
     }
 
     /// Starts the thread that flushes buffered rows when the flush interval or buffer
-    /// size says so, and compacts rows whose hour has closed.
+    /// size says so, and compacts rows whose hour has closed; with computed rollups or
+    /// retention, the upkeep thread; with tree processing, the trees' thread.
     pub fn start_background(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        let handle = std::thread::Builder::new()
-            .name("hourglass-flush".into())
-            .spawn(move || {
-                loop {
-                    std::thread::park_timeout(Duration::from_millis(100));
-                    let Some(db) = weak.upgrade() else { return };
-                    if db.stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if db.writer.flush_due()
-                        && let Err(e) = db.writer.flush() {
-                            tracing::error!(error = %e, "flush failed; points stay buffered and logged, retried with backoff");
-                        }
+        *self.flusher.lock() = self.spawn_periodic(
+            "hourglass-flush",
+            Duration::from_millis(100),
+            "flush failed; points stay buffered and logged, retried with backoff",
+            |db| {
+                if db.writer.flush_due() {
+                    db.writer.flush()?;
                 }
-            });
-        match handle {
-            Ok(h) => *self.flusher.lock() = Some(h),
-            Err(e) => tracing::error!(error = %e, "cannot start the flush thread"),
-        }
+                Ok(())
+            },
+        );
         if let Some(upkeep) = &self.upkeep {
-            let period = Duration::from_millis(upkeep.period_ms().max(1) as u64);
-            let weak = Arc::downgrade(self);
-            let handle = std::thread::Builder::new()
-                .name("hourglass-rollups".into())
-                .spawn(move || {
-                    loop {
-                        std::thread::park_timeout(period);
-                        let Some(db) = weak.upgrade() else { return };
-                        if db.stopping() {
-                            return;
-                        }
-                        if let Err(e) = db.upkeep_round(false) {
-                            tracing::error!(error = %e, "rollup computation or retention failed; retried at the next round");
-                        }
-                    }
-                });
-            match handle {
-                Ok(h) => *self.upkeeper.lock() = Some(h),
-                Err(e) => tracing::error!(error = %e, "cannot start the rollup thread"),
-            }
+            *self.upkeeper.lock() = self.spawn_periodic(
+                "hourglass-rollups",
+                Duration::from_millis(upkeep.period_ms().max(1) as u64),
+                "rollup computation or retention failed; retried at the next round",
+                |db| db.upkeep_round(false).map(|_| ()),
+            );
         }
         // New series go through the trees on a thread of their own, so a burst of new series
         // never holds back flushes.
         if self.writer.tree_queue().is_some() {
-            let weak = Arc::downgrade(self);
-            let handle = std::thread::Builder::new()
-                .name("hourglass-trees".into())
-                .spawn(move || {
-                    loop {
-                        std::thread::park_timeout(Duration::from_millis(100));
-                        let Some(db) = weak.upgrade() else { return };
-                        if db.stop.load(Ordering::Acquire) {
-                            return;
-                        }
-                        if let Err(e) = db.process_new_series_trees() {
-                            tracing::error!(error = %e, "tree processing of new series failed; retried");
-                        }
+            *self.tree_worker.lock() = self.spawn_periodic(
+                "hourglass-trees",
+                Duration::from_millis(100),
+                "tree processing of new series failed; retried",
+                |db| db.process_new_series_trees().map(|_| ()),
+            );
+        }
+    }
+
+    /// A thread named `name` running `step` every `period` until the Tsdb is closed or
+    /// dropped, logging a failed step with `failed` (the next period tries again).
+    fn spawn_periodic(
+        self: &Arc<Self>,
+        name: &str,
+        period: Duration,
+        failed: &'static str,
+        step: fn(&Tsdb) -> Result<()>,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                loop {
+                    std::thread::park_timeout(period);
+                    let Some(db) = weak.upgrade() else { return };
+                    if db.stopping() {
+                        return;
                     }
-                });
-            match handle {
-                Ok(h) => *self.tree_worker.lock() = Some(h),
-                Err(e) => tracing::error!(error = %e, "cannot start the tree processing thread"),
+                    if let Err(e) = step(&db) {
+                        tracing::error!(error = %e, "{failed}");
+                    }
+                }
+            });
+        match spawned {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::error!(error = %e, thread = name, "cannot start a background thread");
+                None
             }
         }
     }
