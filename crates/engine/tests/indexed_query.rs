@@ -349,3 +349,46 @@ fn kept_trigram_lists_follow_new_values() {
         db.close().unwrap();
     }
 }
+
+/// A query read on two threads asks its selector for candidates from both: the values a
+/// trigram list gives are read once a query, whether or not lists are kept between queries
+/// (a shared store keeps none). Both threads reading the list made the scan count of a
+/// query depend on which thread came first.
+#[test]
+fn a_selector_reads_its_trigram_lists_once() {
+    use hourglass_core::uid::UidKind;
+    use hourglass_engine::index::select::{KeyFilters, SeriesSelector};
+    use hourglass_storage::metered::Call;
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        put(&db, "sys.cpu", DAY + 3600, &[("host", "web01")], 1);
+        put(&db, "sys.cpu", DAY + 3600, &[("host", "web02")], 2);
+        db.flush().unwrap();
+        let metric = db.uids().get_id(UidKind::Metric, "sys.cpu").unwrap();
+        let tagk = db.uids().get_id(UidKind::TagKey, "host").unwrap();
+        let select = SeriesSelector::new(
+            metric,
+            vec![KeyFilters {
+                tagk,
+                filters: vec![TagFilter::new("regexp", "host", "eb0", false).unwrap()],
+            }],
+            false,
+        )
+        .unwrap();
+        let (start, end) = (DAY, DAY + 7200);
+        let scans = || {
+            let before = db.store_stats().calls(Call::Scan);
+            let found = select.candidates(&db, start, end).unwrap().unwrap();
+            (db.store_stats().calls(Call::Scan) - before, found.len())
+        };
+        let (first, found) = scans();
+        assert_eq!(found, 2, "{name}");
+        assert_eq!(
+            scans(),
+            (first - 1, 2),
+            "{name}: the list is not read again"
+        );
+        db.close().unwrap();
+    }
+}

@@ -69,6 +69,9 @@ pub struct SeriesSelector {
     values: Values,
     /// Candidate sets handed out (how often the index answered instead of a full scan).
     used: AtomicU64,
+    /// The driving key's values found by trigrams, once per query: they do not depend on
+    /// the range, and a query read on two threads asks for them from both.
+    trigram_found: parking_lot::Mutex<Option<Option<Vec<Vec<u8>>>>>,
 }
 
 impl SeriesSelector {
@@ -120,6 +123,7 @@ impl SeriesSelector {
             driving,
             values,
             used: AtomicU64::new(0),
+            trigram_found: parking_lot::Mutex::new(None),
         })
     }
 
@@ -162,12 +166,20 @@ impl SeriesSelector {
         } else {
             (p0..=p1).step_by(PERIOD_SECS as usize).map(Some).collect()
         };
-        // Trigram rows are kept over all time: their values are found once.
+        // Trigram rows are kept over all time: their values are found once a query (the
+        // other thread of a split query waits for them rather than reading them again).
         let by_trigrams = match &self.values {
-            Values::Trigrams(t) => match self.trigram_values(tsdb, &metric, t)? {
-                Some(values) => Some(values),
-                None => return Ok(None),
-            },
+            Values::Trigrams(t) => {
+                let mut found = self.trigram_found.lock();
+                let values = match &*found {
+                    Some(values) => values.clone(),
+                    None => found.insert(self.trigram_values(tsdb, &metric, t)?).clone(),
+                };
+                match values {
+                    Some(values) => Some(values),
+                    None => return Ok(None),
+                }
+            }
             _ => None,
         };
         let mut out: BTreeSet<Vec<u8>> = BTreeSet::new();
