@@ -53,6 +53,16 @@ fn stored_bytes(row: &Row) -> usize {
             .sum::<usize>()
 }
 
+/// Which rows a one-hour downsample reads by their summaries (RFC 0009): members whose hour
+/// lies in `lo..=hi` (ms), with their least and greatest values when `extremes` (a
+/// downsample by min or max) or their sums alone.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SummaryUse {
+    pub lo: i64,
+    pub hi: i64,
+    pub extremes: bool,
+}
+
 /// One row's columns as [`Tsdb::visit_columns`] hands them over.
 #[derive(Debug)]
 pub struct RowColumns<'a, V> {
@@ -256,9 +266,10 @@ impl Tsdb {
     /// decoded in one pass and its members handed over as [`RowData::Columns`] (or, merged
     /// with buffered points or out of order, as their rebuilt cells).
     ///
-    /// With `within` (ms, inclusive), a member of such a group whose stream summarizes it,
-    /// whose hour lies in `within` and which has no buffered points, is handed over as
-    /// [`RowData::Summary`]; a group whose members in the scan all go so is not decoded.
+    /// With `within`, a member of such a group whose stream summarizes it (with its least
+    /// and greatest values when `within` needs them), whose hour lies in `within` and which
+    /// has no buffered points, is handed over as [`RowData::Summary`]; a group whose members
+    /// in the scan all go so is not decoded.
     ///
     /// With `whole`, the members in the scan of such a group, when none of their hours has
     /// buffered points and each one's times strictly increase, go in one call: one
@@ -272,7 +283,7 @@ impl Tsdb {
         &self,
         query: &RowQuery,
         joint: bool,
-        within: Option<(i64, i64)>,
+        within: Option<SummaryUse>,
         whole: bool,
         select: Option<&SeriesSelector>,
         mut visit: impl FnMut(&[u8], RowData<'_, V>, Vec<(&[u8], &[u8])>, usize) -> Result<()>,
@@ -337,26 +348,27 @@ impl Tsdb {
                         inside.push(!outside);
                     }
                     let summaries = match within {
-                        Some((lo, hi)) => joint_summaries(stream, &members)?.map(|all| {
-                            let period_ms = i64::from(period) * 1000;
-                            all.into_iter()
-                                .zip(&members)
-                                .zip(&inside)
-                                .map(|((s, m), inside)| {
-                                    let hour = period_ms + i64::from(m.offset_secs) * 1000;
-                                    let usable = *inside
-                                        && hour >= lo
-                                        && hour + HOUR_MS - 1 <= hi
-                                        && (buffered.is_empty()
-                                            || !has_buffered(
-                                                &buffered,
-                                                at,
-                                                member_key_in(&mut key_buf, at, period, m)?,
-                                            ));
-                                    Ok(s.filter(|_| usable))
-                                })
-                                .collect::<Result<Vec<_>>>()
-                        }),
+                        Some(SummaryUse { lo, hi, extremes }) => joint_summaries(stream, &members)?
+                            .map(|all| {
+                                let period_ms = i64::from(period) * 1000;
+                                all.into_iter()
+                                    .zip(&members)
+                                    .zip(&inside)
+                                    .map(|((s, m), inside)| {
+                                        let hour = period_ms + i64::from(m.offset_secs) * 1000;
+                                        let usable = *inside
+                                            && hour >= lo
+                                            && hour + HOUR_MS - 1 <= hi
+                                            && (buffered.is_empty()
+                                                || !has_buffered(
+                                                    &buffered,
+                                                    at,
+                                                    member_key_in(&mut key_buf, at, period, m)?,
+                                                ));
+                                        Ok(s.filter(|s| usable && (s.extremes || !extremes)))
+                                    })
+                                    .collect::<Result<Vec<_>>>()
+                            }),
                         None => None,
                     };
                     let summaries = summaries.transpose()?;
@@ -586,7 +598,7 @@ impl Tsdb {
     pub fn visit_columns_within<V: Sample>(
         &self,
         query: &RowQuery,
-        within: Option<(i64, i64)>,
+        within: Option<SummaryUse>,
         whole: bool,
         visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,
     ) -> Result<()> {
@@ -600,7 +612,7 @@ impl Tsdb {
     pub fn visit_columns_selected<V: Sample>(
         &self,
         query: &RowQuery,
-        within: Option<(i64, i64)>,
+        within: Option<SummaryUse>,
         whole: bool,
         select: Option<&SeriesSelector>,
         mut visit: impl FnMut(RowColumns<'_, V>) -> Result<()>,

@@ -593,6 +593,56 @@ fn hour_summaries_answer_as_the_points_do() {
     }
 }
 
+/// A five-minute series (twelve points an hour, decimals) keeps its hours' sums alone
+/// (RFC 0009): a one-hour avg, sum or count reads them instead of the points, a one-hour min
+/// or max decodes the points; every answer equals the memory store's.
+#[test]
+fn sparse_series_keep_sums_alone() {
+    let t0 = 1_356_998_400i64; // 2013-01-01T00:00Z
+    let tags = [("host", "a")];
+    let mut answers: Vec<(String, Vec<String>)> = Vec::new();
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        let pts: Vec<IncomingPoint> = (0..(2 * 24 * 12))
+            .map(|i| IncomingPoint {
+                metric: "sys.cpu.user",
+                timestamp: t0 + i * 300 + i % 3,
+                value: Value::Double(((i as f64) * 0.61).sin() * 40.0 + 50.123_456),
+                tags: &tags,
+                line_tags: None,
+            })
+            .collect();
+        db.add_points(&pts);
+        db.flush().unwrap();
+        let mut texts = Vec::new();
+        for (ds, reads_sums) in [
+            ("1h-avg", true),
+            ("1h-sum", true),
+            ("1h-count", true),
+            ("1h-min", false),
+            ("1h-max", false),
+        ] {
+            let mut q = sub("sum");
+            q.downsample = Some(DownsampleSpec::parse(ds).unwrap());
+            let (start, end) = (t0 * 1000, (t0 + 2 * 86_400) * 1000 - 1);
+            let o = run(&db, start, end, &q, &RunOptions::default()).unwrap();
+            let summarized = o.stats.summarized;
+            if backend.starts_with("embedded") && reads_sums {
+                // Both days' hours, each by its sum.
+                assert_eq!(summarized, 48, "{backend} {ds}");
+            } else {
+                assert_eq!(summarized, 0, "{backend} {ds}");
+            }
+            texts.push(format!("{ds}: {:?} {}", o.groups, o.stats.points));
+        }
+        answers.push((backend.to_string(), texts));
+    }
+    let (first, want) = &answers[0];
+    for (backend, got) in &answers[1..] {
+        assert_eq!(want, got, "{backend} against {first}");
+    }
+}
+
 /// A query over many series on Bigtable, by a TSD whose UID cache is cold: each new series'
 /// names are looked up while the scans' streams are full of rows the query has not taken
 /// yet. The store's runtime must never block on those streams, or the lookups wait forever.

@@ -1300,10 +1300,15 @@ fn summary_value() -> impl Strategy<Value = Value> {
 proptest! {
     /// In a stream of at least SUMMARY_MIN_POINTS points a member on average, each member
     /// without NaN is summarized with exactly what folding its decoded values gives: the sum
-    /// from -0.0, min and max, bit for bit, and its count; the others are not.
+    /// from -0.0, min and max, bit for bit, and its count; the others are not. In a stream
+    /// of at least SUM_SUMMARY_MIN_POINTS a member, the same with the sum alone.
     #[test]
     fn summaries_are_the_folds_of_the_decoded_points(
-        counts in prop::collection::vec(prop_oneof![1 => 1u32..SUMMARY_MIN_POINTS as u32, 3 => SUMMARY_MIN_POINTS as u32..360], 1..4),
+        counts in prop::collection::vec(prop_oneof![
+            1 => 1u32..SUM_SUMMARY_MIN_POINTS as u32,
+            2 => SUM_SUMMARY_MIN_POINTS as u32..SUMMARY_MIN_POINTS as u32,
+            3 => SUMMARY_MIN_POINTS as u32..360,
+        ], 1..4),
         values in prop::collection::vec(summary_value(), 360),
         kind in 0u32..3,
     ) {
@@ -1330,6 +1335,7 @@ proptest! {
         let summaries = joint_summaries(&stream, &joint).unwrap().unwrap();
         let total: u32 = counts.iter().sum();
         let dense = total as usize >= SUMMARY_MIN_POINTS * counts.len();
+        let sums = total as usize >= SUM_SUMMARY_MIN_POINTS * counts.len();
         let (mut times, mut doubles) = (Vec::new(), Vec::<f64>::new());
         decode_joint_columns(&stream, &joint, 0, &mut times, &mut doubles).unwrap();
         let mut at = 0;
@@ -1338,7 +1344,9 @@ proptest! {
             let own = &doubles[at..at + n];
             let own_times = &times[at..at + n];
             at += n;
-            if !dense || own.iter().any(|v| v.is_nan()) {
+            // Sums alone are left out of a stream whose points they would weigh on.
+            let left_out = !dense && summaries.iter().all(Option::is_none);
+            if !sums || left_out || own.iter().any(|v| v.is_nan()) {
                 prop_assert!(s.is_none());
                 continue;
             }
@@ -1351,8 +1359,13 @@ proptest! {
             }
             prop_assert_eq!(s.count as usize, n);
             prop_assert_eq!(s.sum.to_bits(), sum.to_bits());
-            prop_assert_eq!(s.min.to_bits(), min.to_bits());
-            prop_assert_eq!(s.max.to_bits(), max.to_bits());
+            prop_assert_eq!(s.extremes, dense);
+            if dense {
+                prop_assert_eq!(s.min.to_bits(), min.to_bits());
+                prop_assert_eq!(s.max.to_bits(), max.to_bits());
+            } else {
+                prop_assert!(s.min.is_nan() && s.max.is_nan());
+            }
             prop_assert!(own_times.windows(2).all(|w| w[0] < w[1]));
         }
     }
@@ -1379,6 +1392,36 @@ fn summary_section_has_its_documented_bytes() {
     assert_eq!(stream[3..11], 7200.0f64.to_le_bytes());
     assert_eq!(stream[11..19], 0.5f64.to_le_bytes());
     assert_eq!(stream[19..27], 119.5f64.to_le_bytes());
+    // Twelve points an hour (a five-minute series): sums alone, kind 0x03 for integers
+    // (0 + 1 + ... + 11 = 66), kind 0x02 for doubles.
+    let twelve = |v: fn(u32) -> Value| {
+        (0..2u32)
+            .map(|h| {
+                let points: Vec<Value> = (0..12).map(v).collect();
+                (h * 3600, cell(&every(300, &points)))
+            })
+            .collect::<Vec<_>>()
+    };
+    let (_, stream) = encode_joint(&joint_cells(&twelve(|i| Value::Int(i64::from(i))))).unwrap();
+    assert_eq!(stream[..8], hex("03 03 03 84 01 03 84 01"));
+    let (_, stream) = encode_joint(&joint_cells(&twelve(|i| {
+        Value::Double(f64::from(i).sin() / 3.0)
+    })))
+    .unwrap();
+    let sum = (0..12).fold(-0.0f64, |s, i| s + f64::from(i).sin() / 3.0);
+    assert_eq!(&stream[..3], &[0x03, 0x03, 0x02]);
+    assert_eq!(stream[3..11], sum.to_le_bytes());
+    assert_eq!(stream[11], 0x02);
+    // Sums costing more than half the points' bytes are left out: a constant's points take
+    // a few bits a block.
+    let (_, stream) = encode_joint(&joint_cells(&twelve(|_| Value::Double(0.37)))).unwrap();
+    assert_eq!(&stream[..2], &[0x03, 0x00]);
+    // Nine points an hour: no summary.
+    let nine: Vec<_> = (0..2u32)
+        .map(|h| (h * 3600, cell(&every(400, &[Value::Int(1); 9]))))
+        .collect();
+    let (_, stream) = encode_joint(&joint_cells(&nine)).unwrap();
+    assert_eq!(&stream[..2], &[0x03, 0x00]);
 }
 
 /// A summary section cut short or naming a member that is not there is refused by every

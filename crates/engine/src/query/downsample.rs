@@ -290,6 +290,12 @@ impl Downsampler {
             )
     }
 
+    /// Whether the summaries [`Downsampler::push_summary`] takes must hold each hour's least
+    /// and greatest values (a downsample by min or max), not only its sum.
+    pub fn summaries_need_extremes(spec: &DownsampleSpec) -> bool {
+        matches!(Running::of(spec.function), Running::Min | Running::Max)
+    }
+
     /// Adds the points of the hour starting at `start` (ms) at once, by their summary, none
     /// of them pushed before; later points must not go back. Only when
     /// [`Downsampler::takes_summaries`]. Returns how many buckets it closed.
@@ -302,6 +308,11 @@ impl Downsampler {
         if self.bucket.is_some_and(|(_, end)| start < end) {
             return Err(Error::Internal(
                 "a summary pushed into a bucket already begun".into(),
+            ));
+        }
+        if !s.extremes && Downsampler::summaries_need_extremes(&self.spec) {
+            return Err(Error::Internal(
+                "a summary without its least and greatest values pushed into min or max".into(),
             ));
         }
         let first_row = self.out.capacity() == 0 && self.bucket.is_none();

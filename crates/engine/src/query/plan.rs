@@ -1070,7 +1070,13 @@ impl Scan<'_> {
         // A one-hour downsample by a fold reads summarized rows of the scan window by their
         // summaries (RFC 0009); a deletion reads every row.
         let within = match self.q.downsample {
-            Some(ds) if Downsampler::takes_summaries(&ds) && !self.options.delete => Some((lo, hi)),
+            Some(ds) if Downsampler::takes_summaries(&ds) && !self.options.delete => {
+                Some(crate::read::SummaryUse {
+                    lo,
+                    hi,
+                    extremes: Downsampler::summaries_need_extremes(&ds),
+                })
+            }
             _ => None,
         };
         // A group's members in one call where they can (a deletion rewrites row by row).
