@@ -4,6 +4,7 @@
 mod access;
 mod annotation;
 mod deprecated;
+mod dps;
 mod error;
 mod exp;
 mod front;

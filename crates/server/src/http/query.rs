@@ -503,39 +503,7 @@ impl Serialized<'_> {
         }
         out.push_str(",\"dps\":");
         let null_for_nan = writes_null(q);
-        let key = |t: i64| if flags.ms { t } else { t / 1000 };
-        // Room for every point at once: a long answer is not copied as it grows.
-        out.reserve(g.dps.len() * 24 + 64);
-        // `[[t,v],...]` with `arrays`, else `{"t":v,...}`; each form its own loop of
-        // fixed punctuation.
-        let mut time = itoa::Buffer::new();
-        if flags.arrays {
-            out.push('[');
-            for (i, (t, v)) in g.dps.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push('[');
-                out.push_str(time.format(key(*t)));
-                out.push(',');
-                push_num(out, *v, null_for_nan);
-                out.push(']');
-            }
-            out.push(']');
-        } else {
-            out.push('{');
-            for (i, (t, v)) in g.dps.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push('"');
-                out.push_str(time.format(key(*t)));
-                out.push('"');
-                out.push(':');
-                push_num(out, *v, null_for_nan);
-            }
-            out.push('}');
-        }
+        super::dps::write_dps(out, &g.dps, flags.ms, flags.arrays, null_for_nan);
         if flags.show_stats {
             let s = &o.stats;
             let stats = json!({

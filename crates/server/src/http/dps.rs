@@ -1,0 +1,275 @@
+//! The `dps` of a query answer written as text: `{"t":v,...}`, or `[[t,v],...]` with
+//! `arrays`. An answer of a raw series over weeks is tens of thousands of points, and
+//! writing them was most of such a query's CPU (itoa and a bounds-checked push per piece):
+//! here each point is built in a stack chunk at fixed offsets (a timestamp a few seconds
+//! after the one before changes its last two digits only), and the chunk goes to the answer
+//! every few kilobytes.
+
+use hourglass_core::value::{java_double_text, push_java_double};
+use hourglass_engine::num::Num;
+
+/// Bytes of the chunk points are built in before they go to the answer.
+const CHUNK: usize = 4096;
+/// The most one point takes in the chunk: two 20-digit numbers and punctuation, or a
+/// double's text (at most 24 characters) quoted.
+const POINT_MAX: usize = 80;
+
+/// Appends `dps` to `out` as OpenTSDB writes them: timestamps in ms when `ms`, else in
+/// seconds; NaN as `null` when `null_for_nan`, else `"NaN"`; an object of `"t":v` pairs, or
+/// an array of `[t,v]` pairs with `arrays`.
+pub(crate) fn write_dps(
+    out: &mut String,
+    dps: &[(i64, Num)],
+    ms: bool,
+    arrays: bool,
+    null_for_nan: bool,
+) {
+    let mut w = Writer {
+        chunk: [0; CHUNK],
+        len: 0,
+        time: TimeText::default(),
+        text: String::new(),
+    };
+    out.reserve(dps.len() * 24 + 2);
+    out.push(if arrays { '[' } else { '{' });
+    for (i, (t, v)) in dps.iter().enumerate() {
+        if w.len > CHUNK - POINT_MAX {
+            w.flush(out);
+        }
+        if i > 0 {
+            w.byte(b',');
+        }
+        w.byte(if arrays { b'[' } else { b'"' });
+        w.time.set(if ms { *t } else { *t / 1000 });
+        let (digits, len) = (w.time.digits, w.time.len);
+        w.digits20(&digits, len);
+        if arrays {
+            w.byte(b',');
+        } else {
+            w.byte(b'"');
+            w.byte(b':');
+        }
+        w.value(*v, null_for_nan);
+        if arrays {
+            w.byte(b']');
+        }
+    }
+    w.flush(out);
+    out.push(if arrays { ']' } else { '}' });
+}
+
+struct Writer {
+    chunk: [u8; CHUNK],
+    len: usize,
+    time: TimeText,
+    /// A double's text, built by [`push_java_double`].
+    text: String,
+}
+
+impl Writer {
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        self.chunk[self.len] = b;
+        self.len += 1;
+    }
+
+    /// The first `len` of 20 digit bytes, copied as a whole 20 (a fixed-size copy, no call).
+    #[inline]
+    fn digits20(&mut self, digits: &[u8; 20], len: usize) {
+        self.chunk[self.len..self.len + 20].copy_from_slice(digits);
+        self.len += len;
+    }
+
+    fn value(&mut self, v: Num, null_for_nan: bool) {
+        match v {
+            Num::Int(i) => {
+                let mut text = itoa::Buffer::new();
+                self.bytes(text.format(i).as_bytes());
+            }
+            Num::Float(f) if f.is_nan() && null_for_nan => self.bytes(b"null"),
+            Num::Float(f) if !f.is_finite() => {
+                self.byte(b'"');
+                self.bytes(java_double_text(f).as_bytes());
+                self.byte(b'"');
+            }
+            Num::Float(f) => {
+                let mut text = std::mem::take(&mut self.text);
+                text.clear();
+                push_java_double(&mut text, f);
+                self.bytes(text.as_bytes());
+                self.text = text;
+            }
+        }
+    }
+
+    /// A short piece of text (at most [`POINT_MAX`] less the point's other bytes).
+    fn bytes(&mut self, b: &[u8]) {
+        self.chunk[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+
+    fn flush(&mut self, out: &mut String) {
+        // Only ASCII is ever written to the chunk.
+        out.push_str(std::str::from_utf8(&self.chunk[..self.len]).unwrap_or_default());
+        self.len = 0;
+    }
+}
+
+/// Two-digit pairs "00" to "99".
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// A timestamp's text, kept from one point to the next: a later timestamp whose last two
+/// digits are the earlier ones' plus the difference, without a carry, changes those two
+/// only (most points seconds apart).
+#[derive(Default)]
+struct TimeText {
+    value: i64,
+    /// Digits (a leading '-' for a negative time), left-aligned.
+    digits: [u8; 20],
+    len: usize,
+    /// The value's last two digits as a number (times of two digits or more, not negative).
+    low: usize,
+}
+
+impl TimeText {
+    fn set(&mut self, t: i64) {
+        if self.len >= 2 && self.value >= 0 && t >= self.value && t - self.value < 100 {
+            let low = self.low + (t - self.value) as usize;
+            if low < 100 {
+                let at = self.len - 2;
+                self.digits[at..at + 2].copy_from_slice(&PAIRS[low * 2..low * 2 + 2]);
+                self.low = low;
+                self.value = t;
+                return;
+            }
+        }
+        let mut text = itoa::Buffer::new();
+        let text = text.format(t).as_bytes();
+        // An i64 takes 20 characters at most, its sign included.
+        self.digits[..text.len()].copy_from_slice(text);
+        self.len = text.len();
+        self.low = (t.rem_euclid(100)) as usize;
+        self.value = t;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The text `serde_json` would give for the same points, with OpenTSDB's forms for
+    /// doubles (the writer's reference).
+    fn reference(dps: &[(i64, Num)], ms: bool, arrays: bool, null_for_nan: bool) -> String {
+        let value = |v: &Num| match v {
+            Num::Int(i) => i.to_string(),
+            Num::Float(f) if f.is_nan() && null_for_nan => "null".into(),
+            Num::Float(f) if !f.is_finite() => format!("\"{}\"", java_double_text(*f)),
+            Num::Float(f) => java_double_text(*f),
+        };
+        let key = |t: &i64| if ms { *t } else { *t / 1000 };
+        let items: Vec<String> = dps
+            .iter()
+            .map(|(t, v)| {
+                if arrays {
+                    format!("[{},{}]", key(t), value(v))
+                } else {
+                    format!("\"{}\":{}", key(t), value(v))
+                }
+            })
+            .collect();
+        if arrays {
+            format!("[{}]", items.join(","))
+        } else {
+            format!("{{{}}}", items.join(","))
+        }
+    }
+
+    fn written(dps: &[(i64, Num)], ms: bool, arrays: bool, null_for_nan: bool) -> String {
+        let mut out = String::new();
+        write_dps(&mut out, dps, ms, arrays, null_for_nan);
+        out
+    }
+
+    #[test]
+    fn digits_carry_across_lengths_and_signs() {
+        let dps: Vec<(i64, Num)> = [
+            -9_999_000,
+            -1000,
+            0,
+            9_000,
+            10_000,
+            99_000,
+            100_000,
+            1_356_998_399_000,
+            1_356_998_400_000,
+            9_999_999_999_000,
+            10_000_000_000_000,
+            i64::MAX,
+        ]
+        .iter()
+        .map(|t| (*t, Num::Int(*t / 7)))
+        .collect();
+        for ms in [false, true] {
+            for arrays in [false, true] {
+                assert_eq!(
+                    written(&dps, ms, arrays, false),
+                    reference(&dps, ms, arrays, false)
+                );
+            }
+        }
+        assert_eq!(written(&[], false, false, false), "{}");
+        assert_eq!(written(&[], false, true, false), "[]");
+        assert_eq!(
+            written(&[(1000, Num::Int(i64::MIN))], false, false, false),
+            "{\"1\":-9223372036854775808}"
+        );
+    }
+
+    #[test]
+    fn doubles_in_opentsdb_forms() {
+        let dps = [
+            (1000, Num::Float(1.5)),
+            (2000, Num::Float(f64::NAN)),
+            (3000, Num::Float(f64::INFINITY)),
+            (4000, Num::Float(-1.234_567_890_123e-300)),
+            (5000, Num::Float(12_345_678_901.0)),
+        ];
+        for null_for_nan in [false, true] {
+            assert_eq!(
+                written(&dps, false, false, null_for_nan),
+                reference(&dps, false, false, null_for_nan)
+            );
+        }
+        assert_eq!(
+            written(&dps[..3], false, false, true),
+            "{\"1\":1.5,\"2\":null,\"3\":\"Infinity\"}"
+        );
+    }
+
+    proptest! {
+        /// Any points (times in any order, more than a chunk of them), as the reference.
+        #[test]
+        fn as_the_reference(
+            start in any::<i64>().prop_map(|t| t / 4),
+            steps in prop::collection::vec((-5_000i64..100_000, any::<i64>(), any::<f64>(), any::<bool>()), 0..400),
+            ms in any::<bool>(),
+            arrays in any::<bool>(),
+        ) {
+            let mut t = start;
+            let dps: Vec<(i64, Num)> = steps
+                .iter()
+                .map(|(d, i, f, int)| {
+                    t = t.saturating_add(*d);
+                    (t, if *int { Num::Int(*i) } else { Num::Float(*f) })
+                })
+                .collect();
+            prop_assert_eq!(written(&dps, ms, arrays, true), reference(&dps, ms, arrays, true));
+        }
+    }
+}
