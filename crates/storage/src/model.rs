@@ -54,59 +54,68 @@ pub trait CellCodec: Send + Sync + std::fmt::Debug {
 /// stream of the cells taken.
 pub type JointForm = (Vec<Option<JointShape>>, Vec<u8>);
 
-/// The value of a [`crate::CellForm::Joint`] cell, as a scan hands it over (never stored):
-/// `| member count (varint) | members: offset s (varint) | point count (varint) | meta: 0x00,
-/// or 0x01 then the byte | cell timestamp (zigzag varint) | joint stream |`.
+/// The value of a [`crate::CellForm::Joint`] cell, as a scan hands it over (never stored, so
+/// laid out for speed, at fixed widths, little-endian): `| member count (4) | members:
+/// offset s (4) | point count (4) | meta: 0x00 0x00, or 0x01 then the byte | cell timestamp
+/// (8) | joint stream |`.
 pub fn encode_joint_row(members: &[(JointMember, i64)], stream: &[u8]) -> Vec<u8> {
-    // The most a member takes (offset 5, points 5, meta 2, timestamp 10 bytes): the stream
-    // is copied once, never moved by a regrowth.
-    let mut out = Vec::with_capacity(10 + members.len() * 22 + stream.len());
-    put_varint(&mut out, members.len() as u64);
+    let mut out = Vec::with_capacity(4 + members.len() * JOINT_MEMBER_BYTES + stream.len());
+    out.extend_from_slice(&(members.len() as u32).to_le_bytes());
     for (m, timestamp) in members {
-        put_varint(&mut out, u64::from(m.offset_secs));
-        put_varint(&mut out, u64::from(m.shape.points));
-        match m.shape.meta {
-            None => out.push(0),
-            Some(b) => out.extend_from_slice(&[1, b]),
+        let mut member = [0u8; JOINT_MEMBER_BYTES];
+        member[..4].copy_from_slice(&m.offset_secs.to_le_bytes());
+        member[4..8].copy_from_slice(&m.shape.points.to_le_bytes());
+        if let Some(b) = m.shape.meta {
+            member[8] = 1;
+            member[9] = b;
         }
-        put_varint(&mut out, ((timestamp << 1) ^ (timestamp >> 63)) as u64);
+        member[10..].copy_from_slice(&timestamp.to_le_bytes());
+        out.extend_from_slice(&member);
     }
     out.extend_from_slice(stream);
     out
 }
+
+/// Bytes of a member in a [`crate::CellForm::Joint`] cell's value.
+const JOINT_MEMBER_BYTES: usize = 18;
 
 /// A [`crate::CellForm::Joint`] cell's members (with their cell timestamps) and stream.
 pub type JointRow<'a> = (Vec<(JointMember, i64)>, &'a [u8]);
 
 /// The members and joint stream of a [`crate::CellForm::Joint`] cell's value.
 pub fn decode_joint_row(bytes: &[u8]) -> Result<JointRow<'_>> {
-    let mut r = Reader { bytes, pos: 0 };
-    let n = r.varint()?;
-    if n > bytes.len() as u64 {
-        return Err(Error::Corrupt(
-            "bad joint row: member count past its bytes".into(),
-        ));
-    }
-    let bad = || Error::Corrupt("bad joint row: value out of range".into());
-    let mut members = Vec::with_capacity(n as usize);
-    for _ in 0..n {
-        let offset_secs = u32::try_from(r.varint()?).map_err(|_| bad())?;
-        let points = u32::try_from(r.varint()?).map_err(|_| bad())?;
-        let meta = match r.byte()? {
-            0 => None,
-            1 => Some(r.byte()?),
-            _ => return Err(bad()),
+    let bad = |what: &str| Error::Corrupt(format!("bad joint row: {what}"));
+    let (count, rest) = bytes
+        .split_first_chunk::<4>()
+        .ok_or_else(|| bad("cut short"))?;
+    let n = u32::from_le_bytes(*count) as usize;
+    let listed = n
+        .checked_mul(JOINT_MEMBER_BYTES)
+        .filter(|l| *l <= rest.len())
+        .ok_or_else(|| bad("member count past its bytes"))?;
+    let (list, stream) = rest.split_at(listed);
+    let mut members = Vec::with_capacity(n);
+    for m in list.chunks_exact(JOINT_MEMBER_BYTES) {
+        let word = |at: usize| u32::from_le_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
+        let meta = match m[8] {
+            0 if m[9] == 0 => None,
+            1 => Some(m[9]),
+            _ => return Err(bad("value out of range")),
         };
-        let z = r.varint()?;
+        let mut timestamp = [0u8; 8];
+        timestamp.copy_from_slice(&m[10..]);
         members.push((
             JointMember {
-                offset_secs,
-                shape: JointShape { points, meta },
+                offset_secs: word(0),
+                shape: JointShape {
+                    points: word(4),
+                    meta,
+                },
             },
-            ((z >> 1) as i64) ^ -((z & 1) as i64),
+            i64::from_le_bytes(timestamp),
         ));
     }
-    Ok((members, &bytes[r.pos..]))
+    Ok((members, stream))
 }
 
 /// A cell offered to [`CellCodec::encode_joint`]: a row's only cell, and the row's offset in
