@@ -747,8 +747,7 @@ impl GroupedScan {
             if self.series_filter && !self.filter.key_matches(&key) {
                 if let Some(skip) = &self.skip {
                     self.group_target = (skip.0)(&key)
-                        .map(|t| self.grouping.floor_key(&t))
-                        .filter(|t| t.as_slice() > key.as_ref())
+                        .and_then(|t| self.group_skip_target(&key, &t))
                         .map(|t| (t, 0));
                 }
                 continue;
@@ -756,6 +755,27 @@ impl GroupedScan {
             self.group_next = Some((key, value));
         }
         Ok(())
+    }
+
+    /// Where to go on among groups after `group_key`, refused by a series filter whose hint
+    /// names `row_target` as the next row key that may match: the target floored to its
+    /// period when that is past the group. Else the target is in the group's period at a
+    /// later hour (the hint moved past the group's tags), which rules out every later group
+    /// of this period: a later group's series has a row key at the period's start between
+    /// the two, which the filter refuses by its tags alone, and refuses at every hour; so
+    /// the next period's first group.
+    fn group_skip_target(&self, group_key: &[u8], row_target: &[u8]) -> Option<Vec<u8>> {
+        let g = self.grouping;
+        let floored = g.floor_key(row_target);
+        if floored.as_slice() > group_key {
+            return Some(floored);
+        }
+        if !g.same_window(group_key, row_target) {
+            return None;
+        }
+        let (prefix, start) = g.window(group_key)?;
+        let next = start.checked_add(g.period_secs)?;
+        Some([prefix, &next.to_be_bytes()[..]].concat())
     }
 
     /// Decodes and filters one row, whose key passed the regex, into the output.
