@@ -72,8 +72,10 @@ impl Known {
 struct State {
     /// By series id.
     series: Vec<Known>,
-    /// `metric | tagk | tagv` of `0x04` (and trigram) rows written and counted.
+    /// `metric | tagk | tagv` of `0x03` and `0x04` rows written and counted.
     values: Set<Vec<u8>>,
+    /// `tagk | tagv` of `0x05` trigram rows written.
+    key_values: Set<Vec<u8>>,
     /// `metric | period | tagk | tagv` of `0x12` rows written and counted.
     period_values: Set<Vec<u8>>,
 }
@@ -129,6 +131,7 @@ pub(crate) struct Pending {
     counters: Counters,
     values: Vec<Vec<u8>>,
     period_values: Vec<Vec<u8>>,
+    key_values: Vec<Vec<u8>>,
 }
 
 /// The tag index's side of the write path.
@@ -265,6 +268,7 @@ impl IndexWriter {
         let mut pending = Pending::default();
         let mut writes: Vec<Entry> = Vec::new();
         let mut flush_values: Set<Vec<u8>> = Set::default();
+        let mut flush_key_values: Set<Vec<u8>> = Set::default();
         let mut id: Vec<u8> = Vec::new();
         let mut q: Vec<u8> = Vec::new();
         for m in &missing {
@@ -312,7 +316,6 @@ impl IndexWriter {
             if m.catalog {
                 let counters = pending.counters.row(index::series_counters_key(metric));
                 bump(counters, index::ENTRY_QUALIFIER, 1);
-                let mut fresh: Vec<Option<String>> = vec![None; pairs.len()];
                 for (i, (tagk, tagv)) in pairs.iter().enumerate() {
                     qualifier(&mut q, b'k', tagk);
                     bump(counters, &q, 1);
@@ -323,18 +326,28 @@ impl IndexWriter {
                     if state.values.contains(&id) || flush_values.contains(&id) {
                         continue;
                     }
-                    let Some(name) = name_of(i, tagv)? else {
+                    // A value new to the metric: its metric row (`0x03`) whatever its name,
+                    // its value row when named, and its trigrams when new to the key too.
+                    let name = name_of(i, tagv)?;
+                    writes.extend(index::value_entries(metric, tagk, tagv, name.as_deref()));
+                    let Some(name) = name else {
                         continue;
                     };
                     flush_values.insert(id.clone());
                     qualifier(&mut q, b'v', tagk);
                     bump(counters, &q, 1);
                     pending.values.push(id.clone());
-                    fresh[i] = Some(name);
+                    let key_value = &id[metric.len()..];
+                    if !state.key_values.contains(key_value)
+                        && !flush_key_values.contains(key_value)
+                    {
+                        writes.extend(index::trigram_entries(tagk, tagv, &name));
+                        flush_key_values.insert(key_value.to_vec());
+                        pending.key_values.push(key_value.to_vec());
+                    }
                 }
-                let entries = index::series_entries(schema, m.series, &fresh);
+                let entries = index::series_entries(schema, m.series);
                 writes.extend(entries.postings);
-                writes.extend(entries.values.into_iter().flat_map(|v| v.rows));
                 pending.cataloged.push(m.id);
                 pending.markers.push(entries.catalog);
             }
@@ -405,6 +418,7 @@ impl IndexWriter {
         }
         remember(&mut state.values, pending.values);
         remember(&mut state.period_values, pending.period_values);
+        remember(&mut state.key_values, pending.key_values);
         written
     }
 }
