@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use hourglass_core::schema::Schema;
-use hourglass_storage::{Increment, ReadOptions, RowMutation, Store};
+use hourglass_storage::{CellRow, Increment, ReadOptions, Store};
 use parking_lot::Mutex;
 
 use crate::Result;
@@ -430,24 +430,32 @@ fn announced(base: u32, now_secs: i64) -> Option<u32> {
     (last_hour && in_it).then(|| index::period_of(base).saturating_add(PERIOD_SECS))
 }
 
-/// Writes entries sorted by key: in one write when they fit [`INDEX_BATCH_ROWS`], else at
-/// most that many and one kind of entry per write (see there).
+/// Writes entries sorted by key (each a one-cell row replaced whole, [`Store::put_cells`]):
+/// in one write when they fit [`INDEX_BATCH_ROWS`], else at most that many and one kind of
+/// entry per write (see there). A key met twice is written once.
 fn write_sorted(store: &dyn Store, table: &str, mut entries: Vec<Entry>) -> Result<()> {
     entries.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    entries.dedup_by(|a, b| a.key == b.key);
     let by_kind = entries.len() > INDEX_BATCH_ROWS;
-    let mut batch: Vec<RowMutation> = Vec::with_capacity(entries.len().min(INDEX_BATCH_ROWS));
+    let mut batch: Vec<CellRow<'_>> = Vec::with_capacity(entries.len().min(INDEX_BATCH_ROWS));
     let mut kind: Option<u8> = None;
-    for entry in entries {
+    for entry in &entries {
         let this = entry.key.first().copied();
         if batch.len() >= INDEX_BATCH_ROWS || (by_kind && !batch.is_empty() && this != kind) {
-            store.mutate_rows(table, &batch)?;
+            store.put_cells(table, &batch)?;
             batch.clear();
         }
         kind = this;
-        batch.push(entry.into());
+        batch.push(CellRow {
+            key: &entry.key,
+            family: entry.family,
+            qualifier: entry.qualifier,
+            timestamp: entry.timestamp,
+            value: &entry.value,
+        });
     }
     if !batch.is_empty() {
-        store.mutate_rows(table, &batch)?;
+        store.put_cells(table, &batch)?;
     }
     Ok(())
 }
