@@ -74,6 +74,7 @@ pub(crate) fn run(args: &IndexArgs) -> anyhow::Result<ExitCode> {
 fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
     let now_ms = chrono::Utc::now().timestamp_millis();
     let settings = args.store.settings()?;
+    let mut replaced = None;
     let db = if args.replace {
         if !args.metrics.is_empty() || args.since.is_some() || args.until.is_some() {
             anyhow::bail!(
@@ -86,7 +87,7 @@ fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| settings.schema.index_table.clone());
         let deleted = hourglass_engine::index::status::clear(store.as_ref(), &table)?;
-        println!("Emptied the index table {table}: {deleted} rows deleted");
+        replaced = Some((table, deleted));
         hourglass_engine::Tsdb::open(store, settings)?
     } else {
         args.store.open_tsdb(settings)?
@@ -111,6 +112,13 @@ fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
         now_secs: u32::try_from(now_ms / 1000).unwrap_or(u32::MAX),
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if let Some((table, deleted)) = replaced {
+        writeln!(
+            out,
+            "Emptied the index table {table}: {deleted} rows deleted"
+        )?;
+        out.flush()?;
+    }
     let mut done = (0usize, 0usize);
     let mut failed = None;
     let report = rebuild(&db, &options, |metric, so_far| {
