@@ -43,6 +43,14 @@ pub(super) fn lookup(
         // tracking may have noted them in the meta table already.
         tsdb.flush()?;
     }
+    if q.use_meta && q.limit > 0 && c.by_key.is_empty() {
+        let tsuids = catalog_in_meta_table(tsdb, c, metric.as_deref(), q.limit)?;
+        return tsuids
+            .into_iter()
+            .map(|t| resolve(tsdb, t))
+            .collect::<Result<_>>()
+            .map(Some);
+    }
     let found = candidates(tsdb, c, metric.as_deref())?;
     let ordered = if q.use_meta {
         in_meta_table(tsdb, found, q.limit)?
@@ -224,6 +232,66 @@ fn in_meta_table(tsdb: &Tsdb, found: Vec<Vec<u8>>, limit: usize) -> Result<Vec<V
             if row.is_some() {
                 out.push(tsuid.clone());
             }
+        }
+    }
+    Ok(out)
+}
+
+/// A meta-table lookup without tag pairs (a whole metric, or `*=value` pairs) and with a
+/// limit: the catalog (`0x01`, in TSUID order, as the meta table's scan meets series) is read
+/// as a stream and its series checked against the meta table (`limit` at a time, twice as
+/// many each time after, at most 1,000), until `limit` have a meta row (OpenTSDB's scan of the meta table stops there too). Listing the whole
+/// catalog first took 1.2 s for a metric of 1,000,000 series.
+fn catalog_in_meta_table(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let schema = &tsdb.settings().schema;
+    let mut start = vec![kind::CATALOG];
+    if let Some(m) = metric {
+        start.extend_from_slice(m);
+    }
+    let request = ScanRequest {
+        end: prefix_end(&start),
+        start,
+        read: ReadOptions {
+            keys_only: true,
+            ..ReadOptions::family(GLOBAL_FAMILY)
+        },
+        ..ScanRequest::default()
+    };
+    let read = ReadOptions {
+        keys_only: true,
+        ..ReadOptions::family(META_FAMILY)
+    };
+    let mut out = Vec::new();
+    let mut chunk: Vec<Vec<u8>> = Vec::new();
+    let mut size = limit.min(BATCH);
+    let mut rows = tsdb.store().scan(&schema.index_table, &request)?;
+    loop {
+        let row = rows.next().transpose()?;
+        if let Some(row) = &row
+            && let Some(tsuid) = row.key.get(1..)
+            && matches(schema, c, tsuid)
+        {
+            chunk.push(tsuid.to_vec());
+        }
+        if chunk.len() >= size || (row.is_none() && !chunk.is_empty()) {
+            let found = tsdb.store().get_rows(&schema.meta_table, &chunk, &read)?;
+            for (tsuid, meta) in chunk.drain(..).zip(found) {
+                if meta.is_some() && out.len() < limit {
+                    out.push(tsuid);
+                }
+            }
+            if out.len() >= limit {
+                break;
+            }
+            size = (size * 2).min(BATCH);
+        }
+        if row.is_none() {
+            break;
         }
     }
     Ok(out)
