@@ -110,7 +110,10 @@ pub(super) fn candidates(
                     Some(m) => prefixes.push(posting(m, value.as_deref())),
                     None => {
                         // Without a metric: the metrics each value has (`0x03`), then
-                        // each one's postings of the value.
+                        // each one's postings of the value (of the key, one range a metric,
+                        // when any value will do).
+                        let mut metrics: std::collections::BTreeSet<Vec<u8>> =
+                            std::collections::BTreeSet::new();
                         let start = [
                             &[kind::VALUE_METRIC][..],
                             &k,
@@ -136,8 +139,13 @@ pub(super) fn candidates(
                             else {
                                 continue;
                             };
-                            prefixes.push(posting(m, Some(v)));
+                            if value.is_some() {
+                                prefixes.push(posting(m, Some(v)));
+                            } else if !metrics.contains(m) {
+                                metrics.insert(m.to_vec());
+                            }
                         }
+                        prefixes.extend(metrics.iter().map(|m| posting(m, None)));
                     }
                 }
             }
