@@ -7,6 +7,8 @@
 #
 #   crates/bench/tools/ingest-instructions.sh target/release/tsdb [SERIES] [POINTS]
 #
+# INDEX=1 in the environment turns the tag index on (`tsd.index.enable = true`, RFC 0007).
+#
 # Needs valgrind (apt-get install valgrind) and python3. User space only: the kernel's
 # share (socket reads, log writes) is not counted.
 set -euo pipefail
@@ -36,8 +38,14 @@ with open(out, "w") as f:
                     f"host=web{host:05} dc=dc{host % 4} rack=r{host % 40} env=prod\n")
 PY
 
+config=()
+if [ "${INDEX:-0}" = 1 ]; then
+  printf 'tsd.index.enable = true\n' >"$work/opentsdb.conf"
+  config=(--config "$work/opentsdb.conf")
+fi
 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" "$tsdb" tsd \
-  --bind 127.0.0.1 --port "$port" --auto-metric --data-dir "$work/data" >"$work/tsd.log" 2>&1 &
+  --bind 127.0.0.1 --port "$port" --auto-metric --data-dir "$work/data" "${config[@]}" \
+  >"$work/tsd.log" 2>&1 &
 pid=$!
 python3 - "$port" "$work/lines.txt" <<'PY'
 import socket, sys, time
@@ -64,6 +72,9 @@ kill -TERM "$pid"
 wait "$pid" || true
 
 points=$((series * per))
+# The whole process (every thread, the periodic flushes and the store's workers included).
+callgrind_annotate "$work/callgrind.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {
+  gsub(",", "", $1); printf "whole process %6.0f M instructions\n", $1 / 1e6 }'
 # The whole process's total also holds whatever idle threads did under valgrind's slow clock
 # (it swings between runs); the ingest path is the telnet handling plus the final flush.
 callgrind_annotate --inclusive=yes "$work/callgrind.out" 2>/dev/null |

@@ -203,3 +203,105 @@ fn with_the_index_off_nothing_is_written_until_a_rebuild() {
         .unwrap();
     assert!(status.is_some(), "the rebuild wrote a status row");
 }
+
+/// An index of format 1 (RFC 0007, "Format 2") is refused by `tsdb fsck --index` and a
+/// plain rebuild, and replaced whole by `tsdb index rebuild --replace`: its old rows are
+/// gone and the index passes fsck.
+#[test]
+fn an_index_of_format_1_is_refused_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    import(dir.path(), &data, None);
+    let on = dir.path().join("index-on.conf");
+    // Format 1 recorded, and a row of its layout (a per-series any-metric posting).
+    let old_row = [
+        &[index::kind::VALUE_METRIC][..],
+        &[0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1],
+    ]
+    .concat();
+    {
+        let store = open_store(&data);
+        store
+            .mutate_row(
+                "tsdb-index",
+                &index::status_key(),
+                &[Mutation::set_at("g", b"format".to_vec(), 0, vec![1])],
+            )
+            .unwrap();
+        store
+            .mutate_row(
+                "tsdb-index",
+                &old_row,
+                &[Mutation::set_at("g", b"s".to_vec(), 0, Vec::new())],
+            )
+            .unwrap();
+        store.sync().unwrap();
+    }
+    let refusal = "the tag index table tsdb-index is in format 1, written by an older Hourglass; this binary reads and writes format 2: rebuild it with tsdb index rebuild --replace";
+    for args in [
+        vec!["fsck", "--index"],
+        vec!["index", "rebuild"],
+        vec!["index", "rebuild", "--config", on.to_str().unwrap()],
+    ] {
+        let o = tsdb(&args, &data);
+        assert!(!o.status.success(), "{args:?}: {}", text(&o.stdout));
+        assert!(
+            text(&o.stderr).contains(refusal),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+    let o = tsdb(
+        &["index", "rebuild", "--replace", "--metric", "sys.cpu.user"],
+        &data,
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("--replace rebuilds every metric over all time"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = tsdb(
+        &[
+            "index",
+            "rebuild",
+            "--replace",
+            "--config",
+            on.to_str().unwrap(),
+        ],
+        &data,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.starts_with("Emptied the index table tsdb-index: "),
+        "{out}"
+    );
+    assert!(
+        out.contains("metric sys.cpu.user: 2 series, 4 series-days\n"),
+        "{out}"
+    );
+    let keys = index_keys(&data, "tsdb-index");
+    assert!(!keys.contains(&old_row), "the old layout's row is gone");
+    assert!(
+        keys.iter().any(|k| k[0] == index::kind::VALUE_METRIC),
+        "format 2 rows written"
+    );
+    let status = index::status::read(&open_store(&data), "tsdb-index")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.format, 2);
+    let o = tsdb(
+        &["fsck", "--index", "--config", on.to_str().unwrap()],
+        &data,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert!(text(&o.stdout).contains("Index entries missing: 0\n"));
+}

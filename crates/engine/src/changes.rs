@@ -330,6 +330,17 @@ impl Store for Watched {
         r
     }
 
+    fn put_cells(&self, table: &str, rows: &[hourglass_storage::CellRow<'_>]) -> Result<()> {
+        let r = self.inner.put_cells(table, rows);
+        self.noted(table, rows.iter().map(|r| r.key));
+        self.index_change(table, rows.iter().map(|r| r.key));
+        if !rows.is_empty() {
+            // Each row is replaced whole: a delete.
+            self.uid_change(table, &[Mutation::DeleteRow]);
+        }
+        r
+    }
+
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         self.inner.scan(table, request)
     }

@@ -13,9 +13,9 @@
 //! | 0x00 | metric (M) |                                 g:verified, g:live_from     a metric's status
 //! | 0x01 | metric (M) | tags |                          g:s = empty      series catalog
 //! | 0x02 | metric (M) | tagk (K) | tagv (V) | tags |    g:s = empty      all-time posting
-//! | 0x03 | tagk (K) | tagv (V) | metric (M) | tags |    g:s = empty      posting, any metric
+//! | 0x03 | tagk (K) | tagv (V) | metric (M) |           g:s = empty      a value's metric
 //! | 0x04 | metric (M) | tagk (K) | tagv name |          g:v = tagv (V)   value name
-//! | 0x05 | metric (M) | tagk (K) | trigram (3) | tagv (V) |  g:s = empty  value trigram
+//! | 0x05 | tagk (K) | trigram (3) | tagv (V) |          g:s = empty      value trigram
 //! | 0x10 | metric (M) | P (4) | tags |                  p:s = empty      series of a period
 //! | 0x11 | metric (M) | P (4) | tagk (K) | tagv (V) | tags |  p:s = empty  period posting
 //! | 0x12 | metric (M) | P (4) | tagk (K) | tagv name |  p:v = tagv (V)   period value name
@@ -23,6 +23,10 @@
 //! | 0x21 | metric (M) |                                 c:s, c:k<tagk>, c:v<tagk>  all-time counters
 //! | 0x30 | metric (M) | start ms (8, BE) | tags |       g:n = empty      a note's place
 //! ```
+//!
+//! Format 2 (RFC 0007, "Format 2"): `0x03` lists the metrics of a tag value (the series of
+//! a value without a metric are each listed metric's `0x02` range) and `0x05` trigrams are
+//! a tag key's, shared by every metric; format 1 wrote both per series or per metric.
 //!
 //! Cell timestamps are fixed (a `p` cell its period's start in ms, a `g` cell 0), so writing
 //! an entry again writes the same cell: every entry is an idempotent set.
@@ -57,7 +61,7 @@ pub mod kind {
     pub const STATUS: u8 = 0x00;
     pub const CATALOG: u8 = 0x01;
     pub const POSTING: u8 = 0x02;
-    pub const ANY_METRIC_POSTING: u8 = 0x03;
+    pub const VALUE_METRIC: u8 = 0x03;
     pub const VALUE_NAME: u8 = 0x04;
     pub const TRIGRAM: u8 = 0x05;
     pub const PERIOD_SERIES: u8 = 0x10;
@@ -158,15 +162,9 @@ pub fn posting_key(series: Series<'_>, tagk: &[u8], tagv: &[u8]) -> Vec<u8> {
     key(&[&[kind::POSTING], series.metric, tagk, tagv, series.tags])
 }
 
-/// `| 0x03 | tagk | tagv | metric | tags |`
-pub fn any_metric_posting_key(series: Series<'_>, tagk: &[u8], tagv: &[u8]) -> Vec<u8> {
-    key(&[
-        &[kind::ANY_METRIC_POSTING],
-        tagk,
-        tagv,
-        series.metric,
-        series.tags,
-    ])
+/// `| 0x03 | tagk | tagv | metric |`: the metric has series with the tag value.
+pub fn value_metric_key(tagk: &[u8], tagv: &[u8], metric: &[u8]) -> Vec<u8> {
+    key(&[&[kind::VALUE_METRIC], tagk, tagv, metric])
 }
 
 /// `| 0x04 | metric | tagk | tagv name |`, the name as `tsdb-uid` stores it.
@@ -174,9 +172,9 @@ pub fn value_name_key(metric: &[u8], tagk: &[u8], name: &str) -> Vec<u8> {
     key(&[&[kind::VALUE_NAME], metric, tagk, &name_bytes(name)])
 }
 
-/// `| 0x05 | metric | tagk | trigram | tagv |`
-pub fn trigram_key(metric: &[u8], tagk: &[u8], trigram: [u8; 3], tagv: &[u8]) -> Vec<u8> {
-    key(&[&[kind::TRIGRAM], metric, tagk, &trigram, tagv])
+/// `| 0x05 | tagk | trigram | tagv |`
+pub fn trigram_key(tagk: &[u8], trigram: [u8; 3], tagv: &[u8]) -> Vec<u8> {
+    key(&[&[kind::TRIGRAM], tagk, &trigram, tagv])
 }
 
 /// `| 0x10 | metric | period | tags |`: the series has rows in the period.
@@ -317,13 +315,12 @@ pub struct PeriodEntries {
     pub marker: Entry,
 }
 
-/// The entries of a series over all time.
+/// The entries of a series over all time (its values' rows are [`value_entries`] and
+/// [`trigram_entries`], written once per value, not per series).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeriesEntries {
-    /// `0x02` and `0x03`, one each per tag pair.
+    /// `0x02`, one per tag pair.
     pub postings: Vec<Entry>,
-    /// `0x04` and its `0x05` trigrams, per tag pair whose value's name is known.
-    pub values: Vec<ValueRows>,
     /// `0x01`, written only once the rest is stored.
     pub catalog: Entry,
 }
@@ -362,50 +359,42 @@ pub fn period_entries(
     }
 }
 
-/// The all-time entries of `series` (see [`period_entries`] for `names`).
-pub fn series_entries(
-    schema: &Schema,
-    series: Series<'_>,
-    names: &[Option<String>],
-) -> SeriesEntries {
-    let mut postings = Vec::new();
-    let mut values = Vec::new();
-    for (i, (tagk, tagv)) in series.pairs(schema).enumerate() {
-        postings.push(global(
-            posting_key(series, tagk, tagv),
-            ENTRY_QUALIFIER,
-            Vec::new(),
-        ));
-        postings.push(global(
-            any_metric_posting_key(series, tagk, tagv),
-            ENTRY_QUALIFIER,
-            Vec::new(),
-        ));
-        if let Some(Some(name)) = names.get(i) {
-            let mut rows = vec![global(
-                value_name_key(series.metric, tagk, name),
-                VALUE_QUALIFIER,
-                tagv.to_vec(),
-            )];
-            for trigram in trigrams(name) {
-                rows.push(global(
-                    trigram_key(series.metric, tagk, trigram, tagv),
-                    ENTRY_QUALIFIER,
-                    Vec::new(),
-                ));
-            }
-            values.push(ValueRows {
-                tagk: tagk.to_vec(),
-                tagv: tagv.to_vec(),
-                rows,
-            });
-        }
-    }
+/// The all-time entries of `series`.
+pub fn series_entries(schema: &Schema, series: Series<'_>) -> SeriesEntries {
+    let postings = series
+        .pairs(schema)
+        .map(|(tagk, tagv)| global(posting_key(series, tagk, tagv), ENTRY_QUALIFIER, Vec::new()))
+        .collect();
     SeriesEntries {
         postings,
-        values,
         catalog: global(catalog_key(series), ENTRY_QUALIFIER, Vec::new()),
     }
+}
+
+/// The rows of a tag value new to a metric: its `0x03` metric row and, when its name is
+/// known, its `0x04` value name.
+pub fn value_entries(metric: &[u8], tagk: &[u8], tagv: &[u8], name: Option<&str>) -> Vec<Entry> {
+    let mut rows = vec![global(
+        value_metric_key(tagk, tagv, metric),
+        ENTRY_QUALIFIER,
+        Vec::new(),
+    )];
+    if let Some(name) = name {
+        rows.push(global(
+            value_name_key(metric, tagk, name),
+            VALUE_QUALIFIER,
+            tagv.to_vec(),
+        ));
+    }
+    rows
+}
+
+/// The `0x05` rows of a tag value new to its tag key (any metric).
+pub fn trigram_entries(tagk: &[u8], tagv: &[u8], name: &str) -> Vec<Entry> {
+    trigrams(name)
+        .into_iter()
+        .map(|t| global(trigram_key(tagk, t, tagv), ENTRY_QUALIFIER, Vec::new()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -455,6 +444,10 @@ pub fn rename_value(
     if !store.table_exists(table)? {
         return Ok(0);
     }
+    if status::stored_format(store, table)?.is_some_and(|f| f != [status::FORMAT]) {
+        // An index of another format is never written (it is replaced whole).
+        return Ok(0);
+    }
     let (m, k) = (
         usize::from(schema.metric_width),
         usize::from(schema.tagk_width),
@@ -463,6 +456,9 @@ pub fn rename_value(
     let (old_trigrams, new_trigrams) = (trigrams(old), trigrams(new));
     let mut writes: Vec<RowMutation> = Vec::new();
     let mut deletes: Vec<RowMutation> = Vec::new();
+    // Trigram rows are the tag key's (format 2): rewritten once per key, whatever metrics
+    // have the value under it.
+    let mut keys_done: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
     let gone = |key: Vec<u8>| RowMutation {
         key,
         mutations: vec![Mutation::DeleteRow],
@@ -494,18 +490,15 @@ pub fn rename_value(
                     )
                     .into(),
                 );
-                for t in &new_trigrams {
-                    writes.push(
-                        global(
-                            trigram_key(metric, tagk, *t, uid),
-                            ENTRY_QUALIFIER,
-                            Vec::new(),
-                        )
-                        .into(),
-                    );
-                }
-                for t in old_trigrams.iter().filter(|t| !new_trigrams.contains(t)) {
-                    deletes.push(gone(trigram_key(metric, tagk, *t, uid)));
+                if keys_done.insert(tagk.to_vec()) {
+                    for t in &new_trigrams {
+                        writes.push(
+                            global(trigram_key(tagk, *t, uid), ENTRY_QUALIFIER, Vec::new()).into(),
+                        );
+                    }
+                    for t in old_trigrams.iter().filter(|t| !new_trigrams.contains(t)) {
+                        deletes.push(gone(trigram_key(tagk, *t, uid)));
+                    }
                 }
             } else {
                 let p = &fixed[1 + m..1 + m + 4];

@@ -133,7 +133,6 @@ fn a_flush_writes_every_entry_of_its_series_and_periods() {
             want.push(index::catalog_key(s));
             for (k, v) in [(&u.host, host), (&u.dc, &lon)] {
                 want.push(index::posting_key(s, k, v));
-                want.push(index::any_metric_posting_key(s, k, v));
             }
         }
         for (s, host, period) in [(s1, &web01, d1), (s2, &web02, d1), (s1, &web01, d2)] {
@@ -154,8 +153,9 @@ fn a_flush_writes_every_entry_of_its_series_and_periods() {
         for (h, v) in [("web01", &web01), ("web02", &web02), ("lon", &lon)] {
             let k = if h == "lon" { &u.dc } else { &u.host };
             want.push(index::value_name_key(&u.metric, k, h));
+            want.push(index::value_metric_key(k, v, &u.metric));
             for t in index::trigrams(h) {
-                want.push(index::trigram_key(&u.metric, k, t, v));
+                want.push(index::trigram_key(k, t, v));
             }
         }
         want.push(index::series_counters_key(&u.metric));
@@ -213,11 +213,11 @@ fn a_flush_writes_every_entry_of_its_series_and_periods() {
         ];
         assert_eq!(got, [2, 2, 2, 1, 1, 1, 2, 2, 2, 1], "{name}");
 
-        // Status: format 1, days, covered from the start (the data table was empty).
+        // Status: format 2, days, covered from the start (the data table was empty).
         let s = status::read(store.as_ref(), "tsdb-index").unwrap().unwrap();
         assert_eq!(
             (s.format, s.period_secs, s.live_from),
-            (1, 86_400, 0),
+            (2, 86_400, 0),
             "{name}"
         );
         assert_eq!(s.writers, b"hourglass", "{name}");
@@ -359,30 +359,62 @@ fn coverage_follows_tsd_index_enable() {
     }
 }
 
+/// An index of format 1 (RFC 0007, "Format 2") or of a later format is refused at open
+/// with the way out; with the index off it is left as it is; once emptied
+/// (`status::clear`, what `tsdb index rebuild --replace` does) a TSD opens it in format 2.
 #[test]
-fn an_index_of_an_unknown_format_is_refused() {
+fn an_index_of_another_format_is_refused_until_replaced() {
     let store: Arc<dyn Store> = Arc::new(hourglass_storage::memory::MemoryStore::new());
     let now = Arc::new(AtomicI64::new(DAY));
-    common::open(Arc::clone(&store), settings(&now, true))
-        .close()
-        .unwrap();
-    store
-        .mutate_row(
-            "tsdb-index",
-            &index::status_key(),
-            &[hourglass_storage::Mutation::set_at(
-                "g",
-                b"format".to_vec(),
-                0,
-                vec![2],
-            )],
-        )
-        .unwrap();
-    let err = Tsdb::open(Arc::clone(&store), settings(&now, true)).unwrap_err();
+    let db = common::open(Arc::clone(&store), settings(&now, true));
+    put(&db, DAY + 3600, "web01");
+    db.close().unwrap();
+    let set_format = |f: u8| {
+        store
+            .mutate_row(
+                "tsdb-index",
+                &index::status_key(),
+                &[hourglass_storage::Mutation::set_at(
+                    "g",
+                    b"format".to_vec(),
+                    0,
+                    vec![f],
+                )],
+            )
+            .unwrap();
+    };
+    for (format, by) in [(1, "an older Hourglass"), (3, "a newer Hourglass")] {
+        set_format(format);
+        let err = Tsdb::open(Arc::clone(&store), settings(&now, true)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the tag index table tsdb-index is in format {format}, written by {by}; this binary reads and writes format 2: rebuild it with tsdb index rebuild --replace"
+            )
+        );
+        // Off: opened, the table untouched (its format and live_from as they were).
+        let before = index_rows(&store);
+        Tsdb::open(Arc::clone(&store), settings(&now, false))
+            .unwrap()
+            .close()
+            .unwrap();
+        assert_eq!(index_rows(&store), before, "format {format}");
+    }
+    set_format(1);
+    let deleted = status::clear(store.as_ref(), "tsdb-index").unwrap();
+    assert!(deleted > 10, "{deleted}");
     assert!(
-        err.to_string().contains("unknown tag index format"),
-        "{err}"
+        store
+            .scan("tsdb-index", &ScanRequest::default())
+            .unwrap()
+            .next()
+            .is_none(),
+        "emptied"
     );
+    let db = common::open(Arc::clone(&store), settings(&now, true));
+    let s = status::read(store.as_ref(), "tsdb-index").unwrap().unwrap();
+    assert_eq!(s.format, 2);
+    db.close().unwrap();
 }
 
 /// Rows of an index table as comparable cells (key, family, qualifier, value), status rows
@@ -690,7 +722,7 @@ fn renaming_a_tag_value_renames_its_index_rows() {
             )),
             "{name}"
         );
-        let trigram = |t: &[u8; 3]| index::trigram_key(&u.metric, &u.host, *t, &web01);
+        let trigram = |t: &[u8; 3]| index::trigram_key(&u.host, *t, &web01);
         assert!(rows.contains_key(&trigram(b"b99")), "{name}");
         assert!(!rows.contains_key(&trigram(b"b01")), "{name}");
         assert!(

@@ -379,3 +379,143 @@ fn a_limited_meta_lookup_stops_reading_at_its_limit() {
     );
     db.close().unwrap();
 }
+
+/// A store counting the rows scans of the index table hand out.
+#[derive(Debug)]
+struct CountingScans {
+    inner: Arc<dyn Store>,
+    index_rows: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Store for CountingScans {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn create_table(&self, spec: &hourglass_storage::TableSpec) -> hourglass_storage::Result<()> {
+        self.inner.create_table(spec)
+    }
+    fn table_exists(&self, table: &str) -> hourglass_storage::Result<bool> {
+        self.inner.table_exists(table)
+    }
+    fn get(
+        &self,
+        table: &str,
+        key: &[u8],
+        read: &hourglass_storage::ReadOptions,
+    ) -> hourglass_storage::Result<Option<hourglass_storage::Row>> {
+        self.inner.get(table, key, read)
+    }
+    fn get_rows(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        read: &hourglass_storage::ReadOptions,
+    ) -> hourglass_storage::Result<Vec<Option<hourglass_storage::Row>>> {
+        self.inner.get_rows(table, keys, read)
+    }
+    fn mutate_row(
+        &self,
+        table: &str,
+        key: &[u8],
+        mutations: &[hourglass_storage::Mutation],
+    ) -> hourglass_storage::Result<()> {
+        self.inner.mutate_row(table, key, mutations)
+    }
+    fn mutate_rows(
+        &self,
+        table: &str,
+        rows: &[hourglass_storage::RowMutation],
+    ) -> hourglass_storage::Result<()> {
+        self.inner.mutate_rows(table, rows)
+    }
+    fn scan(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+    ) -> hourglass_storage::Result<hourglass_storage::RowIter> {
+        let rows = self.inner.scan(table, request)?;
+        if table != "tsdb-index" {
+            return Ok(rows);
+        }
+        let count = Arc::clone(&self.index_rows);
+        Ok(Box::new(rows.inspect(move |_| {
+            count.fetch_add(1, Ordering::SeqCst);
+        })))
+    }
+    fn increment(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        delta: i64,
+    ) -> hourglass_storage::Result<i64> {
+        self.inner.increment(table, key, family, qualifier, delta)
+    }
+    fn check_and_mutate(
+        &self,
+        table: &str,
+        key: &[u8],
+        check: &hourglass_storage::Check,
+        mutations: &[hourglass_storage::Mutation],
+    ) -> hourglass_storage::Result<bool> {
+        self.inner.check_and_mutate(table, key, check, mutations)
+    }
+    fn sync(&self) -> hourglass_storage::Result<()> {
+        self.inner.sync()
+    }
+}
+
+/// A meta-table lookup of a whole metric with a limit reads the catalog only until the limit
+/// is met (RFC 0007 phase 2), not every series of the metric, and answers as the scan; a
+/// `*=value` lookup too, and one whose first candidates lack meta rows reads on past them.
+#[test]
+fn a_limited_whole_metric_meta_lookup_stops_reading_the_catalog() {
+    let index_rows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let store: Arc<dyn Store> = Arc::new(CountingScans {
+        inner: Arc::new(hourglass_storage::memory::MemoryStore::new()),
+        index_rows: Arc::clone(&index_rows),
+    });
+    let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+    let db = common::open(Arc::clone(&store), settings(&now, true));
+    for i in 0..3_000 {
+        let host = format!("h{i:05}");
+        let dc = if i % 2 == 0 { "lon" } else { "par" };
+        put(&db, "sys.cpu", DAY + 3600, &[("host", &host), ("dc", dc)]);
+    }
+    db.flush().unwrap();
+    // The first 100 series (TSUID order) lose their meta rows: read past.
+    let first: Vec<Vec<u8>> = store
+        .scan("tsdb-meta", &hourglass_storage::ScanRequest::default())
+        .unwrap()
+        .take(100)
+        .map(|r| r.unwrap().key)
+        .collect();
+    for key in &first {
+        store
+            .mutate_row("tsdb-meta", key, &[hourglass_storage::Mutation::DeleteRow])
+            .unwrap();
+    }
+    for tags in [vec![], vec![(None, Some("lon".to_string()))]] {
+        for limit in [1, 25, 0] {
+            let q = LookupQuery {
+                metric: Some("sys.cpu".into()),
+                tags: tags.clone(),
+                use_meta: true,
+                limit,
+            };
+            let before = index_rows.load(Ordering::SeqCst);
+            let by_index = lookup(&db, &q).unwrap();
+            let read = index_rows.load(Ordering::SeqCst) - before;
+            assert_eq!(by_index, lookup_by_scan(&db, &q).unwrap(), "{q:?}");
+            assert!(by_index.iter().all(|r| !first.contains(&r.tsuid)), "{q:?}");
+            if limit == 0 {
+                assert!(read >= 3_000, "{q:?}: {read} index rows read");
+            } else {
+                assert_eq!(by_index.len(), limit, "{q:?}");
+                assert!(read < 400, "{q:?}: {read} index rows read for {limit}");
+            }
+        }
+    }
+    db.close().unwrap();
+}

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Check, FamilySpec, Increment, Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint,
-    Store, TableSpec, TimeRange,
+    CellRow, Check, FamilySpec, Increment, Mutation, ReadOptions, Row, RowMutation, ScanRequest,
+    SkipHint, Store, TableSpec, TimeRange,
 };
 
 /// Expands to one `#[test]` per conformance case, each on a store made by `$make()`.
@@ -39,6 +39,7 @@ macro_rules! conformance_tests {
             concurrent_increment_many_lose_nothing,
             keys_only_reads_return_cells_without_values,
             a_row_is_replaced_by_deleting_it_then_setting_cells,
+            one_cell_rows_replace_rows_whole,
             lent_cells_are_the_scanned_cells
         );
     };
@@ -1049,6 +1050,121 @@ pub fn a_row_is_replaced_by_deleting_it_then_setting_cells(store: &Arc<dyn Store
     );
     store.mutate_rows(T, &[replace(b"fresh", b"z")]).unwrap();
     assert_eq!(get(store, b"fresh").unwrap().cells.len(), 1);
+}
+
+/// `put_cells` replaces each row with its one cell, as a `DeleteRow` then a set would: in
+/// small and large batches (the embedded store writes a large sorted one as a table file),
+/// sorted or not (a repeated key: the last stands); an unknown family is an error.
+pub fn one_cell_rows_replace_rows_whole(store: &Arc<dyn Store>) {
+    setup(store);
+    let cells = |key: &[u8]| -> Vec<(String, Vec<u8>, i64, Vec<u8>)> {
+        get(store, key)
+            .map(|r| {
+                r.cells
+                    .into_iter()
+                    .map(|c| (c.family, c.qualifier, c.timestamp, c.value))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let one = |key: &'static [u8], value: &'static [u8]| CellRow {
+        key,
+        family: "one",
+        qualifier: b"q",
+        timestamp: 7,
+        value,
+    };
+    store
+        .mutate_row(
+            T,
+            b"r",
+            &[
+                Mutation::set_at("a", b"old".to_vec(), 5, b"1".to_vec()),
+                Mutation::set_at("one", b"q".to_vec(), 5, b"2".to_vec()),
+            ],
+        )
+        .unwrap();
+    store.put_cells(T, &[one(b"r", b"new")]).unwrap();
+    assert_eq!(
+        cells(b"r"),
+        vec![("one".to_string(), b"q".to_vec(), 7, b"new".to_vec())]
+    );
+    // Not sorted, a key twice: the last stands.
+    store
+        .put_cells(T, &[one(b"s", b"1"), one(b"r", b"x"), one(b"r", b"y")])
+        .unwrap();
+    assert_eq!(
+        get(store, b"r").unwrap().value("one", b"q"),
+        Some(&b"y"[..])
+    );
+    assert_eq!(
+        get(store, b"s").unwrap().value("one", b"q"),
+        Some(&b"1"[..])
+    );
+    // Many rows in key order, some replacing rows of several cells, empty values among them.
+    let keys: Vec<Vec<u8>> = (0..1000u32)
+        .map(|i| [b"m".as_slice(), &i.to_be_bytes()].concat())
+        .collect();
+    for key in keys.iter().step_by(7) {
+        store
+            .mutate_row(
+                T,
+                key,
+                &[
+                    Mutation::set_at("a", b"x".to_vec(), 1, b"old".to_vec()),
+                    Mutation::set_at("b", b"y".to_vec(), 1, b"old".to_vec()),
+                ],
+            )
+            .unwrap();
+    }
+    let values: Vec<Vec<u8>> = (0..1000u32)
+        .map(|i| {
+            if i % 2 == 0 {
+                Vec::new()
+            } else {
+                i.to_be_bytes().to_vec()
+            }
+        })
+        .collect();
+    let rows: Vec<CellRow<'_>> = keys
+        .iter()
+        .zip(&values)
+        .map(|(key, value)| CellRow {
+            key,
+            family: "b",
+            qualifier: b"s",
+            timestamp: 86_400_000,
+            value,
+        })
+        .collect();
+    store.put_cells(T, &rows).unwrap();
+    let scanned: Vec<Row> = store
+        .scan(T, &ScanRequest::prefix(b"m"))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(scanned.len(), 1000);
+    for ((row, key), value) in scanned.iter().zip(&keys).zip(&values) {
+        assert_eq!(&row.key, key);
+        let got: Vec<(&str, &[u8], i64, &[u8])> = row
+            .cells
+            .iter()
+            .map(|c| {
+                (
+                    c.family.as_str(),
+                    c.qualifier.as_slice(),
+                    c.timestamp,
+                    c.value.as_slice(),
+                )
+            })
+            .collect();
+        assert_eq!(got, vec![("b", &b"s"[..], 86_400_000, value.as_slice())]);
+    }
+    let unknown = CellRow {
+        family: "nope",
+        ..one(b"t", b"1")
+    };
+    assert!(store.put_cells(T, &[unknown]).is_err());
 }
 
 /// `scan_cells` visits the rows `scan` returns, in its order, each with its cells, under

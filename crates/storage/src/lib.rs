@@ -103,6 +103,16 @@ pub trait Store: Send + Sync + Debug {
     /// Applies mutations to many rows; each row's mutations are atomic, the batch is not.
     fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()>;
 
+    /// Replaces each row with its one cell: the same as [`Store::mutate_rows`] of a
+    /// `DeleteRow` then the cell's set, row by row (atomic per row, not per batch; a key
+    /// repeated: the last stands). A backend may write rows given in strictly ascending key
+    /// order without building its row model (the embedded store does: the tag index's
+    /// entries are such rows).
+    fn put_cells(&self, table: &str, rows: &[CellRow<'_>]) -> Result<()> {
+        let rows: Vec<RowMutation> = rows.iter().map(CellRow::to_mutation).collect();
+        self.mutate_rows(table, &rows)
+    }
+
     /// Rows with `start <= key < end` (no end: to the last row) passing the filters, each
     /// once, in key order, or, for a data table a backend keeps a series' period together
     /// in (RFC 0006), in *period order*: the key order of each row's key with its base time

@@ -180,6 +180,11 @@ impl Store for Metered {
         self.stats.run(kind, || self.inner.mutate_rows(table, rows))
     }
 
+    fn put_cells(&self, table: &str, rows: &[crate::CellRow<'_>]) -> Result<()> {
+        self.stats
+            .run(Call::Put, || self.inner.put_cells(table, rows))
+    }
+
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         self.stats
             .run(Call::Scan, || self.inner.scan(table, request))

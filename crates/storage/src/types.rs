@@ -147,6 +147,30 @@ pub struct RowMutation {
     pub mutations: Vec<Mutation>,
 }
 
+/// A row of one cell, written whole by [`crate::Store::put_cells`]: the row's other cells,
+/// if any, are removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellRow<'a> {
+    pub key: &'a [u8],
+    pub family: &'a str,
+    pub qualifier: &'a [u8],
+    pub timestamp: i64,
+    pub value: &'a [u8],
+}
+
+impl CellRow<'_> {
+    /// The same write as mutations: delete the row, then set the cell.
+    pub fn to_mutation(&self) -> RowMutation {
+        RowMutation {
+            key: self.key.to_vec(),
+            mutations: vec![
+                Mutation::DeleteRow,
+                Mutation::set_at(self.family, self.qualifier, self.timestamp, self.value),
+            ],
+        }
+    }
+}
+
 /// Cell timestamps `start <= t < end` (no end: unbounded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeRange {

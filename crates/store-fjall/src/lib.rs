@@ -23,9 +23,9 @@ use fjall::{
 };
 use hourglass_storage::model::{self, RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
-    Cell, CellCodec, CellForm, CellRef, CellVisitor, Check, Error, FamilySpec, JointMember,
-    Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, SkipHint, Store,
-    TableSpec, now_ms,
+    Cell, CellCodec, CellForm, CellRef, CellRow, CellVisitor, Check, Error, FamilySpec,
+    JointMember, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, SkipHint,
+    Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -1042,6 +1042,57 @@ impl FjallStore {
         Ok(())
     }
 
+    /// [`Store::put_cells`]: rows in strictly ascending key order of a table neither grouped
+    /// nor coded are encoded as they come (no row model, nothing to read) and written as a
+    /// new table file when there are many; other calls go through `mutate_rows`.
+    fn put_cells_once(&self, table: &str, rows: &[CellRow<'_>]) -> Result<()> {
+        let (open, t) = self.table(table)?;
+        let plain =
+            t.groups.is_none() && t.codec.is_none() && rows.windows(2).all(|w| w[0].key < w[1].key);
+        if !plain {
+            let rows: Vec<RowMutation> = rows.iter().map(CellRow::to_mutation).collect();
+            return self.mutate_rows_once(table, &rows);
+        }
+        // Every family checked before anything is written: all or nothing, as mutate_rows.
+        let mut checked: Option<&str> = None;
+        for r in rows {
+            if checked != Some(r.family) {
+                if !t.spec.families.iter().any(|f| f.name == r.family) {
+                    return Err(Error::FamilyNotFound {
+                        table: table.to_string(),
+                        family: r.family.to_string(),
+                    });
+                }
+                checked = Some(r.family);
+            }
+        }
+        let encode = |r: &CellRow<'_>| {
+            RowData::encode_one_plain(r.family, r.qualifier, r.timestamp, r.value)
+        };
+        let _w = self.write_lock.lock();
+        if rows.len() >= INGEST_MIN_ROWS {
+            let mut ingestion = t
+                .rows
+                .start_ingestion()
+                .map_err(|e| self.write_failed("write failed", e))?;
+            for r in rows {
+                ingestion
+                    .write(r.key, encode(r))
+                    .map_err(|e| self.write_failed("write failed", e))?;
+            }
+            return ingestion
+                .finish()
+                .map_err(|e| self.write_failed("write failed", e));
+        }
+        let mut batch = open.db.batch();
+        for r in rows {
+            batch.insert(&t.rows, r.key, encode(r));
+        }
+        batch
+            .commit()
+            .map_err(|e| self.write_failed("write failed", e))
+    }
+
     fn mutate_rows_once(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
         let (open, t) = self.table(table)?;
         let now = now_ms();
@@ -1439,6 +1490,10 @@ impl Store for FjallStore {
 
     fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
         self.retrying(|| self.mutate_rows_once(table, rows))
+    }
+
+    fn put_cells(&self, table: &str, rows: &[CellRow<'_>]) -> Result<()> {
+        self.retrying(|| self.put_cells_once(table, rows))
     }
 
     fn increment(

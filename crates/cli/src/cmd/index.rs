@@ -2,7 +2,9 @@
 //! builds the tag index (RFC 0007) from the data table's keys, metric by metric; each
 //! metric done prints one line. It may run beside live TSDs (on Bigtable; the embedded
 //! store's data dir belongs to one process); an interrupted rebuild is finished by running
-//! it again for the metrics it had not printed.
+//! it again for the metrics it had not printed. `--replace` empties the index table first
+//! (an index of another format is refused until it is replaced: RFC 0007, "Format 2") and
+//! rebuilds every metric over all time.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,6 +43,11 @@ pub(crate) struct RebuildArgs {
     /// The index table to write (`tsd.storage.hbase.index_table` by default).
     #[arg(long, value_name = "NAME")]
     index_table: Option<String>,
+    /// Empty the index table first (every row, whatever its format), then rebuild every
+    /// metric over all time: how an index of an older format is replaced. Stop every TSD
+    /// of an older version first.
+    #[arg(long)]
+    replace: bool,
 }
 
 impl IndexArgs {
@@ -67,7 +74,24 @@ pub(crate) fn run(args: &IndexArgs) -> anyhow::Result<ExitCode> {
 fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
     let now_ms = chrono::Utc::now().timestamp_millis();
     let settings = args.store.settings()?;
-    let db = args.store.open_tsdb(settings)?;
+    let mut replaced = None;
+    let db = if args.replace {
+        if !args.metrics.is_empty() || args.since.is_some() || args.until.is_some() {
+            anyhow::bail!(
+                "--replace rebuilds every metric over all time: it does not take --metric, --since or --until"
+            );
+        }
+        let store = args.store.open_store()?;
+        let table = args
+            .index_table
+            .clone()
+            .unwrap_or_else(|| settings.schema.index_table.clone());
+        let deleted = hourglass_engine::index::status::clear(store.as_ref(), &table)?;
+        replaced = Some((table, deleted));
+        hourglass_engine::Tsdb::open(store, settings)?
+    } else {
+        args.store.open_tsdb(settings)?
+    };
     let mut metrics = Vec::new();
     for name in &args.metrics {
         metrics.push(db.uids().get_id(UidKind::Metric, name)?);
@@ -88,6 +112,13 @@ fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
         now_secs: u32::try_from(now_ms / 1000).unwrap_or(u32::MAX),
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if let Some((table, deleted)) = replaced {
+        writeln!(
+            out,
+            "Emptied the index table {table}: {deleted} rows deleted"
+        )?;
+        out.flush()?;
+    }
     let mut done = (0usize, 0usize);
     let mut failed = None;
     let report = rebuild(&db, &options, |metric, so_far| {

@@ -202,7 +202,7 @@ pub(crate) fn expected(
     for (tags, periods) in &data.series {
         let series = Series { metric, tags };
         let names = super::value_names(db.uids(), schema, series)?;
-        let all = super::series_entries(schema, series, &names);
+        let all = super::series_entries(schema, series);
         out.entries
             .extend(all.postings.into_iter().map(RowMutation::from));
         let counters = super::series_counters_key(metric);
@@ -210,11 +210,18 @@ pub(crate) fn expected(
         for (tagk, _) in series.pairs(schema) {
             counts.push((counters.clone(), super::key_series_qualifier(tagk)));
         }
-        for v in all.values {
-            if values.insert([&[0u8][..], &v.tagk, &v.tagv].concat()) {
-                counts.push((counters.clone(), super::key_values_qualifier(&v.tagk)));
-                out.entries
-                    .extend(v.rows.into_iter().map(RowMutation::from));
+        // Each value's rows once: its metric row, value row and trigrams (format 2: the
+        // trigrams are the tag key's, written again by every metric having the value).
+        for ((tagk, tagv), name) in series.pairs(schema).zip(&names) {
+            if !values.insert([&[0u8][..], tagk, tagv].concat()) {
+                continue;
+            }
+            let rows = super::value_entries(metric, tagk, tagv, name.as_deref());
+            out.entries.extend(rows.into_iter().map(RowMutation::from));
+            if let Some(name) = name {
+                counts.push((counters.clone(), super::key_values_qualifier(tagk)));
+                let rows = super::trigram_entries(tagk, tagv, name);
+                out.entries.extend(rows.into_iter().map(RowMutation::from));
             }
         }
         out.markers.push(all.catalog.into());

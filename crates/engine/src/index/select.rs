@@ -173,7 +173,7 @@ impl SeriesSelector {
                 let mut found = self.trigram_found.lock();
                 let values = match &*found {
                     Some(values) => values.clone(),
-                    None => found.insert(self.trigram_values(tsdb, &metric, t)?).clone(),
+                    None => found.insert(self.trigram_values(tsdb, t)?).clone(),
                 };
                 match values {
                     Some(values) => Some(values),
@@ -313,12 +313,7 @@ impl SeriesSelector {
     /// the values left are at most [`NAME_CHECKS`], their names are checked against the
     /// filters instead of reading further lists (a cached name and a match cost less than
     /// a listed row, and every value left is checked by name in the end anyway).
-    fn trigram_values(
-        &self,
-        tsdb: &Tsdb,
-        metric: &[u8],
-        trigrams: &[[u8; 3]],
-    ) -> Result<Option<Vec<Vec<u8>>>> {
+    fn trigram_values(&self, tsdb: &Tsdb, trigrams: &[[u8; 3]]) -> Result<Option<Vec<Vec<u8>>>> {
         let schema = &tsdb.settings().schema;
         let tagk = self.driving_tagk(tsdb);
         let width = usize::from(schema.tagv_width);
@@ -329,7 +324,9 @@ impl SeriesSelector {
             if have.as_ref().is_some_and(|h| h.len() <= NAME_CHECKS) {
                 break;
             }
-            let start = [&[kind::TRIGRAM][..], metric, &tagk, t].concat();
+            // The tag key's list (format 2: shared by every metric); values of other
+            // metrics pass or fail by name like the rest, and have no postings here.
+            let start = [&[kind::TRIGRAM][..], &tagk, t].concat();
             if let Some(list) = kept.and_then(|(lists, generation)| lists.get(&start, generation)) {
                 let these: List = match &have {
                     None => list,

@@ -14,8 +14,10 @@ use hourglass_storage::{Check, Mutation, ReadOptions, ScanRequest, Store};
 use super::{GLOBAL_FAMILY, PERIOD_SECS, metric_status_key, status_key};
 use crate::{Error, Result};
 
-/// The index format this binary writes and reads.
-pub const FORMAT: u8 = 0x01;
+/// The index format this binary writes and reads (2: RFC 0007, "Format 2"). An index of
+/// another format is refused, never read or written: `tsdb index rebuild --replace`
+/// replaces it.
+pub const FORMAT: u8 = 0x02;
 /// `live_from` of an index some TSD stopped maintaining: nothing is covered from live
 /// writes until a TSD maintaining it sets it again.
 pub const NOT_MAINTAINED: u32 = u32::MAX;
@@ -54,6 +56,32 @@ fn be_u32(table: &str, what: &str, bytes: &[u8]) -> Result<u32> {
     Ok(u32::from_be_bytes(b))
 }
 
+/// The format the status row records, `None` when there is no status row yet.
+pub fn stored_format(store: &dyn Store, table: &str) -> Result<Option<Vec<u8>>> {
+    let Some(row) = store.get(table, &status_key(), &ReadOptions::latest())? else {
+        return Ok(None);
+    };
+    Ok(row
+        .value(GLOBAL_FAMILY, FORMAT_QUALIFIER)
+        .map(<[u8]>::to_vec))
+}
+
+/// The refusal of an index of another format than [`FORMAT`].
+fn other_format(table: &str, format: &[u8]) -> Error {
+    let which = match format {
+        [f] => f.to_string(),
+        _ => format!("{format:02x?}"),
+    };
+    Error::Corrupt(format!(
+        "the tag index table {table} is in format {which}, written by {}; this binary reads and writes format {FORMAT}: rebuild it with tsdb index rebuild --replace",
+        if format.first().is_some_and(|f| *f < FORMAT) {
+            "an older Hourglass"
+        } else {
+            "a newer Hourglass"
+        }
+    ))
+}
+
 /// The status row, `None` when there is none yet. A format or period this binary does not
 /// know is an error: the index is not to be written or trusted then.
 pub fn read(store: &dyn Store, table: &str) -> Result<Option<Status>> {
@@ -65,9 +93,7 @@ pub fn read(store: &dyn Store, table: &str) -> Result<Option<Status>> {
         return Ok(None);
     };
     if format != [FORMAT] {
-        return Err(Error::Corrupt(format!(
-            "unknown tag index format (this binary knows 1). table={table} format={format:02x?}"
-        )));
+        return Err(other_format(table, format));
     }
     let period_secs = be_u32(table, "period", cell(PERIOD_QUALIFIER).unwrap_or_default())?;
     if period_secs != PERIOD_SECS {
@@ -116,6 +142,14 @@ pub fn open(
     now_ms: i64,
 ) -> Result<Option<Status>> {
     let table = &schema.index_table;
+    if !enabled
+        && let Some(format) = stored_format(store, table)?
+        && format != [FORMAT]
+    {
+        // Not maintained, not read: left as it is until it is replaced.
+        tracing::warn!(table = %table, error = %other_format(table, &format), "tag index of another format left alone (tsd.index.enable = false)");
+        return Ok(None);
+    }
     let status = read(store, table)?;
     let next_period = || {
         let now = u32::try_from((now_ms / 1000).max(0)).unwrap_or(u32::MAX - PERIOD_SECS);
@@ -314,4 +348,53 @@ pub fn covers_hours(
     // Hours before `verified` are covered, and from `live_from` on: the range must not
     // reach into a gap between the two.
     Ok(first_hour >= live_from || verified >= live_from)
+}
+
+/// Empties an index table for `tsdb index rebuild --replace` (RFC 0007, "Format 2"): every
+/// row deleted, 10,000 at a time from a keys-only scan, the status row last, so an
+/// interrupted replace leaves the old format recorded (and is run again). Returns the rows
+/// deleted; nothing when the table does not exist.
+pub fn clear(store: &dyn Store, table: &str) -> Result<u64> {
+    const CHUNK: usize = 10_000;
+    if !store.table_exists(table)? {
+        return Ok(0);
+    }
+    let status = status_key();
+    let mut deleted = 0u64;
+    let mut start = [status.as_slice(), &[0]].concat();
+    loop {
+        let request = ScanRequest {
+            start: start.clone(),
+            read: ReadOptions::keys_only(),
+            limit: Some(CHUNK),
+            ..ScanRequest::default()
+        };
+        let keys: Vec<Vec<u8>> = store
+            .scan(table, &request)?
+            .map(|row| row.map(|r| r.key))
+            .collect::<std::result::Result<_, _>>()?;
+        let Some(last) = keys.last() else {
+            break;
+        };
+        start = [last.as_slice(), &[0]].concat();
+        let rows: Vec<hourglass_storage::RowMutation> = keys
+            .into_iter()
+            .map(|key| hourglass_storage::RowMutation {
+                key,
+                mutations: vec![Mutation::DeleteRow],
+            })
+            .collect();
+        for chunk in rows.chunks(1000) {
+            store.mutate_rows(table, chunk)?;
+        }
+        deleted += rows.len() as u64;
+    }
+    if store
+        .get(table, &status, &ReadOptions::keys_only())?
+        .is_some()
+    {
+        store.mutate_row(table, &status, &[Mutation::DeleteRow])?;
+        deleted += 1;
+    }
+    Ok(deleted)
 }

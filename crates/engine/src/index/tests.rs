@@ -40,16 +40,16 @@ fn every_key_kind_has_its_layout() {
             "02 000001 000002 000009 000001000007000002000009",
         ),
         (
-            any_metric_posting_key(s, &[0, 0, 2], &[0, 0, 9]),
-            "03 000002 000009 000001 000001000007000002000009",
+            value_metric_key(&[0, 0, 2], &[0, 0, 9], s.metric),
+            "03 000002 000009 000001",
         ),
         (
             value_name_key(s.metric, &[0, 0, 1], "web01"),
             "04 000001 000001 7765623031",
         ),
         (
-            trigram_key(s.metric, &[0, 0, 1], *b"eb0", &[0, 0, 7]),
-            "05 000001 000001 656230 000007",
+            trigram_key(&[0, 0, 1], *b"eb0", &[0, 0, 7]),
+            "05 000001 656230 000007",
         ),
         (
             period_series_key(s, PERIOD),
@@ -168,23 +168,43 @@ fn entries_carry_fixed_timestamps_and_their_values() {
     );
     assert_eq!(p.marker.key, period_series_key(series(), PERIOD));
 
-    let g = series_entries(&schema, series(), &names);
+    let g = series_entries(&schema, series());
     let keys: Vec<Vec<u8>> = g.postings.iter().map(|r| r.key.clone()).collect();
     assert_eq!(
         keys,
         vec![
             posting_key(series(), &[0, 0, 1], &[0, 0, 7]),
-            any_metric_posting_key(series(), &[0, 0, 1], &[0, 0, 7]),
             posting_key(series(), &[0, 0, 2], &[0, 0, 9]),
-            any_metric_posting_key(series(), &[0, 0, 2], &[0, 0, 9]),
+        ],
+        "format 2: no per-series any-metric postings"
+    );
+    let value_keys =
+        |rows: Vec<Entry>| -> Vec<Vec<u8>> { rows.into_iter().map(|r| r.key).collect() };
+    assert_eq!(
+        value_keys(value_entries(
+            &[0, 0, 1],
+            &[0, 0, 1],
+            &[0, 0, 7],
+            Some("web01")
+        )),
+        vec![
+            value_metric_key(&[0, 0, 1], &[0, 0, 7], &[0, 0, 1]),
+            value_name_key(&[0, 0, 1], &[0, 0, 1], "web01"),
         ]
     );
-    let value_keys: Vec<Vec<u8>> = g.values[0].rows.iter().map(|r| r.key.clone()).collect();
-    let mut want = vec![value_name_key(&[0, 0, 1], &[0, 0, 1], "web01")];
-    for t in [*b"b01", *b"eb0", *b"web"] {
-        want.push(trigram_key(&[0, 0, 1], &[0, 0, 1], t, &[0, 0, 7]));
-    }
-    assert_eq!(value_keys, want);
+    assert_eq!(
+        value_keys(value_entries(&[0, 0, 1], &[0, 0, 2], &[0, 0, 9], None)),
+        vec![value_metric_key(&[0, 0, 2], &[0, 0, 9], &[0, 0, 1])],
+        "a value without a name still lists its metric"
+    );
+    let want: Vec<Vec<u8>> = [*b"b01", *b"eb0", *b"web"]
+        .into_iter()
+        .map(|t| trigram_key(&[0, 0, 1], t, &[0, 0, 7]))
+        .collect();
+    assert_eq!(
+        value_keys(trigram_entries(&[0, 0, 1], &[0, 0, 7], "web01")),
+        want
+    );
     assert!(
         g.postings
             .iter()

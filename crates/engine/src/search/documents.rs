@@ -496,12 +496,35 @@ fn series_source(tsdb: &Tsdb, query: &Node) -> Result<SeriesSource> {
             }
         }
         (None, Some((k, v))) => {
-            let prefix = [&[kind::ANY_METRIC_POSTING][..], &k, &v].concat();
-            SeriesRange {
-                tail_at: prefix.len(),
-                prefix,
-                head: Vec::new(),
+            // The metrics having the value (`0x03`, in UID order), then each one's
+            // postings of it: TSUID order over all.
+            let start = [&[kind::VALUE_METRIC][..], &k, &v].concat();
+            let at = start.len();
+            let request = ScanRequest {
+                read: ReadOptions {
+                    keys_only: true,
+                    ..ReadOptions::family(GLOBAL_FAMILY)
+                },
+                ..ScanRequest::prefix(&start)
+            };
+            let mut ranges = Vec::new();
+            for row in tsdb.store().scan(&schema.index_table, &request)? {
+                let row = row?;
+                let Some(m) = row
+                    .key
+                    .get(at..)
+                    .filter(|m| m.len() == usize::from(schema.metric_width))
+                else {
+                    continue;
+                };
+                let prefix = [&[kind::POSTING][..], m, &k, &v].concat();
+                ranges.push(SeriesRange {
+                    tail_at: prefix.len(),
+                    prefix,
+                    head: m.to_vec(),
+                });
             }
+            return Ok(SeriesSource::Ranges(ranges));
         }
         (Some(m), None) => {
             // A tag glob or regex within the metric: the selector the query path uses

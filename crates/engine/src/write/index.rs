@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use hourglass_core::schema::Schema;
-use hourglass_storage::{Increment, ReadOptions, RowMutation, Store};
+use hourglass_storage::{CellRow, Increment, ReadOptions, Store};
 use parking_lot::Mutex;
 
 use crate::Result;
@@ -72,8 +72,10 @@ impl Known {
 struct State {
     /// By series id.
     series: Vec<Known>,
-    /// `metric | tagk | tagv` of `0x04` (and trigram) rows written and counted.
+    /// `metric | tagk | tagv` of `0x03` and `0x04` rows written and counted.
     values: Set<Vec<u8>>,
+    /// `tagk | tagv` of `0x05` trigram rows written.
+    key_values: Set<Vec<u8>>,
     /// `metric | period | tagk | tagv` of `0x12` rows written and counted.
     period_values: Set<Vec<u8>>,
 }
@@ -129,6 +131,7 @@ pub(crate) struct Pending {
     counters: Counters,
     values: Vec<Vec<u8>>,
     period_values: Vec<Vec<u8>>,
+    key_values: Vec<Vec<u8>>,
 }
 
 /// The tag index's side of the write path.
@@ -265,6 +268,7 @@ impl IndexWriter {
         let mut pending = Pending::default();
         let mut writes: Vec<Entry> = Vec::new();
         let mut flush_values: Set<Vec<u8>> = Set::default();
+        let mut flush_key_values: Set<Vec<u8>> = Set::default();
         let mut id: Vec<u8> = Vec::new();
         let mut q: Vec<u8> = Vec::new();
         for m in &missing {
@@ -312,7 +316,6 @@ impl IndexWriter {
             if m.catalog {
                 let counters = pending.counters.row(index::series_counters_key(metric));
                 bump(counters, index::ENTRY_QUALIFIER, 1);
-                let mut fresh: Vec<Option<String>> = vec![None; pairs.len()];
                 for (i, (tagk, tagv)) in pairs.iter().enumerate() {
                     qualifier(&mut q, b'k', tagk);
                     bump(counters, &q, 1);
@@ -323,18 +326,28 @@ impl IndexWriter {
                     if state.values.contains(&id) || flush_values.contains(&id) {
                         continue;
                     }
-                    let Some(name) = name_of(i, tagv)? else {
+                    // A value new to the metric: its metric row (`0x03`) whatever its name,
+                    // its value row when named, and its trigrams when new to the key too.
+                    let name = name_of(i, tagv)?;
+                    writes.extend(index::value_entries(metric, tagk, tagv, name.as_deref()));
+                    let Some(name) = name else {
                         continue;
                     };
                     flush_values.insert(id.clone());
                     qualifier(&mut q, b'v', tagk);
                     bump(counters, &q, 1);
                     pending.values.push(id.clone());
-                    fresh[i] = Some(name);
+                    let key_value = &id[metric.len()..];
+                    if !state.key_values.contains(key_value)
+                        && !flush_key_values.contains(key_value)
+                    {
+                        writes.extend(index::trigram_entries(tagk, tagv, &name));
+                        flush_key_values.insert(key_value.to_vec());
+                        pending.key_values.push(key_value.to_vec());
+                    }
                 }
-                let entries = index::series_entries(schema, m.series, &fresh);
+                let entries = index::series_entries(schema, m.series);
                 writes.extend(entries.postings);
-                writes.extend(entries.values.into_iter().flat_map(|v| v.rows));
                 pending.cataloged.push(m.id);
                 pending.markers.push(entries.catalog);
             }
@@ -405,6 +418,7 @@ impl IndexWriter {
         }
         remember(&mut state.values, pending.values);
         remember(&mut state.period_values, pending.period_values);
+        remember(&mut state.key_values, pending.key_values);
         written
     }
 }
@@ -416,26 +430,59 @@ fn announced(base: u32, now_secs: i64) -> Option<u32> {
     (last_hour && in_it).then(|| index::period_of(base).saturating_add(PERIOD_SECS))
 }
 
-/// Writes entries sorted by key: in one write when they fit [`INDEX_BATCH_ROWS`], else at
-/// most that many and one kind of entry per write (see there).
-fn write_sorted(store: &dyn Store, table: &str, mut entries: Vec<Entry>) -> Result<()> {
-    entries.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-    let by_kind = entries.len() > INDEX_BATCH_ROWS;
-    let mut batch: Vec<RowMutation> = Vec::with_capacity(entries.len().min(INDEX_BATCH_ROWS));
+/// Writes entries sorted by key (each a one-cell row replaced whole, [`Store::put_cells`]):
+/// in one write when they fit [`INDEX_BATCH_ROWS`], else at most that many and one kind of
+/// entry per write (see there). A key met twice is written once.
+fn write_sorted(store: &dyn Store, table: &str, entries: Vec<Entry>) -> Result<()> {
+    let order = key_order(&entries);
+    let by_kind = order.len() > INDEX_BATCH_ROWS;
+    let mut batch: Vec<CellRow<'_>> = Vec::with_capacity(order.len().min(INDEX_BATCH_ROWS));
     let mut kind: Option<u8> = None;
-    for entry in entries {
+    for entry in order.into_iter().map(|i| &entries[i]) {
         let this = entry.key.first().copied();
         if batch.len() >= INDEX_BATCH_ROWS || (by_kind && !batch.is_empty() && this != kind) {
-            store.mutate_rows(table, &batch)?;
+            store.put_cells(table, &batch)?;
             batch.clear();
         }
         kind = this;
-        batch.push(entry.into());
+        batch.push(CellRow {
+            key: &entry.key,
+            family: entry.family,
+            qualifier: entry.qualifier,
+            timestamp: entry.timestamp,
+            value: &entry.value,
+        });
     }
     if !batch.is_empty() {
-        store.mutate_rows(table, &batch)?;
+        store.put_cells(table, &batch)?;
     }
     Ok(())
+}
+
+/// The entries' positions in key order, a key met twice once. Sorted as (the key's first 16
+/// bytes as a number, position) pairs, the rest of the key compared only when those are
+/// equal: a flush's entries differ within their first 16 bytes mostly (kind, metric, period,
+/// tag pair), and moving small pairs costs less than moving entries.
+fn key_order(entries: &[Entry]) -> Vec<usize> {
+    let head = |key: &[u8]| -> u128 {
+        let mut b = [0u8; 16];
+        let n = key.len().min(16);
+        b[..n].copy_from_slice(&key[..n]);
+        u128::from_be_bytes(b)
+    };
+    let mut order: Vec<(u128, usize)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (head(&e.key), i))
+        .collect();
+    // Equal heads: the keys agree on their first 16 bytes (zero-padded), so comparing the
+    // whole keys orders them as comparing the keys would.
+    order.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| entries[a.1].key.cmp(&entries[b.1].key))
+    });
+    order.dedup_by(|a, b| a.0 == b.0 && entries[a.1].key == entries[b.1].key);
+    order.into_iter().map(|(_, i)| i).collect()
 }
 
 fn remember(set: &mut Set<Vec<u8>>, ids: Vec<Vec<u8>>) {
@@ -527,6 +574,43 @@ mod tests {
             .unwrap()
             .count();
         assert_eq!(rows, 100 + n as usize);
+    }
+
+    #[test]
+    fn entries_are_ordered_as_their_keys_and_each_key_once() {
+        let entry = |key: &[u8]| Entry {
+            key: key.to_vec(),
+            family: index::GLOBAL_FAMILY,
+            qualifier: index::ENTRY_QUALIFIER,
+            timestamp: 0,
+            value: Vec::new(),
+        };
+        let long = |tail: u8| {
+            let mut k = vec![0x11; 16];
+            k.push(tail);
+            k
+        };
+        let keys: Vec<Vec<u8>> = vec![
+            long(2),
+            vec![1, 0],
+            vec![1],
+            long(1),
+            vec![0x11; 16],
+            vec![2],
+            long(2),
+            vec![1, 0, 0],
+            vec![],
+            vec![0xFF; 20],
+        ];
+        let entries: Vec<Entry> = keys.iter().map(|k| entry(k)).collect();
+        let got: Vec<Vec<u8>> = key_order(&entries)
+            .into_iter()
+            .map(|i| entries[i].key.clone())
+            .collect();
+        let mut want = keys.clone();
+        want.sort();
+        want.dedup();
+        assert_eq!(got, want);
     }
 
     #[test]
