@@ -119,9 +119,7 @@ fn point(endpoint: &str, t: i64, i: usize, c: usize, round: usize) -> String {
         "histogram" => format!(
             r#"{{"metric":"sync.bench","timestamp":{t},"tags":{tags},"buckets":{{"0,1":{i},"1,2":3}},"underflow":0,"overflow":1}}"#
         ),
-        _ => format!(
-            r#"{{"metric":"sync.bench","timestamp":{t},"value":{i},"tags":{tags}}}"#
-        ),
+        _ => format!(r#"{{"metric":"sync.bench","timestamp":{t},"value":{i},"tags":{tags}}}"#),
     }
 }
 

@@ -57,6 +57,9 @@ pub struct FaultStore {
     faults: Arc<Faults>,
     hook: Mutex<Option<Hook>>,
     gate: Mutex<Gate>,
+    /// Every sync fails while set (a disk whose fsyncs report errors; other operations
+    /// work).
+    syncs_fail: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for FaultStore {
@@ -87,6 +90,7 @@ impl FaultStore {
             faults,
             hook: Mutex::new(None),
             gate: Mutex::new(Gate::default()),
+            syncs_fail: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -99,7 +103,14 @@ impl FaultStore {
             faults,
             hook: Mutex::new(None),
             gate: Mutex::new(Gate::default()),
+            syncs_fail: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Makes every sync fail while `failing` (other operations work).
+    pub fn set_syncs_fail(&self, failing: bool) {
+        self.syncs_fail
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Runs `hook` at batch writes (before and after the rows are applied) and reads by key.
@@ -357,7 +368,12 @@ impl Store for FaultStore {
 
     fn sync(&self) -> Result<()> {
         self.run_hook(Op::Sync);
-        if let Err(e) = self.check("sync") {
+        let failing = self.syncs_fail.load(std::sync::atomic::Ordering::SeqCst);
+        if let Err(e) = if failing {
+            Err(injected("sync (the disk reports an fsync error)"))
+        } else {
+            self.check("sync")
+        } {
             // The pages may be gone: what was written since the last sync is lost.
             let mut gate = self.gate.lock();
             let unsynced = std::mem::take(&mut gate.unsynced);
