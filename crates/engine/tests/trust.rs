@@ -729,3 +729,27 @@ fn kept_cells_count_in_the_memory_budget() {
         db.close().unwrap();
     }
 }
+
+/// Kept cells leave memory without a request asking: the flush thread syncs the store once
+/// they are older than the flush interval, with no point buffered.
+#[test]
+fn the_flush_thread_syncs_kept_cells_after_the_flush_interval() {
+    for (name, backend) in common::backends() {
+        let files = SimFiles::new(Arc::new(Faults::new(1, 0)));
+        let settings = Settings {
+            flush_interval: std::time::Duration::from_millis(50),
+            ..histogram_settings(64 << 20)
+        };
+        let db = open(&backend, &files, &settings);
+        db.start_background();
+        db.add_histogram_points(&histogram_cells(&[T0]), false)
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while db.kept_cells().0 > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(db.kept_cells().0, 0, "{name}: synced by the flush thread");
+        assert_eq!(db.buffered_points(), 0, "{name}");
+        db.close().unwrap();
+    }
+}

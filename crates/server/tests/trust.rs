@@ -223,6 +223,30 @@ async fn histogram_and_rollup_syncs_keep_to_sync_timeout(backend: &str) {
             "{backend} {path}: answered after {:?}, past sync_timeout",
             started.elapsed()
         );
+        // With details, each timed-out point is listed with 2.4.1's words.
+        let r = conn
+            .request(
+                "POST",
+                &format!("{path}?sync&sync_timeout=200&details"),
+                "",
+                format!("[{},{{\"metric\":\"h\"}}]", point(ts + 3 * step, "b")).as_bytes(),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{backend} {path}: {}", r.text());
+        let json = r.json();
+        assert_eq!(json["success"], 0, "{backend} {path}: {json}");
+        assert_eq!(json["timeouts"], 1, "{backend} {path}: {json}");
+        assert_eq!(json["failed"], 1, "{backend} {path}: {json}");
+        let errors = json["errors"].as_array().unwrap();
+        assert_eq!(errors.len(), 2, "{backend} {path}: {json}");
+        assert_eq!(
+            errors[1]["error"], "Write timedout",
+            "{backend} {path}: {json}"
+        );
+        assert_eq!(
+            errors[1]["datapoint"]["tags"]["host"], "b",
+            "{backend} {path}: {json}"
+        );
         let r = conn
             .request(
                 "POST",
@@ -255,8 +279,8 @@ async fn histogram_and_rollup_syncs_keep_to_sync_timeout(backend: &str) {
             "{backend} {path}"
         );
     }
-    // The timed-out writes were stored all the same: five cells each (the data table holds
-    // histograms only).
+    // The timed-out writes were stored all the same: five cells each of host a, one of
+    // host b (the data table holds histograms only).
     let data = srv.state.tsdb.settings().schema.data_table.clone();
     let cells = |table: &str| -> usize {
         srv.state
@@ -267,8 +291,8 @@ async fn histogram_and_rollup_syncs_keep_to_sync_timeout(backend: &str) {
             .map(|r| r.unwrap().cells.len())
             .sum()
     };
-    assert_eq!(cells(&data), 5, "{backend}");
-    assert_eq!(cells("tsdb-rollup-1h"), 5, "{backend}");
+    assert_eq!(cells(&data), 6, "{backend}");
+    assert_eq!(cells("tsdb-rollup-1h"), 6, "{backend}");
     srv.stop().await;
 }
 

@@ -725,11 +725,22 @@ async fn serve(
         }
         body.insert("failed".into(), json!(failed));
         if show_details {
-            let errors: Vec<serde_json::Value> = result
+            let mut errors: Vec<serde_json::Value> = result
                 .errors
                 .iter()
                 .map(|(i, e)| json!({ "datapoint": raw[*i].echo(), "error": e }))
                 .collect();
+            // Each stored point whose sync did not finish in time, as 2.4.1's `PutTimeout`
+            // lists it.
+            if timeouts > 0 {
+                let refused: std::collections::HashSet<usize> =
+                    result.errors.iter().map(|(i, _)| *i).collect();
+                errors.extend(
+                    (0..raw.len())
+                        .filter(|i| !refused.contains(i))
+                        .map(|i| json!({ "datapoint": raw[i].echo(), "error": "Write timedout" })),
+                );
+            }
             body.insert("errors".into(), serde_json::Value::Array(errors));
         }
         let status = if failed > 0 || timeouts > 0 {
