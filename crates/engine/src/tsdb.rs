@@ -355,7 +355,7 @@ impl Tsdb {
     /// Writes straight-to-store cells (one batch per table) and keeps them until a store
     /// sync covers them ([`crate::kept`]); with `sync`, returns once one has. Refused
     /// whole, before any work, when buffered points and kept cells are over the memory
-    /// budget. Returns the write's ticket.
+    /// budget (without a flush thread, a flush is tried first). Returns the write's ticket.
     pub(crate) fn write_cells(
         &self,
         tables: Vec<(String, Vec<hourglass_storage::RowMutation>)>,
@@ -365,13 +365,19 @@ impl Tsdb {
             return Ok(0);
         }
         if !self.writer.has_room() {
+            // A flush syncs the store, which lets kept cells go: the flush thread's, or,
+            // without one (tools such as `tsdb import`), one run here.
+            if let Some(h) = self.flusher.lock().as_ref() {
+                h.thread().unpark();
+            } else if let Err(e) = self.writer.flush() {
+                tracing::error!(error = %e, "flush failed; kept cells stay kept");
+            }
+        }
+        if !self.writer.has_room() {
             self.writer
                 .stats
                 .batches_throttled
                 .fetch_add(1, Ordering::Relaxed);
-            if let Some(h) = self.flusher.lock().as_ref() {
-                h.thread().unpark();
-            }
             return Err(Error::Throttled(format!(
                 "Please throttle writes: buffered points and unsynced histogram and rollup cells are over their memory budget ({} bytes, tsd.storage.max_buffer_bytes) while the store catches up",
                 self.settings.max_buffer_bytes
