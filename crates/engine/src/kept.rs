@@ -28,6 +28,25 @@ use parking_lot::Mutex;
 
 use crate::group_commit::GroupCommit;
 
+/// How long a sync waits for the writes under way to return, so it covers them too.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Counts a write under way while it lives.
+struct Writing<'a>(&'a AtomicUsize);
+
+impl<'a> Writing<'a> {
+    fn new(count: &'a AtomicUsize) -> Writing<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        Writing(count)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// One acknowledged batch of one table, kept until a sync covers it.
 #[derive(Debug, Clone)]
 struct Batch {
@@ -63,6 +82,8 @@ pub(crate) struct KeptStore {
     commit: GroupCommit,
     /// Batches written again after a failed sync.
     rewrites: AtomicU64,
+    /// Writes between their store write's start and their ticket.
+    writing: AtomicUsize,
 }
 
 impl std::fmt::Debug for KeptStore {
@@ -113,6 +134,7 @@ impl KeptStore {
             syncing: Mutex::new(()),
             commit: GroupCommit::default(),
             rewrites: AtomicU64::new(0),
+            writing: AtomicUsize::new(0),
         }
     }
 
@@ -159,6 +181,7 @@ impl KeptStore {
         now_ms: i64,
     ) -> Result<u64> {
         self.rewrite_kept()?;
+        let writing = Writing::new(&self.writing);
         let failures = self.failures.load(Ordering::Acquire);
         for (table, rows) in &tables {
             self.inner.mutate_rows(table, rows)?;
@@ -188,6 +211,7 @@ impl KeptStore {
             }
             (overlapped, ticket)
         };
+        drop(writing);
         if overlapped {
             self.rewrite_kept()?;
         }
@@ -252,6 +276,14 @@ impl KeptStore {
     fn sync_covering(&self) -> Result<u64> {
         let _one = self.syncing.lock();
         self.rewrite_locked()?;
+        // Writes under way now are covered too when they return before the sync starts: a
+        // store that holds writes off while it syncs (fjall's journal lock) lets the
+        // writers held by the last sync through at once, and without this short wait each
+        // of them would need a sync of its own.
+        let deadline = std::time::Instant::now() + GATHER;
+        while self.writing.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
         let through = self.last_ticket();
         match self.inner.sync() {
             Ok(()) => {
