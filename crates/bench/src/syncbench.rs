@@ -1,6 +1,8 @@
 //! `hourglass-bench sync`: `/api/put?sync` throughput with concurrent clients, against the
 //! rate of one fsync per request on the same disk. Concurrent `?sync` requests share one
 //! log fsync (group commit), so with many clients a TSD answers many requests per fsync.
+//! `--endpoint rollup` or `histogram` measures `/api/rollup?sync` or `/api/histogram?sync`,
+//! whose cells skip the log: their requests share store syncs the same way.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -24,6 +26,10 @@ pub(crate) struct SyncArgs {
     /// Points per request.
     #[arg(long, default_value_t = 10)]
     points: usize,
+    /// The endpoint: `put` (raw points, synced through the log), `rollup` or `histogram`
+    /// (cells written straight to the store, synced there).
+    #[arg(long, default_value = "put", value_parser = ["put", "rollup", "histogram"])]
+    endpoint: String,
     /// The tsdb binary (default: next to this one).
     #[arg(long)]
     tsdb: Option<PathBuf>,
@@ -49,11 +55,11 @@ fn fsyncs_per_second(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64>
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
-/// One keep-alive POST; true when answered 204.
-fn post(stream: &mut BufReader<TcpStream>, body: &str) -> anyhow::Result<bool> {
+/// One keep-alive POST to `/api/<endpoint>?sync`; true when answered 204.
+fn post(stream: &mut BufReader<TcpStream>, endpoint: &str, body: &str) -> anyhow::Result<bool> {
     // One write: a request split over several packets meets Nagle and delayed ACKs.
     let request = format!(
-        "POST /api/put?sync HTTP/1.1\r\nHost: b\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /api/{endpoint}?sync HTTP/1.1\r\nHost: b\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.get_mut().write_all(request.as_bytes())?;
@@ -76,18 +82,53 @@ fn post(stream: &mut BufReader<TcpStream>, body: &str) -> anyhow::Result<bool> {
     Ok(status.split(' ').nth(1) == Some("204"))
 }
 
-fn log_syncs(addr: &str) -> anyhow::Result<u64> {
+/// The syncs that serve `endpoint`'s requests so far: the log's for `put`, the store's
+/// (`tsd.hbase.rpcs type=sync`) for the others.
+fn syncs(addr: &str, endpoint: &str) -> anyhow::Result<u64> {
     let body = ureq::get(&format!("http://{addr}/api/stats"))
         .call()?
         .body_mut()
         .read_to_string()?;
     let stats: serde_json::Value = serde_json::from_str(&body)?;
+    let wanted = |s: &serde_json::Value| {
+        if endpoint == "put" {
+            s["metric"] == "tsd.storage.log_syncs"
+        } else {
+            s["metric"] == "tsd.hbase.rpcs" && s["tags"]["type"] == "sync"
+        }
+    };
     stats
         .as_array()
-        .and_then(|a| a.iter().find(|s| s["metric"] == "tsd.storage.log_syncs"))
+        .and_then(|a| a.iter().find(|s| wanted(s)))
         .and_then(|s| s["value"].as_str()?.parse().ok())
-        .context("no tsd.storage.log_syncs in /api/stats")
+        .with_context(|| format!("no sync count for {endpoint} in /api/stats"))
 }
+
+/// 2013-01-01 00:00:00 UTC.
+const T0: i64 = 1_356_998_400;
+
+/// Point `i` of a request body for `endpoint`, at time `t`.
+fn point(endpoint: &str, t: i64, i: usize, c: usize, round: usize) -> String {
+    let tags = format!(r#"{{"client":"c{c}","round":"r{round}"}}"#);
+    match endpoint {
+        // One 1h rollup cell per point: an hour apart.
+        "rollup" => format!(
+            r#"{{"metric":"sync.bench","timestamp":{},"value":{i},"tags":{tags},"interval":"1h","aggregator":"sum"}}"#,
+            T0 + (t - T0) * 3600
+        ),
+        "histogram" => format!(
+            r#"{{"metric":"sync.bench","timestamp":{t},"tags":{tags},"buckets":{{"0,1":{i},"1,2":3}},"underflow":0,"overflow":1}}"#
+        ),
+        _ => format!(r#"{{"metric":"sync.bench","timestamp":{t},"value":{i},"tags":{tags}}}"#),
+    }
+}
+
+/// The configuration `endpoint` needs.
+const ROLLUP_CONFIG: &str = r#"tsd.rollups.enable = true
+tsd.rollups.config = {"aggregationIds":{"sum":0,"count":1},"intervals":[{"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},{"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}
+"#;
+const HISTOGRAM_CONFIG: &str =
+    "tsd.core.histograms.config = {\"net.opentsdb.core.SimpleHistogramDecoder\": 42}\n";
 
 pub(crate) fn run(args: &SyncArgs) -> anyhow::Result<()> {
     let tsdb = crate::targets::tsdb_binary(args.tsdb.as_deref())?;
@@ -98,34 +139,43 @@ pub(crate) fn run(args: &SyncArgs) -> anyhow::Result<()> {
     let fsyncs = fsyncs_per_second(&dir, args.seconds)?;
     println!("one fsync per request on this disk: {fsyncs:.0} requests/s");
     let target = Target::Hourglass(tsdb);
-    let mut server = target.start(&dir)?;
+    let endpoint = args.endpoint.as_str();
+    let mut server = match endpoint {
+        "rollup" => target.start_with(&dir, ROLLUP_CONFIG)?,
+        "histogram" => target.start_with(&dir, HISTOGRAM_CONFIG)?,
+        _ => target.start(&dir)?,
+    };
     let addr = server.put_addr.clone();
-    println!("| clients | requests/s | points/s | log fsyncs/request | vs one fsync per request |");
+    let what = if endpoint == "put" { "log" } else { "store" };
+    println!("`/api/{endpoint}?sync`, {} points per request", args.points);
+    println!();
+    println!(
+        "| clients | requests/s | points/s | {what} fsyncs/request | vs one fsync per request |"
+    );
     println!("|---|---|---|---|---|");
     for (round, &clients) in args.clients.iter().enumerate() {
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
-        let syncs_before = log_syncs(&addr)?;
+        let syncs_before = syncs(&addr, endpoint)?;
         let threads: Vec<_> = (0..clients)
             .map(|c| {
                 let (stop, done, addr) = (Arc::clone(&stop), Arc::clone(&done), addr.clone());
                 let points = args.points;
+                let endpoint = endpoint.to_string();
                 std::thread::spawn(move || -> anyhow::Result<()> {
                     let socket = TcpStream::connect(&addr)?;
                     socket.set_nodelay(true)?;
                     let mut stream = BufReader::new(socket);
-                    let mut t = 1_356_998_400i64;
+                    let mut t = T0;
                     while !stop.load(Ordering::Relaxed) {
                         let body: Vec<String> = (0..points)
                             .map(|i| {
                                 t += 1;
-                                format!(
-                                    r#"{{"metric":"sync.bench","timestamp":{t},"value":{i},"tags":{{"client":"c{c}","round":"r{round}"}}}}"#
-                                )
+                                point(&endpoint, t, i, c, round)
                             })
                             .collect();
-                        if !post(&mut stream, &format!("[{}]", body.join(",")))? {
-                            bail!("a ?sync put was not answered 204");
+                        if !post(&mut stream, &endpoint, &format!("[{}]", body.join(",")))? {
+                            bail!("a ?sync request to /api/{endpoint} was not answered 204");
                         }
                         done.fetch_add(1, Ordering::Relaxed);
                     }
@@ -141,7 +191,7 @@ pub(crate) fn run(args: &SyncArgs) -> anyhow::Result<()> {
         }
         let elapsed = started.elapsed().as_secs_f64();
         let requests = done.load(Ordering::Relaxed);
-        let syncs = log_syncs(&addr)? - syncs_before;
+        let syncs = syncs(&addr, endpoint)? - syncs_before;
         let rate = requests as f64 / elapsed;
         println!(
             "| {clients} | {rate:.0} | {:.0} | {:.3} | {:.1}x |",

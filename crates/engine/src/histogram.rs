@@ -57,6 +57,8 @@ pub struct HistogramOutcome {
     pub stored: usize,
     /// Refused points by index in the batch.
     pub errors: Vec<(usize, Error)>,
+    /// The write's ticket, for [`Tsdb::sync_cells`] (0 when nothing was written).
+    pub ticket: u64,
 }
 
 /// OpenTSDB's text of a tag map in messages (`{k=v, k2=v2}`).
@@ -77,10 +79,11 @@ impl Tsdb {
         self.settings().histograms.as_deref()
     }
 
-    /// Writes histogram points to the data table, one batched mutation; with `sync` or
-    /// `tsd.storage.wal.sync`, the store is synced before this returns (the promises of a
-    /// raw point's acknowledgement, RFC 0001). Points refused by the checks are listed; a
-    /// storage failure fails the whole batch, and nothing of it is acknowledged.
+    /// Writes histogram points to the data table, one batched mutation kept in memory until
+    /// a store sync covers it (RFC 0001); with `sync` or `tsd.storage.wal.sync`, such a sync
+    /// has succeeded before this returns (shared with concurrent writers). Points refused by
+    /// the checks are listed; a storage failure fails the whole batch, and nothing of it is
+    /// acknowledged; over the memory budget the batch is refused whole (`Throttled`).
     pub fn add_histogram_points(
         &self,
         points: &[HistogramPoint<'_>],
@@ -103,18 +106,17 @@ impl Tsdb {
                 Err(e) => outcome.errors.push((i, e)),
             }
         }
+        outcome.stored = rows.len();
         if !rows.is_empty() {
-            self.store()
-                .mutate_rows(&self.settings().schema.data_table, &rows)?;
-            if sync || self.settings().wal_sync {
-                self.store().sync()?;
-            }
+            let written: Vec<(Vec<u8>, u64)> = rows.iter().map(|r| (r.key.clone(), 1)).collect();
+            outcome.ticket = self.write_cells(
+                vec![(self.settings().schema.data_table.clone(), rows)],
+                sync || self.settings().wal_sync,
+            )?;
             // Series meta data as for raw points (2.4.1's `storeIntoDB` tracks both kinds):
             // `ts_ctr`, `ts_meta` and its counter with `tsd.core.meta.*`.
-            let written: Vec<(Vec<u8>, u64)> = rows.iter().map(|r| (r.key.clone(), 1)).collect();
             self.writer().track_written(&written);
         }
-        outcome.stored = rows.len();
         Ok(outcome)
     }
 

@@ -140,6 +140,8 @@ pub struct RollupOutcome {
     pub stored: usize,
     /// Refused points by index in the batch.
     pub errors: Vec<(usize, RollupRefusal)>,
+    /// The write's ticket, for [`Tsdb::sync_cells`] (0 when nothing was written).
+    pub ticket: u64,
 }
 
 /// A checked point: the table, row key and cell it is written as.
@@ -173,10 +175,11 @@ impl Tsdb {
     }
 
     /// Writes rollup and pre-aggregate points to their tables (RFC 0008), one batched
-    /// mutation per table; with `sync` or `tsd.storage.wal.sync`, the store is synced before
-    /// this returns (the promises of a raw point's acknowledgement, RFC 0001). Points
-    /// refused by the checks are listed; a storage failure fails the whole batch, and nothing
-    /// of it is acknowledged.
+    /// mutation per table, kept in memory until a store sync covers them (RFC 0001); with
+    /// `sync` or `tsd.storage.wal.sync`, such a sync has succeeded before this returns
+    /// (shared with concurrent writers). Points refused by the checks are listed; a storage
+    /// failure fails the whole batch, and nothing of it is acknowledged; over the memory
+    /// budget the batch is refused whole (`Throttled`).
     pub fn add_rollup_points(
         &self,
         points: &[RollupPoint<'_>],
@@ -203,12 +206,10 @@ impl Tsdb {
                 Err(e) => outcome.errors.push((i, e)),
             }
         }
-        for (table, rows) in &tables {
-            self.store().mutate_rows(table, rows)?;
-        }
-        if (sync || self.settings().wal_sync) && !tables.is_empty() {
-            self.store().sync()?;
-        }
+        outcome.ticket = self.write_cells(
+            tables.into_iter().collect(),
+            sync || self.settings().wal_sync,
+        )?;
         outcome.stored = stored;
         Ok(outcome)
     }

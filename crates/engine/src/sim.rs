@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 pub use files::SimFiles;
-pub use store::{FaultStore, Hook, Op};
+pub use store::{FaultStore, Hook, Lossy, Op};
 
 /// A small, stable pseudo-random generator (SplitMix64): the sequence for a seed never
 /// changes between versions, so recorded seeds stay meaningful.

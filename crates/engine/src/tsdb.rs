@@ -7,6 +7,7 @@ use hourglass_storage::Store;
 use parking_lot::Mutex;
 
 use crate::changes::{Changes, Watched, WatchedTables};
+use crate::kept::KeptStore;
 use crate::uid::UidRegistry;
 use crate::wal::files::{DiskFiles, LogFiles, OpenError};
 use crate::write::{BatchOutcome, IncomingPoint, WriteStats, Writer};
@@ -27,6 +28,9 @@ pub struct Tsdb {
     settings: Settings,
     uids: Arc<UidRegistry>,
     writer: Writer,
+    /// Histogram and rollup cells acknowledged and not yet covered by a store sync (also
+    /// `store`'s outermost layer).
+    kept: Arc<KeptStore>,
     stop: AtomicBool,
     flusher: Mutex<Option<JoinHandle<()>>>,
     /// Computed rollups and retention (RFC 0008 phase 4), when configured.
@@ -84,6 +88,10 @@ impl Tsdb {
         } else {
             store
         };
+        // Outermost: every sync of the database goes through the layer keeping histogram and
+        // rollup cells until a sync covers them.
+        let kept = Arc::new(KeptStore::new(store));
+        let store: Arc<dyn Store> = Arc::clone(&kept) as Arc<dyn Store>;
         // An unreachable store must not keep the TSD down: it starts, answers what it can and
         // reports storage errors until the store is back.
         let tables_ready = match prepare_store(store.as_ref(), &settings) {
@@ -119,6 +127,7 @@ impl Tsdb {
             log,
             files,
             changes_tracked.then(|| Arc::clone(&changes)),
+            Arc::clone(&kept),
         )?;
         if tables_ready {
             writer.set_tables_ready();
@@ -141,6 +150,7 @@ impl Tsdb {
             settings,
             uids,
             writer,
+            kept,
             stop: AtomicBool::new(false),
             flusher: Mutex::new(None),
             upkeep,
@@ -310,17 +320,80 @@ impl Tsdb {
         self.writer.compact_keys(keys)
     }
 
-    /// Makes every point acknowledged so far durable against power loss and, when other TSDs
-    /// share the store, visible to them: on a shared store the points are written to it; else
-    /// the log is fsynced (one fsync shared by concurrent callers), or without a log the
-    /// buffers are flushed and the store synced. UIDs the points use are synced first.
+    /// Makes every point and cell acknowledged so far durable against power loss: the raw
+    /// points as [`Tsdb::sync_points`] does, then the histogram and rollup cells (a store
+    /// sync that started after their write, shared with concurrent callers, unless one
+    /// already covered them).
     pub fn sync_writes(&self) -> Result<()> {
+        let ticket = self.kept.last_ticket();
+        self.sync_points()?;
+        self.sync_cells(ticket)
+    }
+
+    /// Makes every raw point acknowledged so far durable against power loss and, when other
+    /// TSDs share the store, visible to them: on a shared store the points are written to
+    /// it; else the log is fsynced (one fsync shared by concurrent callers), or without a log
+    /// the buffers are flushed and the store synced. UIDs the points use are synced first.
+    pub fn sync_points(&self) -> Result<()> {
         let seq = self.writer.last_seq();
         if self.store.is_shared() {
             self.writer.flush_through(seq)
         } else {
             self.writer.sync_through(seq)
         }
+    }
+
+    /// Returns once the histogram or rollup cells of the write that returned `ticket`
+    /// ([`crate::histogram::HistogramOutcome::ticket`],
+    /// [`crate::rollup::RollupOutcome::ticket`]), and every write before it, are durable
+    /// against power loss: covered by a store sync that started after the write returned.
+    /// Concurrent callers share one sync (group commit).
+    pub fn sync_cells(&self, ticket: u64) -> Result<()> {
+        self.kept.sync_through(ticket).map_err(Into::into)
+    }
+
+    /// Writes straight-to-store cells (one batch per table) and keeps them until a store
+    /// sync covers them ([`crate::kept`]); with `sync`, returns once one has. Refused
+    /// whole, before any work, when buffered points and kept cells are over the memory
+    /// budget (without a flush thread, a flush is tried first). Returns the write's ticket.
+    pub(crate) fn write_cells(
+        &self,
+        tables: Vec<(String, Vec<hourglass_storage::RowMutation>)>,
+        sync: bool,
+    ) -> Result<u64> {
+        if tables.is_empty() {
+            return Ok(0);
+        }
+        if !self.writer.has_room() {
+            // A flush syncs the store, which lets kept cells go: the flush thread's, or,
+            // without one (tools such as `tsdb import`), one run here.
+            if let Some(h) = self.flusher.lock().as_ref() {
+                h.thread().unpark();
+            } else if let Err(e) = self.writer.flush() {
+                tracing::error!(error = %e, "flush failed; kept cells stay kept");
+            }
+        }
+        if !self.writer.has_room() {
+            self.writer
+                .stats
+                .batches_throttled
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Error::Throttled(format!(
+                "Please throttle writes: buffered points and unsynced histogram and rollup cells are over their memory budget ({} bytes, tsd.storage.max_buffer_bytes) while the store catches up",
+                self.settings.max_buffer_bytes
+            )));
+        }
+        let ticket = self.kept.write(tables, self.settings.clock.now_ms())?;
+        if sync {
+            self.sync_cells(ticket)?;
+        }
+        Ok(ticket)
+    }
+
+    /// Histogram and rollup cells kept until a store sync covers them: (batches, bytes,
+    /// batches written again after failed syncs since start).
+    pub fn kept_cells(&self) -> (usize, usize, u64) {
+        (self.kept.batches(), self.kept.bytes(), self.kept.rewrites())
     }
 
     /// Bytes held by points accepted but not yet in the store.

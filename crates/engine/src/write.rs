@@ -37,11 +37,13 @@ use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::uid::{Uid, UidKind};
 use hourglass_core::value::Value;
 use hourglass_storage::{Mutation, ReadOptions, RowMutation, Store, now_ms};
-use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use self::buffer::{Buffer, Gathered};
 use self::compaction::hour_closed;
 use self::open_hours::OpenHours;
+use crate::group_commit::GroupCommit;
+use crate::kept::KeptStore;
 use crate::uid::{UidRegistry, format_signed_bytes};
 use crate::wal::files::LogFiles;
 use crate::{Error, Result, Settings, wal};
@@ -262,14 +264,6 @@ pub(crate) struct FlushState {
     retry_at_ms: Option<i64>,
 }
 
-/// Group commit of log fsyncs: one fsync runs at a time and covers every batch appended
-/// before it started.
-#[derive(Debug, Default)]
-struct SyncState {
-    synced_seq: u64,
-    running: bool,
-}
-
 #[derive(Debug)]
 pub(crate) struct Writer {
     store: Arc<dyn Store>,
@@ -284,8 +278,12 @@ pub(crate) struct Writer {
     /// Mirror of the buffers' bytes, read without the lock (admission checks).
     buffered_bytes: AtomicUsize,
     flush: Mutex<FlushState>,
-    sync: Mutex<SyncState>,
-    sync_done: Condvar,
+    /// Group commit of log fsyncs: one fsync runs at a time and covers every batch
+    /// appended before it started.
+    log_commit: GroupCommit,
+    /// Histogram and rollup cells acknowledged but not yet covered by a store sync (their
+    /// bytes count in the memory budget).
+    kept: Arc<KeptStore>,
     /// Where the compaction bookkeeping is kept (the log's directory), if anywhere.
     files: Option<Arc<dyn LogFiles>>,
     open: Mutex<OpenHours>,
@@ -347,6 +345,7 @@ impl Writer {
         log: Option<wal::Log>,
         files: Option<Arc<dyn LogFiles>>,
         changes: Option<Arc<crate::changes::Changes>>,
+        kept: Arc<KeptStore>,
     ) -> Result<Writer> {
         let trees = settings
             .meta
@@ -400,8 +399,8 @@ impl Writer {
             }),
             buffered_bytes: AtomicUsize::new(0),
             flush: Mutex::new(FlushState::default()),
-            sync: Mutex::new(SyncState::default()),
-            sync_done: Condvar::new(),
+            log_commit: GroupCommit::default(),
+            kept,
             files,
             open: Mutex::new(open),
             store_failing: AtomicBool::new(false),
@@ -695,8 +694,11 @@ impl Writer {
     }
 
     /// Whether buffered points are under their memory budget (new batches are accepted).
+    /// The budget holds the buffered points and the histogram and rollup cells kept until
+    /// a store sync covers them.
     pub(crate) fn has_room(&self) -> bool {
-        self.buffered_bytes.load(Ordering::Relaxed) < self.settings.max_buffer_bytes
+        self.buffered_bytes.load(Ordering::Relaxed) + self.kept.bytes()
+            < self.settings.max_buffer_bytes
     }
 
     /// Validates, logs and buffers a batch. Good points are stored even when others fail.
@@ -956,20 +958,8 @@ impl Writer {
             // A flush syncs the store before it counts its batches as stored.
             return self.flush_through(seq);
         }
-        let mut s = self.sync.lock();
-        loop {
-            if s.synced_seq >= seq {
-                return Ok(());
-            }
-            if !s.running {
-                break;
-            }
-            self.sync_done.wait(&mut s);
-        }
-        s.running = true;
-        drop(s);
         // The leader: one fsync for every batch appended so far.
-        let result = (|| {
+        self.log_commit.sync_through(seq, || {
             let pending = {
                 let state = self.state.lock();
                 let through = state.next_seq - 1;
@@ -984,14 +974,7 @@ impl Writer {
                 log.synced(&pending, outcome)?;
             }
             Ok(pending.through)
-        })();
-        let mut s = self.sync.lock();
-        s.running = false;
-        if let Ok(through) = result {
-            s.synced_seq = s.synced_seq.max(through);
-        }
-        self.sync_done.notify_all();
-        result.map(|_| ())
+        })
     }
 
     /// Whether a flush is due: the flush interval or buffer size says so, a failed flush
@@ -1014,6 +997,15 @@ impl Writer {
             )
         };
         if sealed || poisoned || points >= self.settings.max_buffered_points {
+            return true;
+        }
+        // Kept histogram and rollup cells wait for a store sync (a flush's): as buffered
+        // points wait for a flush, and sooner when they fill half the budget.
+        if self
+            .kept
+            .needs_sync(now_ms, self.settings.flush_interval.as_millis() as i64)
+            || self.kept.bytes() > self.settings.max_buffer_bytes / 2
+        {
             return true;
         }
         let interval = self.settings.flush_interval.as_millis() as i64;

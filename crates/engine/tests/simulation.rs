@@ -13,7 +13,10 @@
 //!   and pre-aggregate points (RFC 0008), written straight to the store, keep the same
 //!   promises: an acknowledged cell is readable with its bytes (after crashes too), after a
 //!   power loss every cell acknowledged as synced (`wal.sync`, or the write's `sync`) is,
-//!   and no cell is read that was never sent;
+//!   and no cell is read that was never sent; a failed store sync loses the cells written
+//!   since the last one for good (fsyncgate: the store here models it for these cells), yet
+//!   every cell this process acknowledged before a store sync that succeeded (a flush's,
+//!   `sync_writes`, a synced write's) survives a power loss after it;
 //! - the tag index (RFC 0007): after a flush that succeeded, every acknowledged point's
 //!   (series, period) has its postings and its series its all-time postings; at every check,
 //!   each `0x10` marker's postings exist and each period's series counter is at least its
@@ -40,8 +43,9 @@ use hourglass_engine::{Clock, IncomingPoint, Settings, Tsdb};
 use hourglass_storage::Store;
 use parking_lot::Mutex;
 
-/// Seeds that found bugs, run first on every run.
-const REGRESSIONS: &[u64] = &[];
+/// Seeds that found bugs, run first on every run. 15: an unsynced histogram cell lost by a
+/// failed store sync was promised durable by the next sync that succeeded (fsyncgate).
+const REGRESSIONS: &[u64] = &[15];
 
 const HOSTS: [&str; 5] = ["web01", "web02", "web03", "db01", "db02"];
 /// 2013-01-01 00:00:00 UTC.
@@ -75,6 +79,22 @@ struct Cells {
     maybe: BTreeMap<CellAt, Vec<u8>>,
     /// Every place ever written to (acknowledged, failed or refused).
     used: std::collections::BTreeSet<CellAt>,
+    /// Acknowledged by this process without a sync, not yet promised durable: the next
+    /// store sync that succeeds (a flush's, `sync_writes`, a synced write's) promises them,
+    /// even after failed syncs in between (the kernel may have dropped their pages then,
+    /// `FaultStore::set_fsyncgate`).
+    live: std::collections::BTreeSet<CellAt>,
+}
+
+impl Cells {
+    /// A store sync succeeded: every cell acknowledged so far by this process is durable.
+    fn synced(&mut self) {
+        for at in std::mem::take(&mut self.live) {
+            if let Some(value) = self.acked.get(&at) {
+                self.durable.insert(at, value.clone());
+            }
+        }
+    }
 }
 
 /// What the model knows of a point: its time (ms) and host; identified by its value.
@@ -421,6 +441,14 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     let rate = [0, 5, 20, 60][rng.below(4) as usize];
     let faults = Arc::new(Faults::new(seed, rate));
     let store = Arc::new(FaultStore::new(Arc::clone(&faults)));
+    // A failed store sync loses the histogram and rollup cells written since the last one
+    // (the kernel dropped their pages), and no later sync makes them durable unless they
+    // are written again.
+    store.set_fsyncgate(Some(Arc::new(|table: &str, qualifier: &[u8]| {
+        table == ROLLUP_TABLE
+            || table == PREAGG_TABLE
+            || hourglass_core::histogram::is_histogram_qualifier(qualifier)
+    })));
     let dyn_store: Arc<dyn Store> = store.clone();
     let mut files = SimFiles::new(Arc::clone(&faults));
     let now = Arc::new(AtomicI64::new((T0 + 1800) * 1000));
@@ -491,7 +519,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
             Arc::clone(&now),
         );
         store.set_hook(Some(Arc::new(move |op| {
-            if matches!(op, Op::Get | Op::GetRows(_)) || !on.load(Ordering::SeqCst) {
+            if matches!(op, Op::Get | Op::GetRows(_) | Op::Sync) || !on.load(Ordering::SeqCst) {
                 return;
             }
             let (Some(db), Some(model)) = (weak.upgrade(), model.lock().take()) else {
@@ -623,6 +651,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 }
                 if synced.is_ok() {
                     model.durable.extend(acked_before);
+                    cells.synced();
                 }
             }
             55..=69 => {
@@ -635,6 +664,10 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 let flushed = db.flush();
                 if trace {
                     eprintln!("  flush {flushed:?}");
+                }
+                // A flush that succeeded synced the store.
+                if flushed.is_ok() {
+                    cells.synced();
                 }
                 racing.store(false, Ordering::SeqCst);
                 if let Some(e) = racing_failure.lock().take() {
@@ -669,6 +702,10 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 totals.series_evicted += evicted(&db);
                 drop(db);
                 files = files.crash();
+                // The promise holds while the process that kept the unsynced cells lives: a
+                // sync failing after the restart may lose them for good (the new process
+                // cannot write them again), so no later sync promises them.
+                cells.live.clear();
                 db = open(&dyn_store, &files, &settings, &faults);
                 install_hook(&db);
             }
@@ -699,6 +736,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     let value = cells.acked.remove(&at).expect("acked");
                     cells.maybe.insert(at, value);
                 }
+                cells.live.clear();
                 db = open(&dyn_store, &files, &settings, &faults);
                 install_hook(&db);
                 if let Some(seen) = visible(&db, until) {
@@ -868,12 +906,16 @@ fn record_cells(
     durable: bool,
     totals: &mut Totals,
 ) {
+    let mut stored = false;
     for (i, (at, value)) in sent.enumerate() {
         match &outcome {
             Ok(refused) if refused.contains(&i) => {}
             Ok(_) => {
+                stored = true;
                 if durable {
                     cells.durable.insert(at.clone(), value.clone());
+                } else {
+                    cells.live.insert(at.clone());
                 }
                 cells.acked.insert(at, value);
                 totals.cells_acked += 1;
@@ -882,6 +924,10 @@ fn record_cells(
                 cells.maybe.insert(at, value);
             }
         }
+    }
+    // The batch's sync started after every earlier write returned.
+    if durable && stored {
+        cells.synced();
     }
 }
 

@@ -589,3 +589,180 @@ fn series_evicted_while_batches_run_keep_every_point_in_its_series() {
         assert!(seen == expected, "{name}: points under other series");
     }
 }
+
+/// Histogram points of `h` at `times`, host web01.
+fn histogram_cells(times: &[i64]) -> Vec<hourglass_engine::histogram::HistogramPoint<'static>> {
+    times
+        .iter()
+        .map(|t| {
+            let mut h = hourglass_core::histogram::SimpleHistogram::default();
+            h.set_bucket(0.0, 1.0, *t);
+            hourglass_engine::histogram::HistogramPoint {
+                metric: "h",
+                timestamp: *t,
+                value: h.encode(Some(42)),
+                tags: WEB01,
+            }
+        })
+        .collect()
+}
+
+/// The histogram cells of `h` in the store.
+fn stored_histograms(db: &Tsdb) -> usize {
+    let data = &db.settings().schema.data_table;
+    db.store()
+        .scan(data, &hourglass_storage::ScanRequest::default())
+        .unwrap()
+        .map(|r| {
+            r.unwrap()
+                .cells
+                .iter()
+                .filter(|c| hourglass_core::histogram::is_histogram_qualifier(&c.qualifier))
+                .count()
+        })
+        .sum()
+}
+
+fn histogram_settings(budget: usize) -> Settings {
+    Settings {
+        max_buffer_bytes: budget,
+        histograms: Some(Arc::new(
+            hourglass_core::histogram::HistogramConfig::parse(
+                r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+            )
+            .unwrap(),
+        )),
+        ..settings()
+    }
+}
+
+/// A histogram (or rollup) cell acknowledged without `sync` lives in the store's journal
+/// only: after a failed store sync the kernel may have dropped it ("fsyncgate") and a
+/// later sync that succeeds says nothing about it. So acknowledged cells are kept in
+/// memory until a sync covers them, and a failed sync has them written again at once, and
+/// again before the next sync if that fails too; a sync that succeeds lets them go.
+#[test]
+fn unsynced_cells_are_kept_until_a_store_sync_covers_them_and_written_again_after_a_failed_one() {
+    for (name, backend) in common::backends() {
+        let store = Arc::new(FaultStore::over(backend, Arc::new(Faults::new(1, 0))));
+        let dyn_store: Arc<dyn Store> = store.clone();
+        let files = SimFiles::new(Arc::new(Faults::new(1, 0)));
+        let db = open(&dyn_store, &files, &histogram_settings(64 << 20));
+        let out = db
+            .add_histogram_points(&histogram_cells(&[T0, T0 + 1]), false)
+            .unwrap();
+        assert_eq!(out.stored, 2, "{name}");
+        assert_eq!(db.kept_cells().0, 1, "{name}: one batch kept");
+
+        // A disk that fails fsyncs: the sync fails, the kept batch is written again.
+        store.set_syncs_fail(true);
+        assert!(db.sync_writes().is_err(), "{name}");
+        let (batches, _, rewrites) = db.kept_cells();
+        assert_eq!((batches, rewrites), (1, 1), "{name}: kept, written again");
+        // A flush's sync fails the same way: the batch stays, written again once more.
+        assert!(db.flush().is_err(), "{name}");
+        assert_eq!(db.kept_cells().2, 2, "{name}");
+        // A synced write fails (its cells are written, not acknowledged, and kept).
+        assert!(
+            db.add_histogram_points(&histogram_cells(&[T0 + 2]), true)
+                .is_err(),
+            "{name}"
+        );
+        assert_eq!(db.kept_cells().0, 2, "{name}");
+        assert_eq!(stored_histograms(&db), 3, "{name}: readable meanwhile");
+
+        // The disk is back: the first sync that succeeds lets every kept batch go.
+        store.set_syncs_fail(false);
+        db.sync_writes().unwrap();
+        assert_eq!(db.kept_cells().0, 0, "{name}");
+        assert_eq!(db.kept_cells().1, 0, "{name}: no bytes held");
+        let rewrites = db.kept_cells().2;
+        db.sync_writes().unwrap();
+        assert_eq!(db.kept_cells().2, rewrites, "{name}: nothing written again");
+        assert_eq!(stored_histograms(&db), 3, "{name}");
+        db.close().unwrap();
+    }
+}
+
+/// Kept cells count in the memory budget with the buffered points: while store syncs fail
+/// they pile up, and past the budget histogram and rollup writes are refused whole
+/// (`Please throttle writes`, as `/api/put`'s); once a store sync succeeds they are
+/// accepted again. Without a flush thread (`tsdb import`) a write at the budget flushes
+/// first, so syncs that work never refuse one.
+#[test]
+fn kept_cells_count_in_the_memory_budget() {
+    for (name, backend) in common::backends() {
+        let store = Arc::new(FaultStore::over(backend, Arc::new(Faults::new(1, 0))));
+        let dyn_store: Arc<dyn Store> = store.clone();
+        let files = SimFiles::new(Arc::new(Faults::new(1, 0)));
+        let budget = 4096;
+        let db = open(&dyn_store, &files, &histogram_settings(budget));
+        let mut next = T0;
+        let mut write = |db: &Tsdb| {
+            let times: Vec<i64> = (0..4).map(|j| next + j).collect();
+            next += 4;
+            db.add_histogram_points(&histogram_cells(&times), false)
+        };
+        // Syncs work: far past the budget's worth, nothing is refused.
+        for _ in 0..100 {
+            assert_eq!(write(&db).unwrap().stored, 4, "{name}");
+            assert!(
+                db.kept_cells().1 < budget + 2048,
+                "{name}: the budget and a batch"
+            );
+        }
+        store.set_syncs_fail(true);
+        let mut refused = None;
+        for i in 0..200 {
+            match write(&db) {
+                Ok(out) => assert_eq!(out.stored, 4, "{name}"),
+                Err(e) => {
+                    refused = Some((i, e));
+                    break;
+                }
+            }
+            assert!(
+                db.kept_cells().1 < budget + 2048,
+                "{name}: {} bytes kept",
+                db.kept_cells().1
+            );
+        }
+        let (i, e) = refused.unwrap_or_else(|| panic!("{name}: never refused"));
+        assert!(i > 1, "{name}: refused at the {i}th batch");
+        assert_eq!(e.kind(), hourglass_engine::ErrorKind::Unavailable, "{name}");
+        assert!(
+            e.to_string().contains("Please throttle writes"),
+            "{name}: {e}"
+        );
+        assert_eq!(stored_histograms(&db), 4 * (100 + i), "{name}");
+        store.set_syncs_fail(false);
+        assert_eq!(write(&db).unwrap().stored, 4, "{name}: accepted again");
+        assert!(db.kept_cells().1 < budget + 2048, "{name}");
+        db.close().unwrap();
+        assert_eq!(db.kept_cells().0, 0, "{name}");
+    }
+}
+
+/// Kept cells leave memory without a request asking: the flush thread syncs the store once
+/// they are older than the flush interval, with no point buffered.
+#[test]
+fn the_flush_thread_syncs_kept_cells_after_the_flush_interval() {
+    for (name, backend) in common::backends() {
+        let files = SimFiles::new(Arc::new(Faults::new(1, 0)));
+        let settings = Settings {
+            flush_interval: std::time::Duration::from_millis(50),
+            ..histogram_settings(64 << 20)
+        };
+        let db = open(&backend, &files, &settings);
+        db.start_background();
+        db.add_histogram_points(&histogram_cells(&[T0]), false)
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while db.kept_cells().0 > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(db.kept_cells().0, 0, "{name}: synced by the flush thread");
+        assert_eq!(db.buffered_points(), 0, "{name}");
+        db.close().unwrap();
+    }
+}

@@ -217,6 +217,7 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
     let uids = state.tsdb.uids();
     let sizes = uids.cache_sizes();
     let store = state.tsdb.store_stats();
+    let kept = state.tsdb.kept_cells();
     let mut out = vec![
         stat(
             "tsd.connectionmgr.connections",
@@ -422,6 +423,10 @@ pub(crate) fn collect(state: &State) -> Vec<Stat> {
         ),
         stat("tsd.storage.flush_errors", get(&w.flush_errors), &[]),
         stat("tsd.storage.log_syncs", get(&w.log_syncs), &[]),
+        // Histogram and rollup cells kept until a store sync covers them (RFC 0001).
+        stat("tsd.storage.kept_batches", kept.0 as u64, &[]),
+        stat("tsd.storage.kept_bytes", kept.1 as u64, &[]),
+        stat("tsd.storage.kept_rewrites", kept.2, &[]),
         stat(
             "tsd.storage.log_poisoned",
             u64::from(state.tsdb.log_poisoned().is_some()),

@@ -130,7 +130,227 @@ async fn queries_count_every_acknowledged_point_while_flushes_run(backend: &str)
     srv.stop().await;
 }
 
-on_every_backend!(queries_count_every_acknowledged_point_while_flushes_run);
+on_every_backend!(
+    queries_count_every_acknowledged_point_while_flushes_run,
+    histogram_and_rollup_syncs_keep_to_sync_timeout,
+    concurrent_synced_histogram_and_rollup_requests_share_store_syncs,
+);
+
+const HISTOGRAMS: &str = r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#;
+
+/// A histogram point of `h` at `ts`, host `host`.
+fn histogram_point(ts: i64, host: &str) -> String {
+    format!(
+        r#"{{"metric":"h","timestamp":{ts},"tags":{{"host":"{host}"}},"buckets":{{"0,1":42}},"underflow":0,"overflow":1}}"#
+    )
+}
+
+/// A 1h-sum rollup point of `r` at `ts`, host `host`.
+fn rollup_point(ts: i64, host: &str) -> String {
+    format!(
+        r#"{{"metric":"r","timestamp":{ts},"value":5,"tags":{{"host":"{host}"}},"interval":"1h","aggregator":"sum"}}"#
+    )
+}
+
+/// A server over `backend` whose store syncs take `delay` each while `slow` is set.
+async fn slow_sync_server(backend: &str, slow: Arc<AtomicBool>, delay: Duration) -> TestServer {
+    let faults = Arc::new(Faults::new(1, 0));
+    let store = Arc::new(FaultStore::over(store_for(backend), faults));
+    store.set_hook(Some(Arc::new(move |op| {
+        if op == hourglass_engine::sim::Op::Sync && slow.load(Ordering::SeqCst) {
+            std::thread::sleep(delay);
+        }
+    })));
+    start_on(
+        store,
+        config(&[
+            ("tsd.core.histograms.config", HISTOGRAMS),
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.config", ROLLUPS),
+        ]),
+    )
+    .await
+}
+
+/// `/api/histogram` and `/api/rollup` serve `?sync` as `/api/put` does (2.4.1's
+/// `PutDataPointRpc` for all three): a store sync that does not finish within
+/// `sync_timeout` counts the request's points as timed out, with OpenTSDB's words, instead
+/// of holding the answer until it finishes (the seen bug: their sync ran inside the write,
+/// so `sync_timeout` and the `timeouts` count were ignored).
+async fn histogram_and_rollup_syncs_keep_to_sync_timeout(backend: &str) {
+    let slow = Arc::new(AtomicBool::new(false));
+    let srv = slow_sync_server(backend, Arc::clone(&slow), Duration::from_secs(2)).await;
+    let mut conn = HttpConn::open(srv.addr).await;
+    // Histogram cells a minute apart, 1h rollup cells an hour apart.
+    for (path, point, step) in [
+        (
+            "/api/histogram",
+            histogram_point as fn(i64, &str) -> String,
+            60,
+        ),
+        ("/api/rollup", rollup_point, 3600),
+    ] {
+        let ts = T0;
+        // The series exist (UIDs synced) before syncs turn slow.
+        let r = conn
+            .request(
+                "POST",
+                &format!("{path}?sync"),
+                "",
+                point(ts, "a").as_bytes(),
+            )
+            .await;
+        assert_eq!(r.status, 204, "{backend} {path}: {}", r.text());
+
+        slow.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        let r = conn
+            .request(
+                "POST",
+                &format!("{path}?sync&sync_timeout=200&summary"),
+                "",
+                format!("[{},{}]", point(ts + step, "a"), point(ts + 2 * step, "a")).as_bytes(),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{backend} {path}: {}", r.text());
+        assert_eq!(
+            r.text(),
+            r#"{"success":0,"timeouts":2,"failed":0}"#,
+            "{backend} {path}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "{backend} {path}: answered after {:?}, past sync_timeout",
+            started.elapsed()
+        );
+        // With details, each timed-out point is listed with 2.4.1's words.
+        let r = conn
+            .request(
+                "POST",
+                &format!("{path}?sync&sync_timeout=200&details"),
+                "",
+                format!("[{},{{\"metric\":\"h\"}}]", point(ts + 3 * step, "b")).as_bytes(),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{backend} {path}: {}", r.text());
+        let json = r.json();
+        assert_eq!(json["success"], 0, "{backend} {path}: {json}");
+        assert_eq!(json["timeouts"], 1, "{backend} {path}: {json}");
+        assert_eq!(json["failed"], 1, "{backend} {path}: {json}");
+        let errors = json["errors"].as_array().unwrap();
+        assert_eq!(errors.len(), 2, "{backend} {path}: {json}");
+        assert_eq!(
+            errors[1]["error"], "Write timedout",
+            "{backend} {path}: {json}"
+        );
+        assert_eq!(
+            errors[1]["datapoint"]["tags"]["host"], "b",
+            "{backend} {path}: {json}"
+        );
+        let r = conn
+            .request(
+                "POST",
+                &format!("{path}?sync&sync_timeout=200"),
+                "",
+                point(ts + 3 * step, "a").as_bytes(),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{backend} {path}: {}", r.text());
+        let json = r.json();
+        assert_eq!(
+            json["error"]["message"],
+            "The put call has timedout with 0 successful writes, 0 failed writes and 1 timed out writes.",
+            "{backend} {path}: {json}"
+        );
+        slow.store(false, Ordering::SeqCst);
+        // A sync within the timeout: the count says so.
+        let r = conn
+            .request(
+                "POST",
+                &format!("{path}?sync&sync_timeout=5000&summary"),
+                "",
+                point(ts + 4 * step, "a").as_bytes(),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{backend} {path}: {}", r.text());
+        assert_eq!(
+            r.text(),
+            r#"{"success":1,"timeouts":0,"failed":0}"#,
+            "{backend} {path}"
+        );
+    }
+    // The timed-out writes were stored all the same: five cells each of host a, one of
+    // host b (the data table holds histograms only).
+    let data = srv.state.tsdb.settings().schema.data_table.clone();
+    let cells = |table: &str| -> usize {
+        srv.state
+            .tsdb
+            .store()
+            .scan(table, &hourglass_storage::ScanRequest::default())
+            .unwrap()
+            .map(|r| r.unwrap().cells.len())
+            .sum()
+    };
+    assert_eq!(cells(&data), 6, "{backend}");
+    assert_eq!(cells("tsdb-rollup-1h"), 6, "{backend}");
+    srv.stop().await;
+}
+
+/// Concurrent `?sync` histogram and rollup requests share store syncs (group commit): each
+/// waits for a sync that started after its write returned, and one sync serves every
+/// request waiting (the seen bug: each request synced the store on its own, one fsync per
+/// request).
+async fn concurrent_synced_histogram_and_rollup_requests_share_store_syncs(backend: &str) {
+    const REQUESTS: usize = 16;
+    let slow = Arc::new(AtomicBool::new(true));
+    let srv = slow_sync_server(backend, Arc::clone(&slow), Duration::from_millis(150)).await;
+    let addr = srv.addr;
+    // Series and UIDs first, so the requests below create none.
+    let mut conn = HttpConn::open(addr).await;
+    for (path, body) in [
+        ("/api/histogram", histogram_point(T0, "a")),
+        ("/api/rollup", rollup_point(T0, "a")),
+    ] {
+        let r = conn
+            .request("POST", &format!("{path}?sync"), "", body.as_bytes())
+            .await;
+        assert_eq!(r.status, 204, "{backend} {path}: {}", r.text());
+    }
+    let syncs = || srv.state.tsdb.store_stats().calls(Call::Sync);
+    let before = syncs();
+    let tasks: Vec<_> = (0..REQUESTS)
+        .map(|i| {
+            tokio::spawn(async move {
+                let ts = T0 + 60 * (i as i64 + 1);
+                let (path, body) = if i % 2 == 0 {
+                    ("/api/histogram", histogram_point(ts, "a"))
+                } else {
+                    ("/api/rollup", rollup_point(T0 + 3600 * (i as i64 + 1), "a"))
+                };
+                let mut conn = HttpConn::open(addr).await;
+                let r = conn
+                    .request("POST", &format!("{path}?sync"), "", body.as_bytes())
+                    .await;
+                (path, r.status, r.text())
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (path, status, text) = t.await.unwrap();
+        assert_eq!(status, 204, "{backend} {path}: {text}");
+    }
+    let shared = syncs() - before;
+    assert!(
+        (1..=REQUESTS as u64 / 2).contains(&shared),
+        "{backend}: {REQUESTS} concurrent synced requests ran {shared} store syncs"
+    );
+    assert_eq!(
+        srv.state.tsdb.kept_cells().0,
+        0,
+        "{backend}: every kept batch synced"
+    );
+    srv.stop().await;
+}
 
 async fn stat(conn: &mut HttpConn, metric: &str, tag: Option<&str>) -> u64 {
     let r = conn.request("GET", "/api/stats", "", b"").await;

@@ -25,10 +25,27 @@ pub enum Op {
     Get,
     /// A read of several rows by key (how many were asked), after it read.
     GetRows(usize),
+    /// A sync, before it runs (a slow disk, deterministically).
+    Sync,
 }
 
 /// Called in the middle of store operations (a query racing a flush, deterministically).
 pub type Hook = Arc<dyn Fn(Op) + Send + Sync>;
+
+/// Which cells a failed sync loses (`table`, `qualifier`): see [`FaultStore::set_fsyncgate`].
+pub type Lossy = Arc<dyn Fn(&str, &[u8]) -> bool + Send + Sync>;
+
+/// A cell: table, row key, family, qualifier.
+type CellId = (String, Vec<u8>, String, Vec<u8>);
+
+/// The fsyncgate model's state: cells written since the last sync, and cells a failed
+/// sync lost.
+#[derive(Default)]
+struct Gate {
+    lossy: Option<Lossy>,
+    unsynced: std::collections::BTreeSet<CellId>,
+    lost: std::collections::BTreeSet<CellId>,
+}
 
 /// The wrapper; see the module docs.
 pub struct FaultStore {
@@ -39,6 +56,10 @@ pub struct FaultStore {
     synced: Mutex<Arc<MemoryStore>>,
     faults: Arc<Faults>,
     hook: Mutex<Option<Hook>>,
+    gate: Mutex<Gate>,
+    /// Every sync fails while set (a disk whose fsyncs report errors; other operations
+    /// work).
+    syncs_fail: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for FaultStore {
@@ -68,6 +89,8 @@ impl FaultStore {
             synced: Mutex::new(Arc::new(period_ordered())),
             faults,
             hook: Mutex::new(None),
+            gate: Mutex::new(Gate::default()),
+            syncs_fail: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -79,7 +102,15 @@ impl FaultStore {
             synced: Mutex::new(Arc::new(MemoryStore::new())),
             faults,
             hook: Mutex::new(None),
+            gate: Mutex::new(Gate::default()),
+            syncs_fail: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Makes every sync fail while `failing` (other operations work).
+    pub fn set_syncs_fail(&self, failing: bool) {
+        self.syncs_fail
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Runs `hook` at batch writes (before and after the rows are applied) and reads by key.
@@ -87,11 +118,93 @@ impl FaultStore {
         *self.hook.lock() = hook;
     }
 
+    /// Models "fsyncgate" for the cells `lossy` names: a failed sync may have dropped the
+    /// dirty pages holding what was written since the last successful sync and reports
+    /// the error once, so those cells (still readable from the OS's cache) are not made
+    /// durable by a later sync that succeeds, until they are written again. Only over a
+    /// memory store (what survives is what [`FaultStore::power_loss`] keeps).
+    pub fn set_fsyncgate(&self, lossy: Option<Lossy>) {
+        *self.gate.lock() = Gate {
+            lossy,
+            ..Gate::default()
+        };
+    }
+
+    /// Notes the cells of applied rows for the fsyncgate model.
+    fn note_written(&self, table: &str, rows: &[RowMutation]) {
+        let mut gate = self.gate.lock();
+        let Some(lossy) = gate.lossy.clone() else {
+            return;
+        };
+        for row in rows {
+            for m in &row.mutations {
+                if let Mutation::SetCell {
+                    family, qualifier, ..
+                } = m
+                    && lossy(table, qualifier)
+                {
+                    let id = (
+                        table.to_string(),
+                        row.key.clone(),
+                        family.clone(),
+                        qualifier.clone(),
+                    );
+                    gate.lost.remove(&id);
+                    gate.unsynced.insert(id);
+                }
+            }
+        }
+    }
+
+    /// The durable state after a successful sync: the store as it is, but the cells a failed
+    /// sync lost as they were durable before.
+    fn synced_state(&self, memory: &MemoryStore) -> Result<MemoryStore> {
+        let next = memory.snapshot();
+        let mut gate = self.gate.lock();
+        gate.unsynced.clear();
+        if gate.lost.is_empty() {
+            return Ok(next);
+        }
+        let before = self.synced.lock().clone();
+        for (table, key, family, qualifier) in &gate.lost {
+            let old = before.get(
+                table,
+                key,
+                &ReadOptions {
+                    families: Some(vec![family.clone()]),
+                    ..ReadOptions::default()
+                },
+            )?;
+            let mut restore = vec![Mutation::DeleteCells {
+                family: family.clone(),
+                qualifier: qualifier.clone(),
+                range: hourglass_storage::TimeRange::ALL,
+            }];
+            for c in old.iter().flat_map(|r| &r.cells) {
+                if c.family == *family && c.qualifier == *qualifier {
+                    restore.push(Mutation::SetCell {
+                        family: family.clone(),
+                        qualifier: qualifier.clone(),
+                        timestamp: Some(c.timestamp),
+                        value: c.value.clone(),
+                    });
+                }
+            }
+            next.mutate_row(table, key, &restore)?;
+        }
+        Ok(next)
+    }
+
     /// A power loss: everything written since the last successful sync is gone. Only over
     /// a memory store; returns whether it happened.
     pub fn power_loss(&self) -> bool {
         if self.memory.read().is_none() {
             return false;
+        }
+        {
+            let mut gate = self.gate.lock();
+            gate.unsynced.clear();
+            gate.lost.clear();
         }
         let synced = Arc::new(self.synced.lock().snapshot());
         *self.memory.write() = Some(Arc::clone(&synced));
@@ -160,7 +273,15 @@ impl Store for FaultStore {
 
     fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()> {
         self.check("mutate row")?;
-        self.inner().mutate_row(table, key, mutations)
+        self.inner().mutate_row(table, key, mutations)?;
+        self.note_written(
+            table,
+            &[RowMutation {
+                key: key.to_vec(),
+                mutations: mutations.to_vec(),
+            }],
+        );
+        Ok(())
     }
 
     fn mutate_rows(&self, table: &str, rows: &[RowMutation]) -> Result<()> {
@@ -171,9 +292,11 @@ impl Store for FaultStore {
         if self.faults.fail() {
             let applied = self.faults.below(rows.len() as u64 + 1) as usize;
             self.inner().mutate_rows(table, &rows[..applied])?;
+            self.note_written(table, &rows[..applied]);
             return Err(injected("mutate rows (part of the batch applied)"));
         }
         self.inner().mutate_rows(table, rows)?;
+        self.note_written(table, rows);
         self.run_hook(Op::AfterWrite);
         Ok(())
     }
@@ -244,9 +367,22 @@ impl Store for FaultStore {
     }
 
     fn sync(&self) -> Result<()> {
-        self.check("sync")?;
+        self.run_hook(Op::Sync);
+        let failing = self.syncs_fail.load(std::sync::atomic::Ordering::SeqCst);
+        if let Err(e) = if failing {
+            Err(injected("sync (the disk reports an fsync error)"))
+        } else {
+            self.check("sync")
+        } {
+            // The pages may be gone: what was written since the last sync is lost.
+            let mut gate = self.gate.lock();
+            let unsynced = std::mem::take(&mut gate.unsynced);
+            gate.lost.extend(unsynced);
+            return Err(e);
+        }
         if let Some(memory) = self.memory.read().as_ref() {
-            *self.synced.lock() = Arc::new(memory.snapshot());
+            let synced = self.synced_state(memory)?;
+            *self.synced.lock() = Arc::new(synced);
         }
         self.inner().sync()
     }

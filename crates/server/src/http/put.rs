@@ -237,11 +237,13 @@ struct PutResult {
     errors: Vec<(usize, String)>,
     /// Refused whole: buffered points are over their memory budget.
     throttled: Option<String>,
+    /// The ticket of a histogram or rollup write ([`hourglass_engine::Tsdb::sync_cells`]).
+    ticket: u64,
 }
 
-fn store(state: &State, raw: &[RawPoint], kind: Kind, sync: bool) -> PutResult {
+fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
     if kind == Kind::Histogram {
-        return store_histograms(state, raw, sync);
+        return store_histograms(state, raw);
     }
     let mut errors = Vec::new();
     let mut checked = Vec::with_capacity(raw.len());
@@ -261,7 +263,7 @@ fn store(state: &State, raw: &[RawPoint], kind: Kind, sync: bool) -> PutResult {
         })
         .collect();
     if kind == Kind::Rollup {
-        return store_rollups(state, &checked, &tag_refs, errors, sync);
+        return store_rollups(state, &checked, &tag_refs, errors);
     }
     let points: Vec<IncomingPoint<'_>> = checked
         .iter()
@@ -284,6 +286,7 @@ fn store(state: &State, raw: &[RawPoint], kind: Kind, sync: bool) -> PutResult {
             success: 0,
             throttled: outcome.errors.first().map(|(_, e)| e.to_string()),
             errors,
+            ticket: 0,
         };
     }
     for (idx, e) in outcome.errors {
@@ -295,6 +298,7 @@ fn store(state: &State, raw: &[RawPoint], kind: Kind, sync: bool) -> PutResult {
         success: outcome.stored,
         errors,
         throttled: None,
+        ticket: 0,
     }
 }
 
@@ -304,7 +308,6 @@ fn store_rollups(
     checked: &[(usize, Checked)],
     tag_refs: &[Vec<(&str, &str)>],
     mut errors: Vec<(usize, String)>,
-    sync: bool,
 ) -> PutResult {
     let points: Vec<RollupPoint<'_>> = checked
         .iter()
@@ -320,9 +323,11 @@ fn store_rollups(
         })
         .collect();
     let mut success = 0;
-    match state.tsdb.add_rollup_points(&points, sync) {
+    let mut ticket = 0;
+    match state.tsdb.add_rollup_points(&points, false) {
         Ok(outcome) => {
             success = outcome.stored;
+            ticket = outcome.ticket;
             for (idx, refusal) in outcome.errors {
                 let e = rollup_error(refusal);
                 state.stats.count_error(&e);
@@ -330,6 +335,19 @@ fn store_rollups(
             }
         }
         // The batch's write failed: none of its checked points is stored.
+        // Over the memory budget: refused whole, to be sent again.
+        Err(hourglass_engine::Error::Throttled(why)) => {
+            state
+                .stats
+                .throttled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return PutResult {
+                success: 0,
+                errors,
+                throttled: Some(why),
+                ticket: 0,
+            };
+        }
         Err(e) => {
             for (i, _) in checked {
                 state.stats.count_error(&e);
@@ -342,6 +360,7 @@ fn store_rollups(
         success,
         errors,
         throttled: None,
+        ticket,
     }
 }
 
@@ -445,7 +464,7 @@ fn check_histogram(
 
 /// Histogram points go straight to the data table (RFC 0008, phase 3), synced there when
 /// asked.
-fn store_histograms(state: &State, raw: &[RawPoint], sync: bool) -> PutResult {
+fn store_histograms(state: &State, raw: &[RawPoint]) -> PutResult {
     let mut errors = Vec::new();
     let Some(config) = state.tsdb.histograms() else {
         for i in 0..raw.len() {
@@ -455,6 +474,7 @@ fn store_histograms(state: &State, raw: &[RawPoint], sync: bool) -> PutResult {
             success: 0,
             errors,
             throttled: None,
+            ticket: 0,
         };
     };
     let mut checked = Vec::with_capacity(raw.len());
@@ -484,13 +504,28 @@ fn store_histograms(state: &State, raw: &[RawPoint], sync: bool) -> PutResult {
         })
         .collect();
     let mut success = 0;
-    match state.tsdb.add_histogram_points(&points, sync) {
+    let mut ticket = 0;
+    match state.tsdb.add_histogram_points(&points, false) {
         Ok(outcome) => {
             success = outcome.stored;
+            ticket = outcome.ticket;
             for (idx, e) in outcome.errors {
                 state.stats.count_error(&e);
                 errors.push((checked[idx].0, super::PointError::of(&e).http));
             }
+        }
+        // Over the memory budget: refused whole, to be sent again.
+        Err(hourglass_engine::Error::Throttled(why)) => {
+            state
+                .stats
+                .throttled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return PutResult {
+                success: 0,
+                errors,
+                throttled: Some(why),
+                ticket: 0,
+            };
         }
         Err(e) => {
             for (i, _) in &checked {
@@ -504,6 +539,7 @@ fn store_histograms(state: &State, raw: &[RawPoint], sync: bool) -> PutResult {
         success,
         errors,
         throttled: None,
+        ticket,
     }
 }
 
@@ -578,6 +614,19 @@ pub(crate) async fn histogram(
 /// OpenTSDB's words when histogram storage is not enabled.
 pub(crate) const HISTOGRAMS_OFF: &str = hourglass_engine::query::plan::HISTOGRAMS_OFF;
 
+/// Makes a request's points durable against power loss: raw points through the log (or a
+/// flush), histogram and rollup cells by a store sync covering their write's `ticket`.
+fn sync_request(
+    db: &hourglass_engine::Tsdb,
+    kind: Kind,
+    ticket: u64,
+) -> hourglass_engine::Result<()> {
+    match kind {
+        Kind::Raw => db.sync_points(),
+        Kind::Rollup | Kind::Histogram => db.sync_cells(ticket),
+    }
+}
+
 async fn serve(
     kind: Kind,
     method: Method,
@@ -604,16 +653,17 @@ async fn serve(
     if !state.tsdb.has_room() {
         return Err(throttled(&state, None));
     }
-    // Without a timeout the sync runs in the same hand-off as the write. Rollup points are
-    // synced by the write itself (they skip the log).
-    let rollup_sync = sync && kind != Kind::Raw;
-    let sync = sync && kind == Kind::Raw;
+    // Without a timeout the sync runs in the same hand-off as the write. Raw points are
+    // synced through the log; histogram and rollup cells skip it, and their request waits
+    // for a store sync that started after its write (concurrent requests share one), with
+    // the same `sync_timeout` (2.4.1's `PutDataPointRpc` serves all three).
     let sync_inline = sync && sync_timeout == 0;
     let (raw, result, synced_inline) =
         crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
             let raw = parse_body(&body)?;
-            let result = store(state, &raw, kind, rollup_sync);
-            let synced = (sync_inline && result.success > 0).then(|| state.tsdb.sync_writes());
+            let result = store(state, &raw, kind);
+            let synced = (sync_inline && result.success > 0)
+                .then(|| sync_request(&state.tsdb, kind, result.ticket));
             Ok((raw, result, synced))
         })
         .await
@@ -641,7 +691,8 @@ async fn serve(
             Some(outcome) => Some(Ok(outcome)),
             None => {
                 let db = Arc::clone(&state.tsdb);
-                let job = tokio::task::spawn_blocking(move || db.sync_writes());
+                let ticket = result.ticket;
+                let job = tokio::task::spawn_blocking(move || sync_request(&db, kind, ticket));
                 tokio::time::timeout(Duration::from_millis(sync_timeout), job)
                     .await
                     .ok()
@@ -674,11 +725,22 @@ async fn serve(
         }
         body.insert("failed".into(), json!(failed));
         if show_details {
-            let errors: Vec<serde_json::Value> = result
+            let mut errors: Vec<serde_json::Value> = result
                 .errors
                 .iter()
                 .map(|(i, e)| json!({ "datapoint": raw[*i].echo(), "error": e }))
                 .collect();
+            // Each stored point whose sync did not finish in time, as 2.4.1's `PutTimeout`
+            // lists it.
+            if timeouts > 0 {
+                let refused: std::collections::HashSet<usize> =
+                    result.errors.iter().map(|(i, _)| *i).collect();
+                errors.extend(
+                    (0..raw.len())
+                        .filter(|i| !refused.contains(i))
+                        .map(|i| json!({ "datapoint": raw[i].echo(), "error": "Write timedout" })),
+                );
+            }
             body.insert("errors".into(), serde_json::Value::Array(errors));
         }
         let status = if failed > 0 || timeouts > 0 {
