@@ -424,7 +424,9 @@ mod tests {
             && (got == want
                 || g.len() == w.len()
                     && form(got) == form(want)
-                    && g.bytes().last().is_some_and(|b| (b - b'0').is_multiple_of(2)))
+                    && g.bytes()
+                        .last()
+                        .is_some_and(|b| (b - b'0').is_multiple_of(2)))
     }
 
     /// Halfway between two shortest candidates, the even last digit (as Java writes it).
