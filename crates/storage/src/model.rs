@@ -643,6 +643,9 @@ fn lend_columns<'a>(
     Ok(())
 }
 
+/// A cell of a column row: qualifier, time, value.
+type LentCell<'a> = (&'a [u8], i64, &'a [u8]);
+
 /// A format `0x03` row being read: a cursor in each column.
 struct Columns<'a> {
     n: usize,
@@ -717,7 +720,7 @@ impl<'a> Columns<'a> {
     /// The next cell: qualifier, time, value; `None` after the last, once every column
     /// ended where it should.
     #[inline]
-    fn next_cell(&mut self) -> Result<Option<(&'a [u8], i64, &'a [u8])>> {
+    fn next_cell(&mut self) -> Result<Option<LentCell<'a>>> {
         if self.done == self.n {
             if self.times.pos != self.times.bytes.len()
                 || self.lens.pos != self.lens.bytes.len()
