@@ -10,6 +10,16 @@
 //!   plain: | qualifier len (varint) | qualifier | timestamp (zigzag varint) | value len (varint) | value |
 //!   coded: | timestamp (zigzag varint) | blob len (varint) | blob |
 //! ```
+//!
+//! or format `0x03` (no codec, at least two cells, one family, one qualifier length: the
+//! cells as columns), see docs/rfcs/0011-column-rows.md:
+//!
+//! ```text
+//! | 0x03 | cell count n (varint) | family len (varint) | family | qualifier len Q (varint) |
+//! | first time (zigzag varint) | times len (varint) | value lengths len (varint) |
+//! | n x Q qualifier bytes | times: n zigzag varints, each the difference from the time |
+//! | before (the first cell's from the first time) | value lengths (n varints) | values |
+//! ```
 
 use crate::{Cell, CellForm, Check, Error, Mutation, ReadOptions, Result, Row, TableSpec};
 
@@ -17,6 +27,8 @@ use crate::{Cell, CellForm, Check, Error, Mutation, ReadOptions, Result, Row, Ta
 const ROW_FORMAT_PLAIN: u8 = 1;
 /// Each cell starts with a byte saying whether a [`CellCodec`] encoded it.
 const ROW_FORMAT_CODED: u8 = 2;
+/// Cells of one family and one qualifier length, stored as columns (RFC 0011).
+const ROW_FORMAT_COLUMNS: u8 = 3;
 
 /// A compact stored form for some cells (e.g. compacted time series cells), chosen by the
 /// backend's user. It must be lossless: `decode(encode(q, v)) == (q, v)`.
@@ -395,6 +407,9 @@ impl RowData {
 
     /// The stored bytes of the row; cells the codec takes are stored in its form.
     pub fn encode(&self, codec: Option<&dyn CellCodec>) -> Vec<u8> {
+        if codec.is_none() && self.is_uniform() {
+            return self.encode_columns();
+        }
         let size: usize = self
             .cells
             .iter()
@@ -432,6 +447,55 @@ impl RowData {
         out
     }
 
+    /// Whether the row is stored as columns (RFC 0011): at least two cells, one family, one
+    /// qualifier length.
+    fn is_uniform(&self) -> bool {
+        let [first, rest @ ..] = self.cells.as_slice() else {
+            return false;
+        };
+        !rest.is_empty()
+            && rest
+                .iter()
+                .all(|c| c.family == first.family && c.qualifier.len() == first.qualifier.len())
+    }
+
+    /// Format `0x03`: the cells as columns (RFC 0011).
+    fn encode_columns(&self) -> Vec<u8> {
+        let (n, family) = (self.cells.len(), self.cells[0].family.as_bytes());
+        let q_len = self.cells[0].qualifier.len();
+        let first = self.cells[0].timestamp;
+        let mut times = Vec::with_capacity(n + 10);
+        let mut lens = Vec::with_capacity(n);
+        let mut before = first;
+        let mut values = 0;
+        for c in &self.cells {
+            let d = c.timestamp.wrapping_sub(before);
+            put_varint(&mut times, ((d << 1) ^ (d >> 63)) as u64);
+            before = c.timestamp;
+            put_varint(&mut lens, c.value.len() as u64);
+            values += c.value.len();
+        }
+        let mut out =
+            Vec::with_capacity(32 + family.len() + n * q_len + times.len() + lens.len() + values);
+        out.push(ROW_FORMAT_COLUMNS);
+        put_varint(&mut out, n as u64);
+        put_varint(&mut out, family.len() as u64);
+        out.extend_from_slice(family);
+        put_varint(&mut out, q_len as u64);
+        put_varint(&mut out, ((first << 1) ^ (first >> 63)) as u64);
+        put_varint(&mut out, times.len() as u64);
+        put_varint(&mut out, lens.len() as u64);
+        for c in &self.cells {
+            out.extend_from_slice(&c.qualifier);
+        }
+        out.extend_from_slice(&times);
+        out.extend_from_slice(&lens);
+        for c in &self.cells {
+            out.extend_from_slice(&c.value);
+        }
+        out
+    }
+
     pub fn decode(bytes: &[u8], codec: Option<&dyn CellCodec>) -> Result<RowData> {
         RowData::decode_with(bytes, codec, false)
     }
@@ -447,6 +511,22 @@ impl RowData {
         let coded_format = match r.byte()? {
             ROW_FORMAT_PLAIN => false,
             ROW_FORMAT_CODED => true,
+            ROW_FORMAT_COLUMNS => {
+                let mut columns = Columns::read(bytes)?;
+                let family = std::str::from_utf8(columns.family)
+                    .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+                let mut cells = Vec::with_capacity(columns.n);
+                while let Some((qualifier, timestamp, value)) = columns.next_cell()? {
+                    cells.push(Cell {
+                        family: family.to_string(),
+                        qualifier: qualifier.to_vec(),
+                        timestamp,
+                        value: value.to_vec(),
+                        form: CellForm::Plain,
+                    });
+                }
+                return Ok(RowData { cells });
+            }
             _ => return Err(Error::Corrupt("unknown row format".into())),
         };
         let n = r.varint()? as usize;
@@ -510,6 +590,7 @@ pub fn lend_cells<'a>(
     let coded_format = match r.byte()? {
         ROW_FORMAT_PLAIN => false,
         ROW_FORMAT_CODED => true,
+        ROW_FORMAT_COLUMNS => return lend_columns(bytes, read, out),
         _ => return Err(Error::Corrupt("unknown row format".into())),
     };
     let n = r.varint()?;
@@ -561,6 +642,152 @@ pub fn lend_cells<'a>(
         return Err(Error::Corrupt("trailing bytes after row".into()));
     }
     Ok(())
+}
+
+/// [`lend_cells`] of a format `0x03` row.
+fn lend_columns<'a>(
+    bytes: &'a [u8],
+    read: &ReadOptions,
+    out: &mut Vec<crate::CellRef<'a>>,
+) -> Result<()> {
+    let mut columns = Columns::read(bytes)?;
+    let family = std::str::from_utf8(columns.family)
+        .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+    let wanted = read.wants_family(family);
+    out.reserve(columns.n);
+    while let Some((qualifier, timestamp, value)) = columns.next_cell()? {
+        if !wanted || !read.time_range.contains(timestamp) {
+            continue;
+        }
+        if read.latest_only && out.last().is_some_and(|p| p.qualifier == qualifier) {
+            continue;
+        }
+        out.push(crate::CellRef {
+            family,
+            qualifier,
+            timestamp,
+            value: if read.keys_only { &[] } else { value },
+            form: CellForm::Plain,
+        });
+    }
+    Ok(())
+}
+
+/// A cell of a column row: qualifier, time, value.
+type LentCell<'a> = (&'a [u8], i64, &'a [u8]);
+
+/// A format `0x03` row being read: a cursor in each column.
+struct Columns<'a> {
+    n: usize,
+    family: &'a [u8],
+    q_len: usize,
+    /// Cells read so far.
+    done: usize,
+    qualifiers: &'a [u8],
+    times: Reader<'a>,
+    lens: Reader<'a>,
+    values: Reader<'a>,
+    /// Every time difference, and every value length, is a one-byte varint (checked once
+    /// for the row, so a cell reads each with a load).
+    small_times: bool,
+    small_lens: bool,
+    /// The time of the cell before.
+    before: i64,
+}
+
+impl<'a> Columns<'a> {
+    /// The row's header and column bounds (`bytes` from its format byte on).
+    fn read(bytes: &'a [u8]) -> Result<Columns<'a>> {
+        let mut r = Reader { bytes, pos: 1 };
+        let n = r.varint()?;
+        let family = r.chunk()?;
+        let q_len = r.varint()?;
+        let z = r.varint()?;
+        let first = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let times_len = r.varint()?;
+        let lens_len = r.varint()?;
+        let rest = bytes.len() - r.pos;
+        let bad = || Error::Corrupt("bad column row".into());
+        // Each cell takes a byte of times and one of lengths at least.
+        if n < 2 || n > rest as u64 {
+            return Err(bad());
+        }
+        let q_bytes = n.checked_mul(q_len).filter(|b| *b <= rest as u64);
+        let q_bytes = q_bytes.ok_or_else(bad)? as usize;
+        let times_at = r.pos + q_bytes;
+        let lens_at = (times_at as u64).checked_add(times_len);
+        let values_at = lens_at.and_then(|l| l.checked_add(lens_len));
+        let (lens_at, values_at) = match (lens_at, values_at) {
+            (Some(l), Some(v)) if v <= bytes.len() as u64 => (l as usize, v as usize),
+            _ => return Err(Error::Corrupt("truncated row".into())),
+        };
+        let one_byte_each =
+            |section: &[u8]| section.len() as u64 == n && section.iter().all(|b| *b < 0x80);
+        Ok(Columns {
+            n: n as usize,
+            family,
+            q_len: q_len as usize,
+            done: 0,
+            qualifiers: &bytes[r.pos..times_at],
+            small_times: one_byte_each(&bytes[times_at..lens_at]),
+            small_lens: one_byte_each(&bytes[lens_at..values_at]),
+            times: Reader {
+                bytes: &bytes[..lens_at],
+                pos: times_at,
+            },
+            lens: Reader {
+                bytes: &bytes[..values_at],
+                pos: lens_at,
+            },
+            values: Reader {
+                bytes,
+                pos: values_at,
+            },
+            before: first,
+        })
+    }
+
+    /// The next cell: qualifier, time, value; `None` after the last, once every column
+    /// ended where it should.
+    #[inline]
+    fn next_cell(&mut self) -> Result<Option<LentCell<'a>>> {
+        if self.done == self.n {
+            if self.times.pos != self.times.bytes.len()
+                || self.lens.pos != self.lens.bytes.len()
+                || self.values.pos != self.values.bytes.len()
+            {
+                return Err(Error::Corrupt("trailing bytes after row".into()));
+            }
+            return Ok(None);
+        }
+        let at = self.done * self.q_len;
+        let qualifier = &self.qualifiers[at..at + self.q_len];
+        let z = if self.small_times {
+            // One byte a cell, `n` of them: within the section.
+            let b = self.times.bytes[self.times.pos];
+            self.times.pos += 1;
+            u64::from(b)
+        } else {
+            self.times.varint()?
+        };
+        let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let timestamp = self.before.wrapping_add(d);
+        self.before = timestamp;
+        let len = if self.small_lens {
+            let b = self.lens.bytes[self.lens.pos];
+            self.lens.pos += 1;
+            usize::from(b)
+        } else {
+            self.lens.varint()? as usize
+        };
+        let end = self.values.pos.checked_add(len);
+        let end = end.filter(|e| *e <= self.values.bytes.len());
+        let end = end.ok_or_else(|| Error::Corrupt("truncated row".into()))?;
+        let value = &self.values.bytes[self.values.pos..end];
+        self.values.pos = end;
+        self.done += 1;
+        Ok(Some((qualifier, timestamp, value)))
+    }
 }
 
 fn family_of<'a>(spec: &'a TableSpec, family: &str) -> Result<&'a crate::FamilySpec> {
@@ -741,6 +968,79 @@ mod tests {
         );
     }
 
+    /// The column row format's bytes (docs/rfcs/0011-column-rows.md): the RFC's example,
+    /// read back as its cells; rows of one cell or of mixed families or qualifier lengths,
+    /// and tables with a codec, keep their formats.
+    #[test]
+    fn column_rows_have_their_documented_bytes() {
+        let spec = TableSpec {
+            name: "r".into(),
+            families: vec![FamilySpec::new("t", Some(1))],
+        };
+        let at = 1_356_998_400_000;
+        let mut row = RowData::default();
+        row.apply(
+            &spec,
+            &[
+                Mutation::set_at("t", vec![0, 0, 0], at, vec![42]),
+                Mutation::set_at("t", vec![1, 0, 0], at, vec![3]),
+            ],
+            0,
+        )
+        .unwrap();
+        let bytes = row.encode(None);
+        #[rustfmt::skip]
+        let want = [
+            0x03, 2, 1, b't', 3, // format, two cells, family `t`, 3-byte qualifiers
+            0x80, 0xE0, 0xC2, 0xB6, 0xFE, 0x4E, // the first time
+            2, 2, // 2 bytes of times, 2 of value lengths
+            0, 0, 0, 1, 0, 0, // qualifiers
+            0, 0, // times: +0, +0
+            1, 1, 42, 3, // value lengths, values
+        ];
+        assert_eq!(bytes, want);
+        assert_eq!(bytes.len(), 25);
+        assert_eq!(RowData::decode(&bytes, None), Ok(row.clone()));
+        // The same cells as plain cells: 30 bytes.
+        let mut plain = row.clone();
+        plain.cells.truncate(1);
+        assert_eq!(plain.encode(None).len() * 2 - 2, 30);
+        assert_eq!(plain.encode(None)[0], ROW_FORMAT_PLAIN);
+        assert_eq!(row.encode(Some(&Tagged))[0], ROW_FORMAT_CODED);
+        let mut mixed = row.clone();
+        mixed
+            .apply(
+                &spec,
+                &[Mutation::set_at("t", b"sum:\0\0".to_vec(), at, vec![1])],
+                0,
+            )
+            .unwrap();
+        assert_eq!(mixed.encode(None)[0], ROW_FORMAT_PLAIN);
+        // A count below 2 and a qualifier column past the end are refused, as cuts are.
+        let mut one = want;
+        one[1] = 1;
+        assert_eq!(
+            RowData::decode(&one, None),
+            Err(Error::Corrupt("bad column row".into()))
+        );
+        let mut long = want;
+        long[4] = 30;
+        // A varint of the times cut by its section's end is refused.
+        let mut cut_time = want;
+        cut_time[20] = 0x80;
+        assert_eq!(
+            RowData::decode(&cut_time, None),
+            Err(Error::Corrupt("truncated row".into()))
+        );
+        assert_eq!(
+            RowData::decode(&long, None),
+            Err(Error::Corrupt("bad column row".into()))
+        );
+        for cut in 0..bytes.len() {
+            assert!(RowData::decode(&bytes[..cut], None).is_err());
+        }
+    }
+
     /// A codec that stores qualifier `q` cells as `[0xC0, value...]`.
     #[derive(Debug)]
     struct Tagged;
@@ -910,6 +1210,42 @@ mod fuzz_tests {
                     }
                     Err(e) => proptest::prop_assert_eq!(got, Err(e)),
                 }
+            }
+        }
+
+        #[test]
+        fn column_rows_round_trip_and_lend_their_cells(
+            q_len in 0usize..4,
+            cells in proptest::collection::vec((proptest::collection::vec(proptest::prelude::any::<u8>(), 4), proptest::prelude::any::<i64>(), proptest::collection::vec(proptest::prelude::any::<u8>(), 0..10)), 0..24),
+            same_time in proptest::prelude::any::<bool>(),
+            latest_only in proptest::prelude::any::<bool>(),
+        ) {
+            let cells: Vec<crate::Cell> = cells
+                .into_iter()
+                .map(|(q, t, value)| crate::Cell {
+                    family: "t".into(),
+                    qualifier: q[..q_len].to_vec(),
+                    timestamp: if same_time { 1_356_998_400_000 } else { t },
+                    value,
+                    form: crate::CellForm::Plain,
+                })
+                .collect();
+            let row = RowData::from_cells(cells);
+            let stored = row.encode(None);
+            let columns = row.cells().len() >= 2;
+            proptest::prop_assert_eq!(stored[0] == super::ROW_FORMAT_COLUMNS, columns);
+            proptest::prop_assert_eq!(RowData::decode(&stored, None), Ok(row.clone()));
+            let read = crate::ReadOptions { latest_only, ..Default::default() };
+            let mut lent = Vec::new();
+            proptest::prop_assert_eq!(super::lend_cells(&stored, &read, &mut lent), Ok(()));
+            let want = row.clone().into_read(b"k".to_vec(), &read);
+            let want: Vec<crate::CellRef<'_>> = want
+                .as_ref()
+                .map(|r| r.cells.iter().map(crate::CellRef::from).collect())
+                .unwrap_or_default();
+            proptest::prop_assert_eq!(lent, want);
+            for cut in 0..stored.len() {
+                proptest::prop_assert!(RowData::decode(&stored[..cut], None).is_err());
             }
         }
 

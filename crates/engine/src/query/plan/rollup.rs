@@ -299,6 +299,114 @@ fn rollup_points(
     Ok(())
 }
 
+const _: () = assert!(matches!(DATA_FAMILY.as_bytes(), [b't']));
+
+/// A rollup value as a number, as `Value::decode(flags, value)?.as_f64()` gives it; the
+/// widths OpenTSDB writes are read inline, any other goes through `Value::decode` (which
+/// accepts or refuses it).
+#[inline]
+fn rollup_value(flags: u8, value: &[u8]) -> Result<f64> {
+    Ok(match (flags, value) {
+        (0x0, &[a]) => f64::from(a as i8),
+        (0x1, &[a, b]) => f64::from(i16::from_be_bytes([a, b])),
+        (0x3, &[a, b, c, d]) => f64::from(i32::from_be_bytes([a, b, c, d])),
+        (0x7, v) if v.len() == 8 => {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(v);
+            i64::from_be_bytes(b) as f64
+        }
+        (0xB, &[a, b, c, d]) => f64::from(f32::from_be_bytes([a, b, c, d])),
+        (0xF, v) if v.len() == 8 => {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(v);
+            f64::from_be_bytes(b)
+        }
+        _ => Value::decode(flags, value)?.as_f64(),
+    })
+}
+
+/// One row's `avg` pairs as columns: times (ms), summed sums, summed counts; and the count
+/// cells' times and values while pairing.
+#[derive(Default)]
+struct AvgColumns {
+    times: Vec<i64>,
+    sums: Vec<f64>,
+    counts: Vec<f64>,
+    count_times: Vec<i64>,
+}
+
+/// The `avg` pairs of one rollup row straight into columns, when every cell the read takes
+/// has a 3-byte qualifier with the `sum` or `count` id itself (what Hourglass and 2.4.1
+/// write): the pairs [`rollup_points`] would give, in the same order. False (and the
+/// columns left to be cleared) when a cell needs [`rollup_points`]'s general reading (a
+/// compacted id, a string qualifier, cells out of time order).
+fn avg_columns(
+    (sum, count): (u8, u8),
+    interval: &RollupInterval,
+    base: u32,
+    row: &[CellRef<'_>],
+    cols: &mut AvgColumns,
+) -> Result<bool> {
+    cols.times.clear();
+    cols.sums.clear();
+    cols.counts.clear();
+    cols.count_times.clear();
+    let step = i64::from(interval.interval_seconds);
+    let base = i64::from(base);
+    for c in row {
+        // `t` (DATA_FAMILY), compared without a call.
+        if c.family.as_bytes() != [b't'] {
+            continue;
+        }
+        let &[id, hi, lo] = c.qualifier else {
+            return Ok(false);
+        };
+        let is_count = if id == sum {
+            false
+        } else if id == count {
+            true
+        } else if id & AGGREGATOR_MASK == sum || id & AGGREGATOR_MASK == count {
+            return Ok(false);
+        } else {
+            continue;
+        };
+        let offset = u16::from_be_bytes([hi, lo]) >> 4;
+        let v = rollup_value(lo & FLAGS_MASK, c.value)?;
+        let t = (base + i64::from(offset) * step) * 1000;
+        let (times, values) = if is_count {
+            (&mut cols.count_times, &mut cols.counts)
+        } else {
+            (&mut cols.times, &mut cols.sums)
+        };
+        match times.last() {
+            // Two widths of one time: the first in qualifier order stands.
+            Some(&last) if last == t => continue,
+            Some(&last) if last > t => return Ok(false),
+            _ => {}
+        }
+        times.push(t);
+        values.push(v);
+    }
+    // Each sum with the count of its time; either alone is left out.
+    let (mut kept, mut j) = (0, 0);
+    for i in 0..cols.times.len() {
+        let t = cols.times[i];
+        while j < cols.count_times.len() && cols.count_times[j] < t {
+            j += 1;
+        }
+        if j < cols.count_times.len() && cols.count_times[j] == t {
+            cols.times[kept] = t;
+            cols.sums[kept] = cols.sums[i];
+            cols.counts[kept] = cols.counts[j];
+            kept += 1;
+        }
+    }
+    cols.times.truncate(kept);
+    cols.sums.truncate(kept);
+    cols.counts.truncate(kept);
+    Ok(true)
+}
+
 impl Scan<'_> {
     /// Reads a rollup or pre-aggregate table's rows of `[start_secs, end_secs]` (row base
     /// times) into per-series state, one thread, as the store streams them (in key order:
@@ -327,6 +435,7 @@ impl Scan<'_> {
         let query = self.row_query(start_secs, end_secs);
         let mut points: RowPoints = Vec::new();
         let mut cells: Vec<RollupCell> = Vec::new();
+        let mut cols = AvgColumns::default();
         let base_of = |key: &[u8]| {
             key.get(ts_at..ts_at + 4)
                 .and_then(|b| <[u8; 4]>::try_from(b).ok())
@@ -343,16 +452,25 @@ impl Scan<'_> {
                             return Ok(());
                         };
                         points.clear();
-                        let taken =
-                            rollup_points(read, interval, base, row, &mut cells, &mut points)
-                                .and_then(|()| {
-                                    let bytes = key.len()
-                                        + row
-                                            .iter()
-                                            .map(|c| c.qualifier.len() + c.value.len())
-                                            .sum::<usize>();
-                                    self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
-                                });
+                        let bytes = key.len()
+                            + row
+                                .iter()
+                                .map(|c| c.qualifier.len() + c.value.len())
+                                .sum::<usize>();
+                        let fast = match read {
+                            RollupRead::Avg { sum, count } => {
+                                avg_columns((sum, count), interval, base, row, &mut cols)
+                            }
+                            RollupRead::One { .. } => Ok(false),
+                        };
+                        let taken = fast.and_then(|fast| {
+                            if fast {
+                                return self
+                                    .take_avg_row(&mut part, key, &mut cols, bytes, until_ms);
+                            }
+                            rollup_points(read, interval, base, row, &mut cells, &mut points)?;
+                            self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
+                        });
                         taken.map_err(|e| {
                             failed = Some(e);
                             hourglass_storage::Error::Unavailable("the rollup read stopped".into())
@@ -399,7 +517,6 @@ impl Scan<'_> {
         avg: bool,
         until_ms: i64,
     ) -> Result<()> {
-        let tags_at = self.tsdb.settings().schema.tags_offset();
         let (lo, hi) = (self.window.0, self.window.1 - 1);
         let stats = &mut part.stats;
         stats.rows += 1;
@@ -411,26 +528,7 @@ impl Scan<'_> {
         }
         points.retain(|p| p.0 >= lo && p.0 <= hi);
         stats.points += points.len() as u64;
-        let tag_bytes = key.get(tags_at..).unwrap_or_default();
-        let slot = match part.index.get(tag_bytes) {
-            Some(slot) => *slot,
-            None => {
-                let slot = match self.new_series(key, tag_bytes, until_ms)? {
-                    Some(mut state) => {
-                        if avg && matches!(state.points, Points::Downsampled(_)) {
-                            state.points = self.avg_points(until_ms);
-                        }
-                        part.series.push(state);
-                        part.keys.push(tag_bytes.to_vec());
-                        Some(part.series.len() - 1)
-                    }
-                    None => None,
-                };
-                stats.series += u64::from(slot.is_some());
-                part.index.insert(tag_bytes.to_vec(), slot);
-                slot
-            }
-        };
+        let slot = self.slot_of(part, key, avg, until_ms)?;
         let mut held = 0u64;
         if let Some(i) = slot {
             let s = &mut part.series[i];
@@ -449,6 +547,87 @@ impl Scan<'_> {
                         held += avg.sums.push(p.0, p.1.as_f64()) as u64;
                         held += avg.counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
                     }
+                }
+            }
+        }
+        part.held += held;
+        self.options
+            .limits
+            .check(&part.stats, part.held, self.deadline)
+    }
+
+    /// The slot of the series of a row key (its state made at its first row), `None` when
+    /// the filters leave it out.
+    fn slot_of(
+        &self,
+        part: &mut Part,
+        key: &[u8],
+        avg: bool,
+        until_ms: i64,
+    ) -> Result<Option<usize>> {
+        let tags_at = self.tsdb.settings().schema.tags_offset();
+        let tag_bytes = key.get(tags_at..).unwrap_or_default();
+        if let Some(slot) = part.index.get(tag_bytes) {
+            return Ok(*slot);
+        }
+        let slot = match self.new_series(key, tag_bytes, until_ms)? {
+            Some(mut state) => {
+                if avg && matches!(state.points, Points::Downsampled(_)) {
+                    state.points = self.avg_points(until_ms);
+                }
+                part.series.push(state);
+                part.keys.push(tag_bytes.to_vec());
+                Some(part.series.len() - 1)
+            }
+            None => None,
+        };
+        part.stats.series += u64::from(slot.is_some());
+        part.index.insert(tag_bytes.to_vec(), slot);
+        Ok(slot)
+    }
+
+    /// [`Scan::take_row`] for an `avg` row read into columns by [`avg_columns`]: the same
+    /// counts and buckets, the pairs pushed a column at a time.
+    fn take_avg_row(
+        &self,
+        part: &mut Part,
+        key: &[u8],
+        cols: &mut AvgColumns,
+        bytes: usize,
+        until_ms: i64,
+    ) -> Result<()> {
+        let (lo, hi) = (self.window.0, self.window.1 - 1);
+        let stats = &mut part.stats;
+        stats.rows += 1;
+        stats.bytes += bytes as u64;
+        if cols.times.is_empty() {
+            return Ok(());
+        }
+        // Times ascend: the window keeps a run of them.
+        let from = cols.times.partition_point(|t| *t < lo);
+        let to = cols.times.partition_point(|t| *t <= hi).max(from);
+        let (times, sums, counts) = (
+            &cols.times[from..to],
+            &cols.sums[from..to],
+            &cols.counts[from..to],
+        );
+        stats.points += times.len() as u64;
+        let slot = self.slot_of(part, key, true, until_ms)?;
+        let mut held = 0u64;
+        if let Some(i) = slot {
+            match &mut part.series[i].points {
+                Points::RollupAvg(avg) => {
+                    held += avg.sums.push_all(times, sums) as u64;
+                    held += avg.counts.push_all(times, counts) as u64;
+                }
+                Points::Downsampled(d) => {
+                    for (t, v) in times.iter().zip(sums) {
+                        held += d.push(*t, *v) as u64;
+                    }
+                }
+                Points::Raw(out) => {
+                    out.extend(times.iter().zip(sums).map(|(t, v)| (*t, Num::Float(*v))));
+                    held += times.len() as u64;
                 }
             }
         }
@@ -491,11 +670,18 @@ pub(super) fn finish_avg(
     filled.function = Aggregator::Sum;
     let mut out = Downsampler::new(filled, query);
     let mut counts = counts.into_iter().peekable();
+    let (mut times, mut means) = (
+        Vec::with_capacity(sums.len()),
+        Vec::with_capacity(sums.len()),
+    );
     for (t, sum) in sums {
         while counts.next_if(|c| c.0 < t).is_some() {}
         let count = counts.next_if(|c| c.0 == t).map_or(0.0, |c| c.1);
-        out.push(t, if count == 0.0 { 0.0 } else { sum / count });
+        times.push(t);
+        means.push(if count == 0.0 { 0.0 } else { sum / count });
     }
+    // One push per bucket, in time order: as many single pushes would.
+    out.push_all(&times, &means);
     out.finish(window, budget)
 }
 
@@ -705,6 +891,107 @@ mod tests {
             rollup_cell(avg, hour, base, &[0x01, 0x00, 0x00], &[3]).unwrap(),
             Some((i64::from(base) * 1000, 3.0, true, false))
         );
+    }
+
+    /// A rollup cell's value in the width its flags name.
+    fn value_bytes(flags: u8, v: i64) -> Vec<u8> {
+        match flags {
+            0x0 => vec![v as u8],
+            0x1 => (v as i16).to_be_bytes().to_vec(),
+            0x3 => (v as i32).to_be_bytes().to_vec(),
+            0x7 => v.to_be_bytes().to_vec(),
+            0xB => (v as f32 / 4.0).to_be_bytes().to_vec(),
+            _ => (v as f64 / 3.0).to_be_bytes().to_vec(),
+        }
+    }
+
+    proptest::proptest! {
+        /// Reading an `avg` row into columns gives the pairs of the general reading, in its
+        /// order, or declines the row; rows of `sum` and `count` ids alone are never
+        /// declined.
+        #[test]
+        fn avg_columns_are_the_pairs_of_the_general_reading(
+            cells in proptest::collection::vec(
+                (proptest::sample::select(vec![0u8, 1, 2, 0x80, 0x81]), 0u16..24,
+                 proptest::sample::select(vec![0u8, 1, 3, 7, 0xB, 0xF]), -1000i64..1000),
+                0..40),
+            other_family in proptest::prelude::any::<bool>(),
+            compacted in proptest::prelude::any::<bool>(),
+        ) {
+            let s = settings();
+            let hour = s.config.interval("1h").unwrap();
+            let base = 1_356_998_400u32;
+            let mut stored: Vec<(Vec<u8>, Vec<u8>)> = cells
+                .iter()
+                .map(|&(id, offset, flags, v)| {
+                    // Compacted ids (0x80 set) in half the rows only: rows without them
+                    // take the column reading.
+                    let id = if compacted { id } else { id & 0x7F };
+                    let q = (offset << 4) | u16::from(flags);
+                    let [hi, lo] = q.to_be_bytes();
+                    (vec![id, hi, lo], value_bytes(flags, v))
+                })
+                .collect();
+            // A row's cells in qualifier order, one per qualifier, as the store keeps them.
+            stored.sort();
+            stored.dedup_by(|a, b| a.0 == b.0);
+            let mut row: Vec<CellRef<'_>> = stored
+                .iter()
+                .map(|(q, v)| CellRef {
+                    family: DATA_FAMILY,
+                    qualifier: q,
+                    timestamp: 0,
+                    value: v,
+                    form: hourglass_storage::CellForm::Plain,
+                })
+                .collect();
+            if other_family && !row.is_empty() {
+                row[0].family = "x";
+            }
+            let read = RollupRead::Avg { sum: 0, count: 1 };
+            let (mut general, mut points) = (Vec::new(), Vec::new());
+            rollup_points(read, hour, base, &row, &mut general, &mut points).unwrap();
+            let mut cols = AvgColumns::default();
+            let fast = avg_columns((0, 1), hour, base, &row, &mut cols).unwrap();
+            let plain = row
+                .iter()
+                .filter(|c| c.family == DATA_FAMILY)
+                .all(|c| c.qualifier[0] & 0x80 == 0);
+            proptest::prop_assert_eq!(fast, plain);
+            if fast {
+                let got: Vec<(i64, u64, u64)> = (0..cols.times.len())
+                    .map(|i| (cols.times[i], cols.sums[i].to_bits(), cols.counts[i].to_bits()))
+                    .collect();
+                let want: Vec<(i64, u64, u64)> = points
+                    .iter()
+                    .map(|p| (p.0, p.1.as_f64().to_bits(), p.2.unwrap().to_bits()))
+                    .collect();
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+    }
+
+    #[test]
+    fn rollup_values_read_inline_as_value_decode_reads_them() {
+        for (flags, bytes) in [
+            (0x0, vec![0xFF]),
+            (0x1, vec![0x80, 0x00]),
+            (0x3, vec![0x7F, 0xFF, 0xFF, 0xFF]),
+            (0x7, vec![0x80, 0, 0, 0, 0, 0, 0, 1]),
+            (0xB, 1.5f32.to_be_bytes().to_vec()),
+            (0xF, (-2.25f64).to_be_bytes().to_vec()),
+            // An old writer's 8-byte cell of a 4-byte float: through `Value::decode`.
+            (0xB, [&[0, 0, 0, 0][..], &1.5f32.to_be_bytes()].concat()),
+        ] {
+            let want = Value::decode(flags, &bytes).unwrap().as_f64();
+            assert_eq!(
+                rollup_value(flags, &bytes).unwrap().to_bits(),
+                want.to_bits()
+            );
+        }
+        // A width its flags do not name is refused as `Value::decode` refuses it.
+        assert!(Value::decode(0x1, &[1]).is_err());
+        assert!(rollup_value(0x1, &[1]).is_err());
     }
 
     #[test]
