@@ -15,7 +15,9 @@ mod common;
 use common::spawn_tsd_with;
 
 const SERIES: usize = 20;
-const DAYS: i64 = 8;
+/// Days of points: enough that computing them takes long enough for the test to see it under
+/// way (at 8 days a loaded machine once saw the first computed unit only after the last).
+const DAYS: i64 = 16;
 
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -124,7 +126,7 @@ fn a_kill_in_the_middle_of_computing_does_not_double_count() {
             break;
         }
         assert!(Instant::now() < deadline, "nothing computed");
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
     }
     child.kill().unwrap();
     child.wait().unwrap();
