@@ -240,10 +240,16 @@ pub fn java_double_text(d: f64) -> String {
     out
 }
 
+/// Whether Java writes `d` plain (`42.5`, `0.001`, `1234567.0`): finite, zero or of a
+/// magnitude in [10^-3, 10^7). Its text is then exactly the shortest round-trip digits as
+/// zmij's `format_finite` (or the standard library's `{d:?}`) writes them.
+pub fn java_plain(d: f64) -> bool {
+    d.is_finite() && (d == 0.0 || (1e-3..1e7).contains(&d.abs()))
+}
+
 /// Appends [`java_double_text`] to `out` (no allocation for plain numbers).
 pub fn push_java_double(out: &mut String, d: f64) {
-    let magnitude = d.abs();
-    if d.is_finite() && (d == 0.0 || (1e-3..1e7).contains(&magnitude)) {
+    if java_plain(d) {
         // The shortest round-trip digits, plain with at least one decimal in this range
         // (zmij writes what `{d:?}` writes here, faster: answers print millions of these).
         out.push_str(zmij::Buffer::new().format_finite(d));

@@ -5,7 +5,7 @@
 //! after the one before changes its last two digits only), and the chunk goes to the answer
 //! every few kilobytes.
 
-use hourglass_core::value::{java_double_text, push_java_double};
+use hourglass_core::value::{java_double_text, java_plain, push_java_double};
 use hourglass_engine::num::Num;
 
 /// Bytes of the chunk points are built in before they go to the answer.
@@ -62,7 +62,7 @@ struct Writer {
     chunk: [u8; CHUNK],
     len: usize,
     time: TimeText,
-    /// A double's text, built by [`push_java_double`].
+    /// A double's text outside the plain range, built by [`push_java_double`].
     text: String,
 }
 
@@ -91,6 +91,10 @@ impl Writer {
                 self.byte(b'"');
                 self.bytes(java_double_text(f).as_bytes());
                 self.byte(b'"');
+            }
+            // Most doubles: zmij's digits straight into the chunk.
+            Num::Float(f) if java_plain(f) => {
+                self.bytes(zmij::Buffer::new().format_finite(f).as_bytes());
             }
             Num::Float(f) => {
                 let mut text = std::mem::take(&mut self.text);
