@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hourglass_core::uid::{Uid, UidKind, name_from_bytes};
-use hourglass_storage::{ReadOptions, ScanRequest, prefix_end};
+use hourglass_storage::{ReadOptions, ScanRequest};
 
 use super::{GLOBAL_FAMILY, PERIOD_FAMILY, PERIOD_SECS, VALUE_QUALIFIER, kind, period_of, status};
 use crate::query::filter::{TagFilter, key_passes};
@@ -274,13 +274,11 @@ impl SeriesSelector {
         for prefix in prefixes {
             let start = [head.as_slice(), prefix.as_bytes()].concat();
             let request = ScanRequest {
-                end: prefix_end(&start),
-                start,
                 read: ReadOptions {
                     latest_only: true,
                     ..ReadOptions::family(family)
                 },
-                ..ScanRequest::default()
+                ..ScanRequest::prefix(&start)
             };
             for row in tsdb.store().scan(&schema.index_table, &request)? {
                 let row = row?;
@@ -340,15 +338,12 @@ impl SeriesSelector {
                 continue;
             }
             let at = start.len();
-            let start_key = start.clone();
             let request = ScanRequest {
-                end: prefix_end(&start),
-                start,
                 read: ReadOptions {
                     keys_only: true,
                     ..ReadOptions::family(GLOBAL_FAMILY)
                 },
-                ..ScanRequest::default()
+                ..ScanRequest::prefix(&start)
             };
             let mut these: Vec<Vec<u8>> = Vec::new();
             let mut next = 0;
@@ -378,7 +373,7 @@ impl SeriesSelector {
             if have.is_none()
                 && let Some((lists, generation)) = kept
             {
-                lists.put(start_key, generation, std::sync::Arc::clone(&these));
+                lists.put(start, generation, std::sync::Arc::clone(&these));
             }
             let empty = these.is_empty();
             have = Some(these);
@@ -433,13 +428,11 @@ impl SeriesSelector {
         };
         let at = start.len();
         let request = ScanRequest {
-            end: prefix_end(&start),
-            start,
             read: ReadOptions {
                 keys_only: true,
                 ..ReadOptions::family(family)
             },
-            ..ScanRequest::default()
+            ..ScanRequest::prefix(&start)
         };
         let pair = schema.tag_pair_width();
         let mut out = Vec::new();

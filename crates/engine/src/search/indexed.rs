@@ -121,13 +121,11 @@ pub(super) fn candidates(
                         ]
                         .concat();
                         let request = ScanRequest {
-                            end: prefix_end(&start),
-                            start,
                             read: ReadOptions {
                                 keys_only: true,
                                 ..ReadOptions::family(GLOBAL_FAMILY)
                             },
-                            ..ScanRequest::default()
+                            ..ScanRequest::prefix(&start)
                         };
                         for row in tsdb.store().scan(&schema.index_table, &request)? {
                             let row = row?;
@@ -162,13 +160,11 @@ pub(super) fn candidates(
     let mut out = Vec::new();
     for (start, head) in prefixes {
         let request = ScanRequest {
-            end: prefix_end(&start),
-            start,
             read: ReadOptions {
                 keys_only: true,
                 ..ReadOptions::family(GLOBAL_FAMILY)
             },
-            ..ScanRequest::default()
+            ..ScanRequest::prefix(&start)
         };
         for row in tsdb.store().scan(&schema.index_table, &request)? {
             let row = row?;
@@ -262,13 +258,11 @@ fn catalog_in_meta_table(
         start.extend_from_slice(m);
     }
     let request = ScanRequest {
-        end: prefix_end(&start),
-        start,
         read: ReadOptions {
             keys_only: true,
             ..ReadOptions::family(GLOBAL_FAMILY)
         },
-        ..ScanRequest::default()
+        ..ScanRequest::prefix(&start)
     };
     let read = ReadOptions {
         keys_only: true,
