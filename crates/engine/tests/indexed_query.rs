@@ -262,6 +262,17 @@ fn hours_the_index_does_not_cover_are_scanned() {
     }
 }
 
+/// A TSD with the index on, at noon of DAY, whose `sys.cpu` of hosts web01 and web02 is
+/// flushed in DAY's second hour.
+fn two_hosts_flushed(store: &Arc<dyn hourglass_storage::Store>) -> Arc<Tsdb> {
+    let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+    let db = common::open(Arc::clone(store), settings(&now, true));
+    put(&db, "sys.cpu", DAY + 3600, &[("host", "web01")], 1);
+    put(&db, "sys.cpu", DAY + 3600, &[("host", "web02")], 2);
+    db.flush().unwrap();
+    db
+}
+
 /// In covered hours the index chooses the rows: with a series' postings deleted, an
 /// indexed query no longer finds it while the scan does (the test would pass on a query
 /// path ignoring the index otherwise).
@@ -269,11 +280,7 @@ fn hours_the_index_does_not_cover_are_scanned() {
 fn covered_hours_read_only_the_listed_series() {
     use hourglass_storage::{Mutation, RowMutation, ScanRequest};
     for (name, store) in common::backends() {
-        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
-        let db = common::open(Arc::clone(&store), settings(&now, true));
-        put(&db, "sys.cpu", DAY + 3600, &[("host", "web01")], 1);
-        put(&db, "sys.cpu", DAY + 3600, &[("host", "web02")], 2);
-        db.flush().unwrap();
+        let db = two_hosts_flushed(&store);
         let gone: Vec<RowMutation> = store
             .scan("tsdb-index", &ScanRequest::prefix(&[0x11]))
             .unwrap()
@@ -360,11 +367,7 @@ fn a_selector_reads_its_trigram_lists_once() {
     use hourglass_engine::index::select::{KeyFilters, SeriesSelector};
     use hourglass_storage::metered::Call;
     for (name, store) in common::backends() {
-        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
-        let db = common::open(Arc::clone(&store), settings(&now, true));
-        put(&db, "sys.cpu", DAY + 3600, &[("host", "web01")], 1);
-        put(&db, "sys.cpu", DAY + 3600, &[("host", "web02")], 2);
-        db.flush().unwrap();
+        let db = two_hosts_flushed(&store);
         let metric = db.uids().get_id(UidKind::Metric, "sys.cpu").unwrap();
         let tagk = db.uids().get_id(UidKind::TagKey, "host").unwrap();
         let select = SeriesSelector::new(
