@@ -11,6 +11,13 @@
 //! every kept batch to be written again, which happens before the next sync runs and
 //! before the next batch is acknowledged.
 //!
+//! UID assignments are kept the same way ([`KeptStore::keep`]): a mapping the kernel dropped
+//! would be lost by a power loss after a later sync that succeeded, and the log entries
+//! naming its UID would name nothing (or, once the counter rolled back, another name). Their
+//! cells were written by conditional writes (check-and-mutate, increment), so they are
+//! written again as such: each mapping only while it still holds what was written, the
+//! counter raised to at least the UID, never set back.
+//!
 //! [`KeptStore`] is the outermost store layer of a [`crate::Tsdb`]: every sync of the
 //! database (a flush's, the UIDs', a request's) goes through it and so drops or re-writes
 //! the kept batches. Syncs through it run one at a time. Its bytes count in the memory
@@ -47,13 +54,59 @@ impl Drop for Writing<'_> {
     }
 }
 
+/// A cell written by a conditional write, written again after a failed sync as what it
+/// asserts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Asserted {
+    pub key: Vec<u8>,
+    pub family: String,
+    pub qualifier: Vec<u8>,
+    pub what: Assertion,
+}
+
+/// What an [`Asserted`] cell holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Assertion {
+    /// These bytes: written again only while the cell still holds them (a later write, a
+    /// rename's, is newer and its own).
+    Holds(Vec<u8>),
+    /// A counter (8 bytes, big-endian) at least this high: raised to it when below, else
+    /// written again as it is, by a check-and-mutate on its current bytes, so a concurrent
+    /// increment is never undone.
+    AtLeast(i64),
+}
+
+/// How often a counter's raise is tried against concurrent increments before it fails.
+const RAISE_ATTEMPTS: usize = 16;
+
+/// What a kept batch writes again.
+#[derive(Debug, Clone)]
+enum Again {
+    /// Its rows, as they were written.
+    Rows(Arc<Vec<RowMutation>>),
+    /// Cells of conditional writes, as they assert.
+    Asserted(Arc<Vec<Asserted>>),
+    /// Every cell of its table, as it is: UID mappings a previous process kept when a sync
+    /// failed, and which it may not have written again before it stopped.
+    Table,
+}
+
+/// Rows of a table written again per batch by [`Again::Table`].
+const TABLE_CHUNK_ROWS: usize = 1024;
+
+/// Called with `true` when a sync fails while UID mappings are kept, and with `false` once
+/// every mapping kept then is synced again: the database records it in its log directory,
+/// so a process started after a crash in between writes the UID table again
+/// ([`KeptStore::recover_table`]).
+pub(crate) type AtRisk = Box<dyn Fn(bool) + Send + Sync>;
+
 /// One acknowledged batch of one table, kept until a sync covers it.
 #[derive(Debug, Clone)]
 struct Batch {
     /// Taken when the batch's write (or its latest re-write) returned.
     ticket: u64,
     table: String,
-    rows: Arc<Vec<RowMutation>>,
+    again: Again,
     bytes: usize,
     /// When it was first written (ms on the writer's clock).
     written_ms: i64,
@@ -67,6 +120,16 @@ struct Kept {
     /// A sync failed after some kept batch was written: every kept batch is written again
     /// before the next sync and before the next batch is acknowledged.
     rewrite: bool,
+    /// UID mappings kept when a sync failed are not yet synced again: `Some(ticket)` once
+    /// they were written again under that ticket (`u64::MAX` before).
+    at_risk: Option<u64>,
+}
+
+/// A write to be kept once it returned ([`KeptStore::start`], [`KeptStore::keep`]).
+pub(crate) struct Started<'a> {
+    _writing: Writing<'a>,
+    /// Failed syncs when the write started: one failing meanwhile may have dropped it.
+    failures: u64,
 }
 
 /// The store layer keeping straight-to-store cells; see the module docs.
@@ -84,6 +147,8 @@ pub(crate) struct KeptStore {
     rewrites: AtomicU64,
     /// Writes between their store write's start and their ticket.
     writing: AtomicUsize,
+    /// Told when UID mappings are at risk and when they no longer are.
+    on_risk: Mutex<Option<AtRisk>>,
 }
 
 impl std::fmt::Debug for KeptStore {
@@ -120,6 +185,80 @@ fn rows_bytes(table: &str, rows: &[RowMutation]) -> usize {
             .sum::<usize>()
 }
 
+/// Heap bytes of asserted cells.
+fn asserted_bytes(table: &str, cells: &[Asserted]) -> usize {
+    table.len()
+        + cells
+            .iter()
+            .map(|c| {
+                std::mem::size_of::<Asserted>()
+                    + c.key.len()
+                    + c.family.len()
+                    + c.qualifier.len()
+                    + match &c.what {
+                        Assertion::Holds(v) => v.len(),
+                        Assertion::AtLeast(_) => 0,
+                    }
+            })
+            .sum::<usize>()
+}
+
+/// Writes `cell` of `table` again as it asserts (see [`Assertion`]).
+fn assert_again(store: &dyn Store, table: &str, cell: &Asserted) -> Result<()> {
+    let read = ReadOptions {
+        families: Some(vec![cell.family.clone()]),
+        ..ReadOptions::default()
+    };
+    let check = |expected: Option<Vec<u8>>| Check {
+        family: cell.family.clone(),
+        qualifier: cell.qualifier.clone(),
+        expected,
+    };
+    let set = |value: Vec<u8>| [Mutation::set(&cell.family, cell.qualifier.clone(), value)];
+    match &cell.what {
+        Assertion::Holds(value) => {
+            store.check_and_mutate(
+                table,
+                &cell.key,
+                &check(Some(value.clone())),
+                &set(value.clone()),
+            )?;
+            Ok(())
+        }
+        Assertion::AtLeast(least) => {
+            for _ in 0..RAISE_ATTEMPTS {
+                let current = store.get(table, &cell.key, &read)?.and_then(|row| {
+                    row.cells
+                        .into_iter()
+                        .find(|c| c.family == cell.family && c.qualifier == cell.qualifier)
+                        .map(|c| c.value)
+                });
+                let now = match current.as_deref().map(<[u8; 8]>::try_from) {
+                    None => 0,
+                    Some(Ok(bytes)) => i64::from_be_bytes(bytes),
+                    Some(Err(_)) => {
+                        return Err(hourglass_storage::Error::Corrupt(format!(
+                            "counter cell of {table} is not 8 bytes: {current:02x?}"
+                        )));
+                    }
+                };
+                let target = now.max(*least);
+                if store.check_and_mutate(
+                    table,
+                    &cell.key,
+                    &check(current),
+                    &set(target.to_be_bytes().to_vec()),
+                )? {
+                    return Ok(());
+                }
+            }
+            Err(hourglass_storage::Error::Unavailable(format!(
+                "counter of {table} moved under {RAISE_ATTEMPTS} attempts to write it again"
+            )))
+        }
+    }
+}
+
 impl KeptStore {
     pub(crate) fn new(inner: Arc<dyn Store>) -> KeptStore {
         KeptStore {
@@ -128,7 +267,9 @@ impl KeptStore {
                 next_ticket: 1,
                 batches: VecDeque::new(),
                 rewrite: false,
+                at_risk: None,
             }),
+            on_risk: Mutex::new(None),
             bytes: AtomicUsize::new(0),
             failures: AtomicU64::new(0),
             syncing: Mutex::new(()),
@@ -181,23 +322,109 @@ impl KeptStore {
         now_ms: i64,
     ) -> Result<u64> {
         self.rewrite_kept()?;
-        let writing = Writing::new(&self.writing);
-        let failures = self.failures.load(Ordering::Acquire);
+        let started = self.start();
         for (table, rows) in &tables {
             self.inner.mutate_rows(table, rows)?;
         }
+        let batches = tables
+            .into_iter()
+            .map(|(table, rows)| {
+                let bytes = rows_bytes(&table, &rows);
+                (table, Again::Rows(Arc::new(rows)), bytes)
+            })
+            .collect();
+        let (ticket, overlapped) = self.kept_after(started, batches, now_ms);
+        if overlapped {
+            self.rewrite_kept()?;
+        }
+        Ok(ticket)
+    }
+
+    /// Tells `on_risk` when UID mappings kept by a failed sync are at risk, and when they
+    /// are synced again.
+    pub(crate) fn set_on_risk(&self, on_risk: AtRisk) {
+        *self.on_risk.lock() = Some(on_risk);
+    }
+
+    /// A ticket of no write: a sync through it covers every write that returned before
+    /// (what a previous process left unsynced, at open).
+    pub(crate) fn ticket(&self) -> u64 {
+        let mut kept = self.kept.lock();
+        kept.next_ticket += 1;
+        kept.next_ticket - 1
+    }
+
+    /// Keeps every cell of `table` to be written again before the next sync (UID mappings
+    /// a failed sync of a previous process may have dropped); returns the ticket a sync
+    /// covering them must pass.
+    pub(crate) fn recover_table(&self, table: &str, now_ms: i64) -> u64 {
+        let mut kept = self.kept.lock();
+        let ticket = kept.next_ticket;
+        kept.next_ticket += 1;
+        kept.batches.push_back(Batch {
+            ticket,
+            table: table.to_string(),
+            again: Again::Table,
+            bytes: 0,
+            written_ms: now_ms,
+        });
+        kept.rewrite = true;
+        kept.at_risk = Some(u64::MAX);
+        ticket
+    }
+
+    /// Tells the `on_risk` callback.
+    fn tell_risk(&self, at_risk: bool) {
+        if let Some(on_risk) = self.on_risk.lock().as_ref() {
+            on_risk(at_risk);
+        }
+    }
+
+    /// Marks the start of a write to be kept by [`KeptStore::keep`] once it returned.
+    pub(crate) fn start(&self) -> Started<'_> {
+        let writing = Writing::new(&self.writing);
+        Started {
+            _writing: writing,
+            failures: self.failures.load(Ordering::Acquire),
+        }
+    }
+
+    /// Keeps cells of `table` written by conditional writes since `started` (UID mappings
+    /// and their counter) until a sync covers them, written again as they assert after a
+    /// failed one; returns the ticket to pass to [`KeptStore::sync_through`]. When a sync
+    /// failed meanwhile, they are written again before the next sync (which reports a
+    /// failure to write them).
+    pub(crate) fn keep(
+        &self,
+        started: Started<'_>,
+        table: &str,
+        cells: Vec<Asserted>,
+        now_ms: i64,
+    ) -> u64 {
+        let bytes = asserted_bytes(table, &cells);
+        let batch = (table.to_string(), Again::Asserted(Arc::new(cells)), bytes);
+        self.kept_after(started, vec![batch], now_ms).0
+    }
+
+    /// Keeps batches whose write (started at `started`) returned: one ticket for all, and
+    /// whether a sync failed meanwhile (they are to be written again).
+    fn kept_after(
+        &self,
+        started: Started<'_>,
+        batches: Vec<(String, Again, usize)>,
+        now_ms: i64,
+    ) -> (u64, bool) {
         let (overlapped, ticket) = {
             let mut kept = self.kept.lock();
             let ticket = kept.next_ticket;
             kept.next_ticket += 1;
             let mut added = 0;
-            for (table, rows) in tables {
-                let bytes = rows_bytes(&table, &rows);
+            for (table, again, bytes) in batches {
                 added += bytes;
                 kept.batches.push_back(Batch {
                     ticket,
                     table,
-                    rows: Arc::new(rows),
+                    again,
                     bytes,
                     written_ms: now_ms,
                 });
@@ -205,17 +432,14 @@ impl KeptStore {
             self.bytes.fetch_add(added, Ordering::Relaxed);
             // A sync failed while this batch was being written: it may be in the pages
             // the kernel dropped.
-            let overlapped = self.failures.load(Ordering::Acquire) != failures;
+            let overlapped = self.failures.load(Ordering::Acquire) != started.failures;
             if overlapped {
                 kept.rewrite = true;
             }
             (overlapped, ticket)
         };
-        drop(writing);
-        if overlapped {
-            self.rewrite_kept()?;
-        }
-        Ok(ticket)
+        drop(started);
+        (ticket, overlapped)
     }
 
     /// Returns once a store sync that started after the write of `ticket` returned (or
@@ -251,7 +475,15 @@ impl KeptStore {
         };
         // In write order: a later batch to the same cell stays the newer one.
         for b in &batches {
-            self.inner.mutate_rows(&b.table, &b.rows)?;
+            match &b.again {
+                Again::Rows(rows) => self.inner.mutate_rows(&b.table, rows)?,
+                Again::Asserted(cells) => {
+                    for cell in cells.iter() {
+                        assert_again(self.inner.as_ref(), &b.table, cell)?;
+                    }
+                }
+                Again::Table => self.write_table_again(&b.table)?,
+            }
         }
         self.rewrites
             .fetch_add(batches.len() as u64, Ordering::Relaxed);
@@ -266,6 +498,39 @@ impl KeptStore {
             for b in kept.batches.iter_mut().take(rewritten) {
                 b.ticket = ticket;
             }
+            if kept.at_risk.is_some() {
+                kept.at_risk = Some(ticket);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every cell of `table` again as it is (its timestamps kept).
+    fn write_table_again(&self, table: &str) -> Result<()> {
+        let mut chunk = Vec::with_capacity(TABLE_CHUNK_ROWS);
+        for row in self.inner.scan(table, &ScanRequest::default())? {
+            let row = row?;
+            let mutations = row
+                .cells
+                .into_iter()
+                .map(|c| Mutation::SetCell {
+                    family: c.family,
+                    qualifier: c.qualifier,
+                    timestamp: Some(c.timestamp),
+                    value: c.value,
+                })
+                .collect();
+            chunk.push(RowMutation {
+                key: row.key,
+                mutations,
+            });
+            if chunk.len() == TABLE_CHUNK_ROWS {
+                self.inner.mutate_rows(table, &chunk)?;
+                chunk.clear();
+            }
+        }
+        if !chunk.is_empty() {
+            self.inner.mutate_rows(table, &chunk)?;
         }
         Ok(())
     }
@@ -302,15 +567,35 @@ impl KeptStore {
                     keep
                 });
                 self.bytes.fetch_sub(freed, Ordering::Relaxed);
+                let safe = kept.at_risk.is_some_and(|t| t <= through);
+                if safe {
+                    kept.at_risk = None;
+                }
+                drop(kept);
+                if safe {
+                    self.tell_risk(false);
+                }
                 Ok(through)
             }
             Err(e) => {
                 self.failures.fetch_add(1, Ordering::AcqRel);
-                {
+                let risk = {
                     let mut kept = self.kept.lock();
                     if !kept.batches.is_empty() {
                         kept.rewrite = true;
                     }
+                    let uids = kept
+                        .batches
+                        .iter()
+                        .any(|b| !matches!(b.again, Again::Rows(_)));
+                    let newly = uids && kept.at_risk.is_none();
+                    if uids {
+                        kept.at_risk = Some(u64::MAX);
+                    }
+                    newly
+                };
+                if risk {
+                    self.tell_risk(true);
                 }
                 // At once, so readers find them again if the kernel dropped them; when this
                 // fails too, the next sync or write tries again.

@@ -111,8 +111,22 @@ impl Tsdb {
             UidRegistry::new(Arc::clone(&store), settings.schema.clone())
                 .with_cache_bounds(settings.uid_cache_names, settings.uid_cache_ids)
                 .with_realtime_meta(settings.meta.realtime_uid)
-                .with_random_metrics(settings.random_metrics),
+                .with_random_metrics(settings.random_metrics)
+                .with_kept(Arc::clone(&kept), settings.clock.clone()),
         );
+        if let Some(files) = &files {
+            recover_uids(&kept, &uids, files.as_ref(), &settings)?;
+            let files = Arc::clone(files);
+            kept.set_on_risk(Box::new(move |at_risk| {
+                let bytes: &[u8] = if at_risk { &[1] } else { &[] };
+                if let Err(e) = files.write_named(UIDS_AT_RISK, bytes) {
+                    tracing::error!(error = %e, at_risk, "could not record whether UID mappings wait to be written again after a failed store sync");
+                }
+            }));
+        }
+        // What a previous process left unsynced in the store is synced before the first
+        // point naming its UIDs is logged.
+        uids.kept_through(kept.ticket());
         let (log, entries) = match &files {
             Some(files) => {
                 let (log, entries) = wal::Log::open(Arc::clone(files), settings.wal_segment_bytes)?;
@@ -476,6 +490,34 @@ impl Tsdb {
 /// Creates the tables that are missing and brings the tag index's status in line with
 /// `tsd.index.enable` (RFC 0007): what opening a database and a flush after an unreachable
 /// start do before writing.
+/// The file in the log directory saying that a failed store sync left UID mappings to be
+/// written again (one byte, 1), or that none wait (empty); RFC 0001, "UIDs after a failed
+/// sync".
+pub(crate) const UIDS_AT_RISK: &str = "uids-at-risk";
+
+/// At open: when the previous process stopped with UID mappings a failed store sync may
+/// have dropped, every cell of the UID table is written again before the next sync (the
+/// first batch of points waits for it), so a mapping still readable from the OS's cache is
+/// not lost by a power loss after this process built on it.
+fn recover_uids(
+    kept: &KeptStore,
+    uids: &UidRegistry,
+    files: &dyn LogFiles,
+    settings: &Settings,
+) -> Result<()> {
+    let marked = files
+        .read_named(UIDS_AT_RISK)
+        .map_err(|e| crate::Error::Internal(format!("cannot read {UIDS_AT_RISK}: {e}")))?;
+    if marked.is_some_and(|bytes| bytes.first() == Some(&1)) {
+        tracing::warn!(
+            "a failed store sync of the previous process left UID mappings unsynced: the UID table is written again before the first sync"
+        );
+        let ticket = kept.recover_table(&settings.schema.uid_table, settings.clock.now_ms());
+        uids.kept_through(ticket);
+    }
+    Ok(())
+}
+
 pub(crate) fn prepare_store(store: &dyn Store, settings: &Settings) -> Result<()> {
     tables::create_tables(store, &settings.schema, settings.rollups.as_deref())?;
     crate::index::status::open(

@@ -17,7 +17,9 @@ use parking_lot::Mutex;
 
 use crate::{Error, Result};
 
+use crate::Clock;
 use crate::bounded::BoundedMap;
+use crate::kept::{Asserted, Assertion, KeptStore};
 
 /// `tsd.uid.lru.name.size` and `tsd.uid.lru.id.size`: OpenTSDB's default bounds.
 pub const DEFAULT_CACHE_ENTRIES: usize = 5_000_000;
@@ -72,9 +74,14 @@ pub struct UidRegistry {
     /// `tsd.core.uid.random_metrics`: metric UIDs are drawn at random (MAXID untouched), as
     /// OpenTSDB does to spread new metrics over the key space.
     random_metrics: Option<Mutex<crate::sim::Rng>>,
-    /// Set when this registry wrote mappings the store may not have synced yet: a batch
-    /// promised to survive power loss syncs the store first.
-    unsynced: std::sync::atomic::AtomicBool,
+    /// The database's store layer keeping writes until a sync covers them, and its clock:
+    /// each mapping this registry writes (or finds after a write of unknown outcome) is
+    /// kept there, written again after a failed sync (RFC 0001, "UIDs after a failed
+    /// sync").
+    kept: Option<(Arc<KeptStore>, Clock)>,
+    /// The ticket of the last mapping kept: a batch whose points are logged syncs the store
+    /// through it first, so a log entry never names a UID the store could lose.
+    kept_ticket: AtomicU64,
     pub stats: CacheStats,
 }
 
@@ -88,21 +95,60 @@ impl UidRegistry {
             }),
             realtime_meta: false,
             random_metrics: None,
-            unsynced: std::sync::atomic::AtomicBool::new(false),
+            kept: None,
+            kept_ticket: AtomicU64::new(0),
             stats: CacheStats::default(),
         }
     }
 
-    /// Whether mappings were written (or found while assigning) since the last call: the
-    /// caller syncs the store before logging points that use them, so a log entry that
-    /// outlives a power loss never names a UID the store lost (and may give to another name).
-    pub(crate) fn take_unsynced(&self) -> bool {
-        self.unsynced.swap(false, Ordering::AcqRel)
+    /// Keeps every mapping this registry writes in `kept` until a sync covers it (see the
+    /// field's docs); `clock` dates them.
+    pub(crate) fn with_kept(mut self, kept: Arc<KeptStore>, clock: Clock) -> Self {
+        self.kept = Some((kept, clock));
+        self
     }
 
-    /// Marks mappings as not known to be synced (after a failed store sync).
-    pub(crate) fn mark_unsynced(&self) {
-        self.unsynced.store(true, Ordering::Release);
+    /// The ticket of the last mapping written (or found while assigning) and kept: the
+    /// caller syncs the store through it ([`KeptStore::sync_through`]) before logging points
+    /// that use UIDs, so a log entry that outlives a power loss never names a UID the store
+    /// lost (and may give to another name). 0 when none was.
+    pub(crate) fn kept_ticket(&self) -> u64 {
+        self.kept_ticket.load(Ordering::Acquire)
+    }
+
+    /// The cells of `name`'s mappings to `uid` (and MAXID at least `uid`, unless the UID
+    /// was drawn at random), as kept until synced.
+    fn mapping_cells(&self, kind: UidKind, name: &str, uid: Uid, counted: bool) -> Vec<Asserted> {
+        let qualifier = kind.qualifier().as_bytes().to_vec();
+        let uid_bytes = uid.to_bytes(self.width(kind));
+        let mut cells = vec![
+            Asserted {
+                key: uid_bytes.clone(),
+                family: UID_NAME_FAMILY.to_string(),
+                qualifier: qualifier.clone(),
+                what: Assertion::Holds(name_bytes(name).to_vec()),
+            },
+            Asserted {
+                key: name_bytes(name).to_vec(),
+                family: UID_ID_FAMILY.to_string(),
+                qualifier: qualifier.clone(),
+                what: Assertion::Holds(uid_bytes),
+            },
+        ];
+        if counted {
+            cells.push(Asserted {
+                key: MAXID_ROW.to_vec(),
+                family: UID_ID_FAMILY.to_string(),
+                qualifier,
+                what: Assertion::AtLeast(uid.0 as i64),
+            });
+        }
+        cells
+    }
+
+    /// Notes a kept write's ticket: batches logged from now on sync the store through it.
+    pub(crate) fn kept_through(&self, ticket: u64) {
+        self.kept_ticket.fetch_max(ticket, Ordering::AcqRel);
     }
 
     /// Bounds the caches of each kind: at most `names` names to UIDs and `ids` UIDs to
@@ -285,21 +331,41 @@ impl UidRegistry {
             return Ok((uid, false));
         }
         if let Some(uid) = self.read_forward(kind, name)? {
-            // Perhaps written by an assignment of ours whose outcome was unknown.
-            self.mark_unsynced();
+            // Perhaps written by an assignment of ours whose outcome was unknown (kept by
+            // it all the same), or by another writer.
             self.remember(kind, name, uid);
             return Ok((uid, false));
         }
-        let assigned = self.assign(kind, name);
-        // After the writes (whatever their outcome): whoever syncs on seeing the mark
-        // covers them.
-        self.mark_unsynced();
+        let Some((kept, clock)) = &self.kept else {
+            return self.assign(kind, name, &mut Vec::new());
+        };
+        let started = kept.start();
+        let mut tried = Vec::new();
+        let assigned = self.assign(kind, name, &mut tried);
+        // Whatever the outcome: a write that failed may have been applied (a remote store's
+        // timeout), and the mapping found by the next lookup. Each cell is written again
+        // after a failed sync only while it holds what was tried, so a UID another writer
+        // won or that was withdrawn is left alone.
+        if !tried.is_empty() {
+            let counted = self.counted(kind);
+            let cells = tried
+                .iter()
+                .flat_map(|uid| self.mapping_cells(kind, name, *uid, counted))
+                .collect();
+            self.kept_through(kept.keep(started, self.table(), cells, clock.now_ms()));
+        }
         assigned
     }
 
+    /// Whether UIDs of `kind` come from MAXID's counter (not drawn at random).
+    fn counted(&self, kind: UidKind) -> bool {
+        kind != UidKind::Metric || self.random_metrics.is_none()
+    }
+
     /// Assigns a UID to `name`: the UID and whether it is ours (false: another writer won
-    /// the race for the name, and its UID is returned).
-    fn assign(&self, kind: UidKind, name: &str) -> Result<(Uid, bool)> {
+    /// the race for the name, and its UID is returned). Every UID it tried to map (the
+    /// counter gave it, or it was drawn) goes in `tried`, whatever the outcome.
+    fn assign(&self, kind: UidKind, name: &str, tried: &mut Vec<Uid>) -> Result<(Uid, bool)> {
         let width = self.width(kind);
         let qualifier = kind.qualifier().as_bytes();
         let random = self
@@ -329,6 +395,7 @@ impl UidRegistry {
                 return Err(Error::UidsExhausted { kind, width });
             }
             let uid = Uid(id as u64);
+            tried.push(uid);
             let uid_bytes = uid.to_bytes(width);
             let reverse_free = Check {
                 family: UID_NAME_FAMILY.into(),

@@ -933,15 +933,15 @@ impl Writer {
         (entry, defined)
     }
 
-    /// Syncs the store when UID mappings were written since it was last synced.
+    /// Returns once the store is synced through the last UID mapping written (one sync
+    /// shared by concurrent batches; at once when a sync already covered it). Mappings a
+    /// failed sync may have dropped are written again before the sync (the registry keeps
+    /// them in the [`KeptStore`]).
     fn sync_new_uids(&self) -> Result<()> {
-        if self.uids.take_unsynced()
-            && let Err(e) = self.store.sync()
-        {
-            self.uids.mark_unsynced();
-            return Err(e.into());
+        match self.uids.kept_ticket() {
+            0 => Ok(()),
+            ticket => Ok(self.kept.sync_through(ticket)?),
         }
-        Ok(())
     }
 
     /// The sequence number of the last batch accepted so far.

@@ -8,6 +8,9 @@
 //! - nothing is read that was never sent (points of failed batches may or may not appear);
 //! - after a power loss, every point acknowledged as synced (`wal.sync`, or a `?sync` that
 //!   succeeded) is readable;
+//! - every series read has a host whose UID names it both ways (a query by name finds it):
+//!   new host names appear throughout a run, and the store models fsyncgate for the UID
+//!   table's mappings and counters too;
 //! - buffered points stay under their memory budget (plus one batch);
 //! - histogram points (in the rows of the raw series, beside their data cells) and rollup
 //!   and pre-aggregate points (RFC 0008), written straight to the store, keep the same
@@ -45,9 +48,34 @@ use parking_lot::Mutex;
 
 /// Seeds that found bugs, run first on every run. 15: an unsynced histogram cell lost by a
 /// failed store sync was promised durable by the next sync that succeeded (fsyncgate).
-const REGRESSIONS: &[u64] = &[15];
+/// 12, 68 and 174: a UID mapping lost that way while points naming it were kept (12: the
+/// mapping written before the failed sync, the next batch's sync succeeding; 68: the
+/// mapping's write failed but was applied, and found by the next lookup; 174: the process
+/// crashed after the failed sync, before writing the mapping again).
+const REGRESSIONS: &[u64] = &[15, 12, 68, 174];
 
 const HOSTS: [&str; 5] = ["web01", "web02", "web03", "db01", "db02"];
+/// Steps between generations of host names: each generation's hosts are new names, so new
+/// UIDs are assigned throughout a run (among failed syncs and power losses), not only at
+/// its start.
+const GENERATION_STEPS: usize = 25;
+
+/// The name of host `h`: `HOSTS[h % 5]` in the first generation, then with the
+/// generation appended (`web01-3`).
+fn host_name(h: usize) -> String {
+    let generation = h / HOSTS.len();
+    let base = HOSTS[h % HOSTS.len()];
+    if generation == 0 {
+        base.to_string()
+    } else {
+        format!("{base}-{generation}")
+    }
+}
+
+/// A host of step `step`'s generation, drawn by `rng`.
+fn draw_host(rng: &mut Rng, step: usize) -> usize {
+    step / GENERATION_STEPS * HOSTS.len() + rng.below(HOSTS.len() as u64) as usize
+}
 /// 2013-01-01 00:00:00 UTC.
 const T0: i64 = 1_356_998_400;
 const STEPS: usize = 250;
@@ -59,6 +87,8 @@ const ROLLUPS: &str = r#"{"aggregationIds":{"sum":0,"count":1},"intervals":[
 {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
 {"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#;
 const ROLLUP_TABLE: &str = "tsdb-rollup-1h";
+/// The default UID table (its mappings and counters are modelled by fsyncgate too).
+const UID_TABLE: &str = "tsdb-uid";
 const PREAGG_TABLE: &str = "tsdb-rollup-agg-1h";
 const HISTOGRAM_ID: u8 = 42;
 
@@ -125,9 +155,25 @@ struct Totals {
     cells_acked: u64,
 }
 
+/// The name of a UID in a stored row key: `None` when the read failed (a fault), an error
+/// when the UID names nothing (its mapping was lost: the row's cells are hidden).
+fn name_in_key(
+    db: &Tsdb,
+    kind: UidKind,
+    uid: hourglass_core::uid::Uid,
+) -> Option<Result<String, String>> {
+    match db.uids().get_name(kind, uid) {
+        Ok(name) => Some(Ok(name)),
+        Err(e) if e.kind() == hourglass_engine::ErrorKind::NotFound => Some(Err(format!(
+            "a stored row names {kind} UID {uid:?}, which names nothing: {e}"
+        ))),
+        Err(_) => None,
+    }
+}
+
 /// The histogram and rollup cells in the store, by place. `None` when a read failed (a
-/// fault), so nothing can be concluded.
-fn stored_cells(db: &Tsdb) -> Option<BTreeMap<CellAt, Vec<u8>>> {
+/// fault), so nothing can be concluded; an error when a row's UIDs name nothing.
+fn stored_cells(db: &Tsdb) -> Option<Result<BTreeMap<CellAt, Vec<u8>>, String>> {
     let trace = std::env::var("HOURGLASS_SIM_TRACE").is_ok();
     let schema = &db.settings().schema;
     let mut out = BTreeMap::new();
@@ -149,10 +195,15 @@ fn stored_cells(db: &Tsdb) -> Option<BTreeMap<CellAt, Vec<u8>>> {
             let key = decode_row_key(schema, &row.key).expect("row key");
             let mut tags = Vec::new();
             for (k, v) in &key.series.tags {
-                tags.push((
-                    db.uids().get_name(UidKind::TagKey, *k).ok()?,
-                    db.uids().get_name(UidKind::TagValue, *v).ok()?,
-                ));
+                let k = match name_in_key(db, UidKind::TagKey, *k)? {
+                    Ok(k) => k,
+                    Err(e) => return Some(Err(e)),
+                };
+                let v = match name_in_key(db, UidKind::TagValue, *v)? {
+                    Ok(v) => v,
+                    Err(e) => return Some(Err(e)),
+                };
+                tags.push((k, v));
             }
             tags.sort();
             for c in &row.cells {
@@ -180,7 +231,7 @@ fn stored_cells(db: &Tsdb) -> Option<BTreeMap<CellAt, Vec<u8>>> {
             }
         }
     }
-    Some(out)
+    Some(Ok(out))
 }
 
 /// Checks the histogram and rollup cells seen against the model.
@@ -216,13 +267,30 @@ fn check_cells(
     Ok(())
 }
 
+/// Points read, by value: (ms, host name).
+type Seen = BTreeMap<i64, (i64, String)>;
+
 /// Visible points of metric `m` by value: (ms, host name). `None` when the read failed (a
-/// fault), so nothing can be concluded.
-fn visible(db: &Tsdb, until: i64) -> Option<BTreeMap<i64, (i64, String)>> {
+/// fault), so nothing can be concluded. A series whose host UID has no name, or whose
+/// host's name maps to another UID (a query by that name would miss it), is a failure.
+fn visible(db: &Tsdb, until: i64) -> Option<Result<Seen, String>> {
+    let mut out = BTreeMap::new();
+    match visible_into(db, until, &mut out) {
+        Some(Ok(())) => Some(Ok(out)),
+        other => other.map(|r| r.map(|()| BTreeMap::new())),
+    }
+}
+
+/// [`visible`] into `out`.
+fn visible_into(
+    db: &Tsdb,
+    until: i64,
+    out: &mut BTreeMap<i64, (i64, String)>,
+) -> Option<Result<(), String>> {
     let metric = match db.uids().get_id(UidKind::Metric, "m") {
         Ok(m) => m,
         Err(e) if e.kind() == hourglass_engine::ErrorKind::NotFound => {
-            return Some(BTreeMap::new());
+            return Some(Ok(()));
         }
         Err(e) => {
             if std::env::var("HOURGLASS_SIM_TRACE").is_ok() {
@@ -246,10 +314,16 @@ fn visible(db: &Tsdb, until: i64) -> Option<BTreeMap<i64, (i64, String)>> {
             return None;
         }
     };
-    let mut out = BTreeMap::new();
     for s in series {
-        let host = match db.uids().get_name(UidKind::TagValue, s.series.tags[0].1) {
+        let uid = s.series.tags[0].1;
+        let host = match db.uids().get_name(UidKind::TagValue, uid) {
             Ok(h) => h,
+            Err(e) if e.kind() == hourglass_engine::ErrorKind::NotFound => {
+                return Some(Err(format!(
+                    "{} points under host UID {uid:?}, which names nothing: {e}",
+                    s.points.len()
+                )));
+            }
             Err(e) => {
                 if std::env::var("HOURGLASS_SIM_TRACE").is_ok() {
                     eprintln!("  read: {e} for {:?} ({} points)", s.series, s.points.len());
@@ -257,6 +331,22 @@ fn visible(db: &Tsdb, until: i64) -> Option<BTreeMap<i64, (i64, String)>> {
                 return None;
             }
         };
+        match db.uids().get_id(UidKind::TagValue, &host) {
+            Ok(forward) if forward == uid => {}
+            Ok(forward) => {
+                return Some(Err(format!(
+                    "{} points under host UID {uid:?} ({host}), but {host} maps to {forward:?}",
+                    s.points.len()
+                )));
+            }
+            Err(e) if e.kind() == hourglass_engine::ErrorKind::NotFound => {
+                return Some(Err(format!(
+                    "{} points under host UID {uid:?} ({host}), but {host} has no UID: {e}",
+                    s.points.len()
+                )));
+            }
+            Err(_) => return None,
+        }
         for (ms, v) in s.points {
             let Value::Int(v) = v else {
                 panic!("value {v:?} was never sent")
@@ -267,7 +357,7 @@ fn visible(db: &Tsdb, until: i64) -> Option<BTreeMap<i64, (i64, String)>> {
             );
         }
     }
-    Some(out)
+    Some(Ok(()))
 }
 
 /// The tag index against the model (see the module docs); `None` when a read failed (a
@@ -340,7 +430,7 @@ fn check_index(db: &Tsdb, model: &Model, flushed: bool) -> Option<Result<(), Str
     for (v, sent) in &model.acked {
         let value = db
             .uids()
-            .get_id(UidKind::TagValue, HOSTS[sent.host])
+            .get_id(UidKind::TagValue, &host_name(sent.host))
             .ok()?
             .to_bytes(3);
         let tags = [host.as_slice(), &value].concat();
@@ -352,13 +442,14 @@ fn check_index(db: &Tsdb, model: &Model, flushed: bool) -> Option<Result<(), Str
         if !postings.contains(&index::period_posting_key(series, period, &host, &value)) {
             return Some(Err(format!(
                 "acknowledged point {v} at {} on {} has no posting for period {period}",
-                sent.ms, HOSTS[sent.host]
+                sent.ms,
+                host_name(sent.host)
             )));
         }
         if !all_time.contains(&index::posting_key(series, &host, &value)) {
             return Some(Err(format!(
                 "acknowledged point {v} on {}: its series has no all-time posting",
-                HOSTS[sent.host]
+                host_name(sent.host)
             )));
         }
     }
@@ -384,10 +475,11 @@ fn check(
                     sent.ms
                 ));
             }
-            Some((ms, host)) if *ms != sent.ms || host != HOSTS[sent.host] => {
+            Some((ms, host)) if *ms != sent.ms || *host != host_name(sent.host) => {
                 return Err(format!(
                     "point {v} read at {ms} on {host}, sent at {} on {}",
-                    sent.ms, HOSTS[sent.host]
+                    sent.ms,
+                    host_name(sent.host)
                 ));
             }
             Some(_) => {}
@@ -399,10 +491,11 @@ fn check(
             .get(v)
             .or_else(|| model.maybe.get(v))
             .ok_or_else(|| format!("point {v} at {ms} on {host} was never sent"))?;
-        if sent.ms != *ms || HOSTS[sent.host] != host {
+        if sent.ms != *ms || host_name(sent.host) != *host {
             return Err(format!(
                 "point {v} read at {ms} on {host}, sent at {} on {}",
-                sent.ms, HOSTS[sent.host]
+                sent.ms,
+                host_name(sent.host)
             ));
         }
     }
@@ -445,7 +538,8 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     // (the kernel dropped their pages), and no later sync makes them durable unless they
     // are written again.
     store.set_fsyncgate(Some(Arc::new(|table: &str, qualifier: &[u8]| {
-        table == ROLLUP_TABLE
+        table == UID_TABLE
+            || table == ROLLUP_TABLE
             || table == PREAGG_TABLE
             || hourglass_core::histogram::is_histogram_qualifier(qualifier)
     })));
@@ -526,7 +620,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 return;
             };
             if let Some(seen) = visible(&db, now.load(Ordering::SeqCst) / 1000 + 7200)
-                && let Err(e) = check(&seen, &model, false)
+                && let Err(e) = seen.and_then(|seen| check(&seen, &model, false))
             {
                 failure
                     .lock()
@@ -559,13 +653,14 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                         let n = 1 + rng.below(MAX_BATCH as u64) as usize;
                         (0..n)
                             .map(|_| {
-                                let host = rng.below(HOSTS.len() as u64) as usize;
+                                let host = draw_host(&mut rng, step);
+                                let next = &mut next_ts[host % HOSTS.len()];
                                 // Mostly forward; sometimes an older hour (late data).
                                 let ts = if rng.chance(100) {
-                                    next_ts[host] - 3600 - rng.below(600) as i64
+                                    *next - 3600 - rng.below(600) as i64
                                 } else {
-                                    next_ts[host] += 1 + rng.below(20) as i64;
-                                    next_ts[host]
+                                    *next += 1 + rng.below(20) as i64;
+                                    *next
                                 };
                                 let v = next_value;
                                 next_value += 1;
@@ -589,10 +684,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                         (resent || fresh) && taken.insert((*h, *ts))
                     })
                     .collect();
-                let tags: Vec<[(&str, &str); 1]> = points
-                    .iter()
-                    .map(|(h, _, _)| [("host", HOSTS[*h])])
-                    .collect();
+                let names: Vec<String> = points.iter().map(|(h, _, _)| host_name(*h)).collect();
+                let tags: Vec<[(&str, &str); 1]> =
+                    names.iter().map(|n| [("host", n.as_str())]).collect();
                 let incoming: Vec<IncomingPoint<'_>> = points
                     .iter()
                     .zip(&tags)
@@ -679,6 +773,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
             }
             70..=81 => {
                 if let Some(seen) = visible(&db, until) {
+                    let seen = seen.map_err(|e| format!("step {step}: {e}"))?;
                     check(&seen, &model, false).map_err(|e| {
                         format!(
                             "step {step}: {e} (saw {} points, {} acknowledged, {} buffered)",
@@ -689,6 +784,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     })?;
                 }
                 if let Some(seen) = stored_cells(&db) {
+                    let seen = seen.map_err(|e| format!("step {step}: {e}"))?;
                     check_cells(&seen, &cells, false).map_err(|e| format!("step {step}: {e}"))?;
                 }
             }
@@ -740,6 +836,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 db = open(&dyn_store, &files, &settings, &faults);
                 install_hook(&db);
                 if let Some(seen) = visible(&db, until) {
+                    let seen = seen.map_err(|e| format!("step {step} (power loss): {e}"))?;
                     check(&seen, &model, true)
                         .map_err(|e| format!("step {step} (power loss): {e}"))?;
                 }
@@ -747,6 +844,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     return Err(format!("step {step} (power loss): index: {e}"));
                 }
                 if let Some(seen) = stored_cells(&db) {
+                    let seen = seen.map_err(|e| format!("step {step} (power loss): {e}"))?;
                     check_cells(&seen, &cells, true)
                         .map_err(|e| format!("step {step} (power loss): {e}"))?;
                 }
@@ -757,7 +855,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 let n = 1 + rng.below(8) as usize;
                 let mut sent = Vec::new();
                 for _ in 0..n {
-                    let host = rng.below(HOSTS.len() as u64) as usize;
+                    let host = draw_host(&mut rng, step);
                     let secs = T0 - 3600 + rng.below(8 * 3600) as i64;
                     let ts = if rng.chance(300) {
                         secs * 1000 + rng.below(1000) as i64
@@ -766,7 +864,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     };
                     let at = CellAt {
                         table: settings.schema.data_table.clone(),
-                        tags: vec![("host".to_string(), HOSTS[host].to_string())],
+                        tags: vec![("host".to_string(), host_name(host))],
                         ms: if ts == secs { secs * 1000 } else { ts },
                     };
                     if !cells.used.insert(at.clone()) {
@@ -778,8 +876,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     next_value += 1;
                     sent.push((host, ts, at, h.encode(Some(HISTOGRAM_ID))));
                 }
+                let names: Vec<String> = sent.iter().map(|(h, ..)| host_name(*h)).collect();
                 let tags: Vec<[(&str, &str); 1]> =
-                    sent.iter().map(|(h, ..)| [("host", HOSTS[*h])]).collect();
+                    names.iter().map(|n| [("host", n.as_str())]).collect();
                 let points: Vec<HistogramPoint<'_>> = sent
                     .iter()
                     .zip(&tags)
@@ -809,10 +908,10 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                 let n = 1 + rng.below(8) as usize;
                 let mut sent = Vec::new();
                 for _ in 0..n {
-                    let host = rng.below(HOSTS.len() as u64) as usize;
+                    let host = draw_host(&mut rng, step);
                     let secs = T0 + 3600 * (rng.below(48) as i64 - 6);
                     let preagg = rng.chance(300);
-                    let mut tags = vec![("host".to_string(), HOSTS[host].to_string())];
+                    let mut tags = vec![("host".to_string(), host_name(host))];
                     if preagg {
                         tags.push(("_aggregate".to_string(), "SUM".to_string()));
                         tags.sort();
@@ -831,8 +930,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
                     Value::Int(v).write(&mut value);
                     sent.push((host, secs, preagg, v, at, value));
                 }
+                let names: Vec<String> = sent.iter().map(|(h, ..)| host_name(*h)).collect();
                 let tags: Vec<[(&str, &str); 1]> =
-                    sent.iter().map(|(h, ..)| [("host", HOSTS[*h])]).collect();
+                    names.iter().map(|n| [("host", n.as_str())]).collect();
                 let points: Vec<RollupPoint<'_>> = sent
                     .iter()
                     .zip(&tags)
@@ -875,9 +975,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
             db.buffered_points()
         ));
     }
-    let seen = visible(&db, until).ok_or("final read failed")?;
+    let seen = visible(&db, until).ok_or("final read failed")??;
     check(&seen, &model, false).map_err(|e| format!("end: {e}"))?;
-    let seen = stored_cells(&db).ok_or("final read of cells failed")?;
+    let seen = stored_cells(&db).ok_or("final read of cells failed")??;
     check_cells(&seen, &cells, false).map_err(|e| format!("end: {e}"))?;
     check_index(&db, &model, true)
         .ok_or("final index read failed")?
@@ -887,9 +987,9 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     drop(db);
     files = files.crash();
     let db = open(&dyn_store, &files, &settings, &faults);
-    let seen = visible(&db, until).ok_or("read after restart failed")?;
+    let seen = visible(&db, until).ok_or("read after restart failed")??;
     check(&seen, &model, false).map_err(|e| format!("after restart: {e}"))?;
-    let seen = stored_cells(&db).ok_or("read of cells after restart failed")?;
+    let seen = stored_cells(&db).ok_or("read of cells after restart failed")??;
     check_cells(&seen, &cells, false).map_err(|e| format!("after restart: {e}"))?;
     store.set_hook(None);
     totals.racing_checks += racing_checks.load(Ordering::SeqCst);

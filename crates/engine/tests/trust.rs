@@ -195,6 +195,104 @@ fn synced_batches_and_their_uids_survive_power_loss() {
     );
 }
 
+/// A store whose failed syncs lose what was written since the last good one for good, for
+/// the UID table (fsyncgate), over a memory store (power losses can be simulated).
+fn uid_fsyncgate_store(faults: &Arc<Faults>) -> Arc<FaultStore> {
+    let store = Arc::new(FaultStore::new(Arc::clone(faults)));
+    store.set_fsyncgate(Some(Arc::new(|table: &str, _: &[u8]| table == "tsdb-uid")));
+    store
+}
+
+/// Every host of the visible points of `m` resolves both ways: its UID names a host, and
+/// that host's name maps back to the UID (a query by name finds its points).
+fn hosts_resolve(db: &Tsdb) -> BTreeSet<String> {
+    let mut hosts = BTreeSet::new();
+    for (uid, _, _) in visible(db, T0, T0 + 3600) {
+        let uid = hourglass_core::uid::Uid::from_bytes(&uid).unwrap();
+        let name = db
+            .uids()
+            .get_name(UidKind::TagValue, uid)
+            .expect("the UID names a host");
+        assert_eq!(db.uids().get_id(UidKind::TagValue, &name).unwrap(), uid);
+        hosts.insert(name);
+    }
+    hosts
+}
+
+/// The seen bug: a batch's new UIDs were written, the store sync before logging it failed
+/// (the kernel may drop the pages: "fsyncgate"), and the retried batch's sync succeeded
+/// without the mappings being written again: after a power loss its synced points named a
+/// UID that named nothing. Mappings are now kept until a sync covers them, and written
+/// again after a failed one.
+#[test]
+fn uids_written_before_a_failed_sync_survive_power_loss() {
+    let faults = Arc::new(Faults::new(3, 0));
+    let store = uid_fsyncgate_store(&faults);
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let files = SimFiles::new(Arc::clone(&faults));
+    let synced = Settings {
+        wal_sync: true,
+        ..settings()
+    };
+    let db = open(&dyn_store, &files, &synced);
+    store.set_syncs_fail(true);
+    let out = db.add_points(&batch(WEB01, T0, 10));
+    assert_eq!(
+        out.stored,
+        0,
+        "the UIDs' sync failed: {:?}",
+        out.errors.first()
+    );
+    store.set_syncs_fail(false);
+    assert_eq!(db.add_points(&batch(WEB01, T0, 10)).stored, 10);
+    drop(db);
+    assert!(store.power_loss());
+    let db = open(&dyn_store, &files.power_loss(), &synced);
+    assert_eq!(visible(&db, T0, T0 + 3600).len(), 10);
+    assert_eq!(hosts_resolve(&db), BTreeSet::from(["web01".to_string()]));
+    // The counter was not rolled back: the next host gets a UID of its own.
+    assert_eq!(db.add_points(&batch(WEB02, T0 + 10, 10)).stored, 10);
+    assert_eq!(hosts_resolve(&db).len(), 2);
+}
+
+/// The same after a crash between the failed sync and the mappings' rewrite: the process
+/// that starts next finds `uids-at-risk` in the log directory and writes the UID table
+/// again before its first sync, then clears the file.
+#[test]
+fn uids_left_at_risk_by_a_crash_are_written_again_at_the_next_start() {
+    let faults = Arc::new(Faults::new(3, 0));
+    let store = uid_fsyncgate_store(&faults);
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let files = SimFiles::new(Arc::clone(&faults));
+    let synced = Settings {
+        wal_sync: true,
+        ..settings()
+    };
+    let db = open(&dyn_store, &files, &synced);
+    store.set_syncs_fail(true);
+    assert_eq!(db.add_points(&batch(WEB01, T0, 10)).stored, 0);
+    // The store is down as well: the mappings cannot be written again before the crash.
+    faults.set_store_down(true);
+    assert!(db.sync_writes().is_err());
+    drop(db);
+    let files = files.crash();
+    assert_eq!(
+        files.read_named("uids-at-risk").unwrap(),
+        Some(vec![1]),
+        "recorded at the failed sync"
+    );
+    faults.set_store_down(false);
+    store.set_syncs_fail(false);
+    let db = open(&dyn_store, &files, &synced);
+    assert_eq!(db.add_points(&batch(WEB01, T0, 10)).stored, 10);
+    assert_eq!(files.read_named("uids-at-risk").unwrap(), Some(Vec::new()));
+    drop(db);
+    assert!(store.power_loss());
+    let db = open(&dyn_store, &files.power_loss(), &synced);
+    assert_eq!(visible(&db, T0, T0 + 3600).len(), 10);
+    assert_eq!(hosts_resolve(&db), BTreeSet::from(["web01".to_string()]));
+}
+
 /// The seen bug: a deletion read rows during its scan and rewrote them afterwards, so points
 /// flushed into those rows in between were deleted although outside its range.
 #[test]
@@ -607,6 +705,18 @@ fn histogram_cells(times: &[i64]) -> Vec<hourglass_engine::histogram::HistogramP
         .collect()
 }
 
+/// Assigns the UIDs of [`histogram_cells`] and syncs them, so the batches kept from then on
+/// are the cells' alone (UID mappings are kept until synced too).
+fn histogram_uids_synced(db: &Tsdb) {
+    db.uids().get_or_create_id(UidKind::Metric, "h").unwrap();
+    for (k, v) in WEB01 {
+        db.uids().get_or_create_id(UidKind::TagKey, k).unwrap();
+        db.uids().get_or_create_id(UidKind::TagValue, v).unwrap();
+    }
+    db.sync_writes().unwrap();
+    assert_eq!(db.kept_cells().0, 0, "UID mappings synced");
+}
+
 /// The histogram cells of `h` in the store.
 fn stored_histograms(db: &Tsdb) -> usize {
     let data = &db.settings().schema.data_table;
@@ -648,6 +758,7 @@ fn unsynced_cells_are_kept_until_a_store_sync_covers_them_and_written_again_afte
         let dyn_store: Arc<dyn Store> = store.clone();
         let files = SimFiles::new(Arc::new(Faults::new(1, 0)));
         let db = open(&dyn_store, &files, &histogram_settings(64 << 20));
+        histogram_uids_synced(&db);
         let out = db
             .add_histogram_points(&histogram_cells(&[T0, T0 + 1]), false)
             .unwrap();
@@ -711,6 +822,8 @@ fn kept_cells_count_in_the_memory_budget() {
                 "{name}: the budget and a batch"
             );
         }
+        // From nothing kept: the refusal below comes after several accepted batches.
+        db.sync_writes().unwrap();
         store.set_syncs_fail(true);
         let mut refused = None;
         for i in 0..200 {

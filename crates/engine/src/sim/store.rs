@@ -47,6 +47,20 @@ struct Gate {
     lost: std::collections::BTreeSet<CellId>,
 }
 
+impl Gate {
+    /// A cell written: not synced, and no longer lost (its new bytes are in new pages).
+    fn note(&mut self, (table, key, family, qualifier): (&str, &[u8], &str, &[u8])) {
+        let id = (
+            table.to_string(),
+            key.to_vec(),
+            family.to_string(),
+            qualifier.to_vec(),
+        );
+        self.lost.remove(&id);
+        self.unsynced.insert(id);
+    }
+}
+
 /// The wrapper; see the module docs.
 pub struct FaultStore {
     current: RwLock<Arc<dyn Store>>,
@@ -143,17 +157,39 @@ impl FaultStore {
                 } = m
                     && lossy(table, qualifier)
                 {
-                    let id = (
-                        table.to_string(),
-                        row.key.clone(),
-                        family.clone(),
-                        qualifier.clone(),
-                    );
-                    gate.lost.remove(&id);
-                    gate.unsynced.insert(id);
+                    gate.note((table, &row.key, family, qualifier));
                 }
             }
         }
+    }
+
+    /// Notes counter cells an increment wrote, for the fsyncgate model.
+    fn note_counters<'a>(
+        &self,
+        table: &str,
+        key: &[u8],
+        cells: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    ) {
+        let mut gate = self.gate.lock();
+        let Some(lossy) = gate.lossy.clone() else {
+            return;
+        };
+        for (family, qualifier) in cells {
+            if lossy(table, qualifier) {
+                gate.note((table, key, family, qualifier));
+            }
+        }
+    }
+
+    /// A check-and-mutate's writes (when it applied them), for the fsyncgate model.
+    fn note_checked(&self, table: &str, key: &[u8], mutations: &[Mutation]) {
+        self.note_written(
+            table,
+            &[RowMutation {
+                key: key.to_vec(),
+                mutations: mutations.to_vec(),
+            }],
+        );
     }
 
     /// The durable state after a successful sync: the store as it is, but the cells a failed
@@ -321,10 +357,15 @@ impl Store for FaultStore {
             if self.faults.below(2) == 0 {
                 self.inner()
                     .increment(table, key, family, qualifier, delta)?;
+                self.note_counters(table, key, [(family, qualifier)]);
             }
             return Err(injected("increment (outcome unknown)"));
         }
-        self.inner().increment(table, key, family, qualifier, delta)
+        let value = self
+            .inner()
+            .increment(table, key, family, qualifier, delta)?;
+        self.note_counters(table, key, [(family, qualifier)]);
+        Ok(value)
     }
 
     fn increment_many(
@@ -341,9 +382,24 @@ impl Store for FaultStore {
             let applied = self.faults.below(increments.len() as u64 + 1) as usize;
             self.inner()
                 .increment_many(table, key, &increments[..applied])?;
+            self.note_counters(
+                table,
+                key,
+                increments[..applied]
+                    .iter()
+                    .map(|i| (i.family.as_str(), i.qualifier.as_slice())),
+            );
             return Err(injected("increment many (outcome unknown)"));
         }
-        self.inner().increment_many(table, key, increments)
+        let values = self.inner().increment_many(table, key, increments)?;
+        self.note_counters(
+            table,
+            key,
+            increments
+                .iter()
+                .map(|i| (i.family.as_str(), i.qualifier.as_slice())),
+        );
+        Ok(values)
     }
 
     fn check_and_mutate(
@@ -357,13 +413,22 @@ impl Store for FaultStore {
             return Err(injected("check and mutate"));
         }
         if self.faults.fail() {
-            if self.faults.below(2) == 0 {
-                self.inner()
-                    .check_and_mutate(table, key, check, mutations)?;
+            if self.faults.below(2) == 0
+                && self
+                    .inner()
+                    .check_and_mutate(table, key, check, mutations)?
+            {
+                self.note_checked(table, key, mutations);
             }
             return Err(injected("check and mutate (outcome unknown)"));
         }
-        self.inner().check_and_mutate(table, key, check, mutations)
+        let applied = self
+            .inner()
+            .check_and_mutate(table, key, check, mutations)?;
+        if applied {
+            self.note_checked(table, key, mutations);
+        }
+        Ok(applied)
     }
 
     fn sync(&self) -> Result<()> {
