@@ -508,7 +508,19 @@ fn recover_uids(
     let marked = files
         .read_named(UIDS_AT_RISK)
         .map_err(|e| crate::Error::Internal(format!("cannot read {UIDS_AT_RISK}: {e}")))?;
-    if marked.is_some_and(|bytes| bytes.first() == Some(&1)) {
+    if !marked.is_some_and(|bytes| bytes.first() == Some(&1)) {
+        return Ok(());
+    }
+    if kept.is_shared() {
+        // A shared store's writes are durable when they return (its syncs never fail),
+        // and other writers' assignments must not be written over.
+        tracing::warn!(
+            "{UIDS_AT_RISK} names UID mappings at risk, but the store is shared: nothing to write again"
+        );
+        files
+            .write_named(UIDS_AT_RISK, &[])
+            .map_err(|e| crate::Error::Internal(format!("cannot clear {UIDS_AT_RISK}: {e}")))?;
+    } else {
         tracing::warn!(
             "a failed store sync of the previous process left UID mappings unsynced: the UID table is written again before the first sync"
         );
