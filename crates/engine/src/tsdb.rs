@@ -508,7 +508,7 @@ fn recover_uids(
     let marked = files
         .read_named(UIDS_AT_RISK)
         .map_err(|e| crate::Error::Internal(format!("cannot read {UIDS_AT_RISK}: {e}")))?;
-    if !marked.is_some_and(|bytes| bytes.first() == Some(&1)) {
+    if marked.is_none_or(|bytes| bytes.first() != Some(&1)) {
         return Ok(());
     }
     if kept.is_shared() {
