@@ -346,18 +346,11 @@ impl KeptStore {
         *self.on_risk.lock() = Some(on_risk);
     }
 
-    /// A ticket of no write: a sync through it covers every write that returned before
-    /// (what a previous process left unsynced, at open).
-    pub(crate) fn ticket(&self) -> u64 {
-        let mut kept = self.kept.lock();
-        kept.next_ticket += 1;
-        kept.next_ticket - 1
-    }
-
-    /// Keeps every cell of `table` to be written again before the next sync (UID mappings
-    /// a failed sync of a previous process may have dropped); returns the ticket a sync
-    /// covering them must pass.
-    pub(crate) fn recover_table(&self, table: &str, now_ms: i64) -> u64 {
+    /// Keeps every cell of `table` (the UID mappings a previous process left, at open)
+    /// until a sync covers them, written again after a failed one like any kept batch, or
+    /// before the next sync when `at_risk` (a failed sync of the previous process may have
+    /// dropped some); returns the ticket a sync covering them must pass.
+    pub(crate) fn recover_table(&self, table: &str, now_ms: i64, at_risk: bool) -> u64 {
         let mut kept = self.kept.lock();
         let ticket = kept.next_ticket;
         kept.next_ticket += 1;
@@ -368,8 +361,10 @@ impl KeptStore {
             bytes: 0,
             written_ms: now_ms,
         });
-        kept.rewrite = true;
-        kept.at_risk = Some(u64::MAX);
+        if at_risk {
+            kept.rewrite = true;
+            kept.at_risk = Some(u64::MAX);
+        }
         ticket
     }
 

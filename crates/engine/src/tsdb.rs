@@ -114,8 +114,8 @@ impl Tsdb {
                 .with_random_metrics(settings.random_metrics)
                 .with_kept(Arc::clone(&kept), settings.clock.clone()),
         );
+        recover_uids(&kept, &uids, files.as_deref(), &settings)?;
         if let Some(files) = &files {
-            recover_uids(&kept, &uids, files.as_ref(), &settings)?;
             let files = Arc::clone(files);
             kept.set_on_risk(Box::new(move |at_risk| {
                 let bytes: &[u8] = if at_risk { &[1] } else { &[] };
@@ -124,9 +124,6 @@ impl Tsdb {
                 }
             }));
         }
-        // What a previous process left unsynced in the store is synced before the first
-        // point naming its UIDs is logged.
-        uids.kept_through(kept.ticket());
         let (log, entries) = match &files {
             Some(files) => {
                 let (log, entries) = wal::Log::open(Arc::clone(files), settings.wal_segment_bytes)?;
@@ -495,38 +492,45 @@ impl Tsdb {
 /// sync".
 pub(crate) const UIDS_AT_RISK: &str = "uids-at-risk";
 
-/// At open: when the previous process stopped with UID mappings a failed store sync may
-/// have dropped, every cell of the UID table is written again before the next sync (the
-/// first batch of points waits for it), so a mapping still readable from the OS's cache is
-/// not lost by a power loss after this process built on it.
+/// At open: the UID mappings a previous process left in the OS's buffers are kept (the whole
+/// UID table, [`KeptStore::recover_table`]) until the first store sync covers them, and the
+/// first batch of points waits for that sync: a failed sync before it would drop them while
+/// this process builds on them. When the previous process stopped with mappings a failed
+/// sync may have dropped (`uids-at-risk`), the table is written again before that sync.
 fn recover_uids(
     kept: &KeptStore,
     uids: &UidRegistry,
-    files: &dyn LogFiles,
+    files: Option<&dyn LogFiles>,
     settings: &Settings,
 ) -> Result<()> {
-    let marked = files
-        .read_named(UIDS_AT_RISK)
-        .map_err(|e| crate::Error::Internal(format!("cannot read {UIDS_AT_RISK}: {e}")))?;
-    if marked.is_none_or(|bytes| bytes.first() != Some(&1)) {
-        return Ok(());
-    }
+    let table = &settings.schema.uid_table;
+    let now_ms = settings.clock.now_ms();
+    let marked = match files {
+        Some(files) => files
+            .read_named(UIDS_AT_RISK)
+            .map_err(|e| crate::Error::Internal(format!("cannot read {UIDS_AT_RISK}: {e}")))?,
+        None => None,
+    };
+    let marked = marked.is_some_and(|bytes| bytes.first() == Some(&1));
     if kept.is_shared() {
         // A shared store's writes are durable when they return (its syncs never fail),
         // and other writers' assignments must not be written over.
-        tracing::warn!(
-            "{UIDS_AT_RISK} names UID mappings at risk, but the store is shared: nothing to write again"
-        );
-        files
-            .write_named(UIDS_AT_RISK, &[])
-            .map_err(|e| crate::Error::Internal(format!("cannot clear {UIDS_AT_RISK}: {e}")))?;
-    } else {
+        if let (true, Some(files)) = (marked, files) {
+            tracing::warn!(
+                "{UIDS_AT_RISK} names UID mappings at risk, but the store is shared: nothing to write again"
+            );
+            files
+                .write_named(UIDS_AT_RISK, &[])
+                .map_err(|e| crate::Error::Internal(format!("cannot clear {UIDS_AT_RISK}: {e}")))?;
+        }
+        return Ok(());
+    }
+    if marked {
         tracing::warn!(
             "a failed store sync of the previous process left UID mappings unsynced: the UID table is written again before the first sync"
         );
-        let ticket = kept.recover_table(&settings.schema.uid_table, settings.clock.now_ms());
-        uids.kept_through(ticket);
     }
+    uids.kept_through(kept.recover_table(table, now_ms, marked));
     Ok(())
 }
 

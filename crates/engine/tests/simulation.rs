@@ -51,8 +51,9 @@ use parking_lot::Mutex;
 /// 12, 68 and 174: a UID mapping lost that way while points naming it were kept (12: the
 /// mapping written before the failed sync, the next batch's sync succeeding; 68: the
 /// mapping's write failed but was applied, and found by the next lookup; 174: the process
-/// crashed after the failed sync, before writing the mapping again).
-const REGRESSIONS: &[u64] = &[15, 12, 68, 174];
+/// crashed after the failed sync, before writing the mapping again; 336: the process
+/// crashed before any sync, and the next one's first sync failed).
+const REGRESSIONS: &[u64] = &[15, 12, 68, 174, 336];
 
 const HOSTS: [&str; 5] = ["web01", "web02", "web03", "db01", "db02"];
 /// Steps between generations of host names: each generation's hosts are new names, so new
