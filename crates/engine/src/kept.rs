@@ -94,12 +94,6 @@ enum Again {
 /// Rows of a table written again per batch by [`Again::Table`].
 const TABLE_CHUNK_ROWS: usize = 1024;
 
-/// Called with `true` when a sync fails while UID mappings are kept, and with `false` once
-/// every mapping kept then is synced again: the database records it in its log directory,
-/// so a process started after a crash in between writes the UID table again
-/// ([`KeptStore::recover_table`]).
-pub(crate) type AtRisk = Box<dyn Fn(bool) + Send + Sync>;
-
 /// One acknowledged batch of one table, kept until a sync covers it.
 #[derive(Debug, Clone)]
 struct Batch {
@@ -120,9 +114,6 @@ struct Kept {
     /// A sync failed after some kept batch was written: every kept batch is written again
     /// before the next sync and before the next batch is acknowledged.
     rewrite: bool,
-    /// UID mappings kept when a sync failed are not yet synced again: `Some(ticket)` once
-    /// they were written again under that ticket (`u64::MAX` before).
-    at_risk: Option<u64>,
 }
 
 /// A write to be kept once it returned ([`KeptStore::start`], [`KeptStore::keep`]).
@@ -147,8 +138,6 @@ pub(crate) struct KeptStore {
     rewrites: AtomicU64,
     /// Writes between their store write's start and their ticket.
     writing: AtomicUsize,
-    /// Told when UID mappings are at risk and when they no longer are.
-    on_risk: Mutex<Option<AtRisk>>,
 }
 
 impl std::fmt::Debug for KeptStore {
@@ -267,9 +256,7 @@ impl KeptStore {
                 next_ticket: 1,
                 batches: VecDeque::new(),
                 rewrite: false,
-                at_risk: None,
             }),
-            on_risk: Mutex::new(None),
             bytes: AtomicUsize::new(0),
             failures: AtomicU64::new(0),
             syncing: Mutex::new(()),
@@ -340,16 +327,11 @@ impl KeptStore {
         Ok(ticket)
     }
 
-    /// Tells `on_risk` when UID mappings kept by a failed sync are at risk, and when they
-    /// are synced again.
-    pub(crate) fn set_on_risk(&self, on_risk: AtRisk) {
-        *self.on_risk.lock() = Some(on_risk);
-    }
-
     /// Keeps every cell of `table` (the UID mappings a previous process left, at open)
-    /// until a sync covers them, written again after a failed one like any kept batch, or
-    /// before the next sync when `at_risk` (a failed sync of the previous process may have
-    /// dropped some); returns the ticket a sync covering them must pass.
+    /// until a sync covers them, written again after a failed one like any kept batch, and
+    /// before the next sync when `at_risk` (the previous process stopped without closing:
+    /// a failed sync of its may have dropped some); returns the ticket a sync covering them
+    /// must pass.
     pub(crate) fn recover_table(&self, table: &str, now_ms: i64, at_risk: bool) -> u64 {
         let mut kept = self.kept.lock();
         let ticket = kept.next_ticket;
@@ -363,16 +345,8 @@ impl KeptStore {
         });
         if at_risk {
             kept.rewrite = true;
-            kept.at_risk = Some(u64::MAX);
         }
         ticket
-    }
-
-    /// Tells the `on_risk` callback.
-    fn tell_risk(&self, at_risk: bool) {
-        if let Some(on_risk) = self.on_risk.lock().as_ref() {
-            on_risk(at_risk);
-        }
     }
 
     /// Marks the start of a write to be kept by [`KeptStore::keep`] once it returned.
@@ -493,9 +467,6 @@ impl KeptStore {
             for b in kept.batches.iter_mut().take(rewritten) {
                 b.ticket = ticket;
             }
-            if kept.at_risk.is_some() {
-                kept.at_risk = Some(ticket);
-            }
         }
         Ok(())
     }
@@ -562,35 +533,15 @@ impl KeptStore {
                     keep
                 });
                 self.bytes.fetch_sub(freed, Ordering::Relaxed);
-                let safe = kept.at_risk.is_some_and(|t| t <= through);
-                if safe {
-                    kept.at_risk = None;
-                }
-                drop(kept);
-                if safe {
-                    self.tell_risk(false);
-                }
                 Ok(through)
             }
             Err(e) => {
                 self.failures.fetch_add(1, Ordering::AcqRel);
-                let risk = {
+                {
                     let mut kept = self.kept.lock();
                     if !kept.batches.is_empty() {
                         kept.rewrite = true;
                     }
-                    let uids = kept
-                        .batches
-                        .iter()
-                        .any(|b| !matches!(b.again, Again::Rows(_)));
-                    let newly = uids && kept.at_risk.is_none();
-                    if uids {
-                        kept.at_risk = Some(u64::MAX);
-                    }
-                    newly
-                };
-                if risk {
-                    self.tell_risk(true);
                 }
                 // At once, so readers find them again if the kernel dropped them; when this
                 // fails too, the next sync or write tries again.

@@ -41,6 +41,8 @@ pub struct Tsdb {
     /// Tag index trigram lists read by queries, kept while no trigram row is written
     /// (only when this TSD alone writes its store).
     trigram_lists: crate::index::select::TrigramLists,
+    /// The log directory (for `uids-at-risk`, cleared by [`Tsdb::close`]).
+    log_files: Option<Arc<dyn LogFiles>>,
 }
 
 impl Tsdb {
@@ -114,16 +116,6 @@ impl Tsdb {
                 .with_random_metrics(settings.random_metrics)
                 .with_kept(Arc::clone(&kept), settings.clock.clone()),
         );
-        recover_uids(&kept, &uids, files.as_deref(), &settings)?;
-        if let Some(files) = &files {
-            let files = Arc::clone(files);
-            kept.set_on_risk(Box::new(move |at_risk| {
-                let bytes: &[u8] = if at_risk { &[1] } else { &[] };
-                if let Err(e) = files.write_named(UIDS_AT_RISK, bytes) {
-                    tracing::error!(error = %e, at_risk, "could not record whether UID mappings wait to be written again after a failed store sync");
-                }
-            }));
-        }
         let (log, entries) = match &files {
             Some(files) => {
                 let (log, entries) = wal::Log::open(Arc::clone(files), settings.wal_segment_bytes)?;
@@ -131,6 +123,8 @@ impl Tsdb {
             }
             None => (None, Vec::new()),
         };
+        recover_uids(&kept, &uids, files.as_deref(), &settings)?;
+        let log_files = files.clone();
         let writer = Writer::new(
             Arc::clone(&store),
             settings.clone(),
@@ -168,6 +162,7 @@ impl Tsdb {
             upkeeper: Mutex::new(None),
             tree_worker: Mutex::new(None),
             trigram_lists: crate::index::select::TrigramLists::default(),
+            log_files,
         }))
     }
 
@@ -480,60 +475,72 @@ impl Tsdb {
         }
         self.store.sync()?;
         self.store.checkpoint()?;
+        // Everything is synced: the next process need not write the UID table again.
+        if let Some(files) = &self.log_files {
+            files
+                .write_named(UIDS_AT_RISK, &[])
+                .map_err(|e| crate::Error::Internal(format!("cannot write {UIDS_AT_RISK}: {e}")))?;
+        }
         Ok(())
     }
 }
 
-/// Creates the tables that are missing and brings the tag index's status in line with
-/// `tsd.index.enable` (RFC 0007): what opening a database and a flush after an unreachable
-/// start do before writing.
-/// The file in the log directory saying that a failed store sync left UID mappings to be
-/// written again (one byte, 1), or that none wait (empty); RFC 0001, "UIDs after a failed
-/// sync".
+/// The file in the log directory saying whether the UID table may hold mappings a failed
+/// store sync dropped (RFC 0001, "UIDs after a failed sync"): `0x02` while a process runs,
+/// empty once it closed with everything synced. A process that finds `0x02` (its
+/// predecessor stopped without closing: a crash, kill -9, a power loss) writes the UID
+/// table again before its first sync.
 pub(crate) const UIDS_AT_RISK: &str = "uids-at-risk";
 
-/// At open: the UID mappings a previous process left in the OS's buffers are kept (the whole
-/// UID table, [`KeptStore::recover_table`]) until the first store sync covers them, and the
-/// first batch of points waits for that sync: a failed sync before it would drop them while
-/// this process builds on them. When the previous process stopped with mappings a failed
-/// sync may have dropped (`uids-at-risk`), the table is written again before that sync.
+/// [`UIDS_AT_RISK`] while a process runs.
+const RUNNING: u8 = 2;
+
+/// At open: the UID mappings a previous process left in the OS's buffers are kept (the
+/// whole UID table, [`KeptStore::recover_table`]) until the first store sync covers them,
+/// and the first batch of points waits for that sync: a failed sync before it would drop
+/// them while this process builds on them. When the previous process stopped without
+/// closing, a failed sync of its may already have dropped some (readable from the OS's
+/// cache, lost by a power loss), so the table is written again before that sync. Then
+/// [`UIDS_AT_RISK`] says a process runs.
 fn recover_uids(
     kept: &KeptStore,
     uids: &UidRegistry,
     files: Option<&dyn LogFiles>,
     settings: &Settings,
 ) -> Result<()> {
-    let table = &settings.schema.uid_table;
-    let now_ms = settings.clock.now_ms();
-    let marked = match files {
-        Some(files) => files
-            .read_named(UIDS_AT_RISK)
-            .map_err(|e| crate::Error::Internal(format!("cannot read {UIDS_AT_RISK}: {e}")))?,
-        None => None,
+    let file_error = |what: &str, e: std::io::Error| {
+        crate::Error::Internal(format!("cannot {what} {UIDS_AT_RISK}: {e}"))
     };
-    let marked = marked.is_some_and(|bytes| bytes.first() == Some(&1));
     if kept.is_shared() {
         // A shared store's writes are durable when they return (its syncs never fail),
         // and other writers' assignments must not be written over.
-        if let (true, Some(files)) = (marked, files) {
-            tracing::warn!(
-                "{UIDS_AT_RISK} names UID mappings at risk, but the store is shared: nothing to write again"
-            );
-            files
-                .write_named(UIDS_AT_RISK, &[])
-                .map_err(|e| crate::Error::Internal(format!("cannot clear {UIDS_AT_RISK}: {e}")))?;
-        }
         return Ok(());
     }
-    if marked {
+    let unclean = match files {
+        Some(files) => files
+            .read_named(UIDS_AT_RISK)
+            .map_err(|e| file_error("read", e))?
+            .is_some_and(|bytes| !bytes.is_empty()),
+        None => false,
+    };
+    if unclean {
         tracing::warn!(
-            "a failed store sync of the previous process left UID mappings unsynced: the UID table is written again before the first sync"
+            "the previous process stopped without closing: the UID table is written again before the first store sync"
         );
     }
-    uids.kept_through(kept.recover_table(table, now_ms, marked));
+    let table = &settings.schema.uid_table;
+    uids.kept_through(kept.recover_table(table, settings.clock.now_ms(), unclean));
+    if let Some(files) = files {
+        files
+            .write_named(UIDS_AT_RISK, &[RUNNING])
+            .map_err(|e| file_error("write", e))?;
+    }
     Ok(())
 }
 
+/// Creates the tables that are missing and brings the tag index's status in line with
+/// `tsd.index.enable` (RFC 0007): what opening a database and a flush after an unreachable
+/// start do before writing.
 pub(crate) fn prepare_store(store: &dyn Store, settings: &Settings) -> Result<()> {
     tables::create_tables(store, &settings.schema, settings.rollups.as_deref())?;
     crate::index::status::open(
