@@ -543,6 +543,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Result<u64, String> {
     // are written again.
     store.set_fsyncgate(Some(Arc::new(|table: &str, qualifier: &[u8]| {
         table == UID_TABLE
+            || table == "tsdb-index"
             || table == ROLLUP_TABLE
             || table == PREAGG_TABLE
             || hourglass_core::histogram::is_histogram_qualifier(qualifier)
