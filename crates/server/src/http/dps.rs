@@ -128,14 +128,7 @@ impl Writer {
         self.chunk[self.len..self.len + 20].copy_from_slice(&self.high.digits);
         self.len += self.high.len;
         let low = (v - high * EIGHT) as u32;
-        let (upper, lower) = ((low / 10_000) as usize, (low % 10_000) as usize);
-        let at = self.len;
-        for (k, pair) in [upper / 100, upper % 100, lower / 100, lower % 100]
-            .into_iter()
-            .enumerate()
-        {
-            self.chunk[at + 2 * k..at + 2 * k + 2].copy_from_slice(&PAIRS[pair * 2..pair * 2 + 2]);
-        }
+        self.chunk[self.len..self.len + 8].copy_from_slice(&eight_digits(low));
         self.len += 8;
     }
 
@@ -193,6 +186,19 @@ impl TimeText {
         self.low = (t.rem_euclid(100)) as usize;
         self.value = t;
     }
+}
+
+/// The eight digits of `n` (below 10^8, zero-padded), computed in the lanes of one word:
+/// its halves of four digits, their halves of two, then each pair's digits.
+fn eight_digits(n: u32) -> [u8; 8] {
+    let fours = u64::from(n / 10_000) | (u64::from(n % 10_000) << 32);
+    // n / 100 for n below 43,699, in each 32-bit lane.
+    let hundreds = ((fours * 5243) >> 19) & 0x0000_007f_0000_007f;
+    let pairs = hundreds | ((fours - hundreds * 100) << 16);
+    // n / 10 for n below 179, in each 16-bit lane.
+    let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
+    let digits = tens | ((pairs - tens * 10) << 8);
+    (digits + 0x3030_3030_3030_3030).to_le_bytes()
 }
 
 /// The digits of an integer's value above its last eight, kept for the next integer.
@@ -286,6 +292,16 @@ mod tests {
             written(&[(1000, Num::Int(i64::MIN))], false, false, false),
             "{\"1\":-9223372036854775808}"
         );
+    }
+
+    #[test]
+    fn eight_digits_of_every_pattern() {
+        for n in (0..100_000_000u32)
+            .step_by(9_973)
+            .chain([0, 1, 9, 10, 99, 100, 9_999, 10_000, 99_999_999, 10_101_010])
+        {
+            assert_eq!(&eight_digits(n), format!("{n:08}").as_bytes(), "{n}");
+        }
     }
 
     /// Integers of every length, counters whose last eight digits carry into the ones
