@@ -155,7 +155,8 @@ const PAIRS: &[u8; 200] = b"\
 
 /// A timestamp's text, kept from one point to the next: a later timestamp whose last two
 /// digits are the earlier ones' plus the difference, without a carry, changes those two
-/// only (most points seconds apart).
+/// only (most points seconds apart); one with the same digits above its last eight, those
+/// eight only.
 #[derive(Default)]
 struct TimeText {
     value: i64,
@@ -177,6 +178,16 @@ impl TimeText {
                 self.value = t;
                 return;
             }
+        }
+        // Further on within the same 10^8 (downsampled times, an hour or a minute apart):
+        // the last eight digits only.
+        const EIGHT: i64 = 100_000_000;
+        if self.value >= EIGHT && t >= EIGHT && t / EIGHT == self.value / EIGHT {
+            let at = self.len - 8;
+            self.digits[at..at + 8].copy_from_slice(&eight_digits((t % EIGHT) as u32));
+            self.low = (t % 100) as usize;
+            self.value = t;
+            return;
         }
         let mut text = itoa::Buffer::new();
         let text = text.format(t).as_bytes();
