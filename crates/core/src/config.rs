@@ -303,6 +303,7 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.no_diediedie",
     "tsd.query.cache.max_age",
     "tsd.query.cache.max_bytes",
+    "tsd.query.inline",
     "tsd.query.limits.bytes.allow_override",
     "tsd.query.limits.bytes.default",
     "tsd.query.limits.data_points.allow_override",

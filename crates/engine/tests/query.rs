@@ -347,7 +347,7 @@ fn calendar_days_in_a_time_zone() {
     }
 }
 
-/// Reading a sub-query's hours in two halves on two threads gives exactly what one thread
+/// Reading a sub-query's hours in pieces on two threads gives exactly what one thread
 /// gives: series that start late or stop early, buffered points, rates, every downsampling
 /// kind (buckets that an hour boundary cuts, calendar days in a zone, `0all`) and fills.
 #[test]
@@ -448,6 +448,109 @@ fn two_threads_answer_as_one() {
                 two == one,
                 "{backend} {agg} {ds:?} rate={rate}: the answers differ"
             );
+        }
+    }
+}
+
+/// A range of many days is read in several pieces, each taken by whichever of two threads is
+/// free: the answers, counts and limit errors are those of one thread reading it all, with
+/// series that live in part of the range only (most of the points in its last days).
+#[test]
+fn pieces_of_many_days_answer_as_one() {
+    let hosts: Vec<[(&str, &str); 1]> = ["a", "b", "c"].map(|h| [("host", h)]).to_vec();
+    let t0 = 1_356_998_400i64; // 2013-01-01T00:00Z
+    let days = 20i64;
+    for (backend, store) in common::backends() {
+        let db = common::open(store, common::auto_create());
+        let mut pts = Vec::new();
+        for i in 0..(days * 144) {
+            let t = t0 + i * 600 + 7;
+            for (n, tags) in hosts.iter().enumerate() {
+                // a: all along, every 10 minutes; b: the last 4 days, every 2 minutes
+                // (five points a slot); c: the first 3 days, floats.
+                let times: Vec<i64> = match n {
+                    0 => vec![t],
+                    1 if i >= (days - 4) * 144 => (0..5).map(|k| t + k * 120).collect(),
+                    2 if i < 3 * 144 => vec![t],
+                    _ => Vec::new(),
+                };
+                for ts in times {
+                    let value = if n == 2 {
+                        Value::Double(i as f64 * 0.5)
+                    } else {
+                        Value::Int(i * (n as i64 + 1) + ts % 3)
+                    };
+                    pts.push(IncomingPoint {
+                        metric: "sys.cpu.user",
+                        timestamp: ts,
+                        value,
+                        tags,
+                        line_tags: None,
+                    });
+                }
+            }
+        }
+        db.add_points(&pts);
+        db.flush().unwrap();
+        let (start, end) = (t0 * 1000 + 61_000, (t0 + days * 86_400) * 1000 - 1);
+        for (agg, ds, rate, group) in [
+            ("sum", None, false, false),
+            ("none", None, true, false),
+            ("sum", Some("1h-avg"), false, false),
+            ("max", Some("1h-max"), false, true),
+            ("avg", Some("6h-sum-zero"), false, true),
+            ("sum", Some("1d-count"), true, false),
+            ("sum", Some("0all-avg"), false, false),
+        ] {
+            let mut q = sub(agg);
+            q.rate = rate;
+            q.downsample = ds.map(|d| DownsampleSpec::parse(d).unwrap());
+            if group {
+                q.filters = vec![TagFilter::from_legacy("host", "*", true).unwrap()];
+            }
+            let answer = |parallel: bool, limits: Limits| {
+                run(
+                    &db,
+                    start,
+                    end,
+                    &q,
+                    &RunOptions {
+                        parallel,
+                        limits,
+                        ..RunOptions::default()
+                    },
+                )
+                .map(|o| {
+                    format!(
+                        "{:?}",
+                        (o.groups, o.stats.points, o.stats.rows, o.stats.series)
+                    )
+                })
+                .map_err(|e| e.to_string())
+            };
+            let one = answer(false, Limits::default());
+            assert!(
+                one.as_ref().is_ok_and(|a| a.len() > 100),
+                "{backend} {agg} {ds:?}"
+            );
+            assert!(
+                answer(true, Limits::default()) == one,
+                "{backend} {agg} {ds:?} rate={rate}: the answers differ"
+            );
+            // A point limit met in the last days only, and one never met.
+            for max_points in [5_000, 1_000_000] {
+                let limits = Limits {
+                    max_points,
+                    ..Limits::default()
+                };
+                let one = answer(false, limits);
+                assert_eq!(one.is_err(), max_points < 6_000, "{backend} {agg} {ds:?}");
+                assert_eq!(
+                    answer(true, limits),
+                    one,
+                    "{backend} {agg} {ds:?}: limit {max_points}"
+                );
+            }
         }
     }
 }

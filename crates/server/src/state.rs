@@ -44,6 +44,10 @@ pub struct ServerSettings {
     pub query_cache_bytes: u64,
     /// `tsd.query.cache.max_age` (seconds): a kept answer older than this is computed again.
     pub query_cache_max_age: Duration,
+    /// `tsd.query.inline`: a query naming its series over a store of this TSD's own runs on
+    /// the connection's thread (one at a time per spare core) instead of being handed to a
+    /// worker thread; its answer is the same either way.
+    pub inline_queries: bool,
     /// `tsd.http.staticroot`: serve the web UI's files from this directory instead of the
     /// copies built into the binary (for working on the UI without rebuilding the server).
     pub static_root: Option<std::path::PathBuf>,
@@ -121,6 +125,7 @@ impl Default for ServerSettings {
             allow_delete: false,
             query_cache_bytes: 64 << 20,
             query_cache_max_age: Duration::from_secs(300),
+            inline_queries: true,
             static_root: None,
             connections_limit: 0,
             socket_timeout: None,
@@ -194,6 +199,7 @@ impl ServerSettings {
                 )?
                 .max(0) as u64,
             ),
+            inline_queries: c.get_bool("tsd.query.inline", d.inline_queries),
             static_root: Some(c.get_str("tsd.http.staticroot", ""))
                 .filter(|d| !d.is_empty())
                 .map(std::path::PathBuf::from)
@@ -333,6 +339,8 @@ pub struct State {
     pub(crate) room: tokio::sync::Notify,
     /// Answers kept for identical queries, when on and this TSD alone writes its store.
     pub(crate) query_cache: Option<crate::query_cache::QueryCache>,
+    /// Queries running on connection threads now (see [`ServerSettings::inline_queries`]).
+    pub(crate) inline_running: std::sync::atomic::AtomicUsize,
 }
 
 impl State {
@@ -355,6 +363,7 @@ impl State {
             shutdown,
             room: tokio::sync::Notify::new(),
             query_cache,
+            inline_running: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 

@@ -483,7 +483,74 @@ async fn last_points_and_queries_from_the_index(backend: &str) {
     srv.stop().await;
 }
 
+/// Queries naming their series are answered on the connection's thread (`tsd.query.inline`,
+/// on by default): their answers, errors and limits are byte for byte those of the same
+/// requests handed to a worker thread.
+async fn inline_answers_as_handed_off(backend: &str) {
+    let config = |inline: &str| {
+        let mut c = Config::default();
+        c.set("tsd.core.auto_create_metrics", "true");
+        c.set("tsd.query.limits.data_points.default", "250");
+        c.set("tsd.query.inline", inline);
+        c
+    };
+    let inline = start_with(backend, config("true")).await;
+    let handed = start_with(backend, config("false")).await;
+    for srv in [&inline, &handed] {
+        load_fixture(srv).await;
+    }
+    // An hour: about 120 points a host.
+    let range = "start=1356998400&end=1357002000";
+    let tsuid = {
+        let q = format!("/api/query?{range}&m=sum:sys.cpu.user%7Bhost=web01%7D&show_tsuids");
+        let v = http(inline.addr, "GET", &q, "").await.json();
+        v[0]["tsuids"][0].as_str().unwrap().to_string()
+    };
+    let requests = [
+        format!("/api/query?{range}&m=sum:sys.cpu.user%7Bhost=web01%7D"),
+        format!("/api/query?{range}&m=sum:10m-avg:sys.cpu.user%7Bhost=web02%7D&arrays"),
+        format!("/api/query?{range}&m=sum:rate:sys.cpu.user%7Bhost=web01%7D&ms"),
+        format!(
+            "/api/query?{range}&m=sum:sys.cpu.user%7Bhost=web01%7D&m=max:5m-max:sys.cpu.user%7Bhost=web02%7D&nocache"
+        ),
+        // A TSUID sub-query counts the points of its metric's rows: a shorter range.
+        format!("/api/query?start=1356998400&end=1356999600&tsuid=sum:1m-sum:{tsuid}"),
+        // Errors: an unknown tag value, an unknown metric, a bad downsampler.
+        format!("/api/query?{range}&m=sum:sys.cpu.user%7Bhost=web09%7D"),
+        format!("/api/query?{range}&m=sum:nosuch.metric%7Bhost=web01%7D"),
+        format!("/api/query?{range}&m=sum:1x-avg:sys.cpu.user%7Bhost=web01%7D"),
+        // Over the point limit (300 points, 250 at most): 413 both ways.
+        "/api/query?start=1356998400&end=1357041600&m=sum:sys.cpu.user%7Bhost=web01%7D".into(),
+    ];
+    let mut statuses = Vec::new();
+    for path in &requests {
+        let a = http(inline.addr, "GET", path, "").await;
+        let b = http(handed.addr, "GET", path, "").await;
+        assert_eq!(a.status, b.status, "{backend} {path}: {}", a.text());
+        assert_eq!(a.text(), b.text(), "{backend} {path}");
+        statuses.push(a.status);
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 400, 400, 400, 413],
+        "{backend}"
+    );
+    let post = json!({"start": 1356998400, "end": 1357041600, "queries": [
+        {"aggregator": "sum", "metric": "sys.cpu.user", "downsample": "1h-avg",
+         "tags": {"host": "web01"}}]});
+    let a = post_to(&inline, &post).await;
+    let b = post_to(&handed, &post).await;
+    assert_eq!((a.status, a.text()), (b.status, b.text()), "{backend}");
+    inline.stop().await;
+    handed.stop().await;
+}
+
+async fn post_to(srv: &TestServer, body: &Value) -> common::Response {
+    post(srv, "/api/query", body.clone()).await
+}
+
 on_every_backend!(
+    inline_answers_as_handed_off,
     last_points_and_queries_from_the_index,
     times_in_opentsdb_forms,
     show_options_and_output_forms,

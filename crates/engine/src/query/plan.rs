@@ -677,24 +677,63 @@ fn read_series(
         deadline: options.limits.deadline(options.started),
         shared: SharedCounts::default(),
     };
-    Ok(match split_hour(q, hours.start, hours.end, options) {
-        // Two halves of the hours on two threads; each series' later points follow its
-        // earlier ones, so the halves join without sorting.
-        Some(mid) => {
-            let (earlier, later) = std::thread::scope(|threads| {
-                let later = threads.spawn(|| scan.part(mid, hours.end));
-                let earlier = scan.part(hours.start, mid - 1);
-                (earlier, later.join())
-            });
-            let later = later.map_err(|_| Error::Internal("a query thread failed".into()))?;
-            let part = earlier?.join(later?);
-            // Each half checked its own series; the whole query's count is known now.
-            options.limits.check(&part.stats, part.held, None)?;
-            part
+    let starts = split_hours(q, hours.start, hours.end, options, PIECES);
+    if starts.is_empty() {
+        return scan.part(hours.start, hours.end);
+    }
+    // Pieces of the hours read by two threads, each taking the next piece not yet taken (a
+    // metric's series may crowd into part of the range: fixed halves leave one thread
+    // most of the work). Each series' later points follow its earlier ones, so the pieces
+    // join in order without sorting.
+    let bounds: Vec<(i64, i64)> = std::iter::once(hours.start)
+        .chain(starts.iter().copied())
+        .zip(
+            starts
+                .iter()
+                .map(|s| s - 1)
+                .chain(std::iter::once(hours.end)),
+        )
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let read = || {
+        let mut done = Vec::new();
+        while !failed.load(Ordering::Acquire) {
+            let i = next.fetch_add(1, Ordering::AcqRel);
+            let Some(&(from, to)) = bounds.get(i) else {
+                break;
+            };
+            let part = scan.part(from, to);
+            if part.is_err() {
+                failed.store(true, Ordering::Release);
+            }
+            done.push((i, part));
         }
-        None => scan.part(hours.start, hours.end)?,
-    })
+        done
+    };
+    let (mut pieces, other) = std::thread::scope(|threads| {
+        let other = threads.spawn(read);
+        (read(), other.join())
+    });
+    pieces.extend(other.map_err(|_| Error::Internal("a query thread failed".into()))?);
+    pieces.sort_by_key(|(i, _)| *i);
+    // The first piece's error in time order, as one thread reading them all would meet it.
+    let mut joined: Option<Part> = None;
+    for (_, piece) in pieces {
+        let piece = piece?;
+        joined = Some(match joined {
+            Some(earlier) => earlier.join(piece),
+            None => piece,
+        });
+    }
+    let part = joined.unwrap_or_else(Part::empty);
+    // Each piece checked its own series; the whole query's count is known now.
+    options.limits.check(&part.stats, part.held, None)?;
+    Ok(part)
 }
+
+/// Pieces a sub-query's hours are cut into when two threads read them.
+const PIECES: usize = 8;
 
 /// Groups the series by the values of the group-by tag keys (ordered by UID), or one per
 /// series for `none` (TSUID sub-queries form one group), then finishes and aggregates each
@@ -1246,10 +1285,30 @@ impl SeriesState {
 }
 
 /// The first hour (seconds) of the later half when a sub-query's hours can be read by two
-/// threads: at least two hours, more than one core, no deletion, not a query naming its
-/// series (see [`names_its_series`]), and a split that falls on a downsampling bucket
-/// boundary (so no bucket is cut in two).
+/// threads (see [`split_hours`]).
+#[cfg(test)]
 fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOptions) -> Option<i64> {
+    split_hours(q, first_hour, last_hour, options, 2)
+        .first()
+        .copied()
+}
+
+/// The first hours (seconds, ascending) of the pieces after the first when a sub-query's
+/// hours can be read by two threads; none when they cannot: fewer than two hours, one
+/// core, a deletion, a query naming its series (see [`names_its_series`]). Every cut falls
+/// on a downsampling bucket boundary (so no bucket is cut in two). Over two days or more,
+/// the cuts are UTC days' starts (the embedded store keeps a series' day as one group, which
+/// a cut inside it makes both pieces decode), at most `pieces - 1`, each the nearest to an
+/// even share of the hours within a quarter of a share. A shorter range (or one with no
+/// such day) is cut once: at the day's start nearest the middle when one lies in the
+/// middle half, else at the hour nearest the middle that starts a bucket.
+fn split_hours(
+    q: &SubQuery,
+    first_hour: i64,
+    last_hour: i64,
+    options: &RunOptions,
+    pieces: usize,
+) -> Vec<i64> {
     let hours = (last_hour - first_hour) / 3600 + 1;
     if hours < 2
         || !super::two_cores()
@@ -1257,23 +1316,37 @@ fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOption
         || !options.parallel
         || names_its_series(q)
     {
-        return None;
+        return Vec::new();
     }
     let aligned = |hour: i64| match q.downsample {
         None => true,
         Some(ds) if ds.interval_ms == 0 => false,
         Some(ds) => ds.is_boundary(hour * 1000),
     };
-    // The hour boundary nearest the middle that is also a bucket boundary; a UTC day's start
-    // when one lies in the middle half of the range (the embedded store keeps a series' day
-    // as one group, which a split inside it makes both halves decode).
-    let middle = first_hour + (hours / 2) * 3600;
-    let nearest = |ok: &dyn Fn(i64) -> bool, within: i64| {
+    let nearest = |target: i64, ok: &dyn Fn(i64) -> bool, within: i64| {
         (0..=within)
-            .flat_map(|d| [middle + d * 3600, middle - d * 3600])
+            .flat_map(|d| [target + d * 3600, target - d * 3600])
             .find(|&h| h > first_hour && h <= last_hour && aligned(h) && ok(h))
     };
-    nearest(&|h| h % DAY_SECS == 0, hours / 4).or_else(|| nearest(&|_| true, hours))
+    let day_start = |h: i64| h % DAY_SECS == 0;
+    if hours >= 48 && pieces > 2 {
+        let pieces = pieces as i64;
+        let mut cuts: Vec<i64> = (1..pieces)
+            .filter_map(|k| {
+                let target = first_hour + (hours * k / pieces) * 3600;
+                nearest(target, &day_start, hours / pieces / 2)
+            })
+            .collect();
+        cuts.dedup();
+        if !cuts.is_empty() {
+            return cuts;
+        }
+    }
+    let middle = first_hour + (hours / 2) * 3600;
+    nearest(middle, &day_start, hours / 4)
+        .or_else(|| nearest(middle, &|_| true, hours))
+        .into_iter()
+        .collect()
 }
 
 /// Whether a sub-query names its series: by TSUIDs, or with one literal value for each
@@ -1281,7 +1354,7 @@ fn split_hour(q: &SubQuery, first_hour: i64, last_hour: i64, options: &RunOption
 /// day each, which one thread decodes in well under a millisecond; a second thread costs
 /// more (its start, both halves' scans set up, the hand-over): on the generated stream a
 /// series' 2-day `1h-avg` took 0.71 ms of CPU split, 0.40 ms whole.
-fn names_its_series(q: &SubQuery) -> bool {
+pub fn names_its_series(q: &SubQuery) -> bool {
     if !q.tsuids.is_empty() {
         return q.tsuids.len() <= FEW_SERIES;
     }
@@ -1411,6 +1484,52 @@ mod tests {
             split_hour(&q, day + 3600, day + 30 * 3600, &options),
             Some(day + 18 * 3600)
         );
+    }
+
+    /// A long range is cut into pieces at days' starts near even shares of it; a short one
+    /// once; a downsample whose buckets span days only at their boundaries.
+    #[test]
+    fn pieces_fall_on_days_near_even_shares() {
+        if !super::super::two_cores() {
+            return;
+        }
+        let mut q = SubQuery::new(Aggregator::parse("sum").unwrap(), "m");
+        q.downsample = Some(DownsampleSpec::parse("1h-avg").unwrap());
+        let options = RunOptions::default();
+        let day = 1_381_276_800; // 2013-10-09, a UTC day's start
+        // 196 days from 16:00: seven cuts, each a day's start within 12 hours of its share.
+        let (first, last) = (day + 16 * 3600, day + 196 * 86_400 + 3 * 3600);
+        let cuts = split_hours(&q, first, last, &options, 8);
+        assert_eq!(cuts.len(), 7, "{cuts:?}");
+        let hours = (last - first) / 3600 + 1;
+        for (k, cut) in cuts.iter().enumerate() {
+            assert_eq!(cut % 86_400, 0, "{cuts:?}");
+            let share = first + hours * (k as i64 + 1) / 8 * 3600;
+            assert!((cut - share).abs() <= hours / 16 * 3600, "{k}: {cuts:?}");
+        }
+        // Two days from midnight: the one day's start between them (a cut inside a day makes
+        // both pieces decode it). Ten hours: one cut, at the middle hour.
+        assert_eq!(
+            split_hours(&q, day, day + 2 * 86_400 - 3600, &options, 8),
+            vec![day + 86_400]
+        );
+        assert_eq!(
+            split_hours(&q, day + 3600, day + 10 * 3600, &options, 8),
+            vec![day + 6 * 3600]
+        );
+        // Two hours: one cut; weekly buckets over 30 days: only at week boundaries.
+        assert_eq!(
+            split_hours(&q, day, day + 3600, &options, 8),
+            vec![day + 3600]
+        );
+        q.downsample = Some(DownsampleSpec::parse("7d-sum").unwrap());
+        let cuts = split_hours(&q, day, day + 30 * 86_400, &options, 8);
+        let ds = q.downsample.unwrap();
+        assert!(
+            !cuts.is_empty() && cuts.iter().all(|c| ds.is_boundary(c * 1000)),
+            "{cuts:?}"
+        );
+        assert!(cuts.len() <= 5, "five week boundaries: {cuts:?}");
     }
 
     /// A query naming its series by literal tag values or TSUIDs is read by one thread;

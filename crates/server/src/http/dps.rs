@@ -28,6 +28,7 @@ pub(crate) fn write_dps(
         chunk: [0; CHUNK],
         len: 0,
         time: TimeText::default(),
+        high: HighDigits::default(),
         text: String::new(),
     };
     out.reserve(dps.len() * 24 + 2);
@@ -62,6 +63,8 @@ struct Writer {
     chunk: [u8; CHUNK],
     len: usize,
     time: TimeText,
+    /// The digits of the last large integer's value above its last eight.
+    high: HighDigits,
     /// A double's text outside the plain range, built by [`push_java_double`].
     text: String,
 }
@@ -82,10 +85,7 @@ impl Writer {
 
     fn value(&mut self, v: Num, null_for_nan: bool) {
         match v {
-            Num::Int(i) => {
-                let mut text = itoa::Buffer::new();
-                self.bytes(text.format(i).as_bytes());
-            }
+            Num::Int(i) => self.int(i),
             Num::Float(f) if f.is_nan() && null_for_nan => self.bytes(b"null"),
             Num::Float(f) if !f.is_finite() => {
                 self.byte(b'"');
@@ -104,6 +104,32 @@ impl Writer {
                 self.text = text;
             }
         }
+    }
+
+    /// An integer's digits. One of nine digits or more is its value above the last eight
+    /// (kept from the integer before when the same: counters and slow gauges change their
+    /// last digits only) and the last eight, two at a time.
+    #[inline]
+    fn int(&mut self, i: i64) {
+        const EIGHT: u64 = 100_000_000;
+        let Ok(v) = u64::try_from(i) else {
+            self.bytes(itoa::Buffer::new().format(i).as_bytes());
+            return;
+        };
+        if v < EIGHT {
+            self.bytes(itoa::Buffer::new().format(v).as_bytes());
+            return;
+        }
+        let high = v / EIGHT;
+        if high != self.high.value || self.high.len == 0 {
+            self.high.set(high);
+        }
+        // At most 11 digits above the last eight (i64::MAX / 10^8 has 11).
+        self.chunk[self.len..self.len + 20].copy_from_slice(&self.high.digits);
+        self.len += self.high.len;
+        let low = (v - high * EIGHT) as u32;
+        self.chunk[self.len..self.len + 8].copy_from_slice(&eight_digits(low));
+        self.len += 8;
     }
 
     /// A short piece of text (at most [`POINT_MAX`] less the point's other bytes).
@@ -129,7 +155,8 @@ const PAIRS: &[u8; 200] = b"\
 
 /// A timestamp's text, kept from one point to the next: a later timestamp whose last two
 /// digits are the earlier ones' plus the difference, without a carry, changes those two
-/// only (most points seconds apart).
+/// only (most points seconds apart); one with the same digits above its last eight, those
+/// eight only.
 #[derive(Default)]
 struct TimeText {
     value: i64,
@@ -152,6 +179,16 @@ impl TimeText {
                 return;
             }
         }
+        // Further on within the same 10^8 (downsampled times, an hour or a minute apart):
+        // the last eight digits only.
+        const EIGHT: i64 = 100_000_000;
+        if self.value >= EIGHT && t >= EIGHT && t / EIGHT == self.value / EIGHT {
+            let at = self.len - 8;
+            self.digits[at..at + 8].copy_from_slice(&eight_digits((t % EIGHT) as u32));
+            self.low = (t % 100) as usize;
+            self.value = t;
+            return;
+        }
         let mut text = itoa::Buffer::new();
         let text = text.format(t).as_bytes();
         // An i64 takes 20 characters at most, its sign included.
@@ -159,6 +196,39 @@ impl TimeText {
         self.len = text.len();
         self.low = (t.rem_euclid(100)) as usize;
         self.value = t;
+    }
+}
+
+/// The eight digits of `n` (below 10^8, zero-padded), computed in the lanes of one word:
+/// its halves of four digits, their halves of two, then each pair's digits.
+fn eight_digits(n: u32) -> [u8; 8] {
+    let fours = u64::from(n / 10_000) | (u64::from(n % 10_000) << 32);
+    // n / 100 for n below 43,699, in each 32-bit lane.
+    let hundreds = ((fours * 5243) >> 19) & 0x0000_007f_0000_007f;
+    let pairs = hundreds | ((fours - hundreds * 100) << 16);
+    // n / 10 for n below 179, in each 16-bit lane.
+    let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
+    let digits = tens | ((pairs - tens * 10) << 8);
+    (digits + 0x3030_3030_3030_3030).to_le_bytes()
+}
+
+/// The digits of an integer's value above its last eight, kept for the next integer.
+#[derive(Default)]
+struct HighDigits {
+    value: u64,
+    /// Left-aligned.
+    digits: [u8; 20],
+    /// 0: none kept yet.
+    len: usize,
+}
+
+impl HighDigits {
+    fn set(&mut self, high: u64) {
+        let mut text = itoa::Buffer::new();
+        let text = text.format(high).as_bytes();
+        self.digits[..text.len()].copy_from_slice(text);
+        self.len = text.len();
+        self.value = high;
     }
 }
 
@@ -236,6 +306,61 @@ mod tests {
     }
 
     #[test]
+    fn eight_digits_of_every_pattern() {
+        for n in (0..100_000_000u32)
+            .step_by(9_973)
+            .chain([0, 1, 9, 10, 99, 100, 9_999, 10_000, 99_999_999, 10_101_010])
+        {
+            assert_eq!(&eight_digits(n), format!("{n:08}").as_bytes(), "{n}");
+        }
+    }
+
+    /// Integers of every length, counters whose last eight digits carry into the ones
+    /// above, and signs, as the reference writes them.
+    #[test]
+    fn integers_reuse_their_upper_digits_only_when_unchanged() {
+        let mut values: Vec<i64> = vec![
+            0,
+            -1,
+            99_999_999,
+            100_000_000,
+            100_000_001,
+            199_999_999,
+            200_000_000,
+            -200_000_000,
+            200_000_007,
+            12_345_678_900_000_000,
+            12_345_678_900_000_001,
+            12_345_679_000_000_000,
+            i64::MAX,
+            i64::MIN,
+            1_000_000_000,
+            999_999_999,
+        ];
+        // A counter crossing several of its ninth digits.
+        let mut c = 7_399_950_000i64;
+        for _ in 0..40 {
+            values.push(c);
+            c += 3_333_333;
+        }
+        let dps: Vec<(i64, Num)> = values
+            .iter()
+            .enumerate()
+            .map(|(k, v)| (1_700_000_000_000 + k as i64 * 10_000, Num::Int(*v)))
+            .collect();
+        for arrays in [false, true] {
+            assert_eq!(
+                written(&dps, false, arrays, false),
+                reference(&dps, false, arrays, false)
+            );
+        }
+        assert_eq!(
+            written(&dps[3..6], false, true, false),
+            "[[1700000030,100000000],[1700000040,100000001],[1700000050,199999999]]"
+        );
+    }
+
+    #[test]
     fn doubles_in_opentsdb_forms() {
         let dps = [
             (1000, Num::Float(1.5)),
@@ -274,6 +399,26 @@ mod tests {
                 })
                 .collect();
             prop_assert_eq!(written(&dps, ms, arrays, true), reference(&dps, ms, arrays, true));
+        }
+
+        /// Counters and gauges walking by small and large steps, crossing their upper
+        /// digits' changes and zero, as the reference.
+        #[test]
+        fn integer_walks_as_the_reference(
+            start in any::<i64>().prop_map(|v| v / 2),
+            steps in prop::collection::vec(prop_oneof![-1_000i64..100_000, -(1i64 << 40)..(1i64 << 40)], 0..300),
+            arrays in any::<bool>(),
+        ) {
+            let mut v = start;
+            let dps: Vec<(i64, Num)> = steps
+                .iter()
+                .enumerate()
+                .map(|(k, d)| {
+                    v = v.saturating_add(*d);
+                    (k as i64 * 1000, Num::Int(v))
+                })
+                .collect();
+            prop_assert_eq!(written(&dps, false, arrays, false), reference(&dps, false, arrays, false));
         }
     }
 }

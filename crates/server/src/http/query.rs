@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_text_response;
-use super::request::blocking;
+use super::request::small_or_blocking;
 use super::request::url_params;
 use crate::State;
 
@@ -661,7 +661,8 @@ pub(crate) async fn handle(
         .collect();
     let global_notes = flags.global_annotations && !flags.no_annotations;
     let keeping = cache_key.is_some();
-    let (body, watch) = blocking(&state.tsdb, move |tsdb| {
+    let small = !flags.delete && unique.iter().all(|q| small_query(q, start, end));
+    let (body, watch) = small_or_blocking(&state, small, move |tsdb| {
         // Registered before anything is read: a change from here on makes the answer stale.
         let watch = keeping
             .then(|| watch_reads(tsdb, &unique, start, end, global_notes))
@@ -703,6 +704,17 @@ pub(crate) async fn handle(
         cache.insert(key, body.clone(), watch);
     }
     Ok(json_text_response(StatusCode::OK, body))
+}
+
+/// The longest range a query naming its series may span and still be answered on the
+/// connection's thread: a five-minute series over it is some 26,000 points, a few ms.
+const SMALL_SPAN_MS: i64 = 92 * 86_400_000;
+
+/// Whether sub-query `q` over `[start, end]` is small enough to answer on the connection's
+/// thread (see [`small_or_blocking`]): it names its series (literal tag values or a few
+/// TSUIDs, as a query read by one thread does) over at most [`SMALL_SPAN_MS`].
+fn small_query(q: &SubQuery, start: i64, end: i64) -> bool {
+    hourglass_engine::query::plan::names_its_series(q) && end.saturating_sub(start) <= SMALL_SPAN_MS
 }
 
 /// Whether a retention (`tsd.storage.retention`, an interval's `retention`) may clip data

@@ -123,6 +123,70 @@ pub(crate) async fn blocking<T: Send + 'static>(
         })?
 }
 
+/// Engine work for a request the caller judged small: run on the calling thread (the
+/// connection's) when [`crate::ServerSettings::inline_queries`] is on, the store is this
+/// TSD's own (not one read over the network), and a spare worker thread is left to serve
+/// other connections meanwhile; else handed to a blocking thread as [`blocking`] does. The
+/// result is the same either way: handing over costs more than a small query's own work (a
+/// thread woken to take it, and the connection's thread woken again for its answer).
+pub(crate) async fn small_or_blocking<T: Send + 'static>(
+    state: &Arc<crate::State>,
+    small: bool,
+    f: impl FnOnce(&Tsdb) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match small.then(|| InlineSlot::take(state)).flatten() {
+        Some(_slot) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&state.tsdb)))
+            .unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("request failed: the query panicked: {why}"),
+                ))
+            }),
+        None => blocking(&state.tsdb, f).await,
+    }
+}
+
+/// A place for one query on a connection's thread, held while it runs: at most one fewer
+/// than the runtime's worker threads at once, so one is always free for the others.
+struct InlineSlot<'s> {
+    running: &'s std::sync::atomic::AtomicUsize,
+}
+
+impl<'s> InlineSlot<'s> {
+    fn take(state: &'s crate::State) -> Option<InlineSlot<'s>> {
+        use std::sync::atomic::Ordering;
+        if !state.settings.inline_queries || state.tsdb.store().is_shared() {
+            return None;
+        }
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
+        }
+        let spare = handle.metrics().num_workers().saturating_sub(1);
+        state
+            .inline_running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < spare).then_some(n + 1)
+            })
+            .ok()?;
+        Some(InlineSlot {
+            running: &state.inline_running,
+        })
+    }
+}
+
+impl Drop for InlineSlot<'_> {
+    fn drop(&mut self) {
+        self.running
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 pub(crate) fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
@@ -147,4 +211,81 @@ pub(crate) fn check_writable(state: &crate::State) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread::ThreadId;
+
+    fn state(inline_queries: bool) -> Arc<crate::State> {
+        let store = Arc::new(hourglass_storage::memory::MemoryStore::new());
+        let tsdb = Tsdb::open(store, hourglass_engine::Settings::default()).unwrap();
+        let settings = crate::ServerSettings {
+            inline_queries,
+            ..crate::ServerSettings::default()
+        };
+        crate::State::new(tsdb, hourglass_core::config::Config::default(), settings)
+    }
+
+    /// The thread `small_or_blocking` ran its work on.
+    async fn ran_on(state: &Arc<crate::State>, small: bool) -> ThreadId {
+        small_or_blocking(state, small, |_| Ok(std::thread::current().id()))
+            .await
+            .unwrap()
+    }
+
+    /// Small work runs on the calling thread while a spare worker is left; everything else
+    /// (large work, the switch off, no spare worker) on another thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn small_work_runs_on_the_calling_thread() {
+        let here = std::thread::current().id();
+        let on = state(true);
+        assert_eq!(ran_on(&on, true).await, here);
+        assert_ne!(ran_on(&on, false).await, here);
+        assert_eq!(
+            on.inline_running.load(std::sync::atomic::Ordering::Acquire),
+            0
+        );
+        assert_ne!(ran_on(&state(false), true).await, here);
+        // Two workers leave room for one query at a time: a second one meanwhile is handed
+        // over, and the slot is free again afterwards.
+        let inner = Arc::clone(&on);
+        let nested = small_or_blocking(&on, true, move |_| {
+            let outer = std::thread::current().id();
+            let handle = tokio::runtime::Handle::current();
+            let second = std::thread::scope(|s| {
+                s.spawn(|| handle.block_on(ran_on(&inner, true)))
+                    .join()
+                    .unwrap()
+            });
+            Ok((outer, second))
+        })
+        .await
+        .unwrap();
+        assert_eq!(nested.0, here);
+        assert_ne!(nested.1, here);
+        assert_eq!(ran_on(&on, true).await, here);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn one_thread_runtimes_hand_work_over() {
+        assert_ne!(
+            ran_on(&state(true), true).await,
+            std::thread::current().id()
+        );
+    }
+
+    /// A panic in work run on the calling thread is a 500 answer, as one on a blocking
+    /// thread is, and frees its slot.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_inline_is_an_error_answer() {
+        let on = state(true);
+        let err = small_or_blocking(&on, true, |_| -> Result<(), ApiError> { panic!("broken") })
+            .await
+            .unwrap_err();
+        assert_eq!(err.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(err.message.contains("broken"), "{}", err.message);
+        assert_eq!(ran_on(&on, true).await, std::thread::current().id());
+    }
 }
