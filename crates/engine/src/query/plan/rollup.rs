@@ -17,7 +17,7 @@
 
 use hourglass_core::rollup::{AGGREGATOR_MASK, RollupInterval};
 use hourglass_core::value::{FLAGS_MASK, Value};
-use hourglass_storage::{CellRef, Row};
+use hourglass_storage::{CellRef, ColumnCells, LentCells, Row};
 
 use super::*;
 use crate::rollup::RollupSettings;
@@ -325,6 +325,43 @@ fn rollup_value(flags: u8, value: &[u8]) -> Result<f64> {
     })
 }
 
+/// One rollup row's cells as the read takes them: true when read into `cols`' columns of
+/// `avg` pairs, false when into `points` (from a row lent as columns when its qualifiers
+/// allow, else by the general reading, [`rollup_points`]).
+fn read_row(
+    read: RollupRead,
+    interval: &RollupInterval,
+    base: u32,
+    row: LentCells<'_, '_>,
+    cols: &mut AvgColumns,
+    cells: &mut Vec<RollupCell>,
+    points: &mut RowPoints,
+) -> Result<bool> {
+    match (read, row) {
+        (RollupRead::Avg { sum, count }, LentCells::Cells(lent)) => {
+            if avg_columns((sum, count), interval, base, lent, cols)? {
+                return Ok(true);
+            }
+        }
+        (RollupRead::Avg { sum, count }, LentCells::Columns(c)) => {
+            if avg_from_columns((sum, count), interval, base, &c, cols)? {
+                return Ok(true);
+            }
+        }
+        (RollupRead::One { id, .. }, LentCells::Columns(c)) => {
+            let (times, values) = (&mut cols.times, &mut cols.sums);
+            if one_from_columns(id, interval, base, &c, (times, values), points)? {
+                return Ok(false);
+            }
+        }
+        (RollupRead::One { .. }, LentCells::Cells(_)) => {}
+    }
+    let mut lent = Vec::new();
+    let row = row.cells(&mut lent);
+    rollup_points(read, interval, base, row, cells, points)?;
+    Ok(false)
+}
+
 /// One row's `avg` pairs as columns: times (ms), summed sums, summed counts; and the count
 /// cells' times and values while pairing.
 #[derive(Default)]
@@ -387,7 +424,17 @@ fn avg_columns(
         times.push(t);
         values.push(v);
     }
-    // Each sum with the count of its time; either alone is left out.
+    pair_avg(cols);
+    Ok(true)
+}
+
+/// Keeps each sum of `cols` with the count of its time (either alone is left out): the
+/// columns of times, sums and counts of the pairs.
+fn pair_avg(cols: &mut AvgColumns) {
+    if cols.times == cols.count_times {
+        // Every sum has its count (a row as computed).
+        return;
+    }
     let (mut kept, mut j) = (0, 0);
     for i in 0..cols.times.len() {
         let t = cols.times[i];
@@ -404,6 +451,130 @@ fn avg_columns(
     cols.times.truncate(kept);
     cols.sums.truncate(kept);
     cols.counts.truncate(kept);
+}
+
+/// The cells of a column row with the rollup id `id` (3-byte qualifiers): their index range,
+/// found by binary search (the qualifiers ascend).
+fn id_range(qualifiers: &[[u8; 3]], id: u8) -> std::ops::Range<usize> {
+    let from = qualifiers.partition_point(|q| q[0] < id);
+    let to = from + qualifiers[from..].partition_point(|q| q[0] == id);
+    from..to
+}
+
+/// Whether a column row of 3-byte qualifiers holds a cell with a compacted form of one of
+/// `ids` (`id | COMPACTED_MASK`), which only the general reading reads.
+fn has_compacted(qualifiers: &[[u8; 3]], ids: &[u8]) -> bool {
+    match qualifiers.last() {
+        Some(last) if last[0] & !AGGREGATOR_MASK != 0 => ids
+            .iter()
+            .any(|id| !id_range(qualifiers, id | !AGGREGATOR_MASK).is_empty()),
+        _ => false,
+    }
+}
+
+/// The cells `range` (all of one id) of a column row as times (ms) and values, appended to
+/// `times` and `values` (empty, or holding this id's only): a time seen already (two widths of one time, or two versions of one
+/// cell) keeps its first cell, as the general reading does.
+fn column_values(
+    row: &ColumnCells<'_>,
+    qualifiers: &[[u8; 3]],
+    range: std::ops::Range<usize>,
+    (base, step): (i64, i64),
+    times: &mut Vec<i64>,
+    values: &mut Vec<f64>,
+) -> Result<()> {
+    for (q, value) in qualifiers[range.clone()].iter().zip(row.values(range)) {
+        let [_, hi, lo] = *q;
+        let offset = u16::from_be_bytes([hi, lo]) >> 4;
+        let v = rollup_value(lo & FLAGS_MASK, value)?;
+        let t = (base + i64::from(offset) * step) * 1000;
+        // The qualifiers ascend: so do the times (`times` holds this id's alone).
+        if times.last() == Some(&t) {
+            continue;
+        }
+        times.push(t);
+        values.push(v);
+    }
+    Ok(())
+}
+
+/// [`avg_columns`] of a row lent as columns: the `sum` and `count` cells found by binary
+/// search over the qualifiers (the other aggregators' cells are not touched), the same
+/// columns in the same cases; false when the general reading must read the row (qualifiers
+/// not of 3 bytes, compacted ids).
+fn avg_from_columns(
+    (sum, count): (u8, u8),
+    interval: &RollupInterval,
+    base: u32,
+    row: &ColumnCells<'_>,
+    cols: &mut AvgColumns,
+) -> Result<bool> {
+    cols.times.clear();
+    cols.sums.clear();
+    cols.counts.clear();
+    cols.count_times.clear();
+    if row.family().as_bytes() != [b't'] {
+        return Ok(true);
+    }
+    let (qualifiers, []) = row.qualifiers().as_chunks::<3>() else {
+        return Ok(false);
+    };
+    if row.qualifier_len() != 3 {
+        return Ok(false);
+    }
+    let at = (i64::from(base), i64::from(interval.interval_seconds));
+    // In qualifier order, as the cells are read one by one (the first failing value fails).
+    let mut ranges = [
+        (id_range(qualifiers, sum), false),
+        (id_range(qualifiers, count), true),
+    ];
+    if count < sum {
+        ranges.swap(0, 1);
+    }
+    for (range, is_count) in ranges {
+        let (times, values) = if is_count {
+            (&mut cols.count_times, &mut cols.counts)
+        } else {
+            (&mut cols.times, &mut cols.sums)
+        };
+        column_values(row, qualifiers, range, at, times, values)?;
+    }
+    if has_compacted(qualifiers, &[sum, count]) {
+        return Ok(false);
+    }
+    pair_avg(cols);
+    Ok(true)
+}
+
+/// [`rollup_points`] of a row lent as columns for a read of one id: its cells found by
+/// binary search; false when the general reading must read the row.
+fn one_from_columns(
+    id: u8,
+    interval: &RollupInterval,
+    base: u32,
+    row: &ColumnCells<'_>,
+    (times, values): (&mut Vec<i64>, &mut Vec<f64>),
+    points: &mut RowPoints,
+) -> Result<bool> {
+    times.clear();
+    values.clear();
+    if row.family().as_bytes() != [b't'] {
+        return Ok(true);
+    }
+    let (qualifiers, []) = row.qualifiers().as_chunks::<3>() else {
+        return Ok(false);
+    };
+    if row.qualifier_len() != 3 || has_compacted(qualifiers, &[id]) {
+        return Ok(false);
+    }
+    let at = (i64::from(base), i64::from(interval.interval_seconds));
+    column_values(row, qualifiers, id_range(qualifiers, id), at, times, values)?;
+    points.extend(
+        times
+            .iter()
+            .zip(values.iter())
+            .map(|(t, v)| (*t, Num::Float(*v), None)),
+    );
     Ok(true)
 }
 
@@ -447,29 +618,34 @@ impl Scan<'_> {
                 Some((interval, read)) => {
                     // The visitor's own error, kept while the store's scan stops.
                     let mut failed: Option<Error> = None;
-                    let mut visit = |key: &[u8], row: &[CellRef<'_>]| {
+                    let mut visit = |key: &[u8], row: LentCells<'_, '_>| {
                         let Some(base) = base_of(key) else {
                             return Ok(());
                         };
                         points.clear();
                         let bytes = key.len()
-                            + row
-                                .iter()
-                                .map(|c| c.qualifier.len() + c.value.len())
-                                .sum::<usize>();
-                        let fast = match read {
-                            RollupRead::Avg { sum, count } => {
-                                avg_columns((sum, count), interval, base, row, &mut cols)
+                            + match row {
+                                LentCells::Cells(cells) => cells
+                                    .iter()
+                                    .map(|c| c.qualifier.len() + c.value.len())
+                                    .sum::<usize>(),
+                                LentCells::Columns(c) => c.qualifiers().len() + c.value_bytes(),
+                            };
+                        let taken = read_row(
+                            read,
+                            interval,
+                            base,
+                            row,
+                            &mut cols,
+                            &mut cells,
+                            &mut points,
+                        )
+                        .and_then(|as_columns| {
+                            if as_columns {
+                                self.take_avg_row(&mut part, key, &mut cols, bytes, until_ms)
+                            } else {
+                                self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
                             }
-                            RollupRead::One { .. } => Ok(false),
-                        };
-                        let taken = fast.and_then(|fast| {
-                            if fast {
-                                return self
-                                    .take_avg_row(&mut part, key, &mut cols, bytes, until_ms);
-                            }
-                            rollup_points(read, interval, base, row, &mut cells, &mut points)?;
-                            self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
                         });
                         taken.map_err(|e| {
                             failed = Some(e);
@@ -967,6 +1143,92 @@ mod tests {
                     .map(|p| (p.0, p.1.as_f64().to_bits(), p.2.unwrap().to_bits()))
                     .collect();
                 proptest::prop_assert_eq!(got, want);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A row lent as columns (RFC 0011) reads as its cells lent one by one read by the
+        /// general reading: the same `avg` pairs or points, in the same order, the same
+        /// errors; a row of plain `sum`, `count` and other ids is read from its columns.
+        #[test]
+        fn rows_lent_as_columns_read_as_their_cells(
+            cells in proptest::collection::vec(
+                (proptest::sample::select(vec![0u8, 1, 2, 3, 0x80, 0x81, 0x82]), 0u16..24,
+                 proptest::sample::select(vec![0u8, 1, 3, 7, 0xB, 0xF]), -1000i64..1000,
+                 0i64..3),
+                2..40),
+            compacted in proptest::prelude::any::<bool>(),
+            family in proptest::sample::select(vec!["t", "x"]),
+            bad in proptest::option::of(0usize..40),
+            wide in proptest::prelude::any::<bool>(),
+        ) {
+            use hourglass_storage::model::{RowData, lend_row};
+            let s = settings();
+            let interval = s.config.interval(if wide { "1d" } else { "1h" }).unwrap();
+            let base = 1_356_998_400u32;
+            let mut stored: Vec<hourglass_storage::Cell> = cells
+                .iter()
+                .map(|&(id, offset, flags, v, age)| {
+                    let id = if compacted { id } else { id & 0x7F };
+                    let [hi, lo] = ((offset << 4) | u16::from(flags)).to_be_bytes();
+                    hourglass_storage::Cell {
+                        family: family.into(),
+                        qualifier: vec![id, hi, lo],
+                        // Older versions of a cell beside the newest.
+                        timestamp: 1_356_998_400_000 - age,
+                        value: value_bytes(flags, v),
+                        form: hourglass_storage::CellForm::Plain,
+                    }
+                })
+                .collect();
+            if let Some(i) = bad.filter(|i| *i < stored.len()) {
+                // A value of a width its flags do not name.
+                stored[i].value.extend_from_slice(&[1, 2, 3]);
+            }
+            let bytes = RowData::from_cells(stored).encode(None);
+            let read = hourglass_storage::ReadOptions::default();
+            let mut lent = Vec::new();
+            let columns = lend_row(&bytes, &read, &mut lent).unwrap();
+            let Some(columns) = columns else {
+                // Fewer than two cells after merging versions: a plain row.
+                proptest::prop_assert!(lent.len() < 2);
+                return Ok(());
+            };
+            columns.lend(&mut lent);
+            let sum_count_compacted = lent.iter().any(|c| c.qualifier[0] == 0x80 || c.qualifier[0] == 0x81);
+            for read in [
+                RollupRead::Avg { sum: 0, count: 1 },
+                RollupRead::Avg { sum: 1, count: 0 },
+                RollupRead::One { id: 0, name: "sum" },
+                RollupRead::One { id: 2, name: "max" },
+                RollupRead::One { id: 3, name: "min" },
+            ] {
+                let mut want_points = Vec::new();
+                let want = rollup_points(read, interval, base, &lent, &mut Vec::new(), &mut want_points);
+                let (mut cols, mut points) = (AvgColumns::default(), Vec::new());
+                let got = read_row(read, interval, base, LentCells::Columns(columns), &mut cols, &mut Vec::new(), &mut points);
+                match (want, got) {
+                    (Err(w), Err(g)) => proptest::prop_assert_eq!(w.to_string(), g.to_string()),
+                    (Ok(()), Ok(as_columns)) => {
+                        let got: Vec<(i64, u64, Option<u64>)> = if as_columns {
+                            (0..cols.times.len())
+                                .map(|i| (cols.times[i], cols.sums[i].to_bits(), Some(cols.counts[i].to_bits())))
+                                .collect()
+                        } else {
+                            points.iter().map(|p| (p.0, p.1.as_f64().to_bits(), p.2.map(f64::to_bits))).collect()
+                        };
+                        let want: Vec<(i64, u64, Option<u64>)> = want_points
+                            .iter()
+                            .map(|p| (p.0, p.1.as_f64().to_bits(), p.2.map(f64::to_bits)))
+                            .collect();
+                        proptest::prop_assert_eq!(got, want, "{:?}", read);
+                        if matches!(read, RollupRead::Avg { .. }) {
+                            proptest::prop_assert_eq!(as_columns, !sum_count_compacted || family != "t");
+                        }
+                    }
+                    (w, g) => proptest::prop_assert!(false, "{:?}: general {:?}, columns {:?}", read, w, g),
+                }
             }
         }
     }
