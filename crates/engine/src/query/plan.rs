@@ -233,11 +233,16 @@ enum Points {
     RollupAvg(Box<RollupAvg>),
 }
 
-/// An `avg` read from rollups: the buckets of the stored sums and of the stored counts,
-/// pushed in pairs.
-struct RollupAvg {
-    sums: Downsampler,
-    counts: Downsampler,
+/// An `avg` read from rollups (see `rollup.rs`).
+enum RollupAvg {
+    /// A downsample of the tier's own interval: each (sum, count) pair is its own bucket,
+    /// kept as read.
+    Pairs(rollup::AvgPairs),
+    /// The buckets of the stored sums and of the stored counts, pushed in pairs.
+    Buckets {
+        sums: Downsampler,
+        counts: Downsampler,
+    },
 }
 
 /// One tag of a series: its key and value, as UIDs and as names.
@@ -1224,7 +1229,7 @@ impl SeriesState {
         match &self.points {
             Points::Raw(p) => p.len(),
             Points::Downsampled(d) => d.buckets(),
-            Points::RollupAvg(avg) => avg.sums.buckets() + avg.counts.buckets(),
+            Points::RollupAvg(avg) => avg.held(),
         }
     }
 
@@ -1233,11 +1238,7 @@ impl SeriesState {
         match (&mut self.points, later.points) {
             (Points::Raw(a), Points::Raw(b)) => a.extend(b),
             (Points::Downsampled(a), Points::Downsampled(b)) => a.append(b),
-            (Points::RollupAvg(a), Points::RollupAvg(b)) => {
-                let b = *b;
-                a.sums.append(b.sums);
-                a.counts.append(b.counts);
-            }
+            (Points::RollupAvg(a), Points::RollupAvg(b)) => a.append(*b),
             // One sub-query makes one kind of state.
             _ => {}
         }

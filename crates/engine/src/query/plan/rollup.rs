@@ -601,7 +601,16 @@ impl Scan<'_> {
                 read,
             } => (table, Some((interval, read))),
         };
-        let avg = matches!(rollup, Some((_, RollupRead::Avg { .. })));
+        let avg = match rollup {
+            Some((interval, RollupRead::Avg { .. })) => {
+                if buckets_are_intervals(self.q.downsample, interval) {
+                    AvgState::Pairs
+                } else {
+                    AvgState::Buckets
+                }
+            }
+            _ => AvgState::None,
+        };
         let mut part = Part::empty();
         let query = self.row_query(start_secs, end_secs);
         let mut points: RowPoints = Vec::new();
@@ -642,7 +651,7 @@ impl Scan<'_> {
                         )
                         .and_then(|as_columns| {
                             if as_columns {
-                                self.take_avg_row(&mut part, key, &mut cols, bytes, until_ms)
+                                self.take_avg_row(&mut part, key, &mut cols, bytes, avg, until_ms)
                             } else {
                                 self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
                             }
@@ -674,7 +683,14 @@ impl Scan<'_> {
                             points.push((p.qualifier.timestamp_ms(base), v, None));
                         }
                         let bytes = row_bytes(&row);
-                        self.take_row(&mut part, &row.key, &mut points, bytes, false, until_ms)?;
+                        self.take_row(
+                            &mut part,
+                            &row.key,
+                            &mut points,
+                            bytes,
+                            AvgState::None,
+                            until_ms,
+                        )?;
                     }
                 }
             }
@@ -690,7 +706,7 @@ impl Scan<'_> {
         key: &[u8],
         points: &mut RowPoints,
         bytes: usize,
-        avg: bool,
+        avg: AvgState,
         until_ms: i64,
     ) -> Result<()> {
         let (lo, hi) = (self.window.0, self.window.1 - 1);
@@ -720,8 +736,7 @@ impl Scan<'_> {
                 }
                 Points::RollupAvg(avg) => {
                     for p in points.iter() {
-                        held += avg.sums.push(p.0, p.1.as_f64()) as u64;
-                        held += avg.counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
+                        held += avg.push(p.0, p.1.as_f64(), p.2.unwrap_or(0.0)) as u64;
                     }
                 }
             }
@@ -738,7 +753,7 @@ impl Scan<'_> {
         &self,
         part: &mut Part,
         key: &[u8],
-        avg: bool,
+        avg: AvgState,
         until_ms: i64,
     ) -> Result<Option<usize>> {
         let tags_at = self.tsdb.settings().schema.tags_offset();
@@ -748,8 +763,8 @@ impl Scan<'_> {
         }
         let slot = match self.new_series(key, tag_bytes, until_ms)? {
             Some(mut state) => {
-                if avg && matches!(state.points, Points::Downsampled(_)) {
-                    state.points = self.avg_points(until_ms);
+                if avg != AvgState::None && matches!(state.points, Points::Downsampled(_)) {
+                    state.points = self.avg_points(until_ms, avg == AvgState::Pairs);
                 }
                 part.series.push(state);
                 part.keys.push(tag_bytes.to_vec());
@@ -770,6 +785,7 @@ impl Scan<'_> {
         key: &[u8],
         cols: &mut AvgColumns,
         bytes: usize,
+        avg: AvgState,
         until_ms: i64,
     ) -> Result<()> {
         let (lo, hi) = (self.window.0, self.window.1 - 1);
@@ -788,13 +804,12 @@ impl Scan<'_> {
             &cols.counts[from..to],
         );
         stats.points += times.len() as u64;
-        let slot = self.slot_of(part, key, true, until_ms)?;
+        let slot = self.slot_of(part, key, avg, until_ms)?;
         let mut held = 0u64;
         if let Some(i) = slot {
             match &mut part.series[i].points {
                 Points::RollupAvg(avg) => {
-                    held += avg.sums.push_all(times, sums) as u64;
-                    held += avg.counts.push_all(times, counts) as u64;
+                    held += avg.push_all(times, sums, counts) as u64;
                 }
                 Points::Downsampled(d) => {
                     for (t, v) in times.iter().zip(sums) {
@@ -813,8 +828,9 @@ impl Scan<'_> {
             .check(&part.stats, part.held, self.deadline)
     }
 
-    /// The state of a series whose `avg` is read from sums and counts.
-    fn avg_points(&self, until_ms: i64) -> Points {
+    /// The state of a series whose `avg` is read from sums and counts: its pairs as read
+    /// when the downsample's buckets are the tier's intervals (`pairs`), else buckets.
+    fn avg_points(&self, until_ms: i64, pairs: bool) -> Points {
         let spec = self
             .q
             .downsample
@@ -822,10 +838,144 @@ impl Scan<'_> {
         let mut sums = spec;
         sums.function = Aggregator::Sum;
         sums.fill = FillPolicy::None;
-        Points::RollupAvg(Box::new(RollupAvg {
-            sums: Downsampler::new(sums, self.query).expect_until(until_ms),
-            counts: Downsampler::new(sums, self.query).expect_until(until_ms),
+        Points::RollupAvg(Box::new(if pairs {
+            RollupAvg::Pairs(AvgPairs {
+                times: Vec::new(),
+                sums: Vec::new(),
+                counts: Vec::new(),
+                spec: sums,
+                query: self.query,
+                until: until_ms,
+            })
+        } else {
+            RollupAvg::buckets(sums, self.query, until_ms)
         }))
+    }
+}
+
+/// How a read's series hold their points: not as `avg` pairs, or as `avg` pairs in
+/// buckets, or as the pairs themselves (each its own bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AvgState {
+    None,
+    Buckets,
+    Pairs,
+}
+
+/// Whether a downsample's buckets are a tier's intervals, so that each (sum, count) pair
+/// read is its own bucket (fixed buckets of the interval's width; the rows' times are
+/// checked to fall on bucket starts as they come).
+pub(super) fn buckets_are_intervals(ds: Option<DownsampleSpec>, interval: &RollupInterval) -> bool {
+    ds.is_some_and(|ds| {
+        ds.calendar.is_none()
+            && ds.interval_ms > 0
+            && ds.interval_ms == i64::from(interval.interval_seconds) * 1000
+    })
+}
+
+/// The `avg` pairs of a series read from a tier whose interval is the downsample's: each
+/// pair its own bucket while times ascend and fall on bucket starts, so the series' means
+/// are its pairs' (no downsampler).
+pub(super) struct AvgPairs {
+    times: Vec<i64>,
+    sums: Vec<f64>,
+    counts: Vec<f64>,
+    /// The sums' and counts' buckets, the query range and where the points stop: what the
+    /// buckets are made of when a pair is not its own bucket.
+    spec: DownsampleSpec,
+    query: (i64, i64),
+    until: i64,
+}
+
+impl RollupAvg {
+    fn buckets(spec: DownsampleSpec, query: (i64, i64), until: i64) -> RollupAvg {
+        RollupAvg::Buckets {
+            sums: Downsampler::new(spec, query).expect_until(until),
+            counts: Downsampler::new(spec, query).expect_until(until),
+        }
+    }
+
+    /// Adds one row's pairs: times strictly ascending, all `base + k x interval` (a rollup
+    /// row's). Returns how many buckets they closed, as the buckets count them (two a pair
+    /// after the first: its sum's and its count's).
+    pub(super) fn push_all(&mut self, times: &[i64], sums: &[f64], counts: &[f64]) -> usize {
+        if let RollupAvg::Pairs(p) = self {
+            let Some(&first) = times.first() else {
+                return 0;
+            };
+            // The row's later times are its first plus whole intervals.
+            if p.times.last().is_none_or(|last| first > *last)
+                && first.rem_euclid(p.spec.interval_ms) == 0
+            {
+                let closed = times.len() - usize::from(p.times.is_empty());
+                p.times.extend_from_slice(times);
+                p.sums.extend_from_slice(sums);
+                p.counts.extend_from_slice(counts);
+                return 2 * closed;
+            }
+            self.make_buckets();
+        }
+        match self {
+            RollupAvg::Buckets { sums: s, counts: c } => {
+                s.push_all(times, sums) + c.push_all(times, counts)
+            }
+            RollupAvg::Pairs(_) => 0,
+        }
+    }
+
+    /// [`RollupAvg::push_all`] of one pair.
+    pub(super) fn push(&mut self, t: i64, sum: f64, count: f64) -> usize {
+        match self {
+            RollupAvg::Buckets { sums, counts } => sums.push(t, sum) + counts.push(t, count),
+            RollupAvg::Pairs(_) => self.push_all(&[t], &[sum], &[count]),
+        }
+    }
+
+    /// Turns pairs into the buckets pushing them would have made.
+    fn make_buckets(&mut self) {
+        if let RollupAvg::Pairs(p) = self {
+            let mut buckets = RollupAvg::buckets(p.spec, p.query, p.until);
+            if let RollupAvg::Buckets { sums, counts } = &mut buckets {
+                sums.push_all(&p.times, &p.sums);
+                counts.push_all(&p.times, &p.counts);
+            }
+            *self = buckets;
+        }
+    }
+
+    /// Buckets held (closed ones, as the buckets count them).
+    pub(super) fn held(&self) -> usize {
+        match self {
+            RollupAvg::Pairs(p) => 2 * p.times.len().saturating_sub(1),
+            RollupAvg::Buckets { sums, counts } => sums.buckets() + counts.buckets(),
+        }
+    }
+
+    /// Appends the same series' state over later times, which start on a bucket boundary.
+    pub(super) fn append(&mut self, mut later: RollupAvg) {
+        if let (RollupAvg::Pairs(a), RollupAvg::Pairs(b)) = (&mut *self, &mut later)
+            && a.times
+                .last()
+                .is_none_or(|last| b.times.first().is_none_or(|f| f > last))
+        {
+            a.times.append(&mut b.times);
+            a.sums.append(&mut b.sums);
+            a.counts.append(&mut b.counts);
+            return;
+        }
+        self.make_buckets();
+        later.make_buckets();
+        if let (
+            RollupAvg::Buckets { sums, counts },
+            RollupAvg::Buckets {
+                sums: later_sums,
+                counts: later_counts,
+            },
+        ) = (self, later)
+        {
+            sums.append(later_sums);
+            counts.append(later_counts);
+        }
     }
 }
 
@@ -840,11 +990,27 @@ pub(super) fn finish_avg(
     window: (i64, i64),
     budget: u64,
 ) -> Result<Vec<(i64, f64)>> {
-    let sums = avg.sums.finish(window, budget)?;
-    let counts = avg.counts.finish(window, budget)?;
     let mut filled = spec;
     filled.function = Aggregator::Sum;
     let mut out = Downsampler::new(filled, query);
+    let (sums, counts) = match avg {
+        RollupAvg::Buckets { sums, counts } => (sums, counts),
+        RollupAvg::Pairs(p) => {
+            // Each pair its own bucket: the bucket's sum is the pair's sum (a sum of one
+            // value is the value), its count the pair's count.
+            let means = p.sums.iter().zip(&p.counts);
+            let means = means.map(|(sum, count)| if *count == 0.0 { 0.0 } else { sum / count });
+            if spec.fill == FillPolicy::None {
+                // One value a bucket comes out as it went in.
+                return Ok(p.times.iter().copied().zip(means).collect());
+            }
+            let means: Vec<f64> = means.collect();
+            out.push_all(&p.times, &means);
+            return out.finish(window, budget);
+        }
+    };
+    let sums = sums.finish(window, budget)?;
+    let counts = counts.finish(window, budget)?;
     let mut counts = counts.into_iter().peekable();
     let (mut times, mut means) = (
         Vec::with_capacity(sums.len()),
@@ -1230,6 +1396,81 @@ mod tests {
                     (w, g) => proptest::prop_assert!(false, "{:?}: general {:?}, columns {:?}", read, w, g),
                 }
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// A series' `avg` pairs kept as read (each its own bucket) finish, and count the
+        /// buckets they close, exactly as the buckets the general reading pushes them into:
+        /// rows in order or not, on bucket starts or not, pushed a row or a pair at a time,
+        /// in two halves appended, under every fill policy.
+        #[test]
+        fn pairs_kept_as_read_finish_as_their_buckets(
+            rows in proptest::collection::vec(
+                (0i64..40, 0i64..3, proptest::collection::vec(
+                    (0i64..6, proptest::sample::select(vec![0.0, -0.0, 1.5, -7.0, 3.0, f64::NAN, 1e300])), 0..6),
+                 proptest::prelude::any::<bool>()),
+                0..12),
+            split in 0usize..12,
+            fill in proptest::sample::select(vec!["none", "zero", "nan", "null"]),
+            (window_from, window_to) in (0i64..10, 30i64..50),
+        ) {
+            const STEP: i64 = 3_600_000;
+            let spec = DownsampleSpec::parse(&format!("1h-avg-{fill}")).unwrap();
+            let mut sums_spec = spec;
+            sums_spec.function = Aggregator::Sum;
+            sums_spec.fill = FillPolicy::None;
+            let query = (window_from * STEP, window_to * STEP);
+            let until = query.1;
+            let pairs = || RollupAvg::Pairs(AvgPairs {
+                times: Vec::new(),
+                sums: Vec::new(),
+                counts: Vec::new(),
+                spec: sums_spec,
+                query,
+                until,
+            });
+            // Two halves, each its own state, as two threads read them.
+            let (mut fast, mut general) = ([pairs(), pairs()], [
+                RollupAvg::buckets(sums_spec, query, until),
+                RollupAvg::buckets(sums_spec, query, until),
+            ]);
+            for (i, (base, skew, cells, one_by_one)) in rows.iter().enumerate() {
+                // A row's times: its base (off a bucket start by `skew` minutes) plus whole
+                // intervals, ascending.
+                let base = base * STEP + skew * 60_000;
+                let mut cells = cells.clone();
+                cells.sort_by_key(|c| c.0);
+                cells.dedup_by_key(|c| c.0);
+                let times: Vec<i64> = cells.iter().map(|c| base + c.0 * STEP).collect();
+                let sums: Vec<f64> = cells.iter().map(|c| c.1).collect();
+                let counts: Vec<f64> = cells.iter().map(|c| if c.0 % 3 == 0 { 0.0 } else { c.0 as f64 }).collect();
+                let half = usize::from(i >= split);
+                let (f, g) = (&mut fast[half], &mut general[half]);
+                let (a, b) = if *one_by_one {
+                    let mut closed = (0, 0);
+                    for k in 0..times.len() {
+                        closed.0 += f.push(times[k], sums[k], counts[k]);
+                        closed.1 += g.push(times[k], sums[k], counts[k]);
+                    }
+                    closed
+                } else {
+                    (f.push_all(&times, &sums, &counts), g.push_all(&times, &sums, &counts))
+                };
+                proptest::prop_assert_eq!(a, b);
+                proptest::prop_assert_eq!(f.held(), g.held());
+            }
+            let [mut fast, later_fast] = fast;
+            let [mut general, later_general] = general;
+            fast.append(later_fast);
+            general.append(later_general);
+            let bits = |r: Result<Vec<(i64, f64)>>| {
+                r.map(|v| v.into_iter().map(|(t, x)| (t, x.to_bits())).collect::<Vec<_>>())
+                    .map_err(|e| e.to_string())
+            };
+            let got = bits(finish_avg(fast, spec, query, query, u64::MAX));
+            let want = bits(finish_avg(general, spec, query, query, u64::MAX));
+            proptest::prop_assert_eq!(got, want);
         }
     }
 
