@@ -1271,6 +1271,9 @@ pub fn lent_cells_are_the_scanned_cells(store: &Arc<dyn Store>) {
                         assert_eq!(c.value, v);
                         let tail: Vec<&[u8]> = columns.values(i..cells.len()).collect();
                         assert_eq!(tail.first(), Some(&v));
+                        let (lens, bytes) = columns.value_run(i..cells.len());
+                        assert_eq!(lens.len(), cells.len() - i);
+                        assert_eq!(&bytes[..usize::from(lens[0])], v);
                     }
                 }
                 let mut buf = Vec::new();

@@ -483,19 +483,78 @@ fn column_values(
     times: &mut Vec<i64>,
     values: &mut Vec<f64>,
 ) -> Result<()> {
-    for (q, value) in qualifiers[range.clone()].iter().zip(row.values(range)) {
-        let [_, hi, lo] = *q;
-        let offset = u16::from_be_bytes([hi, lo]) >> 4;
-        let v = rollup_value(lo & FLAGS_MASK, value)?;
-        let t = (base + i64::from(offset) * step) * 1000;
+    let (lens, bytes) = row.value_run(range.clone());
+    let qualifiers = qualifiers.get(range).unwrap_or_default();
+    let (had, had_values) = (times.len(), values.len());
+    let (base_ms, step_ms) = (base * 1000, step * 1000);
+    // A column a pass: the times, then the values, when the times ascend strictly (no time
+    // twice) and every value is an integer of its flags' width.
+    let time_of =
+        |q: &[u8; 3]| base_ms + i64::from(u16::from_be_bytes([q[1], q[2]]) >> 4) * step_ms;
+    times.extend(qualifiers.iter().map(time_of));
+    let ascending = times
+        .get(had.saturating_sub(1)..)
+        .unwrap_or_default()
+        .windows(2)
+        .all(|w| w[0] < w[1]);
+    if ascending && int_values(qualifiers, lens, bytes, values) {
+        return Ok(());
+    }
+    times.truncate(had);
+    values.truncate(had_values);
+    let mut last = times.last().copied();
+    let mut at = 0usize;
+    for (q, len) in qualifiers.iter().zip(lens) {
+        let len = usize::from(*len);
+        let v = rollup_value(
+            q[2] & FLAGS_MASK,
+            bytes.get(at..at + len).unwrap_or_default(),
+        )?;
+        at += len;
+        let t = time_of(q);
         // The qualifiers ascend: so do the times (`times` holds this id's alone).
-        if times.last() == Some(&t) {
+        if last == Some(t) {
             continue;
         }
+        last = Some(t);
         times.push(t);
         values.push(v);
     }
     Ok(())
+}
+
+/// The width of an integer value (flags 0, 1, 3, 7: 1, 2, 4, 8 bytes) by its flags; 0xFF
+/// (no value's length) for other flags.
+const INT_WIDTH: [u8; 16] = [
+    1, 2, 0xFF, 4, 0xFF, 0xFF, 0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+];
+
+/// The values of a run of rollup cells (3-byte qualifiers, one length a cell, the values
+/// from the first on) appended to `out` when every one is an integer of its flags' width
+/// (what `rollup_value` reads them as); false, with `out` holding garbage past its length
+/// before, when one is not.
+fn int_values(qualifiers: &[[u8; 3]], lens: &[u8], bytes: &[u8], out: &mut Vec<f64>) -> bool {
+    let mut ok = true;
+    let mut at = 0usize;
+    out.extend(qualifiers.iter().zip(lens).map(|(q, len)| {
+        let len = usize::from(*len);
+        ok &= usize::from(INT_WIDTH[usize::from(q[2] & FLAGS_MASK)]) == len;
+        // The 8 bytes at the value, big-endian, shifted down with its sign; the last
+        // values of a row, short of 8 bytes, one byte at a time.
+        let word = match bytes.get(at..at + 8) {
+            Some(w) => <[u8; 8]>::try_from(w).map_or(0, i64::from_be_bytes),
+            None => {
+                let mut w = [0u8; 8];
+                for (to, from) in w.iter_mut().zip(bytes.get(at..).unwrap_or_default()) {
+                    *to = *from;
+                }
+                i64::from_be_bytes(w)
+            }
+        };
+        at += len;
+        word.wrapping_shr(64u32.wrapping_sub(8 * len as u32)) as f64
+    }));
+    ok && at <= bytes.len()
 }
 
 /// [`avg_columns`] of a row lent as columns: the `sum` and `count` cells found by binary
@@ -839,14 +898,7 @@ impl Scan<'_> {
         sums.function = Aggregator::Sum;
         sums.fill = FillPolicy::None;
         Points::RollupAvg(Box::new(if pairs {
-            RollupAvg::Pairs(AvgPairs {
-                times: Vec::new(),
-                sums: Vec::new(),
-                counts: Vec::new(),
-                spec: sums,
-                query: self.query,
-                until: until_ms,
-            })
+            RollupAvg::Pairs(AvgPairs::new(sums, self.query, until_ms))
         } else {
             RollupAvg::buckets(sums, self.query, until_ms)
         }))
@@ -877,14 +929,51 @@ pub(super) fn buckets_are_intervals(ds: Option<DownsampleSpec>, interval: &Rollu
 /// pair its own bucket while times ascend and fall on bucket starts, so the series' means
 /// are its pairs' (no downsampler).
 pub(super) struct AvgPairs {
-    times: Vec<i64>,
-    sums: Vec<f64>,
-    counts: Vec<f64>,
+    /// The pairs of earlier parts (see [`RollupAvg::append`]), then `now`'s: each part's
+    /// columns kept as they are, joined once when finished.
+    earlier: Vec<PairColumns>,
+    now: PairColumns,
     /// The sums' and counts' buckets, the query range and where the points stop: what the
     /// buckets are made of when a pair is not its own bucket.
     spec: DownsampleSpec,
     query: (i64, i64),
     until: i64,
+}
+
+/// Times (ms), sums and counts of `avg` pairs.
+#[derive(Default)]
+struct PairColumns {
+    times: Vec<i64>,
+    sums: Vec<f64>,
+    counts: Vec<f64>,
+}
+
+impl AvgPairs {
+    fn new(spec: DownsampleSpec, query: (i64, i64), until: i64) -> AvgPairs {
+        AvgPairs {
+            earlier: Vec::new(),
+            now: PairColumns::default(),
+            spec,
+            query,
+            until,
+        }
+    }
+
+    fn parts(&self) -> impl Iterator<Item = &PairColumns> {
+        self.earlier.iter().chain(std::iter::once(&self.now))
+    }
+
+    fn len(&self) -> usize {
+        self.parts().map(|p| p.times.len()).sum()
+    }
+
+    fn last_time(&self) -> Option<i64> {
+        self.parts().filter_map(|p| p.times.last()).last().copied()
+    }
+
+    fn first_time(&self) -> Option<i64> {
+        self.parts().find_map(|p| p.times.first()).copied()
+    }
 }
 
 impl RollupAvg {
@@ -903,15 +992,25 @@ impl RollupAvg {
             let Some(&first) = times.first() else {
                 return 0;
             };
+            let last = p.now.times.last().copied().or_else(|| p.last_time());
+            let empty = last.is_none();
             // The row's later times are its first plus whole intervals.
-            if p.times.last().is_none_or(|last| first > *last)
-                && first.rem_euclid(p.spec.interval_ms) == 0
-            {
-                let closed = times.len() - usize::from(p.times.is_empty());
-                p.times.extend_from_slice(times);
-                p.sums.extend_from_slice(sums);
-                p.counts.extend_from_slice(counts);
-                return 2 * closed;
+            if last.is_none_or(|last| first > last) && first.rem_euclid(p.spec.interval_ms) == 0 {
+                let now = &mut p.now;
+                if now.times.capacity() == 0 {
+                    // One pair an interval up to where the points stop.
+                    let expected = (p.until - first).max(0) / p.spec.interval_ms + 1;
+                    let expected = usize::try_from(expected)
+                        .unwrap_or(0)
+                        .clamp(times.len(), 1 << 20);
+                    now.times.reserve(expected);
+                    now.sums.reserve(expected);
+                    now.counts.reserve(expected);
+                }
+                now.times.extend_from_slice(times);
+                now.sums.extend_from_slice(sums);
+                now.counts.extend_from_slice(counts);
+                return 2 * (times.len() - usize::from(empty));
             }
             self.make_buckets();
         }
@@ -936,8 +1035,10 @@ impl RollupAvg {
         if let RollupAvg::Pairs(p) = self {
             let mut buckets = RollupAvg::buckets(p.spec, p.query, p.until);
             if let RollupAvg::Buckets { sums, counts } = &mut buckets {
-                sums.push_all(&p.times, &p.sums);
-                counts.push_all(&p.times, &p.counts);
+                for part in p.parts() {
+                    sums.push_all(&part.times, &part.sums);
+                    counts.push_all(&part.times, &part.counts);
+                }
             }
             *self = buckets;
         }
@@ -946,7 +1047,7 @@ impl RollupAvg {
     /// Buckets held (closed ones, as the buckets count them).
     pub(super) fn held(&self) -> usize {
         match self {
-            RollupAvg::Pairs(p) => 2 * p.times.len().saturating_sub(1),
+            RollupAvg::Pairs(p) => 2 * p.len().saturating_sub(1),
             RollupAvg::Buckets { sums, counts } => sums.buckets() + counts.buckets(),
         }
     }
@@ -954,13 +1055,14 @@ impl RollupAvg {
     /// Appends the same series' state over later times, which start on a bucket boundary.
     pub(super) fn append(&mut self, mut later: RollupAvg) {
         if let (RollupAvg::Pairs(a), RollupAvg::Pairs(b)) = (&mut *self, &mut later)
-            && a.times
-                .last()
-                .is_none_or(|last| b.times.first().is_none_or(|f| f > last))
+            && a.last_time()
+                .is_none_or(|last| b.first_time().is_none_or(|first| first > last))
         {
-            a.times.append(&mut b.times);
-            a.sums.append(&mut b.sums);
-            a.counts.append(&mut b.counts);
+            // Kept as parts: no copy.
+            let now = std::mem::take(&mut a.now);
+            a.earlier.push(now);
+            a.earlier.append(&mut b.earlier);
+            a.now = std::mem::take(&mut b.now);
             return;
         }
         self.make_buckets();
@@ -998,14 +1100,19 @@ pub(super) fn finish_avg(
         RollupAvg::Pairs(p) => {
             // Each pair its own bucket: the bucket's sum is the pair's sum (a sum of one
             // value is the value), its count the pair's count.
-            let means = p.sums.iter().zip(&p.counts);
-            let means = means.map(|(sum, count)| if *count == 0.0 { 0.0 } else { sum / count });
+            let mean = |(sum, count): (&f64, &f64)| if *count == 0.0 { 0.0 } else { sum / count };
+            let mut means = Vec::with_capacity(p.len());
+            for part in p.parts() {
+                let pairs = part.sums.iter().zip(&part.counts).map(mean);
+                means.extend(part.times.iter().copied().zip(pairs));
+            }
             if spec.fill == FillPolicy::None {
                 // One value a bucket comes out as it went in.
-                return Ok(p.times.iter().copied().zip(means).collect());
+                return Ok(means);
             }
-            let means: Vec<f64> = means.collect();
-            out.push_all(&p.times, &means);
+            for (t, mean) in means {
+                out.push(t, mean);
+            }
             return out.finish(window, budget);
         }
     };
@@ -1422,14 +1529,7 @@ mod tests {
             sums_spec.fill = FillPolicy::None;
             let query = (window_from * STEP, window_to * STEP);
             let until = query.1;
-            let pairs = || RollupAvg::Pairs(AvgPairs {
-                times: Vec::new(),
-                sums: Vec::new(),
-                counts: Vec::new(),
-                spec: sums_spec,
-                query,
-                until,
-            });
+            let pairs = || RollupAvg::Pairs(AvgPairs::new(sums_spec, query, until));
             // Two halves, each its own state, as two threads read them.
             let (mut fast, mut general) = ([pairs(), pairs()], [
                 RollupAvg::buckets(sums_spec, query, until),
