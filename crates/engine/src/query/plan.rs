@@ -749,16 +749,23 @@ fn finish_groups(
     }
     let mut out = Vec::with_capacity(groups.len());
     for mut members in groups.into_values() {
-        let dps = match finish_series(&mut members, q, window, budget)? {
-            Finished::Rates(rates) => aggregate_rates(&rates, q.aggregator)?
+        // Members keeping `avg` pairs at the same times: aggregated from their columns.
+        let dps = match rollup::aggregate_pairs(&members, q) {
+            Some(aggregated) => aggregated?
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
                 .collect(),
-            Finished::Downsampled(series) => aggregate_floats(&series, q.aggregator)?
-                .into_iter()
-                .map(|(t, v)| (t, Num::Float(v)))
-                .collect(),
-            Finished::Raw(series) => aggregate_owned(series, q.aggregator)?,
+            None => match finish_series(&mut members, q, window, budget)? {
+                Finished::Rates(rates) => aggregate_rates(&rates, q.aggregator)?
+                    .into_iter()
+                    .map(|(t, v)| (t, Num::Float(v)))
+                    .collect(),
+                Finished::Downsampled(series) => aggregate_floats(&series, q.aggregator)?
+                    .into_iter()
+                    .map(|(t, v)| (t, Num::Float(v)))
+                    .collect(),
+                Finished::Raw(series) => aggregate_owned(series, q.aggregator)?,
+            },
         };
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
@@ -974,6 +981,9 @@ struct Part {
     stats: QueryStats,
     held: u64,
     deletions: Vec<RowMutation>,
+    /// The tag bytes and slot of the series of the row before (rows of a series come
+    /// together): a rollup read's rows find their series without hashing.
+    last: Option<(Vec<u8>, Option<usize>)>,
 }
 
 impl Scan<'_> {
@@ -1194,6 +1204,7 @@ impl Part {
             stats: QueryStats::default(),
             held: 0,
             deletions: Vec::new(),
+            last: None,
         }
     }
 

@@ -20,6 +20,7 @@ use hourglass_core::value::{FLAGS_MASK, Value};
 use hourglass_storage::{CellRef, ColumnCells, LentCells, Row};
 
 use super::*;
+use crate::query::fold::{Fold, Running, with_fold};
 use crate::rollup::RollupSettings;
 
 /// Where a sub-query's points come from.
@@ -534,9 +535,10 @@ const INT_WIDTH: [u8; 16] = [
 /// (what `rollup_value` reads them as); false, with `out` holding garbage past its length
 /// before, when one is not.
 fn int_values(qualifiers: &[[u8; 3]], lens: &[u8], bytes: &[u8], out: &mut Vec<f64>) -> bool {
-    let mut ok = true;
-    let mut at = 0usize;
-    out.extend(qualifiers.iter().zip(lens).map(|(q, len)| {
+    let from = out.len();
+    out.resize(from + qualifiers.len().min(lens.len()), 0.0);
+    let (mut ok, mut at) = (true, 0usize);
+    for ((q, len), v) in qualifiers.iter().zip(lens).zip(&mut out[from..]) {
         let len = usize::from(*len);
         ok &= usize::from(INT_WIDTH[usize::from(q[2] & FLAGS_MASK)]) == len;
         // The 8 bytes at the value, big-endian, shifted down with its sign; the last
@@ -552,8 +554,8 @@ fn int_values(qualifiers: &[[u8; 3]], lens: &[u8], bytes: &[u8], out: &mut Vec<f
             }
         };
         at += len;
-        word.wrapping_shr(64u32.wrapping_sub(8 * len as u32)) as f64
-    }));
+        *v = word.wrapping_shr(64u32.wrapping_sub(8 * len as u32)) as f64;
+    }
     ok && at <= bytes.len()
 }
 
@@ -817,8 +819,14 @@ impl Scan<'_> {
     ) -> Result<Option<usize>> {
         let tags_at = self.tsdb.settings().schema.tags_offset();
         let tag_bytes = key.get(tags_at..).unwrap_or_default();
-        if let Some(slot) = part.index.get(tag_bytes) {
+        if let Some((last, slot)) = &part.last
+            && last.as_slice() == tag_bytes
+        {
             return Ok(*slot);
+        }
+        if let Some(&slot) = part.index.get(tag_bytes) {
+            part.last = Some((tag_bytes.to_vec(), slot));
+            return Ok(slot);
         }
         let slot = match self.new_series(key, tag_bytes, until_ms)? {
             Some(mut state) => {
@@ -833,6 +841,7 @@ impl Scan<'_> {
         };
         part.stats.series += u64::from(slot.is_some());
         part.index.insert(tag_bytes.to_vec(), slot);
+        part.last = Some((tag_bytes.to_vec(), slot));
         Ok(slot)
     }
 
@@ -1081,6 +1090,93 @@ impl RollupAvg {
     }
 }
 
+/// The mean of a pair that is its own bucket: its sum over its count, 0 for a count of 0
+/// (as [`finish_avg`] divides a bucket's sums by its counts).
+#[inline]
+fn pair_mean(sum: f64, count: f64) -> f64 {
+    if count == 0.0 { 0.0 } else { sum / count }
+}
+
+/// The aggregation across a group's series, when every member keeps its `avg` pairs
+/// ([`RollupAvg::Pairs`]) at the same times, the sub-query has no fill policy and no rate,
+/// and its aggregator folds as values arrive: what aggregating the members' finished means
+/// gives (`aggregate_floats`, the same additions in the same order), in one pass over the
+/// members' columns, no series finished. `None` when it does not apply.
+pub(super) fn aggregate_pairs(
+    members: &[SeriesState],
+    q: &SubQuery,
+) -> Option<Result<Vec<(i64, f64)>>> {
+    if q.rate || q.downsample.is_none_or(|ds| ds.fill != FillPolicy::None) {
+        return None;
+    }
+    fn pairs(s: &SeriesState) -> Option<&AvgPairs> {
+        match &s.points {
+            Points::RollupAvg(avg) => match &**avg {
+                RollupAvg::Pairs(p) => Some(p),
+                RollupAvg::Buckets { .. } => None,
+            },
+            _ => None,
+        }
+    }
+    let first = pairs(members.first()?)?;
+    let times = || first.parts().flat_map(|p| p.times.iter());
+    let mut all = Vec::with_capacity(members.len());
+    for s in members {
+        let p = pairs(s)?;
+        // Parts alike (the halves of one split) compared whole, else time by time.
+        let same = (p.parts().count() == first.parts().count()
+            && p.parts()
+                .zip(first.parts())
+                .all(|(a, b)| a.times == b.times))
+            || p.parts().flat_map(|p| p.times.iter()).eq(times());
+        if !same {
+            return None;
+        }
+        all.push(p);
+    }
+    let n = first.len();
+    Some(with_fold!(Running::of(q.aggregator),
+        F => fold_pairs::<F>(&all, n, times()),
+        _ => return None))
+}
+
+/// [`aggregate_pairs`]' fold: each member's means folded into a row of accumulators, member
+/// after member.
+fn fold_pairs<'a, F: Fold>(
+    members: &[&AvgPairs],
+    n: usize,
+    times: impl Iterator<Item = &'a i64>,
+) -> Result<Vec<(i64, f64)>> {
+    let mut acc = vec![F::START; n];
+    let mut finite = vec![0u64; n];
+    for p in members {
+        let (mut acc, mut finite) = (&mut acc[..], &mut finite[..]);
+        for part in p.parts() {
+            let k = part.sums.len().min(part.counts.len()).min(acc.len());
+            let (a, rest_a) = acc.split_at_mut(k);
+            let (f, rest_f) = finite.split_at_mut(k);
+            for (((a, f), s), c) in a
+                .iter_mut()
+                .zip(f.iter_mut())
+                .zip(&part.sums)
+                .zip(&part.counts)
+            {
+                F::add(a, f, pair_mean(*s, *c));
+            }
+            (acc, finite) = (rest_a, rest_f);
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    for ((x, a), f) in times.zip(acc).zip(finite) {
+        let v = F::value(a, f);
+        if v.is_infinite() {
+            return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
+        }
+        out.push((*x, v));
+    }
+    Ok(out)
+}
+
 /// A series' `avg` buckets from its buckets of summed sums and summed counts (OpenTSDB's
 /// `Downsampler` over rolled-up averages: a bucket whose counts add up to 0 is 0), filled as
 /// the sub-query's fill policy says. Sums and counts were pushed in pairs, so their buckets
@@ -1100,7 +1196,7 @@ pub(super) fn finish_avg(
         RollupAvg::Pairs(p) => {
             // Each pair its own bucket: the bucket's sum is the pair's sum (a sum of one
             // value is the value), its count the pair's count.
-            let mean = |(sum, count): (&f64, &f64)| if *count == 0.0 { 0.0 } else { sum / count };
+            let mean = |(sum, count): (&f64, &f64)| pair_mean(*sum, *count);
             let mut means = Vec::with_capacity(p.len());
             for part in p.parts() {
                 let pairs = part.sums.iter().zip(&part.counts).map(mean);
@@ -1571,6 +1667,76 @@ mod tests {
             let got = bits(finish_avg(fast, spec, query, query, u64::MAX));
             let want = bits(finish_avg(general, spec, query, query, u64::MAX));
             proptest::prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest::proptest! {
+        /// A group of series keeping `avg` pairs aggregates from their columns exactly as
+        /// their finished means aggregate (same bits, same errors), or declines (times
+        /// differing, fill policies, rates, aggregators that do not fold).
+        #[test]
+        fn pairs_aggregate_as_their_finished_means(
+            series in proptest::collection::vec(
+                (proptest::collection::vec(
+                    (proptest::sample::select(vec![0.0, -0.0, 2.5, -7.0, 3.0, f64::NAN, f64::MAX]),
+                     proptest::sample::select(vec![0.0, 1.0, 3.0, f64::NAN])), 6),
+                 proptest::prelude::any::<bool>(), 0usize..6),
+                1..5),
+            aggregator in proptest::sample::select(vec!["sum", "avg", "min", "max", "count", "dev", "zimsum", "none", "squareSum"]),
+            fill in proptest::sample::select(vec!["", "-nan"]),
+            rate in proptest::prelude::any::<bool>(),
+        ) {
+            const STEP: i64 = 3_600_000;
+            let spec = DownsampleSpec::parse(&format!("1h-avg{fill}")).unwrap();
+            let mut sums_spec = spec;
+            sums_spec.function = Aggregator::Sum;
+            sums_spec.fill = FillPolicy::None;
+            let window = (0, 12 * STEP);
+            let members: Vec<SeriesState> = series
+                .iter()
+                .map(|(pairs, gap, split)| {
+                    // Pairs at hours 0..6 (one left out when `gap`), in two parts.
+                    let hours: Vec<i64> = (0..6).filter(|h| !(*gap && *h == 2)).collect();
+                    let mut a = RollupAvg::Pairs(AvgPairs::new(sums_spec, window, window.1));
+                    let mut b = RollupAvg::Pairs(AvgPairs::new(sums_spec, window, window.1));
+                    for (k, h) in hours.iter().enumerate() {
+                        let (sum, count) = pairs[k];
+                        let half = if k < *split { &mut a } else { &mut b };
+                        half.push(h * STEP, sum, count);
+                    }
+                    a.append(b);
+                    SeriesState {
+                        tags: Vec::new(),
+                        tsuid: String::new(),
+                        order: Vec::new(),
+                        points: Points::RollupAvg(Box::new(a)),
+                        annotations: Vec::new(),
+                    }
+                })
+                .collect();
+            let mut q = SubQuery::new(Aggregator::parse(aggregator).unwrap(), "m");
+            q.downsample = Some(spec);
+            q.rate = rate;
+            let bits = |r: Result<Vec<(i64, f64)>>| {
+                r.map(|v| v.into_iter().map(|(t, x)| (t, x.to_bits())).collect::<Vec<_>>())
+                    .map_err(|e| e.to_string())
+            };
+            let Some(got) = aggregate_pairs(&members, &q) else {
+                let same = series.iter().all(|s| s.1 == series[0].1);
+                let folds = !matches!(aggregator, "dev" | "none");
+                proptest::prop_assert!(!same || !folds || rate || !fill.is_empty());
+                return Ok(());
+            };
+            proptest::prop_assert!(!rate && fill.is_empty());
+            let finished: Vec<Vec<(i64, f64)>> = members
+                .into_iter()
+                .map(|s| match s.points {
+                    Points::RollupAvg(avg) => finish_avg(*avg, spec, window, window, u64::MAX).unwrap(),
+                    _ => unreachable!(),
+                })
+                .collect();
+            let want = super::super::aggregate_floats(&finished, q.aggregator);
+            proptest::prop_assert_eq!(bits(got), bits(want));
         }
     }
 
