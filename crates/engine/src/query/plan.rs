@@ -233,7 +233,9 @@ enum Points {
     RollupAvg(Box<RollupAvg>),
 }
 
-/// An `avg` read from rollups (see `rollup.rs`).
+/// An `avg` read from rollups (see `rollup.rs`). Held boxed (`Points::RollupAvg`): the
+/// variants' sizes do not weigh on the series' states.
+#[allow(clippy::large_enum_variant)]
 enum RollupAvg {
     /// A downsample of the tier's own interval: each (sum, count) pair is its own bucket,
     /// kept as read.
@@ -981,9 +983,10 @@ struct Part {
     stats: QueryStats,
     held: u64,
     deletions: Vec<RowMutation>,
-    /// The tag bytes and slot of the series of the row before (rows of a series come
-    /// together): a rollup read's rows find their series without hashing.
-    last: Option<(Vec<u8>, Option<usize>)>,
+    /// The slot of the series of the row before: a rollup read's rows (time after time,
+    /// each time's series in one order) find their series among the next ones before
+    /// hashing their tag bytes.
+    last: Option<usize>,
 }
 
 impl Scan<'_> {

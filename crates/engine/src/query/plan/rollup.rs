@@ -543,8 +543,8 @@ fn int_values(qualifiers: &[[u8; 3]], lens: &[u8], bytes: &[u8], out: &mut Vec<f
         ok &= usize::from(INT_WIDTH[usize::from(q[2] & FLAGS_MASK)]) == len;
         // The 8 bytes at the value, big-endian, shifted down with its sign; the last
         // values of a row, short of 8 bytes, one byte at a time.
-        let word = match bytes.get(at..at + 8) {
-            Some(w) => <[u8; 8]>::try_from(w).map_or(0, i64::from_be_bytes),
+        let word = match bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+            Some(w) => i64::from_be_bytes(*w),
             None => {
                 let mut w = [0u8; 8];
                 for (to, from) in w.iter_mut().zip(bytes.get(at..).unwrap_or_default()) {
@@ -819,13 +819,20 @@ impl Scan<'_> {
     ) -> Result<Option<usize>> {
         let tags_at = self.tsdb.settings().schema.tags_offset();
         let tag_bytes = key.get(tags_at..).unwrap_or_default();
-        if let Some((last, slot)) = &part.last
-            && last.as_slice() == tag_bytes
-        {
-            return Ok(*slot);
+        // The series after the row before's, or the first one (the next time's rows).
+        let guess = part.last.map_or(0, |i| i + 1);
+        for slot in [guess, 0] {
+            if part
+                .keys
+                .get(slot)
+                .is_some_and(|k| k.as_slice() == tag_bytes)
+            {
+                part.last = Some(slot);
+                return Ok(Some(slot));
+            }
         }
         if let Some(&slot) = part.index.get(tag_bytes) {
-            part.last = Some((tag_bytes.to_vec(), slot));
+            part.last = slot.or(part.last);
             return Ok(slot);
         }
         let slot = match self.new_series(key, tag_bytes, until_ms)? {
@@ -841,7 +848,7 @@ impl Scan<'_> {
         };
         part.stats.series += u64::from(slot.is_some());
         part.index.insert(tag_bytes.to_vec(), slot);
-        part.last = Some((tag_bytes.to_vec(), slot));
+        part.last = slot.or(part.last);
         Ok(slot)
     }
 
