@@ -584,11 +584,17 @@ fn avg_from_columns(
         return Ok(false);
     }
     let at = (i64::from(base), i64::from(interval.interval_seconds));
+    let (sums, counts) = (id_range(qualifiers, sum), id_range(qualifiers, count));
+    if !has_compacted(qualifiers, &[sum, count])
+        && paired_columns(row, qualifiers, (sums.clone(), counts.clone()), at, cols)
+    {
+        return Ok(true);
+    }
+    cols.times.clear();
+    cols.sums.clear();
+    cols.counts.clear();
     // In qualifier order, as the cells are read one by one (the first failing value fails).
-    let mut ranges = [
-        (id_range(qualifiers, sum), false),
-        (id_range(qualifiers, count), true),
-    ];
+    let mut ranges = [(sums, false), (counts, true)];
     if count < sum {
         ranges.swap(0, 1);
     }
@@ -605,6 +611,36 @@ fn avg_from_columns(
     }
     pair_avg(cols);
     Ok(true)
+}
+
+/// The `avg` pairs of a row as computed, straight into `cols`' columns: each `sum` cell
+/// with a `count` cell of the same time, times strictly ascending, every value an integer
+/// of its flags' width. False (the columns left to be cleared) for any other row.
+fn paired_columns(
+    row: &ColumnCells<'_>,
+    qualifiers: &[[u8; 3]],
+    (sums, counts): (std::ops::Range<usize>, std::ops::Range<usize>),
+    (base, step): (i64, i64),
+    cols: &mut AvgColumns,
+) -> bool {
+    let (Some(s), Some(c)) = (qualifiers.get(sums.clone()), qualifiers.get(counts.clone())) else {
+        return false;
+    };
+    // The same offsets (the qualifiers less their flags), ascending strictly.
+    let offset = |q: &[u8; 3]| u16::from_be_bytes([q[1], q[2]]) >> 4;
+    let (base_ms, step_ms) = (base * 1000, step * 1000);
+    let (mut same, mut before) = (s.len() == c.len(), -1i32);
+    cols.times.reserve(s.len());
+    for (a, b) in s.iter().zip(c) {
+        let (o, p) = (offset(a), offset(b));
+        same &= o == p && i32::from(o) > before;
+        before = i32::from(o);
+        cols.times.push(base_ms + i64::from(o) * step_ms);
+    }
+    let (s_lens, s_bytes) = row.value_run(sums);
+    let (c_lens, c_bytes) = row.value_run(counts);
+    same && int_values(s, s_lens, s_bytes, &mut cols.sums)
+        && int_values(c, c_lens, c_bytes, &mut cols.counts)
 }
 
 /// [`rollup_points`] of a row lent as columns for a read of one id: its cells found by
@@ -1538,11 +1574,23 @@ mod tests {
             family in proptest::sample::select(vec!["t", "x"]),
             bad in proptest::option::of(0usize..40),
             wide in proptest::prelude::any::<bool>(),
+            regular in proptest::prelude::any::<bool>(),
         ) {
             use hourglass_storage::model::{RowData, lend_row};
             let s = settings();
             let interval = s.config.interval(if wide { "1d" } else { "1h" }).unwrap();
             let base = 1_356_998_400u32;
+            // A row as computed: a `sum` and a `count` cell at each offset.
+            let cells: Vec<(u8, u16, u8, i64, i64)> = if regular {
+                cells
+                    .iter()
+                    .flat_map(|&(_, offset, flags, v, age)| {
+                        [(0, offset, flags & 0x7, v, age), (1, offset, 0x0, v.rem_euclid(100), age)]
+                    })
+                    .collect()
+            } else {
+                cells
+            };
             let mut stored: Vec<hourglass_storage::Cell> = cells
                 .iter()
                 .map(|&(id, offset, flags, v, age)| {
