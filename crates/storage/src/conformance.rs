@@ -1168,9 +1168,30 @@ pub fn one_cell_rows_replace_rows_whole(store: &Arc<dyn Store>) {
 }
 
 /// `scan_cells` visits the rows `scan` returns, in its order, each with its cells, under
-/// every filter; a visitor's error ends the scan with that error.
+/// every filter, also rows a store may lend as columns (one family, one qualifier length:
+/// each column then gives the cells' qualifiers and values); a visitor's error ends the
+/// scan with that error.
 pub fn lent_cells_are_the_scanned_cells(store: &Arc<dyn Store>) {
     setup(store);
+    // Rows of uniform cells (one family, 2-byte qualifiers), one time or several.
+    for (i, key) in [&b"t1"[..], b"t2", b"t3"].iter().enumerate() {
+        let t = i as i64;
+        let mut cells = vec![
+            Mutation::set_at("a", b"c1".to_vec(), 30, vec![i as u8; i]),
+            Mutation::set_at("a", b"c0".to_vec(), 30 + t, b"xyz".to_vec()),
+            Mutation::set_at(
+                "a",
+                b"c2".to_vec(),
+                30,
+                vec![7; if i == 1 { 200 } else { 100 }],
+            ),
+        ];
+        if i == 2 {
+            // A second version of one qualifier.
+            cells.push(Mutation::set_at("a", b"c0".to_vec(), 20, b"old".to_vec()));
+        }
+        store.mutate_row(T, key, &cells).unwrap();
+    }
     for (i, key) in [&b"r1"[..], b"r2", b"r3", b"s1", b"\xFFz"]
         .iter()
         .enumerate()
@@ -1235,7 +1256,28 @@ pub fn lent_cells_are_the_scanned_cells(store: &Arc<dyn Store>) {
             .collect();
         let mut lent: Vec<Row> = Vec::new();
         store
-            .scan_cells(T, request, &mut |key, cells| {
+            .scan_cells(T, request, &mut |key, row| {
+                if let crate::LentCells::Columns(columns) = row {
+                    // The columns are the cells'.
+                    let mut cells = Vec::new();
+                    columns.lend(&mut cells);
+                    assert_eq!(cells.len(), columns.len());
+                    let q = columns.qualifier_len();
+                    for (i, (c, v)) in cells.iter().zip(columns.values(0..cells.len())).enumerate()
+                    {
+                        assert_eq!(c.family, columns.family());
+                        assert_eq!(c.qualifier, columns.qualifier(i));
+                        assert_eq!(c.qualifier, &columns.qualifiers()[i * q..(i + 1) * q]);
+                        assert_eq!(c.value, v);
+                        let tail: Vec<&[u8]> = columns.values(i..cells.len()).collect();
+                        assert_eq!(tail.first(), Some(&v));
+                        let (lens, bytes) = columns.value_run(i..cells.len());
+                        assert_eq!(lens.len(), cells.len() - i);
+                        assert_eq!(&bytes[..usize::from(lens[0])], v);
+                    }
+                }
+                let mut buf = Vec::new();
+                let cells = row.cells(&mut buf);
                 lent.push(Row {
                     key: key.to_vec(),
                     cells: cells

@@ -16,7 +16,9 @@ pub mod rice;
 mod types;
 
 pub use error::{Error, ErrorKind, Result};
-pub use model::{CellCodec, JointCell, JointForm, JointMember, JointShape};
+pub use model::{
+    CellCodec, ColumnCells, ColumnValues, JointCell, JointForm, JointMember, JointShape,
+};
 pub use regex_filter::KeyRegex;
 pub use types::*;
 
@@ -129,7 +131,7 @@ pub trait Store: Send + Sync + Debug {
         for row in self.scan(table, request)? {
             let row = row?;
             let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
-            visit(&row.key, &cells)?;
+            visit(&row.key, LentCells::Cells(&cells))?;
         }
         Ok(())
     }

@@ -194,7 +194,7 @@ impl Store for Metered {
     /// failure.
     fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()> {
         let visitor_failed = std::cell::Cell::new(false);
-        let mut counted = |key: &[u8], cells: &[crate::CellRef<'_>]| {
+        let mut counted = |key: &[u8], cells: crate::LentCells<'_, '_>| {
             let r = visit(key, cells);
             visitor_failed.set(r.is_err());
             r

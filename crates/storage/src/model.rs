@@ -673,6 +673,204 @@ fn lend_columns<'a>(
     Ok(())
 }
 
+/// The cells of a stored row as [`lend_cells`] gives them, but a column row (format
+/// `0x03`) whose every stored cell the read keeps, with one byte a cell for its time and
+/// its value length (rollup rows), is lent as its columns: `Ok(Some(columns))`, `out` left
+/// empty. Otherwise the cells are lent into `out` (cleared first) and `Ok(None)` returned.
+/// Fails where [`lend_cells`] fails.
+pub fn lend_row<'a>(
+    bytes: &'a [u8],
+    read: &ReadOptions,
+    out: &mut Vec<crate::CellRef<'a>>,
+) -> Result<Option<ColumnCells<'a>>> {
+    if bytes.first() == Some(&ROW_FORMAT_COLUMNS) && !read.latest_only && !read.keys_only {
+        let columns = Columns::read(bytes)?;
+        let family = std::str::from_utf8(columns.family)
+            .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+        if columns.small_times && columns.small_lens && read.wants_family(family) {
+            let lens = columns
+                .lens
+                .bytes
+                .get(columns.lens.pos..)
+                .unwrap_or_default();
+            let values = columns
+                .values
+                .bytes
+                .get(columns.values.pos..)
+                .unwrap_or_default();
+            // Where walking the cells would fail: a value past the row's end, or bytes
+            // left after the last.
+            let total: usize = lens.iter().map(|b| usize::from(*b)).sum();
+            if total > values.len() {
+                return Err(Error::Corrupt("truncated row".into()));
+            }
+            if total < values.len() {
+                return Err(Error::Corrupt("trailing bytes after row".into()));
+            }
+            let cells = ColumnCells {
+                family,
+                q_len: columns.q_len,
+                qualifiers: columns.qualifiers,
+                first_time: columns.before,
+                times: columns
+                    .times
+                    .bytes
+                    .get(columns.times.pos..)
+                    .unwrap_or_default(),
+                lens,
+                values,
+            };
+            let kept =
+                read.time_range.is_all() || cells.times().all(|t| read.time_range.contains(t));
+            if kept {
+                out.clear();
+                return Ok(Some(cells));
+            }
+        }
+    }
+    lend_cells(bytes, read, out).map(|()| None)
+}
+
+/// A column row (RFC 0011) lent as its columns by [`lend_row`]: every stored cell, in the
+/// stored order (qualifier, then newest first), of one family and one qualifier length,
+/// qualifiers and values borrowed from the stored bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnCells<'a> {
+    family: &'a str,
+    q_len: usize,
+    /// `n x q_len` bytes.
+    qualifiers: &'a [u8],
+    first_time: i64,
+    /// One zigzag difference a cell (each below 0x80).
+    times: &'a [u8],
+    /// One length a cell (each below 0x80), adding up to `values`' length.
+    lens: &'a [u8],
+    values: &'a [u8],
+}
+
+impl<'a> ColumnCells<'a> {
+    /// The cells' family.
+    pub fn family(&self) -> &'a str {
+        self.family
+    }
+
+    /// How many cells.
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Whether there is no cell (a stored column row has two at least).
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// The length of every qualifier.
+    pub fn qualifier_len(&self) -> usize {
+        self.q_len
+    }
+
+    /// The qualifiers, concatenated (`len() x qualifier_len()` bytes, in cell order:
+    /// ascending bytes).
+    pub fn qualifiers(&self) -> &'a [u8] {
+        self.qualifiers
+    }
+
+    /// The values' bytes, all cells together.
+    pub fn value_bytes(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The `i`th cell's qualifier (empty past the last).
+    pub fn qualifier(&self, i: usize) -> &'a [u8] {
+        let at = i.saturating_mul(self.q_len);
+        self.qualifiers
+            .get(at..at.saturating_add(self.q_len))
+            .unwrap_or_default()
+    }
+
+    /// The value lengths of the cells in `range` (clamped to the cells), one byte a cell,
+    /// and the values' bytes from the first of them on (to the row's last value): the
+    /// `k`th value of the range is the bytes after the first `k` lengths' sum.
+    pub fn value_run(&self, range: std::ops::Range<usize>) -> (&'a [u8], &'a [u8]) {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        let at: usize = self.lens[..start].iter().map(|b| usize::from(*b)).sum();
+        (
+            &self.lens[start..end],
+            self.values.get(at..).unwrap_or_default(),
+        )
+    }
+
+    /// The values of the cells in `range` (clamped to the cells), in order.
+    pub fn values(&self, range: std::ops::Range<usize>) -> ColumnValues<'a> {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        let at = self.lens[..start].iter().map(|b| usize::from(*b)).sum();
+        ColumnValues {
+            lens: &self.lens[start..end],
+            values: self.values,
+            at,
+        }
+    }
+
+    /// The cells' times (ms), in order.
+    fn times(&self) -> impl Iterator<Item = i64> + 'a {
+        let mut before = self.first_time;
+        self.times.iter().map(move |z| {
+            let z = u64::from(*z);
+            let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+            before = before.wrapping_add(d);
+            before
+        })
+    }
+
+    /// The cells one by one, into `out` (cleared first).
+    pub fn lend(&self, out: &mut Vec<crate::CellRef<'a>>) {
+        out.clear();
+        out.reserve(self.len());
+        let values = self.values(0..self.len());
+        for ((i, timestamp), value) in (0..self.len()).zip(self.times()).zip(values) {
+            let qualifier = self.qualifier(i);
+            out.push(crate::CellRef {
+                family: self.family,
+                qualifier,
+                timestamp,
+                value,
+                form: CellForm::Plain,
+            });
+        }
+    }
+}
+
+/// The values of a run of a column row's cells ([`ColumnCells::values`]).
+#[derive(Debug, Clone)]
+pub struct ColumnValues<'a> {
+    lens: &'a [u8],
+    values: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for ColumnValues<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (&len, rest) = self.lens.split_first()?;
+        self.lens = rest;
+        let end = self.at + usize::from(len);
+        // The lengths add up to the values' length (checked when lent).
+        let value = self.values.get(self.at..end).unwrap_or_default();
+        self.at = end;
+        Some(value)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.lens.len(), Some(self.lens.len()))
+    }
+}
+
+impl ExactSizeIterator for ColumnValues<'_> {}
+
 /// A cell of a column row: qualifier, time, value.
 type LentCell<'a> = (&'a [u8], i64, &'a [u8]);
 
@@ -721,8 +919,11 @@ impl<'a> Columns<'a> {
             (Some(l), Some(v)) if v <= bytes.len() as u64 => (l as usize, v as usize),
             _ => return Err(Error::Corrupt("truncated row".into())),
         };
-        let one_byte_each =
-            |section: &[u8]| section.len() as u64 == n && section.iter().all(|b| *b < 0x80);
+        // No continuation bit in the section (its bytes ORed: one pass the compiler
+        // vectorizes).
+        let one_byte_each = |section: &[u8]| {
+            section.len() as u64 == n && section.iter().fold(0u8, |all, b| all | b) < 0x80
+        };
         Ok(Columns {
             n: n as usize,
             family,
@@ -1159,6 +1360,19 @@ impl ScanFilter {
 mod fuzz_tests {
     use super::RowData;
 
+    /// [`super::lend_row`]'s cells, from its columns or lent one by one.
+    fn lent_row<'a>(
+        bytes: &'a [u8],
+        read: &crate::ReadOptions,
+    ) -> crate::Result<Vec<crate::CellRef<'a>>> {
+        let mut out = Vec::new();
+        if let Some(columns) = super::lend_row(bytes, read, &mut out)? {
+            assert!(out.is_empty(), "columns lent with cells");
+            columns.lend(&mut out);
+        }
+        Ok(out)
+    }
+
     proptest::proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
@@ -1199,6 +1413,7 @@ mod fuzz_tests {
                 let decoded = RowData::decode(b, None).map(|r| r.into_read(b"k".to_vec(), &read));
                 let mut lent = Vec::new();
                 let got = super::lend_cells(b, &read, &mut lent);
+                proptest::prop_assert_eq!(lent_row(b, &read), got.clone().map(|()| lent.clone()));
                 match decoded {
                     Ok(row) => {
                         proptest::prop_assert_eq!(got, Ok(()));
@@ -1243,9 +1458,33 @@ mod fuzz_tests {
                 .as_ref()
                 .map(|r| r.cells.iter().map(crate::CellRef::from).collect())
                 .unwrap_or_default();
-            proptest::prop_assert_eq!(lent, want);
+            proptest::prop_assert_eq!(&lent, &want);
+            // As columns when one byte a cell holds each time difference and length.
+            let small = same_time && row.cells().iter().all(|c| c.value.len() < 0x80);
+            let mut out = Vec::new();
+            let got = super::lend_row(&stored, &read, &mut out);
+            proptest::prop_assert_eq!(got.is_ok_and(|c| c.is_some()), columns && small && !latest_only);
+            proptest::prop_assert_eq!(lent_row(&stored, &read), Ok(want));
             for cut in 0..stored.len() {
                 proptest::prop_assert!(RowData::decode(&stored[..cut], None).is_err());
+                let mut lent = Vec::new();
+                proptest::prop_assert_eq!(
+                    lent_row(&stored[..cut], &read),
+                    super::lend_cells(&stored[..cut], &read, &mut lent).map(|()| lent)
+                );
+            }
+            // A value length off by one either way fails as walking the cells fails.
+            if columns && small && !row.cells().is_empty() {
+                let last_len = stored.len() - row.cells().iter().map(|c| c.value.len()).sum::<usize>() - 1;
+                for delta in [1u8, 0xFF] {
+                    let mut bad = stored.clone();
+                    bad[last_len] = bad[last_len].wrapping_add(delta);
+                    let mut lent = Vec::new();
+                    proptest::prop_assert_eq!(
+                        lent_row(&bad, &read),
+                        super::lend_cells(&bad, &read, &mut lent).map(|()| lent)
+                    );
+                }
             }
         }
 

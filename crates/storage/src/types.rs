@@ -34,7 +34,29 @@ impl<'a> From<&'a Cell> for CellRef<'a> {
 
 /// The visitor of [`crate::Store::scan_cells`]: each row's key and its cells, as
 /// [`crate::Store::scan`] would return them; an error ends the scan with it.
-pub type CellVisitor<'v> = &'v mut dyn FnMut(&[u8], &[CellRef<'_>]) -> crate::Result<()>;
+pub type CellVisitor<'v> = &'v mut dyn FnMut(&[u8], LentCells<'_, '_>) -> crate::Result<()>;
+
+/// A row's cells as [`crate::Store::scan_cells`] lends them: one by one, or, for a row the
+/// store keeps as columns (the embedded store's column rows, RFC 0011) and the read keeps
+/// whole, as its columns.
+#[derive(Debug, Clone, Copy)]
+pub enum LentCells<'r, 'a> {
+    Cells(&'r [CellRef<'a>]),
+    Columns(crate::model::ColumnCells<'a>),
+}
+
+impl<'a> LentCells<'_, 'a> {
+    /// The cells one by one: these, or the columns' lent into `buf`.
+    pub fn cells<'s>(&'s self, buf: &'s mut Vec<CellRef<'a>>) -> &'s [CellRef<'a>] {
+        match self {
+            LentCells::Cells(cells) => cells,
+            LentCells::Columns(columns) => {
+                columns.lend(buf);
+                buf
+            }
+        }
+    }
+}
 
 /// What a cell read holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

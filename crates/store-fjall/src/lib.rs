@@ -24,8 +24,8 @@ use fjall::{
 use hourglass_storage::model::{self, RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
     Cell, CellCodec, CellForm, CellRef, CellRow, CellVisitor, Check, Error, FamilySpec,
-    JointMember, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, SkipHint,
-    Store, TableSpec, now_ms,
+    JointMember, LentCells, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest,
+    SkipHint, Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -1631,7 +1631,7 @@ impl Store for FjallStore {
             for row in self.scan(table, request)? {
                 let row = row?;
                 let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
-                visit(&row.key, &cells)?;
+                visit(&row.key, LentCells::Cells(&cells))?;
             }
             return Ok(());
         }
@@ -1656,10 +1656,17 @@ impl Store for FjallStore {
             let (key, value) = item?;
             // `RawRows` passed the key through the regex already.
             let mut lent = reuse(std::mem::take(&mut cells));
-            model::lend_cells(&value, filter.read(), &mut lent)?;
-            if !lent.is_empty() {
-                returned += 1;
-                visit(&key, &lent)?;
+            // A column row the read keeps whole is lent as its columns.
+            match model::lend_row(&value, filter.read(), &mut lent)? {
+                Some(columns) => {
+                    returned += 1;
+                    visit(&key, LentCells::Columns(columns))?;
+                }
+                None if !lent.is_empty() => {
+                    returned += 1;
+                    visit(&key, LentCells::Cells(&lent))?;
+                }
+                None => {}
             }
             cells = reuse(lent);
         }

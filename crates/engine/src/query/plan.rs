@@ -233,11 +233,18 @@ enum Points {
     RollupAvg(Box<RollupAvg>),
 }
 
-/// An `avg` read from rollups: the buckets of the stored sums and of the stored counts,
-/// pushed in pairs.
-struct RollupAvg {
-    sums: Downsampler,
-    counts: Downsampler,
+/// An `avg` read from rollups (see `rollup.rs`). Held boxed (`Points::RollupAvg`): the
+/// variants' sizes do not weigh on the series' states.
+#[allow(clippy::large_enum_variant)]
+enum RollupAvg {
+    /// A downsample of the tier's own interval: each (sum, count) pair is its own bucket,
+    /// kept as read.
+    Pairs(rollup::AvgPairs),
+    /// The buckets of the stored sums and of the stored counts, pushed in pairs.
+    Buckets {
+        sums: Downsampler,
+        counts: Downsampler,
+    },
 }
 
 /// One tag of a series: its key and value, as UIDs and as names.
@@ -783,16 +790,23 @@ fn finish_groups(
     }
     let mut out = Vec::with_capacity(groups.len());
     for mut members in groups.into_values() {
-        let dps = match finish_series(&mut members, q, window, budget)? {
-            Finished::Rates(rates) => aggregate_rates(&rates, q.aggregator)?
+        // Members keeping `avg` pairs at the same times: aggregated from their columns.
+        let dps = match rollup::aggregate_pairs(&members, q) {
+            Some(aggregated) => aggregated?
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
                 .collect(),
-            Finished::Downsampled(series) => aggregate_floats(&series, q.aggregator)?
-                .into_iter()
-                .map(|(t, v)| (t, Num::Float(v)))
-                .collect(),
-            Finished::Raw(series) => aggregate_owned(series, q.aggregator)?,
+            None => match finish_series(&mut members, q, window, budget)? {
+                Finished::Rates(rates) => aggregate_rates(&rates, q.aggregator)?
+                    .into_iter()
+                    .map(|(t, v)| (t, Num::Float(v)))
+                    .collect(),
+                Finished::Downsampled(series) => aggregate_floats(&series, q.aggregator)?
+                    .into_iter()
+                    .map(|(t, v)| (t, Num::Float(v)))
+                    .collect(),
+                Finished::Raw(series) => aggregate_owned(series, q.aggregator)?,
+            },
         };
         let dps: Vec<(i64, Num)> = dps
             .into_iter()
@@ -1008,6 +1022,10 @@ struct Part {
     stats: QueryStats,
     held: u64,
     deletions: Vec<RowMutation>,
+    /// The slot of the series of the row before: a rollup read's rows (time after time,
+    /// each time's series in one order) find their series among the next ones before
+    /// hashing their tag bytes.
+    last: Option<usize>,
 }
 
 impl Scan<'_> {
@@ -1228,6 +1246,7 @@ impl Part {
             stats: QueryStats::default(),
             held: 0,
             deletions: Vec::new(),
+            last: None,
         }
     }
 
@@ -1263,7 +1282,7 @@ impl SeriesState {
         match &self.points {
             Points::Raw(p) => p.len(),
             Points::Downsampled(d) => d.buckets(),
-            Points::RollupAvg(avg) => avg.sums.buckets() + avg.counts.buckets(),
+            Points::RollupAvg(avg) => avg.held(),
         }
     }
 
@@ -1272,11 +1291,7 @@ impl SeriesState {
         match (&mut self.points, later.points) {
             (Points::Raw(a), Points::Raw(b)) => a.extend(b),
             (Points::Downsampled(a), Points::Downsampled(b)) => a.append(b),
-            (Points::RollupAvg(a), Points::RollupAvg(b)) => {
-                let b = *b;
-                a.sums.append(b.sums);
-                a.counts.append(b.counts);
-            }
+            (Points::RollupAvg(a), Points::RollupAvg(b)) => a.append(*b),
             // One sub-query makes one kind of state.
             _ => {}
         }

@@ -17,9 +17,10 @@
 
 use hourglass_core::rollup::{AGGREGATOR_MASK, RollupInterval};
 use hourglass_core::value::{FLAGS_MASK, Value};
-use hourglass_storage::{CellRef, Row};
+use hourglass_storage::{CellRef, ColumnCells, LentCells, Row};
 
 use super::*;
+use crate::query::fold::{Fold, Running, with_fold};
 use crate::rollup::RollupSettings;
 
 /// Where a sub-query's points come from.
@@ -325,6 +326,43 @@ fn rollup_value(flags: u8, value: &[u8]) -> Result<f64> {
     })
 }
 
+/// One rollup row's cells as the read takes them: true when read into `cols`' columns of
+/// `avg` pairs, false when into `points` (from a row lent as columns when its qualifiers
+/// allow, else by the general reading, [`rollup_points`]).
+fn read_row(
+    read: RollupRead,
+    interval: &RollupInterval,
+    base: u32,
+    row: LentCells<'_, '_>,
+    cols: &mut AvgColumns,
+    cells: &mut Vec<RollupCell>,
+    points: &mut RowPoints,
+) -> Result<bool> {
+    match (read, row) {
+        (RollupRead::Avg { sum, count }, LentCells::Cells(lent)) => {
+            if avg_columns((sum, count), interval, base, lent, cols)? {
+                return Ok(true);
+            }
+        }
+        (RollupRead::Avg { sum, count }, LentCells::Columns(c)) => {
+            if avg_from_columns((sum, count), interval, base, &c, cols)? {
+                return Ok(true);
+            }
+        }
+        (RollupRead::One { id, .. }, LentCells::Columns(c)) => {
+            let (times, values) = (&mut cols.times, &mut cols.sums);
+            if one_from_columns(id, interval, base, &c, (times, values), points)? {
+                return Ok(false);
+            }
+        }
+        (RollupRead::One { .. }, LentCells::Cells(_)) => {}
+    }
+    let mut lent = Vec::new();
+    let row = row.cells(&mut lent);
+    rollup_points(read, interval, base, row, cells, points)?;
+    Ok(false)
+}
+
 /// One row's `avg` pairs as columns: times (ms), summed sums, summed counts; and the count
 /// cells' times and values while pairing.
 #[derive(Default)]
@@ -387,7 +425,17 @@ fn avg_columns(
         times.push(t);
         values.push(v);
     }
-    // Each sum with the count of its time; either alone is left out.
+    pair_avg(cols);
+    Ok(true)
+}
+
+/// Keeps each sum of `cols` with the count of its time (either alone is left out): the
+/// columns of times, sums and counts of the pairs.
+fn pair_avg(cols: &mut AvgColumns) {
+    if cols.times == cols.count_times {
+        // Every sum has its count (a row as computed).
+        return;
+    }
     let (mut kept, mut j) = (0, 0);
     for i in 0..cols.times.len() {
         let t = cols.times[i];
@@ -404,6 +452,226 @@ fn avg_columns(
     cols.times.truncate(kept);
     cols.sums.truncate(kept);
     cols.counts.truncate(kept);
+}
+
+/// The cells of a column row with the rollup id `id` (3-byte qualifiers): their index range,
+/// found by binary search (the qualifiers ascend).
+fn id_range(qualifiers: &[[u8; 3]], id: u8) -> std::ops::Range<usize> {
+    let from = qualifiers.partition_point(|q| q[0] < id);
+    let to = from + qualifiers[from..].partition_point(|q| q[0] == id);
+    from..to
+}
+
+/// Whether a column row of 3-byte qualifiers holds a cell with a compacted form of one of
+/// `ids` (`id | COMPACTED_MASK`), which only the general reading reads.
+fn has_compacted(qualifiers: &[[u8; 3]], ids: &[u8]) -> bool {
+    match qualifiers.last() {
+        Some(last) if last[0] & !AGGREGATOR_MASK != 0 => ids
+            .iter()
+            .any(|id| !id_range(qualifiers, id | !AGGREGATOR_MASK).is_empty()),
+        _ => false,
+    }
+}
+
+/// The cells `range` (all of one id) of a column row as times (ms) and values, appended to
+/// `times` and `values` (empty, or holding this id's only): a time seen already (two widths of one time, or two versions of one
+/// cell) keeps its first cell, as the general reading does.
+fn column_values(
+    row: &ColumnCells<'_>,
+    qualifiers: &[[u8; 3]],
+    range: std::ops::Range<usize>,
+    (base, step): (i64, i64),
+    times: &mut Vec<i64>,
+    values: &mut Vec<f64>,
+) -> Result<()> {
+    let (lens, bytes) = row.value_run(range.clone());
+    let qualifiers = qualifiers.get(range).unwrap_or_default();
+    let (had, had_values) = (times.len(), values.len());
+    let (base_ms, step_ms) = (base * 1000, step * 1000);
+    // A column a pass: the times, then the values, when the times ascend strictly (no time
+    // twice) and every value is an integer of its flags' width.
+    let time_of =
+        |q: &[u8; 3]| base_ms + i64::from(u16::from_be_bytes([q[1], q[2]]) >> 4) * step_ms;
+    times.extend(qualifiers.iter().map(time_of));
+    let ascending = times
+        .get(had.saturating_sub(1)..)
+        .unwrap_or_default()
+        .windows(2)
+        .all(|w| w[0] < w[1]);
+    if ascending && int_values(qualifiers, lens, bytes, values) {
+        return Ok(());
+    }
+    times.truncate(had);
+    values.truncate(had_values);
+    let mut last = times.last().copied();
+    let mut at = 0usize;
+    for (q, len) in qualifiers.iter().zip(lens) {
+        let len = usize::from(*len);
+        let v = rollup_value(
+            q[2] & FLAGS_MASK,
+            bytes.get(at..at + len).unwrap_or_default(),
+        )?;
+        at += len;
+        let t = time_of(q);
+        // The qualifiers ascend: so do the times (`times` holds this id's alone).
+        if last == Some(t) {
+            continue;
+        }
+        last = Some(t);
+        times.push(t);
+        values.push(v);
+    }
+    Ok(())
+}
+
+/// The width of an integer value (flags 0, 1, 3, 7: 1, 2, 4, 8 bytes) by its flags; 0xFF
+/// (no value's length) for other flags.
+const INT_WIDTH: [u8; 16] = [
+    1, 2, 0xFF, 4, 0xFF, 0xFF, 0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+];
+
+/// The values of a run of rollup cells (3-byte qualifiers, one length a cell, the values
+/// from the first on) appended to `out` when every one is an integer of its flags' width
+/// (what `rollup_value` reads them as); false, with `out` holding garbage past its length
+/// before, when one is not.
+fn int_values(qualifiers: &[[u8; 3]], lens: &[u8], bytes: &[u8], out: &mut Vec<f64>) -> bool {
+    let from = out.len();
+    out.resize(from + qualifiers.len().min(lens.len()), 0.0);
+    let (mut ok, mut at) = (true, 0usize);
+    for ((q, len), v) in qualifiers.iter().zip(lens).zip(&mut out[from..]) {
+        let len = usize::from(*len);
+        ok &= usize::from(INT_WIDTH[usize::from(q[2] & FLAGS_MASK)]) == len;
+        // The 8 bytes at the value, big-endian, shifted down with its sign; the last
+        // values of a row, short of 8 bytes, one byte at a time.
+        let word = match bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+            Some(w) => i64::from_be_bytes(*w),
+            None => {
+                let mut w = [0u8; 8];
+                for (to, from) in w.iter_mut().zip(bytes.get(at..).unwrap_or_default()) {
+                    *to = *from;
+                }
+                i64::from_be_bytes(w)
+            }
+        };
+        at += len;
+        *v = word.wrapping_shr(64u32.wrapping_sub(8 * len as u32)) as f64;
+    }
+    ok && at <= bytes.len()
+}
+
+/// [`avg_columns`] of a row lent as columns: the `sum` and `count` cells found by binary
+/// search over the qualifiers (the other aggregators' cells are not touched), the same
+/// columns in the same cases; false when the general reading must read the row (qualifiers
+/// not of 3 bytes, compacted ids).
+fn avg_from_columns(
+    (sum, count): (u8, u8),
+    interval: &RollupInterval,
+    base: u32,
+    row: &ColumnCells<'_>,
+    cols: &mut AvgColumns,
+) -> Result<bool> {
+    cols.times.clear();
+    cols.sums.clear();
+    cols.counts.clear();
+    cols.count_times.clear();
+    if row.family().as_bytes() != [b't'] {
+        return Ok(true);
+    }
+    let (qualifiers, []) = row.qualifiers().as_chunks::<3>() else {
+        return Ok(false);
+    };
+    if row.qualifier_len() != 3 {
+        return Ok(false);
+    }
+    let at = (i64::from(base), i64::from(interval.interval_seconds));
+    let (sums, counts) = (id_range(qualifiers, sum), id_range(qualifiers, count));
+    if !has_compacted(qualifiers, &[sum, count])
+        && paired_columns(row, qualifiers, (sums.clone(), counts.clone()), at, cols)
+    {
+        return Ok(true);
+    }
+    cols.times.clear();
+    cols.sums.clear();
+    cols.counts.clear();
+    // In qualifier order, as the cells are read one by one (the first failing value fails).
+    let mut ranges = [(sums, false), (counts, true)];
+    if count < sum {
+        ranges.swap(0, 1);
+    }
+    for (range, is_count) in ranges {
+        let (times, values) = if is_count {
+            (&mut cols.count_times, &mut cols.counts)
+        } else {
+            (&mut cols.times, &mut cols.sums)
+        };
+        column_values(row, qualifiers, range, at, times, values)?;
+    }
+    if has_compacted(qualifiers, &[sum, count]) {
+        return Ok(false);
+    }
+    pair_avg(cols);
+    Ok(true)
+}
+
+/// The `avg` pairs of a row as computed, straight into `cols`' columns: each `sum` cell
+/// with a `count` cell of the same time, times strictly ascending, every value an integer
+/// of its flags' width. False (the columns left to be cleared) for any other row.
+fn paired_columns(
+    row: &ColumnCells<'_>,
+    qualifiers: &[[u8; 3]],
+    (sums, counts): (std::ops::Range<usize>, std::ops::Range<usize>),
+    (base, step): (i64, i64),
+    cols: &mut AvgColumns,
+) -> bool {
+    let (Some(s), Some(c)) = (qualifiers.get(sums.clone()), qualifiers.get(counts.clone())) else {
+        return false;
+    };
+    // The same offsets (the qualifiers less their flags), ascending strictly.
+    let offset = |q: &[u8; 3]| u16::from_be_bytes([q[1], q[2]]) >> 4;
+    let (base_ms, step_ms) = (base * 1000, step * 1000);
+    let (mut same, mut before) = (s.len() == c.len(), -1i32);
+    cols.times.reserve(s.len());
+    for (a, b) in s.iter().zip(c) {
+        let (o, p) = (offset(a), offset(b));
+        same &= o == p && i32::from(o) > before;
+        before = i32::from(o);
+        cols.times.push(base_ms + i64::from(o) * step_ms);
+    }
+    let (s_lens, s_bytes) = row.value_run(sums);
+    let (c_lens, c_bytes) = row.value_run(counts);
+    same && int_values(s, s_lens, s_bytes, &mut cols.sums)
+        && int_values(c, c_lens, c_bytes, &mut cols.counts)
+}
+
+/// [`rollup_points`] of a row lent as columns for a read of one id: its cells found by
+/// binary search; false when the general reading must read the row.
+fn one_from_columns(
+    id: u8,
+    interval: &RollupInterval,
+    base: u32,
+    row: &ColumnCells<'_>,
+    (times, values): (&mut Vec<i64>, &mut Vec<f64>),
+    points: &mut RowPoints,
+) -> Result<bool> {
+    times.clear();
+    values.clear();
+    if row.family().as_bytes() != [b't'] {
+        return Ok(true);
+    }
+    let (qualifiers, []) = row.qualifiers().as_chunks::<3>() else {
+        return Ok(false);
+    };
+    if row.qualifier_len() != 3 || has_compacted(qualifiers, &[id]) {
+        return Ok(false);
+    }
+    let at = (i64::from(base), i64::from(interval.interval_seconds));
+    column_values(row, qualifiers, id_range(qualifiers, id), at, times, values)?;
+    points.extend(
+        times
+            .iter()
+            .zip(values.iter())
+            .map(|(t, v)| (*t, Num::Float(*v), None)),
+    );
     Ok(true)
 }
 
@@ -430,7 +698,16 @@ impl Scan<'_> {
                 read,
             } => (table, Some((interval, read))),
         };
-        let avg = matches!(rollup, Some((_, RollupRead::Avg { .. })));
+        let avg = match rollup {
+            Some((interval, RollupRead::Avg { .. })) => {
+                if buckets_are_intervals(self.q.downsample, interval) {
+                    AvgState::Pairs
+                } else {
+                    AvgState::Buckets
+                }
+            }
+            _ => AvgState::None,
+        };
         let mut part = Part::empty();
         let query = self.row_query(start_secs, end_secs);
         let mut points: RowPoints = Vec::new();
@@ -447,29 +724,34 @@ impl Scan<'_> {
                 Some((interval, read)) => {
                     // The visitor's own error, kept while the store's scan stops.
                     let mut failed: Option<Error> = None;
-                    let mut visit = |key: &[u8], row: &[CellRef<'_>]| {
+                    let mut visit = |key: &[u8], row: LentCells<'_, '_>| {
                         let Some(base) = base_of(key) else {
                             return Ok(());
                         };
                         points.clear();
                         let bytes = key.len()
-                            + row
-                                .iter()
-                                .map(|c| c.qualifier.len() + c.value.len())
-                                .sum::<usize>();
-                        let fast = match read {
-                            RollupRead::Avg { sum, count } => {
-                                avg_columns((sum, count), interval, base, row, &mut cols)
+                            + match row {
+                                LentCells::Cells(cells) => cells
+                                    .iter()
+                                    .map(|c| c.qualifier.len() + c.value.len())
+                                    .sum::<usize>(),
+                                LentCells::Columns(c) => c.qualifiers().len() + c.value_bytes(),
+                            };
+                        let taken = read_row(
+                            read,
+                            interval,
+                            base,
+                            row,
+                            &mut cols,
+                            &mut cells,
+                            &mut points,
+                        )
+                        .and_then(|as_columns| {
+                            if as_columns {
+                                self.take_avg_row(&mut part, key, &mut cols, bytes, avg, until_ms)
+                            } else {
+                                self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
                             }
-                            RollupRead::One { .. } => Ok(false),
-                        };
-                        let taken = fast.and_then(|fast| {
-                            if fast {
-                                return self
-                                    .take_avg_row(&mut part, key, &mut cols, bytes, until_ms);
-                            }
-                            rollup_points(read, interval, base, row, &mut cells, &mut points)?;
-                            self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
                         });
                         taken.map_err(|e| {
                             failed = Some(e);
@@ -498,7 +780,14 @@ impl Scan<'_> {
                             points.push((p.qualifier.timestamp_ms(base), v, None));
                         }
                         let bytes = row_bytes(&row);
-                        self.take_row(&mut part, &row.key, &mut points, bytes, false, until_ms)?;
+                        self.take_row(
+                            &mut part,
+                            &row.key,
+                            &mut points,
+                            bytes,
+                            AvgState::None,
+                            until_ms,
+                        )?;
                     }
                 }
             }
@@ -514,7 +803,7 @@ impl Scan<'_> {
         key: &[u8],
         points: &mut RowPoints,
         bytes: usize,
-        avg: bool,
+        avg: AvgState,
         until_ms: i64,
     ) -> Result<()> {
         let (lo, hi) = (self.window.0, self.window.1 - 1);
@@ -544,8 +833,7 @@ impl Scan<'_> {
                 }
                 Points::RollupAvg(avg) => {
                     for p in points.iter() {
-                        held += avg.sums.push(p.0, p.1.as_f64()) as u64;
-                        held += avg.counts.push(p.0, p.2.unwrap_or(0.0)) as u64;
+                        held += avg.push(p.0, p.1.as_f64(), p.2.unwrap_or(0.0)) as u64;
                     }
                 }
             }
@@ -562,18 +850,31 @@ impl Scan<'_> {
         &self,
         part: &mut Part,
         key: &[u8],
-        avg: bool,
+        avg: AvgState,
         until_ms: i64,
     ) -> Result<Option<usize>> {
         let tags_at = self.tsdb.settings().schema.tags_offset();
         let tag_bytes = key.get(tags_at..).unwrap_or_default();
-        if let Some(slot) = part.index.get(tag_bytes) {
-            return Ok(*slot);
+        // The series after the row before's, or the first one (the next time's rows).
+        let guess = part.last.map_or(0, |i| i + 1);
+        for slot in [guess, 0] {
+            if part
+                .keys
+                .get(slot)
+                .is_some_and(|k| k.as_slice() == tag_bytes)
+            {
+                part.last = Some(slot);
+                return Ok(Some(slot));
+            }
+        }
+        if let Some(&slot) = part.index.get(tag_bytes) {
+            part.last = slot.or(part.last);
+            return Ok(slot);
         }
         let slot = match self.new_series(key, tag_bytes, until_ms)? {
             Some(mut state) => {
-                if avg && matches!(state.points, Points::Downsampled(_)) {
-                    state.points = self.avg_points(until_ms);
+                if avg != AvgState::None && matches!(state.points, Points::Downsampled(_)) {
+                    state.points = self.avg_points(until_ms, avg == AvgState::Pairs);
                 }
                 part.series.push(state);
                 part.keys.push(tag_bytes.to_vec());
@@ -583,6 +884,7 @@ impl Scan<'_> {
         };
         part.stats.series += u64::from(slot.is_some());
         part.index.insert(tag_bytes.to_vec(), slot);
+        part.last = slot.or(part.last);
         Ok(slot)
     }
 
@@ -594,6 +896,7 @@ impl Scan<'_> {
         key: &[u8],
         cols: &mut AvgColumns,
         bytes: usize,
+        avg: AvgState,
         until_ms: i64,
     ) -> Result<()> {
         let (lo, hi) = (self.window.0, self.window.1 - 1);
@@ -612,13 +915,12 @@ impl Scan<'_> {
             &cols.counts[from..to],
         );
         stats.points += times.len() as u64;
-        let slot = self.slot_of(part, key, true, until_ms)?;
+        let slot = self.slot_of(part, key, avg, until_ms)?;
         let mut held = 0u64;
         if let Some(i) = slot {
             match &mut part.series[i].points {
                 Points::RollupAvg(avg) => {
-                    held += avg.sums.push_all(times, sums) as u64;
-                    held += avg.counts.push_all(times, counts) as u64;
+                    held += avg.push_all(times, sums, counts) as u64;
                 }
                 Points::Downsampled(d) => {
                     for (t, v) in times.iter().zip(sums) {
@@ -637,8 +939,9 @@ impl Scan<'_> {
             .check(&part.stats, part.held, self.deadline)
     }
 
-    /// The state of a series whose `avg` is read from sums and counts.
-    fn avg_points(&self, until_ms: i64) -> Points {
+    /// The state of a series whose `avg` is read from sums and counts: its pairs as read
+    /// when the downsample's buckets are the tier's intervals (`pairs`), else buckets.
+    fn avg_points(&self, until_ms: i64, pairs: bool) -> Points {
         let spec = self
             .q
             .downsample
@@ -646,11 +949,275 @@ impl Scan<'_> {
         let mut sums = spec;
         sums.function = Aggregator::Sum;
         sums.fill = FillPolicy::None;
-        Points::RollupAvg(Box::new(RollupAvg {
-            sums: Downsampler::new(sums, self.query).expect_until(until_ms),
-            counts: Downsampler::new(sums, self.query).expect_until(until_ms),
+        Points::RollupAvg(Box::new(if pairs {
+            RollupAvg::Pairs(AvgPairs::new(sums, self.query, until_ms))
+        } else {
+            RollupAvg::buckets(sums, self.query, until_ms)
         }))
     }
+}
+
+/// How a read's series hold their points: not as `avg` pairs, or as `avg` pairs in
+/// buckets, or as the pairs themselves (each its own bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AvgState {
+    None,
+    Buckets,
+    Pairs,
+}
+
+/// Whether a downsample's buckets are a tier's intervals, so that each (sum, count) pair
+/// read is its own bucket (fixed buckets of the interval's width; the rows' times are
+/// checked to fall on bucket starts as they come).
+pub(super) fn buckets_are_intervals(ds: Option<DownsampleSpec>, interval: &RollupInterval) -> bool {
+    ds.is_some_and(|ds| {
+        ds.calendar.is_none()
+            && ds.interval_ms > 0
+            && ds.interval_ms == i64::from(interval.interval_seconds) * 1000
+    })
+}
+
+/// The `avg` pairs of a series read from a tier whose interval is the downsample's: each
+/// pair its own bucket while times ascend and fall on bucket starts, so the series' means
+/// are its pairs' (no downsampler).
+pub(super) struct AvgPairs {
+    /// The pairs of earlier parts (see [`RollupAvg::append`]), then `now`'s: each part's
+    /// columns kept as they are, joined once when finished.
+    earlier: Vec<PairColumns>,
+    now: PairColumns,
+    /// The sums' and counts' buckets, the query range and where the points stop: what the
+    /// buckets are made of when a pair is not its own bucket.
+    spec: DownsampleSpec,
+    query: (i64, i64),
+    until: i64,
+}
+
+/// Times (ms), sums and counts of `avg` pairs.
+#[derive(Default)]
+struct PairColumns {
+    times: Vec<i64>,
+    sums: Vec<f64>,
+    counts: Vec<f64>,
+}
+
+impl AvgPairs {
+    fn new(spec: DownsampleSpec, query: (i64, i64), until: i64) -> AvgPairs {
+        AvgPairs {
+            earlier: Vec::new(),
+            now: PairColumns::default(),
+            spec,
+            query,
+            until,
+        }
+    }
+
+    fn parts(&self) -> impl Iterator<Item = &PairColumns> {
+        self.earlier.iter().chain(std::iter::once(&self.now))
+    }
+
+    fn len(&self) -> usize {
+        self.parts().map(|p| p.times.len()).sum()
+    }
+
+    fn last_time(&self) -> Option<i64> {
+        self.parts().filter_map(|p| p.times.last()).last().copied()
+    }
+
+    fn first_time(&self) -> Option<i64> {
+        self.parts().find_map(|p| p.times.first()).copied()
+    }
+}
+
+impl RollupAvg {
+    fn buckets(spec: DownsampleSpec, query: (i64, i64), until: i64) -> RollupAvg {
+        RollupAvg::Buckets {
+            sums: Downsampler::new(spec, query).expect_until(until),
+            counts: Downsampler::new(spec, query).expect_until(until),
+        }
+    }
+
+    /// Adds one row's pairs: times strictly ascending, all `base + k x interval` (a rollup
+    /// row's). Returns how many buckets they closed, as the buckets count them (two a pair
+    /// after the first: its sum's and its count's).
+    pub(super) fn push_all(&mut self, times: &[i64], sums: &[f64], counts: &[f64]) -> usize {
+        if let RollupAvg::Pairs(p) = self {
+            let Some(&first) = times.first() else {
+                return 0;
+            };
+            let last = p.now.times.last().copied().or_else(|| p.last_time());
+            let empty = last.is_none();
+            // The row's later times are its first plus whole intervals.
+            if last.is_none_or(|last| first > last) && first.rem_euclid(p.spec.interval_ms) == 0 {
+                let now = &mut p.now;
+                if now.times.capacity() == 0 {
+                    // One pair an interval up to where the points stop.
+                    let expected = (p.until - first).max(0) / p.spec.interval_ms + 1;
+                    let expected = usize::try_from(expected)
+                        .unwrap_or(0)
+                        .clamp(times.len(), 1 << 20);
+                    now.times.reserve(expected);
+                    now.sums.reserve(expected);
+                    now.counts.reserve(expected);
+                }
+                now.times.extend_from_slice(times);
+                now.sums.extend_from_slice(sums);
+                now.counts.extend_from_slice(counts);
+                return 2 * (times.len() - usize::from(empty));
+            }
+            self.make_buckets();
+        }
+        match self {
+            RollupAvg::Buckets { sums: s, counts: c } => {
+                s.push_all(times, sums) + c.push_all(times, counts)
+            }
+            RollupAvg::Pairs(_) => 0,
+        }
+    }
+
+    /// [`RollupAvg::push_all`] of one pair.
+    pub(super) fn push(&mut self, t: i64, sum: f64, count: f64) -> usize {
+        match self {
+            RollupAvg::Buckets { sums, counts } => sums.push(t, sum) + counts.push(t, count),
+            RollupAvg::Pairs(_) => self.push_all(&[t], &[sum], &[count]),
+        }
+    }
+
+    /// Turns pairs into the buckets pushing them would have made.
+    fn make_buckets(&mut self) {
+        if let RollupAvg::Pairs(p) = self {
+            let mut buckets = RollupAvg::buckets(p.spec, p.query, p.until);
+            if let RollupAvg::Buckets { sums, counts } = &mut buckets {
+                for part in p.parts() {
+                    sums.push_all(&part.times, &part.sums);
+                    counts.push_all(&part.times, &part.counts);
+                }
+            }
+            *self = buckets;
+        }
+    }
+
+    /// Buckets held (closed ones, as the buckets count them).
+    pub(super) fn held(&self) -> usize {
+        match self {
+            RollupAvg::Pairs(p) => 2 * p.len().saturating_sub(1),
+            RollupAvg::Buckets { sums, counts } => sums.buckets() + counts.buckets(),
+        }
+    }
+
+    /// Appends the same series' state over later times, which start on a bucket boundary.
+    pub(super) fn append(&mut self, mut later: RollupAvg) {
+        if let (RollupAvg::Pairs(a), RollupAvg::Pairs(b)) = (&mut *self, &mut later)
+            && a.last_time()
+                .is_none_or(|last| b.first_time().is_none_or(|first| first > last))
+        {
+            // Kept as parts: no copy.
+            let now = std::mem::take(&mut a.now);
+            a.earlier.push(now);
+            a.earlier.append(&mut b.earlier);
+            a.now = std::mem::take(&mut b.now);
+            return;
+        }
+        self.make_buckets();
+        later.make_buckets();
+        if let (
+            RollupAvg::Buckets { sums, counts },
+            RollupAvg::Buckets {
+                sums: later_sums,
+                counts: later_counts,
+            },
+        ) = (self, later)
+        {
+            sums.append(later_sums);
+            counts.append(later_counts);
+        }
+    }
+}
+
+/// The mean of a pair that is its own bucket: its sum over its count, 0 for a count of 0
+/// (as [`finish_avg`] divides a bucket's sums by its counts).
+#[inline]
+fn pair_mean(sum: f64, count: f64) -> f64 {
+    if count == 0.0 { 0.0 } else { sum / count }
+}
+
+/// The aggregation across a group's series, when every member keeps its `avg` pairs
+/// ([`RollupAvg::Pairs`]) at the same times, the sub-query has no fill policy and no rate,
+/// and its aggregator folds as values arrive: what aggregating the members' finished means
+/// gives (`aggregate_floats`, the same additions in the same order), in one pass over the
+/// members' columns, no series finished. `None` when it does not apply.
+pub(super) fn aggregate_pairs(
+    members: &[SeriesState],
+    q: &SubQuery,
+) -> Option<Result<Vec<(i64, f64)>>> {
+    if q.rate || q.downsample.is_none_or(|ds| ds.fill != FillPolicy::None) {
+        return None;
+    }
+    fn pairs(s: &SeriesState) -> Option<&AvgPairs> {
+        match &s.points {
+            Points::RollupAvg(avg) => match &**avg {
+                RollupAvg::Pairs(p) => Some(p),
+                RollupAvg::Buckets { .. } => None,
+            },
+            _ => None,
+        }
+    }
+    let first = pairs(members.first()?)?;
+    let times = || first.parts().flat_map(|p| p.times.iter());
+    let mut all = Vec::with_capacity(members.len());
+    for s in members {
+        let p = pairs(s)?;
+        // Parts alike (the halves of one split) compared whole, else time by time.
+        let same = (p.parts().count() == first.parts().count()
+            && p.parts()
+                .zip(first.parts())
+                .all(|(a, b)| a.times == b.times))
+            || p.parts().flat_map(|p| p.times.iter()).eq(times());
+        if !same {
+            return None;
+        }
+        all.push(p);
+    }
+    let n = first.len();
+    Some(with_fold!(Running::of(q.aggregator),
+        F => fold_pairs::<F>(&all, n, times()),
+        _ => return None))
+}
+
+/// [`aggregate_pairs`]' fold: each member's means folded into a row of accumulators, member
+/// after member.
+fn fold_pairs<'a, F: Fold>(
+    members: &[&AvgPairs],
+    n: usize,
+    times: impl Iterator<Item = &'a i64>,
+) -> Result<Vec<(i64, f64)>> {
+    let mut acc = vec![F::START; n];
+    let mut finite = vec![0u64; n];
+    for p in members {
+        let (mut acc, mut finite) = (&mut acc[..], &mut finite[..]);
+        for part in p.parts() {
+            let k = part.sums.len().min(part.counts.len()).min(acc.len());
+            let (a, rest_a) = acc.split_at_mut(k);
+            let (f, rest_f) = finite.split_at_mut(k);
+            for (((a, f), s), c) in a
+                .iter_mut()
+                .zip(f.iter_mut())
+                .zip(&part.sums)
+                .zip(&part.counts)
+            {
+                F::add(a, f, pair_mean(*s, *c));
+            }
+            (acc, finite) = (rest_a, rest_f);
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    for ((x, a), f) in times.zip(acc).zip(finite) {
+        let v = F::value(a, f);
+        if v.is_infinite() {
+            return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
+        }
+        out.push((*x, v));
+    }
+    Ok(out)
 }
 
 /// A series' `avg` buckets from its buckets of summed sums and summed counts (OpenTSDB's
@@ -664,11 +1231,32 @@ pub(super) fn finish_avg(
     window: (i64, i64),
     budget: u64,
 ) -> Result<Vec<(i64, f64)>> {
-    let sums = avg.sums.finish(window, budget)?;
-    let counts = avg.counts.finish(window, budget)?;
     let mut filled = spec;
     filled.function = Aggregator::Sum;
     let mut out = Downsampler::new(filled, query);
+    let (sums, counts) = match avg {
+        RollupAvg::Buckets { sums, counts } => (sums, counts),
+        RollupAvg::Pairs(p) => {
+            // Each pair its own bucket: the bucket's sum is the pair's sum (a sum of one
+            // value is the value), its count the pair's count.
+            let mean = |(sum, count): (&f64, &f64)| pair_mean(*sum, *count);
+            let mut means = Vec::with_capacity(p.len());
+            for part in p.parts() {
+                let pairs = part.sums.iter().zip(&part.counts).map(mean);
+                means.extend(part.times.iter().copied().zip(pairs));
+            }
+            if spec.fill == FillPolicy::None {
+                // One value a bucket comes out as it went in.
+                return Ok(means);
+            }
+            for (t, mean) in means {
+                out.push(t, mean);
+            }
+            return out.finish(window, budget);
+        }
+    };
+    let sums = sums.finish(window, budget)?;
+    let counts = counts.finish(window, budget)?;
     let mut counts = counts.into_iter().peekable();
     let (mut times, mut means) = (
         Vec::with_capacity(sums.len()),
@@ -968,6 +1556,242 @@ mod tests {
                     .collect();
                 proptest::prop_assert_eq!(got, want);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// A row lent as columns (RFC 0011) reads as its cells lent one by one read by the
+        /// general reading: the same `avg` pairs or points, in the same order, the same
+        /// errors; a row of plain `sum`, `count` and other ids is read from its columns.
+        #[test]
+        fn rows_lent_as_columns_read_as_their_cells(
+            cells in proptest::collection::vec(
+                (proptest::sample::select(vec![0u8, 1, 2, 3, 0x80, 0x81, 0x82]), 0u16..24,
+                 proptest::sample::select(vec![0u8, 1, 3, 7, 0xB, 0xF]), -1000i64..1000,
+                 0i64..3),
+                2..40),
+            compacted in proptest::prelude::any::<bool>(),
+            family in proptest::sample::select(vec!["t", "x"]),
+            bad in proptest::option::of(0usize..40),
+            wide in proptest::prelude::any::<bool>(),
+            regular in proptest::prelude::any::<bool>(),
+        ) {
+            use hourglass_storage::model::{RowData, lend_row};
+            let s = settings();
+            let interval = s.config.interval(if wide { "1d" } else { "1h" }).unwrap();
+            let base = 1_356_998_400u32;
+            // A row as computed: a `sum` and a `count` cell at each offset.
+            let cells: Vec<(u8, u16, u8, i64, i64)> = if regular {
+                cells
+                    .iter()
+                    .flat_map(|&(_, offset, flags, v, age)| {
+                        [(0, offset, flags & 0x7, v, age), (1, offset, 0x0, v.rem_euclid(100), age)]
+                    })
+                    .collect()
+            } else {
+                cells
+            };
+            let mut stored: Vec<hourglass_storage::Cell> = cells
+                .iter()
+                .map(|&(id, offset, flags, v, age)| {
+                    let id = if compacted { id } else { id & 0x7F };
+                    let [hi, lo] = ((offset << 4) | u16::from(flags)).to_be_bytes();
+                    hourglass_storage::Cell {
+                        family: family.into(),
+                        qualifier: vec![id, hi, lo],
+                        // Older versions of a cell beside the newest.
+                        timestamp: 1_356_998_400_000 - age,
+                        value: value_bytes(flags, v),
+                        form: hourglass_storage::CellForm::Plain,
+                    }
+                })
+                .collect();
+            if let Some(i) = bad.filter(|i| *i < stored.len()) {
+                // A value of a width its flags do not name.
+                stored[i].value.extend_from_slice(&[1, 2, 3]);
+            }
+            let bytes = RowData::from_cells(stored).encode(None);
+            let read = hourglass_storage::ReadOptions::default();
+            let mut lent = Vec::new();
+            let columns = lend_row(&bytes, &read, &mut lent).unwrap();
+            let Some(columns) = columns else {
+                // Fewer than two cells after merging versions: a plain row.
+                proptest::prop_assert!(lent.len() < 2);
+                return Ok(());
+            };
+            columns.lend(&mut lent);
+            let sum_count_compacted = lent.iter().any(|c| c.qualifier[0] == 0x80 || c.qualifier[0] == 0x81);
+            for read in [
+                RollupRead::Avg { sum: 0, count: 1 },
+                RollupRead::Avg { sum: 1, count: 0 },
+                RollupRead::One { id: 0, name: "sum" },
+                RollupRead::One { id: 2, name: "max" },
+                RollupRead::One { id: 3, name: "min" },
+            ] {
+                let mut want_points = Vec::new();
+                let want = rollup_points(read, interval, base, &lent, &mut Vec::new(), &mut want_points);
+                let (mut cols, mut points) = (AvgColumns::default(), Vec::new());
+                let got = read_row(read, interval, base, LentCells::Columns(columns), &mut cols, &mut Vec::new(), &mut points);
+                match (want, got) {
+                    (Err(w), Err(g)) => proptest::prop_assert_eq!(w.to_string(), g.to_string()),
+                    (Ok(()), Ok(as_columns)) => {
+                        let got: Vec<(i64, u64, Option<u64>)> = if as_columns {
+                            (0..cols.times.len())
+                                .map(|i| (cols.times[i], cols.sums[i].to_bits(), Some(cols.counts[i].to_bits())))
+                                .collect()
+                        } else {
+                            points.iter().map(|p| (p.0, p.1.as_f64().to_bits(), p.2.map(f64::to_bits))).collect()
+                        };
+                        let want: Vec<(i64, u64, Option<u64>)> = want_points
+                            .iter()
+                            .map(|p| (p.0, p.1.as_f64().to_bits(), p.2.map(f64::to_bits)))
+                            .collect();
+                        proptest::prop_assert_eq!(got, want, "{:?}", read);
+                        if matches!(read, RollupRead::Avg { .. }) {
+                            proptest::prop_assert_eq!(as_columns, !sum_count_compacted || family != "t");
+                        }
+                    }
+                    (w, g) => proptest::prop_assert!(false, "{:?}: general {:?}, columns {:?}", read, w, g),
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A series' `avg` pairs kept as read (each its own bucket) finish, and count the
+        /// buckets they close, exactly as the buckets the general reading pushes them into:
+        /// rows in order or not, on bucket starts or not, pushed a row or a pair at a time,
+        /// in two halves appended, under every fill policy.
+        #[test]
+        fn pairs_kept_as_read_finish_as_their_buckets(
+            rows in proptest::collection::vec(
+                (0i64..40, 0i64..3, proptest::collection::vec(
+                    (0i64..6, proptest::sample::select(vec![0.0, -0.0, 1.5, -7.0, 3.0, f64::NAN, 1e300])), 0..6),
+                 proptest::prelude::any::<bool>()),
+                0..12),
+            split in 0usize..12,
+            fill in proptest::sample::select(vec!["none", "zero", "nan", "null"]),
+            (window_from, window_to) in (0i64..10, 30i64..50),
+        ) {
+            const STEP: i64 = 3_600_000;
+            let spec = DownsampleSpec::parse(&format!("1h-avg-{fill}")).unwrap();
+            let mut sums_spec = spec;
+            sums_spec.function = Aggregator::Sum;
+            sums_spec.fill = FillPolicy::None;
+            let query = (window_from * STEP, window_to * STEP);
+            let until = query.1;
+            let pairs = || RollupAvg::Pairs(AvgPairs::new(sums_spec, query, until));
+            // Two halves, each its own state, as two threads read them.
+            let (mut fast, mut general) = ([pairs(), pairs()], [
+                RollupAvg::buckets(sums_spec, query, until),
+                RollupAvg::buckets(sums_spec, query, until),
+            ]);
+            for (i, (base, skew, cells, one_by_one)) in rows.iter().enumerate() {
+                // A row's times: its base (off a bucket start by `skew` minutes) plus whole
+                // intervals, ascending.
+                let base = base * STEP + skew * 60_000;
+                let mut cells = cells.clone();
+                cells.sort_by_key(|c| c.0);
+                cells.dedup_by_key(|c| c.0);
+                let times: Vec<i64> = cells.iter().map(|c| base + c.0 * STEP).collect();
+                let sums: Vec<f64> = cells.iter().map(|c| c.1).collect();
+                let counts: Vec<f64> = cells.iter().map(|c| if c.0 % 3 == 0 { 0.0 } else { c.0 as f64 }).collect();
+                let half = usize::from(i >= split);
+                let (f, g) = (&mut fast[half], &mut general[half]);
+                let (a, b) = if *one_by_one {
+                    let mut closed = (0, 0);
+                    for k in 0..times.len() {
+                        closed.0 += f.push(times[k], sums[k], counts[k]);
+                        closed.1 += g.push(times[k], sums[k], counts[k]);
+                    }
+                    closed
+                } else {
+                    (f.push_all(&times, &sums, &counts), g.push_all(&times, &sums, &counts))
+                };
+                proptest::prop_assert_eq!(a, b);
+                proptest::prop_assert_eq!(f.held(), g.held());
+            }
+            let [mut fast, later_fast] = fast;
+            let [mut general, later_general] = general;
+            fast.append(later_fast);
+            general.append(later_general);
+            let bits = |r: Result<Vec<(i64, f64)>>| {
+                r.map(|v| v.into_iter().map(|(t, x)| (t, x.to_bits())).collect::<Vec<_>>())
+                    .map_err(|e| e.to_string())
+            };
+            let got = bits(finish_avg(fast, spec, query, query, u64::MAX));
+            let want = bits(finish_avg(general, spec, query, query, u64::MAX));
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest::proptest! {
+        /// A group of series keeping `avg` pairs aggregates from their columns exactly as
+        /// their finished means aggregate (same bits, same errors), or declines (times
+        /// differing, fill policies, rates, aggregators that do not fold).
+        #[test]
+        fn pairs_aggregate_as_their_finished_means(
+            series in proptest::collection::vec(
+                (proptest::collection::vec(
+                    (proptest::sample::select(vec![0.0, -0.0, 2.5, -7.0, 3.0, f64::NAN, f64::MAX]),
+                     proptest::sample::select(vec![0.0, 1.0, 3.0, f64::NAN])), 6),
+                 proptest::prelude::any::<bool>(), 0usize..6),
+                1..5),
+            aggregator in proptest::sample::select(vec!["sum", "avg", "min", "max", "count", "dev", "zimsum", "none", "squareSum"]),
+            fill in proptest::sample::select(vec!["", "-nan"]),
+            rate in proptest::prelude::any::<bool>(),
+        ) {
+            const STEP: i64 = 3_600_000;
+            let spec = DownsampleSpec::parse(&format!("1h-avg{fill}")).unwrap();
+            let mut sums_spec = spec;
+            sums_spec.function = Aggregator::Sum;
+            sums_spec.fill = FillPolicy::None;
+            let window = (0, 12 * STEP);
+            let members: Vec<SeriesState> = series
+                .iter()
+                .map(|(pairs, gap, split)| {
+                    // Pairs at hours 0..6 (one left out when `gap`), in two parts.
+                    let hours: Vec<i64> = (0..6).filter(|h| !(*gap && *h == 2)).collect();
+                    let mut a = RollupAvg::Pairs(AvgPairs::new(sums_spec, window, window.1));
+                    let mut b = RollupAvg::Pairs(AvgPairs::new(sums_spec, window, window.1));
+                    for (k, h) in hours.iter().enumerate() {
+                        let (sum, count) = pairs[k];
+                        let half = if k < *split { &mut a } else { &mut b };
+                        half.push(h * STEP, sum, count);
+                    }
+                    a.append(b);
+                    SeriesState {
+                        tags: Vec::new(),
+                        tsuid: String::new(),
+                        order: Vec::new(),
+                        points: Points::RollupAvg(Box::new(a)),
+                        annotations: Vec::new(),
+                    }
+                })
+                .collect();
+            let mut q = SubQuery::new(Aggregator::parse(aggregator).unwrap(), "m");
+            q.downsample = Some(spec);
+            q.rate = rate;
+            let bits = |r: Result<Vec<(i64, f64)>>| {
+                r.map(|v| v.into_iter().map(|(t, x)| (t, x.to_bits())).collect::<Vec<_>>())
+                    .map_err(|e| e.to_string())
+            };
+            let Some(got) = aggregate_pairs(&members, &q) else {
+                let same = series.iter().all(|s| s.1 == series[0].1);
+                let folds = !matches!(aggregator, "dev" | "none");
+                proptest::prop_assert!(!same || !folds || rate || !fill.is_empty());
+                return Ok(());
+            };
+            proptest::prop_assert!(!rate && fill.is_empty());
+            let finished: Vec<Vec<(i64, f64)>> = members
+                .into_iter()
+                .map(|s| match s.points {
+                    Points::RollupAvg(avg) => finish_avg(*avg, spec, window, window, u64::MAX).unwrap(),
+                    _ => unreachable!(),
+                })
+                .collect();
+            let want = super::super::aggregate_floats(&finished, q.aggregator);
+            proptest::prop_assert_eq!(bits(got), bits(want));
         }
     }
 
