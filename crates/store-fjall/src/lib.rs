@@ -1075,9 +1075,18 @@ impl FjallStore {
                 .rows
                 .start_ingestion()
                 .map_err(|e| self.write_failed("write failed", e))?;
+            // One buffer for every row's value: the table file copies it anyway.
+            let mut value = Vec::new();
             for r in rows {
+                RowData::encode_one_plain_into(
+                    &mut value,
+                    r.family,
+                    r.qualifier,
+                    r.timestamp,
+                    r.value,
+                );
                 ingestion
-                    .write(r.key, encode(r))
+                    .write(r.key, value.as_slice())
                     .map_err(|e| self.write_failed("write failed", e))?;
             }
             return ingestion
