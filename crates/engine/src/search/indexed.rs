@@ -340,11 +340,13 @@ fn by_first_row(tsdb: &Tsdb, found: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
 /// found period by period without listing the metric's series. In each bucket, the series
 /// met first in a period are those posted in it (`0x11`, each series under its first tag
 /// pair) and not met in an earlier one; while they fit in what is left of the limit, each
-/// one's first row is read as [`by_first_row`] does; the period where they do not is read
-/// from the data table itself, keys only, in order, until the limit is met. The series met
-/// in earlier periods number fewer than the limit, so that read passes over fewer than
-/// `limit` series' rows of the period before it stops. A backend returning period order
-/// (RFC 0006) meets a period's series in tag order there: the same set the scan keeps.
+/// one's first row is read as [`by_first_row`] does. In the period where they do not, the
+/// first of them in tag order having a row in the period's first hour come first
+/// ([`at_period_start`]); failing enough of those, the period is read from the data table
+/// itself, keys only, in order, until the limit is met (the series met in earlier periods
+/// number fewer than the limit, so that read passes over fewer than `limit` series' rows
+/// of the period before it stops). A backend returning period order (RFC 0006) meets a
+/// period's series in tag order: there the answer has as many series as the scan's.
 fn first_in_data_table(
     tsdb: &Tsdb,
     c: &Conditions,
@@ -368,7 +370,8 @@ fn first_in_data_table(
                     met.insert(tsuid.clone());
                     placed.push((key, tsuid));
                 }
-            } else {
+            } else if !at_period_start(tsdb, c, metric, period, &salt, &mut met, &mut placed, want)?
+            {
                 met_in_rows(tsdb, c, metric, period, &salt, &mut met, &mut placed, want)?;
             }
             if placed.len() >= want {
@@ -432,6 +435,58 @@ fn posted_in(
         }
     }
     Ok(out)
+}
+
+/// Series posted in `period` (up to twice what is left of the limit, in tag order)
+/// having a row in its first hour, read with `get_rows` until `placed` holds `want`: no
+/// series first met in the period can precede those (their hour is the period's first, and
+/// the ones not read have greater tags). Whether it got there; if not, nothing is placed.
+/// On a store keeping closed periods in groups a scan of the period reads its groups whole,
+/// where these reads take a few rows.
+#[allow(clippy::too_many_arguments)]
+fn at_period_start(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: &[u8],
+    period: u32,
+    salt: &[u8],
+    met: &mut std::collections::HashSet<Vec<u8>>,
+    placed: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    want: usize,
+) -> Result<bool> {
+    let schema = &tsdb.settings().schema;
+    let room = want - placed.len();
+    let fresh = posted_in(
+        tsdb,
+        c,
+        metric,
+        period,
+        salt,
+        met,
+        room.saturating_mul(2) + 16,
+    )?;
+    let read = ReadOptions {
+        keys_only: true,
+        ..ReadOptions::family(DATA_FAMILY)
+    };
+    let mut hits: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for chunk in fresh.chunks(BATCH.min(room.saturating_mul(2).max(16))) {
+        let keys: Vec<Vec<u8>> = chunk.iter().map(|t| row_key(schema, t, period)).collect();
+        let rows = tsdb.store().get_rows(&schema.data_table, &keys, &read)?;
+        for ((key, tsuid), row) in keys.into_iter().zip(chunk).zip(rows) {
+            if row.is_some() && hits.len() < room {
+                hits.push((key, tsuid.clone()));
+            }
+        }
+        if hits.len() >= room {
+            for (key, tsuid) in hits {
+                met.insert(tsuid.clone());
+                placed.push((key, tsuid));
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The series first met in the data rows of `period` in the salt bucket `salt` (keys only,
