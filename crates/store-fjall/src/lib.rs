@@ -1744,4 +1744,42 @@ mod tests {
         assert!(INDEXED_LINE.rsplit_once(':').is_none());
         assert!(decode_spec("tsdb", b"t:1\n@indexed=2\n").is_err());
     }
+
+    /// The first-level merge threshold of a table's keyspace, as fjall keeps it.
+    fn l0_threshold(store: &FjallStore, table: &str) -> u8 {
+        let (_, t) = store.table(table).unwrap();
+        let config = t.rows.config.compaction_strategy.get_config();
+        let (_, value) = config
+            .iter()
+            .find(|(k, _)| &**k == b"leveled_l0_threshold")
+            .unwrap();
+        value[0]
+    }
+
+    /// A table created with a threshold keeps it across reopening (fjall stores a
+    /// keyspace's options when creating it); other tables keep fjall's default, and a
+    /// threshold asked for a table that exists already changes nothing.
+    #[test]
+    fn a_table_is_created_with_its_first_level_threshold() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = |name: &str| TableSpec {
+            name: name.into(),
+            families: vec![FamilySpec::new("f", Some(1))],
+        };
+        {
+            let store = FjallStore::open(dir.path())
+                .unwrap()
+                .with_l0_threshold("idx", 32);
+            store.create_table(&spec("idx")).unwrap();
+            store.create_table(&spec("plain")).unwrap();
+            assert_eq!(l0_threshold(&store, "idx"), 32);
+            assert_eq!(l0_threshold(&store, "plain"), 4);
+        }
+        let store = FjallStore::open(dir.path())
+            .unwrap()
+            .with_l0_threshold("plain", 16);
+        store.create_table(&spec("plain")).unwrap();
+        assert_eq!(l0_threshold(&store, "idx"), 32);
+        assert_eq!(l0_threshold(&store, "plain"), 4);
+    }
 }

@@ -650,7 +650,10 @@ mod tests {
         out
     }
 
-    fn rows_of(entries: &Entries) -> Vec<(Vec<u8>, &'static str, Vec<u8>, i64, Vec<u8>)> {
+    /// A row as (key, family, qualifier, timestamp, value).
+    type Written = (Vec<u8>, &'static str, Vec<u8>, i64, Vec<u8>);
+
+    fn rows_of(entries: &Entries) -> Vec<Written> {
         let mut rows: Vec<_> = (0..entries.len())
             .map(|i| {
                 let c = entries.cell(i);
