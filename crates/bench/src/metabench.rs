@@ -202,6 +202,10 @@ fn measure(args: &MetaArgs, addr: &str) -> anyhow::Result<()> {
             format!("{base}/api/search/lookup?m=bench.meta&use_meta=true"),
         ),
         (
+            "lookup data table, metric only (limit 25)".into(),
+            format!("{base}/api/search/lookup?m=bench.meta&use_meta=false"),
+        ),
+        (
             format!("lookup data table host={mid}"),
             format!(
                 "{base}/api/search/lookup?m={}&use_meta=false",

@@ -11,6 +11,10 @@ use hourglass_storage::Store;
 use hourglass_store_bigtable::{BigtableConfig, BigtableStore};
 use hourglass_store_fjall::{FjallStore, Grouping};
 
+/// Files of the tag index's first level merged at once (the embedded store's default is 4;
+/// one flush of many new series writes about seven, one per kind of entry).
+const INDEX_L0_FILES: u8 = 32;
+
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StoreArgs {
     /// Directory of the embedded store.
@@ -143,6 +147,9 @@ impl StoreArgs {
                 if settings.index {
                     store = store.with_indexed(&schema.data_table);
                 }
+                // The tag index's large writes are one file per kind of entry (RFC 0007):
+                // merged only once several writes' files are there.
+                store = store.with_l0_threshold(&schema.index_table, INDEX_L0_FILES);
                 Ok(Arc::new(store))
             }
             "bigtable" => {

@@ -380,11 +380,12 @@ fn a_limited_meta_lookup_stops_reading_at_its_limit() {
     db.close().unwrap();
 }
 
-/// A store counting the rows scans of the index table hand out.
+/// A store counting the rows scans of the index table, and of the data table, hand out.
 #[derive(Debug)]
 struct CountingScans {
     inner: Arc<dyn Store>,
     index_rows: Arc<std::sync::atomic::AtomicUsize>,
+    data_rows: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Store for CountingScans {
@@ -434,10 +435,11 @@ impl Store for CountingScans {
         request: &hourglass_storage::ScanRequest,
     ) -> hourglass_storage::Result<hourglass_storage::RowIter> {
         let rows = self.inner.scan(table, request)?;
-        if table != "tsdb-index" {
-            return Ok(rows);
-        }
-        let count = Arc::clone(&self.index_rows);
+        let count = match table {
+            "tsdb-index" => Arc::clone(&self.index_rows),
+            "tsdb" => Arc::clone(&self.data_rows),
+            _ => return Ok(rows),
+        };
         Ok(Box::new(rows.inspect(move |_| {
             count.fetch_add(1, Ordering::SeqCst);
         })))
@@ -475,6 +477,7 @@ fn a_limited_whole_metric_meta_lookup_stops_reading_the_catalog() {
     let store: Arc<dyn Store> = Arc::new(CountingScans {
         inner: Arc::new(hourglass_storage::memory::MemoryStore::new()),
         index_rows: Arc::clone(&index_rows),
+        data_rows: Arc::default(),
     });
     let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
     let db = common::open(Arc::clone(&store), settings(&now, true));
@@ -514,6 +517,79 @@ fn a_limited_whole_metric_meta_lookup_stops_reading_the_catalog() {
             } else {
                 assert_eq!(by_index.len(), limit, "{q:?}");
                 assert!(read < 400, "{q:?}: {read} index rows read for {limit}");
+            }
+        }
+    }
+    db.close().unwrap();
+}
+
+/// A data-table lookup of a whole metric with a limit stops reading where the limit is met
+/// (RFC 0007 phase 2): series over three days, some in several, the answer the scan's for
+/// limits met in the first day, across days, and never met, while the rows read stay near
+/// the limit where listing every series read them all.
+#[test]
+fn a_limited_whole_metric_data_lookup_stops_at_its_limit() {
+    let index_rows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let data_rows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let store: Arc<dyn Store> = Arc::new(CountingScans {
+        inner: Arc::new(hourglass_storage::memory::MemoryStore::new()),
+        index_rows: Arc::clone(&index_rows),
+        data_rows: Arc::clone(&data_rows),
+    });
+    let now = Arc::new(AtomicI64::new(DAY + 3 * 86_400));
+    let db = common::open(Arc::clone(&store), settings(&now, true));
+    // Day 0: h0000..h0999 at hours 5 then 2 (first rows at hour 2); day 1: h0500..h1999
+    // (the first third met on day 0), half of them in its first hour; day 2: h2000..h2999
+    // and h0000 again.
+    for i in 0..3_000 {
+        let host = format!("h{i:04}");
+        let dc = if i % 2 == 0 { "lon" } else { "par" };
+        let tags = [("host", host.as_str()), ("dc", dc)];
+        match i {
+            0..1_000 => {
+                put(&db, "sys.cpu", DAY + 5 * 3600 + i, &tags);
+                put(&db, "sys.cpu", DAY + 2 * 3600 + i, &tags);
+            }
+            1_000..2_000 => {}
+            _ => put(&db, "sys.cpu", DAY + 2 * 86_400 + 3600, &tags),
+        }
+        if (500..2_000).contains(&i) {
+            // Half in the day's first hour: the first of those in tag order come first.
+            put(&db, "sys.cpu", DAY + 86_400 + (i % 2) * 3600, &tags);
+        }
+    }
+    put(
+        &db,
+        "sys.cpu",
+        DAY + 2 * 86_400,
+        &[("host", "h0000"), ("dc", "lon")],
+    );
+    db.flush().unwrap();
+    for tags in [vec![], vec![(None, Some("lon".to_string()))]] {
+        for limit in [1, 25, 700, 1_500, 5_000, 0] {
+            let q = LookupQuery {
+                metric: Some("sys.cpu".into()),
+                tags: tags.clone(),
+                use_meta: false,
+                limit,
+            };
+            let (index_before, data_before) = (
+                index_rows.load(Ordering::SeqCst),
+                data_rows.load(Ordering::SeqCst),
+            );
+            let by_index = lookup(&db, &q).unwrap();
+            let read = index_rows.load(Ordering::SeqCst) - index_before
+                + data_rows.load(Ordering::SeqCst)
+                - data_before;
+            let by_scan = lookup_by_scan(&db, &q).unwrap();
+            assert_eq!(by_index, by_scan, "{q:?}");
+            let all = if tags.is_empty() { 3_000 } else { 1_500 };
+            assert_eq!(
+                by_index.len(),
+                if limit == 0 { all } else { limit.min(all) }
+            );
+            if limit == 1 || limit == 25 {
+                assert!(read < 400, "{q:?}: {read} rows read for {limit}");
             }
         }
     }

@@ -393,16 +393,29 @@ impl RowData {
         value: &[u8],
     ) -> Vec<u8> {
         let mut out = Vec::with_capacity(family.len() + qualifier.len() + value.len() + 2 + 4 * 10);
-        out.push(ROW_FORMAT_PLAIN);
-        put_varint(&mut out, 1);
-        put_varint(&mut out, family.len() as u64);
-        out.extend_from_slice(family.as_bytes());
-        put_varint(&mut out, qualifier.len() as u64);
-        out.extend_from_slice(qualifier);
-        put_varint(&mut out, ((timestamp << 1) ^ (timestamp >> 63)) as u64);
-        put_varint(&mut out, value.len() as u64);
-        out.extend_from_slice(value);
+        RowData::encode_one_plain_into(&mut out, family, qualifier, timestamp, value);
         out
+    }
+
+    /// [`RowData::encode_one_plain`] into `out` (cleared first): a writer of many such rows
+    /// reuses one buffer.
+    pub fn encode_one_plain_into(
+        out: &mut Vec<u8>,
+        family: &str,
+        qualifier: &[u8],
+        timestamp: i64,
+        value: &[u8],
+    ) {
+        out.clear();
+        out.push(ROW_FORMAT_PLAIN);
+        put_varint(out, 1);
+        put_varint(out, family.len() as u64);
+        out.extend_from_slice(family.as_bytes());
+        put_varint(out, qualifier.len() as u64);
+        out.extend_from_slice(qualifier);
+        put_varint(out, ((timestamp << 1) ^ (timestamp >> 63)) as u64);
+        put_varint(out, value.len() as u64);
+        out.extend_from_slice(value);
     }
 
     /// The stored bytes of the row; cells the codec takes are stored in its form.

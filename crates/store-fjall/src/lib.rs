@@ -103,6 +103,9 @@ pub struct FjallStore {
     groupings: RwLock<HashMap<String, Grouping>>,
     /// Data tables whose catalog entry is to say the tag index is maintained (RFC 0007).
     indexed: RwLock<std::collections::HashSet<String>>,
+    /// Tables whose keyspace, when created, merges its first level's files only once this
+    /// many are there (fjall's default: 4).
+    l0_thresholds: RwLock<HashMap<String, u8>>,
     /// Serializes read-modify-write of rows. Readers never take it.
     write_lock: Mutex<()>,
     /// fjall reported the database poisoned: reopen it before the next operation.
@@ -156,6 +159,7 @@ impl FjallStore {
             codecs: RwLock::new(HashMap::new()),
             groupings: RwLock::new(HashMap::new()),
             indexed: RwLock::new(std::collections::HashSet::new()),
+            l0_thresholds: RwLock::new(HashMap::new()),
             write_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             last_reopen: Mutex::new(None),
@@ -384,6 +388,19 @@ impl FjallStore {
         self
     }
 
+    /// Creates `table`, when it does not exist yet, with a keyspace that merges the files of
+    /// its first level only once `threshold` are there (fjall's default: 4). For a table
+    /// whose large writes each become several files (the tag index: one file per kind of
+    /// entry), merged at every such write with the default, each merge rewriting the files
+    /// of the next level they overlap. Point reads check more files' bloom filters, and a
+    /// scan merges more files, while that many are waiting.
+    pub fn with_l0_threshold(self, table: &str, threshold: u8) -> Self {
+        self.l0_thresholds
+            .write()
+            .insert(table.to_string(), threshold.max(1));
+        self
+    }
+
     /// Whether `table`'s catalog entry says the tag index is maintained (`@indexed=1`).
     pub fn is_indexed(&self, table: &str) -> bool {
         self.open
@@ -430,10 +447,27 @@ impl FjallStore {
 }
 
 fn open_keyspace(db: &Database, prefix: &str, table: &str) -> Result<Keyspace> {
+    open_keyspace_with(db, prefix, table, None)
+}
+
+/// [`open_keyspace`], a keyspace created now merging its first level's files only once
+/// `l0_threshold` are there (an existing keyspace keeps what it was created with).
+fn open_keyspace_with(
+    db: &Database,
+    prefix: &str,
+    table: &str,
+    l0_threshold: Option<u8>,
+) -> Result<Keyspace> {
     // LZ4 on every level: rows are written once and read many times.
     let options = || {
-        KeyspaceCreateOptions::default()
-            .data_block_compression_policy(CompressionPolicy::all(CompressionType::Lz4))
+        let options = KeyspaceCreateOptions::default()
+            .data_block_compression_policy(CompressionPolicy::all(CompressionType::Lz4));
+        match l0_threshold {
+            Some(n) => options.compaction_strategy(Arc::new(
+                fjall::compaction::Leveled::default().with_l0_threshold(n),
+            )),
+            None => options,
+        }
     };
     db.keyspace(&format!("{prefix}{table}"), options)
         .map_err(|e| io_err(&format!("cannot open table {table}"), e))
@@ -1012,7 +1046,10 @@ impl FjallStore {
         }
         let rows = match &existing {
             Some(t) => t.rows.clone(),
-            None => open_keyspace(&open.db, TABLE_PREFIX, &spec.name)?,
+            None => {
+                let l0 = self.l0_thresholds.read().get(&spec.name).copied();
+                open_keyspace_with(&open.db, TABLE_PREFIX, &spec.name, l0)?
+            }
         };
         let groups = match grouped {
             Some(g) => Some(g),
@@ -1075,9 +1112,18 @@ impl FjallStore {
                 .rows
                 .start_ingestion()
                 .map_err(|e| self.write_failed("write failed", e))?;
+            // One buffer for every row's value: the table file copies it anyway.
+            let mut value = Vec::new();
             for r in rows {
+                RowData::encode_one_plain_into(
+                    &mut value,
+                    r.family,
+                    r.qualifier,
+                    r.timestamp,
+                    r.value,
+                );
                 ingestion
-                    .write(r.key, encode(r))
+                    .write(r.key, value.as_slice())
                     .map_err(|e| self.write_failed("write failed", e))?;
             }
             return ingestion
@@ -1704,5 +1750,43 @@ mod tests {
         // has no ':', so they refuse the table (`bad table spec`).
         assert!(INDEXED_LINE.rsplit_once(':').is_none());
         assert!(decode_spec("tsdb", b"t:1\n@indexed=2\n").is_err());
+    }
+
+    /// The first-level merge threshold of a table's keyspace, as fjall keeps it.
+    fn l0_threshold(store: &FjallStore, table: &str) -> u8 {
+        let (_, t) = store.table(table).unwrap();
+        let config = t.rows.config.compaction_strategy.get_config();
+        let (_, value) = config
+            .iter()
+            .find(|(k, _)| &**k == b"leveled_l0_threshold")
+            .unwrap();
+        value[0]
+    }
+
+    /// A table created with a threshold keeps it across reopening (fjall stores a
+    /// keyspace's options when creating it); other tables keep fjall's default, and a
+    /// threshold asked for a table that exists already changes nothing.
+    #[test]
+    fn a_table_is_created_with_its_first_level_threshold() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = |name: &str| TableSpec {
+            name: name.into(),
+            families: vec![FamilySpec::new("f", Some(1))],
+        };
+        {
+            let store = FjallStore::open(dir.path())
+                .unwrap()
+                .with_l0_threshold("idx", 32);
+            store.create_table(&spec("idx")).unwrap();
+            store.create_table(&spec("plain")).unwrap();
+            assert_eq!(l0_threshold(&store, "idx"), 32);
+            assert_eq!(l0_threshold(&store, "plain"), 4);
+        }
+        let store = FjallStore::open(dir.path())
+            .unwrap()
+            .with_l0_threshold("plain", 16);
+        store.create_table(&spec("plain")).unwrap();
+        assert_eq!(l0_threshold(&store, "idx"), 32);
+        assert_eq!(l0_threshold(&store, "plain"), 4);
     }
 }

@@ -51,6 +51,18 @@ pub(super) fn lookup(
             .collect::<Result<_>>()
             .map(Some);
     }
+    if !q.use_meta
+        && q.limit > 0
+        && c.by_key.is_empty()
+        && let Some(m) = metric.as_deref()
+    {
+        let tsuids = first_in_data_table(tsdb, c, m, q.limit)?;
+        return tsuids
+            .into_iter()
+            .map(|t| resolve(tsdb, t))
+            .collect::<Result<_>>()
+            .map(Some);
+    }
     let found = candidates(tsdb, c, metric.as_deref())?;
     let ordered = if q.use_meta {
         in_meta_table(tsdb, found, q.limit)?
@@ -321,6 +333,210 @@ fn by_first_row(tsdb: &Tsdb, found: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
     }
     placed.sort_unstable();
     Ok(placed.into_iter().map(|(_, tsuid)| tsuid).collect())
+}
+
+/// A data-table lookup of a whole metric (or of `*=value` pairs within it) with a limit:
+/// the first `limit` series as the table scan meets them (salt bucket, then first row key),
+/// found period by period without listing the metric's series. In each bucket, the series
+/// met first in a period are those posted in it (`0x11`, each series under its first tag
+/// pair) and not met in an earlier one; while they fit in what is left of the limit, each
+/// one's first row is read as [`by_first_row`] does. In the period where they do not, the
+/// first of them in tag order having a row in the period's first hour come first
+/// ([`at_period_start`]); failing enough of those, the period is read from the data table
+/// itself, keys only, in order, until the limit is met (the series met in earlier periods
+/// number fewer than the limit, so that read passes over fewer than `limit` series' rows
+/// of the period before it stops). A backend returning period order (RFC 0006) meets a
+/// period's series in tag order: there the answer has as many series as the scan's.
+fn first_in_data_table(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: &[u8],
+    limit: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let schema = &tsdb.settings().schema;
+    let periods = periods(tsdb, metric)?;
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for salt in hourglass_core::rowkey::salt_prefixes(schema) {
+        let want = limit - out.len();
+        let mut met: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+        let mut placed: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for &period in &periods {
+            let room = want - placed.len();
+            let fresh = posted_in(tsdb, c, metric, period, &salt, &met, room + 1)?;
+            if fresh.len() <= room {
+                let pending: Vec<&Vec<u8>> = fresh.iter().collect();
+                let (first, _) = first_rows_in(tsdb, &pending, period)?;
+                for (key, tsuid) in first {
+                    met.insert(tsuid.clone());
+                    placed.push((key, tsuid));
+                }
+            } else if !at_period_start(tsdb, c, metric, period, &salt, &mut met, &mut placed, want)?
+            {
+                met_in_rows(tsdb, c, metric, period, &salt, &mut met, &mut placed, want)?;
+            }
+            if placed.len() >= want {
+                break;
+            }
+        }
+        placed.sort_unstable();
+        out.extend(placed.into_iter().take(want).map(|(_, tsuid)| tsuid));
+        if out.len() >= limit {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Up to `most` series of the metric posted in `period` in the salt bucket `salt`, passing
+/// the conditions and not in `met`, in the postings' order.
+fn posted_in(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: &[u8],
+    period: u32,
+    salt: &[u8],
+    met: &std::collections::HashSet<Vec<u8>>,
+    most: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let schema = &tsdb.settings().schema;
+    let pair = schema.tag_pair_width();
+    let head = [&[kind::PERIOD_POSTING][..], metric, &period.to_be_bytes()].concat();
+    let request = ScanRequest {
+        read: ReadOptions {
+            keys_only: true,
+            ..ReadOptions::family(PERIOD_FAMILY)
+        },
+        ..ScanRequest::prefix(&head)
+    };
+    let mut out = Vec::new();
+    for row in tsdb.store().scan(&schema.index_table, &request)? {
+        let row = row?;
+        let Some((posted, tags)) = row
+            .key
+            .get(head.len()..)
+            .and_then(|t| t.split_at_checked(pair))
+        else {
+            continue;
+        };
+        // Each series once: under its first tag pair.
+        if tags.get(..pair) != Some(posted) {
+            continue;
+        }
+        let tsuid = [metric, tags].concat();
+        if met.contains(&tsuid)
+            || !matches(schema, c, &tsuid)
+            || row_key(schema, &tsuid, period).get(..salt.len()) != Some(salt)
+        {
+            continue;
+        }
+        out.push(tsuid);
+        if out.len() >= most {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Series posted in `period` (up to twice what is left of the limit, in tag order)
+/// having a row in its first hour, read with `get_rows` until `placed` holds `want`: no
+/// series first met in the period can precede those (their hour is the period's first, and
+/// the ones not read have greater tags). Whether it got there; if not, nothing is placed.
+/// On a store keeping closed periods in groups a scan of the period reads its groups whole,
+/// where these reads take a few rows.
+#[allow(clippy::too_many_arguments)]
+fn at_period_start(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: &[u8],
+    period: u32,
+    salt: &[u8],
+    met: &mut std::collections::HashSet<Vec<u8>>,
+    placed: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    want: usize,
+) -> Result<bool> {
+    let schema = &tsdb.settings().schema;
+    let room = want - placed.len();
+    let fresh = posted_in(
+        tsdb,
+        c,
+        metric,
+        period,
+        salt,
+        met,
+        room.saturating_mul(2) + 16,
+    )?;
+    let read = ReadOptions {
+        keys_only: true,
+        ..ReadOptions::family(DATA_FAMILY)
+    };
+    let mut hits: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for chunk in fresh.chunks(BATCH.min(room.saturating_mul(2).max(16))) {
+        let keys: Vec<Vec<u8>> = chunk.iter().map(|t| row_key(schema, t, period)).collect();
+        let rows = tsdb.store().get_rows(&schema.data_table, &keys, &read)?;
+        for ((key, tsuid), row) in keys.into_iter().zip(chunk).zip(rows) {
+            if row.is_some() && hits.len() < room {
+                hits.push((key, tsuid.clone()));
+            }
+        }
+        if hits.len() >= room {
+            for (key, tsuid) in hits {
+                met.insert(tsuid.clone());
+                placed.push((key, tsuid));
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The series first met in the data rows of `period` in the salt bucket `salt` (keys only,
+/// in the table's order), each with its first row key, until `placed` holds `want`.
+#[allow(clippy::too_many_arguments)]
+fn met_in_rows(
+    tsdb: &Tsdb,
+    c: &Conditions,
+    metric: &[u8],
+    period: u32,
+    salt: &[u8],
+    met: &mut std::collections::HashSet<Vec<u8>>,
+    placed: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    want: usize,
+) -> Result<()> {
+    let schema = &tsdb.settings().schema;
+    let start = [salt, metric, &period.to_be_bytes()].concat();
+    let end = match period.checked_add(PERIOD_SECS) {
+        Some(next) => Some([salt, metric, &next.to_be_bytes()].concat()),
+        None => prefix_end(&[salt, metric].concat()),
+    };
+    let request = ScanRequest {
+        start,
+        end,
+        read: ReadOptions {
+            keys_only: true,
+            ..ReadOptions::family(DATA_FAMILY)
+        },
+        ..ScanRequest::default()
+    };
+    let pair = schema.tag_pair_width();
+    for row in tsdb.store().scan(&schema.data_table, &request)? {
+        let row = row?;
+        let Some(tags) = row.key.get(schema.tags_offset()..) else {
+            continue;
+        };
+        if !tags.len().is_multiple_of(pair) {
+            continue; // not a series row
+        }
+        let tsuid = [metric, tags].concat();
+        if met.contains(&tsuid) || !matches(schema, c, &tsuid) {
+            continue;
+        }
+        met.insert(tsuid.clone());
+        placed.push((row.key, tsuid));
+        if placed.len() >= want {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// The periods holding postings of a metric, ascending.

@@ -14,8 +14,13 @@ use hourglass_core::schema::Schema;
 use hourglass_storage::{CellRow, Increment, ReadOptions, Store};
 use parking_lot::Mutex;
 
+use hourglass_core::uid::name_bytes;
+
 use crate::Result;
-use crate::index::{self, COUNTER_FAMILY, Entry, PERIOD_SECS, Series};
+use crate::index::{
+    self, COUNTER_FAMILY, ENTRY_QUALIFIER, GLOBAL_FAMILY, PERIOD_FAMILY, PERIOD_SECS, Series,
+    VALUE_QUALIFIER, kind,
+};
 use crate::uid::UidRegistry;
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -127,7 +132,7 @@ pub(crate) struct Pending {
     /// Series whose all-time entries were written.
     cataloged: Vec<u32>,
     /// `0x10` and `0x01` rows.
-    markers: Vec<Entry>,
+    markers: Entries,
     counters: Counters,
     values: Vec<Vec<u8>>,
     period_values: Vec<Vec<u8>>,
@@ -266,7 +271,7 @@ impl IndexWriter {
         // values and counters are built in reused buffers: a series entering a period whose
         // values are known costs its postings and a few map probes.
         let mut pending = Pending::default();
-        let mut writes: Vec<Entry> = Vec::new();
+        let mut writes = Entries::default();
         let mut flush_values: Set<Vec<u8>> = Set::default();
         let mut flush_key_values: Set<Vec<u8>> = Set::default();
         let mut id: Vec<u8> = Vec::new();
@@ -285,9 +290,9 @@ impl IndexWriter {
                 let counters = pending
                     .counters
                     .row(index::period_counters_key(metric, period));
-                bump(counters, index::ENTRY_QUALIFIER, 1);
-                let mut fresh: Vec<Option<String>> = vec![None; pairs.len()];
+                bump(counters, ENTRY_QUALIFIER, 1);
                 for (i, (tagk, tagv)) in pairs.iter().enumerate() {
+                    writes.period_posting(m.series, period, tagk, tagv);
                     qualifier(&mut q, b'k', tagk);
                     bump(counters, &q, 1);
                     id.clear();
@@ -305,18 +310,16 @@ impl IndexWriter {
                     qualifier(&mut q, b'v', tagk);
                     bump(counters, &q, 1);
                     pending.period_values.push(id.clone());
-                    fresh[i] = Some(name);
+                    writes.period_value_name(metric, period, tagk, tagv, &name);
                 }
-                let entries = index::period_entries(schema, m.series, period, &fresh);
-                writes.extend(entries.postings);
-                writes.extend(entries.values.into_iter().flat_map(|v| v.rows));
                 pending.pairs.push((m.id, period));
-                pending.markers.push(entries.marker);
+                pending.markers.period_series(m.series, period);
             }
             if m.catalog {
                 let counters = pending.counters.row(index::series_counters_key(metric));
-                bump(counters, index::ENTRY_QUALIFIER, 1);
+                bump(counters, ENTRY_QUALIFIER, 1);
                 for (i, (tagk, tagv)) in pairs.iter().enumerate() {
+                    writes.posting(m.series, tagk, tagv);
                     qualifier(&mut q, b'k', tagk);
                     bump(counters, &q, 1);
                     id.clear();
@@ -329,7 +332,7 @@ impl IndexWriter {
                     // A value new to the metric: its metric row (`0x03`) whatever its name,
                     // its value row when named, and its trigrams when new to the key too.
                     let name = name_of(i, tagv)?;
-                    writes.extend(index::value_entries(metric, tagk, tagv, name.as_deref()));
+                    writes.value_rows(metric, tagk, tagv, name.as_deref());
                     let Some(name) = name else {
                         continue;
                     };
@@ -341,19 +344,17 @@ impl IndexWriter {
                     if !state.key_values.contains(key_value)
                         && !flush_key_values.contains(key_value)
                     {
-                        writes.extend(index::trigram_entries(tagk, tagv, &name));
+                        writes.trigram_rows(tagk, tagv, &name);
                         flush_key_values.insert(key_value.to_vec());
                         pending.key_values.push(key_value.to_vec());
                     }
                 }
-                let entries = index::series_entries(schema, m.series);
-                writes.extend(entries.postings);
                 pending.cataloged.push(m.id);
-                pending.markers.push(entries.catalog);
+                pending.markers.catalog(m.series);
             }
         }
         drop(state);
-        write_sorted(store, table, writes)?;
+        write_sorted(store, table, &writes)?;
         Ok(pending)
     }
 
@@ -401,7 +402,7 @@ impl IndexWriter {
                 increments.sort_unstable_by(|a, b| a.qualifier.cmp(&b.qualifier));
                 store.increment_many(table, &key, &increments)?;
             }
-            write_sorted(store, table, pending.markers)
+            write_sorted(store, table, &pending.markers)
         })();
         if let Err(e) = result {
             tracing::error!(error = %e, "tag index: counters or markers not written; the next flush writes them again");
@@ -430,28 +431,171 @@ fn announced(base: u32, now_secs: i64) -> Option<u32> {
     (last_hour && in_it).then(|| index::period_of(base).saturating_add(PERIOD_SECS))
 }
 
+/// Entry rows (one cell each, written whole) of one write, their keys and values in one
+/// buffer: a flush of many new series builds a few hundred thousand, and one allocation
+/// each (and moving 88-byte entries while sorting them) cost more than building them. The
+/// builders make the rows [`index`]'s functions of the same names make (a test checks).
+#[derive(Debug, Default)]
+struct Entries {
+    bytes: Vec<u8>,
+    rows: Vec<Slot>,
+}
+
+/// One row of [`Entries`]: its key is `bytes[start..value]`, its value `bytes[value..end]`.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    start: usize,
+    value: usize,
+    end: usize,
+    family: &'static str,
+    qualifier: &'static [u8],
+    timestamp: i64,
+}
+
+impl Entries {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let s = &self.rows[i];
+        &self.bytes[s.start..s.value]
+    }
+
+    fn cell(&self, i: usize) -> CellRow<'_> {
+        let s = &self.rows[i];
+        CellRow {
+            key: &self.bytes[s.start..s.value],
+            family: s.family,
+            qualifier: s.qualifier,
+            timestamp: s.timestamp,
+            value: &self.bytes[s.value..s.end],
+        }
+    }
+
+    /// A row whose key is `parts` in order.
+    fn push(
+        &mut self,
+        parts: &[&[u8]],
+        family: &'static str,
+        qualifier: &'static [u8],
+        timestamp: i64,
+        value: &[u8],
+    ) {
+        let start = self.bytes.len();
+        for p in parts {
+            self.bytes.extend_from_slice(p);
+        }
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.rows.push(Slot {
+            start,
+            value: at,
+            end: self.bytes.len(),
+            family,
+            qualifier,
+            timestamp,
+        });
+    }
+
+    /// `0x11` ([`index::period_posting_key`]).
+    fn period_posting(&mut self, series: Series<'_>, period: u32, tagk: &[u8], tagv: &[u8]) {
+        let key = [
+            &[kind::PERIOD_POSTING][..],
+            series.metric,
+            &period.to_be_bytes(),
+            tagk,
+            tagv,
+            series.tags,
+        ];
+        let ts = index::period_cell_ms(period);
+        self.push(&key, PERIOD_FAMILY, ENTRY_QUALIFIER, ts, &[]);
+    }
+
+    /// `0x12` ([`index::period_value_name_key`]), the value's UID as its cell.
+    fn period_value_name(
+        &mut self,
+        metric: &[u8],
+        period: u32,
+        tagk: &[u8],
+        tagv: &[u8],
+        name: &str,
+    ) {
+        let key = [
+            &[kind::PERIOD_VALUE_NAME][..],
+            metric,
+            &period.to_be_bytes(),
+            tagk,
+            &name_bytes(name),
+        ];
+        let ts = index::period_cell_ms(period);
+        self.push(&key, PERIOD_FAMILY, VALUE_QUALIFIER, ts, tagv);
+    }
+
+    /// `0x10` ([`index::period_series_key`]).
+    fn period_series(&mut self, series: Series<'_>, period: u32) {
+        let key = [
+            &[kind::PERIOD_SERIES][..],
+            series.metric,
+            &period.to_be_bytes(),
+            series.tags,
+        ];
+        let ts = index::period_cell_ms(period);
+        self.push(&key, PERIOD_FAMILY, ENTRY_QUALIFIER, ts, &[]);
+    }
+
+    /// `0x02` ([`index::posting_key`]).
+    fn posting(&mut self, series: Series<'_>, tagk: &[u8], tagv: &[u8]) {
+        let key = [&[kind::POSTING][..], series.metric, tagk, tagv, series.tags];
+        self.push(&key, GLOBAL_FAMILY, ENTRY_QUALIFIER, 0, &[]);
+    }
+
+    /// `0x01` ([`index::catalog_key`]).
+    fn catalog(&mut self, series: Series<'_>) {
+        let key = [&[kind::CATALOG][..], series.metric, series.tags];
+        self.push(&key, GLOBAL_FAMILY, ENTRY_QUALIFIER, 0, &[]);
+    }
+
+    /// [`index::value_entries`]: `0x03`, and `0x04` when the name is known.
+    fn value_rows(&mut self, metric: &[u8], tagk: &[u8], tagv: &[u8], name: Option<&str>) {
+        let key = [&[kind::VALUE_METRIC][..], tagk, tagv, metric];
+        self.push(&key, GLOBAL_FAMILY, ENTRY_QUALIFIER, 0, &[]);
+        if let Some(name) = name {
+            let key = [&[kind::VALUE_NAME][..], metric, tagk, &name_bytes(name)];
+            self.push(&key, GLOBAL_FAMILY, VALUE_QUALIFIER, 0, tagv);
+        }
+    }
+
+    /// [`index::trigram_entries`].
+    fn trigram_rows(&mut self, tagk: &[u8], tagv: &[u8], name: &str) {
+        for t in index::trigrams(name) {
+            let key = [&[kind::TRIGRAM][..], tagk, &t, tagv];
+            self.push(&key, GLOBAL_FAMILY, ENTRY_QUALIFIER, 0, &[]);
+        }
+    }
+}
+
 /// Writes entries sorted by key (each a one-cell row replaced whole, [`Store::put_cells`]):
 /// in one write when they fit [`INDEX_BATCH_ROWS`], else at most that many and one kind of
 /// entry per write (see there). A key met twice is written once.
-fn write_sorted(store: &dyn Store, table: &str, entries: Vec<Entry>) -> Result<()> {
-    let order = key_order(&entries);
+fn write_sorted(store: &dyn Store, table: &str, entries: &Entries) -> Result<()> {
+    let order = key_order(entries);
     let by_kind = order.len() > INDEX_BATCH_ROWS;
     let mut batch: Vec<CellRow<'_>> = Vec::with_capacity(order.len().min(INDEX_BATCH_ROWS));
     let mut kind: Option<u8> = None;
-    for entry in order.into_iter().map(|i| &entries[i]) {
-        let this = entry.key.first().copied();
+    for i in order {
+        let row = entries.cell(i);
+        let this = row.key.first().copied();
         if batch.len() >= INDEX_BATCH_ROWS || (by_kind && !batch.is_empty() && this != kind) {
             store.put_cells(table, &batch)?;
             batch.clear();
         }
         kind = this;
-        batch.push(CellRow {
-            key: &entry.key,
-            family: entry.family,
-            qualifier: entry.qualifier,
-            timestamp: entry.timestamp,
-            value: &entry.value,
-        });
+        batch.push(row);
     }
     if !batch.is_empty() {
         store.put_cells(table, &batch)?;
@@ -462,26 +606,25 @@ fn write_sorted(store: &dyn Store, table: &str, entries: Vec<Entry>) -> Result<(
 /// The entries' positions in key order, a key met twice once. Sorted as (the key's first 16
 /// bytes as a number, position) pairs, the rest of the key compared only when those are
 /// equal: a flush's entries differ within their first 16 bytes mostly (kind, metric, period,
-/// tag pair), and moving small pairs costs less than moving entries.
-fn key_order(entries: &[Entry]) -> Vec<usize> {
+/// tag pair), and moving small pairs costs less than moving entries. (Adding the next 8
+/// bytes as a second number changed no count of instructions.)
+fn key_order(entries: &Entries) -> Vec<usize> {
     let head = |key: &[u8]| -> u128 {
         let mut b = [0u8; 16];
         let n = key.len().min(16);
         b[..n].copy_from_slice(&key[..n]);
         u128::from_be_bytes(b)
     };
-    let mut order: Vec<(u128, usize)> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (head(&e.key), i))
+    let mut order: Vec<(u128, usize)> = (0..entries.len())
+        .map(|i| (head(entries.key(i)), i))
         .collect();
     // Equal heads: the keys agree on their first 16 bytes (zero-padded), so comparing the
     // whole keys orders them as comparing the keys would.
     order.sort_unstable_by(|a, b| {
         a.0.cmp(&b.0)
-            .then_with(|| entries[a.1].key.cmp(&entries[b.1].key))
+            .then_with(|| entries.key(a.1).cmp(entries.key(b.1)))
     });
-    order.dedup_by(|a, b| a.0 == b.0 && entries[a.1].key == entries[b.1].key);
+    order.dedup_by(|a, b| a.0 == b.0 && entries.key(a.1) == entries.key(b.1));
     order.into_iter().map(|(_, i)| i).collect()
 }
 
@@ -497,6 +640,75 @@ fn remember(set: &mut Set<Vec<u8>>, ids: Vec<Vec<u8>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::Entry;
+
+    fn entries_of(rows: &[Entry]) -> Entries {
+        let mut out = Entries::default();
+        for e in rows {
+            out.push(&[&e.key], e.family, e.qualifier, e.timestamp, &e.value);
+        }
+        out
+    }
+
+    /// A row as (key, family, qualifier, timestamp, value).
+    type Written = (Vec<u8>, &'static str, Vec<u8>, i64, Vec<u8>);
+
+    fn rows_of(entries: &Entries) -> Vec<Written> {
+        let mut rows: Vec<_> = (0..entries.len())
+            .map(|i| {
+                let c = entries.cell(i);
+                let s = entries.rows[i];
+                (
+                    c.key.to_vec(),
+                    s.family,
+                    s.qualifier.to_vec(),
+                    c.timestamp,
+                    c.value.to_vec(),
+                )
+            })
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    /// The flush's builders make the rows `index`'s functions make (the rebuild and fsck
+    /// use those): the same keys, cells and values.
+    #[test]
+    fn entries_are_the_rows_the_index_layout_names() {
+        let schema = Schema::default();
+        let tags = [0, 0, 1, 0, 0, 7, 0, 0, 2, 0, 0, 9];
+        let series = Series {
+            metric: &[0, 0, 1],
+            tags: &tags,
+        };
+        let period = 1_370_995_200;
+        let names = vec![Some("web01".to_string()), Some("lön".to_string())];
+        let mut want: Vec<Entry> = Vec::new();
+        let p = index::period_entries(&schema, series, period, &names);
+        want.extend(p.postings);
+        want.extend(p.values.into_iter().flat_map(|v| v.rows));
+        want.push(p.marker);
+        let a = index::series_entries(&schema, series);
+        want.extend(a.postings);
+        want.push(a.catalog);
+        let mut got = Entries::default();
+        for ((tagk, tagv), name) in series.pairs(&schema).zip(&names) {
+            let name = name.as_deref().unwrap();
+            got.period_posting(series, period, tagk, tagv);
+            got.period_value_name(series.metric, period, tagk, tagv, name);
+            got.posting(series, tagk, tagv);
+            got.value_rows(series.metric, tagk, tagv, Some(name));
+            got.value_rows(series.metric, tagk, tagv, None);
+            got.trigram_rows(tagk, tagv, name);
+            want.extend(index::value_entries(series.metric, tagk, tagv, Some(name)));
+            want.extend(index::value_entries(series.metric, tagk, tagv, None));
+            want.extend(index::trigram_entries(tagk, tagv, name));
+        }
+        got.period_series(series, period);
+        got.catalog(series);
+        assert_eq!(got.len(), want.len());
+        assert_eq!(rows_of(&got), rows_of(&entries_of(&want)));
+    }
 
     #[test]
     fn known_periods_keep_the_two_latest() {
@@ -556,7 +768,7 @@ mod tests {
             .rev()
             .map(|i| entry(2 + (i % 3) as u8, i))
             .collect();
-        write_sorted(&store, table, few).unwrap();
+        write_sorted(&store, table, &entries_of(&few)).unwrap();
         assert_eq!(writes.swap(0, Ordering::SeqCst), 1);
         // More than a batch: one kind a write (10 rows, 10 rows, a batch), where cutting
         // at the batch size alone would write two.
@@ -567,7 +779,7 @@ mod tests {
             _ => 7,
         };
         let many: Vec<Entry> = (0..n).rev().map(|i| entry(kind(i), i)).collect();
-        write_sorted(&store, table, many).unwrap();
+        write_sorted(&store, table, &entries_of(&many)).unwrap();
         assert_eq!(writes.load(Ordering::SeqCst), 3);
         let rows = memory
             .scan(table, &ScanRequest::prefix(&[]))
@@ -601,11 +813,19 @@ mod tests {
             vec![1, 0, 0],
             vec![],
             vec![0xFF; 20],
+            // Past the first 16 bytes, equal there.
+            [vec![0x11; 24], vec![2]].concat(),
+            [vec![0x11; 24], vec![1, 5]].concat(),
+            [vec![0x11; 24], vec![1]].concat(),
+            vec![0x11; 24],
+            [vec![0x11; 20], vec![0x10, 9]].concat(),
+            [vec![0x11; 24], vec![2]].concat(),
         ];
         let entries: Vec<Entry> = keys.iter().map(|k| entry(k)).collect();
+        let entries = entries_of(&entries);
         let got: Vec<Vec<u8>> = key_order(&entries)
             .into_iter()
-            .map(|i| entries[i].key.clone())
+            .map(|i| entries.key(i).to_vec())
             .collect();
         let mut want = keys.clone();
         want.sort();
