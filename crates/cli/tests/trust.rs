@@ -506,6 +506,10 @@ fn sigkill_loop_loses_and_duplicates_no_acknowledged_point() {
         ledger.acked.len()
     );
     let end = current + (MAX_BATCHES * BATCH / 16) as i64 + 1;
+    // The log directory says a process ran and did not close: the next start writes the
+    // UID table again before its first sync (RFC 0001, "UIDs after a failed sync").
+    let at_risk = data.join("wal").join("uids-at-risk");
+    assert_eq!(std::fs::read(&at_risk).unwrap(), [2], "after SIGKILL");
     let tsd = Tsd::start(&data, Some(&config));
     let all = query_points(&tsd.addr, "trust.kill", past, end);
     let c = ledger.check(&all, "after SIGKILLs, /api/query");
@@ -544,7 +548,17 @@ fn sigkill_loop_loses_and_duplicates_no_acknowledged_point() {
         some,
         "after SIGKILLs, an anchored regexp"
     );
+    assert!(
+        tsd.log_all()
+            .contains("the previous process stopped without closing"),
+        "the start after SIGKILL wrote the UID table again"
+    );
     assert!(tsd.stop().success());
+    assert_eq!(
+        std::fs::read(&at_risk).unwrap(),
+        Vec::<u8>::new(),
+        "a graceful stop closed with everything synced"
+    );
     let s = ledger.check(
         &scan_points(&data, None, "trust.kill", past, end),
         "after SIGKILLs, scan",

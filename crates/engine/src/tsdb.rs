@@ -524,7 +524,8 @@ fn recover_uids(
         None => false,
     };
     if unclean {
-        tracing::warn!(
+        // Expected after a crash, as a log replay is: not trouble.
+        tracing::info!(
             "the previous process stopped without closing: the UID table is written again before the first store sync"
         );
     }
