@@ -168,8 +168,31 @@ impl StoreArgs {
         }
     }
 
-    /// Opens the database; buffered points of a previous run are replayed and flushed.
-    pub(crate) fn open_tsdb(&self, settings: Settings) -> anyhow::Result<Arc<Tsdb>> {
-        Ok(Tsdb::open(self.open_store()?, settings)?)
+    /// Opens the database; buffered points of a previous run are replayed and flushed. It
+    /// is closed when the command is done with it ([`Db`]).
+    pub(crate) fn open_tsdb(&self, settings: Settings) -> anyhow::Result<Db> {
+        Ok(Db(Tsdb::open(self.open_store()?, settings)?))
+    }
+}
+
+/// A command's database, closed when dropped (whatever the command's outcome): a process
+/// that stops without closing has the next start write the UID table again (RFC 0001, "UIDs
+/// after a failed sync"), and closing flushes what the command buffered.
+#[derive(Debug)]
+pub(crate) struct Db(pub(crate) Arc<Tsdb>);
+
+impl std::ops::Deref for Db {
+    type Target = Arc<Tsdb>;
+
+    fn deref(&self) -> &Arc<Tsdb> {
+        &self.0
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.close() {
+            eprintln!("closing the database failed: {e}");
+        }
     }
 }

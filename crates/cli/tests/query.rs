@@ -56,6 +56,11 @@ fn cli_query_prints_opentsdb_lines_locally_and_through_a_tsd() {
     ];
     let o = tsdb(&args, &data);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The command closed its database: the next start need not write the UID table again.
+    assert_eq!(
+        std::fs::read(data.join("wal").join("uids-at-risk")).unwrap(),
+        Vec::<u8>::new()
+    );
     let local = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = local.lines().collect();
     assert_eq!(lines.len(), 300 + 151, "{local}");

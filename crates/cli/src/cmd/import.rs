@@ -14,8 +14,8 @@ use std::time::Instant;
 use anyhow::Context;
 use hourglass_core::put::{PutError, PutLine, parse_put};
 use hourglass_core::rollup::parse_rollup_line;
+use hourglass_engine::IncomingPoint;
 use hourglass_engine::rollup::RollupPoint;
-use hourglass_engine::{IncomingPoint, Tsdb};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
@@ -40,7 +40,7 @@ pub(crate) struct ImportArgs {
 
 /// Where batches go.
 enum Sink {
-    Local(std::sync::Arc<Tsdb>),
+    Local(crate::open::Db),
     /// A TSD's base URL.
     Remote {
         agent: ureq::Agent,

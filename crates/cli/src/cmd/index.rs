@@ -88,7 +88,7 @@ fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| settings.schema.index_table.clone());
         let deleted = hourglass_engine::index::status::clear(store.as_ref(), &table)?;
         replaced = Some((table, deleted));
-        hourglass_engine::Tsdb::open(store, settings)?
+        crate::open::Db(hourglass_engine::Tsdb::open(store, settings)?)
     } else {
         args.store.open_tsdb(settings)?
     };

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::Context;
-use hourglass_engine::Tsdb;
 use hourglass_server::{ServerSettings, State};
 
 use crate::open::StoreArgs;
@@ -18,7 +17,7 @@ use crate::open::StoreArgs;
 #[derive(Debug)]
 pub(crate) struct Local {
     pub(crate) base: String,
-    db: Arc<Tsdb>,
+    db: crate::open::Db,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<std::io::Result<()>>>,
 }
