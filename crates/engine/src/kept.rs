@@ -740,6 +740,47 @@ mod tests {
         fn sync(&self) -> Result<()> {
             self.inner.sync()
         }
+
+        fn is_shared(&self) -> bool {
+            self.inner.is_shared()
+        }
+
+        fn scan_cells(
+            &self,
+            table: &str,
+            request: &hourglass_storage::ScanRequest,
+            visit: hourglass_storage::CellVisitor<'_>,
+        ) -> hourglass_storage::Result<()> {
+            self.inner.scan_cells(table, request, visit)
+        }
+
+        fn increment_many(
+            &self,
+            table: &str,
+            key: &[u8],
+            increments: &[hourglass_storage::Increment],
+        ) -> hourglass_storage::Result<Vec<i64>> {
+            self.inner.increment_many(table, key, increments)
+        }
+
+        fn append(
+            &self,
+            table: &str,
+            key: &[u8],
+            family: &str,
+            qualifier: &[u8],
+            suffix: &[u8],
+        ) -> hourglass_storage::Result<()> {
+            self.inner.append(table, key, family, qualifier, suffix)
+        }
+
+        fn checkpoint(&self) -> hourglass_storage::Result<()> {
+            self.inner.checkpoint()
+        }
+
+        fn maintain(&self, now_ms: i64) -> hourglass_storage::Result<()> {
+            self.inner.maintain(now_ms)
+        }
     }
 
     /// One-cell rows reach the inner store as such, so the embedded store writes the tag

@@ -466,6 +466,56 @@ impl Store for CountingScans {
     fn sync(&self) -> hourglass_storage::Result<()> {
         self.inner.sync()
     }
+
+    fn is_shared(&self) -> bool {
+        self.inner.is_shared()
+    }
+
+    fn put_cells(
+        &self,
+        table: &str,
+        rows: &[hourglass_storage::CellRow<'_>],
+    ) -> hourglass_storage::Result<()> {
+        self.inner.put_cells(table, rows)
+    }
+
+    fn scan_cells(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::CellVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        // Through `scan`, so the rows lent are counted too.
+        hourglass_storage::fallback::scan_cells(self, table, request, visit)
+    }
+
+    fn increment_many(
+        &self,
+        table: &str,
+        key: &[u8],
+        increments: &[hourglass_storage::Increment],
+    ) -> hourglass_storage::Result<Vec<i64>> {
+        self.inner.increment_many(table, key, increments)
+    }
+
+    fn append(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
+    ) -> hourglass_storage::Result<()> {
+        self.inner.append(table, key, family, qualifier, suffix)
+    }
+
+    fn checkpoint(&self) -> hourglass_storage::Result<()> {
+        self.inner.checkpoint()
+    }
+
+    fn maintain(&self, now_ms: i64) -> hourglass_storage::Result<()> {
+        self.inner.maintain(now_ms)
+    }
 }
 
 /// A meta-table lookup of a whole metric with a limit reads the catalog only until the limit

@@ -76,9 +76,7 @@ pub trait Store: Send + Sync + Debug {
     /// Whether other processes read this store directly (several TSDs share one Bigtable
     /// instance): a point is visible to them only once written here, so a TSD's `?sync`
     /// waits for the store write rather than for its own log.
-    fn is_shared(&self) -> bool {
-        false
-    }
+    fn is_shared(&self) -> bool;
 
     /// Creates a table, or adds the families it lacks. Idempotent.
     fn create_table(&self, spec: &TableSpec) -> Result<()>;
@@ -95,9 +93,7 @@ pub trait Store: Send + Sync + Debug {
         table: &str,
         keys: &[Vec<u8>],
         read: &ReadOptions,
-    ) -> Result<Vec<Option<Row>>> {
-        keys.iter().map(|k| self.get(table, k, read)).collect()
-    }
+    ) -> Result<Vec<Option<Row>>>;
 
     /// Applies mutations to one row atomically.
     fn mutate_row(&self, table: &str, key: &[u8], mutations: &[Mutation]) -> Result<()>;
@@ -110,10 +106,7 @@ pub trait Store: Send + Sync + Debug {
     /// repeated: the last stands). A backend may write rows given in strictly ascending key
     /// order without building its row model (the embedded store does: the tag index's
     /// entries are such rows).
-    fn put_cells(&self, table: &str, rows: &[CellRow<'_>]) -> Result<()> {
-        let rows: Vec<RowMutation> = rows.iter().map(CellRow::to_mutation).collect();
-        self.mutate_rows(table, &rows)
-    }
+    fn put_cells(&self, table: &str, rows: &[CellRow<'_>]) -> Result<()>;
 
     /// Rows with `start <= key < end` (no end: to the last row) passing the filters, each
     /// once, in key order, or, for a data table a backend keeps a series' period together
@@ -127,14 +120,7 @@ pub trait Store: Send + Sync + Debug {
     /// one at a time instead of handed over: a backend keeping rows as bytes lends cells
     /// borrowed from them, without a copy (and an allocation) per cell. The default visits
     /// the rows of [`Store::scan`].
-    fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()> {
-        for row in self.scan(table, request)? {
-            let row = row?;
-            let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
-            visit(&row.key, LentCells::Cells(&cells))?;
-        }
-        Ok(())
-    }
+    fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()>;
 
     /// Adds `delta` to an 8-byte big-endian counter (absent counts as 0); returns the new value.
     fn increment(
@@ -151,18 +137,8 @@ pub trait Store: Send + Sync + Debug {
     /// atomically; Bigtable applies them all in one ReadModifyWriteRow, the default calls
     /// [`Store::increment`] once each (an error may leave the earlier ones applied). Each
     /// column may be named once (an invalid-input error otherwise, before any change).
-    fn increment_many(
-        &self,
-        table: &str,
-        key: &[u8],
-        increments: &[Increment],
-    ) -> Result<Vec<i64>> {
-        check_distinct(increments)?;
-        increments
-            .iter()
-            .map(|i| self.increment(table, key, &i.family, &i.qualifier, i.delta))
-            .collect()
-    }
+    fn increment_many(&self, table: &str, key: &[u8], increments: &[Increment])
+    -> Result<Vec<i64>>;
 
     /// Applies `mutations` only when `check` holds, atomically with the check.
     /// Returns whether it held.
@@ -185,6 +161,88 @@ pub trait Store: Send + Sync + Debug {
         family: &str,
         qualifier: &[u8],
         suffix: &[u8],
+    ) -> Result<()>;
+
+    /// Makes every write acknowledged so far durable against power loss.
+    fn sync(&self) -> Result<()>;
+
+    /// Moves buffered state into the store's long-term files so recovery logs can be
+    /// dropped (at shutdown). Backends without such state do nothing.
+    fn checkpoint(&self) -> Result<()>;
+
+    /// Upkeep a backend does at its caller's pace, given the writer's clock (ms): the
+    /// embedded store moves rows of periods closed by `now_ms` into their groups (RFC 0006).
+    /// Cheap when there is nothing to do. Backends without upkeep do nothing.
+    fn maintain(&self, now_ms: i64) -> Result<()>;
+}
+
+/// The general ways of the [`Store`] methods a backend may do better: a backend without a
+/// better way calls these from its own methods. [`Store`] has no default methods, so a
+/// layer over another store (a wrapper) must say for every method what it does: forgetting
+/// one would silently drop the inner store's better way (or, for `is_shared`,
+/// `checkpoint` and `maintain`, its behaviour).
+pub mod fallback {
+    use super::*;
+
+    /// [`Store::get_rows`] as one [`Store::get`] a key.
+    pub fn get_rows<S: Store + ?Sized>(
+        store: &S,
+        table: &str,
+        keys: &[Vec<u8>],
+        read: &ReadOptions,
+    ) -> Result<Vec<Option<Row>>> {
+        keys.iter().map(|k| store.get(table, k, read)).collect()
+    }
+
+    /// [`Store::put_cells`] as [`Store::mutate_rows`].
+    pub fn put_cells<S: Store + ?Sized>(
+        store: &S,
+        table: &str,
+        rows: &[CellRow<'_>],
+    ) -> Result<()> {
+        let rows: Vec<RowMutation> = rows.iter().map(CellRow::to_mutation).collect();
+        store.mutate_rows(table, &rows)
+    }
+
+    /// [`Store::scan_cells`] over the rows of [`Store::scan`].
+    pub fn scan_cells<S: Store + ?Sized>(
+        store: &S,
+        table: &str,
+        request: &ScanRequest,
+        visit: CellVisitor<'_>,
+    ) -> Result<()> {
+        for row in store.scan(table, request)? {
+            let row = row?;
+            let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
+            visit(&row.key, LentCells::Cells(&cells))?;
+        }
+        Ok(())
+    }
+
+    /// [`Store::increment_many`] as one [`Store::increment`] a counter (an error may leave
+    /// the earlier ones applied).
+    pub fn increment_many<S: Store + ?Sized>(
+        store: &S,
+        table: &str,
+        key: &[u8],
+        increments: &[Increment],
+    ) -> Result<Vec<i64>> {
+        check_distinct(increments)?;
+        increments
+            .iter()
+            .map(|i| store.increment(table, key, &i.family, &i.qualifier, i.delta))
+            .collect()
+    }
+
+    /// [`Store::append`] as a read and a compare-and-set, again while another writer got
+    /// in between.
+    pub fn append<S: Store + ?Sized>(
+        store: &S,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
     ) -> Result<()> {
         const ATTEMPTS: usize = 1000;
         let read = ReadOptions {
@@ -193,7 +251,7 @@ pub trait Store: Send + Sync + Debug {
             ..ReadOptions::default()
         };
         for _ in 0..ATTEMPTS {
-            let current = self
+            let current = store
                 .get(table, key, &read)?
                 .and_then(|r| r.value(family, qualifier).map(<[u8]>::to_vec));
             let mut value = current.clone().unwrap_or_default();
@@ -204,29 +262,12 @@ pub trait Store: Send + Sync + Debug {
                 expected: current,
             };
             let set = [Mutation::set(family, qualifier.to_vec(), value)];
-            if self.check_and_mutate(table, key, &check, &set)? {
+            if store.check_and_mutate(table, key, &check, &set)? {
                 return Ok(());
             }
         }
         Err(Error::Unavailable(format!(
             "append to a column kept losing to other writers ({ATTEMPTS} attempts)"
         )))
-    }
-
-    /// Makes every write acknowledged so far durable against power loss.
-    fn sync(&self) -> Result<()>;
-
-    /// Moves buffered state into the store's long-term files so recovery logs can be
-    /// dropped (at shutdown). Backends without such state do nothing.
-    fn checkpoint(&self) -> Result<()> {
-        Ok(())
-    }
-
-    /// Upkeep a backend does at its caller's pace, given the writer's clock (ms): the
-    /// embedded store moves rows of periods closed by `now_ms` into their groups (RFC 0006).
-    /// Cheap when there is nothing to do. Backends without upkeep do nothing.
-    fn maintain(&self, now_ms: i64) -> Result<()> {
-        let _ = now_ms;
-        Ok(())
     }
 }

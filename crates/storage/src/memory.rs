@@ -218,6 +218,60 @@ impl Store for MemoryStore {
     fn sync(&self) -> Result<()> {
         Ok(())
     }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    fn get_rows(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        read: &crate::ReadOptions,
+    ) -> crate::Result<Vec<Option<crate::Row>>> {
+        crate::fallback::get_rows(self, table, keys, read)
+    }
+
+    fn put_cells(&self, table: &str, rows: &[crate::CellRow<'_>]) -> crate::Result<()> {
+        crate::fallback::put_cells(self, table, rows)
+    }
+
+    fn scan_cells(
+        &self,
+        table: &str,
+        request: &crate::ScanRequest,
+        visit: crate::CellVisitor<'_>,
+    ) -> crate::Result<()> {
+        crate::fallback::scan_cells(self, table, request, visit)
+    }
+
+    fn increment_many(
+        &self,
+        table: &str,
+        key: &[u8],
+        increments: &[crate::Increment],
+    ) -> crate::Result<Vec<i64>> {
+        crate::fallback::increment_many(self, table, key, increments)
+    }
+
+    fn append(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
+    ) -> crate::Result<()> {
+        crate::fallback::append(self, table, key, family, qualifier, suffix)
+    }
+
+    fn checkpoint(&self) -> crate::Result<()> {
+        Ok(())
+    }
+
+    fn maintain(&self, _now_ms: i64) -> crate::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

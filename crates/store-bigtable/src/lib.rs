@@ -770,6 +770,42 @@ impl Store for BigtableStore {
     fn is_shared(&self) -> bool {
         true
     }
+
+    fn put_cells(
+        &self,
+        table: &str,
+        rows: &[hourglass_storage::CellRow<'_>],
+    ) -> hourglass_storage::Result<()> {
+        hourglass_storage::fallback::put_cells(self, table, rows)
+    }
+
+    fn scan_cells(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::CellVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        hourglass_storage::fallback::scan_cells(self, table, request, visit)
+    }
+
+    fn append(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
+    ) -> hourglass_storage::Result<()> {
+        hourglass_storage::fallback::append(self, table, key, family, qualifier, suffix)
+    }
+
+    fn checkpoint(&self) -> hourglass_storage::Result<()> {
+        Ok(())
+    }
+
+    fn maintain(&self, _now_ms: i64) -> hourglass_storage::Result<()> {
+        Ok(())
+    }
 }
 
 impl BigtableStore {

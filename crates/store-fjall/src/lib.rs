@@ -1719,6 +1719,30 @@ impl Store for FjallStore {
         drop(open);
         Ok(())
     }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    fn increment_many(
+        &self,
+        table: &str,
+        key: &[u8],
+        increments: &[hourglass_storage::Increment],
+    ) -> hourglass_storage::Result<Vec<i64>> {
+        hourglass_storage::fallback::increment_many(self, table, key, increments)
+    }
+
+    fn append(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
+    ) -> hourglass_storage::Result<()> {
+        hourglass_storage::fallback::append(self, table, key, family, qualifier, suffix)
+    }
 }
 
 #[cfg(test)]

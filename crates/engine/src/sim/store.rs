@@ -456,4 +456,39 @@ impl Store for FaultStore {
         // No fault check: the seeds' fault schedules count the operations above only.
         self.inner().maintain(now_ms)
     }
+
+    fn put_cells(
+        &self,
+        table: &str,
+        rows: &[hourglass_storage::CellRow<'_>],
+    ) -> hourglass_storage::Result<()> {
+        // Through `mutate_rows`: its faults (a prefix applied) and the fsyncgate model.
+        hourglass_storage::fallback::put_cells(self, table, rows)
+    }
+
+    fn scan_cells(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::CellVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        // Through `scan` and its faults.
+        hourglass_storage::fallback::scan_cells(self, table, request, visit)
+    }
+
+    fn append(
+        &self,
+        table: &str,
+        key: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        suffix: &[u8],
+    ) -> hourglass_storage::Result<()> {
+        // Through `get` and `check_and_mutate` and their faults.
+        hourglass_storage::fallback::append(self, table, key, family, qualifier, suffix)
+    }
+
+    fn checkpoint(&self) -> hourglass_storage::Result<()> {
+        self.inner().checkpoint()
+    }
 }
