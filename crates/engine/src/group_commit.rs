@@ -5,6 +5,8 @@
 //! Writes are numbered in the order they returned (a sequence number, or a ticket); the
 //! sync's leader says which number its sync covered (the last one taken before it started).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use parking_lot::{Condvar, Mutex};
 
 use crate::Result;
@@ -21,6 +23,9 @@ struct State {
 pub(crate) struct GroupCommit {
     state: Mutex<State>,
     done: Condvar,
+    /// `state.synced`, readable without the lock: a caller already covered (every batch
+    /// once its UIDs are synced) returns without taking it.
+    synced: AtomicU64,
 }
 
 impl GroupCommit {
@@ -35,6 +40,9 @@ impl GroupCommit {
         through: u64,
         mut sync: impl FnMut() -> Result<u64>,
     ) -> Result<()> {
+        if self.synced.load(Ordering::Acquire) >= through {
+            return Ok(());
+        }
         loop {
             let mut s = self.state.lock();
             loop {
@@ -53,6 +61,7 @@ impl GroupCommit {
             s.running = false;
             if let Ok(covered) = result {
                 s.synced = s.synced.max(covered);
+                self.synced.store(s.synced, Ordering::Release);
             }
             self.done.notify_all();
             result?;
@@ -67,12 +76,13 @@ impl GroupCommit {
         let mut s = self.state.lock();
         if covered > s.synced {
             s.synced = covered;
+            self.synced.store(covered, Ordering::Release);
             self.done.notify_all();
         }
     }
 
     /// The last number a finished sync covered.
     pub(crate) fn synced(&self) -> u64 {
-        self.state.lock().synced
+        self.synced.load(Ordering::Acquire)
     }
 }

@@ -593,7 +593,7 @@ impl Store for KeptStore {
     }
 
     /// Handed to the inner store as such: its own way of writing one-cell rows (the
-    /// embedded store's skips its row model), where the trait's default makes mutations.
+    /// embedded store's skips its row model), not the general one of mutations.
     fn put_cells(&self, table: &str, rows: &[hourglass_storage::CellRow<'_>]) -> Result<()> {
         self.inner.put_cells(table, rows)
     }

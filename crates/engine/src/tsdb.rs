@@ -41,8 +41,6 @@ pub struct Tsdb {
     /// Tag index trigram lists read by queries, kept while no trigram row is written
     /// (only when this TSD alone writes its store).
     trigram_lists: crate::index::select::TrigramLists,
-    /// The log directory (for `uids-at-risk`, cleared by [`Tsdb::close`]).
-    log_files: Option<Arc<dyn LogFiles>>,
 }
 
 impl Tsdb {
@@ -124,7 +122,6 @@ impl Tsdb {
             None => (None, Vec::new()),
         };
         recover_uids(&kept, &uids, files.as_deref(), &settings)?;
-        let log_files = files.clone();
         let writer = Writer::new(
             Arc::clone(&store),
             settings.clone(),
@@ -162,7 +159,6 @@ impl Tsdb {
             upkeeper: Mutex::new(None),
             tree_worker: Mutex::new(None),
             trigram_lists: crate::index::select::TrigramLists::default(),
-            log_files,
         }))
     }
 
@@ -476,7 +472,7 @@ impl Tsdb {
         self.store.sync()?;
         self.store.checkpoint()?;
         // Everything is synced: the next process need not write the UID table again.
-        if let Some(files) = &self.log_files {
+        if let Some(files) = self.writer.log_files() {
             files
                 .write_named(UIDS_AT_RISK, &[])
                 .map_err(|e| crate::Error::Internal(format!("cannot write {UIDS_AT_RISK}: {e}")))?;

@@ -116,32 +116,33 @@ impl UidRegistry {
         self.kept_ticket.load(Ordering::Acquire)
     }
 
-    /// The cells of `name`'s mappings to `uid` (and MAXID at least `uid`, unless the UID
-    /// was drawn at random), as kept until synced.
-    fn mapping_cells(&self, kind: UidKind, name: &str, uid: Uid, counted: bool) -> Vec<Asserted> {
+    /// The cells of `name`'s mappings to each UID `tried` (and MAXID at least the highest,
+    /// when UIDs of `kind` are counted, not drawn at random), as kept until synced.
+    fn mapping_cells(&self, kind: UidKind, name: &str, tried: &[Uid]) -> Vec<Asserted> {
         let qualifier = kind.qualifier().as_bytes().to_vec();
-        let uid_bytes = uid.to_bytes(self.width(kind));
-        let mut cells = vec![
-            Asserted {
-                key: uid_bytes.clone(),
-                family: UID_NAME_FAMILY.to_string(),
-                qualifier: qualifier.clone(),
-                what: Assertion::Holds(name_bytes(name).to_vec()),
-            },
-            Asserted {
-                key: name_bytes(name).to_vec(),
-                family: UID_ID_FAMILY.to_string(),
-                qualifier: qualifier.clone(),
-                what: Assertion::Holds(uid_bytes),
-            },
-        ];
-        if counted {
-            cells.push(Asserted {
-                key: MAXID_ROW.to_vec(),
-                family: UID_ID_FAMILY.to_string(),
-                qualifier,
-                what: Assertion::AtLeast(uid.0 as i64),
-            });
+        let cell = |key: Vec<u8>, family: &str, what| Asserted {
+            key,
+            family: family.to_string(),
+            qualifier: qualifier.clone(),
+            what,
+        };
+        let mut cells = Vec::with_capacity(2 * tried.len() + 1);
+        for uid in tried {
+            let uid_bytes = uid.to_bytes(self.width(kind));
+            let name = name_bytes(name).to_vec();
+            cells.push(cell(
+                uid_bytes.clone(),
+                UID_NAME_FAMILY,
+                Assertion::Holds(name.clone()),
+            ));
+            cells.push(cell(name, UID_ID_FAMILY, Assertion::Holds(uid_bytes)));
+        }
+        if let Some(highest) = tried.iter().max().filter(|_| self.counted(kind)) {
+            cells.push(cell(
+                MAXID_ROW.to_vec(),
+                UID_ID_FAMILY,
+                Assertion::AtLeast(highest.0 as i64),
+            ));
         }
         cells
     }
@@ -347,11 +348,7 @@ impl UidRegistry {
         // after a failed sync only while it holds what was tried, so a UID another writer
         // won or that was withdrawn is left alone.
         if !tried.is_empty() {
-            let counted = self.counted(kind);
-            let cells = tried
-                .iter()
-                .flat_map(|uid| self.mapping_cells(kind, name, *uid, counted))
-                .collect();
+            let cells = self.mapping_cells(kind, name, &tried);
             self.kept_through(kept.keep(started, self.table(), cells, clock.now_ms()));
         }
         assigned

@@ -944,6 +944,11 @@ impl Writer {
         }
     }
 
+    /// The log directory, when there is a log.
+    pub(crate) fn log_files(&self) -> Option<&dyn LogFiles> {
+        self.files.as_deref()
+    }
+
     /// The sequence number of the last batch accepted so far.
     pub(crate) fn last_seq(&self) -> u64 {
         self.state.lock().next_seq - 1
