@@ -1608,18 +1608,27 @@ impl FjallStore {
             .map_err(|e| self.write_failed("sync failed", e))
     }
 
+    /// Flushes every keyspace's memtable (the catalog's too) into tables, syncs, then starts
+    /// a new journal: the old one, holding only what the tables now hold, is deleted, so a
+    /// graceful close leaves no journal to keep or replay (up to 64 MB of it otherwise: fjall
+    /// starts a new journal only past that size).
     fn checkpoint_once(&self) -> Result<()> {
         let open = self.handle()?;
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
-        for t in tables {
-            for rows in std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)) {
-                rows.rotate_memtable_and_wait()
-                    .map_err(|e| self.write_failed("flush failed", e))?;
-            }
+        let keyspaces = tables
+            .iter()
+            .flat_map(|t| std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)))
+            .chain(std::iter::once(&open.catalog));
+        for rows in keyspaces {
+            rows.rotate_memtable_and_wait()
+                .map_err(|e| self.write_failed("flush failed", e))?;
         }
         open.db
             .persist(PersistMode::SyncAll)
-            .map_err(|e| self.write_failed("sync failed", e))
+            .map_err(|e| self.write_failed("sync failed", e))?;
+        open.db
+            .rotate_journal()
+            .map_err(|e| self.write_failed("journal rotation failed", e))
     }
 }
 
