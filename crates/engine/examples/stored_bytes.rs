@@ -75,8 +75,11 @@ fn metric_names(
     Ok(names)
 }
 
-/// Bytes of the files under `dir` (their lengths), by their path's first component below it.
+/// Bytes of the files under `dir`, by their path's first component below it (`store/` by its
+/// second): each file's length or allocation, whichever is less, as `hourglass-bench` counts
+/// data bytes (fjall sizes a new journal to 64 MiB without writing it).
 fn files_by_dir(dir: &Path, out: &mut BTreeMap<String, u64>, top: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
@@ -91,7 +94,7 @@ fn files_by_dir(dir: &Path, out: &mut BTreeMap<String, u64>, top: &Path) -> std:
                 ("store", Some(second)) => format!("store/{second}"),
                 _ => first,
             };
-            *out.entry(key).or_default() += meta.len();
+            *out.entry(key).or_default() += meta.len().min(meta.blocks() * 512);
         }
     }
     Ok(())
