@@ -11,7 +11,10 @@
 //!
 //! DATA_DIR is the data dir of a stopped TSD on the embedded store (one `hourglass-bench
 //! realdata` keeps with `HOURGLASS_BENCH_KEEP=1`); with POINTS (the points it was sent) the
-//! figures are also given per point of the whole load. Reads only; prints a Markdown table.
+//! figures are also given per point of the whole load. It opens the store as a TSD does
+//! (stop the TSD first), writes nothing, and prints Markdown tables.
+
+#![allow(clippy::print_stdout)] // a report tool: it prints its tables
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

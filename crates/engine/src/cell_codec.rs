@@ -1459,7 +1459,7 @@ fn decode_body(
             }
         }
     }
-    if let Some(s) = sections.as_deref_mut() {
+    if let Some(s) = sections {
         s.integer_points += n - float_count;
         s.float_points += float_count;
     }
