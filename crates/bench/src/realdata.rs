@@ -61,6 +61,10 @@ pub(crate) struct RealDataArgs {
     /// metric, the layout `--data` reads), then go on with the run.
     #[arg(long, requires = "generated")]
     write_csv: Option<PathBuf>,
+    /// Print, per metric of the generated stream, the information its draws carry (a lower
+    /// bound on the bytes any lossless coding of it takes), then exit.
+    #[arg(long, requires = "generated")]
+    information: bool,
     /// Metric prefix: a file's series is `<prefix>.<its folder>`.
     #[arg(long, default_value = "nab")]
     prefix: String,
@@ -455,6 +459,18 @@ fn print_table(results: &[Measured], queries: &[Query], points: usize) {
 pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
     if args.fetch_help {
         print!("{FETCH_HELP}");
+        return Ok(());
+    }
+    if args.information {
+        let (series, drawn) = generated::generate_drawn(args.seed, args.series, args.days);
+        println!(
+            "generated (seed {}): {} series over {} days, {} points; what the draws carry:\n",
+            args.seed,
+            series.len(),
+            args.days,
+            series::points(&series)
+        );
+        print!("{}", generated::information_table(&drawn));
         return Ok(());
     }
     let tsdb = targets::tsdb_binary(args.tsdb.as_deref())?;

@@ -488,7 +488,7 @@ pub fn joint_summaries(
 /// length.
 fn joint_body(stream: &[u8], members: &[JointMember]) -> Result<Body, &'static str> {
     let (mut r, n, version) = joint_reader(stream, members)?;
-    let body = decode_body(&mut r, version, n)?;
+    let body = decode_body(&mut r, version, n, None)?;
     if r.pos != stream.len() {
         return Err("trailing bytes");
     }
@@ -659,7 +659,7 @@ fn blob_holds(blob: &[u8], points: &[Point], meta: Option<u8>) -> bool {
     if n != points.len() || m != meta {
         return false;
     }
-    let Ok(body) = decode_body(&mut r, version, n) else {
+    let Ok(body) = decode_body(&mut r, version, n, None) else {
         return false;
     };
     r.pos == blob.len()
@@ -1263,7 +1263,7 @@ struct Body {
 /// Decodes a blob into its points (appended to `out`); returns the cell's meta byte.
 fn decode_blob_points(blob: &[u8], out: &mut Vec<Point>) -> Result<Option<u8>, &'static str> {
     let (mut r, version, n, meta) = Reader::header(blob)?;
-    let body = decode_body(&mut r, version, n)?;
+    let body = decode_body(&mut r, version, n, None)?;
     if r.pos != blob.len() {
         return Err("trailing bytes");
     }
@@ -1293,9 +1293,72 @@ fn body_point(body: &Body, i: usize, base_ms: i64) -> Result<Point, &'static str
     Ok(Point::new(q, body.bits[i]))
 }
 
+/// The bytes of each section of a joint stream ([`joint_sections`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JointSections {
+    /// The version byte.
+    pub version: usize,
+    /// The hour summaries (version 0x03): the bitmap and each summary.
+    pub summaries: usize,
+    /// The resolution and flag runs.
+    pub runs: usize,
+    /// The points' offsets: their times.
+    pub offsets: usize,
+    /// The integer points' values.
+    pub integers: usize,
+    /// The float section's mode and scale bytes.
+    pub float_head: usize,
+    /// The decimal mantissas (first, divisor, packed quotients).
+    pub mantissas: usize,
+    /// The decimal corrections.
+    pub corrections: usize,
+    /// Floats stored as their bytes (mode 0x01).
+    pub raw_floats: usize,
+    pub integer_points: usize,
+    pub float_points: usize,
+    /// The float section's decimal scale (`None`: raw, or no floats).
+    pub scale: Option<u32>,
+}
+
+/// Adds the bytes from `*mark` to `pos` to a section's count, when counting.
+fn add_section(
+    sections: &mut Option<&mut JointSections>,
+    mark: &mut usize,
+    pos: usize,
+    field: fn(&mut JointSections) -> &mut usize,
+) {
+    if let Some(s) = sections.as_deref_mut() {
+        *field(s) += pos - *mark;
+    }
+    *mark = pos;
+}
+
+/// Where a joint stream's bytes go, section by section (tools accounting for the store's
+/// bytes); refuses what the other readers refuse.
+pub fn joint_sections(stream: &[u8], members: &[JointMember]) -> Result<JointSections> {
+    let corrupt = |e: &str| Error::Corrupt(format!("bad joint stream: {e}"));
+    let (mut r, n, version) = joint_reader(stream, members).map_err(corrupt)?;
+    let mut sections = JointSections {
+        version: 1,
+        summaries: r.pos - 1,
+        ..JointSections::default()
+    };
+    decode_body(&mut r, version, n, Some(&mut sections)).map_err(corrupt)?;
+    if r.pos != stream.len() {
+        return Err(corrupt("trailing bytes"));
+    }
+    Ok(sections)
+}
+
 /// The resolution, offset and flag runs and the value sections of `n` points (`n` checked
-/// against the bytes by the caller).
-fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'static str> {
+/// against the bytes by the caller); each section's bytes added to `sections` if given.
+fn decode_body(
+    r: &mut Reader<'_>,
+    version: u8,
+    n: usize,
+    mut sections: Option<&mut JointSections>,
+) -> Result<Body, &'static str> {
+    let mut mark = r.pos;
     let res_runs = r.varint()? as usize;
     let mut is_ms = r.byte()? == 1;
     let mut resolution = Vec::with_capacity(n);
@@ -1307,6 +1370,7 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
         resolution.extend(std::iter::repeat_n(is_ms, len));
         is_ms = !is_ms;
     }
+    add_section(&mut sections, &mut mark, r.pos, |s| &mut s.runs);
     let mut offsets = Vec::with_capacity(n);
     let as_rice = r.offset_mode(version)?;
     let mut at = r.varint()? as i64;
@@ -1330,6 +1394,7 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
             }
         }
     }
+    add_section(&mut sections, &mut mark, r.pos, |s| &mut s.offsets);
     let flag_runs = r.varint()? as usize;
     let mut flags = Vec::with_capacity(n);
     for _ in 0..flag_runs {
@@ -1343,12 +1408,14 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
     if resolution.len() != n || offsets.len() != n || flags.len() != n {
         return Err("stream lengths differ");
     }
+    add_section(&mut sections, &mut mark, r.pos, |s| &mut s.runs);
     let float_count = flags.iter().filter(|f| *f & FLAG_FLOAT != 0).count();
     let ints = if has_section(version, n - float_count) {
         r.unpack_deltas(n - float_count, Packing::of(version))?
     } else {
         Vec::new()
     };
+    add_section(&mut sections, &mut mark, r.pos, |s| &mut s.integers);
     let mut float_bits_out = Vec::with_capacity(float_count);
     let float_lens: Vec<usize> = flags
         .iter()
@@ -1359,7 +1426,9 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
         match float_mode(version, r.byte()?)? {
             FloatMode::Decimal { corrected } => {
                 let k = r.scale(version)?;
+                add_section(&mut sections, &mut mark, r.pos, |s| &mut s.float_head);
                 let mantissas = r.unpack_deltas(float_count, Packing::of(version))?;
+                add_section(&mut sections, &mut mark, r.pos, |s| &mut s.mantissas);
                 let corrections = if corrected && version == BODY_RICE {
                     r.rice(float_count)?.into_iter().map(|c| c as u64).collect()
                 } else if corrected {
@@ -1371,18 +1440,28 @@ fn decode_body(r: &mut Reader<'_>, version: u8, n: usize) -> Result<Body, &'stat
                 } else {
                     vec![0; float_count]
                 };
+                add_section(&mut sections, &mut mark, r.pos, |s| &mut s.corrections);
+                if let Some(s) = sections.as_deref_mut() {
+                    s.scale = Some(k);
+                }
                 for ((m, c), len) in mantissas.into_iter().zip(corrections).zip(&float_lens) {
                     float_bits_out.push(float_bits(m, k, *len).wrapping_add(c));
                 }
             }
             FloatMode::Raw => {
+                add_section(&mut sections, &mut mark, r.pos, |s| &mut s.float_head);
                 for len in &float_lens {
                     let b = r.bytes.get(r.pos..r.pos + len).ok_or("truncated")?;
                     r.pos += len;
                     float_bits_out.push(b.iter().fold(0u64, |a, x| (a << 8) | u64::from(*x)));
                 }
+                add_section(&mut sections, &mut mark, r.pos, |s| &mut s.raw_floats);
             }
         }
+    }
+    if let Some(s) = sections {
+        s.integer_points += n - float_count;
+        s.float_points += float_count;
     }
     let mut bits = Vec::with_capacity(n);
     let (mut ii, mut fi) = (0usize, 0usize);

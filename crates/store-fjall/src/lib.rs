@@ -88,6 +88,28 @@ struct Open {
     tables: RwLock<HashMap<String, Table>>,
 }
 
+/// What one keyspace holds ([`FjallStore::keyspace_bytes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyspaceBytes {
+    /// `_tables`, `t:<table>` or `g:<table>`.
+    pub name: String,
+    pub entries: u64,
+    pub key_bytes: u64,
+    pub value_bytes: u64,
+    /// Its files on disk.
+    pub disk_bytes: u64,
+}
+
+/// One group of a grouped table ([`FjallStore::visit_groups`]).
+#[derive(Debug)]
+pub struct StoredGroup<'a> {
+    pub key: &'a [u8],
+    /// The group value's length.
+    pub value_len: usize,
+    /// The joint members, in order, and the joint stream, when the group has any.
+    pub joint: Option<(Vec<JointMember>, &'a [u8])>,
+}
+
 /// The embedded store.
 ///
 /// fjall poisons its database when a journal write or sync fails (a full disk): every
@@ -421,6 +443,78 @@ impl FjallStore {
             t.codec = Some(codec);
         }
         self
+    }
+
+    /// Each keyspace's entries, key and value bytes and files on disk (the catalog, each
+    /// table's rows and, for a grouped table, its groups), by name: what the store's own files
+    /// (blocks, their compression, indexes, filters) add to what it holds. For tools and
+    /// benchmarks: it reads every entry.
+    pub fn keyspace_bytes(&self) -> Result<Vec<KeyspaceBytes>> {
+        let open = self.handle_for_read()?;
+        let mut keyspaces = vec![(TABLES_KEYSPACE.to_string(), open.catalog.clone())];
+        let mut tables: Vec<(String, Table)> = open
+            .tables
+            .read()
+            .iter()
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        tables.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, t) in tables {
+            keyspaces.push((format!("{TABLE_PREFIX}{name}"), t.rows));
+            if let Some(g) = t.groups {
+                keyspaces.push((format!("{GROUP_PREFIX}{name}"), g.rows));
+            }
+        }
+        let mut out = Vec::with_capacity(keyspaces.len());
+        for (name, keyspace) in keyspaces {
+            let mut bytes = KeyspaceBytes {
+                name,
+                disk_bytes: keyspace.disk_space(),
+                ..KeyspaceBytes::default()
+            };
+            for guard in keyspace.iter() {
+                let (k, v) = guard.into_inner().map_err(|e| io_err("read failed", e))?;
+                bytes.entries += 1;
+                bytes.key_bytes += k.len() as u64;
+                bytes.value_bytes += v.len() as u64;
+            }
+            out.push(bytes);
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` with every group of a grouped `table` (none for another table), in key
+    /// order: its key, its value's length, and its joint members and stream if it has any.
+    /// For tools that account for the store's bytes.
+    pub fn visit_groups(&self, table: &str, f: &mut dyn FnMut(StoredGroup<'_>)) -> Result<()> {
+        let (_open, t) = Self::table_of(self.handle_for_read()?, table)?;
+        let Some(groups) = t.groups else {
+            return Ok(());
+        };
+        for guard in groups.rows.iter() {
+            let (key, value) = guard.into_inner().map_err(|e| io_err("read failed", e))?;
+            let group = decode_group(&value)?;
+            let joint = group.joint.map(|(_, stream)| {
+                let members = group
+                    .members
+                    .iter()
+                    .filter_map(|(offset, m)| match m {
+                        Member::Joint { shape, .. } => Some(JointMember {
+                            offset_secs: *offset,
+                            shape: *shape,
+                        }),
+                        Member::Row(_) => None,
+                    })
+                    .collect();
+                (members, stream)
+            });
+            f(StoredGroup {
+                key: &key,
+                value_len: value.len(),
+                joint,
+            });
+        }
+        Ok(())
     }
 
     /// Disk space used by the store's files, in bytes.
@@ -1514,18 +1608,27 @@ impl FjallStore {
             .map_err(|e| self.write_failed("sync failed", e))
     }
 
+    /// Flushes every keyspace's memtable (the catalog's too) into tables, syncs, then starts
+    /// a new journal: the old one, holding only what the tables now hold, is deleted, so a
+    /// graceful close leaves no journal to keep or replay (up to 64 MB of it otherwise: fjall
+    /// starts a new journal only past that size).
     fn checkpoint_once(&self) -> Result<()> {
         let open = self.handle()?;
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
-        for t in tables {
-            for rows in std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)) {
-                rows.rotate_memtable_and_wait()
-                    .map_err(|e| self.write_failed("flush failed", e))?;
-            }
+        let keyspaces = tables
+            .iter()
+            .flat_map(|t| std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)))
+            .chain(std::iter::once(&open.catalog));
+        for rows in keyspaces {
+            rows.rotate_memtable_and_wait()
+                .map_err(|e| self.write_failed("flush failed", e))?;
         }
         open.db
             .persist(PersistMode::SyncAll)
-            .map_err(|e| self.write_failed("sync failed", e))
+            .map_err(|e| self.write_failed("sync failed", e))?;
+        open.db
+            .rotate_journal()
+            .map_err(|e| self.write_failed("journal rotation failed", e))
     }
 }
 

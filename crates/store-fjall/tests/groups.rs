@@ -470,6 +470,58 @@ fn closed_periods_move_into_groups_and_late_writes_join_them() {
 }
 
 #[test]
+fn keyspace_bytes_and_visited_groups_account_for_what_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), true);
+    let op = Op::Batch(vec![
+        (key(1, 0, 1), 0, 10),
+        (key(1, 1, 1), 1, 11),
+        (key(1, 2, 1), 0, 12),
+    ]);
+    store.mutate_rows(TABLE, &mutations(&op)).unwrap();
+    // Hours 0-1 close: series 1's period 0 is one group of two joint members; hour 2 stays
+    // a row.
+    store.maintain(2 * 3_600_000).unwrap();
+    let mut groups = Vec::new();
+    store
+        .visit_groups(TABLE, &mut |g| {
+            let (members, stream) = g.joint.expect("joint members");
+            groups.push((g.key.to_vec(), g.value_len, members, stream.to_vec()));
+        })
+        .unwrap();
+    assert_eq!(groups.len(), 1);
+    let (group_key, value_len, members, stream) = &groups[0];
+    assert_eq!(group_key, &key(1, 0, 1));
+    let offsets: Vec<(u32, u32)> = members
+        .iter()
+        .map(|m| (m.offset_secs, m.shape.points))
+        .collect();
+    assert_eq!(offsets, vec![(0, 2), (3600, 2)]);
+    assert_eq!(stream, &vec![0xA7, 10, 11]);
+    assert!(*value_len > stream.len() + 1);
+    let held = store.keyspace_bytes().unwrap();
+    let names: Vec<&str> = held.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, vec!["_tables", "t:tsdb", "g:tsdb"]);
+    let g = &held[2];
+    assert_eq!(
+        (g.entries, g.key_bytes, g.value_bytes),
+        (1, group_key.len() as u64, *value_len as u64)
+    );
+    let t = &held[1];
+    assert_eq!((t.entries, t.key_bytes), (1, key(1, 2, 1).len() as u64));
+    assert_eq!(held[0].entries, 1);
+    // A table without grouping has no groups to visit.
+    let plain = TableSpec {
+        name: "plain".into(),
+        families: vec![FamilySpec::new("t", Some(1))],
+    };
+    store.create_table(&plain).unwrap();
+    store
+        .visit_groups("plain", &mut |_| panic!("no groups"))
+        .unwrap();
+}
+
+#[test]
 fn scans_racing_grouping_passes_see_every_row_once() {
     // A writer fills hour after hour (rows in the row keyspace while the hour is open), a
     // pass closes each hour behind it (moving its rows into groups), and readers scan all

@@ -188,3 +188,70 @@ fn a_torn_or_garbled_journal_tail_is_cut_at_the_last_whole_batch() {
         );
     }
 }
+
+/// Bytes the store's journal files (`*.jnl` under `store/`) take on disk: fjall sizes a new
+/// journal to 64 MiB without writing it, so each file's allocation, or its length if less.
+fn journal_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir.join("store"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jnl"))
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            m.len().min(m.blocks() * 512)
+        })
+        .sum()
+}
+
+#[test]
+fn a_checkpoint_leaves_no_journal_of_what_the_tables_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |store: &FjallStore, from: u32| {
+        for i in from..from + 200 {
+            store
+                .mutate_row(
+                    "tsdb",
+                    &i.to_be_bytes(),
+                    &[Mutation::set("t", b"q".to_vec(), vec![i as u8; 1000])],
+                )
+                .unwrap();
+        }
+    };
+    {
+        let store = FjallStore::open(dir.path()).unwrap();
+        store.create_table(&spec()).unwrap();
+        write(&store, 0);
+        // Single-row writes go through the journal.
+        assert!(journal_bytes(dir.path()) > 200_000);
+        store.checkpoint().unwrap();
+        // Everything is in tables: the journal starts again empty.
+        assert!(
+            journal_bytes(dir.path()) <= 4096,
+            "{}",
+            journal_bytes(dir.path())
+        );
+        // Writes after the checkpoint, not flushed, are journaled and survive a close
+        // without one (as after a crash).
+        write(&store, 200);
+        assert!(journal_bytes(dir.path()) > 200_000);
+    }
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.scan("tsdb", &ScanRequest::default()).unwrap().count(),
+        400
+    );
+    let row = store
+        .get("tsdb", &7u32.to_be_bytes(), &ReadOptions::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.value("t", b"q"), Some(&[7u8; 1000][..]));
+    store.checkpoint().unwrap();
+    drop(store);
+    let store = FjallStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.scan("tsdb", &ScanRequest::default()).unwrap().count(),
+        400
+    );
+    assert!(journal_bytes(dir.path()) <= 4096);
+}

@@ -361,6 +361,48 @@ impl Database {
         Ok(())
     }
 
+    /// Seals the active journal and deletes every sealed journal whose writes all reached
+    /// tables, as a flush does once the active journal passes 64 MB (patched in, see
+    /// PATCHED.md). Called after every keyspace's memtable was flushed (a checkpoint before a
+    /// graceful close), it leaves a new, empty journal instead of one holding only writes
+    /// the tables already hold. A keyspace with writes still in a memtable (active or sealed)
+    /// keeps the sealed journal until they are flushed, as for any sealed journal.
+    ///
+    /// # Errors
+    ///
+    /// Returns error, if an IO error occurred.
+    pub fn rotate_journal(&self) -> crate::Result<()> {
+        if self.is_poisoned.is_poisoned() {
+            return Err(crate::Error::Poisoned);
+        }
+
+        // The locks in the order a flush takes them when it rotates the journal.
+        let mut journal_writer = self.supervisor.journal.get_writer()?;
+
+        #[expect(clippy::expect_used)]
+        let mut journal_manager = self
+            .supervisor
+            .journal_manager
+            .write()
+            .expect("lock is poisoned");
+
+        let seqno_map = {
+            #[expect(clippy::expect_used)]
+            let keyspaces = self.supervisor.keyspaces.write().expect("lock is poisoned");
+
+            self.supervisor.build_seqno_map(&keyspaces)
+        };
+
+        journal_manager
+            .rotate_journal(&mut journal_writer, seqno_map)
+            .inspect_err(|e| {
+                log::error!("journal rotation failed: {e:?}");
+                self.is_poisoned.poison();
+            })?;
+
+        journal_manager.maintenance()
+    }
+
     #[doc(hidden)]
     #[must_use]
     pub fn cache_capacity(&self) -> u64 {

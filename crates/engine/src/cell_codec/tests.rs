@@ -1457,3 +1457,77 @@ fn bad_summary_sections_are_refused() {
         );
     }
 }
+
+/// The joint members (offsets and shapes) of an encoded stream's cells.
+fn members_of(members: &[(u32, Rebuilt)], shapes: &[Option<JointShape>]) -> Vec<JointMember> {
+    members
+        .iter()
+        .zip(shapes)
+        .filter_map(|((o, _), s)| {
+            s.map(|shape| JointMember {
+                offset_secs: *o,
+                shape,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn joint_sections_split_the_stream() {
+    // `joint_stream_example`'s stream: version, an empty bitmap, runs (3 resolution, 5
+    // flags), offsets (mode, first, divisor, a 5-byte Rice sequence), integers, and one raw
+    // float after its mode byte.
+    let members = vec![
+        (
+            0,
+            cell(&every(300, &[Value::Int(5), Value::Int(6), Value::Int(7)])),
+        ),
+        (3600, cell(&[(false, 0, Value::Float(1.5))])),
+    ];
+    let (shapes, stream) = DataCellCodec
+        .encode_joint("t", &joint_cells(&members))
+        .unwrap();
+    let joint = members_of(&members, &shapes);
+    let s = joint_sections(&stream, &joint).unwrap();
+    assert_eq!(
+        s,
+        JointSections {
+            version: 1,
+            summaries: 1,
+            runs: 8,
+            offsets: 10,
+            integers: 5,
+            float_head: 1,
+            mantissas: 0,
+            corrections: 0,
+            raw_floats: 4,
+            integer_points: 3,
+            float_points: 1,
+            scale: None,
+        }
+    );
+    // Two hours of doubles a tenth apart, multiplied in floating point (some a unit in the
+    // last place off their decimal): scale 1, mantissas and corrections, both hours
+    // summarized; every byte in one section.
+    let members = dense_members(2, 360, |h, i| Value::Double(f64::from(h * 360 + i) * 0.1));
+    let (shapes, stream) = encode_joint(&joint_cells(&members)).unwrap();
+    let joint = members_of(&members, &shapes);
+    let s = joint_sections(&stream, &joint).unwrap();
+    assert_eq!(s.scale, Some(1));
+    assert_eq!((s.integer_points, s.float_points), (0, 720));
+    assert_eq!(s.summaries, 1 + 2 * 25);
+    assert!(s.mantissas > 0 && s.corrections > 0, "{s:?}");
+    assert_eq!((s.integers, s.raw_floats, s.float_head), (0, 0, 2));
+    let all = s.version
+        + s.summaries
+        + s.runs
+        + s.offsets
+        + s.integers
+        + s.float_head
+        + s.mantissas
+        + s.corrections
+        + s.raw_floats;
+    assert_eq!(all, stream.len());
+    // A stream cut short is refused, as every reader refuses it.
+    assert!(joint_sections(&stream[..stream.len() - 1], &joint).is_err());
+}
