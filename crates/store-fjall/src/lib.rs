@@ -461,7 +461,7 @@ fn open_keyspace_with(
     // LZ4 on every level: rows are written once and read many times. Bloom filters of
     // every level kept in memory (fjall keeps only the first level's): a table file's
     // filter is one block, read through the block cache otherwise, and the cache does not
-    // admit a block over a tenth of its size (32 MiB / 8 shards x 0.8), so once a table
+    // admit a block over a tenth of its size (32 MiB / 8 shards x 0.8, with two cores), so once a table
     // of a few million keys (the tag index's, past a few hundred thousand series) was
     // merged below the first level, every point read of the keyspace read its whole
     // filter from the file and checksummed it: 3 ms a read at 300,000 series, 15 ms at
