@@ -65,11 +65,21 @@ fn run_hourglass(args: &MetaArgs, index: bool) -> anyhow::Result<()> {
         .arg(&conf)
         .arg("--data-dir")
         .arg(dir.path().join("data"))
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .with_context(|| format!("cannot run {}", tsdb.display()))?;
     wait_port(&addr, &mut child)?;
     let result = measure(args, &addr);
+    if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
+        // The TSD left running on its data, to be profiled or asked again.
+        println!(
+            "(TSD pid {} left running on {}, port {port})",
+            child.id(),
+            dir.keep().display()
+        );
+        return result;
+    }
     child.kill().ok();
     child.wait().ok();
     result
