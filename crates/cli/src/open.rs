@@ -142,6 +142,22 @@ impl StoreArgs {
                         },
                     );
                 }
+                // A computed tier's rows of a series grouped over a month or so (RFC 0012).
+                for (table, period_secs, grace_secs) in settings
+                    .rollups
+                    .as_ref()
+                    .map(|r| r.grouped_tables(&schema.data_table))
+                    .unwrap_or_default()
+                {
+                    store = store.with_grouping(
+                        &table,
+                        Grouping {
+                            timestamp_offset: schema.timestamp_offset(),
+                            period_secs,
+                            grace_secs,
+                        },
+                    );
+                }
                 // Binaries without the tag index refuse the data dir from now on, so none
                 // writes points without their entries (RFC 0007).
                 if settings.index {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use hourglass_core::config::Config;
 use hourglass_core::qualifier::Qualifier;
-use hourglass_core::rollup::{RollupConfig, RollupInterval};
+use hourglass_core::rollup::{RollupConfig, RollupInterval, SpanUnit};
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::Value;
 use hourglass_storage::{Mutation, RowMutation};
@@ -91,7 +91,35 @@ impl RollupSettings {
     pub fn tables(&self) -> Vec<String> {
         self.config.tables()
     }
+
+    /// The tables an embedded store keeps grouped (RFC 0012), each with its period and
+    /// grace (seconds): the `table` of each tier Hourglass computes
+    /// (`tsd.rollups.compute`) whose rows span hours or a day, grouped by
+    /// [`TIER_GROUP_ROWS`] row spans, once one row span has passed after the period's end.
+    /// Pre-aggregate tables, and tiers written by other jobs, stay as they are.
+    pub fn grouped_tables(&self, data_table: &str) -> Vec<(String, u32, u32)> {
+        if self.compute.is_none() {
+            return Vec::new();
+        }
+        self.config
+            .intervals()
+            .iter()
+            .filter(|i| !i.default_interval && i.table != data_table)
+            .filter_map(|i| {
+                let span = match i.unit {
+                    SpanUnit::Hour => 3_600u32.checked_mul(i.multiplier)?,
+                    SpanUnit::Day => 86_400,
+                    SpanUnit::Month | SpanUnit::Year => return None,
+                };
+                Some((i.table.clone(), span.checked_mul(TIER_GROUP_ROWS)?, span))
+            })
+            .collect()
+    }
 }
+
+/// Row spans of a computed tier grouped under one key of an embedded store (RFC 0012): a
+/// month of the `1h` tier's day rows.
+pub const TIER_GROUP_ROWS: u32 = 32;
 
 /// A rollup or pre-aggregate point as `/api/rollup` and the telnet `rollup` command give it.
 #[derive(Debug, Clone)]

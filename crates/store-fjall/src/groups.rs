@@ -653,6 +653,24 @@ pub(crate) fn member_rows(
     Ok(out)
 }
 
+/// A group value's members as the row values it holds (a table without codec, whose groups
+/// hold no joint member): to change some and write the others back as they are.
+pub(crate) fn stored_members(bytes: Option<&[u8]>) -> Result<BTreeMap<u32, Vec<u8>>> {
+    let Some(bytes) = bytes else {
+        return Ok(BTreeMap::new());
+    };
+    decode_group(bytes)?
+        .members
+        .into_iter()
+        .map(|(offset, member)| match member {
+            Member::Row(value) => Ok((offset, value.to_vec())),
+            Member::Joint { .. } => Err(Error::Corrupt(
+                "cell was stored with a codec this store was not given".into(),
+            )),
+        })
+        .collect()
+}
+
 /// A group value's members as rows (to change and encode again).
 pub(crate) fn group_members(
     bytes: Option<&[u8]>,

@@ -30,7 +30,10 @@ use hourglass_storage::{
 use parking_lot::{Mutex, RwLock};
 
 pub use groups::Grouping;
-use groups::{Member, decode_group, encode_group, group_members, member_rows};
+use groups::{
+    Member, decode_group, encode_group, encode_rows_group, group_members, member_rows,
+    stored_members,
+};
 
 const TABLES_KEYSPACE: &str = "_tables";
 const TABLE_PREFIX: &str = "t:";
@@ -350,6 +353,30 @@ impl FjallStore {
         if let Some(groups) = &table.groups
             && let Some((group_key, offset)) = groups.grouping.split(key)
         {
+            // Without a codec a member is its row value: decoded alone, the group's other
+            // members left as stored.
+            if table.codec.is_none() {
+                let value = get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
+                if let Some(value) = value {
+                    for (at, member) in decode_group(&value)?.members {
+                        match member {
+                            Member::Row(bytes) if at == offset => {
+                                row = RowData::decode(bytes, None)?;
+                            }
+                            Member::Row(_) => {}
+                            Member::Joint { .. } => {
+                                return Err(Error::Corrupt(
+                                    "cell was stored with a codec this store was not given".into(),
+                                ));
+                            }
+                        }
+                    }
+                }
+                return Ok(Loaded {
+                    row,
+                    in_rows: false,
+                });
+            }
             if !cache.contains_key(&group_key) {
                 let value = get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
                 let members = value
@@ -829,8 +856,53 @@ struct GroupedScan {
     /// Where the hint says the next matching group may be, and groups read since (a seek
     /// builds a new iterator over every table: reading on past a few groups is cheaper).
     group_target: Option<(Vec<u8>, u32)>,
-    out: VecDeque<Row>,
+    out: VecDeque<Pending>,
     done: bool,
+}
+
+/// A row a [`GroupedScan`] found, whose key passed the regex: decoded already, or its
+/// stored value (a row value of the row keyspace, or a member's row value within its group
+/// value), decoded or lent as it is taken.
+enum Pending {
+    Row(Row),
+    Stored {
+        key: Vec<u8>,
+        value: fjall::Slice,
+        at: std::ops::Range<usize>,
+    },
+    /// A member of a group without codec: its key is the group's with its offset.
+    Member {
+        group: Arc<[u8]>,
+        offset: u32,
+        value: fjall::Slice,
+        at: std::ops::Range<usize>,
+    },
+}
+
+impl Pending {
+    /// A row found as stored: its key (written into `key`), its value's bytes.
+    fn stored<'p>(&'p self, grouping: &Grouping, key: &mut Vec<u8>) -> Option<&'p [u8]> {
+        let (value, at) = match self {
+            Pending::Row(_) => return None,
+            Pending::Stored { key: k, value, at } => {
+                key.clear();
+                key.extend_from_slice(k);
+                (value, at)
+            }
+            Pending::Member {
+                group,
+                offset,
+                value,
+                at,
+            } => {
+                key.clear();
+                key.extend_from_slice(group);
+                grouping.make_member_key(key, *offset)?;
+                (value, at)
+            }
+        };
+        Some(value.get(at.clone()).unwrap_or_default())
+    }
 }
 
 impl GroupedScan {
@@ -914,17 +986,32 @@ impl GroupedScan {
         Some([prefix, &next.to_be_bytes()[..]].concat())
     }
 
-    /// Decodes and filters one row, whose key passed the regex, into the output.
-    fn emit(&mut self, key: Vec<u8>, value: &[u8]) -> Result<()> {
-        let row = RowData::decode_with(value, self.codec.as_deref(), self.keep_encoded)?;
-        self.emit_row(key, row);
-        Ok(())
+    /// One stored row value (`value[at]`), whose key passed the regex, into the output:
+    /// decoded (and filtered) when taken.
+    fn emit(&mut self, key: Vec<u8>, value: fjall::Slice, at: std::ops::Range<usize>) {
+        self.out.push_back(Pending::Stored { key, value, at });
     }
 
     /// Filters one decoded row, whose key passed the regex, into the output.
     fn emit_row(&mut self, key: Vec<u8>, row: RowData) {
         if let Some(out) = self.filter.accept_matched(key, row) {
-            self.out.push_back(out);
+            self.out.push_back(Pending::Row(out));
+        }
+    }
+
+    /// The next row found, decoded or as stored; `None` at the end.
+    fn next_pending(&mut self) -> Option<Result<Pending>> {
+        loop {
+            if let Some(p) = self.out.pop_front() {
+                return Some(Ok(p));
+            }
+            if self.done {
+                return None;
+            }
+            if let Err(e) = self.fill() {
+                self.done = true;
+                return Some(Err(e));
+            }
         }
     }
 
@@ -999,7 +1086,8 @@ impl GroupedScan {
         };
         if !window_has_groups {
             if let Some((key, value)) = self.row_next.take() {
-                self.emit(key.to_vec(), &value)?;
+                let all = 0..value.len();
+                self.emit(key.to_vec(), value, all);
             }
             return Ok(());
         }
@@ -1054,7 +1142,13 @@ impl GroupedScan {
                 && own.is_empty()
                 && let Some(row) = self.joint_row(&group_key, &value)?
             {
-                self.out.extend(row);
+                self.out.extend(row.map(Pending::Row));
+                continue;
+            }
+            // A group of row values only (a table without codec): each member's row value
+            // taken from the group's as it is, decoded or lent when taken.
+            if self.codec.is_none() {
+                self.emit_members(&group_key, &value, own)?;
                 continue;
             }
             let members = member_rows(&value, self.codec.as_deref(), self.keep_encoded)?;
@@ -1069,7 +1163,8 @@ impl GroupedScan {
                 let mut shadowed = false;
                 while let Some((b, key, value)) = own.next_if(|(b, _, _)| *b <= base) {
                     shadowed |= b == base;
-                    self.emit(key.to_vec(), &value)?;
+                    let all = 0..value.len();
+                    self.emit(key.to_vec(), value, all);
                 }
                 if shadowed {
                     continue;
@@ -1083,11 +1178,71 @@ impl GroupedScan {
                 }
             }
             for (_, key, value) in own {
-                self.emit(key.to_vec(), &value)?;
+                let all = 0..value.len();
+                self.emit(key.to_vec(), value, all);
             }
         }
         for (_, (key, value)) in std::mem::take(&mut rows) {
-            self.emit(key.to_vec(), &value)?;
+            let all = 0..value.len();
+            self.emit(key.to_vec(), value, all);
+        }
+        Ok(())
+    }
+
+    /// The members of a group of row values (no joint member), merged with the series'
+    /// rows of the row keyspace (`own`, in time order; one at a member's time replaces
+    /// it), as [`GroupedScan::fill`] merges decoded members: each member's row value
+    /// stays a range of the group's value.
+    fn emit_members(
+        &mut self,
+        group_key: &[u8],
+        value: &fjall::Slice,
+        own: Vec<(u32, fjall::Slice, fjall::Slice)>,
+    ) -> Result<()> {
+        let g = self.grouping;
+        let group = decode_group(value)?;
+        if group.joint.is_some() {
+            return Err(Error::Corrupt(
+                "cell was stored with a codec this store was not given".into(),
+            ));
+        }
+        let period = g.base(group_key).unwrap_or(0);
+        let start = value.as_ptr() as usize;
+        let shared: Arc<[u8]> = Arc::from(group_key);
+        let mut key = group_key.to_vec();
+        let mut own = own.into_iter().peekable();
+        for (offset, member) in group.members {
+            let Member::Row(bytes) = member else {
+                return Err(Error::Corrupt(
+                    "cell was stored with a codec this store was not given".into(),
+                ));
+            };
+            let Some(base) = period.checked_add(offset) else {
+                continue;
+            };
+            let mut shadowed = false;
+            while let Some((b, key, row)) = own.next_if(|(b, _, _)| *b <= base) {
+                shadowed |= b == base;
+                let all = 0..row.len();
+                self.emit(key.to_vec(), row, all);
+            }
+            if shadowed || g.make_member_key(&mut key, offset).is_none() {
+                continue;
+            }
+            if self.in_range(&key) && (self.series_filter || self.filter.key_matches(&key)) {
+                // The member's bytes lie within the group's value.
+                let from = bytes.as_ptr() as usize - start;
+                self.out.push_back(Pending::Member {
+                    group: shared.clone(),
+                    offset,
+                    value: value.clone(),
+                    at: from..from + bytes.len(),
+                });
+            }
+        }
+        for (_, key, row) in own {
+            let all = 0..row.len();
+            self.emit(key.to_vec(), row, all);
         }
         Ok(())
     }
@@ -1098,17 +1253,93 @@ impl Iterator for GroupedScan {
 
     fn next(&mut self) -> Option<Result<Row>> {
         loop {
-            if let Some(row) = self.out.pop_front() {
-                return Some(Ok(row));
-            }
-            if self.done {
-                return None;
-            }
-            if let Err(e) = self.fill() {
-                self.done = true;
-                return Some(Err(e));
+            let pending = match self.next_pending()? {
+                Ok(Pending::Row(row)) => return Some(Ok(row)),
+                Ok(pending) => pending,
+                Err(e) => return Some(Err(e)),
+            };
+            let mut key = Vec::new();
+            let Some(bytes) = pending.stored(&self.grouping, &mut key) else {
+                continue;
+            };
+            match RowData::decode_with(bytes, self.codec.as_deref(), self.keep_encoded) {
+                Ok(row) => {
+                    if let Some(out) = self.filter.accept_matched(key, row) {
+                        return Some(Ok(out));
+                    }
+                }
+                Err(e) => {
+                    self.done = true;
+                    self.out.clear();
+                    return Some(Err(e));
+                }
             }
         }
+    }
+}
+
+/// Lends one stored row value, whose key passed the regex, to `visit`: as its columns
+/// when it is a column row the read keeps whole, else its cells (none: not visited).
+/// Whether it was visited.
+fn lend_one<'a>(
+    key: &[u8],
+    bytes: &'a [u8],
+    read: &ReadOptions,
+    lent: &mut Vec<CellRef<'a>>,
+    visit: CellVisitor<'_>,
+) -> Result<bool> {
+    match model::lend_row(bytes, read, lent)? {
+        Some(columns) => visit(key, LentCells::Columns(columns)).map(|()| true),
+        None if !lent.is_empty() => visit(key, LentCells::Cells(lent)).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+impl FjallStore {
+    /// The scan of a grouped table (RFC 0006), `None` for a table without groups.
+    fn grouped_scan(
+        open: Arc<Open>,
+        t: &Table,
+        request: &ScanRequest,
+    ) -> Result<Option<GroupedScan>> {
+        let Some(groups) = &t.groups else {
+            return Ok(None);
+        };
+        let filter = ScanFilter::new(request)?;
+        let upper = match &request.end {
+            Some(end) => Bound::Excluded(end.clone()),
+            None => Bound::Unbounded,
+        };
+        let snapshot = open.db.snapshot();
+        let raw = RawRows::new(
+            t.rows.clone(),
+            Some(snapshot.clone()),
+            request.start.clone(),
+            upper.clone(),
+            request.skip.clone(),
+        );
+        let from = groups.grouping.group_scan_start(&request.start);
+        Ok(Some(GroupedScan {
+            codec: t.codec.clone(),
+            keep_encoded: request.read.encoded_cells,
+            joint_rows: request.read.joint_rows,
+            filter,
+            grouping: groups.grouping,
+            start: request.start.clone(),
+            upper: upper.clone(),
+            rows: raw,
+            row_next: None,
+            groups: range_of(&groups.rows, Some(&snapshot), Bound::Included(from), upper),
+            group_next: None,
+            group_rows: groups.rows.clone(),
+            snapshot,
+            series_filter: request.series_filter,
+            skip: request.skip.clone(),
+            group_target: None,
+            out: VecDeque::new(),
+            done: false,
+            _open: open,
+        }))
     }
 }
 
@@ -1388,6 +1619,32 @@ impl FjallStore {
         }
         let mut group_writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         for (group_key, changes) in member_writes {
+            // Without a codec, members not written stay the row values they are.
+            if t.codec.is_none() {
+                let stored = groups
+                    .rows
+                    .get(&group_key)
+                    .map_err(|e| io_err("read failed", e))?;
+                let existed = stored.is_some();
+                let mut members = stored_members(stored.as_deref())?;
+                let mut changed = false;
+                for (offset, row) in changes {
+                    changed |= match row {
+                        Some(row) => {
+                            members.insert(offset, row.encode(None));
+                            true
+                        }
+                        None => members.remove(&offset).is_some(),
+                    };
+                }
+                if changed {
+                    let value = (!members.is_empty()).then(|| encode_rows_group(&members));
+                    if value.is_some() || existed {
+                        group_writes.push((group_key, value));
+                    }
+                }
+                continue;
+            }
             let stored = match cache.remove(&group_key) {
                 Some(members) => members,
                 None => groups
@@ -1524,7 +1781,13 @@ impl FjallStore {
             groups.passed_through.fetch_max(closed, Ordering::AcqRel);
             if moved > 0 {
                 tracing::info!(table = %t.spec.name, rows = moved, "rows of closed periods moved into their groups");
-                // The moved rows left tombstones: drop them with the rows they cover.
+                // The moved rows left tombstones: drop them with the rows they cover. They
+                // are in the memtable, which a compaction does not reach: flushed first
+                // (which also lets fjall drop versions no snapshot reads, the compaction's
+                // watermark). Left there, every scan of the table read past them.
+                t.rows
+                    .rotate_memtable_and_wait()
+                    .map_err(|e| io_err("flush failed", e))?;
                 t.rows
                     .major_compact()
                     .map_err(|e| io_err("compaction failed", e))?;
@@ -1591,6 +1854,17 @@ impl FjallStore {
                     .get(&group_key)
                     .map_err(|e| io_err("read failed", e))?;
                 let codec = t.codec.as_deref();
+                if codec.is_none() {
+                    // Row values join the group as they are.
+                    let mut members = stored_members(stored.as_deref())?;
+                    for (offset, key, value) in rows {
+                        members.insert(offset, value.to_vec());
+                        batch.remove(&t.rows, key);
+                        moved += 1;
+                    }
+                    batch.insert(&groups.rows, group_key, encode_rows_group(&members));
+                    continue;
+                }
                 let mut members = group_members(stored.as_deref(), codec)?;
                 for (offset, key, value) in rows {
                     members.insert(offset, RowData::decode(&value, codec)?);
@@ -1729,46 +2003,23 @@ impl Store for FjallStore {
 
     fn scan(&self, table: &str, request: &ScanRequest) -> Result<RowIter> {
         let (open, t) = self.table_for_read(table)?;
+        // Stop pulling from the tree once the limit is reached.
+        let limit = request.limit.unwrap_or(usize::MAX);
+        if let Some(rows) = Self::grouped_scan(open.clone(), &t, request)? {
+            return Ok(Box::new(rows.take(limit)));
+        }
         let filter = ScanFilter::new(request)?;
         let upper = match &request.end {
             Some(end) => Bound::Excluded(end.clone()),
             None => Bound::Unbounded,
         };
-        let snapshot = t.groups.is_some().then(|| open.db.snapshot());
         let raw = RawRows::new(
             t.rows.clone(),
-            snapshot.clone(),
+            None,
             request.start.clone(),
-            upper.clone(),
+            upper,
             request.skip.clone(),
         );
-        // Stop pulling from the tree once the limit is reached.
-        let limit = request.limit.unwrap_or(usize::MAX);
-        if let (Some(groups), Some(snapshot)) = (&t.groups, snapshot) {
-            let from = groups.grouping.group_scan_start(&request.start);
-            let rows = GroupedScan {
-                codec: t.codec.clone(),
-                keep_encoded: request.read.encoded_cells,
-                joint_rows: request.read.joint_rows,
-                filter,
-                grouping: groups.grouping,
-                start: request.start.clone(),
-                upper: upper.clone(),
-                rows: raw,
-                row_next: None,
-                groups: range_of(&groups.rows, Some(&snapshot), Bound::Included(from), upper),
-                group_next: None,
-                group_rows: groups.rows.clone(),
-                snapshot,
-                series_filter: request.series_filter,
-                skip: request.skip.clone(),
-                group_target: None,
-                out: VecDeque::new(),
-                done: false,
-                _open: open,
-            };
-            return Ok(Box::new(rows.take(limit)));
-        }
         let rows = Scan {
             _open: open,
             codec: t.codec.clone(),
@@ -1779,12 +2030,12 @@ impl Store for FjallStore {
         Ok(Box::new(rows.take(limit)))
     }
 
-    /// Rows of a table without groups or codec lend cells borrowed from their stored bytes
-    /// (one parse of the row value, no copy per cell); other tables visit [`Store::scan`]'s
-    /// rows.
+    /// Rows of a table without codec lend cells borrowed from their stored bytes (one
+    /// parse of the row value, no copy per cell; a grouped table's members from their
+    /// group's value, RFC 0012); other tables visit [`Store::scan`]'s rows.
     fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()> {
         let (open, t) = self.table_for_read(table)?;
-        if t.groups.is_some() || t.codec.is_some() {
+        if t.codec.is_some() {
             for row in self.scan(table, request)? {
                 let row = row?;
                 let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
@@ -1793,6 +2044,34 @@ impl Store for FjallStore {
             return Ok(());
         }
         let filter = ScanFilter::new(request)?;
+        let mut returned = 0;
+        let mut cells = Vec::new();
+        if let Some(mut rows) = Self::grouped_scan(open.clone(), &t, request)? {
+            let grouping = rows.grouping;
+            let mut key = Vec::new();
+            while !filter.is_full(returned) {
+                let pending = match rows.next_pending() {
+                    None => break,
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(Pending::Row(row))) => {
+                        let lent: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
+                        returned += 1;
+                        visit(&row.key, LentCells::Cells(&lent))?;
+                        continue;
+                    }
+                    Some(Ok(pending)) => pending,
+                };
+                let Some(bytes) = pending.stored(&grouping, &mut key) else {
+                    continue;
+                };
+                let mut lent = reuse(std::mem::take(&mut cells));
+                if lend_one(&key, bytes, filter.read(), &mut lent, &mut *visit)? {
+                    returned += 1;
+                }
+                cells = reuse(lent);
+            }
+            return Ok(());
+        }
         let upper = match &request.end {
             Some(end) => Bound::Excluded(end.clone()),
             None => Bound::Unbounded,
@@ -1804,8 +2083,6 @@ impl Store for FjallStore {
             upper,
             request.skip.clone(),
         );
-        let mut returned = 0;
-        let mut cells = Vec::new();
         while !filter.is_full(returned) {
             let Some(item) = raw.next(&filter) else {
                 break;
@@ -1813,17 +2090,8 @@ impl Store for FjallStore {
             let (key, value) = item?;
             // `RawRows` passed the key through the regex already.
             let mut lent = reuse(std::mem::take(&mut cells));
-            // A column row the read keeps whole is lent as its columns.
-            match model::lend_row(&value, filter.read(), &mut lent)? {
-                Some(columns) => {
-                    returned += 1;
-                    visit(&key, LentCells::Columns(columns))?;
-                }
-                None if !lent.is_empty() => {
-                    returned += 1;
-                    visit(&key, LentCells::Cells(&lent))?;
-                }
-                None => {}
+            if lend_one(&key, &value, filter.read(), &mut lent, &mut *visit)? {
+                returned += 1;
             }
             cells = reuse(lent);
         }

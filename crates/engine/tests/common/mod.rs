@@ -39,7 +39,8 @@ pub(crate) fn period_ordered_memory() -> MemoryStore {
 }
 
 /// The embedded store as `tsdb` opens it (compacted cells in their compact form, closed
-/// periods grouped), with one-hour periods grouped at once so the tests go through groups.
+/// periods grouped), with one-hour periods grouped at once so the tests go through groups;
+/// the `1h` and `10m` rollup tiers grouped by 4 and 1 days (RFC 0012).
 pub(crate) fn embedded(dir: &std::path::Path) -> FjallStore {
     embedded_with_period(dir, 3600)
 }
@@ -58,6 +59,22 @@ pub(crate) fn embedded_with_period(dir: &std::path::Path, period_secs: u32) -> F
             hourglass_store_fjall::Grouping {
                 timestamp_offset: schema.timestamp_offset(),
                 period_secs,
+                grace_secs: 0,
+            },
+        )
+        .with_grouping(
+            "tsdb-rollup-1h",
+            hourglass_store_fjall::Grouping {
+                timestamp_offset: schema.timestamp_offset(),
+                period_secs: 4 * 86_400,
+                grace_secs: 0,
+            },
+        )
+        .with_grouping(
+            "tsdb-rollup-10m",
+            hourglass_store_fjall::Grouping {
+                timestamp_offset: schema.timestamp_offset(),
+                period_secs: 86_400,
                 grace_secs: 0,
             },
         )

@@ -61,6 +61,23 @@ pub(crate) fn store_for(backend: &str) -> Arc<dyn Store> {
                             period_secs: 3600,
                             grace_secs: 0,
                         },
+                    )
+                    // The rollup tiers' rows grouped too (RFC 0012), by 4 and 1 days.
+                    .with_grouping(
+                        "tsdb-rollup-1h",
+                        hourglass_store_fjall::Grouping {
+                            timestamp_offset: schema.timestamp_offset(),
+                            period_secs: 4 * 86_400,
+                            grace_secs: 0,
+                        },
+                    )
+                    .with_grouping(
+                        "tsdb-rollup-10m",
+                        hourglass_store_fjall::Grouping {
+                            timestamp_offset: schema.timestamp_offset(),
+                            period_secs: 86_400,
+                            grace_secs: 0,
+                        },
                     ),
             )
         }

@@ -535,14 +535,60 @@ const INT_WIDTH: [u8; 16] = [
 /// (what `rollup_value` reads them as); false, with `out` holding garbage past its length
 /// before, when one is not.
 fn int_values(qualifiers: &[[u8; 3]], lens: &[u8], bytes: &[u8], out: &mut Vec<f64>) -> bool {
+    let n = qualifiers.len().min(lens.len());
+    let (qualifiers, lens) = (&qualifiers[..n], &lens[..n]);
     let from = out.len();
-    out.resize(from + qualifiers.len().min(lens.len()), 0.0);
-    let (mut ok, mut at) = (true, 0usize);
-    for ((q, len), v) in qualifiers.iter().zip(lens).zip(&mut out[from..]) {
+    // A run of one integer width (a row's counts, most series' sums): its lengths and
+    // flags checked in a pass each (no branch a value), its values decoded many at a time.
+    // Flags 0, 1, 3, 7 are the widths 1, 2, 4, 8 less one.
+    let first = lens.first().copied().unwrap_or(1);
+    if matches!(first, 1 | 2 | 4 | 8)
+        && lens.iter().fold(0u8, |all, l| all | (l ^ first)) == 0
+        && qualifiers
+            .iter()
+            .fold(0u8, |all, q| all | ((q[2] & FLAGS_MASK) ^ (first - 1)))
+            == 0
+    {
+        let Some(bytes) = bytes.get(..n * usize::from(first)) else {
+            return false;
+        };
+        out.resize(from + n, 0.0);
+        let out = &mut out[from..];
+        match first {
+            1 => out
+                .iter_mut()
+                .zip(bytes)
+                .for_each(|(v, b)| *v = f64::from(*b as i8)),
+            2 => out
+                .iter_mut()
+                .zip(bytes.as_chunks::<2>().0)
+                .for_each(|(v, b)| *v = f64::from(i16::from_be_bytes(*b))),
+            4 => out
+                .iter_mut()
+                .zip(bytes.as_chunks::<4>().0)
+                .for_each(|(v, b)| *v = f64::from(i32::from_be_bytes(*b))),
+            _ => out
+                .iter_mut()
+                .zip(bytes.as_chunks::<8>().0)
+                .for_each(|(v, b)| *v = i64::from_be_bytes(*b) as f64),
+        }
+        return true;
+    }
+    // Widths mixed: every value an integer of its flags' width, within the bytes.
+    let (mut ok, mut total) = (true, 0usize);
+    for (q, len) in qualifiers.iter().zip(lens) {
+        ok &= INT_WIDTH[usize::from(q[2] & FLAGS_MASK)] == *len;
+        total += usize::from(*len);
+    }
+    if !ok || total > bytes.len() {
+        return false;
+    }
+    out.resize(from + n, 0.0);
+    let mut at = 0usize;
+    for (v, len) in out[from..].iter_mut().zip(lens) {
         let len = usize::from(*len);
-        ok &= usize::from(INT_WIDTH[usize::from(q[2] & FLAGS_MASK)]) == len;
         // The 8 bytes at the value, big-endian, shifted down with its sign; the last
-        // values of a row, short of 8 bytes, one byte at a time.
+        // values, short of 8 bytes, one byte at a time.
         let word = match bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
             Some(w) => i64::from_be_bytes(*w),
             None => {
@@ -556,7 +602,7 @@ fn int_values(qualifiers: &[[u8; 3]], lens: &[u8], bytes: &[u8], out: &mut Vec<f
         at += len;
         *v = word.wrapping_shr(64u32.wrapping_sub(8 * len as u32)) as f64;
     }
-    ok && at <= bytes.len()
+    true
 }
 
 /// [`avg_columns`] of a row lent as columns: the `sum` and `count` cells found by binary
@@ -626,20 +672,23 @@ fn paired_columns(
     let (Some(s), Some(c)) = (qualifiers.get(sums.clone()), qualifiers.get(counts.clone())) else {
         return false;
     };
-    // The same offsets (the qualifiers less their flags), ascending strictly.
+    // The same offsets (the qualifiers less their flags), ascending strictly: each checked
+    // in a pass of its own, then the times written in one.
     let offset = |q: &[u8; 3]| u16::from_be_bytes([q[1], q[2]]) >> 4;
-    let (base_ms, step_ms) = (base * 1000, step * 1000);
-    let (mut same, mut before) = (s.len() == c.len(), -1i32);
-    cols.times.reserve(s.len());
-    for (a, b) in s.iter().zip(c) {
-        let (o, p) = (offset(a), offset(b));
-        same &= o == p && i32::from(o) > before;
-        before = i32::from(o);
-        cols.times.push(base_ms + i64::from(o) * step_ms);
+    let same = s.len() == c.len()
+        && s.iter()
+            .zip(c)
+            .all(|(a, b)| a[1] == b[1] && (a[2] ^ b[2]) < 0x10)
+        && s.windows(2).all(|w| offset(&w[0]) < offset(&w[1]));
+    if !same {
+        return false;
     }
+    let (base_ms, step_ms) = (base * 1000, step * 1000);
+    cols.times
+        .extend(s.iter().map(|q| base_ms + i64::from(offset(q)) * step_ms));
     let (s_lens, s_bytes) = row.value_run(sums);
     let (c_lens, c_bytes) = row.value_run(counts);
-    same && int_values(s, s_lens, s_bytes, &mut cols.sums)
+    int_values(s, s_lens, s_bytes, &mut cols.sums)
         && int_values(c, c_lens, c_bytes, &mut cols.counts)
 }
 
@@ -719,7 +768,8 @@ impl Scan<'_> {
                 .map(u32::from_be_bytes)
         };
         for request in crate::scan::scan_requests(schema, &query) {
-            // Key order (rollup tables are not grouped): a series' rows in time order.
+            // Key order, or period order for a grouped tier (RFC 0012): either way a
+            // series' rows in time order.
             match rollup {
                 Some((interval, read)) => {
                     // The visitor's own error, kept while the store's scan stops.
@@ -855,9 +905,11 @@ impl Scan<'_> {
     ) -> Result<Option<usize>> {
         let tags_at = self.tsdb.settings().schema.tags_offset();
         let tag_bytes = key.get(tags_at..).unwrap_or_default();
-        // The series after the row before's, or the first one (the next time's rows).
-        let guess = part.last.map_or(0, |i| i + 1);
-        for slot in [guess, 0] {
+        // The series after the row before's (rows in key order), the row before's own (a
+        // grouped tier gives a series' rows of a period together, RFC 0012), or the first
+        // one (the next time's rows).
+        let (next, same) = part.last.map_or((0, usize::MAX), |i| (i + 1, i));
+        for slot in [next, same, 0] {
             if part
                 .keys
                 .get(slot)
@@ -1575,6 +1627,7 @@ mod tests {
             bad in proptest::option::of(0usize..40),
             wide in proptest::prelude::any::<bool>(),
             regular in proptest::prelude::any::<bool>(),
+            one_width in proptest::option::of(proptest::sample::select(vec![0u8, 1, 3, 7])),
         ) {
             use hourglass_storage::model::{RowData, lend_row};
             let s = settings();
@@ -1585,7 +1638,9 @@ mod tests {
                 cells
                     .iter()
                     .flat_map(|&(_, offset, flags, v, age)| {
-                        [(0, offset, flags & 0x7, v, age), (1, offset, 0x0, v.rem_euclid(100), age)]
+                        // Sums of one width (read many at a time) or of several.
+                        let flags = one_width.unwrap_or(flags & 0x7);
+                        [(0, offset, flags, v, age), (1, offset, 0x0, v.rem_euclid(100), age)]
                     })
                     .collect()
             } else {
