@@ -560,7 +560,7 @@ fn closed_periods_move_into_groups_and_late_writes_join_them() {
 #[test]
 fn keyspace_bytes_and_visited_groups_account_for_what_is_held() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path(), true);
+    let store = open(dir.path(), true, true);
     let op = Op::Batch(vec![
         (key(1, 0, 1), 0, 10),
         (key(1, 1, 1), 1, 11),
