@@ -16,23 +16,14 @@ fn data_and_tables_survive_reopen() {
         let store = FjallStore::open(dir.path()).unwrap();
         store.create_table(&spec()).unwrap();
         for i in 0u32..1000 {
-            store
-                .mutate_row(
-                    "tsdb",
-                    &i.to_be_bytes(),
-                    &[Mutation::set("t", b"q".to_vec(), i.to_le_bytes().to_vec())],
-                )
-                .unwrap();
+            put(&store, i);
         }
         store.increment("tsdb", &[0], "t", b"ctr", 5).unwrap();
     }
     let store = FjallStore::open(dir.path()).unwrap();
     assert!(store.table_exists("tsdb").unwrap());
     // 1000 rows plus the counter row.
-    assert_eq!(
-        store.scan("tsdb", &ScanRequest::default()).unwrap().count(),
-        1001
-    );
+    assert_eq!(row_count(&store), 1001);
     let row = store
         .get("tsdb", &7u32.to_be_bytes(), &ReadOptions::default())
         .unwrap()
@@ -109,12 +100,19 @@ fn the_indexed_mark_is_kept_in_the_catalog_and_survives_reopen() {
 
 /// The journal file the store's last writes went to.
 fn last_journal(dir: &std::path::Path) -> std::path::PathBuf {
+    journals(dir)
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .expect("a journal file")
+}
+
+/// The store's journal files (`*.jnl` under `store/`).
+fn journals(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir.join("store"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jnl"))
-        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
-        .expect("a journal file")
+        .collect()
 }
 
 fn row_count(store: &FjallStore) -> usize {
@@ -193,12 +191,10 @@ fn a_torn_or_garbled_journal_tail_is_cut_at_the_last_whole_batch() {
 /// journal to 64 MiB without writing it, so each file's allocation, or its length if less.
 fn journal_bytes(dir: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir(dir.join("store"))
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".jnl"))
-        .map(|e| {
-            let m = e.metadata().unwrap();
+    journals(dir)
+        .iter()
+        .map(|p| {
+            let m = std::fs::metadata(p).unwrap();
             m.len().min(m.blocks() * 512)
         })
         .sum()
