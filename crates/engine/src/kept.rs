@@ -474,21 +474,37 @@ impl KeptStore {
         Ok(())
     }
 
-    /// Writes every cell of `table` again as it is (its timestamps kept).
+    /// Writes every row of `table` again whole, as it is (its cells' timestamps kept), each
+    /// row replacing the stored one: the store need not read it again to merge the cells
+    /// into it, which halves the work at a million names. Only while nothing else writes
+    /// the table: at open, before the database serves (a concurrent assignment into a row
+    /// read before it would be dropped).
+    pub(crate) fn write_table_whole(&self, table: &str) -> Result<()> {
+        self.write_table(table, true)
+    }
+
+    /// Writes every cell of `table` again as it is (its timestamps kept), merged into the
+    /// rows as they are when written: safe beside concurrent writers, whose newer cells
+    /// stay the newer versions.
     fn write_table_again(&self, table: &str) -> Result<()> {
+        self.write_table(table, false)
+    }
+
+    /// [`KeptStore::write_table_whole`] when `whole`, else [`KeptStore::write_table_again`].
+    fn write_table(&self, table: &str, whole: bool) -> Result<()> {
         let mut chunk = Vec::with_capacity(TABLE_CHUNK_ROWS);
         for row in self.inner.scan(table, &ScanRequest::default())? {
             let row = row?;
-            let mutations = row
-                .cells
-                .into_iter()
-                .map(|c| Mutation::SetCell {
-                    family: c.family,
-                    qualifier: c.qualifier,
-                    timestamp: Some(c.timestamp),
-                    value: c.value,
-                })
-                .collect();
+            let mut mutations = Vec::with_capacity(row.cells.len() + usize::from(whole));
+            if whole {
+                mutations.push(Mutation::DeleteRow);
+            }
+            mutations.extend(row.cells.into_iter().map(|c| Mutation::SetCell {
+                family: c.family,
+                qualifier: c.qualifier,
+                timestamp: Some(c.timestamp),
+                value: c.value,
+            }));
             chunk.push(RowMutation {
                 key: row.key,
                 mutations,

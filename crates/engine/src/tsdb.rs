@@ -519,14 +519,25 @@ fn recover_uids(
             .is_some_and(|bytes| !bytes.is_empty()),
         None => false,
     };
-    if unclean {
-        // Expected after a crash, as a log replay is: not trouble.
-        tracing::info!(
-            "the previous process stopped without closing: the UID table is written again before the first store sync"
-        );
-    }
     let table = &settings.schema.uid_table;
-    uids.kept_through(kept.recover_table(table, settings.clock.now_ms(), unclean));
+    // Written again here, before the database serves, each row whole; when the store
+    // refuses now, before the first store sync instead (merged with what is written by
+    // then).
+    let deferred = unclean
+        && match kept.write_table_whole(table) {
+            Ok(()) => {
+                // Expected after a crash, as a log replay is: not trouble.
+                tracing::info!(
+                    "the previous process stopped without closing: the UID table was written again"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the previous process stopped without closing and the UID table cannot be written again now; it is before the first store sync");
+                true
+            }
+        };
+    uids.kept_through(kept.recover_table(table, settings.clock.now_ms(), deferred));
     if let Some(files) = files {
         files
             .write_named(UIDS_AT_RISK, &[RUNNING])

@@ -260,9 +260,20 @@ fn uids_written_before_a_failed_sync_survive_power_loss() {
 
 /// The same after a crash between the failed sync and the mappings' rewrite: the process
 /// that starts next finds `uids-at-risk` saying its predecessor did not close, and writes
-/// the UID table again before its first sync. A process that closed clears the file.
+/// the UID table again at open. A process that closed clears the file.
 #[test]
 fn uids_left_at_risk_by_a_crash_are_written_again_at_the_next_start() {
+    uids_left_at_risk_by_a_crash(false);
+}
+
+/// The same when the store is away while the next process opens: the UID table is written
+/// again before its first sync instead.
+#[test]
+fn uids_left_at_risk_are_written_again_at_the_first_sync_when_the_store_was_away_at_open() {
+    uids_left_at_risk_by_a_crash(true);
+}
+
+fn uids_left_at_risk_by_a_crash(store_away_at_open: bool) {
     let faults = Arc::new(Faults::new(3, 0));
     let store = uid_fsyncgate_store(&faults);
     let dyn_store: Arc<dyn Store> = store.clone();
@@ -284,9 +295,10 @@ fn uids_left_at_risk_by_a_crash_are_written_again_at_the_next_start() {
         Some(vec![2]),
         "a process ran and did not close"
     );
-    faults.set_store_down(false);
     store.set_syncs_fail(false);
+    faults.set_store_down(store_away_at_open);
     let db = open(&dyn_store, &files, &synced);
+    faults.set_store_down(false);
     assert_eq!(db.add_points(&batch(WEB01, T0, 10)).stored, 10);
     drop(db);
     assert!(store.power_loss());
