@@ -137,11 +137,17 @@ pub struct FjallStore {
     poisoned: AtomicBool,
     /// When a reopen was last tried (attempts are spaced while the disk stays full).
     last_reopen: Mutex<Option<Instant>>,
-    _lock_file: File,
+    /// Held locked while the store is open; also tells the data dir this process opened
+    /// from one put in its place.
+    lock_file: File,
 }
 
 /// Shortest time between two attempts to reopen a poisoned database.
 const REOPEN_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a memtable's flush is waited for before it counts as failed (a healthy flush of
+/// fjall's largest memtable takes seconds; a failed one poisons the database at once).
+const FLUSH_WAIT: Duration = Duration::from_secs(120);
 
 impl std::fmt::Debug for FjallStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -188,7 +194,7 @@ impl FjallStore {
             write_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             last_reopen: Mutex::new(None),
-            _lock_file: lock_file,
+            lock_file,
         })
     }
 
@@ -265,6 +271,9 @@ impl FjallStore {
                 ));
             }
         }
+        // A data dir deleted or unmounted under the process is not reopened: that would
+        // start an empty database where this one was, and build on it.
+        self.check_dir_is_ours()?;
         {
             let mut last = self.last_reopen.lock();
             if last.is_some_and(|t| t.elapsed() < REOPEN_INTERVAL) {
@@ -288,14 +297,38 @@ impl FjallStore {
         Ok(open)
     }
 
+    /// Whether the data dir is still the one this process locked at open: its `LOCK` file
+    /// the same file, its store directory there.
+    fn check_dir_is_ours(&self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let gone = || {
+            Error::Unavailable(format!(
+                "embedded store: its data dir {} is gone (deleted or unmounted); not reopened, so as not to start an empty database in its place",
+                self.path.display()
+            ))
+        };
+        let held = self.lock_file.metadata().map_err(|_| gone())?;
+        let there = std::fs::metadata(self.path.join("LOCK")).map_err(|_| gone())?;
+        if (held.dev(), held.ino()) != (there.dev(), there.ino())
+            || !self.path.join("store").is_dir()
+        {
+            return Err(gone());
+        }
+        Ok(())
+    }
+
     /// Runs a write; when it found the database poisoned, reopens it (if nothing else uses
     /// it) and runs the write once more. A poisoned write applied nothing, so the retry is safe.
     fn retrying<T>(&self, write: impl Fn() -> Result<T>) -> Result<T> {
         match write() {
-            Err(e) if self.poisoned.load(Ordering::Acquire) => match self.reopen() {
-                Ok(_) => write(),
-                Err(_) => Err(e),
-            },
+            Err(e) if self.poisoned.load(Ordering::Acquire) => {
+                // Said rather than the write's own error: the reason it cannot be retried.
+                self.check_dir_is_ours()?;
+                match self.reopen() {
+                    Ok(_) => write(),
+                    Err(_) => Err(e),
+                }
+            }
             other => other,
         }
     }
@@ -544,6 +577,33 @@ impl FjallStore {
         Ok(())
     }
 
+    /// Flushes a keyspace's memtable into a table and waits for it. Fails when the flush
+    /// does: fjall's worker then poisons the database (a vanished data dir, a disk error),
+    /// and the sealed memtable stays, so waiting for it to go would wait for ever.
+    fn flush_memtable(&self, open: &Open, rows: &Keyspace) -> Result<()> {
+        if !rows
+            .rotate_memtable()
+            .map_err(|e| self.write_failed("flush failed", e))?
+        {
+            return Ok(());
+        }
+        let deadline = Instant::now() + FLUSH_WAIT;
+        while rows.sealed_memtable_count() > 0 {
+            // A no-op on a healthy database, an error once a failed flush poisoned it.
+            open.db
+                .persist(PersistMode::Buffer)
+                .map_err(|e| self.write_failed("flush failed", e))?;
+            if Instant::now() >= deadline {
+                return Err(Error::Unavailable(format!(
+                    "flush failed: a memtable was not written within {} s",
+                    FLUSH_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
     /// Disk space used by the store's files, in bytes.
     pub fn disk_space(&self) -> u64 {
         self.handle()
@@ -557,8 +617,7 @@ impl FjallStore {
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in tables {
             for rows in std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)) {
-                rows.rotate_memtable_and_wait()
-                    .map_err(|e| io_err("flush failed", e))?;
+                self.flush_memtable(&open, rows)?;
                 rows.major_compact()
                     .map_err(|e| io_err("compaction failed", e))?;
             }
@@ -1785,9 +1844,7 @@ impl FjallStore {
                 // are in the memtable, which a compaction does not reach: flushed first
                 // (which also lets fjall drop versions no snapshot reads, the compaction's
                 // watermark). Left there, every scan of the table read past them.
-                t.rows
-                    .rotate_memtable_and_wait()
-                    .map_err(|e| io_err("flush failed", e))?;
+                self.flush_memtable(&open, &t.rows)?;
                 t.rows
                     .major_compact()
                     .map_err(|e| io_err("compaction failed", e))?;
@@ -1902,8 +1959,7 @@ impl FjallStore {
             .flat_map(|t| std::iter::once(&t.rows).chain(t.groups.as_ref().map(|g| &g.rows)))
             .chain(std::iter::once(&open.catalog));
         for rows in keyspaces {
-            rows.rotate_memtable_and_wait()
-                .map_err(|e| self.write_failed("flush failed", e))?;
+            self.flush_memtable(&open, rows)?;
         }
         open.db
             .persist(PersistMode::SyncAll)

@@ -251,3 +251,35 @@ fn a_checkpoint_leaves_no_journal_of_what_the_tables_hold() {
     );
     assert!(journal_bytes(dir.path()) <= 4096);
 }
+
+/// A data dir deleted under an open store: the checkpoint of a graceful stop fails (the
+/// memtable's flush fails and poisons the database) instead of waiting for ever for the
+/// flush, and no empty database is started in the directory's place, by that reopen or by
+/// a later write's.
+#[test]
+fn a_data_dir_deleted_under_the_store_fails_its_checkpoint_and_is_not_recreated() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
+    let store = std::sync::Arc::new(FjallStore::open(&dir).unwrap());
+    store.create_table(&spec()).unwrap();
+    for i in 0..100 {
+        put(&store, i);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    let (sender, outcome) = std::sync::mpsc::channel();
+    let checkpointing = std::sync::Arc::clone(&store);
+    std::thread::spawn(move || sender.send(checkpointing.checkpoint()).unwrap());
+    let outcome = outcome
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the checkpoint returns");
+    let e = outcome.expect_err("nothing could be flushed");
+    assert_eq!(e.kind(), hourglass_storage::ErrorKind::Unavailable, "{e}");
+    let write = store.mutate_row(
+        "tsdb",
+        b"k",
+        &[Mutation::set("t", b"q".to_vec(), b"v".to_vec())],
+    );
+    let e = write.expect_err("no database to write to");
+    assert!(e.to_string().contains("is gone"), "{e}");
+    assert!(!dir.join("store").exists(), "an empty database was started");
+}
