@@ -413,6 +413,10 @@ impl Store for Watched {
         self.inner.checkpoint()
     }
 
+    fn make_table_durable(&self, table: &str) -> Result<()> {
+        self.inner.make_table_durable(table)
+    }
+
     fn maintain(&self, now_ms: i64) -> Result<()> {
         self.inner.maintain(now_ms)
     }

@@ -91,12 +91,6 @@ enum Again {
     Table,
 }
 
-/// Rows of a table written again per batch by [`Again::Table`]. The embedded store writes a
-/// batch of 256 rows or more as a table file of its own: at 1,024 rows a batch, writing again
-/// the UID table of 100,000 names made some 200 small files and as many merges of the
-/// first level (9 s before the first sync, at a load of 6 on 2 cores).
-const TABLE_CHUNK_ROWS: usize = 65_536;
-
 /// One acknowledged batch of one table, kept until a sync covers it.
 #[derive(Debug, Clone)]
 struct Batch {
@@ -474,50 +468,11 @@ impl KeptStore {
         Ok(())
     }
 
-    /// Writes every row of `table` again whole, as it is (its cells' timestamps kept), each
-    /// row replacing the stored one: the store need not read it again to merge the cells
-    /// into it, which halves the work at a million names. Only while nothing else writes
-    /// the table: at open, before the database serves (a concurrent assignment into a row
-    /// read before it would be dropped).
-    pub(crate) fn write_table_whole(&self, table: &str) -> Result<()> {
-        self.write_table(table, true)
-    }
-
     /// Writes every cell of `table` again as it is (its timestamps kept), merged into the
     /// rows as they are when written: safe beside concurrent writers, whose newer cells
     /// stay the newer versions.
     fn write_table_again(&self, table: &str) -> Result<()> {
-        self.write_table(table, false)
-    }
-
-    /// [`KeptStore::write_table_whole`] when `whole`, else [`KeptStore::write_table_again`].
-    fn write_table(&self, table: &str, whole: bool) -> Result<()> {
-        let mut chunk = Vec::with_capacity(TABLE_CHUNK_ROWS);
-        for row in self.inner.scan(table, &ScanRequest::default())? {
-            let row = row?;
-            let mut mutations = Vec::with_capacity(row.cells.len() + usize::from(whole));
-            if whole {
-                mutations.push(Mutation::DeleteRow);
-            }
-            mutations.extend(row.cells.into_iter().map(|c| Mutation::SetCell {
-                family: c.family,
-                qualifier: c.qualifier,
-                timestamp: Some(c.timestamp),
-                value: c.value,
-            }));
-            chunk.push(RowMutation {
-                key: row.key,
-                mutations,
-            });
-            if chunk.len() == TABLE_CHUNK_ROWS {
-                self.inner.mutate_rows(table, &chunk)?;
-                chunk.clear();
-            }
-        }
-        if !chunk.is_empty() {
-            self.inner.mutate_rows(table, &chunk)?;
-        }
-        Ok(())
+        hourglass_storage::fallback::write_table_again(self.inner.as_ref(), table, false)
     }
 
     /// One sync of the store: kept batches a failed sync left are written again first;
@@ -683,6 +638,10 @@ impl Store for KeptStore {
         self.inner.checkpoint()
     }
 
+    fn make_table_durable(&self, table: &str) -> Result<()> {
+        self.inner.make_table_durable(table)
+    }
+
     fn maintain(&self, now_ms: i64) -> Result<()> {
         self.inner.maintain(now_ms)
     }
@@ -795,6 +754,10 @@ mod tests {
 
         fn checkpoint(&self) -> hourglass_storage::Result<()> {
             self.inner.checkpoint()
+        }
+
+        fn make_table_durable(&self, table: &str) -> hourglass_storage::Result<()> {
+            self.inner.make_table_durable(table)
         }
 
         fn maintain(&self, now_ms: i64) -> hourglass_storage::Result<()> {

@@ -524,7 +524,7 @@ fn recover_uids(
     // refuses now, before the first store sync instead (merged with what is written by
     // then).
     let deferred = unclean
-        && match kept.write_table_whole(table) {
+        && match kept.make_table_durable(table) {
             Ok(()) => {
                 // Expected after a crash, as a log replay is: not trouble.
                 tracing::info!(

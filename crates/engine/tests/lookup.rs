@@ -513,6 +513,10 @@ impl Store for CountingScans {
         self.inner.checkpoint()
     }
 
+    fn make_table_durable(&self, table: &str) -> hourglass_storage::Result<()> {
+        self.inner.make_table_durable(table)
+    }
+
     fn maintain(&self, now_ms: i64) -> hourglass_storage::Result<()> {
         self.inner.maintain(now_ms)
     }

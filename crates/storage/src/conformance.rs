@@ -40,7 +40,8 @@ macro_rules! conformance_tests {
             keys_only_reads_return_cells_without_values,
             a_row_is_replaced_by_deleting_it_then_setting_cells,
             one_cell_rows_replace_rows_whole,
-            lent_cells_are_the_scanned_cells
+            lent_cells_are_the_scanned_cells,
+            making_a_table_durable_changes_no_cell
         );
     };
     (@cases $make:expr; $($name:ident),* $(,)?) => {
@@ -1310,4 +1311,52 @@ pub fn lent_cells_are_the_scanned_cells(store: &Arc<dyn Store>) {
             .scan_cells("nope", &ScanRequest::default(), &mut |_, _| Ok(()))
             .is_err()
     );
+}
+
+/// [`Store::make_table_durable`] leaves every cell as it read: every version, timestamp and
+/// value, counters too, rows written singly and in a large batch, a deleted row still gone.
+pub fn making_a_table_durable_changes_no_cell(store: &Arc<dyn Store>) {
+    setup(store);
+    store
+        .mutate_row(
+            T,
+            b"versions",
+            &[
+                Mutation::set_at("a", b"q".to_vec(), 10, b"old".to_vec()),
+                Mutation::set_at("a", b"q".to_vec(), 20, b"new".to_vec()),
+                Mutation::set_at("b", vec![0xFF], 5, vec![0, 0xFF]),
+                Mutation::set_at("one", b"q".to_vec(), 7, b"only".to_vec()),
+            ],
+        )
+        .unwrap();
+    store.increment(T, b"counter", "a", b"n", 41).unwrap();
+    let batch: Vec<RowMutation> = (0u32..300)
+        .map(|i| RowMutation {
+            key: i.to_be_bytes().to_vec(),
+            mutations: vec![Mutation::set_at(
+                "a",
+                b"q".to_vec(),
+                1,
+                i.to_le_bytes().to_vec(),
+            )],
+        })
+        .collect();
+    store.mutate_rows(T, &batch).unwrap();
+    put(store, b"gone", b"q", b"v");
+    store
+        .mutate_row(T, b"gone", &[Mutation::DeleteRow])
+        .unwrap();
+    let all = |store: &Arc<dyn Store>| -> Vec<Row> {
+        store
+            .scan(T, &ScanRequest::default())
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect()
+    };
+    let before = all(store);
+    assert_eq!(before.len(), 302);
+    store.make_table_durable(T).unwrap();
+    assert_eq!(all(store), before);
+    assert_eq!(store.increment(T, b"counter", "a", b"n", 1).unwrap(), 42);
+    assert!(store.make_table_durable("no such table").is_err());
 }

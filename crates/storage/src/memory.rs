@@ -269,6 +269,10 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn make_table_durable(&self, table: &str) -> crate::Result<()> {
+        crate::fallback::write_table_again(self, table, true)
+    }
+
     fn maintain(&self, _now_ms: i64) -> crate::Result<()> {
         Ok(())
     }

@@ -803,6 +803,14 @@ impl Store for BigtableStore {
         Ok(())
     }
 
+    fn make_table_durable(&self, table: &str) -> hourglass_storage::Result<()> {
+        // A write is durable in Bigtable when it returns: nothing to write again.
+        if !self.table_exists(table)? {
+            return Err(Error::TableNotFound(table.to_string()));
+        }
+        Ok(())
+    }
+
     fn maintain(&self, _now_ms: i64) -> hourglass_storage::Result<()> {
         Ok(())
     }

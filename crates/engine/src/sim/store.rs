@@ -491,4 +491,10 @@ impl Store for FaultStore {
     fn checkpoint(&self) -> hourglass_storage::Result<()> {
         self.inner().checkpoint()
     }
+
+    fn make_table_durable(&self, table: &str) -> hourglass_storage::Result<()> {
+        // Through this store's own scan and writes, their faults and what a failed sync
+        // drops.
+        hourglass_storage::fallback::write_table_again(self, table, true)
+    }
 }
