@@ -629,3 +629,41 @@ async fn appends_end_to_end(backend: &str) {
 }
 
 on_every_backend!(latin1_names_are_shared_with_opentsdb, appends_end_to_end);
+
+fn keys(v: &serde_json::Value) -> Vec<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+/// `/api/version` (and `/version?json`) is OpenTSDB's map: the build time as Unix seconds in
+/// a string (its `BuildData.timestamp`), keys in the order its hash map gives them;
+/// `/api/dropcaches` likewise.
+#[tokio::test]
+async fn version_and_dropcaches_answer_in_opentsdbs_shape() {
+    let srv = start_with("memory", config(&[])).await;
+    for path in ["/api/version", "/version?json"] {
+        let v = http(srv.addr, "GET", path, "").await.json();
+        assert_eq!(
+            keys(&v),
+            [
+                "short_revision",
+                "repo",
+                "host",
+                "version",
+                "full_revision",
+                "repo_status",
+                "user",
+                "branch",
+                "timestamp",
+                "hourglass"
+            ],
+            "{path}"
+        );
+        let stamp = v["timestamp"].as_str().unwrap();
+        assert!(stamp.parse::<i64>().is_ok(), "{path}: {stamp}");
+        assert_eq!(v["version"], "2.4.1");
+    }
+    let r = http(srv.addr, "DELETE", "/api/dropcaches", "").await;
+    assert_eq!(r.text(), r#"{"message":"Caches dropped","status":"200"}"#);
+    srv.stop().await;
+}
+

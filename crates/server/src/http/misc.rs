@@ -45,22 +45,24 @@ pub(crate) async fn health(
     Ok(json_response(StatusCode::OK, &json!({ "status": "ok" })))
 }
 
-/// OpenTSDB's version map: its API version, this build's revision and date.
+/// OpenTSDB's version map: its API version, this build's revision and build time (Unix
+/// seconds as a string, as OpenTSDB's `BuildData.timestamp`), keys in the order OpenTSDB's
+/// hash map gives them; then Hourglass's own version.
 pub(crate) fn version_json(state: &State) -> Response {
     let b = &state.settings.build;
     let short: String = b.revision.chars().take(7).collect();
     json_response(
         StatusCode::OK,
         &json!({
-            "version": "2.4.1",
             "short_revision": short,
+            "repo": "hourglass",
+            "host": hostname(),
+            "version": "2.4.1",
             "full_revision": b.revision,
-            "timestamp": b.date,
             "repo_status": "MINT",
             "user": "hourglass",
-            "host": hostname(),
-            "repo": "hourglass",
             "branch": "main",
+            "timestamp": b.timestamp.to_string(),
             "hourglass": b.version,
         }),
     )
@@ -259,9 +261,10 @@ pub(crate) async fn dropcaches(
         return Err(ApiError::method_not_allowed(&method));
     }
     state.tsdb.uids().drop_caches();
+    // In the order OpenTSDB's hash map gives them.
     Ok(json_response(
         StatusCode::OK,
-        &json!({ "status": "200", "message": "Caches dropped" }),
+        &json!({ "message": "Caches dropped", "status": "200" }),
     ))
 }
 
