@@ -205,6 +205,7 @@ async fn modes_and_switches_take_endpoints_away() {
         "/api/query?start=1h-ago&m=sum:x",
         "/api/suggest?type=metrics",
         "/",
+        "/suggest?type=metrics",
     ] {
         assert_eq!(http(srv.addr, "GET", path, "").await.status, 404, "{path}");
     }

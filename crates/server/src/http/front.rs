@@ -57,6 +57,7 @@ const UI_READ_ROUTES: &[&str] = &[
     "s",
     "favicon.ico",
     "q",
+    "suggest",
 ];
 
 pub(crate) async fn front(
