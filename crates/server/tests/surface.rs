@@ -668,3 +668,62 @@ async fn version_and_dropcaches_answer_in_opentsdbs_shape() {
     srv.stop().await;
 }
 
+/// Query strings are decoded as OpenTSDB's HTTP layer decodes them: `;` separates parameters
+/// as `&` does, `%%` is `%`, and a bad escape is refused in its words before anything else.
+#[tokio::test]
+async fn query_strings_are_decoded_as_opentsdb_decodes_them() {
+    let srv = start_with("memory", config(&[])).await;
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/uid/assign?metric=sys.a;tagk=host",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"metric": {"sys.a": "000001"}, "tagk": {"host": "000001"}})
+    );
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/uid/uidmeta?uid=000001;type=metric",
+        "",
+    )
+    .await;
+    assert_eq!((r.status, r.json()["name"].clone()), (200, json!("sys.a")));
+    let r = http(srv.addr, "GET", "/api/uid/assign?metric=a%%b+c", "").await;
+    assert_eq!(
+        r.json()["metric_errors"]["a%b c"],
+        "Invalid metric (\"a%b c\"): illegal character: %"
+    );
+    for (query, why) in [
+        ("x=%zz", "invalid escape sequence `%zz' at index 0 of: %zz"),
+        (
+            "x=1&y=ab%g1",
+            "invalid escape sequence `%g1' at index 2 of: ab%g1",
+        ),
+        ("x=%", "unterminated escape sequence at end of string: %"),
+        ("x=%4", "partial escape sequence at end of string: %4"),
+    ] {
+        let r = http(srv.addr, "GET", &format!("/api/version?{query}"), "").await;
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                400,
+                json!({"error": {"code": 400, "message": format!("Bad query string: {why}")}})
+            ),
+            "{query}"
+        );
+    }
+    // The older paths refuse it with their page.
+    let r = http(srv.addr, "GET", "/aggregators?x=%zz", "").await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().contains("Bad query string: invalid escape"),
+        "{}",
+        r.text()
+    );
+    srv.stop().await;
+}

@@ -70,6 +70,16 @@ pub(crate) async fn front(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
+    // A query string OpenTSDB's HTTP layer cannot decode is refused before anything else.
+    if let Some(q) = req.uri().query()
+        && let Err(why) = super::request::decode_query(q, true)
+    {
+        let message = format!("Bad query string: {why}");
+        return match route {
+            Route::Api { .. } => ApiError::bad_request(message).into_response(),
+            Route::Other { .. } => super::deprecated::bad_request(&message, false),
+        };
+    }
     let served = match &route {
         Route::Api { endpoint, .. } => {
             settings.enable_api
