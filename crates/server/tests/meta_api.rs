@@ -320,7 +320,11 @@ async fn meta_tracking_and_tsmeta(backend: &str) {
         r#"{"description":"x"}"#,
     )
     .await;
-    assert_eq!((r.status, error_message(&r)), (400, "Missing TSUID".into()));
+    // Without a TSUID the series is named by `m`, which is then required.
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing parameter <code>m</code>".into())
+    );
 
     // Errors.
     let r = get(&srv, "/api/uid/tsmeta?tsuid=000009000009000009").await;
@@ -757,7 +761,13 @@ async fn annotations(backend: &str) {
         error_message(&r),
         "Missing the TSUIDs or global annotations flag"
     );
-    let r = http(srv.addr, "PATCH", "/api/annotation", "").await;
+    let r = http(
+        srv.addr,
+        "PATCH",
+        "/api/annotation?start_time=1356998460",
+        "",
+    )
+    .await;
     assert_eq!(r.status, 405);
     // Nothing above lost a point.
     assert_eq!(srv.points("sys.cpu.user").len(), 20);
@@ -859,3 +869,39 @@ on_every_backend!(
     uidmeta,
     annotations,
 );
+
+/// `/api/uid/assign` reads a type in any case and answers under the key as sent; a name is
+/// checked before its type, so a bad name under an unknown type says what is wrong with it.
+#[tokio::test]
+async fn assign_reads_types_in_any_case_and_names_first() {
+    let srv = start("memory").await;
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/assign",
+        r#"{"METRIC":["sys.new"],"TagK":["dc"],"bogus":["x y"]}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["METRIC"], json!({"sys.new": "000001"}));
+    assert_eq!(v["TagK"], json!({"dc": "000001"}));
+    assert_eq!(v["bogus"], json!({}));
+    assert_eq!(
+        v["bogus_errors"]["x y"],
+        "Invalid bogus (\"x y\"): illegal character:  "
+    );
+    let r = http(srv.addr, "POST", "/api/uid/assign", r#"{"Tagv":["web01"]}"#).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"Tagv": {"web01": "000001"}}))
+    );
+    // Assigned for real: a second time the name exists.
+    let r = get(&srv, "/api/uid/assign?metric=sys.new").await;
+    assert_eq!(
+        r.json()["metric_errors"]["sys.new"],
+        "Name already exists with UID: 000001"
+    );
+    srv.stop().await;
+}
+

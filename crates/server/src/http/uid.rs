@@ -91,7 +91,8 @@ pub(crate) async fn assign(
         let mut assigned: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         let mut errors: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for (key, names) in lists {
-            let kind = match key.as_str() {
+            // The type in any case, as OpenTSDB reads it; answered under the key as sent.
+            let kind = match key.to_lowercase().as_str() {
                 "metric" => Some(UidKind::Metric),
                 "tagk" => Some(UidKind::TagKey),
                 "tagv" => Some(UidKind::TagValue),
@@ -99,10 +100,7 @@ pub(crate) async fn assign(
             };
             assigned.entry(key.clone()).or_default();
             for name in names {
-                let result = match kind {
-                    None => Err("Unknown type name".to_string()),
-                    Some(kind) => assign_one(db, kind, &key, &name, &special),
-                };
+                let result = assign_one(db, kind, &key, &name, &special);
                 match result {
                     Ok(uid) => {
                         assigned.entry(key.clone()).or_default().insert(name, uid);
@@ -148,14 +146,17 @@ pub(crate) async fn assign(
     Ok(json_response(status, &out))
 }
 
+/// One name of an assign request: the name is checked before the type, as OpenTSDB checks
+/// them.
 fn assign_one(
     db: &Tsdb,
-    kind: UidKind,
+    kind: Option<UidKind>,
     word: &str,
     name: &str,
     special: &str,
 ) -> Result<String, String> {
     validate_name(word, name, special).map_err(|e| e.to_string())?;
+    let kind = kind.ok_or_else(|| "Unknown type name".to_string())?;
     let uids = db.uids();
     let width = db.settings().schema.uid_width(kind);
     match uids.get_id(kind, name) {
@@ -440,9 +441,7 @@ pub(crate) async fn tsmeta(
                     .await,
                 );
             }
-            if has_body(&body) && !params.has("m") {
-                return Err(ApiError::bad_request("Missing TSUID").with_details("Missing TSUID"));
-            }
+            // No TSUID, in the body or the URL: the series is named by `m`.
             let (metric, tags) = parse_exact(params.required("m")?)?;
             let create = params.get("create") == Some("true");
             ok_json(
