@@ -905,3 +905,50 @@ async fn assign_reads_types_in_any_case_and_names_first() {
     srv.stop().await;
 }
 
+/// `/api/annotation` reads the note before the method, as OpenTSDB does; `/api/annotations`
+/// reads whole seconds, has no upper bound without `end_time`, and leaves out notes ending
+/// after the range.
+#[tokio::test]
+async fn annotation_ranges_and_methods_as_opentsdb_reads_them() {
+    let srv = start("memory").await;
+    let r = http(srv.addr, "PATCH", "/api/annotation", "").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing start time".into())
+    );
+    let future = 4_000_000_000i64;
+    for note in [
+        json!({"startTime": 1356998460, "description": "short"}),
+        json!({"startTime": 1356998470, "endTime": 1356999999, "description": "long"}),
+        json!({"startTime": future, "description": "planned"}),
+    ] {
+        let r = http(srv.addr, "POST", "/api/annotation", &note.to_string()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let described = |path: String| {
+        let addr = srv.addr;
+        async move {
+            let r = http(addr, "GET", &path, "").await;
+            assert_eq!(r.status, 200, "{path}: {}", r.text());
+            r.json()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["description"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        described("/api/annotations?start_time=1356998400".into()).await,
+        ["short", "long", "planned"]
+    );
+    assert_eq!(
+        described("/api/annotations?start_time=1356998400&end_time=1356999000".into()).await,
+        ["short"]
+    );
+    assert_eq!(
+        described("/api/annotations?start_time=1356998460500&end_time=1356999000".into()).await,
+        ["short"]
+    );
+    srv.stop().await;
+}
