@@ -727,3 +727,35 @@ async fn query_strings_are_decoded_as_opentsdb_decodes_them() {
     );
     srv.stop().await;
 }
+
+/// `serializer` picks how a request is read and answered; `json` is the only one, any other
+/// is refused before the endpoint (even one that does not exist) as OpenTSDB refuses it.
+#[tokio::test]
+async fn serializers_other_than_json_are_refused() {
+    let srv = start_with("memory", config(&[])).await;
+    let r = http(srv.addr, "GET", "/api/version?serializer=json", "").await;
+    assert_eq!(r.status, 200);
+    for (path, name) in [
+        ("/api/version?serializer=xml", "xml"),
+        ("/api/nothing?serializer=", ""),
+    ] {
+        let r = http(srv.addr, "GET", path, "").await;
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                400,
+                json!({"error": {"code": 400, "message": "Requested serializer was not found",
+                    "details": format!("Could not find a serializer with the name: {name}")}})
+            ),
+            "{path}"
+        );
+    }
+    let r = http(srv.addr, "GET", "/api/version?serializer=xml&jsonp=cb", "").await;
+    assert!(r.text().starts_with("cb({\"error\""), "{}", r.text());
+    let r = http(srv.addr, "GET", "/aggregators?serializer=xml&json", "").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (400, json!({"err": "Requested serializer was not found"}))
+    );
+    srv.stop().await;
+}

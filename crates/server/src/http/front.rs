@@ -80,6 +80,26 @@ pub(crate) async fn front(
             Route::Other { .. } => super::deprecated::bad_request(&message, false),
         };
     }
+    // `serializer` names how to read and answer: JSON is the only one there is.
+    let params = super::request::Params::parse(req.uri().query());
+    if params.has("serializer") {
+        let name = params.get("serializer").unwrap_or_default();
+        if name != "json" {
+            const MISSING: &str = "Requested serializer was not found";
+            return match route {
+                Route::Api { .. } => {
+                    let resp = ApiError::bad_request(MISSING)
+                        .with_details(format!("Could not find a serializer with the name: {name}"))
+                        .into_response();
+                    match jsonp_callback(req.uri()) {
+                        Some(cb) => wrap_jsonp(resp, &cb).await,
+                        None => resp,
+                    }
+                }
+                Route::Other { .. } => super::deprecated::bad_request(MISSING, params.has("json")),
+            };
+        }
+    }
     let served = match &route {
         Route::Api { endpoint, .. } => {
             settings.enable_api
