@@ -952,3 +952,62 @@ async fn annotation_ranges_and_methods_as_opentsdb_reads_them() {
     );
     srv.stop().await;
 }
+
+/// A bulk delete's `global` flag is read as OpenTSDB's JSON reader reads a boolean: the
+/// strings "true" and "True" and non-zero numbers are true; other words are refused.
+#[tokio::test]
+async fn bulk_delete_reads_global_as_a_java_boolean() {
+    let srv = start("memory").await;
+    let mut deleted = Vec::new();
+    for (i, global) in [json!("true"), json!(1), json!("False"), json!(true)]
+        .into_iter()
+        .enumerate()
+    {
+        // The note the refused delete leaves is deleted by the next one.
+        let note = json!({"startTime": 1356998460 + i, "description": "g"}).to_string();
+        assert_eq!(
+            http(srv.addr, "POST", "/api/annotation", &note)
+                .await
+                .status,
+            200
+        );
+        let body = json!({"startTime": "1356998400", "endTime": "1356999000", "global": global});
+        let r = http(
+            srv.addr,
+            "DELETE",
+            "/api/annotation/bulk",
+            &body.to_string(),
+        )
+        .await;
+        if global == json!("False") {
+            assert_eq!(
+                error_message(&r),
+                "Missing the TSUIDs or global annotations flag"
+            );
+            continue;
+        }
+        assert_eq!(r.status, 200, "{global}: {}", r.text());
+        deleted.push((r.json()["global"].clone(), r.json()["totalDeleted"].clone()));
+    }
+    assert_eq!(
+        deleted,
+        [
+            (json!(true), json!(1)),
+            (json!(true), json!(1)),
+            (json!(true), json!(2))
+        ]
+    );
+    let body = json!({"startTime": "1356998400", "global": "yes"});
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/annotation/bulk",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".into())
+    );
+    srv.stop().await;
+}
