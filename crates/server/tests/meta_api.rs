@@ -545,6 +545,10 @@ async fn uidmeta(backend: &str) {
     assert_eq!(r.status, 400);
     let r = get(&srv, "/api/uid/uidmeta?uid=000001").await;
     assert_eq!(error_message(&r), "Missing parameter <code>type</code>");
+    let r = get(&srv, "/api/uid/uidmeta?uid=nothex").await;
+    assert_eq!(error_message(&r), "Missing parameter <code>type</code>");
+    let r = get(&srv, "/api/uid/uidmeta?uid=nothex&type=foo").await;
+    assert_eq!(error_message(&r), "Invalid type requested: foo");
     let r = get(&srv, "/api/uid/uidmeta?uid=000001&type=foo").await;
     assert_eq!(error_message(&r), "Invalid type requested: foo");
     let r = http(srv.addr, "POST", "/api/uid/uidmeta", r#"{"type":"metric"}"#).await;
@@ -1009,5 +1013,50 @@ async fn bulk_delete_reads_global_as_a_java_boolean() {
         (r.status, error_message(&r)),
         (400, "Unable to parse the given JSON".into())
     );
+    srv.stop().await;
+}
+
+/// `/api/uid/tsmeta?m=` is read as OpenTSDB reads it there: `metric{}` has no tags, a pair
+/// given twice with one value counts once, and malformed pairs are refused in its words.
+#[tokio::test]
+async fn tsmeta_series_names_are_read_as_opentsdb_reads_them() {
+    let srv = start_with("memory", tracking_config()).await;
+    load(&srv).await;
+    let found = |m: &'static str| {
+        let addr = srv.addr;
+        async move {
+            let r = http(addr, "GET", &format!("/api/uid/tsmeta?m={m}"), "").await;
+            assert_eq!(r.status, 200, "{m}: {}", r.text());
+            r.json().as_array().unwrap().len()
+        }
+    };
+    assert_eq!(found("sys.cpu.user%7B%7D").await, 2);
+    assert_eq!(found("sys.cpu.user%7Bhost=web01,host=web01%7D").await, 1);
+    for (m, msg) in [
+        (
+            "sys.cpu.user%7Bhost",
+            "Missing '}' at the end of: sys.cpu.user{host",
+        ),
+        (
+            "sys.cpu.user%7Bhost%7D",
+            "When parsing tag 'host': invalid tag: host",
+        ),
+        (
+            "sys.cpu.user%7Bhost=web01,%7D",
+            "When parsing tag '': invalid tag: ",
+        ),
+        (
+            "sys.cpu.user%7Bhost=a=b%7D",
+            "When parsing tag 'host=a=b': invalid tag: host=a=b",
+        ),
+        (
+            "sys.cpu.user%7Bhost=web01,host=web02%7D",
+            "When parsing tag 'host=web02': duplicate tag: host=web02, tags={host=web01}",
+        ),
+    ] {
+        let r = get(&srv, &format!("/api/uid/tsmeta?m={m}")).await;
+        assert_eq!((r.status, error_message(&r)), (400, msg.to_string()), "{m}");
+        assert_eq!(r.json()["error"]["details"], msg, "{m}");
+    }
     srv.stop().await;
 }

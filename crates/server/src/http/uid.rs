@@ -319,8 +319,10 @@ pub(crate) async fn uidmeta(
     const NOT_FOUND: &str = "Could not find the requested UID";
     match method {
         Method::GET => {
-            let uid = hex_arg(params.required("uid")?)?;
-            let kind = parse_type(params.required("type")?).map_err(ApiError::from)?;
+            // Both parameters are required before either is read, as OpenTSDB requires them.
+            let (uid, kind) = (params.required("uid")?, params.required("type")?);
+            let kind = parse_type(kind).map_err(ApiError::from)?;
+            let uid = hex_arg(uid)?;
             let meta = blocking(&state.tsdb, move |db| {
                 get_uid_meta(db, kind, &uid).map_err(|e| not_found_as(e, NOT_FOUND))
             })
@@ -353,31 +355,45 @@ pub(crate) async fn uidmeta(
     }
 }
 
-/// `metric{tagk=tagv,...}` with exact pairs only (TSMeta by name).
+/// `metric{tagk=tagv,...}` with exact pairs only (TSMeta by name), read as OpenTSDB reads it
+/// there (`Tags.parseWithMetric`): `metric{}` has no tags, a pair given twice with one value
+/// counts once, and errors are in its words.
 fn parse_exact(m: &str) -> Result<(String, Vec<(String, String)>), ApiError> {
-    let (metric, tags) = super::search::parse_metric_tags(m).map_err(ApiError::bad_request)?;
-    let metric = metric
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| ApiError::bad_request("Metric cannot be null or empty"))?;
-    let mut exact = Vec::with_capacity(tags.len());
-    for (k, v) in tags {
-        match (k, v) {
-            (Some(k), Some(v)) => {
-                if exact.iter().any(|(ek, _): &(String, String)| *ek == k) {
-                    return Err(ApiError::bad_request(format!("duplicate tag: {k}={v}")));
+    let bad = |msg: String| ApiError::bad_request(msg.clone()).with_details(msg);
+    let (metric, inner) = match m.find('{') {
+        None => (m, ""),
+        Some(_) if !m.ends_with('}') => {
+            return Err(bad(format!("Missing '}}' at the end of: {m}")));
+        }
+        Some(curly) => (&m[..curly], &m[curly + 1..m.len() - 1]),
+    };
+    if metric.is_empty() {
+        return Err(ApiError::bad_request("Metric cannot be null or empty"));
+    }
+    let mut tags: Vec<(String, String)> = Vec::new();
+    if !inner.is_empty() {
+        for tag in inner.split(',') {
+            let kv: Vec<&str> = tag.split('=').collect();
+            let (k, v) = match kv[..] {
+                [k, v] if !k.is_empty() && !v.is_empty() => (k, v),
+                _ => {
+                    return Err(bad(format!("When parsing tag '{tag}': invalid tag: {tag}")));
                 }
-                exact.push((k, v));
-            }
-            (k, v) => {
-                return Err(ApiError::bad_request(format!(
-                    "invalid tag: {}={}",
-                    k.unwrap_or_default(),
-                    v.unwrap_or_default()
-                )));
+            };
+            match tags.iter().find(|(tk, _)| tk == k) {
+                Some((_, tv)) if tv == v => {}
+                Some(_) => {
+                    let known: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    return Err(bad(format!(
+                        "When parsing tag '{tag}': duplicate tag: {tag}, tags={{{}}}",
+                        known.join(", ")
+                    )));
+                }
+                None => tags.push((k.to_string(), v.to_string())),
             }
         }
     }
-    Ok((metric, exact))
+    Ok((metric.to_string(), tags))
 }
 
 pub(crate) async fn tsmeta(
