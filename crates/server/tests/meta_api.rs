@@ -1060,3 +1060,37 @@ async fn tsmeta_series_names_are_read_as_opentsdb_reads_them() {
     }
     srv.stop().await;
 }
+
+/// TSMeta numbers in the URL are read as OpenTSDB reads them: an empty one is not given, the
+/// retention is a Java int (no spaces, at most 2^31-1).
+#[tokio::test]
+async fn tsmeta_url_numbers_are_read_as_opentsdb_reads_them() {
+    let srv = start_with("memory", tracking_config()).await;
+    load(&srv).await;
+    let v = get(&srv, "/api/search/lookup?m=sys.mem.free").await.json();
+    let tsuid = v["results"][0]["tsuid"].as_str().unwrap().to_string();
+    let post = |query: String| {
+        let (addr, path) = (srv.addr, format!("/api/uid/tsmeta?tsuid={tsuid}&{query}"));
+        async move { http(addr, "POST", &path, "").await }
+    };
+    let r = post("description=d&retention=&max=&min=".into()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        (
+            r.json()["description"].clone(),
+            r.json()["retention"].clone()
+        ),
+        (json!("d"), json!(0))
+    );
+    let r = post("retention=7".into()).await;
+    assert_eq!(r.json()["retention"], 7);
+    for retention in ["+8", "2147483648", "x"] {
+        let r = post(format!("retention={retention}")).await;
+        assert_eq!(
+            (r.status, error_message(&r)),
+            (400, "Unable to parse 'retention' value".into()),
+            "{retention}"
+        );
+    }
+    srv.stop().await;
+}

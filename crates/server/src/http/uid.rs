@@ -520,15 +520,16 @@ fn update_from_params(params: &Params) -> Result<MetaUpdate, ApiError> {
             obj.insert(field.into(), json!(v));
         }
     }
-    if let Some(v) = params.get("retention") {
-        let n: i64 = v
-            .trim()
+    // Empty numbers are not given, as OpenTSDB reads them; the retention is a Java int
+    // (no spaces), max and min floats (spaces around them allowed).
+    if let Some(v) = params.value("retention") {
+        let n: i32 = v
             .parse()
             .map_err(|_| ApiError::bad_request("Unable to parse 'retention' value"))?;
         obj.insert("retention".into(), json!(n));
     }
     for key in ["max", "min"] {
-        if let Some(v) = params.get(key) {
+        if let Some(v) = params.value(key) {
             let n: f64 = v
                 .trim()
                 .parse()
