@@ -759,3 +759,62 @@ async fn serializers_other_than_json_are_refused() {
     );
     srv.stop().await;
 }
+
+/// `/api/stats/jvm`, `/threads` and `/region_clients` keep OpenTSDB's keys in the order its
+/// hash maps give them (Hourglass's own figures last).
+#[tokio::test]
+async fn stats_sub_endpoints_keep_opentsdbs_key_order() {
+    let srv = start_with("memory", config(&[])).await;
+    let jvm = http(srv.addr, "GET", "/api/stats/jvm", "").await.json();
+    assert_eq!(keys(&jvm), ["memory", "os", "runtime", "pools", "gc"]);
+    assert_eq!(
+        keys(&jvm["runtime"]),
+        ["vmName", "vmVersion", "startTime", "vmVendor", "uptime"]
+    );
+    assert_eq!(
+        keys(&jvm["memory"])[..3],
+        [
+            "nonHeapMemoryUsage",
+            "objectsPendingFinalization",
+            "heapMemoryUsage"
+        ]
+    );
+    assert_eq!(
+        keys(&jvm["memory"]["heapMemoryUsage"]),
+        ["init", "used", "committed", "max"]
+    );
+    let threads = http(srv.addr, "GET", "/api/stats/threads", "").await.json();
+    assert_eq!(
+        keys(&threads[0]),
+        [
+            "threadID",
+            "stack",
+            "name",
+            "state",
+            "interrupted",
+            "priority"
+        ]
+    );
+    let regions = http(srv.addr, "GET", "/api/stats/region_clients", "")
+        .await
+        .json();
+    assert_eq!(
+        keys(&regions[0]),
+        [
+            "pendingBreached",
+            "writesBlocked",
+            "inflightBreached",
+            "dead",
+            "rpcsInFlight",
+            "rpcsSent",
+            "rpcResponsesUnknown",
+            "pendingBatchedRPCs",
+            "endpoint",
+            "rpcResponsesTimedout",
+            "rpcid",
+            "rpcsTimedout",
+            "pendingRPCs"
+        ]
+    );
+    srv.stop().await;
+}
