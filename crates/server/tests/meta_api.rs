@@ -895,10 +895,35 @@ async fn assign_reads_types_in_any_case_and_names_first() {
         v["bogus_errors"]["x y"],
         "Invalid bogus (\"x y\"): illegal character:  "
     );
+    // Numbers are names as their text; a lone name, null or a nested list is not a list of
+    // names.
+    let r = http(srv.addr, "POST", "/api/uid/assign", r#"{"tagv":[7]}"#).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"tagv": {"7": "000001"}}))
+    );
+    for body in [
+        r#"{"metric":"sys.one"}"#,
+        r#"{"metric":["sys.two",null]}"#,
+        r#"{"metric":[["sys.three"]]}"#,
+    ] {
+        let r = http(srv.addr, "POST", "/api/uid/assign", body).await;
+        assert_eq!(
+            (r.status, error_message(&r)),
+            (400, "Unable to parse the given JSON".into()),
+            "{body}"
+        );
+    }
+    let r = get(&srv, "/api/suggest?type=metrics&q=sys").await;
+    assert_eq!(
+        r.json(),
+        json!(["sys.new"]),
+        "nothing of the refused bodies assigned"
+    );
     let r = http(srv.addr, "POST", "/api/uid/assign", r#"{"Tagv":["web01"]}"#).await;
     assert_eq!(
         (r.status, r.json()),
-        (200, json!({"Tagv": {"web01": "000001"}}))
+        (200, json!({"Tagv": {"web01": "000002"}}))
     );
     // Assigned for real: a second time the name exists.
     let r = get(&srv, "/api/uid/assign?metric=sys.new").await;

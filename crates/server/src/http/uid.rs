@@ -50,21 +50,24 @@ fn assign_lists(
             }
         }
     } else {
+        // Lists of names as OpenTSDB's JSON reader takes them: numbers and booleans read as
+        // their text, anything else (a lone name included) refused.
         for (key, v) in json_object(body)? {
-            let names = match v {
-                Value::Array(items) => items
-                    .into_iter()
-                    .map(|i| match i {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    })
-                    .collect(),
-                Value::String(s) => vec![s],
-                other => {
-                    return Err(ApiError::bad_request("Unable to parse the given JSON")
-                        .with_details(format!("'{key}' must be a list of names, got {other}")));
-                }
+            let refused = |what: &Value| {
+                ApiError::bad_request("Unable to parse the given JSON")
+                    .with_details(format!("'{key}' must be a list of names, got {what}"))
             };
+            let Value::Array(items) = &v else {
+                return Err(refused(&v));
+            };
+            let mut names = Vec::with_capacity(items.len());
+            for item in items {
+                names.push(match item {
+                    Value::String(s) => s.clone(),
+                    Value::Number(_) | Value::Bool(_) => item.to_string(),
+                    _ => return Err(refused(&v)),
+                });
+            }
             lists.push((key, names));
         }
     }
