@@ -750,6 +750,15 @@ async fn serializers_other_than_json_are_refused() {
             "{path}"
         );
     }
+    // OpenTSDB 2.4.1 has a class for listing serializers but does not route to it.
+    let r = http(srv.addr, "GET", "/api/serializers", "").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            404,
+            json!({"error": {"code": 404, "message": "Endpoint not found"}})
+        )
+    );
     let r = http(srv.addr, "GET", "/api/version?serializer=xml&jsonp=cb", "").await;
     assert!(r.text().starts_with("cb({\"error\""), "{}", r.text());
     let r = http(srv.addr, "GET", "/aggregators?serializer=xml&json", "").await;
