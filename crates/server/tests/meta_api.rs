@@ -914,6 +914,17 @@ async fn assign_reads_types_in_any_case_and_names_first() {
             "{body}"
         );
     }
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/rename",
+        r#"{"metric":["sys.new"],"name":"sys.old"}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".into())
+    );
     let r = get(&srv, "/api/suggest?type=metrics&q=sys").await;
     assert_eq!(
         r.json(),

@@ -198,11 +198,17 @@ pub(crate) async fn rename(
             }
         }
     } else {
+        // A map of texts as OpenTSDB's JSON reader takes it: numbers and booleans as their
+        // text, a null as not given; a list or an object refuses the body.
         for (k, v) in json_object(&body)? {
             let v = match v {
                 Value::String(s) => s,
                 Value::Null => continue,
-                other => other.to_string(),
+                Value::Number(_) | Value::Bool(_) => v.to_string(),
+                other => {
+                    return Err(ApiError::bad_request("Unable to parse the given JSON")
+                        .with_details(format!("'{k}' must be a name, got {other}")));
+                }
             };
             fields.push((k, v));
         }
