@@ -553,6 +553,13 @@ async fn uidmeta(backend: &str) {
     assert_eq!(error_message(&r), "Invalid type requested: foo");
     let r = http(srv.addr, "POST", "/api/uid/uidmeta", r#"{"type":"metric"}"#).await;
     assert_eq!((r.status, error_message(&r)), (400, "Missing UID".into()));
+    // A type the JSON reader cannot read refuses the body first.
+    let r = http(srv.addr, "POST", "/api/uid/uidmeta", r#"{"type":"foo"}"#).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".into())
+    );
+    assert_eq!(r.json()["error"]["details"], "Invalid type requested: foo");
 
     let r = http(
         srv.addr,

@@ -278,6 +278,15 @@ fn uid_target(params: &Params, body: &Bytes, missing: &str) -> Result<UidTarget,
         let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let uid = text("uid");
         let kind = text("type");
+        // A type OpenTSDB's JSON reader cannot read refuses the body, before anything else
+        // is looked at.
+        if !kind.is_empty()
+            && let Err(e) = parse_type(&kind)
+        {
+            return Err(
+                ApiError::bad_request("Unable to parse the given JSON").with_details(e.to_string())
+            );
+        }
         let missing_err = |d: &str| {
             if missing.is_empty() {
                 ApiError::bad_request(d).with_details(d)
