@@ -57,4 +57,5 @@ fn main() {
         });
     println!("cargo:rustc-env=HOURGLASS_GIT_REV={rev}");
     println!("cargo:rustc-env=HOURGLASS_BUILD_DATE={}", utc(now));
+    println!("cargo:rustc-env=HOURGLASS_BUILD_TIMESTAMP={now}");
 }

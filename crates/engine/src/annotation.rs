@@ -434,7 +434,7 @@ pub fn delete_range(tsdb: &Tsdb, tsuid: Option<&[u8]>, start_ms: i64, end_ms: i6
     Ok(deleted)
 }
 
-/// Global annotations starting within `[start_ms, end_ms]`, by time.
+/// Global annotations starting within `[start_ms, end_ms]` and not ending after it, by time.
 pub fn global_between(tsdb: &Tsdb, start_ms: i64, end_ms: i64) -> Result<Vec<Annotation>> {
     let schema = &tsdb.settings().schema;
     let start = row_key(schema, None, base_hour(start_ms));
@@ -469,7 +469,9 @@ pub fn global_between(tsdb: &Tsdb, start_ms: i64, end_ms: i64) -> Result<Vec<Ann
                 continue;
             };
             let t = stored_time_ms(base, &c.qualifier, &c.value).unwrap_or(0);
-            if t >= start_ms && t <= end_ms {
+            // A note ending after the range is left out, as OpenTSDB leaves it out.
+            let ends_after = note.end_time > 0 && to_millis(note.end_time) > end_ms;
+            if t >= start_ms && t <= end_ms && !ends_after {
                 out.push((t, note));
             }
         }

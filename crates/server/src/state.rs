@@ -80,6 +80,8 @@ pub struct BuildInfo {
     pub revision: String,
     /// `yyyy/MM/dd HH:mm:ss +0000`, as OpenTSDB prints it.
     pub date: String,
+    /// The same moment in Unix seconds (0 when unknown), as `/api/version` gives it.
+    pub timestamp: i64,
 }
 
 impl Default for BuildInfo {
@@ -88,6 +90,7 @@ impl Default for BuildInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             revision: "unknown".to_string(),
             date: "unknown".to_string(),
+            timestamp: 0,
         }
     }
 }

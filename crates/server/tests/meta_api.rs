@@ -320,7 +320,11 @@ async fn meta_tracking_and_tsmeta(backend: &str) {
         r#"{"description":"x"}"#,
     )
     .await;
-    assert_eq!((r.status, error_message(&r)), (400, "Missing TSUID".into()));
+    // Without a TSUID the series is named by `m`, which is then required.
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing parameter <code>m</code>".into())
+    );
 
     // Errors.
     let r = get(&srv, "/api/uid/tsmeta?tsuid=000009000009000009").await;
@@ -541,10 +545,21 @@ async fn uidmeta(backend: &str) {
     assert_eq!(r.status, 400);
     let r = get(&srv, "/api/uid/uidmeta?uid=000001").await;
     assert_eq!(error_message(&r), "Missing parameter <code>type</code>");
+    let r = get(&srv, "/api/uid/uidmeta?uid=nothex").await;
+    assert_eq!(error_message(&r), "Missing parameter <code>type</code>");
+    let r = get(&srv, "/api/uid/uidmeta?uid=nothex&type=foo").await;
+    assert_eq!(error_message(&r), "Invalid type requested: foo");
     let r = get(&srv, "/api/uid/uidmeta?uid=000001&type=foo").await;
     assert_eq!(error_message(&r), "Invalid type requested: foo");
     let r = http(srv.addr, "POST", "/api/uid/uidmeta", r#"{"type":"metric"}"#).await;
     assert_eq!((r.status, error_message(&r)), (400, "Missing UID".into()));
+    // A type the JSON reader cannot read refuses the body first.
+    let r = http(srv.addr, "POST", "/api/uid/uidmeta", r#"{"type":"foo"}"#).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".into())
+    );
+    assert_eq!(r.json()["error"]["details"], "Invalid type requested: foo");
 
     let r = http(
         srv.addr,
@@ -757,7 +772,13 @@ async fn annotations(backend: &str) {
         error_message(&r),
         "Missing the TSUIDs or global annotations flag"
     );
-    let r = http(srv.addr, "PATCH", "/api/annotation", "").await;
+    let r = http(
+        srv.addr,
+        "PATCH",
+        "/api/annotation?start_time=1356998460",
+        "",
+    )
+    .await;
     assert_eq!(r.status, 405);
     // Nothing above lost a point.
     assert_eq!(srv.points("sys.cpu.user").len(), 20);
@@ -859,3 +880,260 @@ on_every_backend!(
     uidmeta,
     annotations,
 );
+
+/// `/api/uid/assign` reads a type in any case and answers under the key as sent; a name is
+/// checked before its type, so a bad name under an unknown type says what is wrong with it.
+#[tokio::test]
+async fn assign_reads_types_in_any_case_and_names_first() {
+    let srv = start("memory").await;
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/assign",
+        r#"{"METRIC":["sys.new"],"TagK":["dc"],"bogus":["x y"]}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["METRIC"], json!({"sys.new": "000001"}));
+    assert_eq!(v["TagK"], json!({"dc": "000001"}));
+    assert_eq!(v["bogus"], json!({}));
+    assert_eq!(
+        v["bogus_errors"]["x y"],
+        "Invalid bogus (\"x y\"): illegal character:  "
+    );
+    // Numbers are names as their text; a lone name, null or a nested list is not a list of
+    // names.
+    let r = http(srv.addr, "POST", "/api/uid/assign", r#"{"tagv":[7]}"#).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"tagv": {"7": "000001"}}))
+    );
+    for body in [
+        r#"{"metric":"sys.one"}"#,
+        r#"{"metric":["sys.two",null]}"#,
+        r#"{"metric":[["sys.three"]]}"#,
+    ] {
+        let r = http(srv.addr, "POST", "/api/uid/assign", body).await;
+        assert_eq!(
+            (r.status, error_message(&r)),
+            (400, "Unable to parse the given JSON".into()),
+            "{body}"
+        );
+    }
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/rename",
+        r#"{"metric":["sys.new"],"name":"sys.old"}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".into())
+    );
+    let r = get(&srv, "/api/suggest?type=metrics&q=sys").await;
+    assert_eq!(
+        r.json(),
+        json!(["sys.new"]),
+        "nothing of the refused bodies assigned"
+    );
+    let r = http(srv.addr, "POST", "/api/uid/assign", r#"{"Tagv":["web01"]}"#).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"Tagv": {"web01": "000002"}}))
+    );
+    // Assigned for real: a second time the name exists.
+    let r = get(&srv, "/api/uid/assign?metric=sys.new").await;
+    assert_eq!(
+        r.json()["metric_errors"]["sys.new"],
+        "Name already exists with UID: 000001"
+    );
+    srv.stop().await;
+}
+
+/// `/api/annotation` reads the note before the method, as OpenTSDB does; `/api/annotations`
+/// reads whole seconds, has no upper bound without `end_time`, and leaves out notes ending
+/// after the range.
+#[tokio::test]
+async fn annotation_ranges_and_methods_as_opentsdb_reads_them() {
+    let srv = start("memory").await;
+    let r = http(srv.addr, "PATCH", "/api/annotation", "").await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Missing start time".into())
+    );
+    let future = 4_000_000_000i64;
+    for note in [
+        json!({"startTime": 1356998460, "description": "short"}),
+        json!({"startTime": 1356998470, "endTime": 1356999999, "description": "long"}),
+        json!({"startTime": future, "description": "planned"}),
+    ] {
+        let r = http(srv.addr, "POST", "/api/annotation", &note.to_string()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let described = |path: String| {
+        let addr = srv.addr;
+        async move {
+            let r = http(addr, "GET", &path, "").await;
+            assert_eq!(r.status, 200, "{path}: {}", r.text());
+            r.json()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["description"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        described("/api/annotations?start_time=1356998400".into()).await,
+        ["short", "long", "planned"]
+    );
+    assert_eq!(
+        described("/api/annotations?start_time=1356998400&end_time=1356999000".into()).await,
+        ["short"]
+    );
+    assert_eq!(
+        described("/api/annotations?start_time=1356998460500&end_time=1356999000".into()).await,
+        ["short"]
+    );
+    srv.stop().await;
+}
+
+/// A bulk delete's `global` flag is read as OpenTSDB's JSON reader reads a boolean: the
+/// strings "true" and "True" and non-zero numbers are true; other words are refused.
+#[tokio::test]
+async fn bulk_delete_reads_global_as_a_java_boolean() {
+    let srv = start("memory").await;
+    let mut deleted = Vec::new();
+    for (i, global) in [json!("true"), json!(1), json!("False"), json!(true)]
+        .into_iter()
+        .enumerate()
+    {
+        // The note the refused delete leaves is deleted by the next one.
+        let note = json!({"startTime": 1356998460 + i, "description": "g"}).to_string();
+        assert_eq!(
+            http(srv.addr, "POST", "/api/annotation", &note)
+                .await
+                .status,
+            200
+        );
+        let body = json!({"startTime": "1356998400", "endTime": "1356999000", "global": global});
+        let r = http(
+            srv.addr,
+            "DELETE",
+            "/api/annotation/bulk",
+            &body.to_string(),
+        )
+        .await;
+        if global == json!("False") {
+            assert_eq!(
+                error_message(&r),
+                "Missing the TSUIDs or global annotations flag"
+            );
+            continue;
+        }
+        assert_eq!(r.status, 200, "{global}: {}", r.text());
+        deleted.push((r.json()["global"].clone(), r.json()["totalDeleted"].clone()));
+    }
+    assert_eq!(
+        deleted,
+        [
+            (json!(true), json!(1)),
+            (json!(true), json!(1)),
+            (json!(true), json!(2))
+        ]
+    );
+    let body = json!({"startTime": "1356998400", "global": "yes"});
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/annotation/bulk",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".into())
+    );
+    srv.stop().await;
+}
+
+/// `/api/uid/tsmeta?m=` is read as OpenTSDB reads it there: `metric{}` has no tags, a pair
+/// given twice with one value counts once, and malformed pairs are refused in its words.
+#[tokio::test]
+async fn tsmeta_series_names_are_read_as_opentsdb_reads_them() {
+    let srv = start_with("memory", tracking_config()).await;
+    load(&srv).await;
+    let found = |m: &'static str| {
+        let addr = srv.addr;
+        async move {
+            let r = http(addr, "GET", &format!("/api/uid/tsmeta?m={m}"), "").await;
+            assert_eq!(r.status, 200, "{m}: {}", r.text());
+            r.json().as_array().unwrap().len()
+        }
+    };
+    assert_eq!(found("sys.cpu.user%7B%7D").await, 2);
+    assert_eq!(found("sys.cpu.user%7Bhost=web01,host=web01%7D").await, 1);
+    for (m, msg) in [
+        (
+            "sys.cpu.user%7Bhost",
+            "Missing '}' at the end of: sys.cpu.user{host",
+        ),
+        (
+            "sys.cpu.user%7Bhost%7D",
+            "When parsing tag 'host': invalid tag: host",
+        ),
+        (
+            "sys.cpu.user%7Bhost=web01,%7D",
+            "When parsing tag '': invalid tag: ",
+        ),
+        (
+            "sys.cpu.user%7Bhost=a=b%7D",
+            "When parsing tag 'host=a=b': invalid tag: host=a=b",
+        ),
+        (
+            "sys.cpu.user%7Bhost=web01,host=web02%7D",
+            "When parsing tag 'host=web02': duplicate tag: host=web02, tags={host=web01}",
+        ),
+    ] {
+        let r = get(&srv, &format!("/api/uid/tsmeta?m={m}")).await;
+        assert_eq!((r.status, error_message(&r)), (400, msg.to_string()), "{m}");
+        assert_eq!(r.json()["error"]["details"], msg, "{m}");
+    }
+    srv.stop().await;
+}
+
+/// TSMeta numbers in the URL are read as OpenTSDB reads them: an empty one is not given, the
+/// retention is a Java int (no spaces, at most 2^31-1).
+#[tokio::test]
+async fn tsmeta_url_numbers_are_read_as_opentsdb_reads_them() {
+    let srv = start_with("memory", tracking_config()).await;
+    load(&srv).await;
+    let v = get(&srv, "/api/search/lookup?m=sys.mem.free").await.json();
+    let tsuid = v["results"][0]["tsuid"].as_str().unwrap().to_string();
+    let post = |query: String| {
+        let (addr, path) = (srv.addr, format!("/api/uid/tsmeta?tsuid={tsuid}&{query}"));
+        async move { http(addr, "POST", &path, "").await }
+    };
+    let r = post("description=d&retention=&max=&min=".into()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        (
+            r.json()["description"].clone(),
+            r.json()["retention"].clone()
+        ),
+        (json!("d"), json!(0))
+    );
+    let r = post("retention=7".into()).await;
+    assert_eq!(r.json()["retention"], 7);
+    for retention in ["+8", "2147483648", "x"] {
+        let r = post(format!("retention={retention}")).await;
+        assert_eq!(
+            (r.status, error_message(&r)),
+            (400, "Unable to parse 'retention' value".into()),
+            "{retention}"
+        );
+    }
+    srv.stop().await;
+}

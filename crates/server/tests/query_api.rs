@@ -360,6 +360,7 @@ async fn grafana_requests(backend: &str) {
         "wildcard",
         "iwildcard",
         "regexp",
+        "not_key",
     ] {
         assert!(
             filters[t]["description"].as_str().unwrap().len() > 50,
@@ -367,6 +368,30 @@ async fn grafana_requests(backend: &str) {
         );
         assert!(filters[t]["examples"].as_str().unwrap().contains(t), "{t}");
     }
+    // In the order OpenTSDB's hash map gives them.
+    let types: Vec<&str> = filters
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "regexp",
+            "iwildcard",
+            "not_key",
+            "iliteral_or",
+            "not_iliteral_or",
+            "not_literal_or",
+            "literal_or",
+            "wildcard"
+        ]
+    );
+    assert_eq!(
+        filters["not_key"]["examples"],
+        r#"host=not_key()  {"type":"not_key","tagk":"host","filter":"","groupBy":false}"#
+    );
     let aggs = http(srv.addr, "GET", "/api/aggregators", "").await.json();
     assert!(aggs.as_array().unwrap().contains(&json!("sum")));
     srv.stop().await;
@@ -545,11 +570,88 @@ async fn inline_answers_as_handed_off(backend: &str) {
     handed.stop().await;
 }
 
+/// `not_key` keeps the series without a tag key (its filter empty), in URL and JSON filters,
+/// with `explicitTags` counting only the keys a series must have; the same with the tag index
+/// answering and without it.
+async fn not_key_filters(backend: &str) {
+    for index in ["false", "true"] {
+        let mut c = Config::default();
+        c.set("tsd.core.auto_create_metrics", "true");
+        c.set("tsd.index.enable", index);
+        let srv = start_with(backend, c).await;
+        let lines = "put m.nk 1356998400 1 host=a dc=x\n\
+                     put m.nk 1356998400 2 host=b\n\
+                     put m.nk 1356998400 3 host=c dc=y rack=r1\n";
+        assert!(common::telnet(srv.addr, lines).await.is_empty());
+        srv.state.tsdb.flush().unwrap();
+        let hosts = |v: &Value| {
+            let mut h: Vec<String> = v
+                .as_array()
+                .unwrap_or_else(|| panic!("{backend} index={index}: {v}"))
+                .iter()
+                .map(|s| s["tags"]["host"].as_str().unwrap().to_string())
+                .collect();
+            h.sort();
+            h
+        };
+        let r = http(
+            srv.addr,
+            "GET",
+            "/api/query?start=1356998000&end=1356999000&m=none:m.nk%7Bdc=not_key()%7D",
+            "",
+        )
+        .await;
+        assert_eq!(hosts(&r.json()), ["b"], "{backend} index={index}");
+        let query = |filters: Value, explicit: bool| {
+            json!({"start": 1356998000, "end": 1356999000, "queries": [{"aggregator": "none",
+                "metric": "m.nk", "filters": filters, "explicitTags": explicit}]})
+        };
+        let r = post_to(
+            &srv,
+            &query(
+                json!([{"type": "not_key", "tagk": "rack", "filter": ""},
+                       {"type": "wildcard", "tagk": "dc", "filter": "*"}]),
+                false,
+            ),
+        )
+        .await;
+        assert_eq!(hosts(&r.json()), ["a"], "{backend} index={index}");
+        let r = post_to(
+            &srv,
+            &query(
+                json!([{"type": "wildcard", "tagk": "host", "filter": "*"},
+                       {"type": "not_key", "tagk": "dc", "filter": ""}]),
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(hosts(&r.json()), ["b"], "{backend} index={index}");
+        let r = post_to(
+            &srv,
+            &query(
+                json!([{"type": "not_key", "tagk": "dc", "filter": "x"}]),
+                false,
+            ),
+        )
+        .await;
+        assert_eq!(
+            (r.status, r.json()["error"]["message"].clone()),
+            (
+                400,
+                json!("The filter must be empty for the not_key filter")
+            ),
+            "{backend} index={index}"
+        );
+        srv.stop().await;
+    }
+}
+
 async fn post_to(srv: &TestServer, body: &Value) -> common::Response {
     post(srv, "/api/query", body.clone()).await
 }
 
 on_every_backend!(
+    not_key_filters,
     inline_answers_as_handed_off,
     last_points_and_queries_from_the_index,
     times_in_opentsdb_forms,

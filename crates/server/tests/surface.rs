@@ -205,6 +205,7 @@ async fn modes_and_switches_take_endpoints_away() {
         "/api/query?start=1h-ago&m=sum:x",
         "/api/suggest?type=metrics",
         "/",
+        "/suggest?type=metrics",
     ] {
         assert_eq!(http(srv.addr, "GET", path, "").await.status, 404, "{path}");
     }
@@ -629,3 +630,200 @@ async fn appends_end_to_end(backend: &str) {
 }
 
 on_every_backend!(latin1_names_are_shared_with_opentsdb, appends_end_to_end);
+
+fn keys(v: &serde_json::Value) -> Vec<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+/// `/api/version` (and `/version?json`) is OpenTSDB's map: the build time as Unix seconds in
+/// a string (its `BuildData.timestamp`), keys in the order its hash map gives them;
+/// `/api/dropcaches` likewise.
+#[tokio::test]
+async fn version_and_dropcaches_answer_in_opentsdbs_shape() {
+    let srv = start_with("memory", config(&[])).await;
+    for path in ["/api/version", "/version?json"] {
+        let v = http(srv.addr, "GET", path, "").await.json();
+        assert_eq!(
+            keys(&v),
+            [
+                "short_revision",
+                "repo",
+                "host",
+                "version",
+                "full_revision",
+                "repo_status",
+                "user",
+                "branch",
+                "timestamp",
+                "hourglass"
+            ],
+            "{path}"
+        );
+        let stamp = v["timestamp"].as_str().unwrap();
+        assert!(stamp.parse::<i64>().is_ok(), "{path}: {stamp}");
+        assert_eq!(v["version"], "2.4.1");
+    }
+    let r = http(srv.addr, "DELETE", "/api/dropcaches", "").await;
+    assert_eq!(r.text(), r#"{"message":"Caches dropped","status":"200"}"#);
+    srv.stop().await;
+}
+
+/// Query strings are decoded as OpenTSDB's HTTP layer decodes them: `;` separates parameters
+/// as `&` does, `%%` is `%`, and a bad escape is refused in its words before anything else.
+#[tokio::test]
+async fn query_strings_are_decoded_as_opentsdb_decodes_them() {
+    let srv = start_with("memory", config(&[])).await;
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/uid/assign?metric=sys.a;tagk=host",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"metric": {"sys.a": "000001"}, "tagk": {"host": "000001"}})
+    );
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/uid/uidmeta?uid=000001;type=metric",
+        "",
+    )
+    .await;
+    assert_eq!((r.status, r.json()["name"].clone()), (200, json!("sys.a")));
+    let r = http(srv.addr, "GET", "/api/uid/assign?metric=a%%b+c", "").await;
+    assert_eq!(
+        r.json()["metric_errors"]["a%b c"],
+        "Invalid metric (\"a%b c\"): illegal character: %"
+    );
+    for (query, why) in [
+        ("x=%zz", "invalid escape sequence `%zz' at index 0 of: %zz"),
+        (
+            "x=1&y=ab%g1",
+            "invalid escape sequence `%g1' at index 2 of: ab%g1",
+        ),
+        ("x=%", "unterminated escape sequence at end of string: %"),
+        ("x=%4", "partial escape sequence at end of string: %4"),
+    ] {
+        let r = http(srv.addr, "GET", &format!("/api/version?{query}"), "").await;
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                400,
+                json!({"error": {"code": 400, "message": format!("Bad query string: {why}")}})
+            ),
+            "{query}"
+        );
+    }
+    // The older paths refuse it with their page.
+    let r = http(srv.addr, "GET", "/aggregators?x=%zz", "").await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().contains("Bad query string: invalid escape"),
+        "{}",
+        r.text()
+    );
+    srv.stop().await;
+}
+
+/// `serializer` picks how a request is read and answered; `json` is the only one, any other
+/// is refused before the endpoint (even one that does not exist) as OpenTSDB refuses it.
+#[tokio::test]
+async fn serializers_other_than_json_are_refused() {
+    let srv = start_with("memory", config(&[])).await;
+    let r = http(srv.addr, "GET", "/api/version?serializer=json", "").await;
+    assert_eq!(r.status, 200);
+    for (path, name) in [
+        ("/api/version?serializer=xml", "xml"),
+        ("/api/nothing?serializer=", ""),
+    ] {
+        let r = http(srv.addr, "GET", path, "").await;
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                400,
+                json!({"error": {"code": 400, "message": "Requested serializer was not found",
+                    "details": format!("Could not find a serializer with the name: {name}")}})
+            ),
+            "{path}"
+        );
+    }
+    // OpenTSDB 2.4.1 has a class for listing serializers but does not route to it.
+    let r = http(srv.addr, "GET", "/api/serializers", "").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            404,
+            json!({"error": {"code": 404, "message": "Endpoint not found"}})
+        )
+    );
+    let r = http(srv.addr, "GET", "/api/version?serializer=xml&jsonp=cb", "").await;
+    assert!(r.text().starts_with("cb({\"error\""), "{}", r.text());
+    let r = http(srv.addr, "GET", "/aggregators?serializer=xml&json", "").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (400, json!({"err": "Requested serializer was not found"}))
+    );
+    srv.stop().await;
+}
+
+/// `/api/stats/jvm`, `/threads` and `/region_clients` keep OpenTSDB's keys in the order its
+/// hash maps give them (Hourglass's own figures last).
+#[tokio::test]
+async fn stats_sub_endpoints_keep_opentsdbs_key_order() {
+    let srv = start_with("memory", config(&[])).await;
+    let jvm = http(srv.addr, "GET", "/api/stats/jvm", "").await.json();
+    assert_eq!(keys(&jvm), ["memory", "os", "runtime", "pools", "gc"]);
+    assert_eq!(
+        keys(&jvm["runtime"]),
+        ["vmName", "vmVersion", "startTime", "vmVendor", "uptime"]
+    );
+    assert_eq!(
+        keys(&jvm["memory"])[..3],
+        [
+            "nonHeapMemoryUsage",
+            "objectsPendingFinalization",
+            "heapMemoryUsage"
+        ]
+    );
+    assert_eq!(
+        keys(&jvm["memory"]["heapMemoryUsage"]),
+        ["init", "used", "committed", "max"]
+    );
+    let threads = http(srv.addr, "GET", "/api/stats/threads", "").await.json();
+    assert_eq!(
+        keys(&threads[0]),
+        [
+            "threadID",
+            "stack",
+            "name",
+            "state",
+            "interrupted",
+            "priority"
+        ]
+    );
+    let regions = http(srv.addr, "GET", "/api/stats/region_clients", "")
+        .await
+        .json();
+    assert_eq!(
+        keys(&regions[0]),
+        [
+            "pendingBreached",
+            "writesBlocked",
+            "inflightBreached",
+            "dead",
+            "rpcsInFlight",
+            "rpcsSent",
+            "rpcResponsesUnknown",
+            "pendingBatchedRPCs",
+            "endpoint",
+            "rpcResponsesTimedout",
+            "rpcid",
+            "rpcsTimedout",
+            "pendingRPCs"
+        ]
+    );
+    srv.stop().await;
+}

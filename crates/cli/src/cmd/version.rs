@@ -11,6 +11,7 @@ pub(crate) fn build_info() -> hourglass_server::BuildInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         revision: env!("HOURGLASS_GIT_REV").to_string(),
         date: env!("HOURGLASS_BUILD_DATE").to_string(),
+        timestamp: env!("HOURGLASS_BUILD_TIMESTAMP").parse().unwrap_or(0),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Tag value filters: literal_or, iliteral_or, not_literal_or, not_iliteral_or, wildcard,
-//! iwildcard, regexp, and the legacy `tagk=value` forms (`*`, `a|b`, `web*`).
+//! iwildcard, regexp, not_key, and the legacy `tagk=value` forms (`*`, `a|b`, `web*`).
 
 use regex::Regex;
 
@@ -20,6 +20,8 @@ pub enum FilterKind {
     },
     /// An unanchored regular expression.
     Regexp(Regex),
+    /// The series has no such tag key at all (`not_key`, whose expression is empty).
+    NotKey,
 }
 
 #[derive(Debug, Clone)]
@@ -36,6 +38,7 @@ pub struct TagFilter {
 pub const TYPES: &[&str] = &[
     "regexp",
     "iwildcard",
+    "not_key",
     "iliteral_or",
     "not_iliteral_or",
     "not_literal_or",
@@ -64,6 +67,10 @@ pub fn describe(type_name: &str) -> Option<(&'static str, String)> {
         )
     };
     Some(match type_name {
+        "not_key" => (
+            "Skips any time series with the given tag key, regardless of the value. This can be useful for situations where a metric has inconsistent tag sets. NOTE: The filter value must be null or an empty string.",
+            "host=not_key()  {\"type\":\"not_key\",\"tagk\":\"host\",\"filter\":\"\",\"groupBy\":false}".to_string(),
+        ),
         "literal_or" => (LITERAL, literal_examples(type_name)),
         "iliteral_or" => (ILITERAL, literal_examples(type_name)),
         "not_literal_or" => (NOT_LITERAL, literal_examples(type_name)),
@@ -83,6 +90,20 @@ impl TagFilter {
     pub fn new(type_name: &str, tagk: &str, expression: &str, group_by: bool) -> Result<TagFilter> {
         if tagk.is_empty() {
             return Err(Error::invalid("Filter must have a tagk"));
+        }
+        if type_name.eq_ignore_ascii_case("not_key") {
+            if !expression.is_empty() {
+                return Err(Error::invalid(
+                    "The filter must be empty for the not_key filter",
+                ));
+            }
+            return Ok(TagFilter {
+                tagk: tagk.to_string(),
+                kind: FilterKind::NotKey,
+                group_by,
+                type_name: "not_key".to_string(),
+                expression: String::new(),
+            });
         }
         if expression.is_empty() {
             return Err(Error::invalid("Filter cannot be null or empty"));
@@ -175,7 +196,10 @@ impl TagFilter {
     /// Whether a series whose value for `tagk` is `value` (`None`: no such tag) passes.
     pub fn matches(&self, value: Option<&str>) -> bool {
         let Some(v) = value else {
-            return matches!(self.kind, FilterKind::Literals { negate: true, .. });
+            return matches!(
+                self.kind,
+                FilterKind::Literals { negate: true, .. } | FilterKind::NotKey
+            );
         };
         match &self.kind {
             FilterKind::Literals {
@@ -202,7 +226,13 @@ impl TagFilter {
                 }
             }
             FilterKind::Regexp(re) => re.is_match(v),
+            FilterKind::NotKey => false,
         }
+    }
+
+    /// Whether this is a `not_key` filter: passed only by series without the tag key.
+    pub fn is_not_key(&self) -> bool {
+        matches!(self.kind, FilterKind::NotKey)
     }
 
     /// The single exact literal of a case-sensitive literal_or (pushable into the row scan).
@@ -405,7 +435,7 @@ impl TagFilter {
                 }
                 all
             }
-            FilterKind::Literals { .. } => return None,
+            FilterKind::Literals { .. } | FilterKind::NotKey => return None,
             FilterKind::Wildcard {
                 pattern,
                 case_insensitive,
@@ -442,7 +472,7 @@ impl TagFilter {
                 .filter(|part| part.is_ascii())
                 .map(str::to_string)
                 .collect(),
-            FilterKind::Literals { .. } => return None,
+            FilterKind::Literals { .. } | FilterKind::NotKey => return None,
         };
         let mut out: Vec<[u8; 3]> = literals
             .iter()
@@ -508,6 +538,22 @@ mod tests {
         assert!(f("wildcard", "*").matches(Some("anything")));
         assert!(f("regexp", "eb.1").matches(Some("web01")), "unanchored");
         assert!(!f("literal_or", "a").matches(None));
+        let not_key = TagFilter::new("not_key", "host", "", false).unwrap();
+        assert!(not_key.matches(None));
+        assert!(!not_key.matches(Some("web01")));
+        assert!(!key_passes(&[&not_key], "web01"));
+        assert_eq!(
+            TagFilter::from_legacy("host", "not_key()", false)
+                .unwrap()
+                .type_name,
+            "not_key"
+        );
+        assert_eq!(
+            TagFilter::new("not_key", "host", "x", false)
+                .unwrap_err()
+                .to_string(),
+            "The filter must be empty for the not_key filter"
+        );
     }
 
     #[test]

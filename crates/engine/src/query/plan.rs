@@ -657,8 +657,11 @@ fn read_series(
         by_tagk.entry(f.tagk.as_str()).or_default().push(f);
     }
     let select = if options.use_index && q.tsuids.is_empty() {
+        // Keys a series must not have (`not_key`) are left to the scan: the index finds
+        // series by the values they have.
         let keys = by_tagk
             .iter()
+            .filter(|(_, fs)| !fs.iter().any(|f| f.is_not_key()))
             .filter_map(|(k, fs)| {
                 Some(crate::index::select::KeyFilters {
                     tagk: *resolved.tagk_uids.get(k)?,
@@ -1047,11 +1050,19 @@ impl Scan<'_> {
         };
         let pass = self.by_tagk.iter().all(|(k, fs)| {
             let Some(v) = value_of(k) else {
-                return false; // every filtered tag key must be present
+                // Every filtered tag key must be present, but for `not_key` ones.
+                return fs.iter().all(|f| f.is_not_key());
             };
             super::filter::key_passes(fs, v)
         });
-        pass && !(self.q.explicit_tags && tags.len() != self.by_tagk.len())
+        // `explicitTags`: exactly the filtered keys the series must have.
+        let present = || {
+            self.by_tagk
+                .values()
+                .filter(|fs| !fs.iter().any(|f| f.is_not_key()))
+                .count()
+        };
+        pass && !(self.q.explicit_tags && tags.len() != present())
     }
 
     /// A new series' state, or `None` when the filters leave it out.

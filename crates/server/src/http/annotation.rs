@@ -65,17 +65,19 @@ pub(crate) async fn handle(
 ) -> Result<Response, ApiError> {
     let params = Params::parse(raw.as_deref());
     let method = api_method(&method, &params)?;
+    // The note is read before the method is looked at, as OpenTSDB reads it: one without a
+    // start time is refused for that whatever the method.
+    let update = if has_body(&body) {
+        from_body(&body)?
+    } else {
+        from_params(&params)?
+    };
     if !matches!(
         method,
         Method::GET | Method::POST | Method::PUT | Method::DELETE
     ) {
         return Err(ApiError::method_not_allowed(&method));
     }
-    let update = if has_body(&body) {
-        from_body(&body)?
-    } else {
-        from_params(&params)?
-    };
     match method {
         Method::GET => {
             let note = blocking(&state.tsdb, move |db| {
@@ -135,7 +137,10 @@ pub(crate) async fn global(
     if start < 1 {
         return Err(ApiError::bad_request("Missing start time"));
     }
-    let end = time_param(&params, "end_time")?.unwrap_or_else(now_ms);
+    // Whole seconds, as OpenTSDB reads the range here.
+    let start = start - start.rem_euclid(1000);
+    // No end: no bound (OpenTSDB takes the current time in milliseconds for seconds there).
+    let end = time_param(&params, "end_time")?.unwrap_or(i64::MAX);
     if end < start {
         return Err(ApiError::bad_request(
             "The end timestamp cannot be less than the start timestamp",
@@ -236,7 +241,13 @@ async fn bulk_delete(
                     .with_details("'tsuids' must be a list"));
             }
         };
-        let global = obj.get("global").and_then(Value::as_bool).unwrap_or(false);
+        let global = match obj.get("global") {
+            None => false,
+            Some(v) => flag(v).ok_or_else(|| {
+                ApiError::bad_request("Unable to parse the given JSON")
+                    .with_details(format!("'global' must be a boolean, got {v}"))
+            })?,
+        };
         (text("startTime"), text("endTime"), tsuids, global)
     } else {
         let start = params.required("start_time")?.to_string();
@@ -292,4 +303,21 @@ async fn bulk_delete(
             "totalDeleted": deleted,
         }),
     ))
+}
+
+/// A boolean field as OpenTSDB's JSON reader (Jackson) fills it: `true`/`false`, the strings
+/// `"true"`/`"True"`/`"false"`/`"False"` (`""` and `"null"` false), a number (non-zero
+/// true), `null` false; anything else is not a boolean.
+fn flag(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Null => Some(false),
+        Value::Number(n) => Some(n.as_f64().is_some_and(|f| f != 0.0)),
+        Value::String(s) => match s.trim() {
+            "true" | "True" => Some(true),
+            "false" | "False" | "" | "null" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
 }

@@ -57,6 +57,7 @@ const UI_READ_ROUTES: &[&str] = &[
     "s",
     "favicon.ico",
     "q",
+    "suggest",
 ];
 
 pub(crate) async fn front(
@@ -69,6 +70,41 @@ pub(crate) async fn front(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
+    // A query string OpenTSDB's HTTP layer cannot decode is refused before anything else.
+    let pairs = match req
+        .uri()
+        .query()
+        .map(|q| super::request::decode_query(q, true))
+    {
+        None => Vec::new(),
+        Some(Ok(pairs)) => pairs,
+        Some(Err(why)) => {
+            let message = format!("Bad query string: {why}");
+            return match route {
+                Route::Api { .. } => ApiError::bad_request(message).into_response(),
+                Route::Other { .. } => super::deprecated::bad_request(&message, false),
+            };
+        }
+    };
+    // `serializer` names how to read and answer: JSON is the only one there is.
+    let last = |key: &str| pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
+    if let Some(name) = last("serializer")
+        && name != "json"
+    {
+        const MISSING: &str = "Requested serializer was not found";
+        return match route {
+            Route::Api { .. } => {
+                let resp = ApiError::bad_request(MISSING)
+                    .with_details(format!("Could not find a serializer with the name: {name}"))
+                    .into_response();
+                match last("jsonp").filter(|cb| !cb.is_empty()) {
+                    Some(cb) => wrap_jsonp(resp, cb).await,
+                    None => resp,
+                }
+            }
+            Route::Other { .. } => super::deprecated::bad_request(MISSING, last("json").is_some()),
+        };
+    }
     let served = match &route {
         Route::Api { endpoint, .. } => {
             settings.enable_api

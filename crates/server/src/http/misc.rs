@@ -45,22 +45,24 @@ pub(crate) async fn health(
     Ok(json_response(StatusCode::OK, &json!({ "status": "ok" })))
 }
 
-/// OpenTSDB's version map: its API version, this build's revision and date.
+/// OpenTSDB's version map: its API version, this build's revision and build time (Unix
+/// seconds as a string, as OpenTSDB's `BuildData.timestamp`), keys in the order OpenTSDB's
+/// hash map gives them; then Hourglass's own version.
 pub(crate) fn version_json(state: &State) -> Response {
     let b = &state.settings.build;
     let short: String = b.revision.chars().take(7).collect();
     json_response(
         StatusCode::OK,
         &json!({
-            "version": "2.4.1",
             "short_revision": short,
+            "repo": "hourglass",
+            "host": hostname(),
+            "version": "2.4.1",
             "full_revision": b.revision,
-            "timestamp": b.date,
             "repo_status": "MINT",
             "user": "hourglass",
-            "host": hostname(),
-            "repo": "hourglass",
             "branch": "main",
+            "timestamp": b.timestamp.to_string(),
             "hourglass": b.version,
         }),
     )
@@ -183,13 +185,14 @@ fn threads_json() -> Value {
             _ => "TIMED_WAITING",
         };
         let priority: i64 = fields.get(15).and_then(|p| p.parse().ok()).unwrap_or(0);
+        // Keys in the order OpenTSDB's hash map gives them.
         threads.push(json!({
             "threadID": id,
+            "stack": [],
             "name": name,
             "state": state,
             "interrupted": false,
             "priority": priority,
-            "stack": [],
         }));
     }
     Value::Array(threads)
@@ -207,24 +210,25 @@ fn process_json(state: &State) -> Value {
         .ok()
         .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
         .unwrap_or(-1.0);
+    // Keys in the order OpenTSDB's hash maps give them; Hourglass's own last.
     json!({
-        "runtime": {
-            "startTime": now - uptime,
-            "uptime": uptime,
-            "vmName": "hourglass",
-            "vmVendor": "hourglass",
-            "vmVersion": env!("CARGO_PKG_VERSION"),
-        },
         "memory": {
-            "heapMemoryUsage": {"init": 0, "used": rss, "committed": rss, "max": virtual_size},
             "nonHeapMemoryUsage": {"init": 0, "used": 0, "committed": 0, "max": 0},
             "objectsPendingFinalization": 0,
+            "heapMemoryUsage": {"init": 0, "used": rss, "committed": rss, "max": virtual_size},
             "peakResident": peak,
             "bufferedPointBytes": state.tsdb.buffered_bytes(),
         },
-        "gc": {},
-        "pools": {},
         "os": {"systemLoadAverage": load},
+        "runtime": {
+            "vmName": "hourglass",
+            "vmVersion": env!("CARGO_PKG_VERSION"),
+            "startTime": now - uptime,
+            "vmVendor": "hourglass",
+            "uptime": uptime,
+        },
+        "pools": {},
+        "gc": {},
     })
 }
 
@@ -233,20 +237,21 @@ fn process_json(state: &State) -> Value {
 fn storage_json(state: &State) -> Value {
     let store = state.tsdb.store_stats();
     let w = state.tsdb.write_stats();
+    // Keys in the order OpenTSDB's hash map gives them.
     json!([{
-        "endpoint": state.tsdb.store().backend(),
-        "rpcsSent": store.total_calls(),
-        "rpcsInFlight": store.in_flight(),
-        "pendingRPCs": 0,
-        "pendingBatchedRPCs": state.tsdb.buffered_points(),
-        "dead": state.tsdb.store_failing(),
-        "rpcid": store.total_calls(),
-        "rpcsTimedout": 0,
-        "rpcResponsesTimedout": 0,
-        "rpcResponsesUnknown": store.failed(),
-        "inflightBreached": 0,
         "pendingBreached": w.batches_throttled.load(std::sync::atomic::Ordering::Relaxed),
         "writesBlocked": state.stats.throttled.load(std::sync::atomic::Ordering::Relaxed),
+        "inflightBreached": 0,
+        "dead": state.tsdb.store_failing(),
+        "rpcsInFlight": store.in_flight(),
+        "rpcsSent": store.total_calls(),
+        "rpcResponsesUnknown": store.failed(),
+        "pendingBatchedRPCs": state.tsdb.buffered_points(),
+        "endpoint": state.tsdb.store().backend(),
+        "rpcResponsesTimedout": 0,
+        "rpcid": store.total_calls(),
+        "rpcsTimedout": 0,
+        "pendingRPCs": 0,
     }])
 }
 
@@ -259,9 +264,10 @@ pub(crate) async fn dropcaches(
         return Err(ApiError::method_not_allowed(&method));
     }
     state.tsdb.uids().drop_caches();
+    // In the order OpenTSDB's hash map gives them.
     Ok(json_response(
         StatusCode::OK,
-        &json!({ "status": "200", "message": "Caches dropped" }),
+        &json!({ "message": "Caches dropped", "status": "200" }),
     ))
 }
 

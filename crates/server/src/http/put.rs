@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Query, State as Extract};
+use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hourglass_core::value::{self, Value};
@@ -572,24 +572,31 @@ fn throttled(state: &State, why: Option<String>) -> ApiError {
     }))
 }
 
+/// URL parameters by name, a repeated one as its last value (as OpenTSDB reads them).
+fn query_map(raw: Option<String>) -> HashMap<String, String> {
+    super::request::url_params(raw.as_deref())
+        .into_iter()
+        .collect()
+}
+
 pub(crate) async fn handle(
     method: Method,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    serve(Kind::Raw, method, params, state, body).await
+    serve(Kind::Raw, method, query_map(raw), state, body).await
 }
 
 /// `/api/rollup`: read and checked as OpenTSDB reads it, each point written to its rollup or
 /// pre-aggregate table (refused when no rollup is configured).
 pub(crate) async fn rollup(
     method: Method,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    serve(Kind::Rollup, method, params, state, body).await
+    serve(Kind::Rollup, method, query_map(raw), state, body).await
 }
 
 /// `/api/histogram`: histogram points as `/api/put` takes points (RFC 0008, phase 3); 503
@@ -597,7 +604,7 @@ pub(crate) async fn rollup(
 /// OpenTSDB does).
 pub(crate) async fn histogram(
     method: Method,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -608,7 +615,7 @@ pub(crate) async fn histogram(
         resp.headers_mut().remove(axum::http::header::RETRY_AFTER);
         return Ok(resp);
     }
-    serve(Kind::Histogram, method, params, state, body).await
+    serve(Kind::Histogram, method, query_map(raw), state, body).await
 }
 
 /// OpenTSDB's words when histogram storage is not enabled.

@@ -11,9 +11,113 @@ use serde_json::{Map, Value};
 
 use super::ApiError;
 
-/// Query parameters of the URL, in order.
+/// Query parameters of the URL, in order, read as OpenTSDB's HTTP layer reads them
+/// ([`decode_query`]); an escape it would refuse (the front answers those requests) is kept
+/// as sent.
 pub(crate) fn url_params(raw: Option<&str>) -> Vec<(String, String)> {
-    serde_urlencoded::from_str(raw.unwrap_or("")).unwrap_or_default()
+    let raw = raw.unwrap_or("");
+    decode_query(raw, false).unwrap_or_default()
+}
+
+/// Most parameters read from one query string, as OpenTSDB's HTTP layer (Netty 3) reads: any
+/// further ones are dropped.
+const MAX_PARAMS: usize = 1024;
+
+/// Decodes a query string as OpenTSDB's HTTP layer (Netty 3's `QueryStringDecoder`) does: `;`
+/// separates parameters as `&` does, `+` is a space, `%%` is `%`, a name without `=` has
+/// the empty value, and at most [`MAX_PARAMS`] parameters are read. A bad `%` escape is
+/// refused in Netty's words when `strict`, else kept as sent.
+pub(crate) fn decode_query(raw: &str, strict: bool) -> Result<Vec<(String, String)>, String> {
+    let s = raw.replace(';', "&");
+    fn add(out: &mut Vec<(String, String)>, name: String, value: String) {
+        if out.len() < MAX_PARAMS {
+            out.push((name, value));
+        }
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut name: Option<String> = None;
+    let mut pos = 0;
+    for (i, c) in s.char_indices() {
+        if c == '=' && name.is_none() {
+            if pos != i {
+                name = Some(decode_component(&s[pos..i], strict)?);
+            }
+            pos = i + 1;
+        } else if c == '&' {
+            match name.take() {
+                None if pos != i => add(
+                    &mut out,
+                    decode_component(&s[pos..i], strict)?,
+                    String::new(),
+                ),
+                None => {}
+                Some(n) => add(&mut out, n, decode_component(&s[pos..i], strict)?),
+            }
+            pos = i + 1;
+        }
+    }
+    if pos != s.len() {
+        let rest = decode_component(&s[pos..], strict)?;
+        match name {
+            None => add(&mut out, rest, String::new()),
+            Some(n) => add(&mut out, n, rest),
+        }
+    } else if let Some(n) = name {
+        add(&mut out, n, String::new());
+    }
+    Ok(out)
+}
+
+/// One name or value: `+` is a space, `%XX` a byte, `%%` a `%`; the bytes are read as UTF-8
+/// (a bad sequence becomes U+FFFD). Netty's messages for a bad escape when `strict`.
+fn decode_component(s: &str, strict: bool) -> Result<String, String> {
+    if !s.contains(['%', '+']) {
+        return Ok(s.to_string());
+    }
+    let bytes = s.as_bytes();
+    let mut buf = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => buf.push(b' '),
+            b'%' => {
+                let next = bytes.get(i + 1).copied();
+                if next == Some(b'%') {
+                    buf.push(b'%');
+                    i += 2;
+                    continue;
+                }
+                let pair = next.zip(bytes.get(i + 2).copied());
+                let decoded = pair.and_then(|(a, b)| Some(hex_nibble(a)? << 4 | hex_nibble(b)?));
+                if let Some(byte) = decoded {
+                    buf.push(byte);
+                    i += 3;
+                    continue;
+                }
+                if strict {
+                    return Err(match pair {
+                        Some((a, b)) => format!(
+                            "invalid escape sequence `%{}{}' at index {i} of: {s}",
+                            char::from(a),
+                            char::from(b)
+                        ),
+                        None if next.is_none() => {
+                            format!("unterminated escape sequence at end of string: {s}")
+                        }
+                        None => format!("partial escape sequence at end of string: {s}"),
+                    });
+                }
+                buf.push(b'%');
+            }
+            other => buf.push(other),
+        }
+        i += 1;
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+fn hex_nibble(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
 /// URL parameters; a repeated one reads as its last value, as OpenTSDB.
@@ -217,6 +321,49 @@ pub(crate) fn check_writable(state: &crate::State) -> Result<(), ApiError> {
 mod tests {
     use super::*;
     use std::thread::ThreadId;
+
+    fn pairs(raw: &str) -> Vec<(String, String)> {
+        decode_query(raw, true).unwrap()
+    }
+
+    fn owned(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn query_strings_decode_as_netty_decodes_them() {
+        assert_eq!(
+            pairs("a=1;b=2&c"),
+            owned(&[("a", "1"), ("b", "2"), ("c", "")])
+        );
+        assert_eq!(pairs("a=x+y%2Bz%%"), owned(&[("a", "x y+z%")]));
+        assert_eq!(pairs("a==b&&c="), owned(&[("a", "=b"), ("c", "")]));
+        // A value without a name is read as a name, as Netty reads it.
+        assert_eq!(pairs("=v&w"), owned(&[("v", ""), ("w", "")]));
+        assert_eq!(pairs("t=%C3%A9%FF"), owned(&[("t", "é\u{fffd}")]));
+        assert_eq!(pairs(""), owned(&[]));
+        let many = vec!["k=v"; MAX_PARAMS + 5].join("&");
+        assert_eq!(pairs(&many).len(), MAX_PARAMS);
+        assert_eq!(
+            decode_query("a=%zz", true).unwrap_err(),
+            "invalid escape sequence `%zz' at index 0 of: %zz"
+        );
+        // Lenient: kept as sent.
+        assert_eq!(
+            decode_query("a=%zz&b=%&c=%4", false).unwrap(),
+            owned(&[("a", "%zz"), ("b", "%"), ("c", "%4")])
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoding_never_panics(raw in "\\PC{0,40}") {
+            let _ = decode_query(&raw, true);
+            let _ = decode_query(&raw, false);
+        }
+    }
 
     fn state(inline_queries: bool) -> Arc<crate::State> {
         let store = Arc::new(hourglass_storage::memory::MemoryStore::new());

@@ -50,21 +50,24 @@ fn assign_lists(
             }
         }
     } else {
+        // Lists of names as OpenTSDB's JSON reader takes them: numbers and booleans read as
+        // their text, anything else (a lone name included) refused.
         for (key, v) in json_object(body)? {
-            let names = match v {
-                Value::Array(items) => items
-                    .into_iter()
-                    .map(|i| match i {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    })
-                    .collect(),
-                Value::String(s) => vec![s],
-                other => {
-                    return Err(ApiError::bad_request("Unable to parse the given JSON")
-                        .with_details(format!("'{key}' must be a list of names, got {other}")));
-                }
+            let refused = |what: &Value| {
+                ApiError::bad_request("Unable to parse the given JSON")
+                    .with_details(format!("'{key}' must be a list of names, got {what}"))
             };
+            let Value::Array(items) = &v else {
+                return Err(refused(&v));
+            };
+            let mut names = Vec::with_capacity(items.len());
+            for item in items {
+                names.push(match item {
+                    Value::String(s) => s.clone(),
+                    Value::Number(_) | Value::Bool(_) => item.to_string(),
+                    _ => return Err(refused(&v)),
+                });
+            }
             lists.push((key, names));
         }
     }
@@ -91,7 +94,8 @@ pub(crate) async fn assign(
         let mut assigned: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         let mut errors: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for (key, names) in lists {
-            let kind = match key.as_str() {
+            // The type in any case, as OpenTSDB reads it; answered under the key as sent.
+            let kind = match key.to_lowercase().as_str() {
                 "metric" => Some(UidKind::Metric),
                 "tagk" => Some(UidKind::TagKey),
                 "tagv" => Some(UidKind::TagValue),
@@ -99,10 +103,7 @@ pub(crate) async fn assign(
             };
             assigned.entry(key.clone()).or_default();
             for name in names {
-                let result = match kind {
-                    None => Err("Unknown type name".to_string()),
-                    Some(kind) => assign_one(db, kind, &key, &name, &special),
-                };
+                let result = assign_one(db, kind, &key, &name, &special);
                 match result {
                     Ok(uid) => {
                         assigned.entry(key.clone()).or_default().insert(name, uid);
@@ -148,14 +149,17 @@ pub(crate) async fn assign(
     Ok(json_response(status, &out))
 }
 
+/// One name of an assign request: the name is checked before the type, as OpenTSDB checks
+/// them.
 fn assign_one(
     db: &Tsdb,
-    kind: UidKind,
+    kind: Option<UidKind>,
     word: &str,
     name: &str,
     special: &str,
 ) -> Result<String, String> {
     validate_name(word, name, special).map_err(|e| e.to_string())?;
+    let kind = kind.ok_or_else(|| "Unknown type name".to_string())?;
     let uids = db.uids();
     let width = db.settings().schema.uid_width(kind);
     match uids.get_id(kind, name) {
@@ -194,11 +198,17 @@ pub(crate) async fn rename(
             }
         }
     } else {
+        // A map of texts as OpenTSDB's JSON reader takes it: numbers and booleans as their
+        // text, a null as not given; a list or an object refuses the body.
         for (k, v) in json_object(&body)? {
             let v = match v {
                 Value::String(s) => s,
                 Value::Null => continue,
-                other => other.to_string(),
+                Value::Number(_) | Value::Bool(_) => v.to_string(),
+                other => {
+                    return Err(ApiError::bad_request("Unable to parse the given JSON")
+                        .with_details(format!("'{k}' must be a name, got {other}")));
+                }
             };
             fields.push((k, v));
         }
@@ -268,6 +278,15 @@ fn uid_target(params: &Params, body: &Bytes, missing: &str) -> Result<UidTarget,
         let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let uid = text("uid");
         let kind = text("type");
+        // A type OpenTSDB's JSON reader cannot read refuses the body, before anything else
+        // is looked at.
+        if !kind.is_empty()
+            && let Err(e) = parse_type(&kind)
+        {
+            return Err(
+                ApiError::bad_request("Unable to parse the given JSON").with_details(e.to_string())
+            );
+        }
         let missing_err = |d: &str| {
             if missing.is_empty() {
                 ApiError::bad_request(d).with_details(d)
@@ -318,8 +337,10 @@ pub(crate) async fn uidmeta(
     const NOT_FOUND: &str = "Could not find the requested UID";
     match method {
         Method::GET => {
-            let uid = hex_arg(params.required("uid")?)?;
-            let kind = parse_type(params.required("type")?).map_err(ApiError::from)?;
+            // Both parameters are required before either is read, as OpenTSDB requires them.
+            let (uid, kind) = (params.required("uid")?, params.required("type")?);
+            let kind = parse_type(kind).map_err(ApiError::from)?;
+            let uid = hex_arg(uid)?;
             let meta = blocking(&state.tsdb, move |db| {
                 get_uid_meta(db, kind, &uid).map_err(|e| not_found_as(e, NOT_FOUND))
             })
@@ -352,31 +373,45 @@ pub(crate) async fn uidmeta(
     }
 }
 
-/// `metric{tagk=tagv,...}` with exact pairs only (TSMeta by name).
+/// `metric{tagk=tagv,...}` with exact pairs only (TSMeta by name), read as OpenTSDB reads it
+/// there (`Tags.parseWithMetric`): `metric{}` has no tags, a pair given twice with one value
+/// counts once, and errors are in its words.
 fn parse_exact(m: &str) -> Result<(String, Vec<(String, String)>), ApiError> {
-    let (metric, tags) = super::search::parse_metric_tags(m).map_err(ApiError::bad_request)?;
-    let metric = metric
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| ApiError::bad_request("Metric cannot be null or empty"))?;
-    let mut exact = Vec::with_capacity(tags.len());
-    for (k, v) in tags {
-        match (k, v) {
-            (Some(k), Some(v)) => {
-                if exact.iter().any(|(ek, _): &(String, String)| *ek == k) {
-                    return Err(ApiError::bad_request(format!("duplicate tag: {k}={v}")));
+    let bad = |msg: String| ApiError::bad_request(msg.clone()).with_details(msg);
+    let (metric, inner) = match m.find('{') {
+        None => (m, ""),
+        Some(_) if !m.ends_with('}') => {
+            return Err(bad(format!("Missing '}}' at the end of: {m}")));
+        }
+        Some(curly) => (&m[..curly], &m[curly + 1..m.len() - 1]),
+    };
+    if metric.is_empty() {
+        return Err(ApiError::bad_request("Metric cannot be null or empty"));
+    }
+    let mut tags: Vec<(String, String)> = Vec::new();
+    if !inner.is_empty() {
+        for tag in inner.split(',') {
+            let kv: Vec<&str> = tag.split('=').collect();
+            let (k, v) = match kv[..] {
+                [k, v] if !k.is_empty() && !v.is_empty() => (k, v),
+                _ => {
+                    return Err(bad(format!("When parsing tag '{tag}': invalid tag: {tag}")));
                 }
-                exact.push((k, v));
-            }
-            (k, v) => {
-                return Err(ApiError::bad_request(format!(
-                    "invalid tag: {}={}",
-                    k.unwrap_or_default(),
-                    v.unwrap_or_default()
-                )));
+            };
+            match tags.iter().find(|(tk, _)| tk == k) {
+                Some((_, tv)) if tv == v => {}
+                Some(_) => {
+                    let known: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    return Err(bad(format!(
+                        "When parsing tag '{tag}': duplicate tag: {tag}, tags={{{}}}",
+                        known.join(", ")
+                    )));
+                }
+                None => tags.push((k.to_string(), v.to_string())),
             }
         }
     }
-    Ok((metric, exact))
+    Ok((metric.to_string(), tags))
 }
 
 pub(crate) async fn tsmeta(
@@ -440,9 +475,7 @@ pub(crate) async fn tsmeta(
                     .await,
                 );
             }
-            if has_body(&body) && !params.has("m") {
-                return Err(ApiError::bad_request("Missing TSUID").with_details("Missing TSUID"));
-            }
+            // No TSUID, in the body or the URL: the series is named by `m`.
             let (metric, tags) = parse_exact(params.required("m")?)?;
             let create = params.get("create") == Some("true");
             ok_json(
@@ -505,15 +538,16 @@ fn update_from_params(params: &Params) -> Result<MetaUpdate, ApiError> {
             obj.insert(field.into(), json!(v));
         }
     }
-    if let Some(v) = params.get("retention") {
-        let n: i64 = v
-            .trim()
+    // Empty numbers are not given, as OpenTSDB reads them; the retention is a Java int
+    // (no spaces), max and min floats (spaces around them allowed).
+    if let Some(v) = params.value("retention") {
+        let n: i32 = v
             .parse()
             .map_err(|_| ApiError::bad_request("Unable to parse 'retention' value"))?;
         obj.insert("retention".into(), json!(n));
     }
     for key in ["max", "min"] {
-        if let Some(v) = params.get(key) {
+        if let Some(v) = params.value(key) {
             let n: f64 = v
                 .trim()
                 .parse()
