@@ -111,3 +111,50 @@ pub(crate) fn block_for_room(state: &State) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> Arc<State> {
+        let store = Arc::new(hourglass_storage::memory::MemoryStore::new());
+        let tsdb =
+            hourglass_engine::Tsdb::open(store, hourglass_engine::Settings::default()).unwrap();
+        State::new(
+            tsdb,
+            hourglass_core::config::Config::default(),
+            crate::ServerSettings::default(),
+        )
+    }
+
+    /// The announcer wakes no one while no connection is held back (it used to poll every
+    /// 10 ms from start to stop), and wakes waiters once one is and there is room.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_announcer_polls_only_while_a_connection_is_held_back() {
+        let state = state();
+        assert!(state.tsdb.has_room());
+        let (stop, stopped) = watch::channel(false);
+        let announcer = tokio::spawn(announce_room(Arc::clone(&state), stopped));
+
+        let idle = state.room.notified();
+        let woken = tokio::time::timeout(ROOM_POLL * 20, idle).await;
+        assert!(
+            woken.is_err(),
+            "the announcer woke waiters with none held back"
+        );
+
+        let held = HeldBack::new(&state);
+        let waiting = state.room.notified();
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("a held-back connection is woken when there is room");
+        drop(held);
+        assert_eq!(state.held_back.load(Ordering::Acquire), 0);
+
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), announcer)
+            .await
+            .expect("the announcer stops with the server")
+            .unwrap();
+    }
+}
