@@ -272,8 +272,8 @@ fn count_points(target: &Target, body: &str) -> anyhow::Result<usize> {
 struct Measured {
     name: &'static str,
     loaded: Loaded,
-    /// Median seconds and points answered, per query.
-    queries: Vec<(f64, usize)>,
+    /// Median seconds, 90th percentile seconds and points answered, per query.
+    queries: Vec<(f64, f64, usize)>,
 }
 
 /// The URL of a query on a target.
@@ -328,7 +328,7 @@ fn measure(
         }
     }
     let agent = query_agent();
-    let mut timed: Vec<Vec<(f64, usize)>> = vec![Vec::new(); targets.len()];
+    let mut timed: Vec<Vec<(f64, f64, usize)>> = vec![Vec::new(); targets.len()];
     for q in queries {
         let urls: Vec<String> = targets
             .iter()
@@ -350,14 +350,16 @@ fn measure(
         }
         for (i, target) in targets.iter().enumerate() {
             let secs = median(&mut times[i]);
+            let p90 = percentile(&times[i], 0.9);
             println!(
-                "  {:<16} {:<48} {:>8.2} ms, {} points",
+                "  {:<16} {:<48} {:>8.2} ms (p90 {:.2} ms), {} points",
                 target.name(),
                 q.label(),
                 secs * 1000.0,
+                p90 * 1000.0,
                 counts[i]
             );
-            timed[i].push((secs, counts[i]));
+            timed[i].push((secs, p90, counts[i]));
         }
     }
     for server in &mut servers {
@@ -379,6 +381,15 @@ fn measure(
             }
         })
         .collect())
+}
+
+/// The value a fraction `q` of the way through `sorted` (sorted ascending), nearest rank.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
 }
 
 /// `1234567.8` as `1,234,568`.
@@ -447,10 +458,15 @@ fn print_table(results: &[Measured], queries: &[Query], points: usize) {
         &|v| format!("{v:.2}"),
     );
     for (i, q) in queries.iter().enumerate() {
-        let answered = base.queries[i].1;
+        let answered = base.queries[i].2;
         row(
             &format!("{} ms ({answered} points answered)", q.label()),
             &|r| r.queries[i].0 * 1000.0,
+            &|v| format!("{v:.2}"),
+        );
+        row(
+            &format!("{}, 90th percentile ms", q.label()),
+            &|r| r.queries[i].1 * 1000.0,
             &|v| format!("{v:.2}"),
         );
     }
@@ -536,7 +552,7 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
     for (i, q) in queries.iter().enumerate() {
         let counts: Vec<String> = results
             .iter()
-            .map(|r| format!("{} {}", r.name, r.queries[i].1))
+            .map(|r| format!("{} {}", r.name, r.queries[i].2))
             .collect();
         // A kept answer must hold what the computed one held, target by target (the
         // computed queries come first, in the same order). VictoriaMetrics's kept range
@@ -544,18 +560,18 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
         let computed = i.checked_sub(queries.len() / 2).filter(|_| q.kept);
         let agree = match computed {
             Some(c) => results.iter().all(|r| {
-                let same = r.queries[i].1 == r.queries[c].1;
+                let same = r.queries[i].2 == r.queries[c].2;
                 if !same && r.name != results[0].name {
                     println!(
                         "(note: {} kept answer to {}: {} points, computed {})",
-                        r.name, q.name, r.queries[i].1, r.queries[c].1
+                        r.name, q.name, r.queries[i].2, r.queries[c].2
                     );
                 }
                 same || r.name != results[0].name
             }),
             None => results
                 .iter()
-                .all(|r| Some(r.queries[i].1) == q.expect.or(Some(results[0].queries[i].1))),
+                .all(|r| Some(r.queries[i].2) == q.expect.or(Some(results[0].queries[i].2))),
         };
         if !agree {
             wrong.push(format!(

@@ -4,6 +4,7 @@
 //! (503) and telnet connections stop reading their sockets until flushes catch up.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -35,14 +36,14 @@ pub(crate) async fn wait_for_room(
     activity: &Activity,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
-    let mut counted = false;
+    let mut held: Option<HeldBack<'_>> = None;
     loop {
         let room = state.room.notified();
         if state.tsdb.has_room() {
             return true;
         }
-        if !counted {
-            counted = true;
+        if held.is_none() {
+            held = Some(HeldBack::new(state));
             state
                 .stats
                 .throttled
@@ -58,10 +59,37 @@ pub(crate) async fn wait_for_room(
     }
 }
 
+/// A connection counted as held back (waiting in [`wait_for_room`]) while this lives.
+struct HeldBack<'s> {
+    state: &'s State,
+}
+
+impl<'s> HeldBack<'s> {
+    fn new(state: &'s State) -> HeldBack<'s> {
+        state.held_back.fetch_add(1, Ordering::AcqRel);
+        // A permit if the announcer is not waiting yet: it cannot miss this connection.
+        state.held_back_changed.notify_one();
+        HeldBack { state }
+    }
+}
+
+impl Drop for HeldBack<'_> {
+    fn drop(&mut self) {
+        self.state.held_back.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Wakes held-back connections when there is room again: one poller for the server, not
-/// one per waiting connection. Runs until the server stops.
+/// one per waiting connection, polling only while some connection is held back (an idle
+/// server is not woken every [`ROOM_POLL`]). Runs until the server stops.
 pub(crate) async fn announce_room(state: Arc<State>, mut stop: watch::Receiver<bool>) {
     loop {
+        while state.held_back.load(Ordering::Acquire) == 0 {
+            tokio::select! {
+                () = state.held_back_changed.notified() => {}
+                _ = stop.changed() => return,
+            }
+        }
         tokio::select! {
             () = tokio::time::sleep(ROOM_POLL) => {}
             _ = stop.changed() => return,
@@ -82,4 +110,51 @@ pub(crate) fn block_for_room(state: &State) -> bool {
         std::thread::sleep(ROOM_POLL);
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> Arc<State> {
+        let store = Arc::new(hourglass_storage::memory::MemoryStore::new());
+        let tsdb =
+            hourglass_engine::Tsdb::open(store, hourglass_engine::Settings::default()).unwrap();
+        State::new(
+            tsdb,
+            hourglass_core::config::Config::default(),
+            crate::ServerSettings::default(),
+        )
+    }
+
+    /// The announcer wakes no one while no connection is held back (it used to poll every
+    /// 10 ms from start to stop), and wakes waiters once one is and there is room.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_announcer_polls_only_while_a_connection_is_held_back() {
+        let state = state();
+        assert!(state.tsdb.has_room());
+        let (stop, stopped) = watch::channel(false);
+        let announcer = tokio::spawn(announce_room(Arc::clone(&state), stopped));
+
+        let idle = state.room.notified();
+        let woken = tokio::time::timeout(ROOM_POLL * 20, idle).await;
+        assert!(
+            woken.is_err(),
+            "the announcer woke waiters with none held back"
+        );
+
+        let held = HeldBack::new(&state);
+        let waiting = state.room.notified();
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("a held-back connection is woken when there is room");
+        drop(held);
+        assert_eq!(state.held_back.load(Ordering::Acquire), 0);
+
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), announcer)
+            .await
+            .expect("the announcer stops with the server")
+            .unwrap();
+    }
 }

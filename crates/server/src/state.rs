@@ -340,6 +340,10 @@ pub struct State {
     /// Woken when buffered points are back under their budget (held-back telnet
     /// connections wait on it instead of each polling).
     pub(crate) room: tokio::sync::Notify,
+    /// Connections held back now, waiting for room (the room announcer polls only then).
+    pub(crate) held_back: std::sync::atomic::AtomicUsize,
+    /// Given a permit when a connection begins to be held back.
+    pub(crate) held_back_changed: tokio::sync::Notify,
     /// Answers kept for identical queries, when on and this TSD alone writes its store.
     pub(crate) query_cache: Option<crate::query_cache::QueryCache>,
     /// Queries running on connection threads now (see [`ServerSettings::inline_queries`]).
@@ -365,6 +369,8 @@ impl State {
             started: Instant::now(),
             shutdown,
             room: tokio::sync::Notify::new(),
+            held_back: std::sync::atomic::AtomicUsize::new(0),
+            held_back_changed: tokio::sync::Notify::new(),
             query_cache,
             inline_running: std::sync::atomic::AtomicUsize::new(0),
         })
