@@ -679,7 +679,8 @@ mod tests {
             "'yrange' was invalid. Must be in the format [min:max]."
         );
         assert_eq!(
-            err("ylabel=a;b"),
+            // `;` separates parameters, as `&` does: escaped, it reaches the check.
+            err("ylabel=a%3Bb"),
             "Invalid ylabel (\"a;b\"): illegal character: ;"
         );
         assert_eq!(
