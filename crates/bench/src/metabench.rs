@@ -70,7 +70,7 @@ fn run_hourglass(args: &MetaArgs, index: bool) -> anyhow::Result<()> {
         .spawn()
         .with_context(|| format!("cannot run {}", tsdb.display()))?;
     wait_port(&addr, &mut child)?;
-    let result = measure(args, &addr);
+    let result = measure(args, &addr, child.id());
     if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
         // The TSD left running on its data, to be profiled or asked again.
         println!(
@@ -106,13 +106,19 @@ fn load(args: &MetaArgs, addr: &str, ack: bool) -> anyhow::Result<TcpStream> {
 fn run_victoria(args: &MetaArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut server = crate::targets::Target::VictoriaMetrics.start(dir.path())?;
-    let result = measure_victoria(args, &server.put_addr, server.http_addr());
+    let result = measure_victoria(args, &server.put_addr, server.http_addr(), server.pid());
     server.stop(std::time::Duration::from_secs(30)).ok();
     result
 }
 
-fn measure_victoria(args: &MetaArgs, put_addr: &str, http_addr: &str) -> anyhow::Result<()> {
+fn measure_victoria(
+    args: &MetaArgs,
+    put_addr: &str,
+    http_addr: &str,
+    pid: u32,
+) -> anyhow::Result<()> {
     let started = Instant::now();
+    let cpu_before = crate::proc::cpu_seconds(pid)?;
     drop(load(args, put_addr, false)?);
     let base = format!("http://{http_addr}");
     let series = |host: &str| {
@@ -131,11 +137,7 @@ fn measure_victoria(args: &MetaArgs, put_addr: &str, http_addr: &str) -> anyhow:
         anyhow::ensure!(Instant::now() < deadline, "load incomplete: {body}");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    println!(
-        "loaded {} series / tag values in {:.1} s",
-        args.values,
-        started.elapsed().as_secs_f64()
-    );
+    report_load(args, started, pid, cpu_before)?;
     let mid = format!("h{:07}", args.values / 2);
     let cases = vec![
         (format!("series host={mid}"), series(&mid)),
@@ -154,8 +156,33 @@ fn measure_victoria(args: &MetaArgs, put_addr: &str, http_addr: &str) -> anyhow:
     Ok(())
 }
 
-fn measure(args: &MetaArgs, addr: &str) -> anyhow::Result<()> {
+/// Prints the load's wall time and the server's CPU seconds through it, then waits for the
+/// server to go idle (merges and compactions the load left behind) and prints its CPU
+/// seconds and the bytes it wrote to storage since it started (a start's own writes are
+/// small beside a load's).
+fn report_load(args: &MetaArgs, started: Instant, pid: u32, cpu_before: f64) -> anyhow::Result<()> {
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = crate::proc::cpu_seconds(pid)? - cpu_before;
+    println!(
+        "loaded {} series / tag values in {wall:.1} s, server CPU {cpu:.1} s",
+        args.values
+    );
+    let idle = crate::proc::wait_idle(pid, std::time::Duration::from_secs(600))?;
+    let cpu_idle = crate::proc::cpu_seconds(pid)? - cpu_before;
+    let written = crate::proc::written_bytes(pid).unwrap_or(0);
+    println!(
+        "{} after {:.1} s: server CPU {cpu_idle:.1} s ({:.1} µs a series), {:.1} MB written",
+        if idle { "idle" } else { "not idle" },
+        started.elapsed().as_secs_f64(),
+        cpu_idle * 1e6 / args.values.max(1) as f64,
+        written as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn measure(args: &MetaArgs, addr: &str, pid: u32) -> anyhow::Result<()> {
     let started = Instant::now();
+    let cpu_before = crate::proc::cpu_seconds(pid)?;
     let s = load(args, addr, true)?;
     let mut reader = BufReader::new(s);
     let mut line = String::new();
@@ -172,11 +199,7 @@ fn measure(args: &MetaArgs, addr: &str) -> anyhow::Result<()> {
         1,
     )?;
     anyhow::ensure!(check.1.contains("h0000001"), "load incomplete: {}", check.1);
-    println!(
-        "loaded {} series / tag values in {:.1} s",
-        args.values,
-        started.elapsed().as_secs_f64()
-    );
+    report_load(args, started, pid, cpu_before)?;
 
     let mid = format!("h{:07}", args.values / 2);
     let cases: Vec<(String, String)> = vec![

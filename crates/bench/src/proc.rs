@@ -13,6 +13,17 @@ pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok((utime + stime) / clock_ticks())
 }
 
+/// Bytes the process caused to be written to storage so far (`write_bytes` of
+/// `/proc/PID/io`: its own writes, its threads' included, as the block layer counts them).
+pub(crate) fn written_bytes(pid: u32) -> anyhow::Result<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
+    Ok(io
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0))
+}
+
 /// Waits until the process uses under 5% of a core over half a second (background merges and
 /// compactions after a start are done), at most `limit`; returns whether it went idle.
 pub(crate) fn wait_idle(pid: u32, limit: std::time::Duration) -> anyhow::Result<bool> {

@@ -26,13 +26,16 @@ use crate::uid::UidRegistry;
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
 
-/// Most rows per index write (the embedded store makes a large batch one table file).
-/// Entries are sorted by key first, and a flush with more entries than this writes one kind
-/// of entry per write: the files it makes cover disjoint key ranges (also those of the
-/// markers written after the data rows), so the store moves them down its levels without
-/// merging them, where several files each spanning every kind of entry were merged at once
-/// (a fifth of the CPU a new series cost).
-const INDEX_BATCH_ROWS: usize = 65_536;
+/// Most rows per index write (the embedded store makes a large batch one table file of its
+/// first level). A flush's entries are written sorted by key in as few writes as this
+/// allows, whatever their kinds: the store merges its first level into the next once it
+/// holds a number of files, rewriting every file of the next level within the key range of
+/// the files merged, and a flush's entries span every kind's range whether written as one
+/// file or as one file per kind. One file per kind (at most 65,536 rows a write, as before)
+/// made about eight files a flush, so such a merge, rewriting most of the index, came every
+/// four flushes instead of every thirty-two (`hourglass-bench meta`, 300,000 new series:
+/// bytes written by the index down 57%, docs/benchmarks.md).
+const INDEX_BATCH_ROWS: usize = 262_144;
 /// Bound of each set of value rows known written: at it the set starts again empty (the
 /// rows are then written again, idempotently, and counted again: an over-count).
 const KNOWN_VALUES_MAX: usize = 1 << 20;
@@ -579,23 +582,17 @@ impl Entries {
     }
 }
 
-/// Writes entries sorted by key (each a one-cell row replaced whole, [`Store::put_cells`]):
-/// in one write when they fit [`INDEX_BATCH_ROWS`], else at most that many and one kind of
-/// entry per write (see there). A key met twice is written once.
+/// Writes entries sorted by key (each a one-cell row replaced whole, [`Store::put_cells`]),
+/// at most [`INDEX_BATCH_ROWS`] a write (see there). A key met twice is written once.
 fn write_sorted(store: &dyn Store, table: &str, entries: &Entries) -> Result<()> {
     let order = key_order(entries);
-    let by_kind = order.len() > INDEX_BATCH_ROWS;
     let mut batch: Vec<CellRow<'_>> = Vec::with_capacity(order.len().min(INDEX_BATCH_ROWS));
-    let mut kind: Option<u8> = None;
     for i in order {
-        let row = entries.cell(i);
-        let this = row.key.first().copied();
-        if batch.len() >= INDEX_BATCH_ROWS || (by_kind && !batch.is_empty() && this != kind) {
+        if batch.len() >= INDEX_BATCH_ROWS {
             store.put_cells(table, &batch)?;
             batch.clear();
         }
-        kind = this;
-        batch.push(row);
+        batch.push(entries.cell(i));
     }
     if !batch.is_empty() {
         store.put_cells(table, &batch)?;
@@ -739,7 +736,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_are_written_sorted_and_a_large_flush_one_kind_a_write() {
+    fn entries_are_written_sorted_in_as_few_writes_as_the_batch_allows() {
         use crate::sim::{FaultStore, Faults, Op};
         use hourglass_storage::ScanRequest;
         use std::sync::Arc;
@@ -770,8 +767,8 @@ mod tests {
             .collect();
         write_sorted(&store, table, &entries_of(&few)).unwrap();
         assert_eq!(writes.swap(0, Ordering::SeqCst), 1);
-        // More than a batch: one kind a write (10 rows, 10 rows, a batch), where cutting
-        // at the batch size alone would write two.
+        // More than a batch of three kinds: two writes (a full batch, then the rest), not
+        // one a kind.
         let n = INDEX_BATCH_ROWS as u32 + 20;
         let kind = |i: u32| match i {
             0..10 => 5,
@@ -780,7 +777,7 @@ mod tests {
         };
         let many: Vec<Entry> = (0..n).rev().map(|i| entry(kind(i), i)).collect();
         write_sorted(&store, table, &entries_of(&many)).unwrap();
-        assert_eq!(writes.load(Ordering::SeqCst), 3);
+        assert_eq!(writes.load(Ordering::SeqCst), 2);
         let rows = memory
             .scan(table, &ScanRequest::prefix(&[]))
             .unwrap()
