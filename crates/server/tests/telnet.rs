@@ -271,6 +271,36 @@ async fn latin1_lines_are_read_as_opentsdb_reads_them(backend: &str) {
     srv.stop().await;
 }
 
+async fn values_read_as_javas_parse_double_reads_them(backend: &str) {
+    let srv = start(backend).await;
+    // OpenTSDB reads a value with `.`, `e` or `E` with `Double.parseDouble`: a type suffix
+    // is allowed, a second point has its own message.
+    let replies = telnet(
+        srv.addr,
+        "put jd 1356998400 1.5f host=a\n\
+         put jd 1356998401 0.1D host=a\n\
+         put jd 1356998402 1.2.3 host=a\n\
+         put jd 1356998403 1.5ff host=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: invalid value: multiple points".to_string(),
+            "put: invalid value: For input string: \"1.5ff\"".into(),
+        ]
+    );
+    let t = tags(&[("host", "a")]);
+    assert_eq!(
+        srv.points("jd"),
+        vec![
+            (1356998400000, Value::Float(1.5), t.clone()),
+            (1356998401000, Value::Double(0.1), t),
+        ]
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     put_stores_points_with_opentsdbs_spacing,
     every_put_error_in_opentsdb_words_good_points_kept,
@@ -279,4 +309,5 @@ on_every_backend!(
     read_only_refuses_put,
     concurrent_connections_all_land_and_a_stalled_client_blocks_nobody,
     latin1_lines_are_read_as_opentsdb_reads_them,
+    values_read_as_javas_parse_double_reads_them,
 );
