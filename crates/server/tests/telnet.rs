@@ -301,6 +301,33 @@ async fn values_read_as_javas_parse_double_reads_them(backend: &str) {
     srv.stop().await;
 }
 
+/// A store nothing answers for: every write fails as a storage error.
+fn unreachable_store() -> std::sync::Arc<dyn hourglass_storage::Store> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = hourglass_store_bigtable::BigtableConfig::new("hourglass-test", "down");
+    config.emulator_host = Some(format!("127.0.0.1:{port}"));
+    config.timeout = Duration::from_millis(300);
+    std::sync::Arc::new(hourglass_store_bigtable::BigtableStore::connect(config).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_failures_are_hbase_errors_as_opentsdb_words_them() {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    let srv = common::start_on(unreachable_store(), c).await;
+    let replies = telnet(srv.addr, "put down.m 1356998400 1 host=a\n").await;
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].starts_with("put: HBase error: storage unavailable"),
+        "{replies:?}"
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     put_stores_points_with_opentsdbs_spacing,
     every_put_error_in_opentsdb_words_good_points_kept,

@@ -92,8 +92,9 @@ impl From<EngineError> for ApiError {
 }
 
 /// How a point the write path refused is reported, in OpenTSDB's words: the telnet reply
-/// (`put: unknown metric: ...`, `put: illegal argument: ...`) and the `/api/put` per-point
-/// error (`Unknown metric`, the message itself, `Storage exception: ...`).
+/// (`put: unknown metric: ...`, `put: illegal argument: ...`, `put: HBase error: ...`) and
+/// the `/api/put` per-point error (`Unknown metric`, the message itself, `Storage
+/// exception: ...`).
 pub(crate) struct PointError {
     pub(crate) telnet: String,
     pub(crate) http: String,
@@ -112,7 +113,8 @@ impl PointError {
             _ if matches!(e, EngineError::Throttled(_)) => ("", text.clone()),
             ErrorKind::NotFound => ("unknown metric: ", "Unknown metric".to_string()),
             ErrorKind::InvalidInput => ("illegal argument: ", text.clone()),
-            _ => ("storage error: ", format!("Storage exception: {text}")),
+            // A write the store failed: OpenTSDB's telnet words for any storage failure.
+            _ => ("HBase error: ", format!("Storage exception: {text}")),
         };
         PointError {
             telnet: format!("{command}: {prefix}{text}"),
