@@ -328,6 +328,35 @@ async fn storage_failures_are_hbase_errors_as_opentsdb_words_them() {
     srv.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_failures_are_silent_without_return_errors() {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.rpc.telnet.return_errors", "false");
+    c.set(
+        "tsd.core.histograms.config",
+        r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+    );
+    let srv = common::start_on(unreachable_store(), c).await;
+    // As OpenTSDB: what its storage error path reports is not sent; errors in the line are.
+    let replies = telnet(
+        srv.addr,
+        "put down.m 1356998400 1 host=a\n\
+         put down.m 1356998400 x host=a\n\
+         histogram h.e 1356998400 0-1=1 host=a\n\
+         histogram h.e 0 u=1 host=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: invalid value: Invalid character 'x' in x".to_string(),
+            "histogram: illegal argument: invalid timestamp: 0".into(),
+        ]
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     put_stores_points_with_opentsdbs_spacing,
     every_put_error_in_opentsdb_words_good_points_kept,

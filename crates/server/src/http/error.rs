@@ -98,6 +98,9 @@ impl From<EngineError> for ApiError {
 pub(crate) struct PointError {
     pub(crate) telnet: String,
     pub(crate) http: String,
+    /// The store failed or throttled the write (OpenTSDB's storage error path): the telnet
+    /// reply is sent only with `tsd.rpc.telnet.return_errors`.
+    pub(crate) storage: bool,
 }
 
 impl PointError {
@@ -108,17 +111,18 @@ impl PointError {
     /// [`PointError::of`] for a telnet command other than `put` (`rollup`).
     pub(crate) fn of_command(command: &str, e: &EngineError) -> PointError {
         let text = e.to_string();
-        let (prefix, http) = match e.kind() {
+        let (prefix, http, storage) = match e.kind() {
             // "Please throttle writes: ..." as OpenTSDB words it.
-            _ if matches!(e, EngineError::Throttled(_)) => ("", text.clone()),
-            ErrorKind::NotFound => ("unknown metric: ", "Unknown metric".to_string()),
-            ErrorKind::InvalidInput => ("illegal argument: ", text.clone()),
+            _ if matches!(e, EngineError::Throttled(_)) => ("", text.clone(), true),
+            ErrorKind::NotFound => ("unknown metric: ", "Unknown metric".to_string(), false),
+            ErrorKind::InvalidInput => ("illegal argument: ", text.clone(), false),
             // A write the store failed: OpenTSDB's telnet words for any storage failure.
-            _ => ("HBase error: ", format!("Storage exception: {text}")),
+            _ => ("HBase error: ", format!("Storage exception: {text}"), true),
         };
         PointError {
             telnet: format!("{command}: {prefix}{text}"),
             http,
+            storage,
         }
     }
 }

@@ -20,6 +20,10 @@ use hourglass_engine::histogram::HistogramPoint;
 
 use crate::State;
 
+/// How every failure on 2.4.1's storage error path begins; these replies are sent only with
+/// `tsd.rpc.telnet.return_errors`.
+const STORAGE_ERROR: &str = "histogram: HBase error: ";
+
 /// A `histogram` line read: the point to store, or the line's reply.
 struct Parsed {
     metric: String,
@@ -49,7 +53,7 @@ impl HistogramBatch {
         }
         let storage_error = |e: &hourglass_engine::Error| {
             state.stats.count_error(e);
-            format!("histogram: HBase error: {e}")
+            format!("{STORAGE_ERROR}{e}")
         };
         let tags: Vec<Vec<(&str, &str)>> = self
             .lines
@@ -96,6 +100,9 @@ impl HistogramBatch {
             }
         }
         for reply in replies.into_iter().flatten() {
+            if !state.settings.telnet_return_errors && reply.starts_with(STORAGE_ERROR) {
+                continue;
+            }
             out.extend_from_slice(reply.as_bytes());
             out.push(b'\n');
         }
@@ -147,7 +154,7 @@ fn line(state: &State, args: &str) -> Result<Parsed, String> {
     let tag_text = tag_words.join(" ");
     let mut tags = Vec::new();
     parse_tags(&tag_text, &mut tags).map_err(illegal)?;
-    let storage_error = |m: String| format!("histogram: HBase error: {m}");
+    let storage_error = |m: String| format!("{STORAGE_ERROR}{m}");
     let encoded = match codec {
         // `Err`: the id the line gives, for bytes in base64.
         Err(id) => {

@@ -63,26 +63,28 @@ impl<'a> RollupBatch<'a> {
                 Ok(_) => None,
             };
         }
+        // `None` for a storage failure while `tsd.rpc.telnet.return_errors` is off.
         let refusal_text = |e: &hourglass_engine::Error| {
             state.stats.count_error(e);
-            crate::http::PointError::of_command("rollup", e).telnet
+            let refused = crate::http::PointError::of_command("rollup", e);
+            (!refused.storage || state.settings.telnet_return_errors).then_some(refused.telnet)
         };
         if !points.is_empty() {
             match state.tsdb.add_rollup_points(&points, false) {
                 Ok(outcome) => {
                     for (idx, refusal) in outcome.errors {
-                        replies[origin[idx]] = Some(match refusal {
+                        replies[origin[idx]] = match refusal {
                             RollupRefusal::NoSuchRollup(m) => {
-                                format!("rollup: No such rollup: {m}")
+                                Some(format!("rollup: No such rollup: {m}"))
                             }
                             RollupRefusal::Error(e) => refusal_text(&e),
-                        });
+                        };
                     }
                 }
                 // The batch's write failed: none of its points is stored.
                 Err(e) => {
                     for i in &origin {
-                        replies[*i] = Some(refusal_text(&e));
+                        replies[*i] = refusal_text(&e);
                     }
                 }
             }
