@@ -271,6 +271,27 @@ async fn latin1_lines_are_read_as_opentsdb_reads_them(backend: &str) {
     srv.stop().await;
 }
 
+async fn rollup_and_histogram_words_are_counted_as_opentsdb_counts_them(backend: &str) {
+    let mut c = Config::default();
+    c.set(
+        "tsd.core.histograms.config",
+        r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+    );
+    let srv = start_with(backend, c).await;
+    // A space after the command makes one empty word, as for `put `.
+    let replies = telnet(srv.addr, "rollup\nrollup \nhistogram\nhistogram \n").await;
+    assert_eq!(
+        replies,
+        vec![
+            "rollup: illegal argument: not enough arguments (need least 7, got 0)".to_string(),
+            "rollup: illegal argument: not enough arguments (need least 7, got 1)".into(),
+            "histogram: illegal argument: not enough arguments (need least 5, got 0)".into(),
+            "histogram: illegal argument: not enough arguments (need least 5, got 1)".into(),
+        ]
+    );
+    srv.stop().await;
+}
+
 async fn values_read_as_javas_parse_double_reads_them(backend: &str) {
     let srv = start(backend).await;
     // OpenTSDB reads a value with `.`, `e` or `E` with `Double.parseDouble`: a type suffix
@@ -366,4 +387,5 @@ on_every_backend!(
     concurrent_connections_all_land_and_a_stalled_client_blocks_nobody,
     latin1_lines_are_read_as_opentsdb_reads_them,
     values_read_as_javas_parse_double_reads_them,
+    rollup_and_histogram_words_are_counted_as_opentsdb_counts_them,
 );

@@ -43,7 +43,7 @@ impl HistogramBatch {
     /// Reads one line; `args` is what follows the command's space.
     pub(super) fn add(&mut self, state: &State, args: Option<&str>) {
         state.stats.points_received.fetch_add(1, Ordering::Relaxed);
-        self.lines.push(line(state, args.unwrap_or_default()));
+        self.lines.push(line(state, args));
     }
 
     /// Writes the batch's points and answers its errors in line order.
@@ -115,17 +115,14 @@ fn illegal(m: impl std::fmt::Display) -> String {
 }
 
 /// One line read as 2.4.1 reads it, up to the encoded value: the point, or the reply.
-fn line(state: &State, args: &str) -> Result<Parsed, String> {
+fn line(state: &State, args: Option<&str>) -> Result<Parsed, String> {
     let Some(config) = state.tsdb.histograms() else {
         return Err(illegal(crate::http::put::HISTOGRAMS_OFF));
     };
     // Words after the command, split on single spaces (empty words kept), as 2.4.1 reads
-    // them: `words[0]` there is the command.
-    let words: Vec<&str> = if args.is_empty() {
-        Vec::new()
-    } else {
-        args.split(' ').collect()
-    };
+    // them: `words[0]` there is the command. `None` is a bare `histogram`, no words; after
+    // `histogram ` an empty `args` is one empty word.
+    let words: Vec<&str> = args.map_or_else(Vec::new, |a| a.split(' ').collect());
     if words.len() < 4 {
         return Err(illegal(format!(
             "not enough arguments (need least 5, got {})",

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 
 use hourglass_core::put::{PutError, PutLine};
-use hourglass_core::rollup::{IntervalAgg, parse_rollup_line};
+use hourglass_core::rollup::{IntervalAgg, parse_rollup_line, rollup_not_enough_arguments};
 use hourglass_engine::rollup::{RollupPoint, RollupRefusal};
 
 use crate::State;
@@ -26,7 +26,11 @@ pub(super) struct RollupBatch<'a> {
 impl<'a> RollupBatch<'a> {
     /// Parses one line; `args` is what follows the command's space.
     pub(super) fn add(&mut self, args: Option<&'a str>) {
-        let parsed = parse_rollup_line(args.unwrap_or_default(), &mut self.tags);
+        let parsed = match args {
+            Some(args) => parse_rollup_line(args, &mut self.tags),
+            // A bare `rollup`: no words at all.
+            None => Err(rollup_not_enough_arguments(0)),
+        };
         self.lines.push(parsed);
     }
 
