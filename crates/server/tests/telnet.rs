@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use common::{start, start_with, telnet};
 use hourglass_core::config::Config;
+use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -292,6 +293,35 @@ async fn rollup_and_histogram_words_are_counted_as_opentsdb_counts_them(backend:
     srv.stop().await;
 }
 
+async fn unknown_tag_names_are_unknown_metric_errors_as_in_opentsdb(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "false");
+    c.set("tsd.core.auto_create_tagks", "false");
+    c.set("tsd.core.auto_create_tagvs", "false");
+    let srv = start_with(backend, c).await;
+    let uids = srv.state.tsdb.uids();
+    uids.get_or_create_id(UidKind::Metric, "known").unwrap();
+    uids.get_or_create_id(UidKind::TagKey, "host").unwrap();
+    uids.get_or_create_id(UidKind::TagValue, "a").unwrap();
+    // OpenTSDB answers any name it may not create with the `unknown metric` prefix.
+    let replies = telnet(
+        srv.addr,
+        "put known 1356998400 1 newk=a\n\
+         put known 1356998400 1 host=b\n\
+         put known 1356998400 1 host=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: unknown metric: No such name for 'tagk': 'newk'".to_string(),
+            "put: unknown metric: No such name for 'tagv': 'b'".into(),
+        ]
+    );
+    assert_eq!(srv.points("known").len(), 1);
+    srv.stop().await;
+}
+
 async fn values_read_as_javas_parse_double_reads_them(backend: &str) {
     let srv = start(backend).await;
     // OpenTSDB reads a value with `.`, `e` or `E` with `Double.parseDouble`: a type suffix
@@ -388,4 +418,5 @@ on_every_backend!(
     latin1_lines_are_read_as_opentsdb_reads_them,
     values_read_as_javas_parse_double_reads_them,
     rollup_and_histogram_words_are_counted_as_opentsdb_counts_them,
+    unknown_tag_names_are_unknown_metric_errors_as_in_opentsdb,
 );
