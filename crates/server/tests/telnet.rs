@@ -3,7 +3,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{start, start_with, telnet};
+use common::{http, start, start_with, telnet};
 use hourglass_core::config::Config;
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
@@ -341,12 +341,22 @@ async fn values_read_as_javas_parse_double_reads_them(backend: &str) {
             "put: invalid value: For input string: \"1.5ff\"".into(),
         ]
     );
+    // `/api/put` reads a value given as text the same way.
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put",
+        r#"{"metric":"jd","timestamp":1356998404,"value":"2.5F","tags":{"host":"a"}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 204);
     let t = tags(&[("host", "a")]);
     assert_eq!(
         srv.points("jd"),
         vec![
             (1356998400000, Value::Float(1.5), t.clone()),
-            (1356998401000, Value::Double(0.1), t),
+            (1356998401000, Value::Double(0.1), t.clone()),
+            (1356998404000, Value::Float(2.5), t),
         ]
     );
     srv.stop().await;
