@@ -322,6 +322,27 @@ async fn unknown_tag_names_are_unknown_metric_errors_as_in_opentsdb(backend: &st
     srv.stop().await;
 }
 
+async fn tag_maps_in_errors_print_in_javas_hash_map_order(backend: &str) {
+    let srv = start(backend).await;
+    // OpenTSDB prints its `HashMap` of the line's tags: bucket order, not line order.
+    let replies = telnet(
+        srv.addr,
+        "put hm 1356998400 1 host=v cpu=v dc=v env=v role=v rack=v az=v svc=v pod=v\n\
+         put hm 1356998400 1 cpu=0 host=b zone=a cpu=1\n\
+         put hm 99999999999999 1 cpu=0 host=b zone=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: illegal argument: Too many tags: 9 maximum allowed: 8, tags: {svc=v, rack=v, role=v, pod=v, host=v, cpu=v, az=v, env=v, dc=v}".to_string(),
+            "put: illegal argument: duplicate tag: cpu=1, tags={zone=a, host=b, cpu=0}".into(),
+            "put: illegal argument: bad timestamp=99999999999999 when trying to add value=[1]/0 to metric=hm, tags={zone=a, host=b, cpu=0}".into(),
+        ]
+    );
+    srv.stop().await;
+}
+
 async fn values_read_as_javas_parse_double_reads_them(backend: &str) {
     let srv = start(backend).await;
     // OpenTSDB reads a value with `.`, `e` or `E` with `Double.parseDouble`: a type suffix
@@ -429,4 +450,5 @@ on_every_backend!(
     values_read_as_javas_parse_double_reads_them,
     rollup_and_histogram_words_are_counted_as_opentsdb_counts_them,
     unknown_tag_names_are_unknown_metric_errors_as_in_opentsdb,
+    tag_maps_in_errors_print_in_javas_hash_map_order,
 );
