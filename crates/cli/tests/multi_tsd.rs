@@ -246,7 +246,7 @@ fn tsd_stays_up_and_says_so_when_bigtable_is_unreachable() {
     s.read_to_string(&mut out).unwrap();
     let first = out.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("put: storage error: storage unavailable"),
+        first.starts_with("put: HBase error: storage unavailable"),
         "{out}"
     );
     assert!(out.contains("hourglass "), "the TSD still answers: {out}");

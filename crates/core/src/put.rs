@@ -231,9 +231,32 @@ fn parse_tags_after<'a>(
     Ok(())
 }
 
-/// `{k=v, k2=v2}`, as Java prints a map.
-pub fn tag_map_text(tags: &[(&str, &str)]) -> String {
-    let parts: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+/// `{k=v, k2=v2}`, as Java prints a `HashMap<String, String>` filled with `tags` in this
+/// order (OpenTSDB's tag maps, in its error messages): by the bucket of each key's
+/// `String.hashCode` in a table of 16 slots (doubled while over three quarters full), keys of
+/// one bucket in the order they were put.
+pub fn tag_map_text<K: AsRef<str>, V: AsRef<str>>(tags: &[(K, V)]) -> String {
+    let mut slots = 16usize;
+    while tags.len() > slots / 4 * 3 {
+        slots *= 2;
+    }
+    let bucket = |key: &str| {
+        let h = key
+            .encode_utf16()
+            .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
+        let spread = (h as u32) ^ ((h as u32) >> 16);
+        spread as usize & (slots - 1)
+    };
+    let mut order: Vec<(usize, usize)> = tags
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (bucket(k.as_ref()), i))
+        .collect();
+    order.sort_unstable();
+    let parts: Vec<String> = order
+        .iter()
+        .map(|&(_, i)| format!("{}={}", tags[i].0.as_ref(), tags[i].1.as_ref()))
+        .collect();
     format!("{{{}}}", parts.join(", "))
 }
 

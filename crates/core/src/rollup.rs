@@ -495,15 +495,10 @@ pub fn parse_rollup_line<'a>(
     args: &'a str,
     tags: &mut Vec<(&'a str, &'a str)>,
 ) -> std::result::Result<(IntervalAgg<'a>, PutLine<'a>), PutError> {
-    let got = if args.is_empty() {
-        0
-    } else {
-        args.split(' ').count()
-    };
+    // Even an empty `args` is one (empty) word: the command was followed by a space.
+    let got = args.split(' ').count();
     if got < 5 {
-        return Err(PutError::IllegalArgument(format!(
-            "not enough arguments (need least 7, got {got})"
-        )));
+        return Err(rollup_not_enough_arguments(got));
     }
     let (first, rest) = args.split_once(' ').unwrap_or((args, ""));
     if first.is_empty() {
@@ -513,6 +508,11 @@ pub fn parse_rollup_line<'a>(
     }
     let line = parse_put(rest, tags)?;
     Ok((split_interval_agg(first), line))
+}
+
+/// Fewer than five words after `rollup`: `got` is how many there were.
+pub fn rollup_not_enough_arguments(got: usize) -> PutError {
+    PutError::IllegalArgument(format!("not enough arguments (need least 7, got {got})"))
 }
 
 /// OpenTSDB's `NoSuchRollupForIntervalException` message.

@@ -142,16 +142,51 @@ pub fn parse_value(text: &str) -> Result<Value> {
     if let Some(d) = plain_decimal(text) {
         return Ok(float_value(d));
     }
-    let d: f64 = text
-        .parse()
-        .ok()
-        .filter(|_| {
-            !text
-                .bytes()
-                .any(|b| b.is_ascii_alphabetic() && !matches!(b, b'e' | b'E'))
-        })
-        .ok_or_else(|| Error::invalid(format!("For input string: \"{text}\"")))?;
-    Ok(float_value(d))
+    Ok(float_value(java_parse_double(text)?))
+}
+
+/// Java's `Double.parseDouble` (JDK 8) on decimal text, with its messages: surrounding
+/// characters up to the space are ignored, a `f`, `F`, `d` or `D` suffix is allowed, a second
+/// point is `multiple points`. Hexadecimal floats (`0x1.8p1`) are refused.
+fn java_parse_double(text: &str) -> Result<f64> {
+    let t = text.trim_matches(|c: char| c <= ' ');
+    if t.is_empty() {
+        return Err(Error::invalid("empty String"));
+    }
+    let malformed = || Error::invalid(format!("For input string: \"{t}\""));
+    let bytes = t.as_bytes();
+    let mut at = usize::from(matches!(bytes.first(), Some(b'+' | b'-')));
+    let (mut digits, mut point) = (0usize, false);
+    while let Some(&b) = bytes.get(at) {
+        match b {
+            b'0'..=b'9' => digits += 1,
+            b'.' if point => return Err(Error::invalid("multiple points")),
+            b'.' => point = true,
+            _ => break,
+        }
+        at += 1;
+    }
+    if digits == 0 {
+        return Err(malformed());
+    }
+    if let Some(b'e' | b'E') = bytes.get(at) {
+        at += 1;
+        if let Some(b'+' | b'-') = bytes.get(at) {
+            at += 1;
+        }
+        let start = at;
+        while bytes.get(at).is_some_and(u8::is_ascii_digit) {
+            at += 1;
+        }
+        if at == start {
+            return Err(malformed());
+        }
+    }
+    let number = &t[..at];
+    match &bytes[at..] {
+        [] | [b'f' | b'F' | b'd' | b'D'] => number.parse().map_err(|_| malformed()),
+        _ => Err(malformed()),
+    }
 }
 
 /// Powers of ten that a double holds exactly.
@@ -526,8 +561,20 @@ mod tests {
             err("9999999999999999999"),
             "Overflow in 9999999999999999999"
         );
-        assert_eq!(err("1.2.3"), "For input string: \"1.2.3\"");
+        // Java's `Double.parseDouble` words and forms.
+        assert_eq!(err("1.2.3"), "multiple points");
         assert_eq!(err("1.5x"), "For input string: \"1.5x\"");
+        assert_eq!(err("1.5e"), "For input string: \"1.5e\"");
+        assert_eq!(err("1.5ff"), "For input string: \"1.5ff\"");
+        assert_eq!(err(".e5"), "For input string: \".e5\"");
+        assert_eq!(err("\t1.5x "), "For input string: \"1.5x\"");
+        assert_eq!(parse_value("1.5f"), Ok(Value::Float(1.5)));
+        assert_eq!(parse_value("-2.5D"), Ok(Value::Float(-2.5)));
+        assert_eq!(parse_value("0.1d"), Ok(Value::Double(0.1)));
+        assert_eq!(parse_value("1e3F"), Ok(Value::Float(1000.0)));
+        assert_eq!(parse_value("\t1.5\r"), Ok(Value::Float(1.5)));
+        assert_eq!(parse_value("1."), Ok(Value::Float(1.0)));
+        assert_eq!(parse_value("+.5E+1"), Ok(Value::Float(5.0)));
         assert_eq!(parse_long("-9223372036854775808"), Ok(i64::MIN));
         assert!(parse_value("1e400").is_ok_and(|v| v.as_f64().is_infinite()));
         assert_eq!(java_double_text(f64::INFINITY), "Infinity");

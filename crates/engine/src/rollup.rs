@@ -182,8 +182,7 @@ struct Cell {
 
 /// OpenTSDB's text of a tag map in messages (`{k=v, k2=v2}`).
 fn tags_text(tags: &[(String, String)]) -> String {
-    let inner: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{{{}}}", inner.join(", "))
+    hourglass_core::put::tag_map_text(tags)
 }
 
 /// Java's `Arrays.toString(byte[])`: signed decimal bytes.

@@ -328,8 +328,7 @@ fn series_text(p: &IncomingPoint<'_>, text: &mut String) {
 }
 
 fn tags_text(tags: &[(&str, &str)]) -> String {
-    let inner: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{{{}}}", inner.join(", "))
+    hourglass_core::put::tag_map_text(tags)
 }
 
 impl Writer {

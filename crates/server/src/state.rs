@@ -25,6 +25,9 @@ pub struct ServerSettings {
     pub diediedie: bool,
     /// `tsd.network.max_line_length`: longest telnet line, in bytes (OpenTSDB: 1024).
     pub max_line_length: usize,
+    /// `tsd.rpc.telnet.return_errors`: a telnet write the store fails (or throttles) is
+    /// answered; off, it is silent, as OpenTSDB is (errors in the line are always answered).
+    pub telnet_return_errors: bool,
     /// `tsd.http.request.max_body`: largest HTTP request body, in bytes, after decompression.
     pub max_body_bytes: usize,
     /// Per-query limits: `tsd.query.limits.data_points.default`, `…bytes.default`,
@@ -120,6 +123,7 @@ impl Default for ServerSettings {
             cors: None,
             diediedie: false,
             max_line_length: 1024,
+            telnet_return_errors: true,
             max_body_bytes: 256 << 20,
             query_limits: Limits::default(),
             limit_overrides: None,
@@ -155,6 +159,7 @@ impl ServerSettings {
             max_line_length: c
                 .get_int("tsd.network.max_line_length", d.max_line_length as i64)?
                 .max(16) as usize,
+            telnet_return_errors: c.get_bool("tsd.rpc.telnet.return_errors", true),
             max_body_bytes: c
                 .get_int("tsd.http.request.max_body", d.max_body_bytes as i64)?
                 .max(1024) as usize,

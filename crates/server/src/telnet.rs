@@ -406,7 +406,10 @@ impl<'a> PutBatch<'a> {
                             continue;
                         }
                         stats.count_error(&e);
-                        reply(out, "", &crate::http::PointError::of(&e).telnet);
+                        let refused = crate::http::PointError::of(&e);
+                        if !refused.storage || state.settings.telnet_return_errors {
+                            reply(out, "", &refused.telnet);
+                        }
                     }
                 }
             }

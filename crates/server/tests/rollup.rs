@@ -200,7 +200,8 @@ async fn rollup_points_are_refused_in_opentsdbs_words() {
         (point(json!({"interval": null})), "Missing interval"),
         (
             point(json!({"groupByAggregator": "avg"})),
-            "Derived group by aggregations are not allowed avg with metric sys.cpu.user {host=web01, _aggregate=AVG}",
+            // Java's `HashMap` order (checked against a JVM).
+            "Derived group by aggregations are not allowed avg with metric sys.cpu.user {_aggregate=AVG, host=web01}",
         ),
         (
             point(json!({"tags": {"host": "web01", "_aggregate": "MAX"}})),

@@ -3,8 +3,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{start, start_with, telnet};
+use common::{http, start, start_with, telnet};
 use hourglass_core::config::Config;
+use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -271,6 +272,173 @@ async fn latin1_lines_are_read_as_opentsdb_reads_them(backend: &str) {
     srv.stop().await;
 }
 
+async fn rollup_and_histogram_words_are_counted_as_opentsdb_counts_them(backend: &str) {
+    let mut c = Config::default();
+    c.set(
+        "tsd.core.histograms.config",
+        r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+    );
+    let srv = start_with(backend, c).await;
+    // A space after the command makes one empty word, as for `put `.
+    let replies = telnet(srv.addr, "rollup\nrollup \nhistogram\nhistogram \n").await;
+    assert_eq!(
+        replies,
+        vec![
+            "rollup: illegal argument: not enough arguments (need least 7, got 0)".to_string(),
+            "rollup: illegal argument: not enough arguments (need least 7, got 1)".into(),
+            "histogram: illegal argument: not enough arguments (need least 5, got 0)".into(),
+            "histogram: illegal argument: not enough arguments (need least 5, got 1)".into(),
+        ]
+    );
+    srv.stop().await;
+}
+
+async fn unknown_tag_names_are_unknown_metric_errors_as_in_opentsdb(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "false");
+    c.set("tsd.core.auto_create_tagks", "false");
+    c.set("tsd.core.auto_create_tagvs", "false");
+    let srv = start_with(backend, c).await;
+    let uids = srv.state.tsdb.uids();
+    uids.get_or_create_id(UidKind::Metric, "known").unwrap();
+    uids.get_or_create_id(UidKind::TagKey, "host").unwrap();
+    uids.get_or_create_id(UidKind::TagValue, "a").unwrap();
+    // OpenTSDB answers any name it may not create with the `unknown metric` prefix.
+    let replies = telnet(
+        srv.addr,
+        "put known 1356998400 1 newk=a\n\
+         put known 1356998400 1 host=b\n\
+         put known 1356998400 1 host=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: unknown metric: No such name for 'tagk': 'newk'".to_string(),
+            "put: unknown metric: No such name for 'tagv': 'b'".into(),
+        ]
+    );
+    assert_eq!(srv.points("known").len(), 1);
+    srv.stop().await;
+}
+
+async fn tag_maps_in_errors_print_in_javas_hash_map_order(backend: &str) {
+    let srv = start(backend).await;
+    // OpenTSDB prints its `HashMap` of the line's tags: bucket order, not line order.
+    let replies = telnet(
+        srv.addr,
+        "put hm 1356998400 1 host=v cpu=v dc=v env=v role=v rack=v az=v svc=v pod=v\n\
+         put hm 1356998400 1 cpu=0 host=b zone=a cpu=1\n\
+         put hm 99999999999999 1 cpu=0 host=b zone=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: illegal argument: Too many tags: 9 maximum allowed: 8, tags: {svc=v, rack=v, role=v, pod=v, host=v, cpu=v, az=v, env=v, dc=v}".to_string(),
+            "put: illegal argument: duplicate tag: cpu=1, tags={zone=a, host=b, cpu=0}".into(),
+            "put: illegal argument: bad timestamp=99999999999999 when trying to add value=[1]/0 to metric=hm, tags={zone=a, host=b, cpu=0}".into(),
+        ]
+    );
+    srv.stop().await;
+}
+
+async fn values_read_as_javas_parse_double_reads_them(backend: &str) {
+    let srv = start(backend).await;
+    // OpenTSDB reads a value with `.`, `e` or `E` with `Double.parseDouble`: a type suffix
+    // is allowed, a second point has its own message.
+    let replies = telnet(
+        srv.addr,
+        "put jd 1356998400 1.5f host=a\n\
+         put jd 1356998401 0.1D host=a\n\
+         put jd 1356998402 1.2.3 host=a\n\
+         put jd 1356998403 1.5ff host=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: invalid value: multiple points".to_string(),
+            "put: invalid value: For input string: \"1.5ff\"".into(),
+        ]
+    );
+    // `/api/put` reads a value given as text the same way.
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put",
+        r#"{"metric":"jd","timestamp":1356998404,"value":"2.5F","tags":{"host":"a"}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    let t = tags(&[("host", "a")]);
+    assert_eq!(
+        srv.points("jd"),
+        vec![
+            (1356998400000, Value::Float(1.5), t.clone()),
+            (1356998401000, Value::Double(0.1), t.clone()),
+            (1356998404000, Value::Float(2.5), t),
+        ]
+    );
+    srv.stop().await;
+}
+
+/// A store nothing answers for: every write fails as a storage error.
+fn unreachable_store() -> std::sync::Arc<dyn hourglass_storage::Store> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = hourglass_store_bigtable::BigtableConfig::new("hourglass-test", "down");
+    config.emulator_host = Some(format!("127.0.0.1:{port}"));
+    config.timeout = Duration::from_millis(300);
+    std::sync::Arc::new(hourglass_store_bigtable::BigtableStore::connect(config).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_failures_are_hbase_errors_as_opentsdb_words_them() {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    let srv = common::start_on(unreachable_store(), c).await;
+    let replies = telnet(srv.addr, "put down.m 1356998400 1 host=a\n").await;
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].starts_with("put: HBase error: storage unavailable"),
+        "{replies:?}"
+    );
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_failures_are_silent_without_return_errors() {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.rpc.telnet.return_errors", "false");
+    c.set(
+        "tsd.core.histograms.config",
+        r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+    );
+    let srv = common::start_on(unreachable_store(), c).await;
+    // As OpenTSDB: what its storage error path reports is not sent; errors in the line are.
+    let replies = telnet(
+        srv.addr,
+        "put down.m 1356998400 1 host=a\n\
+         put down.m 1356998400 x host=a\n\
+         histogram h.e 1356998400 0-1=1 host=a\n\
+         histogram h.e 0 u=1 host=a\n",
+    )
+    .await;
+    assert_eq!(
+        replies,
+        vec![
+            "put: invalid value: Invalid character 'x' in x".to_string(),
+            "histogram: illegal argument: invalid timestamp: 0".into(),
+        ]
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     put_stores_points_with_opentsdbs_spacing,
     every_put_error_in_opentsdb_words_good_points_kept,
@@ -279,4 +447,8 @@ on_every_backend!(
     read_only_refuses_put,
     concurrent_connections_all_land_and_a_stalled_client_blocks_nobody,
     latin1_lines_are_read_as_opentsdb_reads_them,
+    values_read_as_javas_parse_double_reads_them,
+    rollup_and_histogram_words_are_counted_as_opentsdb_counts_them,
+    unknown_tag_names_are_unknown_metric_errors_as_in_opentsdb,
+    tag_maps_in_errors_print_in_javas_hash_map_order,
 );

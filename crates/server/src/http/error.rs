@@ -92,11 +92,15 @@ impl From<EngineError> for ApiError {
 }
 
 /// How a point the write path refused is reported, in OpenTSDB's words: the telnet reply
-/// (`put: unknown metric: ...`, `put: illegal argument: ...`) and the `/api/put` per-point
-/// error (`Unknown metric`, the message itself, `Storage exception: ...`).
+/// (`put: unknown metric: ...`, `put: illegal argument: ...`, `put: HBase error: ...`) and
+/// the `/api/put` per-point error (`Unknown metric`, the message itself, `Storage
+/// exception: ...`).
 pub(crate) struct PointError {
     pub(crate) telnet: String,
     pub(crate) http: String,
+    /// The store failed or throttled the write (OpenTSDB's storage error path): the telnet
+    /// reply is sent only with `tsd.rpc.telnet.return_errors`.
+    pub(crate) storage: bool,
 }
 
 impl PointError {
@@ -107,16 +111,18 @@ impl PointError {
     /// [`PointError::of`] for a telnet command other than `put` (`rollup`).
     pub(crate) fn of_command(command: &str, e: &EngineError) -> PointError {
         let text = e.to_string();
-        let (prefix, http) = match e.kind() {
+        let (prefix, http, storage) = match e.kind() {
             // "Please throttle writes: ..." as OpenTSDB words it.
-            _ if matches!(e, EngineError::Throttled(_)) => ("", text.clone()),
-            ErrorKind::NotFound => ("unknown metric: ", "Unknown metric".to_string()),
-            ErrorKind::InvalidInput => ("illegal argument: ", text.clone()),
-            _ => ("storage error: ", format!("Storage exception: {text}")),
+            _ if matches!(e, EngineError::Throttled(_)) => ("", text.clone(), true),
+            ErrorKind::NotFound => ("unknown metric: ", "Unknown metric".to_string(), false),
+            ErrorKind::InvalidInput => ("illegal argument: ", text.clone(), false),
+            // A write the store failed: OpenTSDB's telnet words for any storage failure.
+            _ => ("HBase error: ", format!("Storage exception: {text}"), true),
         };
         PointError {
             telnet: format!("{command}: {prefix}{text}"),
             http,
+            storage,
         }
     }
 }

@@ -20,6 +20,10 @@ use hourglass_engine::histogram::HistogramPoint;
 
 use crate::State;
 
+/// How every failure on 2.4.1's storage error path begins; these replies are sent only with
+/// `tsd.rpc.telnet.return_errors`.
+const STORAGE_ERROR: &str = "histogram: HBase error: ";
+
 /// A `histogram` line read: the point to store, or the line's reply.
 struct Parsed {
     metric: String,
@@ -39,7 +43,7 @@ impl HistogramBatch {
     /// Reads one line; `args` is what follows the command's space.
     pub(super) fn add(&mut self, state: &State, args: Option<&str>) {
         state.stats.points_received.fetch_add(1, Ordering::Relaxed);
-        self.lines.push(line(state, args.unwrap_or_default()));
+        self.lines.push(line(state, args));
     }
 
     /// Writes the batch's points and answers its errors in line order.
@@ -49,7 +53,7 @@ impl HistogramBatch {
         }
         let storage_error = |e: &hourglass_engine::Error| {
             state.stats.count_error(e);
-            format!("histogram: HBase error: {e}")
+            format!("{STORAGE_ERROR}{e}")
         };
         let tags: Vec<Vec<(&str, &str)>> = self
             .lines
@@ -96,6 +100,9 @@ impl HistogramBatch {
             }
         }
         for reply in replies.into_iter().flatten() {
+            if !state.settings.telnet_return_errors && reply.starts_with(STORAGE_ERROR) {
+                continue;
+            }
             out.extend_from_slice(reply.as_bytes());
             out.push(b'\n');
         }
@@ -108,17 +115,14 @@ fn illegal(m: impl std::fmt::Display) -> String {
 }
 
 /// One line read as 2.4.1 reads it, up to the encoded value: the point, or the reply.
-fn line(state: &State, args: &str) -> Result<Parsed, String> {
+fn line(state: &State, args: Option<&str>) -> Result<Parsed, String> {
     let Some(config) = state.tsdb.histograms() else {
         return Err(illegal(crate::http::put::HISTOGRAMS_OFF));
     };
     // Words after the command, split on single spaces (empty words kept), as 2.4.1 reads
-    // them: `words[0]` there is the command.
-    let words: Vec<&str> = if args.is_empty() {
-        Vec::new()
-    } else {
-        args.split(' ').collect()
-    };
+    // them: `words[0]` there is the command. `None` is a bare `histogram`, no words; after
+    // `histogram ` an empty `args` is one empty word.
+    let words: Vec<&str> = args.map_or_else(Vec::new, |a| a.split(' ').collect());
     if words.len() < 4 {
         return Err(illegal(format!(
             "not enough arguments (need least 5, got {})",
@@ -147,7 +151,7 @@ fn line(state: &State, args: &str) -> Result<Parsed, String> {
     let tag_text = tag_words.join(" ");
     let mut tags = Vec::new();
     parse_tags(&tag_text, &mut tags).map_err(illegal)?;
-    let storage_error = |m: String| format!("histogram: HBase error: {m}");
+    let storage_error = |m: String| format!("{STORAGE_ERROR}{m}");
     let encoded = match codec {
         // `Err`: the id the line gives, for bytes in base64.
         Err(id) => {

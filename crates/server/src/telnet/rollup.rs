@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 
 use hourglass_core::put::{PutError, PutLine};
-use hourglass_core::rollup::{IntervalAgg, parse_rollup_line};
+use hourglass_core::rollup::{IntervalAgg, parse_rollup_line, rollup_not_enough_arguments};
 use hourglass_engine::rollup::{RollupPoint, RollupRefusal};
 
 use crate::State;
@@ -26,7 +26,11 @@ pub(super) struct RollupBatch<'a> {
 impl<'a> RollupBatch<'a> {
     /// Parses one line; `args` is what follows the command's space.
     pub(super) fn add(&mut self, args: Option<&'a str>) {
-        let parsed = parse_rollup_line(args.unwrap_or_default(), &mut self.tags);
+        let parsed = match args {
+            Some(args) => parse_rollup_line(args, &mut self.tags),
+            // A bare `rollup`: no words at all.
+            None => Err(rollup_not_enough_arguments(0)),
+        };
         self.lines.push(parsed);
     }
 
@@ -63,26 +67,28 @@ impl<'a> RollupBatch<'a> {
                 Ok(_) => None,
             };
         }
+        // `None` for a storage failure while `tsd.rpc.telnet.return_errors` is off.
         let refusal_text = |e: &hourglass_engine::Error| {
             state.stats.count_error(e);
-            crate::http::PointError::of_command("rollup", e).telnet
+            let refused = crate::http::PointError::of_command("rollup", e);
+            (!refused.storage || state.settings.telnet_return_errors).then_some(refused.telnet)
         };
         if !points.is_empty() {
             match state.tsdb.add_rollup_points(&points, false) {
                 Ok(outcome) => {
                     for (idx, refusal) in outcome.errors {
-                        replies[origin[idx]] = Some(match refusal {
+                        replies[origin[idx]] = match refusal {
                             RollupRefusal::NoSuchRollup(m) => {
-                                format!("rollup: No such rollup: {m}")
+                                Some(format!("rollup: No such rollup: {m}"))
                             }
                             RollupRefusal::Error(e) => refusal_text(&e),
-                        });
+                        };
                     }
                 }
                 // The batch's write failed: none of its points is stored.
                 Err(e) => {
                     for i in &origin {
-                        replies[*i] = Some(refusal_text(&e));
+                        replies[*i] = refusal_text(&e);
                     }
                 }
             }
