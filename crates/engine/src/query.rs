@@ -8,6 +8,7 @@ pub mod filter;
 pub(crate) mod fold;
 pub mod plan;
 pub mod rate;
+pub(crate) mod threads;
 
 /// Whether this machine has more than one core to give a query's second thread. Asked once:
 /// the standard library reads the cgroup's CPU quota from files at every call.

@@ -43,6 +43,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let mut stop = state.subscribe_shutdown();
+    // Read now, not by the first request that names it.
+    stats::hostname();
     let router = http::router(Arc::clone(&state));
     let mut connections = JoinSet::new();
     let announcer = tokio::spawn(ingest::announce_room(

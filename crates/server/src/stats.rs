@@ -152,12 +152,19 @@ fn stat(metric: &str, value: u64, tags: &[(&'static str, &str)]) -> Stat {
     }
 }
 
-pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
+/// This machine's host name, read once (the TSD reads it as it starts): `/api/version`,
+/// the statistics' `host` tag and the status page answer it without a file read each.
+/// OpenTSDB's version answer holds a name fixed when it was built, so a name changed while
+/// the TSD runs is not followed there either.
+pub(crate) fn hostname() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_string())
+    })
 }
 
 /// The tags every statistic carries: `host` (or `fqdn` with `tsd.stats.canonical`), and
@@ -171,7 +178,7 @@ pub(crate) fn report_tags(state: &State) -> Vec<(String, String)> {
             "host"
         }
         .to_string(),
-        hostname(),
+        hostname().to_string(),
     )];
     if c.get_bool("tsd.core.stats_with_port", false) {
         tags.push((

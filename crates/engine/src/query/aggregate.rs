@@ -300,10 +300,7 @@ fn in_two_halves<I: Sync, T: Send>(
         return work(times);
     }
     let (first, second) = times.split_at(times.len() / 2);
-    let (a, b) = std::thread::scope(|s| {
-        let later = s.spawn(|| work(second));
-        (work(first), later.join())
-    });
+    let (a, b) = super::threads::both(|| work(first), || work(second));
     let mut out = a?;
     out.extend(b.map_err(|_| Error::Internal("an aggregation thread failed".into()))??);
     Ok(out)

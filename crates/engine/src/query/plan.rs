@@ -511,11 +511,10 @@ fn run_rollup(
     let part = match rollup::split_row(source, &read_q, first, last, options) {
         // Two halves of the rows on two threads, as `read_series` splits the hours.
         Some(mid) => {
-            let (earlier, later) = std::thread::scope(|threads| {
-                let later = threads.spawn(|| scan.part_from(source, mid, last));
-                let earlier = scan.part_from(source, first, mid - 1);
-                (earlier, later.join())
-            });
+            let (earlier, later) = super::threads::both(
+                || scan.part_from(source, first, mid - 1),
+                || scan.part_from(source, mid, last),
+            );
             let later = later.map_err(|_| Error::Internal("a query thread failed".into()))?;
             let part = earlier?.join(later?);
             options.limits.check(&part.stats, part.held, None)?;
@@ -721,10 +720,7 @@ fn read_series(
         }
         done
     };
-    let (mut pieces, other) = std::thread::scope(|threads| {
-        let other = threads.spawn(read);
-        (read(), other.join())
-    });
+    let (mut pieces, other) = super::threads::both(read, read);
     pieces.extend(other.map_err(|_| Error::Internal("a query thread failed".into()))?);
     pieces.sort_by_key(|(i, _)| *i);
     // The first piece's error in time order, as one thread reading them all would meet it.
@@ -908,10 +904,10 @@ fn finish_series(
     let held: usize = members.iter().map(SeriesState::held).sum();
     if super::two_cores() && members.len() > 1 && held >= FINISH_ON_TWO_THREADS {
         let (first, second) = members.split_at_mut(members.len() / 2);
-        let (a, b) = std::thread::scope(|threads| {
-            let later = threads.spawn(|| finish_series_here(second, q, window, budget));
-            (finish_series_here(first, q, window, budget), later.join())
-        });
+        let (a, b) = super::threads::both(
+            || finish_series_here(first, q, window, budget),
+            || finish_series_here(second, q, window, budget),
+        );
         let mut out = a?;
         out.extend(b.map_err(|_| Error::Internal("a query thread failed".into()))??);
         return Ok(out);

@@ -193,7 +193,7 @@ pub(crate) async fn status(
             "Version",
             format!("Hourglass {} (OpenTSDB 2.4 API)", env!("CARGO_PKG_VERSION")),
         ),
-        ("Host", hostname()),
+        ("Host", hostname().to_string()),
         ("Uptime", human_duration(uptime)),
         ("Storage backend", store.backend().to_string()),
         ("Data table", settings.schema.data_table.clone()),
@@ -225,7 +225,7 @@ pub(crate) async fn status(
          <h1>Hourglass TSD status</h1><p><a href=\"/\">Query UI</a> · \
          <a href=\"/api/stats\">/api/stats</a> · <a href=\"/api/version\">/api/version</a> · \
          <a href=\"/api/config\">/api/config</a></p><dl id=\"facts\">",
-        host = escape_html(&hostname()),
+        host = escape_html(hostname()),
     );
     for (name, value) in &facts {
         let _ = write!(page, "<dt>{name}</dt><dd>{}</dd>", escape_html(value));
