@@ -8,8 +8,9 @@ unclean stop its UID table written again), after a graceful stop and after SIGKI
 Loads NAMES new series (one tag value each: NAMES UIDs) over telnet into a new data dir,
 stops the TSD gracefully and starts it again, then kills it with SIGKILL (one point written
 before) and starts it again, then loads NAMES more new series, kills it with SIGKILL at once
-(their UID mappings still in the store's journal) and starts it again. CPU is the process's user+system time (all its threads) read
-from /proc when it first answers `/api/version`. Linux only; python3 only.
+(their UID mappings still in the store's journal) and starts it again. CPU is the process's
+user+system time (all its threads) read from /proc when it first answers `/api/version`.
+Linux only; python3 only.
 """
 import os, signal, socket, subprocess, sys, tempfile, time, urllib.request
 
@@ -59,13 +60,18 @@ def telnet(port, lines):
     s.close()
 
 
+def load(port, now, prefix):
+    """NAMES new series, host=<prefix><8 digits>, one point each."""
+    for first in range(0, names, 50_000):
+        telnet(port, b"".join(b"put restart.cost %d 1 host=%s%08d\n" % (now, prefix, i)
+                              for i in range(first, min(names, first + 50_000))))
+
+
 with tempfile.TemporaryDirectory() as d:
     data = os.path.join(d, "data")
     p, port, _, _ = start(data)
     now = int(time.time()) - 600
-    for first in range(0, names, 50_000):
-        telnet(port, b"".join(b"put restart.cost %d 1 host=h%08d\n" % (now, i)
-                              for i in range(first, min(names, first + 50_000))))
+    load(port, now, b"h")
     p.send_signal(signal.SIGTERM)
     p.wait()
     p, port, wall, cpu = start(data)
@@ -77,9 +83,7 @@ with tempfile.TemporaryDirectory() as d:
     print(f"{names} names, after SIGKILL: {cpu:.2f} s CPU, {wall:.2f} s wall until answering")
     # Killed right after NAMES more new names: their UID mappings are still in the store's
     # journal (and the points in the log), not yet in its table files.
-    for first in range(0, names, 50_000):
-        telnet(port, b"".join(b"put restart.cost %d 1 host=g%08d\n" % (now, i)
-                              for i in range(first, min(names, first + 50_000))))
+    load(port, now, b"g")
     p.send_signal(signal.SIGKILL)
     p.wait()
     p, port, wall, cpu = start(data)
