@@ -747,6 +747,53 @@ fn full_disk_refuses_writes_then_keeps_every_acknowledged_point() {
     );
 }
 
+/// A data dir deleted under a running TSD (or its volume unmounted lazily): SIGTERM stops it
+/// at once with a non-zero status and the reason, rather than retrying a final flush that
+/// cannot succeed, and no empty database is started in the dir's place.
+#[test]
+fn a_data_dir_deleted_under_a_running_tsd_stops_it_at_once_with_the_reason() {
+    // With points buffered the log's next segment cannot be created; without, the store's
+    // flush fails and it refuses to reopen: each must say so and not be retried.
+    for points in [100, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let tsd = Tsd::start(&data, None);
+        let batch: Vec<Pt> = (0..points)
+            .map(|k| Pt {
+                metric: "trust.gone",
+                host: format!("h{}", k % 4),
+                ts: 1_356_998_400 + k,
+                value: k,
+            })
+            .collect();
+        if !batch.is_empty() {
+            let r = http(&tsd.addr, "POST", "/api/put?sync", &put_body(&batch)).unwrap();
+            assert_eq!(r.status, 204, "{r:?}");
+        }
+        std::fs::remove_dir_all(&data).unwrap();
+        let log = Arc::clone(&tsd.log);
+        let status = tsd.stop();
+        std::thread::sleep(Duration::from_millis(100));
+        let log = log.lock().unwrap().join("\n");
+        assert!(
+            !status.success(),
+            "{points} points: a stop that could store nothing succeeded: {log}"
+        );
+        assert!(
+            log.contains("is gone (deleted or unmounted)"),
+            "{points} points: {log}"
+        );
+        assert!(
+            !log.contains("final flush failed; trying again"),
+            "{points} points: the final flush was retried though the data dir cannot come back: {log}"
+        );
+        assert!(
+            !data.join("store").exists(),
+            "an empty database was started"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // c. Many idle and slow clients, the connection limit, the idle timeout.
 
