@@ -113,12 +113,21 @@ impl Tsd {
 
     /// Resident memory now, in bytes (VmRSS).
     fn rss(&self) -> u64 {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The most resident memory it has had, in bytes (VmHWM).
+    fn peak_rss(&self) -> u64 {
+        self.status_bytes("VmHWM:")
+    }
+
+    fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmRSS")
+            .expect(field)
             * 1024
     }
 }
@@ -792,6 +801,50 @@ fn a_data_dir_deleted_under_a_running_tsd_stops_it_at_once_with_the_reason() {
             "an empty database was started"
         );
     }
+}
+
+/// A large `/api/put` body costs the TSD about its own size in memory, not the many times
+/// its size its points take parsed whole (about twenty: 2 GB for a 100 MB body).
+#[test]
+fn a_large_put_body_is_stored_without_holding_it_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tsd = Tsd::start(&dir.path().join("data"), None);
+    let points: Vec<Pt> = (0..200_000)
+        .map(|k| Pt {
+            metric: "trust.bulk",
+            host: format!("h{}", k % 50),
+            ts: 1_356_998_400 + k / 50,
+            value: k,
+        })
+        .collect();
+    let warm = http(
+        &tsd.addr,
+        "POST",
+        "/api/put?sync",
+        &put_body(&points[..100]),
+    )
+    .unwrap();
+    assert_eq!(warm.status, 204, "{warm:?}");
+    let body = put_body(&points);
+    assert!(body.len() > 12 << 20, "{} bytes", body.len());
+    let before = tsd.peak_rss();
+    let r = http(&tsd.addr, "POST", "/api/put?summary", &body).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body, r#"{"success":200000,"failed":0}"#);
+    let grew = tsd.peak_rss().saturating_sub(before);
+    eprintln!(
+        "a {} MB body: peak resident memory grew {} MB",
+        body.len() >> 20,
+        grew >> 20
+    );
+    assert!(
+        grew < 8 * body.len() as u64,
+        "a {} byte body grew the peak resident memory by {grew} bytes",
+        body.len()
+    );
+    let stored = query_points(&tsd.addr, "trust.bulk", 1_356_998_400, 1_357_002_400);
+    assert_eq!(stored.len(), points.len());
+    assert!(tsd.stop().success());
 }
 
 // ---------------------------------------------------------------------------------------
