@@ -386,3 +386,96 @@ async fn the_later_of_tags_and_filters_wins() {
     assert_eq!(v[0]["tags"]["host"], "web01", "tags came last: {v}");
     srv.stop().await;
 }
+
+/// `/api/query/last` as `QueryRpc` and `TSUIDQuery` read it: `timeseries=` through
+/// `Tags.parseWithMetric`, the last `back_scan` as a Java int, and a scan back naming the
+/// one series of exactly the given tags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_points_read_as_opentsdb_reads_them() {
+    let srv = start("memory").await;
+    let now = hourglass_storage::now_ms() / 1000;
+    let lines = format!(
+        "put last.f {} 1 host=a dc=x\nput last.f {} 2 host=b dc=x\nput last.f {} 3 dc=x\n",
+        now - 60,
+        now - 50,
+        now - 40
+    );
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    let last = |query: &str| {
+        let query = query.to_string();
+        let srv = &srv;
+        async move { http(srv.addr, "GET", &format!("/api/query/last?{query}"), "").await }
+    };
+    let refused = [
+        (
+            "timeseries=last.f%7Bdc%7D",
+            "When parsing tag 'dc': invalid tag: dc",
+        ),
+        (
+            "timeseries=last.f%7Bdc=x,%7D",
+            "When parsing tag '': invalid tag: ",
+        ),
+        (
+            "timeseries=last.f%7Bdc=x,dc=y%7D",
+            "When parsing tag 'dc=y': duplicate tag: dc=y, tags={dc=x}",
+        ),
+        (
+            "timeseries=last.f%7Bdc=x%7Dz",
+            "Missing '}' at the end of: last.f{dc=x}z",
+        ),
+        ("timeseries=%7Bdc=x%7D", "Metric cannot be null or empty"),
+        (
+            "timeseries=last.f&back_scan=1",
+            "Tags cannot be null or empty when getting a TSUID",
+        ),
+        (
+            "timeseries=last.f&back_scan=3000000000",
+            "Unable to parse back_scan parameter",
+        ),
+        (
+            "tsuids=000001&back_scan=1",
+            "TSUID must not be null and must have a metric and at least one tag pair",
+        ),
+        (
+            "tsuids=000001000001000001&back_scan=-1",
+            "Backscan must be zero or a positive number",
+        ),
+    ];
+    for (query, message) in refused {
+        assert_eq!(
+            error(&last(query).await),
+            (400, message.to_string()),
+            "{query}"
+        );
+    }
+    // A repeated pair with one value counts once.
+    let r = last("timeseries=last.f%7Bdc=x,dc=x%7D").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // No back scan: every series having the tags; a scan back: the one series of exactly
+    // them (the last `back_scan` given counts).
+    let r = last("timeseries=last.f%7Bdc=x%7D&resolve").await;
+    assert_eq!(r.json().as_array().unwrap().len(), 3, "{}", r.text());
+    let r = last("timeseries=last.f%7Bdc=x%7D&back_scan=x&back_scan=2&resolve").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(
+        keys(&v[0]),
+        ["metric", "timestamp", "value", "tags", "tsuid"]
+    );
+    assert_eq!(v[0]["tags"], json!({"dc": "x"}));
+    assert_eq!(v[0]["value"], "3");
+    let v = http(
+        srv.addr,
+        "POST",
+        "/api/query/last",
+        &json!({"queries": [{"metric": "last.f", "tags": {"host": "b", "dc": "x"}}],
+                "backScan": 1, "resolveNames": true})
+        .to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["value"], "2");
+    srv.stop().await;
+}
