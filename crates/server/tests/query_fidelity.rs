@@ -479,3 +479,45 @@ async fn last_points_read_as_opentsdb_reads_them() {
     assert_eq!(v[0]["value"], "2");
     srv.stop().await;
 }
+
+/// What each method reads: GET the URL whatever its body; a body all of a POST's request
+/// (of the URL's flags only `arrays`, read as the answer is written); DELETE, when deleting
+/// is off, refused before anything is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_method_reads_what_opentsdb_reads() {
+    let srv = start("memory").await;
+    load_fixture(&srv).await;
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1356998440&m=sum:sys.cpu.user",
+        r#"{"ignored": true}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()[0]["dps"], json!({"1356998430": 301}));
+    let body = json!({"start": 1356998400, "end": 1356998440,
+                      "queries": [{"aggregator": "sum", "metric": "sys.cpu.user"}]})
+    .to_string();
+    let v = http(
+        srv.addr,
+        "POST",
+        "/api/query?ms&show_tsuids&show_query&arrays",
+        &body,
+    )
+    .await
+    .json();
+    assert_eq!(
+        keys(&v[0]),
+        ["metric", "tags", "aggregateTags", "dps"],
+        "{v}"
+    );
+    assert_eq!(v[0]["dps"], json!([[1356998430, 301]]));
+    let r = http(srv.addr, "DELETE", "/api/query?m=sum:nothing", "").await;
+    assert_eq!(error(&r), (400, "Bad request".to_string()));
+    assert_eq!(
+        r.json()["error"]["details"],
+        "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
+    );
+    srv.stop().await;
+}

@@ -822,15 +822,23 @@ pub(crate) async fn handle(
             .map(|(_, v)| v.clone())
     };
     let now_ms = hourglass_storage::now_ms();
+    // OpenTSDB refuses the DELETE method before reading anything when deleting is off.
+    if method == Method::DELETE && !state.settings.allow_delete {
+        return Err(bad("Bad request")
+            .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
+    }
     let mut flags = Flags {
         delete: method == Method::DELETE,
         ..Flags::from_url(&params)
     };
+    // GET reads the URL whatever the body; so does DELETE without a body.
+    let url_form = method == Method::GET
+        || (method == Method::DELETE && body.iter().all(u8::is_ascii_whitespace));
     // The request as OpenTSDB holds it before `TSQuery.validateAndSetQuery`.
     let mut zone: Option<String> = None;
     let mut use_calendar = false;
     let (start, end, raws) = match method {
-        Method::GET | Method::DELETE if body.iter().all(u8::is_ascii_whitespace) => {
+        _ if url_form => {
             let start = get("start")
                 .filter(|s| !s.is_empty())
                 .ok_or_else(|| bad("Missing parameter <code>start</code>"))?;
@@ -843,6 +851,13 @@ pub(crate) async fn handle(
             }
             let req: QueryRequest =
                 super::json::from_slice(&body).map_err(|e| unparsable(e.to_string()))?;
+            // A body says it all: of the URL's flags only `arrays` (read as the answer is
+            // written) counts.
+            flags = Flags {
+                arrays: flags.arrays,
+                delete: flags.delete,
+                ..Flags::default()
+            };
             let queries = req
                 .queries
                 .ok_or_else(|| bad("Missing queries"))?
@@ -1143,7 +1158,15 @@ mod tests {
         assert_eq!(q.rate_options.reset_value, 1000);
         assert_eq!(q.downsample_text.as_deref(), Some("1m-avg"));
         assert_eq!(q.filters.len(), 2);
-        assert!(q.filters[0].group_by && !q.filters[1].group_by);
+        // The filters' braces are read first.
+        assert_eq!(
+            (q.filters[0].tagk.as_str(), q.filters[0].group_by),
+            ("dc", false)
+        );
+        assert_eq!(
+            (q.filters[1].tagk.as_str(), q.filters[1].group_by),
+            ("host", true)
+        );
         assert!(
             parse_m("sum:avg-1m:m").unwrap().downsample.is_none(),
             "ignored"
