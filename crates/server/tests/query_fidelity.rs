@@ -521,3 +521,35 @@ async fn each_method_reads_what_opentsdb_reads() {
     );
     srv.stop().await;
 }
+
+/// A `/api/query/last` body's fields as Jackson fills them: `resolveNames` a Java boolean,
+/// `backScan` a Java int (from a number or its text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_point_bodies_read_as_jackson_reads_them() {
+    let srv = start("memory").await;
+    let now = hourglass_storage::now_ms() / 1000;
+    let lines = format!("put last.j {} 4 host=a\n", now - 30);
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    let last = |body: Value| {
+        let srv = &srv;
+        async move { http(srv.addr, "POST", "/api/query/last", &body.to_string()).await }
+    };
+    let r = last(
+        json!({"queries": [{"metric": "last.j", "tags": {"host": "a"}}],
+                        "resolveNames": "true", "backScan": "2"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()[0]["metric"], "last.j");
+    assert_eq!(r.json()[0]["value"], "4");
+    let r = last(
+        json!({"queries": [{"metric": "last.j", "tags": {"host": "a"}}],
+                        "backScan": 3_000_000_000i64}),
+    )
+    .await;
+    assert_eq!(
+        error(&r),
+        (400, "Unable to parse the given JSON".to_string())
+    );
+    srv.stop().await;
+}

@@ -40,8 +40,12 @@ pub(crate) const DEFAULT_BACK_SCAN_HOURS: i64 = 24;
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 struct LastRequest {
     queries: Vec<LastSubQuery>,
+    /// A Java `boolean` (`"true"` is true).
+    #[serde(deserialize_with = "super::json::java_bool")]
     resolve_names: bool,
-    back_scan: i64,
+    /// A Java `int` as Jackson fills it (`"24"` and `24.0` are 24).
+    #[serde(deserialize_with = "super::json::opt_long")]
+    back_scan: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -372,7 +376,12 @@ pub(crate) async fn handle(
                     wanted.extend(q.tsuids.into_iter().map(Wanted::Tsuid));
                 }
             }
-            (wanted, req.resolve_names, req.back_scan)
+            let back_scan = req.back_scan.unwrap_or(0);
+            if i32::try_from(back_scan).is_err() {
+                return Err(bad("Unable to parse the given JSON")
+                    .with_details(format!("Numeric value ({back_scan}) out of range of int")));
+            }
+            (wanted, req.resolve_names, back_scan)
         }
         other => return Err(ApiError::method_not_allowed(&other)),
     };
