@@ -553,3 +553,35 @@ async fn last_point_bodies_read_as_jackson_reads_them() {
     );
     srv.stop().await;
 }
+
+/// A GET of `/api/query/last` read in `parseLastPointQuery`'s order: `back_scan` first,
+/// then the `timeseries=` and `tsuids=` lists (an empty TSUID inside a list is one, and
+/// refused); a TSUID is read before the scan back is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_point_urls_read_in_opentsdbs_order() {
+    let srv = start("memory").await;
+    let last = |query: &str| {
+        let query = query.to_string();
+        let srv = &srv;
+        async move { http(srv.addr, "GET", &format!("/api/query/last?{query}"), "").await }
+    };
+    assert_eq!(
+        error(&last("timeseries=m%7Bx%7D&back_scan=x").await),
+        (400, "Unable to parse back_scan parameter".to_string())
+    );
+    assert_eq!(
+        error(&last("tsuids=000001000001000001,,000001000001000002").await),
+        (400, "UID was empty".to_string())
+    );
+    assert_eq!(
+        error(&last("tsuids=0001&back_scan=-1").await),
+        (
+            400,
+            "TSUID must not be null and must have a metric and at least one tag pair".to_string()
+        )
+    );
+    let r = last("tsuids=000001000001000001,").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!([]));
+    srv.stop().await;
+}

@@ -292,14 +292,14 @@ fn run(
                 )
             }
             Wanted::Tsuid(text) => {
-                if back_scan < 0 {
-                    return Err(bad("Backscan must be zero or a positive number"));
-                }
                 let bytes = parse_hex(text).map_err(|e| bad(e.to_string()))?;
                 if bytes.len() < usize::from(schema.metric_width) + schema.tag_pair_width() {
                     return Err(bad(
                         "TSUID must not be null and must have a metric and at least one tag pair",
                     ));
+                }
+                if back_scan < 0 {
+                    return Err(bad("Backscan must be zero or a positive number"));
                 }
                 let key = hourglass_core::rowkey::decode_tsuid(schema, &bytes)
                     .map_err(|e| bad(e.to_string()))?;
@@ -333,19 +333,9 @@ pub(crate) async fn handle(
     let params = url_params(raw.as_deref());
     let (wanted, resolve, back_scan) = match method {
         Method::GET => {
-            let mut wanted = Vec::new();
-            for (k, v) in &params {
-                match k.as_str() {
-                    "timeseries" => wanted.push(parse_timeseries(v)?),
-                    "tsuids" => wanted.extend(
-                        v.split(',')
-                            .filter(|t| !t.is_empty())
-                            .map(|t| Wanted::Tsuid(t.to_string())),
-                    ),
-                    _ => {}
-                }
-            }
-            // The last one given, a Java int.
+            // As `parseLastPointQuery` reads them: `back_scan` (the last one given, a Java
+            // int), then every `timeseries=`, then every `tsuids=` (split at commas as Java's
+            // `String.split` does: inner empty TSUIDs kept, trailing ones dropped).
             let back_scan = match params.iter().rev().find(|(k, _)| k == "back_scan") {
                 None => 0,
                 Some((_, v)) => v
@@ -353,6 +343,24 @@ pub(crate) async fn handle(
                     .map(i64::from)
                     .map_err(|_| bad("Unable to parse back_scan parameter"))?,
             };
+            let mut wanted = Vec::new();
+            for (k, v) in &params {
+                if k == "timeseries" {
+                    wanted.push(parse_timeseries(v)?);
+                }
+            }
+            for (k, v) in &params {
+                if k == "tsuids" {
+                    let mut list: Vec<&str> = v.split(',').collect();
+                    while list.len() > 1 && list.last() == Some(&"") {
+                        list.pop();
+                    }
+                    if list == [""] && v.contains(',') {
+                        list.clear();
+                    }
+                    wanted.extend(list.into_iter().map(|t| Wanted::Tsuid(t.to_string())));
+                }
+            }
             (
                 wanted,
                 params.iter().any(|(k, _)| k == "resolve"),
