@@ -585,3 +585,28 @@ async fn last_point_urls_read_in_opentsdbs_order() {
     assert_eq!(r.json(), json!([]));
     srv.stop().await;
 }
+
+/// DELETE on `/api/query/last` passes OpenTSDB's query gate: refused while deleting is off,
+/// else read as a GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_points_by_delete_as_opentsdb_answers_it() {
+    let srv = start("memory").await;
+    let r = http(srv.addr, "DELETE", "/api/query/last?timeseries=m", "").await;
+    assert_eq!(error(&r), (400, "Bad request".to_string()));
+    assert_eq!(
+        r.json()["error"]["details"],
+        "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
+    );
+    srv.stop().await;
+    let mut c = hourglass_core::config::Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.http.query.allow_delete", "true");
+    let srv = common::start_with("memory", c).await;
+    let now = hourglass_storage::now_ms() / 1000;
+    let lines = format!("put last.d {} 4 host=a\n", now - 30);
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    let r = http(srv.addr, "DELETE", "/api/query/last?timeseries=last.d", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()[0]["value"], "4");
+    srv.stop().await;
+}

@@ -331,8 +331,14 @@ pub(crate) async fn handle(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let params = url_params(raw.as_deref());
+    // OpenTSDB's query endpoints share one gate: DELETE is refused while deleting is off,
+    // else read as a GET (nothing is deleted).
+    if method == Method::DELETE && !state.settings.allow_delete {
+        return Err(bad("Bad request")
+            .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
+    }
     let (wanted, resolve, back_scan) = match method {
-        Method::GET => {
+        Method::GET | Method::DELETE => {
             // As `parseLastPointQuery` reads them: `back_scan` (the last one given, a Java
             // int), then every `timeseries=`, then every `tsuids=` (split at commas as Java's
             // `String.split` does: inner empty TSUIDs kept, trailing ones dropped).
