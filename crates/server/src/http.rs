@@ -3,6 +3,7 @@
 
 mod access;
 mod annotation;
+pub(crate) mod body;
 mod deprecated;
 mod dps;
 mod error;
@@ -99,6 +100,11 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/logs", any(deprecated::logs))
         .route("/diediedie", any(deprecated::diediedie))
         .fallback(misc::fallback)
+        // Innermost: bodies are held as the endpoints see them, decompressed.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            body::hold,
+        ))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(RequestDecompressionLayer::new())
         .with_state(state)

@@ -356,12 +356,20 @@ pub struct State {
     /// HTTP write bodies parsed and stored at once: one per core, at least two. Parsed
     /// points take many times their body's bytes, so the rest wait their turn.
     pub(crate) put_jobs: Arc<tokio::sync::Semaphore>,
+    /// The bytes request bodies held at once may take ([`crate::http::body`]).
+    pub(crate) body_budget: crate::http::body::BodyBudget,
 }
 
 impl State {
+    /// Bytes of the request body budget not held by a body now.
+    pub fn body_bytes_free(&self) -> usize {
+        self.body_budget.available_bytes()
+    }
+
     pub fn new(tsdb: Arc<Tsdb>, config: Config, settings: ServerSettings) -> Arc<State> {
         let (shutdown, _) = watch::channel(false);
         let max_auth_failures = settings.max_auth_failures;
+        let body_budget = crate::http::body::BodyBudget::new(settings.max_body_bytes);
         let query_cache = (settings.query_cache_bytes > 0 && tsdb.changes().is_some()).then(|| {
             crate::query_cache::QueryCache::new(
                 settings.query_cache_bytes,
@@ -381,6 +389,7 @@ impl State {
             held_back_changed: tokio::sync::Notify::new(),
             query_cache,
             inline_running: std::sync::atomic::AtomicUsize::new(0),
+            body_budget,
             put_jobs: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
             )),

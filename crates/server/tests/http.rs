@@ -485,6 +485,101 @@ async fn large_bodies_are_stored_in_batches_with_a_small_bodys_answers(backend: 
     srv.stop().await;
 }
 
+/// Request bodies are held under one budget, twice `tsd.http.request.max_body`: two bodies
+/// of the largest size being sent take all of it, and a third request waits (unread, its
+/// client held back by TCP) until one of them is answered; a body over the limit is refused
+/// in OpenTSDB's error shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_held_at_once_stay_within_their_budget() {
+    const MAX: usize = 64 << 10;
+    let mut c = Config::default();
+    c.set("tsd.http.request.max_body", &MAX.to_string());
+    c.set("tsd.core.auto_create_metrics", "true");
+    let srv = start_with("memory", c).await;
+    assert_eq!(srv.state.body_bytes_free(), 2 * MAX);
+    // A valid body of exactly MAX bytes: one point, then white space.
+    let full = |ts: i64| {
+        let mut b =
+            format!(r#"[{{"metric":"held","timestamp":{ts},"value":1,"tags":{{"host":"a"}}}}"#);
+        b.push_str(&" ".repeat(MAX - b.len() - 1));
+        b.push(']');
+        assert_eq!(b.len(), MAX);
+        b
+    };
+    let head = format!("POST /api/put HTTP/1.1\r\nHost: t\r\nContent-Length: {MAX}\r\n\r\n");
+    let mut started = Vec::new();
+    for (i, ts) in [1_356_998_400, 1_356_998_401].into_iter().enumerate() {
+        let body = full(ts);
+        let mut conn = HttpConn::open(srv.addr).await;
+        conn.write(head.as_bytes()).await;
+        conn.write(&body.as_bytes()[..MAX - 10]).await;
+        let waited = std::time::Instant::now();
+        while srv.state.body_bytes_free() > (1 - i) * MAX {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(10),
+                "a body being sent holds {} bytes of the budget",
+                2 * MAX - srv.state.body_bytes_free()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        started.push((conn, body));
+    }
+    assert_eq!(srv.state.body_bytes_free(), 0);
+    let mut third = HttpConn::open(srv.addr).await;
+    let small = r#"{"metric":"held","timestamp":1356998402,"value":1,"tags":{"host":"a"}}"#;
+    third
+        .write(
+            format!(
+                "POST /api/put HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{small}",
+                small.len()
+            )
+            .as_bytes(),
+        )
+        .await;
+    assert!(
+        third
+            .response_within(std::time::Duration::from_millis(500))
+            .await
+            .is_none(),
+        "a body was read with the budget spent"
+    );
+    // The first body ends: it is answered, and the third is read and answered.
+    let (mut first, body) = started.remove(0);
+    first.write(&body.as_bytes()[MAX - 10..]).await;
+    let r = first
+        .response_within(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.text());
+    let r = third
+        .response_within(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.text());
+    let (mut second, body) = started.remove(0);
+    second.write(&body.as_bytes()[MAX - 10..]).await;
+    let r = second
+        .response_within(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(srv.points("held").len(), 3);
+    assert_eq!(
+        srv.state.body_bytes_free(),
+        2 * MAX,
+        "every body gave its share back"
+    );
+    // Over the limit: refused, in OpenTSDB's error shape.
+    let over = " ".repeat(MAX + 1);
+    let r = http(srv.addr, "POST", "/api/put", &over).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        format!("The request body is larger than tsd.http.request.max_body ({MAX} bytes)")
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     put_single_and_array_answer_204_and_store,
     put_errors_summary_and_details,

@@ -269,6 +269,20 @@ impl HttpConn {
         }
     }
 
+    /// Writes bytes without reading an answer (a request sent in pieces).
+    pub(crate) async fn write(&mut self, bytes: &[u8]) {
+        self.reader.get_mut().write_all(bytes).await.unwrap();
+    }
+
+    /// The next answer, or `None` when none comes within `within`.
+    pub(crate) async fn response_within(&mut self, within: Duration) -> Option<Response> {
+        tokio::time::timeout(within, self.reader.fill_buf())
+            .await
+            .ok()
+            .map(|read| assert!(!read.unwrap().is_empty(), "connection closed"))?;
+        Some(self.read_response().await)
+    }
+
     pub(crate) async fn send_raw(&mut self, head: &str, body: &[u8]) -> Response {
         self.reader
             .get_mut()
