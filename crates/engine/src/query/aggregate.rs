@@ -109,14 +109,10 @@ pub fn aggregate_floats(series: &[Vec<(i64, f64)>], agg: Aggregator) -> Result<V
             .all(|s| s.len() == first.len() && s.iter().zip(first).all(|(a, b)| a.0 == b.0))
     });
     if !same_times {
-        let values: Vec<Vec<(i64, Num)>> = series
-            .iter()
-            .map(|s| s.iter().map(|(t, v)| (*t, Num::Float(*v))).collect())
-            .collect();
-        return Ok(aggregate(&values, agg)?
-            .into_iter()
-            .map(|(t, v)| (t, v.as_f64()))
-            .collect());
+        let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
+        return in_two_halves(&times, series.len(), |part| {
+            aggregate_floats_at(series, agg, part)
+        });
     }
     let slices: Vec<&[(i64, f64)]> = series.iter().map(Vec::as_slice).collect();
     aggregate_shared_times(&slices, agg)
@@ -381,6 +377,56 @@ fn aggregate_at(
             Num::Float(v)
         };
         out.push((x, value));
+    }
+    Ok(out)
+}
+
+/// [`aggregate_at`] over series of doubles: every series' values and filled-in values in
+/// the same order, through the same `run_double`, so the same bits (a double is never on the
+/// integer path: a time at which every series is out gives no answer, as there). Without
+/// making each point a value first (the sum of sparse series spent most of its time there).
+fn aggregate_floats_at(
+    series: &[Vec<(i64, f64)>],
+    agg: Aggregator,
+    times: &[i64],
+) -> Result<Vec<(i64, f64)>> {
+    let mode = agg.interpolation();
+    let mut out = Vec::with_capacity(times.len());
+    let mut floats = Vec::with_capacity(series.len());
+    let mut cursors = cursors_at(series.iter(), times.first().copied(), |s, x| {
+        s.partition_point(|p| p.0 < x)
+    });
+    for &x in times {
+        floats.clear();
+        for (s, cursor) in series.iter().zip(cursors.iter_mut()) {
+            // As `slot`: out before the first point and after the last.
+            let (Some(first), Some(last)) = (s.first(), s.last()) else {
+                continue;
+            };
+            if x < first.0 || x > last.0 {
+                continue;
+            }
+            while *cursor < s.len() && s[*cursor].0 <= x {
+                *cursor += 1;
+            }
+            // The last point at or before x: the first point is, so the cursor passed it.
+            let Some(&(x0, y0)) = cursor.checked_sub(1).and_then(|i| s.get(i)) else {
+                continue;
+            };
+            if x0 == x {
+                floats.push(y0);
+            } else if let Some(&next) = s.get(*cursor) {
+                floats.push(fill_double(mode, (x0, y0), next, x));
+            }
+        }
+        if floats.is_empty() {
+            continue;
+        }
+        let v = agg.run_double(&floats);
+        if v.is_infinite() {
+            return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
+        }
+        out.push((x, v));
     }
     Ok(out)
 }
@@ -804,6 +850,41 @@ mod properties {
             }
             let got: Vec<(i64, i64)> = out.iter().map(|(t, v)| (*t, match v { Num::Int(i) => *i, Num::Float(f) => *f as i64 })).collect();
             prop_assert_eq!(got, naive.into_iter().collect::<Vec<_>>());
+        }
+
+        /// Series of doubles at their own times (sparse series starting and ending apart,
+        /// NaN among them) aggregate to the same bits, and fail the same, as their values.
+        #[test]
+        fn doubles_at_their_own_times_aggregate_as_values_do(
+            series in prop::collection::vec(
+                prop::collection::btree_map(0i64..60, prop_oneof![
+                    8 => (-1e6f64..1e6).boxed(),
+                    1 => Just(f64::NAN).boxed(),
+                    1 => Just(f64::MAX).boxed(),
+                ], 0..20),
+                0..6,
+            ),
+            name in prop::sample::select(vec![
+                "sum", "avg", "min", "max", "count", "p90", "dev", "zimsum", "mimmax",
+                "mimmin", "squareSum", "first", "last", "median",
+            ]),
+        ) {
+            let series: Vec<Vec<(i64, f64)>> = series
+                .into_iter()
+                .map(|m| m.into_iter().map(|(t, v)| (t * 1000, v)).collect())
+                .collect();
+            let values: Vec<Vec<(i64, Num)>> = series
+                .iter()
+                .map(|s| s.iter().map(|(t, v)| (*t, Num::Float(*v))).collect())
+                .collect();
+            let a = Aggregator::parse(name).unwrap();
+            let want = aggregate(&values, a)
+                .map(|out| out.into_iter().map(|(t, v)| (t, v.as_f64().to_bits())).collect::<Vec<_>>())
+                .map_err(|e| e.to_string());
+            let got = aggregate_floats(&series, a)
+                .map(|out| out.into_iter().map(|(t, v)| (t, v.to_bits())).collect::<Vec<_>>())
+                .map_err(|e| e.to_string());
+            prop_assert_eq!(got, want);
         }
 
         /// count counts every series that has started and not ended.
