@@ -382,22 +382,98 @@ fn aggregate_at(
 }
 
 /// [`aggregate_at`] over series of doubles: every series' values and filled-in values in
-/// the same order, through the same `run_double`, so the same bits (a double is never on the
-/// integer path: a time at which every series is out gives no answer, as there). Without
-/// making each point a value first (the sum of sparse series spent most of its time there).
+/// the same order, through the same `run_double` (or, for a function folded as values
+/// arrive, the same additions in the same order), so the same bits (a double is never on
+/// the integer path: a time at which every series is out gives no answer, as there).
+/// Without making each point a value first (the sum of sparse series spent most of its
+/// time there).
 fn aggregate_floats_at(
     series: &[Vec<(i64, f64)>],
     agg: Aggregator,
     times: &[i64],
 ) -> Result<Vec<(i64, f64)>> {
+    with_fold!(Running::of(agg),
+        F => floats_at(series, agg, times, Folded::<F>::new()),
+        _ => floats_at(series, agg, times, Gathered(Vec::with_capacity(series.len()))))
+}
+
+/// The values a time's series give, reduced to the time's answer.
+trait Reduce {
+    fn clear(&mut self);
+    fn add(&mut self, v: f64);
+    /// No series gave a value.
+    fn is_empty(&self) -> bool;
+    fn value(&self, agg: Aggregator) -> f64;
+}
+
+/// Every value kept, for `run_double`.
+struct Gathered(Vec<f64>);
+
+impl Reduce for Gathered {
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+    fn add(&mut self, v: f64) {
+        self.0.push(v);
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    fn value(&self, agg: Aggregator) -> f64 {
+        agg.run_double(&self.0)
+    }
+}
+
+/// A fold's accumulator and counts.
+struct Folded<F> {
+    acc: f64,
+    finite: u64,
+    given: usize,
+    fold: std::marker::PhantomData<F>,
+}
+
+impl<F: Fold> Folded<F> {
+    fn new() -> Self {
+        Folded {
+            acc: F::START,
+            finite: 0,
+            given: 0,
+            fold: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<F: Fold> Reduce for Folded<F> {
+    fn clear(&mut self) {
+        (self.acc, self.finite, self.given) = (F::START, 0, 0);
+    }
+    #[inline(always)]
+    fn add(&mut self, v: f64) {
+        F::add(&mut self.acc, &mut self.finite, v);
+        self.given += 1;
+    }
+    fn is_empty(&self) -> bool {
+        self.given == 0
+    }
+    fn value(&self, _agg: Aggregator) -> f64 {
+        F::value(self.acc, self.finite)
+    }
+}
+
+/// [`aggregate_floats_at`] with the values of each time reduced by `reduce`.
+fn floats_at(
+    series: &[Vec<(i64, f64)>],
+    agg: Aggregator,
+    times: &[i64],
+    mut reduce: impl Reduce,
+) -> Result<Vec<(i64, f64)>> {
     let mode = agg.interpolation();
     let mut out = Vec::with_capacity(times.len());
-    let mut floats = Vec::with_capacity(series.len());
     let mut cursors = cursors_at(series.iter(), times.first().copied(), |s, x| {
         s.partition_point(|p| p.0 < x)
     });
     for &x in times {
-        floats.clear();
+        reduce.clear();
         for (s, cursor) in series.iter().zip(cursors.iter_mut()) {
             // As `slot`: out before the first point and after the last.
             let (Some(first), Some(last)) = (s.first(), s.last()) else {
@@ -414,15 +490,15 @@ fn aggregate_floats_at(
                 continue;
             };
             if x0 == x {
-                floats.push(y0);
+                reduce.add(y0);
             } else if let Some(&next) = s.get(*cursor) {
-                floats.push(fill_double(mode, (x0, y0), next, x));
+                reduce.add(fill_double(mode, (x0, y0), next, x));
             }
         }
-        if floats.is_empty() {
+        if reduce.is_empty() {
             continue;
         }
-        let v = agg.run_double(&floats);
+        let v = reduce.value(agg);
         if v.is_infinite() {
             return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
         }
