@@ -491,16 +491,15 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
 }
 
 impl<'a> Reader<'a> {
-    /// A Rice sequence of `n` values.
-    fn rice(&mut self, n: usize) -> Result<Vec<i64>> {
-        let mut out = Vec::with_capacity(n);
+    /// A Rice sequence of `n` values, appended to `out`.
+    fn rice(&mut self, n: usize, out: &mut Vec<i64>) -> Result<()> {
         let rest = self.bytes.get(self.pos..).unwrap_or(&[]);
         self.pos += rice::read(rest, n, |v| {
             out.push(v);
             Ok(())
         })
         .map_err(corrupt)?;
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -535,8 +534,12 @@ fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
     if n.div_ceil(rice::BLOCK) > bytes.len().saturating_mul(8) / 6 {
         return Err(corrupt("member count past its bytes"));
     }
-    let steps = r.rice(n)?;
-    let shapes = r.rice(n)?;
+    // The four sequences in one buffer: steps, shapes, then point counts and timestamp
+    // deltas of the joint members (room made up front for groups of a usual size).
+    let mut columns = Vec::with_capacity(n.min(1024) * 4);
+    r.rice(n, &mut columns)?;
+    r.rice(n, &mut columns)?;
+    let shapes = columns.get(n..).unwrap_or_default();
     let with_meta = shapes
         .iter()
         .filter(|s| **s == i64::from(SHAPE_JOINT_META))
@@ -546,12 +549,15 @@ fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
         .filter(|s| **s != i64::from(SHAPE_ROW))
         .count();
     let metas = r.take(with_meta)?;
-    let counts = r.rice(joint_count)?;
-    let timestamps = r.rice(joint_count)?;
+    r.rice(joint_count, &mut columns)?;
+    r.rice(joint_count, &mut columns)?;
+    let (steps, rest) = columns.split_at(n.min(columns.len()));
+    let (shapes, rest) = rest.split_at(n.min(rest.len()));
+    let (counts, timestamps) = rest.split_at(joint_count.min(rest.len()));
     let mut members = Vec::with_capacity(n);
     let (mut offset, mut timestamp) = (0u64, 0i64);
     let (mut meta_at, mut joint_at) = (0usize, 0usize);
-    for (i, (step, shape)) in steps.iter().zip(&shapes).enumerate() {
+    for (i, (step, shape)) in steps.iter().zip(shapes).enumerate() {
         let step = u64::try_from(*step).map_err(|_| corrupt("bad step"))?;
         let delta = step_secs(step);
         offset = next_offset(offset, delta, i == 0)?;

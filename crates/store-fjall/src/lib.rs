@@ -768,10 +768,49 @@ fn range_of(
     snapshot: Option<&Snapshot>,
     from: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
-) -> fjall::Iter {
-    match snapshot {
-        Some(s) => s.range::<Vec<u8>, _>(rows, (from, upper)),
-        None => rows.range::<Vec<u8>, _>((from, upper)),
+) -> Bounded {
+    // fjall is asked for the range without its end, which is checked here instead: given an
+    // end, lsm-tree seeks it within every data block it loads (it decodes the block's items
+    // up to it, about 30,000 instructions a block of groups), where a scan stops at the first
+    // key past the end anyway.
+    let iter = match snapshot {
+        Some(s) => s.range::<Vec<u8>, _>(rows, (from, Bound::Unbounded)),
+        None => rows.range::<Vec<u8>, _>((from, Bound::Unbounded)),
+    };
+    Bounded {
+        iter,
+        upper,
+        done: false,
+    }
+}
+
+/// The keys and values of a range of a keyspace up to its end (see [`range_of`]).
+struct Bounded {
+    iter: fjall::Iter,
+    upper: Bound<Vec<u8>>,
+    /// A key past the end was read: nothing more is.
+    done: bool,
+}
+
+impl Bounded {
+    fn next(&mut self) -> Option<Result<(fjall::Slice, fjall::Slice)>> {
+        if self.done {
+            return None;
+        }
+        let (key, value) = match self.iter.next()?.into_inner() {
+            Ok(kv) => kv,
+            Err(e) => return Some(Err(io_err("scan failed", e))),
+        };
+        let past = match &self.upper {
+            Bound::Excluded(end) => key.as_ref() >= end.as_slice(),
+            Bound::Included(end) => key.as_ref() > end.as_slice(),
+            Bound::Unbounded => false,
+        };
+        if past {
+            self.done = true;
+            return None;
+        }
+        Some(Ok((key, value)))
     }
 }
 
@@ -788,7 +827,7 @@ struct RawRows {
     snapshot: Option<Snapshot>,
     skip: Option<SkipHint>,
     upper: Bound<Vec<u8>>,
-    iter: fjall::Iter,
+    iter: Bounded,
     /// Where the hint says the next match may be, and keys read since.
     target: Option<(Vec<u8>, u32)>,
 }
@@ -819,9 +858,9 @@ impl RawRows {
 
     fn next(&mut self, filter: &ScanFilter) -> Option<Result<(fjall::Slice, fjall::Slice)>> {
         loop {
-            let (key, value) = match self.iter.next()?.into_inner() {
+            let (key, value) = match self.iter.next()? {
                 Ok(kv) => kv,
-                Err(e) => return Some(Err(io_err("scan failed", e))),
+                Err(e) => return Some(Err(e)),
             };
             if let Some((target, read)) = &mut self.target {
                 if key.as_ref() < target.as_slice() {
@@ -905,7 +944,7 @@ struct GroupedScan {
     upper: Bound<Vec<u8>>,
     rows: RawRows,
     row_next: Option<(fjall::Slice, fjall::Slice)>,
-    groups: fjall::Iter,
+    groups: Bounded,
     group_next: Option<(fjall::Slice, fjall::Slice)>,
     /// The groups keyspace, to seek in when the request's filter is a series filter.
     group_rows: Keyspace,
@@ -987,7 +1026,7 @@ impl GroupedScan {
             let Some(item) = self.groups.next() else {
                 return Ok(());
             };
-            let (key, value) = item.into_inner().map_err(|e| io_err("scan failed", e))?;
+            let (key, value) = item?;
             // A key too short to be a group cannot be one: never written, skipped.
             if self.grouping.window(&key).is_none() {
                 continue;

@@ -109,14 +109,10 @@ pub fn aggregate_floats(series: &[Vec<(i64, f64)>], agg: Aggregator) -> Result<V
             .all(|s| s.len() == first.len() && s.iter().zip(first).all(|(a, b)| a.0 == b.0))
     });
     if !same_times {
-        let values: Vec<Vec<(i64, Num)>> = series
-            .iter()
-            .map(|s| s.iter().map(|(t, v)| (*t, Num::Float(*v))).collect())
-            .collect();
-        return Ok(aggregate(&values, agg)?
-            .into_iter()
-            .map(|(t, v)| (t, v.as_f64()))
-            .collect());
+        let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
+        return in_two_halves(&times, series.len(), |part| {
+            aggregate_floats_at(series, agg, part)
+        });
     }
     let slices: Vec<&[(i64, f64)]> = series.iter().map(Vec::as_slice).collect();
     aggregate_shared_times(&slices, agg)
@@ -381,6 +377,132 @@ fn aggregate_at(
             Num::Float(v)
         };
         out.push((x, value));
+    }
+    Ok(out)
+}
+
+/// [`aggregate_at`] over series of doubles: every series' values and filled-in values in
+/// the same order, through the same `run_double` (or, for a function folded as values
+/// arrive, the same additions in the same order), so the same bits (a double is never on
+/// the integer path: a time at which every series is out gives no answer, as there).
+/// Without making each point a value first (the sum of sparse series spent most of its
+/// time there).
+fn aggregate_floats_at(
+    series: &[Vec<(i64, f64)>],
+    agg: Aggregator,
+    times: &[i64],
+) -> Result<Vec<(i64, f64)>> {
+    with_fold!(Running::of(agg),
+        F => floats_at(series, agg, times, Folded::<F>::new()),
+        _ => floats_at(series, agg, times, Gathered(Vec::with_capacity(series.len()))))
+}
+
+/// The values a time's series give, reduced to the time's answer.
+trait Reduce {
+    fn clear(&mut self);
+    fn add(&mut self, v: f64);
+    /// No series gave a value.
+    fn is_empty(&self) -> bool;
+    fn value(&self, agg: Aggregator) -> f64;
+}
+
+/// Every value kept, for `run_double`.
+struct Gathered(Vec<f64>);
+
+impl Reduce for Gathered {
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+    fn add(&mut self, v: f64) {
+        self.0.push(v);
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    fn value(&self, agg: Aggregator) -> f64 {
+        agg.run_double(&self.0)
+    }
+}
+
+/// A fold's accumulator and counts.
+struct Folded<F> {
+    acc: f64,
+    finite: u64,
+    given: usize,
+    fold: std::marker::PhantomData<F>,
+}
+
+impl<F: Fold> Folded<F> {
+    fn new() -> Self {
+        Folded {
+            acc: F::START,
+            finite: 0,
+            given: 0,
+            fold: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<F: Fold> Reduce for Folded<F> {
+    fn clear(&mut self) {
+        (self.acc, self.finite, self.given) = (F::START, 0, 0);
+    }
+    #[inline(always)]
+    fn add(&mut self, v: f64) {
+        F::add(&mut self.acc, &mut self.finite, v);
+        self.given += 1;
+    }
+    fn is_empty(&self) -> bool {
+        self.given == 0
+    }
+    fn value(&self, _agg: Aggregator) -> f64 {
+        F::value(self.acc, self.finite)
+    }
+}
+
+/// [`aggregate_floats_at`] with the values of each time reduced by `reduce`.
+fn floats_at(
+    series: &[Vec<(i64, f64)>],
+    agg: Aggregator,
+    times: &[i64],
+    mut reduce: impl Reduce,
+) -> Result<Vec<(i64, f64)>> {
+    let mode = agg.interpolation();
+    let mut out = Vec::with_capacity(times.len());
+    let mut cursors = cursors_at(series.iter(), times.first().copied(), |s, x| {
+        s.partition_point(|p| p.0 < x)
+    });
+    for &x in times {
+        reduce.clear();
+        for (s, cursor) in series.iter().zip(cursors.iter_mut()) {
+            // As `slot`: out before the first point and after the last.
+            let (Some(first), Some(last)) = (s.first(), s.last()) else {
+                continue;
+            };
+            if x < first.0 || x > last.0 {
+                continue;
+            }
+            while *cursor < s.len() && s[*cursor].0 <= x {
+                *cursor += 1;
+            }
+            // The last point at or before x: the first point is, so the cursor passed it.
+            let Some(&(x0, y0)) = cursor.checked_sub(1).and_then(|i| s.get(i)) else {
+                continue;
+            };
+            if x0 == x {
+                reduce.add(y0);
+            } else if let Some(&next) = s.get(*cursor) {
+                reduce.add(fill_double(mode, (x0, y0), next, x));
+            }
+        }
+        if reduce.is_empty() {
+            continue;
+        }
+        let v = reduce.value(agg);
+        if v.is_infinite() {
+            return Err(Error::invalid(format!("Got Infinity: {v} at {x}")));
+        }
+        out.push((x, v));
     }
     Ok(out)
 }
@@ -804,6 +926,41 @@ mod properties {
             }
             let got: Vec<(i64, i64)> = out.iter().map(|(t, v)| (*t, match v { Num::Int(i) => *i, Num::Float(f) => *f as i64 })).collect();
             prop_assert_eq!(got, naive.into_iter().collect::<Vec<_>>());
+        }
+
+        /// Series of doubles at their own times (sparse series starting and ending apart,
+        /// NaN among them) aggregate to the same bits, and fail the same, as their values.
+        #[test]
+        fn doubles_at_their_own_times_aggregate_as_values_do(
+            series in prop::collection::vec(
+                prop::collection::btree_map(0i64..60, prop_oneof![
+                    8 => (-1e6f64..1e6).boxed(),
+                    1 => Just(f64::NAN).boxed(),
+                    1 => Just(f64::MAX).boxed(),
+                ], 0..20),
+                0..6,
+            ),
+            name in prop::sample::select(vec![
+                "sum", "avg", "min", "max", "count", "p90", "dev", "zimsum", "mimmax",
+                "mimmin", "squareSum", "first", "last", "median",
+            ]),
+        ) {
+            let series: Vec<Vec<(i64, f64)>> = series
+                .into_iter()
+                .map(|m| m.into_iter().map(|(t, v)| (t * 1000, v)).collect())
+                .collect();
+            let values: Vec<Vec<(i64, Num)>> = series
+                .iter()
+                .map(|s| s.iter().map(|(t, v)| (*t, Num::Float(*v))).collect())
+                .collect();
+            let a = Aggregator::parse(name).unwrap();
+            let want = aggregate(&values, a)
+                .map(|out| out.into_iter().map(|(t, v)| (t, v.as_f64().to_bits())).collect::<Vec<_>>())
+                .map_err(|e| e.to_string());
+            let got = aggregate_floats(&series, a)
+                .map(|out| out.into_iter().map(|(t, v)| (t, v.to_bits())).collect::<Vec<_>>())
+                .map_err(|e| e.to_string());
+            prop_assert_eq!(got, want);
         }
 
         /// count counts every series that has started and not ended.

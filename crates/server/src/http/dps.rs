@@ -117,7 +117,14 @@ impl Writer {
             return;
         };
         if v < EIGHT {
-            self.bytes(itoa::Buffer::new().format(v).as_bytes());
+            // Its eight digits zero-padded, moved down past the leading zeros (all but one
+            // for zero) and stored as one word; the bytes past its digits are written over
+            // by what follows (the chunk keeps room for a whole point).
+            let digits = u64::from_le_bytes(eight_digits(v as u32));
+            let zeros = ((digits - ZEROS).trailing_zeros() / 8).min(7);
+            self.chunk[self.len..self.len + 8]
+                .copy_from_slice(&(digits >> (8 * zeros)).to_le_bytes());
+            self.len += 8 - zeros as usize;
             return;
         }
         let high = v / EIGHT;
@@ -199,6 +206,9 @@ impl TimeText {
     }
 }
 
+/// Eight ASCII zeros as a little-endian word.
+const ZEROS: u64 = 0x3030_3030_3030_3030;
+
 /// The eight digits of `n` (below 10^8, zero-padded), computed in the lanes of one word:
 /// its halves of four digits, their halves of two, then each pair's digits.
 fn eight_digits(n: u32) -> [u8; 8] {
@@ -209,7 +219,7 @@ fn eight_digits(n: u32) -> [u8; 8] {
     // n / 10 for n below 179, in each 16-bit lane.
     let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
     let digits = tens | ((pairs - tens * 10) << 8);
-    (digits + 0x3030_3030_3030_3030).to_le_bytes()
+    (digits + ZEROS).to_le_bytes()
 }
 
 /// The digits of an integer's value above its last eight, kept for the next integer.
