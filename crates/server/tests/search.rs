@@ -126,7 +126,8 @@ async fn search_endpoints(backend: &str) {
     )
     .unwrap();
 
-    // The answer's shape, as OpenTSDB's SearchQuery serializes.
+    // The answer's shape, as Jackson serializes OpenTSDB's SearchQuery: its fields in
+    // declaration order, then `startIndex` and `totalResults`, named by getters only.
     let (status, body) = get(addr, "tsmeta", "*", "").await;
     assert_eq!(status, 200, "{backend}: {body}");
     let keys: Vec<&str> = body
@@ -142,10 +143,10 @@ async fn search_endpoints(backend: &str) {
             "query",
             "metric",
             "limit",
-            "startIndex",
-            "totalResults",
             "time",
-            "results"
+            "results",
+            "startIndex",
+            "totalResults"
         ],
         "{backend}"
     );
@@ -477,6 +478,13 @@ async fn search_endpoints(backend: &str) {
     let (status, body) = get(addr, "uidmeta", "tags.host:web01", "").await;
     assert_eq!(status, 400, "{backend}: {body}");
     let (status, body) = get(addr, "tsuids", "*", "&limit=abc").await;
+    assert_eq!(status, 400, "{backend}");
+    assert_eq!(
+        error(&body).0,
+        "Unable to convert 'limit' to a valid number"
+    );
+    // `Integer.parseInt`: no spaces around the number.
+    let (status, body) = get(addr, "tsuids", "*", "&limit=%202").await;
     assert_eq!(status, 400, "{backend}");
     assert_eq!(
         error(&body).0,

@@ -95,10 +95,11 @@ pub(crate) async fn handle(
     let results: Vec<Value> = found
         .iter()
         .map(|r| {
-            let tags: Map<String, Value> = r
-                .tags
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            // The `HashMap` `Tags.resolveIdsAsync` fills, made for this many tags.
+            let keys: Vec<&str> = r.tags.iter().map(|(k, _)| k.as_str()).collect();
+            let tags: Map<String, Value> = super::json::java_sized_map_order(&keys, keys.len())
+                .into_iter()
+                .map(|i| (r.tags[i].0.clone(), Value::String(r.tags[i].1.clone())))
                 .collect();
             json!({ "tsuid": hex_upper(&r.tsuid), "metric": r.metric, "tags": tags })
         })
@@ -108,13 +109,16 @@ pub(crate) async fn handle(
     if let Some(m) = &request.metric_text {
         out.insert("metric".into(), json!(m));
     }
-    let tags: Vec<Value> = request
-        .query
-        .tags
-        .iter()
-        .map(|(k, v)| json!({ "key": k, "value": v }))
-        .collect();
-    out.insert("tags".into(), Value::Array(tags));
+    // Not given in a body: not echoed (Jackson leaves out null fields).
+    if request.tags_given {
+        let tags: Vec<Value> = request
+            .query
+            .tags
+            .iter()
+            .map(|(k, v)| json!({ "key": k, "value": v }))
+            .collect();
+        out.insert("tags".into(), Value::Array(tags));
+    }
     out.insert("limit".into(), json!(request.limit));
     out.insert("time".into(), json!((elapsed_ms * 1000.0).round() / 1000.0));
     let total = results.len();
@@ -139,7 +143,8 @@ fn search_from_params(params: &Params) -> Result<SearchRequest, ApiError> {
     let int = |key: &str, default: i32| -> Result<i32, ApiError> {
         match params.get(key) {
             None => Ok(default),
-            Some(v) => v.trim().parse::<i32>().map_err(|_| {
+            // `Integer.parseInt`: no spaces, an empty value refused.
+            Some(v) => v.parse::<i32>().map_err(|_| {
                 ApiError::bad_request(format!("Unable to convert '{key}' to a valid number"))
             }),
         }
@@ -243,11 +248,13 @@ async fn plugin_search(
     if let Some(m) = &request.metric {
         out.insert("metric".into(), json!(m));
     }
+    // Jackson's order for OpenTSDB's `SearchQuery`: its fields, then `startIndex` and
+    // `totalResults`, which only getters name.
     out.insert("limit".into(), json!(request.limit));
-    out.insert("startIndex".into(), json!(request.start_index));
-    out.insert("totalResults".into(), json!(answer.total));
     out.insert("time".into(), json!((elapsed_ms * 1000.0).round() / 1000.0));
     out.insert("results".into(), Value::Array(answer.results));
+    out.insert("startIndex".into(), json!(request.start_index));
+    out.insert("totalResults".into(), json!(answer.total));
     Ok(json_response(StatusCode::OK, &Value::Object(out)))
 }
 
@@ -255,6 +262,8 @@ struct LookupRequest {
     query: LookupQuery,
     /// The metric as the request gave it (`*` kept).
     metric_text: Option<String>,
+    /// Tags were given (a URL's `m` always gives them, maybe none).
+    tags_given: bool,
     limit: i64,
     start_index: i64,
 }
@@ -273,11 +282,12 @@ fn from_params(params: &Params, tracking: bool) -> Result<LookupRequest, ApiErro
     let m = params.required("m")?;
     let (metric, tags) = parse_metric_tags(m)
         .map_err(|e| ApiError::bad_request("Unable to parse query").with_details(e))?;
-    let limit = match params.value("limit") {
+    // `Integer.parseInt`: no spaces, an empty value refused.
+    let limit = match params.get("limit") {
         None => DEFAULT_LIMIT,
         Some(l) => l
-            .trim()
-            .parse::<i64>()
+            .parse::<i32>()
+            .map(i64::from)
             .map_err(|_| ApiError::bad_request("Unable to convert 'limit' to a valid number"))?,
     };
     let use_meta = params
@@ -292,6 +302,7 @@ fn from_params(params: &Params, tracking: bool) -> Result<LookupRequest, ApiErro
             limit: limit_of(limit),
         },
         metric_text: metric,
+        tags_given: true,
         limit,
         start_index: 0,
     })
@@ -309,6 +320,7 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
         Some(_) => return Err(bad("metric")),
     };
     let mut tags = Vec::new();
+    let tags_given = !matches!(obj.get("tags"), None | Some(Value::Null));
     match obj.get("tags") {
         None | Some(Value::Null) => {}
         Some(Value::Array(list)) => {
@@ -358,6 +370,7 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
             limit: limit_of(limit),
         },
         metric_text: metric,
+        tags_given,
         limit,
         start_index,
     })
@@ -384,9 +397,10 @@ pub(crate) fn parse_metric_tags(text: &str) -> Result<(Option<String>, Vec<TagPa
     let metric = (open > 0).then(|| text[..open].to_string());
     let inner = &text[open + 1..text.len() - 1];
     let mut tags = Vec::new();
-    for tag in inner.split(',').filter(|t| !t.is_empty()) {
+    // Empty words are tags too (`a{b=c,}` is refused), as `Tags.splitString` splits.
+    for tag in inner.split(',').filter(|_| !inner.is_empty()) {
         let wrap = |m: &str| format!("When parsing tag '{tag}': {m}");
-        if tag.len() < 2 {
+        if tag.chars().count() < 2 {
             return Err(wrap("Missing tag pair"));
         }
         if let Some(v) = tag.strip_prefix('=') {
