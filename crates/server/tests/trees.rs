@@ -470,6 +470,32 @@ async fn new_series_fill_the_enabled_trees(backend: &str) {
         r.json()["000001"],
         json!({"branch":null,"meta":null,"messages":["Unable to locate TSUID meta data"]})
     );
+    // The answer is a `HashMap` made for the TSUIDs asked, each entry a `HashMap` of
+    // `branch`, `meta` and `messages`: in Java's orders.
+    let r = call(
+        &srv,
+        "GET",
+        "/api/tree/test?treeid=1&tsuids=000001,000002,000003",
+        "",
+    )
+    .await;
+    let none = r#"{"meta":null,"messages":["Unable to locate TSUID meta data"],"branch":null}"#;
+    assert_eq!(
+        r.text(),
+        format!(r#"{{"000003":{none},"000002":{none},"000001":{none}}}"#)
+    );
+    // `tsuids` split as Java's `split(",")`: a trailing comma adds nothing.
+    let r = call(&srv, "GET", "/api/tree/test?treeid=1&tsuids=000001,", "").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (200, format!(r#"{{"000001":{none}}}"#))
+    );
+    // `treeid` read by `Integer.parseInt`: no spaces.
+    let r = call(&srv, "GET", "/api/tree?treeid=%201", "").await;
+    assert_eq!(
+        (r.status, message(&r)),
+        (400, "Unable to parse 'tree' value".to_string())
+    );
     for (path, status, msg) in [
         (
             "/api/tree/test?treeid=1",
