@@ -153,14 +153,27 @@ async fn put_details_echo_points_as_opentsdb_serializes_them(backend: &str) {
         )
     );
     assert_eq!(srv.points("m.echo").len(), 1, "the good point is stored");
+    // Tags are checked in Java's `HashMap` order (`host` before `dc`): the first bad one in
+    // that order is reported.
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put?details",
+        r#"{"metric":"m.echo","timestamp":1356998400,"value":1,"tags":{"dc":"a b","host":"c d"}}"#,
+    )
+    .await;
+    assert_eq!(
+        r.json()["errors"][0]["error"],
+        "Invalid tag value with key [host] (\"c d\"): illegal character:  "
+    );
     // A request refused whole counts as a request, and an unreadable body as an illegal
-    // argument, beside the three refused points (one value unreadable).
+    // argument, beside the four refused points (one value unreadable).
     assert_eq!(http(srv.addr, "GET", "/api/put", "").await.status, 405);
     assert_eq!(http(srv.addr, "POST", "/api/put", "[1,").await.status, 400);
-    assert_eq!(put_stat(srv.addr, "tsd.rpc.received", "put").await, 3);
+    assert_eq!(put_stat(srv.addr, "tsd.rpc.received", "put").await, 4);
     assert_eq!(
         put_stat(srv.addr, "tsd.rpc.errors", "illegal_arguments").await,
-        4
+        5
     );
     assert_eq!(
         put_stat(srv.addr, "tsd.rpc.errors", "invalid_values").await,

@@ -198,14 +198,18 @@ struct Checked {
     group_by: Option<String>,
 }
 
-/// A point's tags as text; a `null` value is refused in `Tags.validateString`'s words.
+/// A point's tags as text, in Java's `HashMap` order (the order OpenTSDB checks them in, so
+/// the first bad one is the one it reports); a `null` value is refused in
+/// `Tags.validateString`'s words.
 fn tag_texts(p: &RawPoint) -> Result<Vec<(String, String)>, String> {
-    p.tags
-        .iter()
-        .flat_map(|t| &t.0)
-        .map(|(k, v)| match v {
-            Some(v) => Ok((k.clone(), v.text())),
-            None => Err(format!("Invalid tag value with key [{k}]: null")),
+    let Some(tags) = &p.tags else {
+        return Ok(Vec::new());
+    };
+    hourglass_core::put::java_hash_map_order(tags.0.iter().map(|(k, _)| k.as_str()))
+        .into_iter()
+        .map(|i| match &tags.0[i] {
+            (k, Some(v)) => Ok((k.clone(), v.text())),
+            (k, None) => Err(format!("Invalid tag value with key [{k}]: null")),
         })
         .collect()
 }
