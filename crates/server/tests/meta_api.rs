@@ -958,6 +958,25 @@ async fn lookup_and_suggest_read_as_opentsdb_reads_them() {
         ]
     );
     assert_eq!(v["totalResults"], 1);
+    // `*` (a body's default metric) is a metric: every series is looked up.
+    for (method, path, body) in [
+        ("GET", "/api/search/lookup?m=*", ""),
+        ("POST", "/api/search/lookup", "{}"),
+        // A Java int as Jackson reads it: a float truncated.
+        ("POST", "/api/search/lookup", r#"{"limit":5.7}"#),
+    ] {
+        let r = http(srv.addr, method, path, body).await;
+        assert_eq!(
+            (
+                r.status,
+                r.json()["metric"].clone(),
+                r.json()["totalResults"].clone()
+            ),
+            (200, json!("*"), json!(1)),
+            "{method} {path}: {}",
+            r.text()
+        );
+    }
 
     for max in ["%205", "99999999999"] {
         let r = get(&srv, &format!("/api/suggest?type=metrics&max={max}")).await;

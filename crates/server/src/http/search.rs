@@ -73,7 +73,8 @@ pub(crate) async fn handle(
     } else {
         from_params(&params, tracking)?
     };
-    if request.query.metric.is_none() && request.query.tags.is_empty() {
+    // A metric of `*` (also a body's default) passes: every series is looked up.
+    if request.metric_text.is_none() && request.query.tags.is_empty() {
         return Err(ApiError::bad_request(
             "Missing metric and tags. Please supply at least one value.",
         ));
@@ -343,8 +344,14 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
     let int = |k: &str, d: i64| -> Result<i64, ApiError> {
         match obj.get(k) {
             None | Some(Value::Null) => Ok(d),
-            Some(Value::Number(n)) => n.as_i64().ok_or_else(|| bad(k)),
-            Some(Value::String(s)) => s.trim().parse().map_err(|_| bad(k)),
+            // A Java int as Jackson fills it: a float truncated, a string trimmed.
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+                .and_then(|n| i32::try_from(n).ok())
+                .map(i64::from)
+                .ok_or_else(|| bad(k)),
+            Some(Value::String(s)) => s.trim().parse::<i32>().map(i64::from).map_err(|_| bad(k)),
             Some(_) => Err(bad(k)),
         }
     };
