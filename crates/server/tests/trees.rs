@@ -490,12 +490,25 @@ async fn new_series_fill_the_enabled_trees(backend: &str) {
         (r.status, r.text()),
         (200, format!(r#"{{"000001":{none}}}"#))
     );
-    // `treeid` read by `Integer.parseInt`: no spaces.
-    let r = call(&srv, "GET", "/api/tree?treeid=%201", "").await;
-    assert_eq!(
-        (r.status, message(&r)),
-        (400, "Unable to parse 'tree' value".to_string())
-    );
+    // `treeid` and a rule's numbers read by `Integer.parseInt`: no spaces.
+    for (path, msg) in [
+        ("/api/tree?treeid=%201", "Unable to parse 'tree' value"),
+        (
+            "/api/tree/rule?treeid=%201&level=0&order=0",
+            "Unable to parse 'tree' value",
+        ),
+        (
+            "/api/tree/rule?treeid=1&level=%200&order=0",
+            "Unable to parse the 'level' parameter",
+        ),
+        (
+            "/api/tree/rule?treeid=1&level=0&order=0%20",
+            "Unable to parse the 'order' parameter",
+        ),
+    ] {
+        let r = call(&srv, "GET", path, "").await;
+        assert_eq!((r.status, message(&r)), (400, msg.to_string()), "{path}");
+    }
     for (path, status, msg) in [
         (
             "/api/tree/test?treeid=1",

@@ -235,8 +235,17 @@ async fn handle_branch(
 }
 
 fn rule_from_params(params: &Params) -> Result<RuleUpdate, ApiError> {
+    // The numbers are read by `Integer.parseInt`, which refuses surrounding spaces as it
+    // refuses an empty value (the engine trims, as Jackson does for a body's strings).
+    let int_text = |v: &str| {
+        if v.trim() == v {
+            v.to_string()
+        } else {
+            String::new()
+        }
+    };
     let mut u = RuleUpdate::default();
-    u.set("treeId", params.required("treeid")?)?;
+    u.set("treeId", &int_text(params.required("treeid")?))?;
     for (param, key) in [
         ("type", "type"),
         ("field", "field"),
@@ -249,11 +258,16 @@ fn rule_from_params(params: &Params) -> Result<RuleUpdate, ApiError> {
         ("display_format", "displayFormat"),
     ] {
         if let Some(v) = params.get(param) {
-            u.set(key, v)?;
+            let v = if key == "regexGroupIdx" {
+                int_text(v)
+            } else {
+                v.to_string()
+            };
+            u.set(key, &v)?;
         }
     }
-    u.set("level", params.required("level")?)?;
-    u.set("order", params.required("order")?)?;
+    u.set("level", &int_text(params.required("level")?))?;
+    u.set("order", &int_text(params.required("order")?))?;
     Ok(u)
 }
 
