@@ -958,6 +958,26 @@ async fn lookup_and_suggest_read_as_opentsdb_reads_them() {
         ]
     );
     assert_eq!(v["totalResults"], 1);
+    // Names in a body as Jackson reads a `String`: a number is its text.
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/search/lookup",
+        r#"{"metric":"m.order","tags":[{"key":"host","value":7}]}"#,
+    )
+    .await;
+    assert_eq!(
+        (
+            r.status,
+            error_message(&r),
+            r.json()["error"]["details"].clone()
+        ),
+        (
+            404,
+            "Unable to resolve one or more UIDs".to_string(),
+            json!("No such name for 'tagv': '7'")
+        )
+    );
     // `*` (a body's default metric) is a metric: every series is looked up.
     for (method, path, body) in [
         ("GET", "/api/search/lookup?m=*", ""),

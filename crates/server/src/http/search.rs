@@ -309,6 +309,18 @@ fn from_params(params: &Params, tracking: bool) -> Result<LookupRequest, ApiErro
     })
 }
 
+/// A JSON value read into a Java `String` field as Jackson reads it: `null` as null, numbers
+/// and booleans as their text; `None` for a list or an object, which refuse the body.
+fn scalar_text(v: &Value) -> Option<Option<String>> {
+    match v {
+        Value::Null => Some(None),
+        Value::String(s) => Some(Some(s.clone())),
+        Value::Number(n) => Some(Some(n.to_string())),
+        Value::Bool(b) => Some(Some(b.to_string())),
+        Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
 fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, ApiError> {
     let bad = |what: &str| {
         ApiError::bad_request("Unable to parse the given JSON")
@@ -316,9 +328,7 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
     };
     let metric = match obj.get("metric") {
         None => Some("*".to_string()),
-        Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(bad("metric")),
+        Some(v) => scalar_text(v).ok_or_else(|| bad("metric"))?,
     };
     let mut tags = Vec::new();
     let tags_given = !matches!(obj.get("tags"), None | Some(Value::Null));
@@ -331,9 +341,8 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
                 };
                 let side = |k: &str| -> Result<Option<String>, ApiError> {
                     match p.get(k) {
-                        None | Some(Value::Null) => Ok(None),
-                        Some(Value::String(s)) => Ok(Some(s.clone())),
-                        Some(_) => Err(bad("tags")),
+                        None => Ok(None),
+                        Some(v) => scalar_text(v).ok_or_else(|| bad("tags")),
                     }
                 };
                 tags.push((side("key")?, side("value")?));
