@@ -227,6 +227,25 @@ async fn search_endpoints(backend: &str) {
     assert_eq!(body["totalResults"], 4, "{backend}");
     let (_, body) = get(addr, "tsuids", "*", "&start_index=10").await;
     assert_eq!(body["results"], json!([]), "{backend}");
+    // A body read as Jackson fills `SearchQuery`: a number as a `String`'s text, a float
+    // truncated to an `int`.
+    let r = http(
+        addr,
+        "POST",
+        "/api/search/tsuids",
+        r#"{"query":7,"limit":2.9}"#,
+    )
+    .await;
+    assert_eq!(
+        (
+            r.status,
+            r.json()["query"].clone(),
+            r.json()["limit"].clone()
+        ),
+        (200, json!("7"), json!(2)),
+        "{backend}: {}",
+        r.text()
+    );
     // A POST without a query: everything.
     let r = http(addr, "POST", "/api/search/tsuids", r#"{"limit":1}"#).await;
     assert_eq!(r.json()["totalResults"], 4, "{backend}");

@@ -166,16 +166,16 @@ fn search_from_body(obj: &Map<String, Value>) -> Result<SearchRequest, ApiError>
     let text = |k: &str, default: Option<&str>| -> Result<Option<String>, ApiError> {
         match obj.get(k) {
             None => Ok(default.map(str::to_string)),
-            Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(bad(k)),
+            Some(v) => scalar_text(v).ok_or_else(|| bad(k)),
         }
     };
     let int = |k: &str, default: i32| -> Result<i32, ApiError> {
         match obj.get(k) {
             None | Some(Value::Null) => Ok(default),
+            // A Java int as Jackson fills it: a float truncated.
             Some(Value::Number(n)) => n
                 .as_i64()
+                .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
                 .and_then(|n| i32::try_from(n).ok())
                 .ok_or_else(|| bad(k)),
             Some(Value::String(s)) => s.trim().parse().map_err(|_| bad(k)),
