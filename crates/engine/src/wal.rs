@@ -61,6 +61,19 @@ fn io_error(context: &str, e: &std::io::Error) -> String {
     format!("write-ahead log: {context}: {e}")
 }
 
+/// A segment that could not be created. Most causes pass (a full disk, too many open
+/// files): `Unavailable`, retried. Creating a file fails with "not found" only when the log
+/// dir itself is gone (deleted, or its volume unmounted lazily), which waiting does not
+/// undo: not `Unavailable`, so a stopping TSD gives up at once instead of retrying.
+fn create_failed(e: &std::io::Error) -> Error {
+    let why = io_error("cannot create a segment", e);
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Error::Internal(format!("{why}; the log dir is gone (deleted or unmounted)"))
+    } else {
+        Error::Unavailable(why)
+    }
+}
+
 /// An fsync of the open segment, run outside the writer's lock by the caller
 /// (group commit), then reported with [`Log::synced`].
 #[derive(Debug)]
@@ -224,10 +237,7 @@ impl Log {
     fn rotate(&mut self) -> Result<()> {
         self.sync()?;
         let next = self.file_id + 1;
-        let file = self
-            .files
-            .create(next)
-            .map_err(|e| Error::Unavailable(io_error("cannot create a segment", &e)))?;
+        let file = self.files.create(next).map_err(|e| create_failed(&e))?;
         if let Err(e) = self.files.sync_dir() {
             return Err(self.poison(io_error("cannot sync the log dir", &e)));
         }
@@ -278,10 +288,7 @@ impl Log {
             return self.release(seq);
         }
         let next = self.file_id + 1;
-        let file = self
-            .files
-            .create(next)
-            .map_err(|e| Error::Unavailable(io_error("cannot create a segment", &e)))?;
+        let file = self.files.create(next).map_err(|e| create_failed(&e))?;
         self.files
             .sync_dir()
             .map_err(|e| Error::Unavailable(io_error("cannot sync the log dir", &e)))?;

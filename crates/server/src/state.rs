@@ -353,6 +353,9 @@ pub struct State {
     pub(crate) query_cache: Option<crate::query_cache::QueryCache>,
     /// Queries running on connection threads now (see [`ServerSettings::inline_queries`]).
     pub(crate) inline_running: std::sync::atomic::AtomicUsize,
+    /// HTTP write bodies parsed and stored at once: one per core, at least two. Parsed
+    /// points take many times their body's bytes, so the rest wait their turn.
+    pub(crate) put_jobs: Arc<tokio::sync::Semaphore>,
 }
 
 impl State {
@@ -378,6 +381,9 @@ impl State {
             held_back_changed: tokio::sync::Notify::new(),
             query_cache,
             inline_running: std::sync::atomic::AtomicUsize::new(0),
+            put_jobs: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
+            )),
         })
     }
 

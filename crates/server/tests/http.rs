@@ -509,6 +509,107 @@ async fn query_answers_opentsdb_fixture(backend: &str) {
     srv.stop().await;
 }
 
+/// A body over 4 MiB is read through once, then stored in batches as it is read again: the
+/// answers are a small body's (every error at its index in the whole body, its point
+/// echoed; the good points beside them stored), and a body that does not parse to its end
+/// stores nothing.
+async fn large_bodies_are_stored_in_batches_with_a_small_bodys_answers(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "false");
+    let srv = start_with(backend, c).await;
+    for m in ["big.put", "big.broken"] {
+        srv.state
+            .tsdb
+            .uids()
+            .get_or_create_id(hourglass_core::uid::UidKind::Metric, m)
+            .unwrap();
+    }
+    const N: usize = 60_000;
+    let point = |metric: &str, i: usize, value: &str| {
+        format!(
+            r#"{{"metric":"{metric}","timestamp":{},"value":{value},"tags":{{"host":"web{:02}","dc":"lga"}}}}"#,
+            1_356_998_400 + i / 20,
+            i % 20
+        )
+    };
+    // Bad points in the first batch, across a batch boundary, in the last batch; a bare
+    // NaN token (read as Jackson reads it) makes the body go through its quoted form.
+    let bad = [
+        (3, point("nope", 3, "1"), "Unknown metric"),
+        (
+            8191,
+            point("big.put", 8191, r#""x""#),
+            "Unable to parse value to a number",
+        ),
+        (
+            8192,
+            point("big.put", 8192, "NaN"),
+            "Unable to parse value to a number",
+        ),
+        (N - 1, point("big.put", N - 1, r#""""#), "Empty value"),
+    ];
+    let body = |metric: &str, close: &str| {
+        let mut b = String::from("[");
+        for i in 0..N {
+            if i > 0 {
+                b.push(',');
+            }
+            match bad.iter().find(|(at, _, _)| *at == i) {
+                Some((_, p, _)) if metric == "big.put" => b.push_str(p),
+                _ => b.push_str(&point(metric, i, &(i as f64 / 4.0).to_string())),
+            }
+        }
+        b.push_str(close);
+        b
+    };
+    let big = body("big.put", "]");
+    assert!(big.len() > 4 << 20, "{} bytes: not a large body", big.len());
+    let r = http(srv.addr, "POST", "/api/put?details", &big).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let d = r.json();
+    assert_eq!(
+        (d["success"].clone(), d["failed"].clone()),
+        (json!(N - 4), json!(4))
+    );
+    let errors = d["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 4);
+    for (e, (at, p, why)) in errors.iter().zip(&bad) {
+        assert_eq!(e["error"], *why, "point {at}");
+        let sent: serde_json::Value = serde_json::from_str(&p.replace("NaN", r#""NaN""#)).unwrap();
+        assert_eq!(e["datapoint"]["timestamp"], sent["timestamp"], "point {at}");
+        assert_eq!(e["datapoint"]["metric"], sent["metric"], "point {at}");
+        assert_eq!(e["datapoint"]["tags"], sent["tags"], "point {at}");
+    }
+    let stored = srv.points("big.put");
+    assert_eq!(stored.len(), N - 4, "good points of every batch stored");
+    assert_eq!(
+        stored[0],
+        (
+            1_356_998_400_000,
+            Value::Int(0),
+            vec![("dc".into(), "lga".into()), ("host".into(), "web00".into())]
+        )
+    );
+    let summary = http(srv.addr, "POST", "/api/put?summary", &big).await;
+    assert_eq!(
+        (summary.status, summary.text()),
+        (400, format!(r#"{{"success":{},"failed":4}}"#, N - 4))
+    );
+    // Good to its last point, then no closing bracket.
+    let broken = body("big.broken", "");
+    let r = http(srv.addr, "POST", "/api/put?details", &broken).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Unable to parse the given JSON"
+    );
+    assert!(
+        srv.points("big.broken").is_empty(),
+        "a body that does not parse stores nothing"
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     put_single_and_array_answer_204_and_store,
     put_errors_summary_and_details,
@@ -518,4 +619,5 @@ on_every_backend!(
     small_endpoints,
     sync_put_and_keep_alive,
     query_answers_opentsdb_fixture,
+    large_bodies_are_stored_in_batches_with_a_small_bodys_answers,
 );

@@ -298,11 +298,13 @@ impl FjallStore {
     }
 
     /// Whether the data dir is still the one this process locked at open: its `LOCK` file
-    /// the same file, its store directory there.
+    /// the same file, its store directory there. A dir that is gone does not come back by
+    /// waiting, so the error is not `Unavailable` (which callers retry): a stopping TSD
+    /// gives up at once instead of retrying its final flush.
     fn check_dir_is_ours(&self) -> Result<()> {
         use std::os::unix::fs::MetadataExt;
         let gone = || {
-            Error::Unavailable(format!(
+            Error::Internal(format!(
                 "embedded store: its data dir {} is gone (deleted or unmounted); not reopened, so as not to start an empty database in its place",
                 self.path.display()
             ))

@@ -30,7 +30,7 @@ const NON_NUMERIC: [&[u8]; 6] = [
 
 /// `body` with each non-numeric number token outside strings put in quotes; `None` when it
 /// has none.
-fn quote_non_numeric(body: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn quote_non_numeric(body: &[u8]) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
     let mut i = 0;

@@ -3,6 +3,7 @@
 //! durable against power loss, `sync_timeout` (ms) bounding the wait. `POST /api/rollup`
 //! is the same request with rollup points (RFC 0008), written to the rollup tables.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -269,7 +270,7 @@ fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
 const NULL_POINT: &str = "Unexpected null datapoint encountered in set.";
 
 /// A point of a body as echoed in `details`: `null` for a null one.
-fn echo(p: &Option<RawPoint>) -> serde_json::Value {
+fn echo_point(p: &Option<RawPoint>) -> serde_json::Value {
     p.as_ref().map_or(serde_json::Value::Null, RawPoint::echo)
 }
 
@@ -306,6 +307,229 @@ pub fn check_put_body(body: &[u8]) -> Result<usize, String> {
         .flatten()
         .filter(|p| check(p, Kind::Raw).is_ok())
         .count())
+}
+
+/// Bodies larger than this are read twice, and stored in batches as they are read the
+/// second time: held whole as parsed points, a body takes about twenty times its size.
+const STREAMED_BODY_BYTES: usize = 4 << 20;
+
+/// Points a batch of a streamed body.
+const STREAMED_BATCH: usize = 8192;
+
+/// The longest a streamed body's next batch waits for buffered points to be back under
+/// their budget before the rest of the body is refused.
+const STREAMED_ROOM_WAIT: Duration = Duration::from_secs(30);
+
+/// Which points a request's answer echoes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Echo {
+    None,
+    /// Those with an error (`?details`).
+    Failed,
+    /// Every point (`?details` with a `sync_timeout`: a point whose sync did not finish in
+    /// time is listed too).
+    All,
+}
+
+/// What a request's points came to.
+struct Received {
+    /// Error indexes are of the whole body.
+    result: PutResult,
+    /// Points in the body.
+    count: usize,
+    /// Echoes of points by index, as [`Echo`] asked.
+    echoes: HashMap<usize, serde_json::Value>,
+}
+
+fn echo_batch(
+    raw: &[Option<RawPoint>],
+    offset: usize,
+    errors: &[(usize, String)],
+    echo: Echo,
+    echoes: &mut HashMap<usize, serde_json::Value>,
+) {
+    match echo {
+        Echo::None => {}
+        Echo::Failed => {
+            for (i, _) in errors {
+                if let Some(p) = i.checked_sub(offset).and_then(|j| raw.get(j)) {
+                    echoes.insert(*i, echo_point(p));
+                }
+            }
+        }
+        Echo::All => {
+            for (i, p) in raw.iter().enumerate() {
+                echoes.insert(offset + i, echo_point(p));
+            }
+        }
+    }
+}
+
+/// Reads a body through without storing anything: its error, if it has one (a large array is
+/// read as [`receive`] reads it, without keeping its points).
+fn parse_only(body: &[u8]) -> Result<(), ApiError> {
+    let array = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    if body.len() <= STREAMED_BODY_BYTES || !array {
+        return parse_body(body).map(|_| ());
+    }
+    match read_batches(body, None) {
+        Ok(_) => Ok(()),
+        Err(e) => match super::json::quote_non_numeric(body) {
+            Some(q) if read_batches(&q, None).is_ok() => Ok(()),
+            _ => Err(e),
+        },
+    }
+}
+
+/// Parses a body and stores its points. A body of at most [`STREAMED_BODY_BYTES`] is parsed
+/// whole; a larger array is first read through without keeping anything (a body that does
+/// not parse stores nothing, as when it is parsed whole), then stored [`STREAMED_BATCH`]
+/// points at a time as it is read again, so memory does not grow with the body.
+fn receive(state: &State, body: &[u8], kind: Kind, echo: Echo) -> Result<Received, ApiError> {
+    let array = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    if body.len() <= STREAMED_BODY_BYTES || !array {
+        let raw = parse_body(body)?;
+        let result = store(state, &raw, kind);
+        let mut echoes = HashMap::new();
+        echo_batch(&raw, 0, &result.errors, echo, &mut echoes);
+        return Ok(Received {
+            count: raw.len(),
+            result,
+            echoes,
+        });
+    }
+    let quoted;
+    let bytes: &[u8] = match read_batches(body, None) {
+        Ok(_) => body,
+        Err(e) => match super::json::quote_non_numeric(body) {
+            Some(q) if read_batches(&q, None).is_ok() => {
+                quoted = q;
+                &quoted
+            }
+            _ => return Err(e),
+        },
+    };
+    let mut total = PutResult {
+        success: 0,
+        errors: Vec::new(),
+        throttled: None,
+        ticket: 0,
+    };
+    let mut echoes = HashMap::new();
+    // Set when buffered points stayed over their budget after some were stored: the rest
+    // of the body is refused point by point, so the answer says what was stored.
+    let mut refused: Option<String> = None;
+    let mut each = |offset: usize, raw: Vec<Option<RawPoint>>| -> bool {
+        if offset > 0 && refused.is_none() {
+            let waited = std::time::Instant::now();
+            while !state.tsdb.has_room() && waited.elapsed() < STREAMED_ROOM_WAIT {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let mut result = match &refused {
+            Some(why) => PutResult {
+                success: 0,
+                errors: (0..raw.len()).map(|i| (i, why.clone())).collect(),
+                throttled: None,
+                ticket: 0,
+            },
+            None => store(state, &raw, kind),
+        };
+        if let Some(why) = result.throttled.take() {
+            if offset == 0 {
+                // Nothing stored yet: the request is refused whole, to be sent again.
+                total.throttled = Some(why);
+                return false;
+            }
+            let why = format!(
+                "Please throttle writes: buffered points are over their memory budget ({why}); points before this one were stored"
+            );
+            result.errors = (0..raw.len()).map(|i| (i, why.clone())).collect();
+            refused = Some(why);
+        }
+        for e in &mut result.errors {
+            e.0 += offset;
+        }
+        echo_batch(&raw, offset, &result.errors, echo, &mut echoes);
+        total.success += result.success;
+        total.errors.append(&mut result.errors);
+        total.ticket = total.ticket.max(result.ticket);
+        true
+    };
+    let count = read_batches(bytes, Some(&mut each))?;
+    Ok(Received {
+        result: total,
+        count,
+        echoes,
+    })
+}
+
+/// Reads a JSON array of points, handing them to `each` [`STREAMED_BATCH`] at a time (none
+/// kept when there is no `each`): the number of points read. An empty array is refused as
+/// [`parse_body`] refuses it. Stopped by `each`, it returns 0.
+fn read_batches(
+    body: &[u8],
+    each: Option<&mut dyn FnMut(usize, Vec<Option<RawPoint>>) -> bool>,
+) -> Result<usize, ApiError> {
+    /// `each` takes a batch and the index of its first point; false stops the reading,
+    /// noted in `stopped`.
+    struct Batches<'a, 'f> {
+        each: Option<&'a mut (dyn FnMut(usize, Vec<Option<RawPoint>>) -> bool + 'f)>,
+        stopped: &'a Cell<bool>,
+    }
+    impl<'de> serde::de::Visitor<'de> for Batches<'_, '_> {
+        type Value = usize;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            mut self,
+            mut seq: A,
+        ) -> Result<usize, A::Error> {
+            let mut read = 0;
+            let mut batch = Vec::new();
+            while let Some(point) = seq.next_element::<Option<RawPoint>>()? {
+                read += 1;
+                if let Some(each) = self.each.as_mut() {
+                    batch.push(point);
+                    if batch.len() == STREAMED_BATCH
+                        && !each(read - batch.len(), std::mem::take(&mut batch))
+                    {
+                        self.stopped.set(true);
+                        return Ok(read);
+                    }
+                }
+            }
+            if let Some(each) = self.each.as_mut()
+                && !batch.is_empty()
+                && !each(read - batch.len(), batch)
+            {
+                self.stopped.set(true);
+            }
+            Ok(read)
+        }
+    }
+    let stopped = Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = serde::Deserializer::deserialize_seq(
+        &mut de,
+        Batches {
+            each,
+            stopped: &stopped,
+        },
+    );
+    if stopped.get() {
+        // Left in the middle of the array (serde_json then finds no end to it): the rest
+        // is not read, and what was read is the caller's.
+        return Ok(0);
+    }
+    let read = read.and_then(|n| de.end().map(|()| n)).map_err(|e| {
+        ApiError::bad_request("Unable to parse the given JSON").with_details(e.to_string())
+    })?;
+    if read == 0 {
+        return Err(ApiError::bad_request("No datapoints found in content"));
+    }
+    Ok(read)
 }
 
 struct PutResult {
@@ -777,25 +1001,41 @@ async fn serve(
     // for a store sync that started after its write (concurrent requests share one), with
     // the same `sync_timeout` (2.4.1's `PutDataPointRpc` serves all three).
     let sync_inline = sync && sync_timeout == 0;
-    let (raw, result, synced_inline) =
+    let echo = match (show_details, sync_timeout > 0) {
+        (false, _) => Echo::None,
+        (true, false) => Echo::Failed,
+        (true, true) => Echo::All,
+    };
+    let turn = Arc::clone(&state.put_jobs)
+        .acquire_owned()
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
+    let (received, synced_inline) =
         crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
-            let raw = parse_body(&body).inspect_err(|e| {
+            // The body is read before `sync_timeout` is looked at: its error comes first.
+            let received = match bad_timeout {
+                Some(e) => parse_only(&body).and(Err(e)),
+                None => receive(state, &body, kind, echo),
+            };
+            // The sync below holds no memory for the body: the next one may go.
+            drop(turn);
+            let received = received.inspect_err(|e| {
                 // `/api/put` counts an unreadable body; `/api/rollup` and `/api/histogram`
                 // do not.
-                if kind == Kind::Raw && e.message != "No datapoints found in content" {
+                if kind == Kind::Raw
+                    && e.message != "No datapoints found in content"
+                    && !e.message.starts_with("For input string")
+                {
                     state
                         .stats
                         .illegal_arguments
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             })?;
-            if let Some(e) = bad_timeout {
-                return Err(e);
-            }
-            let result = store(state, &raw, kind);
-            let synced = (sync_inline && result.success > 0)
+            let result = &received.result;
+            let synced = (sync_inline && result.success > 0 && result.throttled.is_none())
                 .then(|| sync_request(&state.tsdb, kind, result.ticket));
-            Ok((raw, result, synced))
+            Ok((received, synced))
         })
         .await
         .map_err(|e| {
@@ -804,13 +1044,18 @@ async fn serve(
                 format!("put failed: {e}"),
             )
         })??;
+    let Received {
+        result,
+        count,
+        mut echoes,
+    } = received;
     if let Some(why) = result.throttled {
         return Err(throttled(&state, Some(why)));
     }
     state
         .stats
         .points_received
-        .fetch_add(raw.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        .fetch_add(count as u64, std::sync::atomic::Ordering::Relaxed);
 
     let mut timeouts = 0usize;
     if sync && result.success > 0 {
@@ -855,18 +1100,20 @@ async fn serve(
             let mut errors: Vec<serde_json::Value> = result
                 .errors
                 .iter()
-                .map(|(i, e)| json!({ "datapoint": echo(&raw[*i]), "error": e }))
+                .map(|(i, e)| {
+                    let point = echoes.remove(i).unwrap_or(serde_json::Value::Null);
+                    json!({ "datapoint": point, "error": e })
+                })
                 .collect();
             // Each stored point whose sync did not finish in time, as 2.4.1's `PutTimeout`
             // lists it.
             if timeouts > 0 {
                 let refused: std::collections::HashSet<usize> =
                     result.errors.iter().map(|(i, _)| *i).collect();
-                errors.extend(
-                    (0..raw.len())
-                        .filter(|i| !refused.contains(i))
-                        .map(|i| json!({ "datapoint": echo(&raw[i]), "error": "Write timedout" })),
-                );
+                errors.extend((0..count).filter(|i| !refused.contains(i)).map(|i| {
+                    let point = echoes.remove(&i).unwrap_or(serde_json::Value::Null);
+                    json!({ "datapoint": point, "error": "Write timedout" })
+                }));
             }
             body.insert("errors".into(), serde_json::Value::Array(errors));
         }
