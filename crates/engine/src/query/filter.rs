@@ -177,7 +177,7 @@ impl TagFilter {
         if let Some(open) = value.find('(') {
             let Some(expr) = value[open + 1..].strip_suffix(')') else {
                 return Err(Error::invalid(format!(
-                    "Missing closing parenthesis in filter: {value}"
+                    "Filter must end with a ')': {value}"
                 )));
             };
             return TagFilter::new(&value[..open], tagk, expr, group_by);

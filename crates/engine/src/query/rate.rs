@@ -26,18 +26,21 @@ impl Default for RateOptions {
 }
 
 impl RateOptions {
-    /// Parses the `rate{counter[,max[,reset]]}` token of a GET query (`rate` alone: defaults;
-    /// `dropcounter` also drops resets).
+    /// Parses the `rate{counter[,max[,reset]]}` token of a GET query as OpenTSDB's
+    /// `parseRateOptions` does: four characters are the defaults; else at least six, the
+    /// options read between the fifth character and the last (whatever those two are, so
+    /// `RATE{counter}` and `rate{counter` read as written); `dropcounter` also drops resets.
     pub fn parse_token(spec: &str) -> Result<RateOptions> {
-        if spec == "rate" {
+        let chars = spec.chars().count();
+        if chars == 4 {
             return Ok(RateOptions::default());
         }
-        if spec.len() < 6 || !spec.starts_with("rate{") || !spec.ends_with('}') {
+        if chars < 6 {
             return Err(Error::invalid(format!(
                 "Invalid rate options specification: {spec}"
             )));
         }
-        let inner = &spec[5..spec.len() - 1];
+        let inner: String = spec.chars().skip(5).take(chars - 6).collect();
         let parts: Vec<&str> = inner.split(',').collect();
         if parts.len() > 3 {
             return Err(Error::invalid(format!(
@@ -184,5 +187,19 @@ mod tests {
             "Reset value of counter was not a number, received 'y'"
         );
         assert!(err("rate{a,b,c,d}").starts_with("Incorrect number of values"));
+        // Read between the fifth character and the last, whatever they are.
+        assert!(RateOptions::parse_token("RATE{counter}").unwrap().counter);
+        assert!(!RateOptions::parse_token("rate{counter").unwrap().counter);
+        assert!(RateOptions::parse_token("rate{counterX").unwrap().counter);
+        assert_eq!(
+            RateOptions::parse_token("rate{}").unwrap(),
+            RateOptions::default()
+        );
+        assert_eq!(
+            RateOptions::parse_token("ratéXcounter,5é")
+                .unwrap()
+                .counter_max,
+            5
+        );
     }
 }

@@ -243,7 +243,7 @@ async fn bulk_delete(
         };
         let global = match obj.get("global") {
             None => false,
-            Some(v) => flag(v).ok_or_else(|| {
+            Some(v) => super::json::java_flag(v).ok_or_else(|| {
                 ApiError::bad_request("Unable to parse the given JSON")
                     .with_details(format!("'global' must be a boolean, got {v}"))
             })?,
@@ -303,21 +303,4 @@ async fn bulk_delete(
             "totalDeleted": deleted,
         }),
     ))
-}
-
-/// A boolean field as OpenTSDB's JSON reader (Jackson) fills it: `true`/`false`, the strings
-/// `"true"`/`"True"`/`"false"`/`"False"` (`""` and `"null"` false), a number (non-zero
-/// true), `null` false; anything else is not a boolean.
-fn flag(v: &Value) -> Option<bool> {
-    match v {
-        Value::Bool(b) => Some(*b),
-        Value::Null => Some(false),
-        Value::Number(n) => Some(n.as_f64().is_some_and(|f| f != 0.0)),
-        Value::String(s) => match s.trim() {
-            "true" | "True" => Some(true),
-            "false" | "False" | "" | "null" => Some(false),
-            _ => None,
-        },
-        _ => None,
-    }
 }

@@ -34,7 +34,7 @@ use hourglass_engine::query::plan::{
 use super::ApiError;
 use super::error::json_text_response;
 use super::query::{
-    Flags, Serialized, Summary, annotations_json, parse_m, parse_tsuid_param, run_options,
+    Echo, Flags, Serialized, Summary, annotations_json, parse_m, parse_tsuid_param, run_options,
     same_query,
 };
 use super::request::{blocking, url_params};
@@ -1096,6 +1096,7 @@ pub(crate) async fn handle(
             })
             .collect();
         let ser = Serialized {
+            tsdb,
             flags: &flags,
             global,
         };
@@ -1122,7 +1123,14 @@ pub(crate) async fn handle(
                 }
                 first = false;
                 summary.add_emitted(group.dps.len());
-                ser.group(&mut out, &leaf.query, leaf.run, &outcomes[leaf.run], &group);
+                ser.group(
+                    &mut out,
+                    &leaf.query,
+                    &Echo::of(&leaf.query),
+                    leaf.run,
+                    &outcomes[leaf.run],
+                    &group,
+                );
             }
         }
         if flags.show_summary {

@@ -119,6 +119,33 @@ pub(crate) fn java_sized_map_order(keys: &[&str], initial: usize) -> Vec<usize> 
     hourglass_core::put::java_table_order(keys, slots)
 }
 
+/// A boolean field as OpenTSDB's JSON reader (Jackson) fills a Java `boolean`: `true`/`false`,
+/// the strings `"true"`/`"True"`/`"false"`/`"False"` (`""` and `"null"` false), a number
+/// (non-zero true), `null` false; anything else is not a boolean.
+pub(crate) fn java_flag(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Null => Some(false),
+        Value::Number(n) => Some(n.as_f64().is_some_and(|f| f != 0.0)),
+        Value::String(s) => match s.trim() {
+            "true" | "True" => Some(true),
+            "false" | "False" | "" | "null" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A `boolean` field read as [`java_flag`] reads it (for `deserialize_with`).
+pub(crate) fn java_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    let v = Value::deserialize(d)?;
+    java_flag(&v).ok_or_else(|| {
+        D::Error::custom(format!(
+            "Cannot deserialize value of type `boolean` from {v}: only \"true\" or \"false\" recognized"
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,8 @@
 //!
 //! OpenTSDB answers `backScan: 0` from its meta-data counters; without them it finds nothing.
 //! Here `backScan: 0` looks back [`DEFAULT_BACK_SCAN_HOURS`] instead, so the endpoint works
-//! without meta tracking.
+//! without meta tracking. A scan back (`backScan` > 0) of a metric and tags reads the one
+//! series of exactly those tags, as OpenTSDB names it (`TSUIDQuery.tsuidFromMetric`).
 //!
 //! With `tsd.storage.retention` (Hourglass's own, RFC 0008 phase 4) a point before the raw
 //! cutoff is never the answer, whether or not the sweep removed it yet: a series whose newest
@@ -39,8 +40,12 @@ pub(crate) const DEFAULT_BACK_SCAN_HOURS: i64 = 24;
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 struct LastRequest {
     queries: Vec<LastSubQuery>,
+    /// A Java `boolean` (`"true"` is true).
+    #[serde(deserialize_with = "super::json::java_bool")]
     resolve_names: bool,
-    back_scan: i64,
+    /// A Java `int` as Jackson fills it (`"24"` and `24.0` are 24).
+    #[serde(deserialize_with = "super::json::opt_long")]
+    back_scan: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -64,26 +69,41 @@ fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
 }
 
-/// `metric{k=v,...}` of a GET `timeseries=` parameter.
+/// `metric{k=v,...}` of a GET `timeseries=` parameter, as OpenTSDB's `Tags.parseWithMetric`
+/// reads it: `metric{}` has no tags, each pair has one `=` and both sides, a pair given
+/// twice with one value counts once, and errors are in its words.
 fn parse_timeseries(text: &str) -> Result<Wanted, ApiError> {
-    let (metric, tags) = match text.split_once('{') {
+    let (metric, inner) = match text.find('{') {
         None => (text, ""),
-        Some((m, rest)) => (
-            m,
-            rest.strip_suffix('}')
-                .ok_or_else(|| bad(format!("Missing '}}' at the end of: {text}")))?,
-        ),
+        Some(_) if !text.ends_with('}') => {
+            return Err(bad(format!("Missing '}}' at the end of: {text}")));
+        }
+        Some(curly) => (&text[..curly], &text[curly + 1..text.len() - 1]),
     };
-    let mut map = HashMap::new();
-    for pair in tags.split(',').filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| bad(format!("invalid tag: {pair}")))?;
-        map.insert(k.to_string(), v.to_string());
+    let mut tags: Vec<(String, String)> = Vec::new();
+    if !inner.is_empty() {
+        for tag in inner.split(',') {
+            let kv: Vec<&str> = tag.split('=').collect();
+            let (k, v) = match kv[..] {
+                [k, v] if !k.is_empty() && !v.is_empty() => (k, v),
+                _ => return Err(bad(format!("When parsing tag '{tag}': invalid tag: {tag}"))),
+            };
+            match tags.iter().find(|(tk, _)| tk == k) {
+                Some((_, tv)) if tv == v => {}
+                Some(_) => {
+                    let known: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    return Err(bad(format!(
+                        "When parsing tag '{tag}': duplicate tag: {tag}, tags={{{}}}",
+                        known.join(", ")
+                    )));
+                }
+                None => tags.push((k.to_string(), v.to_string())),
+            }
+        }
     }
     Ok(Wanted::Tags {
         metric: metric.to_string(),
-        tags: map,
+        tags: tags.into_iter().collect(),
     })
 }
 
@@ -195,18 +215,34 @@ fn run(
     let schema = &tsdb.settings().schema;
     let uids = tsdb.uids();
     let now_secs = now_ms.div_euclid(1000);
-    let hours = if back_scan == 0 {
+    let hours = if back_scan <= 0 {
         DEFAULT_BACK_SCAN_HOURS
     } else {
         back_scan
     };
     let cutoff_ms = tsdb.raw_cutoff(now_ms).map(|cut| cut.saturating_mul(1000));
-    let from = (now_secs - hours.saturating_mul(3600))
+    // A scan back reads the current hour's row and `backScan` rows before it, as OpenTSDB
+    // does.
+    let first = if back_scan > 0 {
+        now_secs - now_secs.rem_euclid(3600)
+    } else {
+        now_secs
+    };
+    let from = (first - hours.saturating_mul(3600))
         .max(cutoff_ms.map_or(i64::MIN, |cut| cut.div_euclid(1000)));
     let mut out = Vec::new();
     for w in wanted {
         let found = match w {
             Wanted::Tags { metric, tags } => {
+                if metric.is_empty() {
+                    return Err(bad("Metric cannot be null or empty"));
+                }
+                // A scan back (`backScan` > 0) reads the one series of exactly these tags,
+                // as OpenTSDB's `TSUIDQuery.tsuidFromMetric` names it.
+                let exact = back_scan > 0;
+                if exact && tags.is_empty() {
+                    return Err(bad("Tags cannot be null or empty when getting a TSUID"));
+                }
                 let metric = uids
                     .get_id(UidKind::Metric, metric)
                     .map_err(ApiError::from)?;
@@ -229,6 +265,18 @@ fn run(
                         });
                     }
                 }
+                let exact_tags = exact.then(|| {
+                    let mut sorted = pairs.clone();
+                    sorted.sort();
+                    sorted
+                        .iter()
+                        .flat_map(|(k, v)| {
+                            let mut b = k.to_bytes(schema.tagk_width);
+                            b.extend(v.to_bytes(schema.tagv_width));
+                            b
+                        })
+                        .collect::<Vec<u8>>()
+                });
                 let select = (keys.len() == pairs.len())
                     .then(|| SeriesSelector::new(metric, keys, false))
                     .flatten();
@@ -236,7 +284,7 @@ fn run(
                     tsdb,
                     metric,
                     pairs,
-                    None,
+                    exact_tags.as_deref(),
                     select.as_ref(),
                     from,
                     now_secs,
@@ -245,6 +293,14 @@ fn run(
             }
             Wanted::Tsuid(text) => {
                 let bytes = parse_hex(text).map_err(|e| bad(e.to_string()))?;
+                if bytes.len() < usize::from(schema.metric_width) + schema.tag_pair_width() {
+                    return Err(bad(
+                        "TSUID must not be null and must have a metric and at least one tag pair",
+                    ));
+                }
+                if back_scan < 0 {
+                    return Err(bad("Backscan must be zero or a positive number"));
+                }
                 let key = hourglass_core::rowkey::decode_tsuid(schema, &bytes)
                     .map_err(|e| bad(e.to_string()))?;
                 let tags_len = bytes.len() - usize::from(schema.metric_width);
@@ -275,26 +331,42 @@ pub(crate) async fn handle(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let params = url_params(raw.as_deref());
+    // OpenTSDB's query endpoints share one gate: DELETE is refused while deleting is off,
+    // else read as a GET (nothing is deleted).
+    if method == Method::DELETE && !state.settings.allow_delete {
+        return Err(bad("Bad request")
+            .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
+    }
     let (wanted, resolve, back_scan) = match method {
-        Method::GET => {
-            let mut wanted = Vec::new();
-            for (k, v) in &params {
-                match k.as_str() {
-                    "timeseries" => wanted.push(parse_timeseries(v)?),
-                    "tsuids" => wanted.extend(
-                        v.split(',')
-                            .filter(|t| !t.is_empty())
-                            .map(|t| Wanted::Tsuid(t.to_string())),
-                    ),
-                    _ => {}
-                }
-            }
-            let back_scan = match params.iter().find(|(k, _)| k == "back_scan") {
+        Method::GET | Method::DELETE => {
+            // As `parseLastPointQuery` reads them: `back_scan` (the last one given, a Java
+            // int), then every `timeseries=`, then every `tsuids=` (split at commas as Java's
+            // `String.split` does: inner empty TSUIDs kept, trailing ones dropped).
+            let back_scan = match params.iter().rev().find(|(k, _)| k == "back_scan") {
                 None => 0,
                 Some((_, v)) => v
-                    .parse::<i64>()
+                    .parse::<i32>()
+                    .map(i64::from)
                     .map_err(|_| bad("Unable to parse back_scan parameter"))?,
             };
+            let mut wanted = Vec::new();
+            for (k, v) in &params {
+                if k == "timeseries" {
+                    wanted.push(parse_timeseries(v)?);
+                }
+            }
+            for (k, v) in &params {
+                if k == "tsuids" {
+                    let mut list: Vec<&str> = v.split(',').collect();
+                    while list.len() > 1 && list.last() == Some(&"") {
+                        list.pop();
+                    }
+                    if list == [""] && v.contains(',') {
+                        list.clear();
+                    }
+                    wanted.extend(list.into_iter().map(|t| Wanted::Tsuid(t.to_string())));
+                }
+            }
             (
                 wanted,
                 params.iter().any(|(k, _)| k == "resolve"),
@@ -318,15 +390,17 @@ pub(crate) async fn handle(
                     wanted.extend(q.tsuids.into_iter().map(Wanted::Tsuid));
                 }
             }
-            (wanted, req.resolve_names, req.back_scan)
+            let back_scan = req.back_scan.unwrap_or(0);
+            if i32::try_from(back_scan).is_err() {
+                return Err(bad("Unable to parse the given JSON")
+                    .with_details(format!("Numeric value ({back_scan}) out of range of int")));
+            }
+            (wanted, req.resolve_names, back_scan)
         }
         other => return Err(ApiError::method_not_allowed(&other)),
     };
     if wanted.is_empty() {
         return Err(bad("Missing sub queries"));
-    }
-    if back_scan < 0 {
-        return Err(bad("Backscan must be zero or a positive number"));
     }
     // The TSD's clock (the system's, or a test's), as `/api/query`'s cutoffs read it.
     let now_ms = state.tsdb.settings().clock.now_ms();

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_text_response;
+use super::json::java_bool;
 use super::request::small_or_blocking;
 use super::request::url_params;
 use crate::State;
@@ -35,18 +36,30 @@ struct QueryRequest {
     start: Option<Value>,
     end: Option<Value>,
     timezone: Option<String>,
+    #[serde(deserialize_with = "java_bool")]
     use_calendar: bool,
-    queries: Option<Vec<SubQueryRequest>>,
+    /// Each sub-query as its object, in document order (`tags` and `filters` are read in
+    /// the order given, as OpenTSDB's setters are called).
+    queries: Option<Vec<Value>>,
+    #[serde(deserialize_with = "java_bool")]
     ms_resolution: bool,
-    #[serde(rename = "showTSUIDs")]
+    #[serde(rename = "showTSUIDs", deserialize_with = "java_bool")]
     show_tsuids: bool,
+    #[serde(deserialize_with = "java_bool")]
     no_annotations: bool,
+    #[serde(deserialize_with = "java_bool")]
     global_annotations: bool,
+    #[serde(deserialize_with = "java_bool")]
     show_query: bool,
+    #[serde(deserialize_with = "java_bool")]
     show_stats: bool,
+    #[serde(deserialize_with = "java_bool")]
     show_summary: bool,
+    #[serde(deserialize_with = "java_bool")]
     delete: bool,
+    #[serde(deserialize_with = "java_bool")]
     override_byte_limit: bool,
+    #[serde(deserialize_with = "java_bool")]
     override_data_point_limit: bool,
 }
 
@@ -57,36 +70,47 @@ struct SubQueryRequest {
     metric: Option<String>,
     tsuids: Option<Vec<String>>,
     downsample: Option<String>,
+    #[serde(deserialize_with = "java_bool")]
     rate: bool,
     rate_options: Option<RateOptionsRequest>,
     tags: Option<HashMap<String, String>>,
     filters: Option<Vec<FilterRequest>>,
+    #[serde(deserialize_with = "java_bool")]
     explicit_tags: bool,
     /// Histogram options and rollup options (RFC 0008).
     percentiles: Option<serde_json::Value>,
+    #[serde(deserialize_with = "java_bool")]
     show_histogram_buckets: bool,
+    #[serde(deserialize_with = "java_bool")]
     pre_aggregate: bool,
     rollup_usage: Option<String>,
 }
 
+/// `rateOptions` as OpenTSDB's `RateOptions` reads it: `counter` (or its setter's name
+/// `isCounter`), `counterMax`, `resetValue`, `dropResets`; any other field refuses the body.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 struct RateOptionsRequest {
+    #[serde(alias = "isCounter", deserialize_with = "java_bool")]
     counter: bool,
     #[serde(deserialize_with = "super::json::opt_long")]
     counter_max: Option<i64>,
     #[serde(deserialize_with = "super::json::opt_long")]
     reset_value: Option<i64>,
+    #[serde(deserialize_with = "java_bool")]
     drop_resets: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// A `filters` entry as OpenTSDB's `TagVFilter.Builder` reads it (`groupBy`, or the field's
+/// own name `group_by`; unknown fields ignored).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct FilterRequest {
     #[serde(rename = "type")]
-    kind: String,
-    tagk: String,
-    filter: String,
-    #[serde(rename = "groupBy", default)]
+    kind: Option<String>,
+    tagk: Option<String>,
+    filter: Option<String>,
+    #[serde(rename = "groupBy", alias = "group_by", deserialize_with = "java_bool")]
     group_by: bool,
 }
 
@@ -94,73 +118,215 @@ fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
 }
 
-fn time_of(v: &Value, now_ms: i64, tz: Tz) -> Result<i64, ApiError> {
-    let text = match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => return Err(bad("Invalid time")),
+/// An error OpenTSDB meets while its JSON reader fills the query (a filter its builder
+/// refuses): the body is refused, with the reason in the details.
+fn unparsable(why: impl Into<String>) -> ApiError {
+    bad("Unable to parse the given JSON").with_details(why)
+}
+
+/// A `start` or `end` of a JSON body as OpenTSDB's `String` field holds it: numbers and
+/// booleans as their text; `None` for `null`.
+fn time_text(v: &Value) -> Result<Option<String>, ApiError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        Value::Number(n) => Ok(Some(n.to_string())),
+        Value::Bool(b) => Ok(Some(b.to_string())),
+        other => Err(unparsable(format!(
+            "Cannot deserialize value of type `java.lang.String` from {other}"
+        ))),
+    }
+}
+
+/// Whether OpenTSDB's `DateTime.parseDateTimeString` reads `text` as an absolute date with a
+/// format (the only case that looks the time zone up).
+fn reads_zone(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let ms = text
+        .strip_suffix("ms")
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+    !ms && lower != "now"
+        && !lower.ends_with("-ago")
+        && (text.contains('/') || text.contains(':'))
+        && matches!(text.len(), 10 | 16 | 19)
+}
+
+/// A time of the query, read in the zone named `zone` (`None`: UTC); a zone that is not
+/// known fails only when an absolute date reads it, in OpenTSDB's words.
+fn query_time(text: &str, now_ms: i64, zone: Option<&str>) -> Result<i64, ApiError> {
+    let tz = match zone.map(parse_timezone) {
+        Some(Ok(tz)) => tz,
+        Some(Err(_)) if reads_zone(text) => {
+            return Err(bad(format!(
+                "Invalid timezone name: {}",
+                zone.unwrap_or_default()
+            )));
+        }
+        _ => Tz::UTC,
     };
-    parse_time_in(&text, now_ms, tz).map_err(|e| bad(e.to_string()))
+    parse_time_in(text, now_ms, tz).map_err(|e| bad(e.to_string()))
+}
+
+/// A sub-query as OpenTSDB holds it between reading and validating
+/// (`TSSubQuery.validateAndSetQuery`): the aggregator and downsampling still as text.
+#[derive(Debug)]
+pub(crate) struct RawSub {
+    aggregator: String,
+    downsample: Option<String>,
+    /// The rest of the sub-query (its aggregator a placeholder until validated).
+    q: SubQuery,
+    /// `rateOptions` (`rate{...}`) as given: echoed by `show_query` (`null` when not).
+    rate_options: Option<RateOptions>,
+}
+
+impl RawSub {
+    fn new(aggregator: &str, metric: &str) -> RawSub {
+        RawSub {
+            aggregator: aggregator.to_string(),
+            downsample: None,
+            q: SubQuery::new(Aggregator::Sum, metric),
+            rate_options: None,
+        }
+    }
+
+    /// OpenTSDB's checks of one sub-query, in its order and words.
+    fn validate(self) -> Result<(SubQuery, Echo), ApiError> {
+        let RawSub {
+            aggregator,
+            downsample,
+            mut q,
+            rate_options,
+        } = self;
+        if aggregator.is_empty() {
+            return Err(bad("Missing the aggregation function"));
+        }
+        q.aggregator = Aggregator::parse(&aggregator)
+            .map_err(|_| bad(format!("No such aggregation function: {aggregator}")))?;
+        if q.metric.is_empty() && q.tsuids.is_empty() {
+            return Err(bad("Missing the metric or tsuids, provide at least one"));
+        }
+        let downsample = downsample.filter(|d| !d.is_empty());
+        q.downsample = downsample
+            .as_deref()
+            .map(DownsampleSpec::parse)
+            .transpose()
+            .map_err(|e| bad(e.to_string()))?;
+        q.downsample_text = downsample;
+        Ok((q, Echo { rate_options }))
+    }
+}
+
+/// What `show_query` echoes of a sub-query beyond what runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Echo {
+    /// `rateOptions` as the request gave them (`null` when it did not).
+    pub(crate) rate_options: Option<RateOptions>,
+}
+
+impl Echo {
+    /// The echo of a sub-query built elsewhere: its rate options when it is a rate.
+    pub(crate) fn of(q: &SubQuery) -> Echo {
+        Echo {
+            rate_options: q.rate.then_some(q.rate_options),
+        }
+    }
+}
+
+/// A filter of a JSON body, built as OpenTSDB's `TagVFilter.Builder` builds it (the type
+/// name as written: `Wildcard` is no type); a refusal refuses the body.
+fn json_filter(f: FilterRequest) -> Result<TagFilter, ApiError> {
+    let kind = f.kind.unwrap_or_default();
+    let tagk = f.tagk.unwrap_or_default();
+    if kind.is_empty() {
+        return Err(unparsable("The filter type cannot be null or empty"));
+    }
+    if tagk.is_empty() {
+        return Err(unparsable("The tagk cannot be null or empty"));
+    }
+    if kind != kind.to_ascii_lowercase() {
+        return Err(unparsable(format!(
+            "Could not find a tag value filter of the type: {kind}"
+        )));
+    }
+    TagFilter::new(&kind, &tagk, &f.filter.unwrap_or_default(), f.group_by)
+        .map_err(|e| unparsable(e.to_string()))
+}
+
+/// `tags` of a JSON sub-query as `TagVFilter.tagsToFilters` turns them into filters.
+fn json_tag_filters(tags: HashMap<String, String>) -> Result<Vec<TagFilter>, ApiError> {
+    let mut filters: Vec<TagFilter> = Vec::new();
+    for (k, v) in tags {
+        let f = TagFilter::from_legacy(&k, &v, true).map_err(|e| unparsable(e.to_string()))?;
+        add_group_by(&mut filters, f);
+    }
+    Ok(filters)
+}
+
+/// Adds a group-by filter as `TagVFilter.mapToFilters` does: one equal to a filter already
+/// there makes that one group by instead.
+fn add_group_by(filters: &mut Vec<TagFilter>, f: TagFilter) {
+    match filters
+        .iter_mut()
+        .find(|e| e.tagk == f.tagk && e.type_name == f.type_name && e.expression == f.expression)
+    {
+        Some(existing) => existing.group_by = true,
+        None => filters.push(f),
+    }
 }
 
 impl SubQueryRequest {
-    fn into_sub(self) -> Result<SubQuery, ApiError> {
-        let percentiles = sorted_percentiles(json_percentiles(self.percentiles.as_ref())?);
-        let rollup_usage = self.rollup_usage.as_deref().map(rollup_usage).transpose()?;
-        let agg = self
-            .aggregator
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| bad("Missing the aggregation function"))?;
-        let aggregator = Aggregator::parse(&agg)
-            .map_err(|_| bad(format!("No such aggregation function: {agg}")))?;
-        let tsuids: Vec<String> = self
+    /// Reads one entry of `queries` as OpenTSDB's JSON reader fills a `TSSubQuery`: `tags`
+    /// and `filters` each replace the filters the other set, so the later of the two wins.
+    fn read(v: Value) -> Result<RawSub, ApiError> {
+        let order = |key: &str| v.as_object().and_then(|o| o.keys().position(|k| k == key));
+        let tags_last = order("tags") > order("filters");
+        let r: SubQueryRequest =
+            serde_json::from_value(v).map_err(|e| unparsable(e.to_string()))?;
+        let tag_filters = r.tags.map(json_tag_filters).transpose()?;
+        let json_filters = r
+            .filters
+            .map(|list| {
+                list.into_iter()
+                    .map(json_filter)
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let filters = match (tag_filters, json_filters) {
+            (Some(t), Some(_)) if tags_last => t,
+            (_, Some(f)) => f,
+            (Some(t), None) => t,
+            (None, None) => Vec::new(),
+        };
+        let percentiles = sorted_percentiles(json_percentiles(r.percentiles.as_ref())?);
+        let rollup_usage = r.rollup_usage.as_deref().map(rollup_usage).transpose()?;
+        let rate_options = r.rate_options.map(|o| RateOptions {
+            counter: o.counter,
+            counter_max: o.counter_max.unwrap_or(i64::MAX),
+            reset_value: o.reset_value.unwrap_or(0),
+            drop_resets: o.drop_resets,
+        });
+        let mut raw = RawSub::new(
+            r.aggregator.as_deref().unwrap_or_default(),
+            r.metric.as_deref().unwrap_or_default(),
+        );
+        raw.downsample = r.downsample;
+        raw.rate_options = rate_options;
+        let q = &mut raw.q;
+        q.tsuids = r
             .tsuids
             .unwrap_or_default()
             .into_iter()
             .filter(|t| !t.is_empty())
             .collect();
-        let metric = self.metric.filter(|m| !m.is_empty()).unwrap_or_default();
-        if metric.is_empty() && tsuids.is_empty() {
-            return Err(bad("Missing the metric or tsuids, provide at least one"));
-        }
-        let downsample_text = self.downsample.filter(|d| !d.is_empty());
-        let downsample = downsample_text
-            .as_deref()
-            .map(DownsampleSpec::parse)
-            .transpose()
-            .map_err(|e| bad(e.to_string()))?;
-        let mut filters = Vec::new();
-        for (k, v) in self.tags.into_iter().flatten() {
-            filters.push(TagFilter::from_legacy(&k, &v, true).map_err(|e| bad(e.to_string()))?);
-        }
-        for f in self.filters.into_iter().flatten() {
-            filters.push(
-                TagFilter::new(&f.kind, &f.tagk, &f.filter, f.group_by)
-                    .map_err(|e| bad(e.to_string()))?,
-            );
-        }
-        let o = self.rate_options.unwrap_or_default();
-        let rate_options = RateOptions {
-            counter: o.counter,
-            counter_max: o.counter_max.unwrap_or(i64::MAX),
-            reset_value: o.reset_value.unwrap_or(0),
-            drop_resets: o.drop_resets,
-        };
-        Ok(SubQuery {
-            aggregator,
-            metric,
-            tsuids,
-            downsample,
-            downsample_text,
-            rate: self.rate,
-            rate_options,
-            filters,
-            explicit_tags: self.explicit_tags,
-            rollup_usage,
-            pre_aggregate: self.pre_aggregate,
-            percentiles,
-            show_histogram_buckets: self.show_histogram_buckets,
-        })
+        q.rate = r.rate;
+        q.rate_options = rate_options.unwrap_or_default();
+        q.filters = filters;
+        q.explicit_tags = r.explicit_tags;
+        q.rollup_usage = rollup_usage;
+        q.pre_aggregate = r.pre_aggregate;
+        q.percentiles = percentiles;
+        q.show_histogram_buckets = r.show_histogram_buckets;
+        Ok(raw)
     }
 }
 
@@ -219,65 +385,102 @@ fn token_percentiles(token: &str) -> Result<Vec<f32>, ApiError> {
         .collect()
 }
 
-/// `metric{tags}{filters}` of a GET `m=` parameter.
-fn parse_metric_and_filters(text: &str) -> Result<(String, Vec<TagFilter>), ApiError> {
-    let Some(open) = text.find('{') else {
-        return Ok((text.to_string(), Vec::new()));
-    };
-    let metric = text[..open].to_string();
-    let mut filters = Vec::new();
-    let mut rest = &text[open..];
-    let mut group_by = true;
-    while let Some(body) = rest.strip_prefix('{') {
-        let close = body
-            .find('}')
-            .ok_or_else(|| bad(format!("Missing '}}' at the end of: {text}")))?;
-        for item in body[..close].split(',').filter(|i| !i.is_empty()) {
-            let (k, v) = item
-                .split_once('=')
-                .ok_or_else(|| bad(format!("invalid tag: {item}")))?;
-            let f = TagFilter::from_legacy(k, v, group_by)
-                .map_err(|e| bad(format!("When parsing tag '{item}': {e}")))?;
-            filters.push(f);
-        }
-        rest = &body[close + 1..];
-        group_by = false;
+/// One `tagk=value` of an `m=` parameter, as OpenTSDB's `Tags.parse` reads it: exactly one
+/// `=`, both sides non-empty.
+fn tag_pair(tag: &str) -> Result<(&str, &str), String> {
+    let kv: Vec<&str> = tag.split('=').collect();
+    match kv[..] {
+        [k, v] if !k.is_empty() && !v.is_empty() => Ok((k, v)),
+        _ => Err(format!("invalid tag: {tag}")),
     }
-    Ok((metric, filters))
 }
 
-/// Splits `AGG:[tokens:]LAST` (at most `max_parts` parts) and reads the aggregator.
-fn split_param<'a>(
-    text: &'a str,
-    empty: &str,
-    max_parts: usize,
-) -> Result<(Aggregator, Vec<&'a str>), ApiError> {
+/// `metric{tags}{filters}` of a GET `m=` parameter, as OpenTSDB's
+/// `Tags.parseWithMetricAndFilters` reads it: the text must end at a `}`; the tags are the
+/// first braces, the filters the last ones (read first, so a tag equal to a filter makes
+/// that filter group by); an empty filter ends the filters, an empty tag ends the tags when
+/// filters follow (else it is an invalid tag).
+fn parse_metric_and_filters(text: &str) -> Result<(String, Vec<TagFilter>), ApiError> {
+    if text.is_empty() {
+        return Err(bad("Metric cannot be null or empty"));
+    }
+    let Some(curly) = text.find('{') else {
+        return Ok((text.to_string(), Vec::new()));
+    };
+    let len = text.len();
+    if !text.ends_with('}') {
+        return Err(bad(format!("Missing '}}' at the end of: {text}")));
+    }
+    if curly + 2 == len {
+        return Ok((text[..curly].to_string(), Vec::new()));
+    }
+    // The text ends with `}`: there is one.
+    let close = text.find('}').unwrap_or(len - 1);
+    let mut filters = Vec::new();
+    if close != len - 1 {
+        let bracket = text.rfind('{').unwrap_or(curly);
+        for filter in text[bracket + 1..len - 1].split(',') {
+            if filter.is_empty() {
+                break;
+            }
+            let f = tag_pair(filter)
+                .and_then(|(k, v)| TagFilter::from_legacy(k, v, false).map_err(|e| e.to_string()))
+                .map_err(|e| bad(format!("When parsing filter '{filter}': {e}")))?;
+            filters.push(f);
+        }
+    }
+    if close < curly {
+        // Java's `substring` of a negative length.
+        return Err(bad(format!(
+            "String index out of range: {}",
+            close as i64 - curly as i64 - 1
+        )));
+    }
+    for tag in text[curly + 1..close].split(',') {
+        if tag.is_empty() && close != len - 1 {
+            break;
+        }
+        let f = tag_pair(tag)
+            .and_then(|(k, v)| TagFilter::from_legacy(k, v, true).map_err(|e| e.to_string()))
+            .map_err(|e| bad(format!("When parsing tag '{tag}': {e}")))?;
+        add_group_by(&mut filters, f);
+    }
+    Ok((text[..curly].to_string(), filters))
+}
+
+/// Splits `AGG:[tokens:]LAST` into its parts (2 to 5), as OpenTSDB does before anything is
+/// checked (the aggregator is checked with the rest of the sub-query).
+fn split_param<'a>(text: &'a str, empty: &str) -> Result<Vec<&'a str>, ApiError> {
     if text.is_empty() {
         return Err(bad(empty));
     }
     let parts: Vec<&str> = text.split(':').collect();
-    if parts.len() < 2 {
+    if parts.len() < 2 || parts.len() > 5 {
+        let which = if parts.len() < 2 {
+            "not enough"
+        } else {
+            "too many"
+        };
         return Err(bad(format!(
-            "Invalid parameter m={text} (not enough :-separated parts)"
+            "Invalid parameter m={text} ({which} :-separated parts)"
         )));
     }
-    if parts.len() > max_parts {
-        return Err(bad(format!(
-            "Invalid parameter m={text} (too many :-separated parts)"
-        )));
-    }
-    let aggregator = Aggregator::parse(parts[0])
-        .map_err(|_| bad(format!("No such aggregation function: {}", parts[0])))?;
-    Ok((aggregator, parts))
+    Ok(parts)
 }
 
+/// A GET `m=` sub-query, checked (the form other endpoints take).
 pub(crate) fn parse_m(m: &str) -> Result<SubQuery, ApiError> {
-    let (aggregator, parts) = split_param(m, "The query string was empty", 5)?;
+    Ok(read_m(m)?.validate()?.0)
+}
+
+/// A GET `m=` sub-query as read, before its checks.
+fn read_m(m: &str) -> Result<RawSub, ApiError> {
+    let parts = split_param(m, "The query string was empty")?;
     let (metric, filters) = parse_metric_and_filters(parts[parts.len() - 1])?;
-    let mut q = SubQuery::new(aggregator, &metric);
-    q.filters = filters;
-    apply_tokens(&mut q, &parts[1..parts.len() - 1])?;
-    Ok(q)
+    let mut raw = RawSub::new(parts[0], &metric);
+    raw.q.filters = filters;
+    apply_tokens(&mut raw, &parts[1..parts.len() - 1], false)?;
+    Ok(raw)
 }
 
 /// A `rollupUsage` (any case) as its upper-cased name, or OpenTSDB's refusal.
@@ -291,46 +494,84 @@ fn rollup_usage(text: &str) -> Result<String, ApiError> {
     }
 }
 
-/// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, explicit_tags,
-/// the rollup tokens (`pre-agg`, `rollup_*`) and the histogram ones (`percentiles[...]`,
-/// `show-histogram-buckets`); anything else is ignored, as OpenTSDB does.
-fn apply_tokens(q: &mut SubQuery, tokens: &[&str]) -> Result<(), ApiError> {
+/// The middle `:`-separated tokens of `m=` and `tsuid=`: rate, downsampling, the histogram
+/// ones (`percentiles[...]`, `show-histogram-buckets`), and for `m=` only explicit_tags and
+/// the rollup tokens (`pre-agg`, `rollup_*`); anything else is ignored, and an empty token
+/// fails (OpenTSDB reads its first character), as OpenTSDB does.
+fn apply_tokens(raw: &mut RawSub, tokens: &[&str], tsuids: bool) -> Result<(), ApiError> {
     for token in tokens {
         let lower = token.to_ascii_lowercase();
-        if lower.starts_with("percentiles") {
+        let q = &mut raw.q;
+        if lower.starts_with("rate") {
+            q.rate = true;
+            if token.contains('{') {
+                let o = RateOptions::parse_token(token).map_err(|e| bad(e.to_string()))?;
+                q.rate_options = o;
+                raw.rate_options = Some(o);
+            }
+        } else if token.is_empty() {
+            return Err(bad("String index out of range: 0"));
+        } else if token.starts_with(|c: char| c.is_ascii_digit()) {
+            raw.downsample = Some(token.to_string());
+        } else if !tsuids && lower == "pre-agg" {
+            q.pre_aggregate = true;
+        } else if !tsuids && lower.starts_with("rollup_") {
+            q.rollup_usage = Some(rollup_usage(token)?);
+        } else if lower.starts_with("percentiles") {
             q.percentiles = sorted_percentiles(token_percentiles(token)?);
         } else if lower.starts_with("show-histogram-buckets") {
             q.show_histogram_buckets = true;
-        } else if lower == "pre-agg" {
-            q.pre_aggregate = true;
-        } else if lower.starts_with("rollup_") {
-            q.rollup_usage = Some(rollup_usage(token)?);
-        } else if lower.starts_with("rate") {
-            q.rate = true;
-            if token.contains('{') {
-                q.rate_options = RateOptions::parse_token(token).map_err(|e| bad(e.to_string()))?;
-            }
-        } else if token.starts_with(|c: char| c.is_ascii_digit()) {
-            q.downsample = Some(DownsampleSpec::parse(token).map_err(|e| bad(e.to_string()))?);
-            q.downsample_text = Some(token.to_string());
-        } else if lower.starts_with("explicit_tags") {
+        } else if !tsuids && lower.starts_with("explicit_tags") {
             q.explicit_tags = true;
         }
     }
     Ok(())
 }
 
-/// A GET `tsuid=AGG:[tokens:]TSUID[,TSUID...]` sub-query.
+/// A GET `tsuid=AGG:[tokens:]TSUID[,TSUID...]` sub-query, checked.
 pub(crate) fn parse_tsuid_param(text: &str) -> Result<SubQuery, ApiError> {
-    let (aggregator, parts) = split_param(text, "The tsuid query string was empty", 4)?;
-    let mut q = SubQuery::new(aggregator, "");
-    q.tsuids = parts[parts.len() - 1]
+    Ok(read_tsuid_param(text)?.validate()?.0)
+}
+
+/// A GET `tsuid=` sub-query as read, before its checks.
+fn read_tsuid_param(text: &str) -> Result<RawSub, ApiError> {
+    let parts = split_param(text, "The tsuid query string was empty")?;
+    let mut raw = RawSub::new(parts[0], "");
+    raw.q.tsuids = parts[parts.len() - 1]
         .split(',')
         .filter(|t| !t.is_empty())
         .map(str::to_string)
         .collect();
-    apply_tokens(&mut q, &parts[1..parts.len() - 1])?;
-    Ok(q)
+    apply_tokens(&mut raw, &parts[1..parts.len() - 1], true)?;
+    Ok(raw)
+}
+
+/// The sub-queries of a URL as read: its `tsuid=` parameters, then its `m=` ones (OpenTSDB
+/// reads them in that order), or `Missing sub queries`.
+fn read_url_sub_queries(params: &[(String, String)]) -> Result<Vec<RawSub>, ApiError> {
+    let mut subs = Vec::new();
+    for (k, v) in params {
+        if k == "tsuid" {
+            subs.push(read_tsuid_param(v)?);
+        }
+    }
+    for (k, v) in params {
+        if k == "m" {
+            subs.push(read_m(v)?);
+        }
+    }
+    if subs.is_empty() {
+        return Err(bad("Missing sub queries"));
+    }
+    Ok(subs)
+}
+
+/// The sub-queries of a URL, checked.
+pub(crate) fn url_sub_queries(params: &[(String, String)]) -> Result<Vec<SubQuery>, ApiError> {
+    read_url_sub_queries(params)?
+        .into_iter()
+        .map(|r| r.validate().map(|(q, _)| q))
+        .collect()
 }
 
 /// What a request asks for besides its sub-queries.
@@ -396,9 +637,19 @@ pub(crate) fn annotations_json(list: &[StoredAnnotation]) -> Value {
     )
 }
 
-/// The `query` object of showQuery: the sub-query as OpenTSDB describes it, with the rollup
-/// fields 2.4 adds (`rollupTable`: the interval whose table answered, or `raw`).
-fn sub_query_json(q: &SubQuery, index: usize, o: &Outcome) -> Value {
+/// The `query` object of showQuery: the sub-query as OpenTSDB 2.4's JSON writer describes
+/// its `TSSubQuery`, in that order (fields first, then getters), with the fields it writes
+/// whatever was asked (`filterTagKs`: the filtered tag keys' UIDs in base64, sorted;
+/// `useFuzzyFilter`, `useMultiGets`, `histogramQuery`) and `rateOptions` as given (`null`
+/// when not).
+fn sub_query_json(
+    tsdb: &hourglass_engine::Tsdb,
+    q: &SubQuery,
+    echo: &Echo,
+    index: usize,
+    o: &Outcome,
+) -> Value {
+    use base64::Engine as _;
     let filters: Vec<Value> = q
         .filters
         .iter()
@@ -422,6 +673,29 @@ fn sub_query_json(q: &SubQuery, index: usize, o: &Outcome) -> Value {
             )
         })
         .collect();
+    let width = tsdb.settings().schema.tagk_width;
+    let mut tagks: Vec<Vec<u8>> = q
+        .filters
+        .iter()
+        .filter_map(|f| {
+            tsdb.uids()
+                .get_id(hourglass_core::uid::UidKind::TagKey, &f.tagk)
+                .ok()
+        })
+        .map(|uid| uid.to_bytes(width))
+        .collect();
+    tagks.sort();
+    tagks.dedup();
+    let filter_tagks = if q.filters.is_empty() {
+        Value::Null
+    } else {
+        json!(
+            tagks
+                .iter()
+                .map(|t| base64::engine::general_purpose::STANDARD.encode(t))
+                .collect::<Vec<_>>()
+        )
+    };
     json!({
         "aggregator": q.aggregator.name(),
         "metric": q.metric,
@@ -429,10 +703,6 @@ fn sub_query_json(q: &SubQuery, index: usize, o: &Outcome) -> Value {
         "downsample": q.downsample_text,
         "rate": q.rate,
         "filters": filters,
-        "explicitTags": q.explicit_tags,
-        "preAggregate": q.pre_aggregate,
-        "rollupUsage": q.rollup_usage,
-        "rollupTable": o.rollup_table.as_deref().unwrap_or("raw"),
         "percentiles": if q.percentiles.is_empty() {
             Value::Null
         } else {
@@ -441,19 +711,26 @@ fn sub_query_json(q: &SubQuery, index: usize, o: &Outcome) -> Value {
                 hourglass_core::histogram::java_float_text(*p).parse::<f64>().unwrap_or(f64::from(*p))
             }).collect::<Vec<f64>>())
         },
-        "showHistogramBuckets": q.show_histogram_buckets,
         "index": index,
-        "tags": tags,
-        "rateOptions": if q.rate {
-            json!({
-                "counter": q.rate_options.counter,
-                "counterMax": q.rate_options.counter_max,
-                "resetValue": q.rate_options.reset_value,
-                "dropResets": q.rate_options.drop_resets,
-            })
-        } else {
-            Value::Null
+        "rateOptions": match &echo.rate_options {
+            Some(r) => json!({
+                "counter": r.counter,
+                "counterMax": r.counter_max,
+                "resetValue": r.reset_value,
+                "dropResets": r.drop_resets,
+            }),
+            None => Value::Null,
         },
+        "filterTagKs": filter_tagks,
+        "explicitTags": q.explicit_tags,
+        "useFuzzyFilter": true,
+        "preAggregate": q.pre_aggregate,
+        "rollupUsage": q.rollup_usage,
+        "rollupTable": o.rollup_table.as_deref().unwrap_or("raw"),
+        "showHistogramBuckets": q.show_histogram_buckets,
+        "useMultiGets": true,
+        "tags": tags,
+        "histogramQuery": !q.percentiles.is_empty() || q.show_histogram_buckets,
     })
 }
 
@@ -463,17 +740,21 @@ fn millis(d: std::time::Duration) -> f64 {
 
 /// Writes result groups as `/api/query` answers them.
 pub(crate) struct Serialized<'a> {
+    pub(crate) tsdb: &'a hourglass_engine::Tsdb,
     pub(crate) flags: &'a Flags,
     /// The global annotations to write with each group (`global_annotations`).
     pub(crate) global: Option<Value>,
 }
 
 impl Serialized<'_> {
-    /// One group `g` of sub-query `q` (number `index` of the request) that ran as `o`.
+    /// One group `g` of sub-query `q` (number `index` of the request, `echo` what showQuery
+    /// tells of it) that ran as `o`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn group(
         &self,
         out: &mut String,
         q: &SubQuery,
+        echo: &Echo,
         index: usize,
         o: &Outcome,
         g: &GroupResult,
@@ -487,7 +768,7 @@ impl Serialized<'_> {
         out.push_str(&json!(g.aggregate_tags).to_string());
         if flags.show_query {
             out.push_str(",\"query\":");
-            out.push_str(&sub_query_json(q, index, o).to_string());
+            out.push_str(&sub_query_json(self.tsdb, q, echo, index, o).to_string());
         }
         if flags.show_tsuids {
             out.push_str(",\"tsuids\":");
@@ -506,37 +787,22 @@ impl Serialized<'_> {
         super::dps::write_dps(out, &g.dps, flags.ms, flags.arrays, null_for_nan);
         if flags.show_stats {
             let s = &o.stats;
+            // Keys in order, as OpenTSDB writes its stats (a sorted map).
             let stats = json!({
-                "queryIndex": index,
-                "rowsPreFilter": s.rows,
-                "dpsPreFilter": s.points,
-                "bytesFetched": s.bytes,
-                "seriesMatched": s.series,
-                "emittedDPs": g.dps.len(),
-                "queryScanTime": millis(s.scan_time),
                 "aggregationTime": millis(s.aggregation_time),
+                "bytesFetched": s.bytes,
+                "dpsPreFilter": s.points,
+                "emittedDPs": g.dps.len(),
+                "queryIndex": index,
+                "queryScanTime": millis(s.scan_time),
+                "rowsPreFilter": s.rows,
+                "seriesMatched": s.series,
             });
             out.push_str(",\"stats\":");
             out.push_str(&stats.to_string());
         }
         out.push('}');
     }
-}
-
-/// The sub-queries of a URL: its `m=` and `tsuid=` parameters, in order.
-pub(crate) fn url_sub_queries(params: &[(String, String)]) -> Result<Vec<SubQuery>, ApiError> {
-    let mut subs = Vec::new();
-    for (k, v) in params {
-        match k.as_str() {
-            "m" => subs.push(parse_m(v)?),
-            "tsuid" => subs.push(parse_tsuid_param(v)?),
-            _ => {}
-        }
-    }
-    if subs.is_empty() {
-        return Err(bad("Missing sub queries"));
-    }
-    Ok(subs)
 }
 
 pub(crate) async fn handle(
@@ -547,52 +813,61 @@ pub(crate) async fn handle(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let params = url_params(raw.as_deref());
-    let get = |k: &str| params.iter().find(|(p, _)| p == k).map(|(_, v)| v.clone());
+    // A parameter given more than once: its last value, as OpenTSDB reads it.
+    let get = |k: &str| {
+        params
+            .iter()
+            .rev()
+            .find(|(p, _)| p == k)
+            .map(|(_, v)| v.clone())
+    };
     let now_ms = hourglass_storage::now_ms();
+    // OpenTSDB refuses the DELETE method before reading anything when deleting is off.
+    if method == Method::DELETE && !state.settings.allow_delete {
+        return Err(bad("Bad request")
+            .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
+    }
     let mut flags = Flags {
         delete: method == Method::DELETE,
         ..Flags::from_url(&params)
     };
-    let mut tz = Tz::UTC;
+    // GET reads the URL whatever the body; so does DELETE without a body.
+    let url_form = method == Method::GET
+        || (method == Method::DELETE && body.iter().all(u8::is_ascii_whitespace));
+    // The request as OpenTSDB holds it before `TSQuery.validateAndSetQuery`.
+    let mut zone: Option<String> = None;
     let mut use_calendar = false;
-    let (start, end, mut subs) = match method {
-        Method::GET | Method::DELETE if body.iter().all(u8::is_ascii_whitespace) => {
-            let start = get("start").ok_or_else(|| bad("Missing parameter <code>start</code>"))?;
-            let start = parse_time_in(&start, now_ms, tz).map_err(|e| bad(e.to_string()))?;
-            let end = get("end")
-                .map(|e| parse_time_in(&e, now_ms, tz))
-                .transpose()
-                .map_err(|e| bad(e.to_string()))?;
-            (start, end, url_sub_queries(&params)?)
+    let (start, end, raws) = match method {
+        _ if url_form => {
+            let start = get("start")
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| bad("Missing parameter <code>start</code>"))?;
+            (Some(start), get("end"), read_url_sub_queries(&params)?)
         }
         Method::POST | Method::DELETE => {
             if body.iter().all(u8::is_ascii_whitespace) {
-                return Err(bad("Missing message content"));
+                return Err(bad("Missing message content")
+                    .with_details("Supply valid JSON formatted data in the body of your request"));
             }
-            let req: QueryRequest = super::json::from_slice(&body)
-                .map_err(|e| bad("Unable to parse the given JSON").with_details(e.to_string()))?;
-            if let Some(name) = req.timezone.as_deref().filter(|n| !n.is_empty()) {
-                tz = parse_timezone(name).map_err(|e| bad(e.to_string()))?;
-            }
-            use_calendar = req.use_calendar;
-            let start = req
-                .start
-                .as_ref()
-                .ok_or_else(|| bad("Missing start time"))?;
-            let start = time_of(start, now_ms, tz)?;
-            let end = req
-                .end
-                .as_ref()
-                .map(|e| time_of(e, now_ms, tz))
-                .transpose()?;
-            let queries = req.queries.unwrap_or_default();
-            if queries.is_empty() {
-                return Err(bad("Missing queries"));
-            }
-            let subs = queries
+            let req: QueryRequest =
+                super::json::from_slice(&body).map_err(|e| unparsable(e.to_string()))?;
+            // A body says it all: of the URL's flags only `arrays` (read as the answer is
+            // written) counts.
+            flags = Flags {
+                arrays: flags.arrays,
+                delete: flags.delete,
+                ..Flags::default()
+            };
+            let queries = req
+                .queries
+                .ok_or_else(|| bad("Missing queries"))?
                 .into_iter()
-                .map(SubQueryRequest::into_sub)
+                .map(SubQueryRequest::read)
                 .collect::<Result<Vec<_>, _>>()?;
+            let start = req.start.as_ref().map(time_text).transpose()?.flatten();
+            let end = req.end.as_ref().map(time_text).transpose()?.flatten();
+            zone = req.timezone.filter(|n| !n.is_empty());
+            use_calendar = req.use_calendar;
             flags.ms |= req.ms_resolution;
             flags.show_tsuids |= req.show_tsuids;
             flags.no_annotations |= req.no_annotations;
@@ -603,7 +878,7 @@ pub(crate) async fn handle(
             flags.delete |= req.delete;
             flags.override_bytes = req.override_byte_limit;
             flags.override_points = req.override_data_point_limit;
-            (start, end, subs)
+            (start, end, queries)
         }
         other => return Err(ApiError::method_not_allowed(&other)),
     };
@@ -621,22 +896,54 @@ pub(crate) async fn handle(
         return Err(bad("Bad request")
             .with_details("Deleting data is not enabled (tsd.http.query.allow_delete=false)"));
     }
-    let end = end.unwrap_or(now_ms);
+    // `TSQuery.validateAndSetQuery`: the times, then the sub-queries one by one (each one's
+    // downsampling then reading the time zone).
+    let start = start
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("Missing start time"))?;
+    let start = query_time(&start, now_ms, zone.as_deref())?;
+    let end = match end.filter(|e| !e.is_empty()) {
+        Some(e) => query_time(&e, now_ms, zone.as_deref())?,
+        None => now_ms,
+    };
     if end <= start {
         return Err(bad(format!(
             "End time [{end}] must be greater than the start time [{start}]"
         )));
     }
-    for q in &mut subs {
+    if raws.is_empty() {
+        return Err(bad("Missing queries"));
+    }
+    let mut subs: Vec<(SubQuery, Echo)> = Vec::with_capacity(raws.len());
+    for raw in raws {
+        let (mut q, echo) = raw.validate()?;
         if let Some(ds) = q.downsample {
+            let tz = match zone.as_deref().map(parse_timezone) {
+                Some(Ok(tz)) => tz,
+                Some(Err(_)) => {
+                    return Err(bad("The timezone specification could not be found"));
+                }
+                None => Tz::UTC,
+            };
             q.downsample = Some(ds.in_zone(tz, use_calendar).map_err(ApiError::from)?);
         }
+        subs.push((q, echo));
     }
+    let tz = zone
+        .as_deref()
+        .and_then(|n| parse_timezone(n).ok())
+        .unwrap_or(Tz::UTC);
     // Duplicate sub-queries are answered once, as OpenTSDB does.
     let mut unique: Vec<SubQuery> = Vec::with_capacity(subs.len());
-    for q in subs {
-        if !unique.iter().any(|u| same_query(u, &q)) {
+    let mut echoes: Vec<Echo> = Vec::with_capacity(subs.len());
+    for (q, echo) in subs {
+        if !unique
+            .iter()
+            .zip(&echoes)
+            .any(|(u, e)| same_query(u, &q) && *e == echo)
+        {
             unique.push(q);
+            echoes.push(echo);
         }
     }
     // The same query again, while nothing it read has changed: its kept answer. (Timings
@@ -648,7 +955,7 @@ pub(crate) async fn handle(
         .as_ref()
         .filter(|_| !flags.delete && !flags.show_stats && !flags.show_summary && !nocache)
         .filter(|_| !expires_within(&state, start))
-        .map(|_| format!("{start} {end} {tz:?} {use_calendar} {flags:?} {unique:?}"));
+        .map(|_| format!("{start} {end} {tz:?} {use_calendar} {flags:?} {unique:?} {echoes:?}"));
     if let (Some(cache), Some(key)) = (&state.query_cache, &cache_key)
         && let Some(body) = cache.get(key)
     {
@@ -674,6 +981,7 @@ pub(crate) async fn handle(
             None
         };
         let ser = Serialized {
+            tsdb,
             flags: &flags,
             global,
         };
@@ -690,7 +998,7 @@ pub(crate) async fn handle(
                 }
                 first = false;
                 summary.add_emitted(g.dps.len());
-                ser.group(&mut out, q, index, &outcome, g);
+                ser.group(&mut out, q, &echoes[index], index, &outcome, g);
             }
         }
         if flags.show_summary {
@@ -818,12 +1126,13 @@ impl Summary {
             out.push(',');
         }
         let total = millis(started.elapsed());
+        // Keys in order, as OpenTSDB writes its stats (a sorted map).
         let summary = json!({"statsSummary": {
+            "aggregationTime": self.aggregation,
             "datapoints": self.points,
             "rawDatapoints": self.raw,
-            "aggregationTime": self.aggregation,
-            "storageTime": self.storage,
             "serializationTime": (total - self.storage - self.aggregation).max(0.0),
+            "storageTime": self.storage,
             "timeTotal": total,
         }});
         out.push_str(&summary.to_string());
@@ -849,7 +1158,15 @@ mod tests {
         assert_eq!(q.rate_options.reset_value, 1000);
         assert_eq!(q.downsample_text.as_deref(), Some("1m-avg"));
         assert_eq!(q.filters.len(), 2);
-        assert!(q.filters[0].group_by && !q.filters[1].group_by);
+        // The filters' braces are read first.
+        assert_eq!(
+            (q.filters[0].tagk.as_str(), q.filters[0].group_by),
+            ("dc", false)
+        );
+        assert_eq!(
+            (q.filters[1].tagk.as_str(), q.filters[1].group_by),
+            ("host", true)
+        );
         assert!(
             parse_m("sum:avg-1m:m").unwrap().downsample.is_none(),
             "ignored"
