@@ -232,14 +232,32 @@ fn parse_tags_after<'a>(
 }
 
 /// `{k=v, k2=v2}`, as Java prints a `HashMap<String, String>` filled with `tags` in this
-/// order (OpenTSDB's tag maps, in its error messages): by the bucket of each key's
-/// `String.hashCode` in a table of 16 slots (doubled while over three quarters full), keys of
-/// one bucket in the order they were put.
+/// order (OpenTSDB's tag maps, in its error messages), in [`java_hash_map_order`].
 pub fn tag_map_text<K: AsRef<str>, V: AsRef<str>>(tags: &[(K, V)]) -> String {
+    let parts: Vec<String> = java_hash_map_order(tags.iter().map(|(k, _)| k.as_ref()))
+        .into_iter()
+        .map(|i| format!("{}={}", tags[i].0.as_ref(), tags[i].1.as_ref()))
+        .collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+/// The order in which Java iterates a `HashMap` (made with the default capacity) whose
+/// distinct `keys` were put in this order, as indexes into `keys`: by the bucket of each
+/// key's `String.hashCode` in a table of 16 slots (doubled while over three quarters full),
+/// keys of one bucket in the order they were put.
+pub fn java_hash_map_order<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<usize> {
+    let keys: Vec<&str> = keys.into_iter().collect();
     let mut slots = 16usize;
-    while tags.len() > slots / 4 * 3 {
+    while keys.len() > slots / 4 * 3 {
         slots *= 2;
     }
+    java_table_order(&keys, slots)
+}
+
+/// The order of `keys` (distinct, put in this order) in a Java hash table of `slots` slots (a
+/// power of two): by `(h ^ h >>> 16) & (slots - 1)` of each key's `String.hashCode`, keys of
+/// one slot in the order they were put. `HashMap` and `ConcurrentHashMap` alike.
+pub fn java_table_order(keys: &[&str], slots: usize) -> Vec<usize> {
     let bucket = |key: &str| {
         let h = key
             .encode_utf16()
@@ -247,17 +265,13 @@ pub fn tag_map_text<K: AsRef<str>, V: AsRef<str>>(tags: &[(K, V)]) -> String {
         let spread = (h as u32) ^ ((h as u32) >> 16);
         spread as usize & (slots - 1)
     };
-    let mut order: Vec<(usize, usize)> = tags
+    let mut order: Vec<(usize, usize)> = keys
         .iter()
         .enumerate()
-        .map(|(i, (k, _))| (bucket(k.as_ref()), i))
+        .map(|(i, k)| (bucket(k), i))
         .collect();
     order.sort_unstable();
-    let parts: Vec<String> = order
-        .iter()
-        .map(|&(_, i)| format!("{}={}", tags[i].0.as_ref(), tags[i].1.as_ref()))
-        .collect();
-    format!("{{{}}}", parts.join(", "))
+    order.into_iter().map(|(_, i)| i).collect()
 }
 
 /// Seconds, milliseconds, or `seconds.fraction` (to milliseconds); must be positive.

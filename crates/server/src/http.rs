@@ -107,7 +107,35 @@ fn endpoints(state: Arc<State>) -> Router {
         ))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(RequestDecompressionLayer::new())
+        .layer(axum::middleware::map_request(content_encoding))
         .with_state(state)
+}
+
+/// A request's `Content-Encoding` as OpenTSDB's HTTP layer (Netty 3's
+/// `HttpContentDecompressor`) reads it: trimmed, in any case, `x-gzip` and `x-deflate` as
+/// `gzip` and `deflate`; any other encoding is not decoded (the body is read as sent).
+async fn content_encoding(mut req: axum::extract::Request) -> axum::extract::Request {
+    use axum::http::{HeaderValue, header::CONTENT_ENCODING};
+    let Some(given) = req.headers().get(CONTENT_ENCODING) else {
+        return req;
+    };
+    let name = String::from_utf8_lossy(given.as_bytes())
+        .trim()
+        .to_ascii_lowercase();
+    match name.as_str() {
+        "gzip" | "x-gzip" => {
+            req.headers_mut()
+                .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        "deflate" | "x-deflate" => {
+            req.headers_mut()
+                .insert(CONTENT_ENCODING, HeaderValue::from_static("deflate"));
+        }
+        _ => {
+            req.headers_mut().remove(CONTENT_ENCODING);
+        }
+    }
+    req
 }
 
 /// Serves HTTP/1.1 (keep-alive, chunked bodies) on one connection until it closes or the

@@ -112,6 +112,100 @@ async fn put_errors_summary_and_details(backend: &str) {
     srv.stop().await;
 }
 
+/// The value of one statistic from `/api/stats`, by metric and its `type` tag.
+async fn put_stat(addr: std::net::SocketAddr, metric: &str, kind: &str) -> u64 {
+    let list = http(addr, "GET", "/api/stats", "").await.json();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metric"] == metric && s["tags"]["type"] == kind)
+        .unwrap_or_else(|| panic!("no {metric} type={kind}"))["value"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `?details` echoes each refused point as Jackson serializes OpenTSDB's `IncomingDataPoint`
+/// (fields in declaration order, the timestamp a `long` that is 0 when missing, the tags a
+/// `HashMap` in Java's order, `tsuid` when sent); a `null` in the array and a `null` tag value
+/// are refused alone; the request and error counters count as `PutDataPointRpc` does.
+async fn put_details_echo_points_as_opentsdb_serializes_them(backend: &str) {
+    let srv = start(backend).await;
+    let body = r#"[
+        null,
+        {"metric":"m.echo","value":1,"tags":{"host":"a"}},
+        {"metric":"m.echo","timestamp":1356998400,"value":"x","tags":{"zone":"z","host":"h","dc":"d","app":"p"},"tsuid":"0001"},
+        {"metric":"m.echo","timestamp":1356998400,"value":2,"tags":{"host":null}},
+        {"metric":"m.echo","timestamp":1356998400,"value":3,"tags":{"host":"a"}}
+    ]"#;
+    let r = http(srv.addr, "POST", "/api/put?details", body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        concat!(
+            r#"{"success":1,"failed":4,"errors":["#,
+            r#"{"datapoint":null,"error":"Unexpected null datapoint encountered in set."},"#,
+            r#"{"datapoint":{"metric":"m.echo","timestamp":0,"value":"1","tags":{"host":"a"}},"error":"Invalid timestamp"},"#,
+            r#"{"datapoint":{"metric":"m.echo","timestamp":1356998400,"value":"x","tags":{"app":"p","zone":"z","host":"h","dc":"d"},"tsuid":"0001"},"error":"Unable to parse value to a number"},"#,
+            r#"{"datapoint":{"metric":"m.echo","timestamp":1356998400,"value":"2","tags":{"host":null}},"error":"Invalid tag value with key [host]: null"}"#,
+            "]}"
+        )
+    );
+    assert_eq!(srv.points("m.echo").len(), 1, "the good point is stored");
+    // Tags are checked in Java's `HashMap` order (`host` before `dc`): the first bad one in
+    // that order is reported.
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put?details",
+        r#"{"metric":"m.echo","timestamp":1356998400,"value":1,"tags":{"dc":"a b","host":"c d"}}"#,
+    )
+    .await;
+    assert_eq!(
+        r.json()["errors"][0]["error"],
+        "Invalid tag value with key [host] (\"c d\"): illegal character:  "
+    );
+    // A request refused whole counts as a request, and an unreadable body as an illegal
+    // argument, beside the four refused points (one value unreadable).
+    assert_eq!(http(srv.addr, "GET", "/api/put", "").await.status, 405);
+    assert_eq!(http(srv.addr, "POST", "/api/put", "[1,").await.status, 400);
+    assert_eq!(put_stat(srv.addr, "tsd.rpc.received", "put").await, 4);
+    assert_eq!(
+        put_stat(srv.addr, "tsd.rpc.errors", "illegal_arguments").await,
+        5
+    );
+    assert_eq!(
+        put_stat(srv.addr, "tsd.rpc.errors", "invalid_values").await,
+        1
+    );
+    // `sync_timeout` is a Java int: 0 or less is no timeout, anything else is
+    // `Integer.parseInt`'s error (read after the body).
+    let one = r#"{"metric":"m.echo","timestamp":1356998401,"value":4,"tags":{"host":"a"}}"#;
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put?sync&summary&sync_timeout=-1",
+        one,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.text()),
+        (200, r#"{"success":1,"failed":0}"#.to_string())
+    );
+    let r = http(srv.addr, "POST", "/api/put?sync_timeout=x", one).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["message"].clone()),
+        (400, json!("For input string: \"x\""))
+    );
+    let r = http(srv.addr, "POST", "/api/put?sync_timeout=x", "[").await;
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Unable to parse the given JSON"
+    );
+    srv.stop().await;
+}
+
 async fn malformed_bodies_and_methods(backend: &str) {
     let srv = start(backend).await;
     let cases: &[(&str, &str)] = &[
@@ -185,6 +279,41 @@ async fn gzip_deflate_chunked_and_large_bodies(backend: &str) {
         )
         .await;
     assert_eq!(r.status, 204, "{}", r.text());
+    // `Content-Encoding` as Netty 3 reads it: any case, `x-gzip` for `gzip`, spaces around
+    // it; an encoding it does not know leaves the body as sent.
+    for (i, encoding) in ["x-gzip", " GZIP ", "X-Deflate", "br"]
+        .into_iter()
+        .enumerate()
+    {
+        let point = format!(
+            r#"{{"metric":"enc.metric","timestamp":{},"value":1,"tags":{{"host":"a"}}}}"#,
+            1356998400 + i
+        );
+        let body = match encoding {
+            "X-Deflate" => {
+                let mut z =
+                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+                z.write_all(point.as_bytes()).unwrap();
+                z.finish().unwrap()
+            }
+            "br" => point.into_bytes(),
+            _ => {
+                let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                gz.write_all(point.as_bytes()).unwrap();
+                gz.finish().unwrap()
+            }
+        };
+        let r = conn
+            .request(
+                "POST",
+                "/api/put",
+                &format!("Content-Encoding: {encoding}\r\n"),
+                &body,
+            )
+            .await;
+        assert_eq!(r.status, 204, "{encoding}: {}", r.text());
+    }
+    assert_eq!(srv.points("enc.metric").len(), 4);
     // Chunked transfer encoding in small chunks (OpenTSDB's chunk limit does not apply).
     let chunked_body =
         br#"[{"metric":"small.metric","timestamp":1356998401,"value":2,"tags":{"host":"a"}}]"#;
@@ -583,6 +712,7 @@ async fn bodies_held_at_once_stay_within_their_budget() {
 on_every_backend!(
     put_single_and_array_answer_204_and_store,
     put_errors_summary_and_details,
+    put_details_echo_points_as_opentsdb_serializes_them,
     malformed_bodies_and_methods,
     gzip_deflate_chunked_and_large_bodies,
     small_endpoints,

@@ -881,6 +881,153 @@ on_every_backend!(
     annotations,
 );
 
+/// `/api/search/lookup` and `/api/suggest` read and answer as OpenTSDB 2.4.1: each series'
+/// tags in the order of the `HashMap` `Tags.resolveIdsAsync` sizes for them, an empty tag
+/// word refused, `limit` and `max` read by `Integer.parseInt`, a body's `tags` echoed only when
+/// given, a suggest body's lists refused, and the deprecated `/suggest` reading a POST's URL.
+#[tokio::test]
+async fn lookup_and_suggest_read_as_opentsdb_reads_them() {
+    let srv = start("memory").await;
+    let uids = srv.state.tsdb.uids();
+    for k in ["zone", "host", "dc"] {
+        uids.get_or_create_id(hourglass_core::uid::UidKind::TagKey, k)
+            .unwrap();
+    }
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put",
+        r#"{"metric":"m.order","timestamp":1356998400,"value":1,"tags":{"dc":"d","host":"h","zone":"z"}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    srv.state.tsdb.flush().unwrap();
+    // Tag keys in UID order zone, host, dc; a HashMap of 4 slots iterates host, zone, dc.
+    let r = get(&srv, "/api/search/lookup?m=m.order").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text()
+            .contains(r#""tags":{"host":"h","zone":"z","dc":"d"}"#),
+        "{}",
+        r.text()
+    );
+    let r = get(&srv, "/api/search/lookup?m=m.order{host=h,}").await;
+    assert_eq!(
+        (
+            r.status,
+            error_message(&r),
+            r.json()["error"]["details"].clone()
+        ),
+        (
+            400,
+            "Unable to parse query".to_string(),
+            json!("When parsing tag '': Missing tag pair")
+        )
+    );
+    for limit in ["", "%201", "99999999999"] {
+        let r = get(&srv, &format!("/api/search/lookup?m=m.order&limit={limit}")).await;
+        assert_eq!(
+            (r.status, error_message(&r)),
+            (
+                400,
+                "Unable to convert 'limit' to a valid number".to_string()
+            ),
+            "limit={limit}"
+        );
+    }
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/search/lookup",
+        r#"{"metric":"m.order"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "type",
+            "metric",
+            "limit",
+            "time",
+            "results",
+            "startIndex",
+            "totalResults"
+        ]
+    );
+    assert_eq!(v["totalResults"], 1);
+    // Names in a body as Jackson reads a `String`: a number is its text.
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/search/lookup",
+        r#"{"metric":"m.order","tags":[{"key":"host","value":7}]}"#,
+    )
+    .await;
+    assert_eq!(
+        (
+            r.status,
+            error_message(&r),
+            r.json()["error"]["details"].clone()
+        ),
+        (
+            404,
+            "Unable to resolve one or more UIDs".to_string(),
+            json!("No such name for 'tagv': '7'")
+        )
+    );
+    // `*` (a body's default metric) is a metric: every series is looked up.
+    for (method, path, body) in [
+        ("GET", "/api/search/lookup?m=*", ""),
+        ("POST", "/api/search/lookup", "{}"),
+        // A Java int as Jackson reads it: a float truncated.
+        ("POST", "/api/search/lookup", r#"{"limit":5.7}"#),
+    ] {
+        let r = http(srv.addr, method, path, body).await;
+        assert_eq!(
+            (
+                r.status,
+                r.json()["metric"].clone(),
+                r.json()["totalResults"].clone()
+            ),
+            (200, json!("*"), json!(1)),
+            "{method} {path}: {}",
+            r.text()
+        );
+    }
+
+    for max in ["%205", "99999999999"] {
+        let r = get(&srv, &format!("/api/suggest?type=metrics&max={max}")).await;
+        assert_eq!(
+            (r.status, error_message(&r)),
+            (400, "Unable to parse 'max' as a number".to_string()),
+            "max={max}"
+        );
+    }
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/suggest",
+        r#"{"type":"metrics","q":["m"]}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (400, "Unable to parse the given JSON".to_string())
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/suggest?type=metrics&q=m.",
+        r#"{"type":"tagk"}"#,
+    )
+    .await;
+    assert_eq!((r.status, r.json()), (200, json!(["m.order"])));
+    srv.stop().await;
+}
+
 /// `/api/uid/assign` reads a type in any case and answers under the key as sent; a name is
 /// checked before its type, so a bad name under an unknown type says what is wrong with it.
 #[tokio::test]

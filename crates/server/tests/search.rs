@@ -126,7 +126,8 @@ async fn search_endpoints(backend: &str) {
     )
     .unwrap();
 
-    // The answer's shape, as OpenTSDB's SearchQuery serializes.
+    // The answer's shape, as Jackson serializes OpenTSDB's SearchQuery: its fields in
+    // declaration order, then `startIndex` and `totalResults`, named by getters only.
     let (status, body) = get(addr, "tsmeta", "*", "").await;
     assert_eq!(status, 200, "{backend}: {body}");
     let keys: Vec<&str> = body
@@ -142,10 +143,10 @@ async fn search_endpoints(backend: &str) {
             "query",
             "metric",
             "limit",
-            "startIndex",
-            "totalResults",
             "time",
-            "results"
+            "results",
+            "startIndex",
+            "totalResults"
         ],
         "{backend}"
     );
@@ -226,6 +227,25 @@ async fn search_endpoints(backend: &str) {
     assert_eq!(body["totalResults"], 4, "{backend}");
     let (_, body) = get(addr, "tsuids", "*", "&start_index=10").await;
     assert_eq!(body["results"], json!([]), "{backend}");
+    // A body read as Jackson fills `SearchQuery`: a number as a `String`'s text, a float
+    // truncated to an `int`.
+    let r = http(
+        addr,
+        "POST",
+        "/api/search/tsuids",
+        r#"{"query":7,"limit":2.9}"#,
+    )
+    .await;
+    assert_eq!(
+        (
+            r.status,
+            r.json()["query"].clone(),
+            r.json()["limit"].clone()
+        ),
+        (200, json!("7"), json!(2)),
+        "{backend}: {}",
+        r.text()
+    );
     // A POST without a query: everything.
     let r = http(addr, "POST", "/api/search/tsuids", r#"{"limit":1}"#).await;
     assert_eq!(r.json()["totalResults"], 4, "{backend}");
@@ -477,6 +497,13 @@ async fn search_endpoints(backend: &str) {
     let (status, body) = get(addr, "uidmeta", "tags.host:web01", "").await;
     assert_eq!(status, 400, "{backend}: {body}");
     let (status, body) = get(addr, "tsuids", "*", "&limit=abc").await;
+    assert_eq!(status, 400, "{backend}");
+    assert_eq!(
+        error(&body).0,
+        "Unable to convert 'limit' to a valid number"
+    );
+    // `Integer.parseInt`: no spaces around the number.
+    let (status, body) = get(addr, "tsuids", "*", "&limit=%202").await;
     assert_eq!(status, 400, "{backend}");
     assert_eq!(
         error(&body).0,

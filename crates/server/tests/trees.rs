@@ -470,6 +470,45 @@ async fn new_series_fill_the_enabled_trees(backend: &str) {
         r.json()["000001"],
         json!({"branch":null,"meta":null,"messages":["Unable to locate TSUID meta data"]})
     );
+    // The answer is a `HashMap` made for the TSUIDs asked, each entry a `HashMap` of
+    // `branch`, `meta` and `messages`: in Java's orders.
+    let r = call(
+        &srv,
+        "GET",
+        "/api/tree/test?treeid=1&tsuids=000001,000002,000003",
+        "",
+    )
+    .await;
+    let none = r#"{"meta":null,"messages":["Unable to locate TSUID meta data"],"branch":null}"#;
+    assert_eq!(
+        r.text(),
+        format!(r#"{{"000003":{none},"000002":{none},"000001":{none}}}"#)
+    );
+    // `tsuids` split as Java's `split(",")`: a trailing comma adds nothing.
+    let r = call(&srv, "GET", "/api/tree/test?treeid=1&tsuids=000001,", "").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (200, format!(r#"{{"000001":{none}}}"#))
+    );
+    // `treeid` and a rule's numbers read by `Integer.parseInt`: no spaces.
+    for (path, msg) in [
+        ("/api/tree?treeid=%201", "Unable to parse 'tree' value"),
+        (
+            "/api/tree/rule?treeid=%201&level=0&order=0",
+            "Unable to parse 'tree' value",
+        ),
+        (
+            "/api/tree/rule?treeid=1&level=%200&order=0",
+            "Unable to parse the 'level' parameter",
+        ),
+        (
+            "/api/tree/rule?treeid=1&level=0&order=0%20",
+            "Unable to parse the 'order' parameter",
+        ),
+    ] {
+        let r = call(&srv, "GET", path, "").await;
+        assert_eq!((r.status, message(&r)), (400, msg.to_string()), "{path}");
+    }
     for (path, status, msg) in [
         (
             "/api/tree/test?treeid=1",

@@ -137,7 +137,7 @@ pub(crate) async fn suggest(
     body: Bytes,
 ) -> Response {
     let json = wants_json(raw.as_deref());
-    match super::suggest::handle(method, RawQuery(raw), state, body).await {
+    match super::suggest::serve(method, RawQuery(raw), state, body, false).await {
         Ok(r) => r,
         Err(e) => bad_request(&e.message, json),
     }

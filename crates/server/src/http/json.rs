@@ -107,6 +107,18 @@ pub(crate) fn opt_long<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D
     }
 }
 
+/// The order in which Java iterates a `HashMap` made with `new HashMap<>(initial)` into which
+/// the distinct `keys` were put in this order, as indexes into `keys`: the table starts at
+/// the power of two at or above `initial` and doubles while over three quarters full.
+pub(crate) fn java_sized_map_order(keys: &[&str], initial: usize) -> Vec<usize> {
+    let n = keys.len();
+    let mut slots = initial.max(1).next_power_of_two();
+    while n > slots * 3 / 4 {
+        slots *= 2;
+    }
+    hourglass_core::put::java_table_order(keys, slots)
+}
+
 /// A boolean field as OpenTSDB's JSON reader (Jackson) fills a Java `boolean`: `true`/`false`,
 /// the strings `"true"`/`"True"`/`"false"`/`"False"` (`""` and `"null"` false), a number
 /// (non-zero true), `null` false; anything else is not a boolean.

@@ -42,12 +42,65 @@ impl Scalar {
     }
 }
 
+/// A point's tags as Jackson fills OpenTSDB's `HashMap<String, String>`: in the body's order
+/// (for Java's iteration order when echoed), a repeated key keeping its first place and its
+/// last value, a `null` value kept as null.
+#[derive(Debug, Default)]
+struct TagMap(Vec<(String, Option<Scalar>)>);
+
+impl<'de> Deserialize<'de> for TagMap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = TagMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of tag names to values")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<TagMap, A::Error> {
+                let mut tags: Vec<(String, Option<Scalar>)> = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, Option<Scalar>>()? {
+                    match tags.iter_mut().find(|(have, _)| *have == k) {
+                        Some(slot) => slot.1 = v,
+                        None => tags.push((k, v)),
+                    }
+                }
+                Ok(TagMap(tags))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+impl TagMap {
+    /// The tags in Java's `HashMap` iteration order, as OpenTSDB echoes them.
+    fn echo(&self) -> serde_json::Value {
+        let order =
+            hourglass_core::put::java_hash_map_order(self.0.iter().map(|(k, _)| k.as_str()));
+        let map: serde_json::Map<String, serde_json::Value> = order
+            .into_iter()
+            .map(|i| {
+                let (k, v) = &self.0[i];
+                (
+                    k.clone(),
+                    v.as_ref()
+                        .map_or(serde_json::Value::Null, |v| json!(v.text())),
+                )
+            })
+            .collect();
+        serde_json::Value::Object(map)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct RawPoint {
     metric: Option<Scalar>,
     timestamp: Option<Scalar>,
     value: Option<Scalar>,
-    tags: Option<BTreeMap<String, Scalar>>,
+    tags: Option<TagMap>,
+    tsuid: Option<Scalar>,
     /// A rollup point's fields (`/api/rollup`).
     interval: Option<Scalar>,
     aggregator: Option<Scalar>,
@@ -78,21 +131,20 @@ impl RawPoint {
         if let Some(m) = &self.metric {
             dp.insert("metric".into(), json!(m.text()));
         }
-        if let Some(t) = &self.timestamp {
-            dp.insert(
-                "timestamp".into(),
-                self::timestamp(t).map_or_else(|| json!(t.text()), |t| json!(t)),
-            );
-        }
+        // A Java `long`: 0 when not given.
+        let ts = match &self.timestamp {
+            None => json!(0),
+            Some(t) => self::timestamp(t).map_or_else(|| json!(t.text()), |t| json!(t)),
+        };
+        dp.insert("timestamp".into(), ts);
         if let Some(v) = &self.value {
             dp.insert("value".into(), json!(v.text()));
         }
         if let Some(tags) = &self.tags {
-            let tags: serde_json::Map<String, serde_json::Value> = tags
-                .iter()
-                .map(|(k, v)| (k.clone(), json!(v.text())))
-                .collect();
-            dp.insert("tags".into(), serde_json::Value::Object(tags));
+            dp.insert("tags".into(), tags.echo());
+        }
+        if let Some(tsuid) = &self.tsuid {
+            dp.insert("tsuid".into(), json!(tsuid.text()));
         }
         for (name, field) in [
             ("interval", &self.interval),
@@ -147,6 +199,22 @@ struct Checked {
     group_by: Option<String>,
 }
 
+/// A point's tags as text, in Java's `HashMap` order (the order OpenTSDB checks them in, so
+/// the first bad one is the one it reports); a `null` value is refused in
+/// `Tags.validateString`'s words.
+fn tag_texts(p: &RawPoint) -> Result<Vec<(String, String)>, String> {
+    let Some(tags) = &p.tags else {
+        return Ok(Vec::new());
+    };
+    hourglass_core::put::java_hash_map_order(tags.0.iter().map(|(k, _)| k.as_str()))
+        .into_iter()
+        .map(|i| match &tags.0[i] {
+            (k, Some(v)) => Ok((k.clone(), v.text())),
+            (k, None) => Err(format!("Invalid tag value with key [{k}]: null")),
+        })
+        .collect()
+}
+
 fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
     let metric = p.metric.as_ref().map(Scalar::text).unwrap_or_default();
     if metric.is_empty() {
@@ -162,17 +230,12 @@ fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
     if text.is_empty() {
         return Err("Empty value".into());
     }
-    let tags: Vec<(String, String)> = p
-        .tags
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.text()))
-        .collect();
-    if tags.is_empty() {
+    if p.tags.as_ref().is_none_or(|t| t.0.is_empty()) {
         return Err("Missing tags".into());
     }
     let value =
         value::parse_value(&text).map_err(|_| "Unable to parse value to a number".to_string())?;
+    let tags = tag_texts(p)?;
     let given = |f: &Option<Scalar>| f.as_ref().is_some_and(|s| !s.text().is_empty());
     let grouped = given(&p.group_by_aggregator);
     match kind {
@@ -203,14 +266,23 @@ fn check(p: &RawPoint, kind: Kind) -> Result<Checked, String> {
     })
 }
 
-fn parse_body(body: &[u8]) -> Result<Vec<RawPoint>, ApiError> {
+/// OpenTSDB's words for a `null` in a body's array of points.
+const NULL_POINT: &str = "Unexpected null datapoint encountered in set.";
+
+/// A point of a body as echoed in `details`: `null` for a null one.
+fn echo_point(p: &Option<RawPoint>) -> serde_json::Value {
+    p.as_ref().map_or(serde_json::Value::Null, RawPoint::echo)
+}
+
+/// A body's points; a `null` in an array is a point refused alone, as in OpenTSDB.
+fn parse_body(body: &[u8]) -> Result<Vec<Option<RawPoint>>, ApiError> {
     let start = body.iter().position(|b| !b.is_ascii_whitespace());
     let Some(start) = start else {
         return Err(ApiError::bad_request("Missing request content"));
     };
     let parsed = match body[start] {
-        b'{' => super::json::from_slice::<RawPoint>(body).map(|p| vec![p]),
-        b'[' => super::json::from_slice::<Vec<RawPoint>>(body),
+        b'{' => super::json::from_slice::<RawPoint>(body).map(|p| vec![Some(p)]),
+        b'[' => super::json::from_slice::<Vec<Option<RawPoint>>>(body),
         _ => {
             return Err(ApiError::bad_request(
                 "The JSON must start as an object or an array",
@@ -230,7 +302,11 @@ fn parse_body(body: &[u8]) -> Result<Vec<RawPoint>, ApiError> {
 /// pass OpenTSDB's per-point checks, or the request's error message. For fuzzing and tests.
 pub fn check_put_body(body: &[u8]) -> Result<usize, String> {
     let raw = parse_body(body).map_err(|e| e.message)?;
-    Ok(raw.iter().filter(|p| check(p, Kind::Raw).is_ok()).count())
+    Ok(raw
+        .iter()
+        .flatten()
+        .filter(|p| check(p, Kind::Raw).is_ok())
+        .count())
 }
 
 /// Bodies larger than this are read twice, and stored in batches as they are read the
@@ -266,7 +342,7 @@ struct Received {
 }
 
 fn echo_batch(
-    raw: &[RawPoint],
+    raw: &[Option<RawPoint>],
     offset: usize,
     errors: &[(usize, String)],
     echo: Echo,
@@ -277,15 +353,31 @@ fn echo_batch(
         Echo::Failed => {
             for (i, _) in errors {
                 if let Some(p) = i.checked_sub(offset).and_then(|j| raw.get(j)) {
-                    echoes.insert(*i, p.echo());
+                    echoes.insert(*i, echo_point(p));
                 }
             }
         }
         Echo::All => {
             for (i, p) in raw.iter().enumerate() {
-                echoes.insert(offset + i, p.echo());
+                echoes.insert(offset + i, echo_point(p));
             }
         }
+    }
+}
+
+/// Reads a body through without storing anything: its error, if it has one (a large array is
+/// read as [`receive`] reads it, without keeping its points).
+fn parse_only(body: &[u8]) -> Result<(), ApiError> {
+    let array = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    if body.len() <= STREAMED_BODY_BYTES || !array {
+        return parse_body(body).map(|_| ());
+    }
+    match read_batches(body, None) {
+        Ok(_) => Ok(()),
+        Err(e) => match super::json::quote_non_numeric(body) {
+            Some(q) if read_batches(&q, None).is_ok() => Ok(()),
+            _ => Err(e),
+        },
     }
 }
 
@@ -327,7 +419,7 @@ fn receive(state: &State, body: &[u8], kind: Kind, echo: Echo) -> Result<Receive
     // Set when buffered points stayed over their budget after some were stored: the rest
     // of the body is refused point by point, so the answer says what was stored.
     let mut refused: Option<String> = None;
-    let mut each = |offset: usize, raw: Vec<RawPoint>| -> bool {
+    let mut each = |offset: usize, raw: Vec<Option<RawPoint>>| -> bool {
         if offset > 0 && refused.is_none() {
             let waited = std::time::Instant::now();
             while !state.tsdb.has_room() && waited.elapsed() < STREAMED_ROOM_WAIT {
@@ -377,12 +469,12 @@ fn receive(state: &State, body: &[u8], kind: Kind, echo: Echo) -> Result<Receive
 /// [`parse_body`] refuses it. Stopped by `each`, it returns 0.
 fn read_batches(
     body: &[u8],
-    each: Option<&mut dyn FnMut(usize, Vec<RawPoint>) -> bool>,
+    each: Option<&mut dyn FnMut(usize, Vec<Option<RawPoint>>) -> bool>,
 ) -> Result<usize, ApiError> {
     /// `each` takes a batch and the index of its first point; false stops the reading,
     /// noted in `stopped`.
     struct Batches<'a, 'f> {
-        each: Option<&'a mut (dyn FnMut(usize, Vec<RawPoint>) -> bool + 'f)>,
+        each: Option<&'a mut (dyn FnMut(usize, Vec<Option<RawPoint>>) -> bool + 'f)>,
         stopped: &'a Cell<bool>,
     }
     impl<'de> serde::de::Visitor<'de> for Batches<'_, '_> {
@@ -396,7 +488,7 @@ fn read_batches(
         ) -> Result<usize, A::Error> {
             let mut read = 0;
             let mut batch = Vec::new();
-            while let Some(point) = seq.next_element::<RawPoint>()? {
+            while let Some(point) = seq.next_element::<Option<RawPoint>>()? {
                 read += 1;
                 if let Some(each) = self.each.as_mut() {
                     batch.push(point);
@@ -449,16 +541,36 @@ struct PutResult {
     ticket: u64,
 }
 
-fn store(state: &State, raw: &[RawPoint], kind: Kind) -> PutResult {
+/// Counts a point refused before the write path as OpenTSDB's `processDataPoint` does: an
+/// unreadable value under `invalid_values`, an unexpected failure nowhere, the rest under
+/// `illegal_arguments`.
+fn count_refusal(state: &State, error: &str) {
+    let counter = match error {
+        "Unable to parse value to a number" => &state.stats.invalid_values,
+        "Unexpected exception" => return,
+        _ => &state.stats.illegal_arguments,
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn store(state: &State, raw: &[Option<RawPoint>], kind: Kind) -> PutResult {
     if kind == Kind::Histogram {
         return store_histograms(state, raw);
     }
     let mut errors = Vec::new();
     let mut checked = Vec::with_capacity(raw.len());
     for (i, p) in raw.iter().enumerate() {
+        let Some(p) = p else {
+            count_refusal(state, NULL_POINT);
+            errors.push((i, NULL_POINT.to_string()));
+            continue;
+        };
         match check(p, kind) {
             Ok(c) => checked.push((i, c)),
-            Err(e) => errors.push((i, e)),
+            Err(e) => {
+                count_refusal(state, &e);
+                errors.push((i, e));
+            }
         }
     }
     let tag_refs: Vec<Vec<(&str, &str)>> = checked
@@ -596,15 +708,10 @@ fn check_histogram(
         .and_then(timestamp)
         .filter(|t| *t > 0)
         .ok_or("Invalid timestamp")?;
-    let tags: Vec<(String, String)> = p
-        .tags
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.text()))
-        .collect();
-    if tags.is_empty() {
+    if p.tags.as_ref().is_none_or(|t| t.0.is_empty()) {
         return Err("Missing tags".into());
     }
+    let tags = tag_texts(p)?;
     let text = p.value.as_ref().map(Scalar::text).unwrap_or_default();
     let long = |f: &Option<Scalar>| -> Result<i64, String> {
         match f {
@@ -672,7 +779,7 @@ fn check_histogram(
 
 /// Histogram points go straight to the data table (RFC 0008, phase 3), synced there when
 /// asked.
-fn store_histograms(state: &State, raw: &[RawPoint]) -> PutResult {
+fn store_histograms(state: &State, raw: &[Option<RawPoint>]) -> PutResult {
     let mut errors = Vec::new();
     let Some(config) = state.tsdb.histograms() else {
         for i in 0..raw.len() {
@@ -687,9 +794,17 @@ fn store_histograms(state: &State, raw: &[RawPoint]) -> PutResult {
     };
     let mut checked = Vec::with_capacity(raw.len());
     for (i, p) in raw.iter().enumerate() {
+        let Some(p) = p else {
+            count_refusal(state, NULL_POINT);
+            errors.push((i, NULL_POINT.to_string()));
+            continue;
+        };
         match check_histogram(p, config) {
             Ok(c) => checked.push((i, c)),
-            Err(e) => errors.push((i, e)),
+            Err(e) => {
+                count_refusal(state, &e);
+                errors.push((i, e));
+            }
         }
     }
     let tag_refs: Vec<Vec<(&str, &str)>> = checked
@@ -816,7 +931,11 @@ pub(crate) async fn histogram(
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    if state.tsdb.histograms().is_none() {
+    if state.tsdb.histograms().is_none() && !state.settings.read_only {
+        state
+            .stats
+            .put_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut resp =
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, HISTOGRAMS_OFF).into_response();
         // Not a passing condition: retrying will not help.
@@ -852,18 +971,27 @@ async fn serve(
     if state.settings.read_only {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "Endpoint not found"));
     }
+    // Every request counts, refused ones too, as in OpenTSDB.
+    state
+        .stats
+        .put_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if method != Method::POST {
         return Err(ApiError::method_not_allowed(&method));
     }
     let show_details = params.contains_key("details");
     let show_summary = params.contains_key("summary");
     let sync = params.contains_key("sync");
-    let sync_timeout = match params.get("sync_timeout") {
-        None => 0,
-        Some(t) => t
-            .parse::<u64>()
-            .map_err(|_| ApiError::bad_request(format!("Invalid sync_timeout: {t}")))?,
-    };
+    // A Java int (`Integer.parseInt`), read once the body is: 0 or less is no timeout.
+    let (sync_timeout, bad_timeout) =
+        match params.get("sync_timeout").map(|t| (t, t.parse::<i32>())) {
+            None => (0, None),
+            Some((_, Ok(t))) => (u64::try_from(t).unwrap_or(0), None),
+            Some((t, Err(_))) => (
+                0,
+                Some(ApiError::bad_request(format!("For input string: \"{t}\""))),
+            ),
+        };
     // Past the memory budget nothing is parsed: the client is told to come back.
     if !state.tsdb.has_room() {
         return Err(throttled(&state, None));
@@ -884,10 +1012,26 @@ async fn serve(
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
     let (received, synced_inline) =
         crate::ingest::run_blocking(&state, move |state| -> Result<_, ApiError> {
-            let received = receive(state, &body, kind, echo);
+            // The body is read before `sync_timeout` is looked at: its error comes first.
+            let received = match bad_timeout {
+                Some(e) => parse_only(&body).and(Err(e)),
+                None => receive(state, &body, kind, echo),
+            };
             // The sync below holds no memory for the body: the next one may go.
             drop(turn);
-            let received = received?;
+            let received = received.inspect_err(|e| {
+                // `/api/put` counts an unreadable body; `/api/rollup` and `/api/histogram`
+                // do not.
+                if kind == Kind::Raw
+                    && e.message != "No datapoints found in content"
+                    && !e.message.starts_with("For input string")
+                {
+                    state
+                        .stats
+                        .illegal_arguments
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })?;
             let result = &received.result;
             let synced = (sync_inline && result.success > 0 && result.throttled.is_none())
                 .then(|| sync_request(&state.tsdb, kind, result.ticket));
@@ -908,10 +1052,6 @@ async fn serve(
     if let Some(why) = result.throttled {
         return Err(throttled(&state, Some(why)));
     }
-    state
-        .stats
-        .put_requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     state
         .stats
         .points_received

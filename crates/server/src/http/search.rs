@@ -73,7 +73,8 @@ pub(crate) async fn handle(
     } else {
         from_params(&params, tracking)?
     };
-    if request.query.metric.is_none() && request.query.tags.is_empty() {
+    // A metric of `*` (also a body's default) passes: every series is looked up.
+    if request.metric_text.is_none() && request.query.tags.is_empty() {
         return Err(ApiError::bad_request(
             "Missing metric and tags. Please supply at least one value.",
         ));
@@ -95,10 +96,11 @@ pub(crate) async fn handle(
     let results: Vec<Value> = found
         .iter()
         .map(|r| {
-            let tags: Map<String, Value> = r
-                .tags
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            // The `HashMap` `Tags.resolveIdsAsync` fills, made for this many tags.
+            let keys: Vec<&str> = r.tags.iter().map(|(k, _)| k.as_str()).collect();
+            let tags: Map<String, Value> = super::json::java_sized_map_order(&keys, keys.len())
+                .into_iter()
+                .map(|i| (r.tags[i].0.clone(), Value::String(r.tags[i].1.clone())))
                 .collect();
             json!({ "tsuid": hex_upper(&r.tsuid), "metric": r.metric, "tags": tags })
         })
@@ -108,13 +110,16 @@ pub(crate) async fn handle(
     if let Some(m) = &request.metric_text {
         out.insert("metric".into(), json!(m));
     }
-    let tags: Vec<Value> = request
-        .query
-        .tags
-        .iter()
-        .map(|(k, v)| json!({ "key": k, "value": v }))
-        .collect();
-    out.insert("tags".into(), Value::Array(tags));
+    // Not given in a body: not echoed (Jackson leaves out null fields).
+    if request.tags_given {
+        let tags: Vec<Value> = request
+            .query
+            .tags
+            .iter()
+            .map(|(k, v)| json!({ "key": k, "value": v }))
+            .collect();
+        out.insert("tags".into(), Value::Array(tags));
+    }
     out.insert("limit".into(), json!(request.limit));
     out.insert("time".into(), json!((elapsed_ms * 1000.0).round() / 1000.0));
     let total = results.len();
@@ -139,7 +144,8 @@ fn search_from_params(params: &Params) -> Result<SearchRequest, ApiError> {
     let int = |key: &str, default: i32| -> Result<i32, ApiError> {
         match params.get(key) {
             None => Ok(default),
-            Some(v) => v.trim().parse::<i32>().map_err(|_| {
+            // `Integer.parseInt`: no spaces, an empty value refused.
+            Some(v) => v.parse::<i32>().map_err(|_| {
                 ApiError::bad_request(format!("Unable to convert '{key}' to a valid number"))
             }),
         }
@@ -160,16 +166,16 @@ fn search_from_body(obj: &Map<String, Value>) -> Result<SearchRequest, ApiError>
     let text = |k: &str, default: Option<&str>| -> Result<Option<String>, ApiError> {
         match obj.get(k) {
             None => Ok(default.map(str::to_string)),
-            Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(bad(k)),
+            Some(v) => scalar_text(v).ok_or_else(|| bad(k)),
         }
     };
     let int = |k: &str, default: i32| -> Result<i32, ApiError> {
         match obj.get(k) {
             None | Some(Value::Null) => Ok(default),
+            // A Java int as Jackson fills it: a float truncated.
             Some(Value::Number(n)) => n
                 .as_i64()
+                .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
                 .and_then(|n| i32::try_from(n).ok())
                 .ok_or_else(|| bad(k)),
             Some(Value::String(s)) => s.trim().parse().map_err(|_| bad(k)),
@@ -243,11 +249,13 @@ async fn plugin_search(
     if let Some(m) = &request.metric {
         out.insert("metric".into(), json!(m));
     }
+    // Jackson's order for OpenTSDB's `SearchQuery`: its fields, then `startIndex` and
+    // `totalResults`, which only getters name.
     out.insert("limit".into(), json!(request.limit));
-    out.insert("startIndex".into(), json!(request.start_index));
-    out.insert("totalResults".into(), json!(answer.total));
     out.insert("time".into(), json!((elapsed_ms * 1000.0).round() / 1000.0));
     out.insert("results".into(), Value::Array(answer.results));
+    out.insert("startIndex".into(), json!(request.start_index));
+    out.insert("totalResults".into(), json!(answer.total));
     Ok(json_response(StatusCode::OK, &Value::Object(out)))
 }
 
@@ -255,6 +263,8 @@ struct LookupRequest {
     query: LookupQuery,
     /// The metric as the request gave it (`*` kept).
     metric_text: Option<String>,
+    /// Tags were given (a URL's `m` always gives them, maybe none).
+    tags_given: bool,
     limit: i64,
     start_index: i64,
 }
@@ -273,11 +283,12 @@ fn from_params(params: &Params, tracking: bool) -> Result<LookupRequest, ApiErro
     let m = params.required("m")?;
     let (metric, tags) = parse_metric_tags(m)
         .map_err(|e| ApiError::bad_request("Unable to parse query").with_details(e))?;
-    let limit = match params.value("limit") {
+    // `Integer.parseInt`: no spaces, an empty value refused.
+    let limit = match params.get("limit") {
         None => DEFAULT_LIMIT,
         Some(l) => l
-            .trim()
-            .parse::<i64>()
+            .parse::<i32>()
+            .map(i64::from)
             .map_err(|_| ApiError::bad_request("Unable to convert 'limit' to a valid number"))?,
     };
     let use_meta = params
@@ -292,9 +303,22 @@ fn from_params(params: &Params, tracking: bool) -> Result<LookupRequest, ApiErro
             limit: limit_of(limit),
         },
         metric_text: metric,
+        tags_given: true,
         limit,
         start_index: 0,
     })
+}
+
+/// A JSON value read into a Java `String` field as Jackson reads it: `null` as null, numbers
+/// and booleans as their text; `None` for a list or an object, which refuse the body.
+fn scalar_text(v: &Value) -> Option<Option<String>> {
+    match v {
+        Value::Null => Some(None),
+        Value::String(s) => Some(Some(s.clone())),
+        Value::Number(n) => Some(Some(n.to_string())),
+        Value::Bool(b) => Some(Some(b.to_string())),
+        Value::Array(_) | Value::Object(_) => None,
+    }
 }
 
 fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, ApiError> {
@@ -304,11 +328,10 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
     };
     let metric = match obj.get("metric") {
         None => Some("*".to_string()),
-        Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(bad("metric")),
+        Some(v) => scalar_text(v).ok_or_else(|| bad("metric"))?,
     };
     let mut tags = Vec::new();
+    let tags_given = !matches!(obj.get("tags"), None | Some(Value::Null));
     match obj.get("tags") {
         None | Some(Value::Null) => {}
         Some(Value::Array(list)) => {
@@ -318,9 +341,8 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
                 };
                 let side = |k: &str| -> Result<Option<String>, ApiError> {
                     match p.get(k) {
-                        None | Some(Value::Null) => Ok(None),
-                        Some(Value::String(s)) => Ok(Some(s.clone())),
-                        Some(_) => Err(bad("tags")),
+                        None => Ok(None),
+                        Some(v) => scalar_text(v).ok_or_else(|| bad("tags")),
                     }
                 };
                 tags.push((side("key")?, side("value")?));
@@ -331,8 +353,14 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
     let int = |k: &str, d: i64| -> Result<i64, ApiError> {
         match obj.get(k) {
             None | Some(Value::Null) => Ok(d),
-            Some(Value::Number(n)) => n.as_i64().ok_or_else(|| bad(k)),
-            Some(Value::String(s)) => s.trim().parse().map_err(|_| bad(k)),
+            // A Java int as Jackson fills it: a float truncated, a string trimmed.
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+                .and_then(|n| i32::try_from(n).ok())
+                .map(i64::from)
+                .ok_or_else(|| bad(k)),
+            Some(Value::String(s)) => s.trim().parse::<i32>().map(i64::from).map_err(|_| bad(k)),
             Some(_) => Err(bad(k)),
         }
     };
@@ -358,6 +386,7 @@ fn from_body(obj: &Map<String, Value>, tracking: bool) -> Result<LookupRequest, 
             limit: limit_of(limit),
         },
         metric_text: metric,
+        tags_given,
         limit,
         start_index,
     })
@@ -384,9 +413,10 @@ pub(crate) fn parse_metric_tags(text: &str) -> Result<(Option<String>, Vec<TagPa
     let metric = (open > 0).then(|| text[..open].to_string());
     let inner = &text[open + 1..text.len() - 1];
     let mut tags = Vec::new();
-    for tag in inner.split(',').filter(|t| !t.is_empty()) {
+    // Empty words are tags too (`a{b=c,}` is refused), as `Tags.splitString` splits.
+    for tag in inner.split(',').filter(|_| !inner.is_empty()) {
         let wrap = |m: &str| format!("When parsing tag '{tag}': {m}");
-        if tag.len() < 2 {
+        if tag.chars().count() < 2 {
             return Err(wrap("Missing tag pair"));
         }
         if let Some(v) = tag.strip_prefix('=') {

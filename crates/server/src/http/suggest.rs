@@ -23,13 +23,26 @@ pub(crate) const DEFAULT_MAX: usize = 25;
 
 pub(crate) async fn handle(
     method: Method,
+    raw: RawQuery,
+    state: Extract<Arc<State>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    serve(method, raw, state, body, true).await
+}
+
+/// `/api/suggest` (`api`), or the deprecated `/suggest`, which reads a POST's URL as a
+/// GET's, never its body (OpenTSDB reads bodies from versioned API paths only).
+pub(crate) async fn serve(
+    method: Method,
     RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
     body: Bytes,
+    api: bool,
 ) -> Result<Response, ApiError> {
     let params = Params::parse(raw.as_deref());
+    let from_url = method == Method::GET || (method == Method::POST && !api);
     let (kind, prefix, max, within) = match method {
-        Method::GET => (
+        _ if from_url => (
             params.required("type")?.to_string(),
             params.get("q").unwrap_or("").to_string(),
             params.get("max").map(str::to_string),
@@ -41,6 +54,19 @@ pub(crate) async fn handle(
         ),
         Method::POST => {
             let obj = json_object(&body)?;
+            // Jackson's `HashMap<String, String>`: scalars as text, a list or an object
+            // refuses the body.
+            if let Some((k, v)) = obj
+                .iter()
+                .find(|(_, v)| matches!(v, Value::Array(_) | Value::Object(_)))
+            {
+                return Err(
+                    ApiError::bad_request("Unable to parse the given JSON").with_details(format!(
+                        "'{k}' must be a string, got {}",
+                        super::request::kind_of(v)
+                    )),
+                );
+            }
             let text = |k: &str| match obj.get(k) {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) => Some(s.clone()),
@@ -70,7 +96,8 @@ pub(crate) async fn handle(
     };
     let max = match max.as_deref().filter(|m| !m.is_empty()) {
         None => DEFAULT_MAX,
-        Some(m) => match m.trim().parse::<i64>() {
+        // `Integer.parseInt`: no spaces, at most 2147483647.
+        Some(m) => match m.parse::<i32>() {
             Ok(n) if n > 0 => n as usize,
             Ok(_) => DEFAULT_MAX,
             Err(_) => return Err(ApiError::bad_request("Unable to parse 'max' as a number")),

@@ -79,6 +79,19 @@ async fn dispatch(
     }
 }
 
+/// A JSON object of distinct keys in the order Java iterates a `HashMap` made with
+/// `new HashMap<>(initial)` and filled in this order.
+fn java_map(entries: Vec<(String, Value)>, initial: usize) -> Value {
+    let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+    let order = super::json::java_sized_map_order(&keys, initial);
+    let mut slots: Vec<Option<(String, Value)>> = entries.into_iter().map(Some).collect();
+    let map: Map<String, Value> = order
+        .into_iter()
+        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+        .collect();
+    Value::Object(map)
+}
+
 fn ok(v: &Value) -> Response {
     json_response(StatusCode::OK, v)
 }
@@ -92,8 +105,8 @@ fn param_tree_id(params: &Params, required: bool) -> Result<i64, ApiError> {
     };
     match text {
         None => Ok(0),
+        // `Integer.parseInt`: no spaces around the number.
         Some(t) => t
-            .trim()
             .parse::<i32>()
             .map(i64::from)
             .map_err(|_| ApiError::bad_request("Unable to parse 'tree' value")),
@@ -222,8 +235,17 @@ async fn handle_branch(
 }
 
 fn rule_from_params(params: &Params) -> Result<RuleUpdate, ApiError> {
+    // The numbers are read by `Integer.parseInt`, which refuses surrounding spaces as it
+    // refuses an empty value (the engine trims, as Jackson does for a body's strings).
+    let int_text = |v: &str| {
+        if v.trim() == v {
+            v.to_string()
+        } else {
+            String::new()
+        }
+    };
     let mut u = RuleUpdate::default();
-    u.set("treeId", params.required("treeid")?)?;
+    u.set("treeId", &int_text(params.required("treeid")?))?;
     for (param, key) in [
         ("type", "type"),
         ("field", "field"),
@@ -236,11 +258,16 @@ fn rule_from_params(params: &Params) -> Result<RuleUpdate, ApiError> {
         ("display_format", "displayFormat"),
     ] {
         if let Some(v) = params.get(param) {
-            u.set(key, v)?;
+            let v = if key == "regexGroupIdx" {
+                int_text(v)
+            } else {
+                v.to_string()
+            };
+            u.set(key, &v)?;
         }
     }
-    u.set("level", params.required("level")?)?;
-    u.set("order", params.required("order")?)?;
+    u.set("level", &int_text(params.required("level")?))?;
+    u.set("order", &int_text(params.required("order")?))?;
     Ok(u)
 }
 
@@ -379,11 +406,22 @@ fn tsuids_request(params: &Params, body: &Bytes) -> Result<(i64, Option<Vec<Stri
         Ok((id, tsuids))
     } else {
         let id = param_tree_id(params, true)?;
-        let tsuids = params
-            .get("tsuids")
-            .map(|t| t.split(',').map(String::from).collect());
+        let tsuids = params.get("tsuids").map(java_split_commas);
         Ok((id, tsuids))
     }
+}
+
+/// `text.split(",")` as Java splits: trailing empty words dropped (`a,` is one word, `,`
+/// none), text without a comma one word (`""` is one empty word).
+fn java_split_commas(text: &str) -> Vec<String> {
+    if !text.contains(',') {
+        return vec![text.to_string()];
+    }
+    let mut words: Vec<String> = text.split(',').map(String::from).collect();
+    while words.last().is_some_and(String::is_empty) {
+        words.pop();
+    }
+    words
 }
 
 async fn handle_test(
@@ -403,39 +441,44 @@ async fn handle_test(
         }
         let root = tree::root_for_test(db, tree.tree_id)?;
         let mut builder = TreeBuilder::new(tree);
-        let mut results = Map::new();
+        let asked = tsuids.len();
+        let mut results: Vec<(String, Value)> = Vec::new();
         for tsuid in tsuids {
             let bytes = parse_hex(&tsuid).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            // A `HashMap` of `branch`, `meta` and `messages`, in Java's order.
+            let entry = |branch: Value, meta: Value, messages: Value| {
+                json!({ "meta": meta, "messages": messages, "branch": branch })
+            };
             let entry = match get_ts_meta(db, &bytes) {
                 // No meta row for it (a TSUID of no series' shape has none either).
-                Ok(None) => json!({
-                    "branch": null,
-                    "meta": null,
-                    "messages": ["Unable to locate TSUID meta data"],
-                }),
-                Err(e) if e.kind() == ErrorKind::InvalidInput => json!({
-                    "branch": null,
-                    "meta": null,
-                    "messages": ["Unable to locate TSUID meta data"],
-                }),
-                Err(e) if e.kind() == ErrorKind::NotFound => json!({
-                    "branch": null,
-                    "meta": null,
-                    "messages": [format!("TSUID was missing a UID name: {e}")],
-                }),
+                Ok(None) => entry(
+                    Value::Null,
+                    Value::Null,
+                    json!(["Unable to locate TSUID meta data"]),
+                ),
+                Err(e) if e.kind() == ErrorKind::InvalidInput => entry(
+                    Value::Null,
+                    Value::Null,
+                    json!(["Unable to locate TSUID meta data"]),
+                ),
+                Err(e) if e.kind() == ErrorKind::NotFound => entry(
+                    Value::Null,
+                    Value::Null,
+                    json!([format!("TSUID was missing a UID name: {e}")]),
+                ),
                 Err(e) => return Err(engine_err(e)),
                 Ok(Some(meta)) => {
                     let out = builder.run(&meta, &root)?;
-                    json!({
-                        "branch": out.root.to_json(),
-                        "meta": meta.to_json(),
-                        "messages": out.messages,
-                    })
+                    entry(out.root.to_json(), meta.to_json(), json!(out.messages))
                 }
             };
-            results.insert(tsuid, entry);
+            // A TSUID asked twice keeps its first place and its last answer.
+            match results.iter_mut().find(|(have, _)| *have == tsuid) {
+                Some(slot) => slot.1 = entry,
+                None => results.push((tsuid, entry)),
+            }
         }
-        Ok(ok(&Value::Object(results)))
+        Ok(ok(&java_map(results, asked)))
     })
     .await
 }
@@ -454,11 +497,13 @@ async fn handle_failures(
             return Err(unsupported());
         }
         let found = tree::fetch_failures(db, tree.tree_id, collisions, tsuids.as_deref())?;
-        let map: Map<String, Value> = found
+        // The `HashMap` `Tree.fetchCollisions` / `fetchNotMatched` makes for the row read.
+        let size = found.len();
+        let entries = found
             .into_iter()
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
-        Ok(ok(&Value::Object(map)))
+        Ok(ok(&java_map(entries, size)))
     })
     .await
 }
