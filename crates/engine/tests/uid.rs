@@ -312,10 +312,11 @@ fn bounded_caches_keep_what_is_used_and_read_the_rest_again() {
     }
 }
 
-/// Every cell of the UID table as (key, family, qualifier, value), in key order.
-fn uid_cells(
-    store: &Arc<dyn hourglass_storage::Store>,
-) -> Vec<(Vec<u8>, String, Vec<u8>, Vec<u8>)> {
+/// A cell as (key, family, qualifier, value).
+type UidCell = (Vec<u8>, String, Vec<u8>, Vec<u8>);
+
+/// Every cell of the UID table, in key order.
+fn uid_cells(store: &Arc<dyn hourglass_storage::Store>) -> Vec<UidCell> {
     store
         .scan("tsdb-uid", &ScanRequest::default())
         .unwrap()
