@@ -392,6 +392,21 @@ impl Store for Watched {
         r
     }
 
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[hourglass_storage::RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        let r = self.inner.check_and_mutate_rows(table, checks, rows);
+        self.noted(table, rows.iter().map(|r| r.key.as_slice()));
+        self.index_change(table, rows.iter().map(|r| r.key.as_slice()));
+        for row in rows {
+            self.uid_change(table, &row.mutations);
+        }
+        r
+    }
+
     fn append(
         &self,
         table: &str,

@@ -615,6 +615,15 @@ impl Store for KeptStore {
         self.inner.check_and_mutate(table, key, check, mutations)
     }
 
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[hourglass_storage::RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        self.inner.check_and_mutate_rows(table, checks, rows)
+    }
+
     fn append(
         &self,
         table: &str,
@@ -714,6 +723,14 @@ mod tests {
             mutations: &[Mutation],
         ) -> Result<bool> {
             self.inner.check_and_mutate(table, key, check, mutations)
+        }
+        fn check_and_mutate_rows(
+            &self,
+            table: &str,
+            checks: &[hourglass_storage::RowCheck],
+            rows: &[RowMutation],
+        ) -> Result<Option<bool>> {
+            self.inner.check_and_mutate_rows(table, checks, rows)
         }
         fn sync(&self) -> Result<()> {
             self.inner.sync()

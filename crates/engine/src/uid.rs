@@ -6,13 +6,20 @@
 //! the loser of the forward check-and-mutate wastes its UID, withdraws that UID's reverse
 //! mapping (OpenTSDB leaves it dangling) and takes the winner's. Both directions are cached; mappings never change
 //! except through `rename` and `delete`.
+//!
+//! Where the store writes several rows in one atomic call (the embedded store, which one
+//! process owns), the three writes are one: MAXID moved from the value last known to the
+//! next UID and both mappings created, under checks that MAXID is unmoved and both mappings
+//! absent; the same UID and cells, one journal entry (RFC 0001, "UIDs in one write").
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hourglass_core::schema::{MAXID_ROW, Schema, UID_ID_FAMILY, UID_NAME_FAMILY};
 use hourglass_core::uid::{Uid, UidKind, name_bytes, name_from_bytes};
-use hourglass_storage::{Check, KeyRegex, Mutation, ReadOptions, ScanRequest, Store};
+use hourglass_storage::{
+    Check, KeyRegex, Mutation, ReadOptions, RowCheck, RowMutation, ScanRequest, Store, TimeRange,
+};
 use parking_lot::Mutex;
 
 use crate::{Error, Result};
@@ -34,7 +41,9 @@ struct KindCache {
     by_name: BoundedMap<String, Uid>,
     by_uid: BoundedMap<Uid, String>,
     /// Serializes assignments of this kind within the process (processes race via CAS).
-    assign: Mutex<()>,
+    /// It holds MAXID as this process last wrote or read it (`None`: not known), the
+    /// expected value of the next assignment in one write ([`UidRegistry::assign_in_one_write`]).
+    assign: Mutex<Option<u64>>,
 }
 
 impl KindCache {
@@ -42,7 +51,7 @@ impl KindCache {
         KindCache {
             by_name: BoundedMap::new(names),
             by_uid: BoundedMap::new(ids),
-            assign: Mutex::new(()),
+            assign: Mutex::new(None),
         }
     }
 }
@@ -82,6 +91,9 @@ pub struct UidRegistry {
     /// The ticket of the last mapping kept: a batch whose points are logged syncs the store
     /// through it first, so a log entry never names a UID the store could lose.
     kept_ticket: AtomicU64,
+    /// Cleared once the store answered that it cannot write several rows atomically
+    /// ([`Store::check_and_mutate_rows`]): assignments take the per-row protocol.
+    one_write: AtomicBool,
     pub stats: CacheStats,
 }
 
@@ -97,6 +109,7 @@ impl UidRegistry {
             random_metrics: None,
             kept: None,
             kept_ticket: AtomicU64::new(0),
+            one_write: AtomicBool::new(true),
             stats: CacheStats::default(),
         }
     }
@@ -326,23 +339,17 @@ impl UidRegistry {
             other => return other.map(|uid| (uid, false)),
         }
         let cache = &self.caches[kind.index()];
-        let _guard = cache.assign.lock();
+        let mut counter = cache.assign.lock();
         // Another thread may have assigned it while we waited.
         if let Some(uid) = self.cached(kind, name) {
             return Ok((uid, false));
         }
-        if let Some(uid) = self.read_forward(kind, name)? {
-            // Perhaps written by an assignment of ours whose outcome was unknown (kept by
-            // it all the same), or by another writer.
-            self.remember(kind, name, uid);
-            return Ok((uid, false));
-        }
         let Some((kept, clock)) = &self.kept else {
-            return self.assign(kind, name, &mut Vec::new());
+            return self.assign_locked(kind, name, &mut counter, &mut Vec::new());
         };
         let started = kept.start();
         let mut tried = Vec::new();
-        let assigned = self.assign(kind, name, &mut tried);
+        let assigned = self.assign_locked(kind, name, &mut counter, &mut tried);
         // Whatever the outcome: a write that failed may have been applied (a remote store's
         // timeout), and the mapping found by the next lookup. Each cell is written again
         // after a failed sync only while it holds what was tried, so a UID another writer
@@ -352,6 +359,156 @@ impl UidRegistry {
             self.kept_through(kept.keep(started, self.table(), cells, clock.now_ms()));
         }
         assigned
+    }
+
+    /// Assigns a UID to `name` under its kind's assign lock (`counter` its MAXID as last
+    /// known): in one write where the store can, else by the per-row protocol.
+    fn assign_locked(
+        &self,
+        kind: UidKind,
+        name: &str,
+        counter: &mut Option<u64>,
+        tried: &mut Vec<Uid>,
+    ) -> Result<(Uid, bool)> {
+        if let Some(uid) = self.assign_in_one_write(kind, name, counter, tried)? {
+            return Ok((uid, true));
+        }
+        if let Some(uid) = self.read_forward(kind, name)? {
+            // Perhaps written by an assignment of ours whose outcome was unknown (kept by
+            // it all the same), or by another writer.
+            self.remember(kind, name, uid);
+            return Ok((uid, false));
+        }
+        self.assign(kind, name, tried)
+    }
+
+    /// Assigns the UID after `counter` to `name` in one write: MAXID moved from `counter`
+    /// to it and both mappings created, only while MAXID still holds `counter` and neither
+    /// mapping exists ([`Store::check_and_mutate_rows`], one journal entry on the embedded
+    /// store). The UID is the one MAXID's increment would give, so the UIDs assigned and
+    /// the table's cells are those of the per-row protocol, without its three writes and
+    /// reads. `None` when the store cannot, when UIDs of `kind` are drawn at random or
+    /// would pass the width, or when a check failed (another writer moved MAXID, or the
+    /// name has a mapping): nothing was written, and the caller takes the per-row
+    /// protocol, which reads the forward mapping first and reports exhaustion.
+    fn assign_in_one_write(
+        &self,
+        kind: UidKind,
+        name: &str,
+        counter: &mut Option<u64>,
+        tried: &mut Vec<Uid>,
+    ) -> Result<Option<Uid>> {
+        if !self.counted(kind) || !self.one_write.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let max = match *counter {
+            Some(max) => max,
+            None => self.max_id(kind)?,
+        };
+        let width = self.width(kind);
+        let Some(id) = max
+            .checked_add(1)
+            .filter(|id| *id <= Uid::max_for_width(width))
+        else {
+            return Ok(None);
+        };
+        let uid = Uid(id);
+        let uid_bytes = uid.to_bytes(width);
+        let name_key = name_bytes(name).to_vec();
+        let qualifier = kind.qualifier().as_bytes();
+        let absent = |family: &str| Check {
+            family: family.into(),
+            qualifier: qualifier.to_vec(),
+            expected: None,
+        };
+        let checks = [
+            RowCheck {
+                key: MAXID_ROW.to_vec(),
+                check: Check {
+                    expected: (max > 0).then(|| max.to_be_bytes().to_vec()),
+                    ..absent(UID_ID_FAMILY)
+                },
+            },
+            RowCheck {
+                key: uid_bytes.clone(),
+                check: absent(UID_NAME_FAMILY),
+            },
+            RowCheck {
+                key: name_key.clone(),
+                check: absent(UID_ID_FAMILY),
+            },
+        ];
+        let rows = [
+            RowMutation {
+                key: MAXID_ROW.to_vec(),
+                // The counter's one cell replaced, whatever its timestamp (an increment
+                // writes the sum over it).
+                mutations: vec![
+                    Mutation::DeleteCells {
+                        family: UID_ID_FAMILY.into(),
+                        qualifier: qualifier.to_vec(),
+                        range: TimeRange::ALL,
+                    },
+                    Mutation::set(UID_ID_FAMILY, qualifier.to_vec(), id.to_be_bytes().to_vec()),
+                ],
+            },
+            RowMutation {
+                key: uid_bytes.clone(),
+                mutations: vec![Mutation::set(
+                    UID_NAME_FAMILY,
+                    qualifier.to_vec(),
+                    name_key.clone(),
+                )],
+            },
+            RowMutation {
+                key: name_key,
+                mutations: vec![Mutation::set(UID_ID_FAMILY, qualifier.to_vec(), uid_bytes)],
+            },
+        ];
+        match self
+            .store
+            .check_and_mutate_rows(self.table(), &checks, &rows)
+        {
+            Ok(Some(true)) => {
+                tried.push(uid);
+                *counter = Some(id);
+                self.assigned(kind, name, uid);
+                Ok(Some(uid))
+            }
+            Ok(Some(false)) => {
+                *counter = None;
+                Ok(None)
+            }
+            Ok(None) => {
+                self.one_write.store(false, Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(e) => {
+                // Perhaps applied (a write of unknown outcome): kept all the same.
+                tried.push(uid);
+                *counter = None;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Notes a UID this registry assigned to `name`: cached, and its UIDMeta written when
+    /// asked.
+    fn assigned(&self, kind: UidKind, name: &str, uid: Uid) {
+        self.remember(kind, name, uid);
+        if self.realtime_meta {
+            let now = hourglass_storage::now_ms() / 1000;
+            if let Err(e) = crate::meta::store_new_uid_meta(
+                self.store.as_ref(),
+                &self.schema,
+                kind,
+                uid,
+                name,
+                now,
+            ) {
+                tracing::error!(error = %e, kind = %kind, name, "unable to write UID meta data");
+            }
+        }
     }
 
     /// Whether UIDs of `kind` come from MAXID's counter (not drawn at random).
@@ -432,20 +589,7 @@ impl UidRegistry {
                 &forward_free,
                 &forward,
             )? {
-                self.remember(kind, name, uid);
-                if self.realtime_meta {
-                    let now = hourglass_storage::now_ms() / 1000;
-                    if let Err(e) = crate::meta::store_new_uid_meta(
-                        self.store.as_ref(),
-                        &self.schema,
-                        kind,
-                        uid,
-                        name,
-                        now,
-                    ) {
-                        tracing::error!(error = %e, kind = %kind, name, "unable to write UID meta data");
-                    }
-                }
+                self.assigned(kind, name, uid);
                 return Ok((uid, true));
             }
             // Lost the race to another writer: use its UID. Ours is wasted, and its reverse

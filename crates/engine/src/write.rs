@@ -491,7 +491,8 @@ impl Writer {
         // Meta data as the series arrives (OpenTSDB's real-time tracking), so that a lookup
         // in the meta table finds it before its points are flushed.
         if let Some(tracker) = &self.tracker
-            && let Err(e) = tracker.first_seen(&rowkey::tsuid_of(&s.schema, &template), now_ms())
+            && let Err(e) =
+                tracker.first_seen(&rowkey::tsuid_of(&s.schema, &template), now_ms(), assigned)
         {
             tracing::error!(error = %e, "meta data tracking failed for a new series");
         }

@@ -463,6 +463,14 @@ impl Store for CountingScans {
     ) -> hourglass_storage::Result<bool> {
         self.inner.check_and_mutate(table, key, check, mutations)
     }
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[hourglass_storage::RowCheck],
+        rows: &[hourglass_storage::RowMutation],
+    ) -> hourglass_storage::Result<Option<bool>> {
+        self.inner.check_and_mutate_rows(table, checks, rows)
+    }
     fn sync(&self) -> hourglass_storage::Result<()> {
         self.inner.sync()
     }

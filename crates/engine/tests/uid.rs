@@ -311,3 +311,174 @@ fn bounded_caches_keep_what_is_used_and_read_the_rest_again() {
         );
     }
 }
+
+/// A cell as (key, family, qualifier, value).
+type UidCell = (Vec<u8>, String, Vec<u8>, Vec<u8>);
+
+/// Every cell of the UID table, in key order.
+fn uid_cells(store: &Arc<dyn hourglass_storage::Store>) -> Vec<UidCell> {
+    store
+        .scan("tsdb-uid", &ScanRequest::default())
+        .unwrap()
+        .flat_map(|r| {
+            let r = r.unwrap();
+            r.cells
+                .into_iter()
+                .map(move |c| (r.key.clone(), c.family, c.qualifier, c.value))
+        })
+        .collect()
+}
+
+/// Assignments in one write (memory and embedded stores) give the UIDs and leave the cells
+/// of the per-row protocol (Bigtable's): the same UIDs, MAXID at the last, both mappings,
+/// nothing more. A registry whose MAXID is behind another writer's (another registry
+/// assigned, and deleted the name: its UID's mappings are gone, MAXID stays) notices: a
+/// deleted name's UID, still in data rows, is never given again.
+#[test]
+fn assignments_in_one_write_match_the_per_row_protocol() {
+    let mut tables = Vec::new();
+    for (backend, store) in common::backends() {
+        common::open(store.clone(), common::auto_create());
+        let a = UidRegistry::new(Arc::clone(&store), Schema::default());
+        let b = UidRegistry::new(Arc::clone(&store), Schema::default());
+        let mut got = Vec::new();
+        for i in 0..5 {
+            got.push(
+                a.get_or_create_id_noting(UidKind::TagValue, &format!("h{i}"))
+                    .unwrap(),
+            );
+        }
+        got.push(a.get_or_create_id_noting(UidKind::Metric, "m").unwrap());
+        got.push(a.get_or_create_id_noting(UidKind::TagKey, "host").unwrap());
+        got.push(
+            b.get_or_create_id_noting(UidKind::TagValue, "gone")
+                .unwrap(),
+        );
+        b.delete(UidKind::TagValue, "gone").unwrap();
+        got.push(a.get_or_create_id_noting(UidKind::TagValue, "h5").unwrap());
+        got.push(a.get_or_create_id_noting(UidKind::TagValue, "h6").unwrap());
+        got.push(b.get_or_create_id_noting(UidKind::TagValue, "h6").unwrap());
+        got.push(a.get_or_create_id_noting(UidKind::TagValue, "h0").unwrap());
+        let want: Vec<(Uid, bool)> = [1, 2, 3, 4, 5, 1, 1, 6, 7, 8]
+            .into_iter()
+            .map(|u| (Uid(u), true))
+            .chain([(Uid(8), false), (Uid(1), false)])
+            .collect();
+        assert_eq!(got, want, "{backend}");
+        assert_eq!(a.max_id(UidKind::TagValue).unwrap(), 8, "{backend}");
+        assert_eq!(a.max_id(UidKind::Metric).unwrap(), 1, "{backend}");
+        assert_eq!(a.max_id(UidKind::TagKey).unwrap(), 1, "{backend}");
+        assert_eq!(b.get_name(UidKind::TagValue, Uid(7)).unwrap(), "h5");
+        tables.push((backend, uid_cells(&store)));
+    }
+    let (first, cells) = &tables[0];
+    assert!(cells.len() > 20, "{first}: {} cells", cells.len());
+    for (backend, other) in &tables[1..] {
+        assert_eq!(other, cells, "{backend} against {first}");
+    }
+}
+
+/// The embedded store's journal files (`*.jnl` under `store/`), with their bytes.
+fn journal_files(dir: &std::path::Path) -> HashMap<std::path::PathBuf, Vec<u8>> {
+    std::fs::read_dir(dir.join("store"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jnl"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
+/// Copies `from` into `to` (files and directories), `cut`'s file (relative to `from`)
+/// written with its first bytes only: what a crash leaves when that file's tail never
+/// reached the disk.
+fn copy_cut(from: &std::path::Path, to: &std::path::Path, cut: (&std::path::Path, &[u8])) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_cut(&path, &target, cut);
+        } else if path == cut.0 {
+            std::fs::write(&target, cut.1).unwrap();
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// A crash anywhere in the write of an assignment on the embedded store (its journal cut
+/// at every byte the assignment wrote, with the process gone before any sync) leaves the
+/// assignment whole or absent: both mappings with MAXID at the UID, or neither with MAXID
+/// where it was, so no UID is skipped and none named one way only; the next name gets
+/// the next UID. The per-row protocol left MAXID moved without mappings (a cut after its
+/// increment) or a reverse mapping alone.
+#[test]
+fn a_crash_inside_an_assignment_leaves_it_whole_or_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live");
+    let schema = Schema::default();
+    let store = Arc::new(hourglass_store_fjall::FjallStore::open(&live).unwrap());
+    for spec in hourglass_engine::tables::table_specs(&schema, None) {
+        if spec.name == schema.uid_table {
+            hourglass_storage::Store::create_table(store.as_ref(), &spec).unwrap();
+        }
+    }
+    let reg = UidRegistry::new(Arc::clone(&store) as _, schema.clone());
+    assert_eq!(
+        reg.get_or_create_id(UidKind::TagValue, "first").unwrap(),
+        Uid(1)
+    );
+    hourglass_storage::Store::sync(store.as_ref()).unwrap();
+    let before = journal_files(&live);
+    assert_eq!(
+        reg.get_or_create_id(UidKind::TagValue, "second").unwrap(),
+        Uid(2)
+    );
+    let after = journal_files(&live);
+    // The journal the assignment went to, and the bytes it wrote there.
+    let (journal, bytes, from, to) = after
+        .iter()
+        .find_map(|(path, bytes)| {
+            let old = before.get(path).map_or(&[][..], Vec::as_slice);
+            let from = (0..bytes.len()).find(|&i| old.get(i) != Some(&bytes[i]))?;
+            let to = (0..bytes.len())
+                .rev()
+                .find(|&i| old.get(i).copied().unwrap_or(0) != bytes[i])?;
+            Some((path.clone(), bytes.clone(), from, to + 1))
+        })
+        .expect("the assignment reached a journal");
+    assert!(to > from);
+    let mut whole = 0;
+    for cut in from..=to {
+        let copy = dir.path().join(format!("cut{cut}"));
+        copy_cut(&live, &copy, (&journal, &bytes[..cut]));
+        let reopened = Arc::new(hourglass_store_fjall::FjallStore::open(&copy).unwrap());
+        let r = UidRegistry::new(Arc::clone(&reopened) as _, schema.clone());
+        let max = r.max_id(UidKind::TagValue).unwrap();
+        let forward = r.get_id(UidKind::TagValue, "second").ok();
+        let reverse = r.get_name(UidKind::TagValue, Uid(2)).ok();
+        if forward.is_some() {
+            whole += 1;
+            assert_eq!(forward, Some(Uid(2)), "cut at {cut}");
+            assert_eq!(reverse.as_deref(), Some("second"), "cut at {cut}");
+            assert_eq!(max, 2, "cut at {cut}");
+        } else {
+            assert_eq!(reverse, None, "cut at {cut}: a reverse mapping alone");
+            assert_eq!(max, 1, "cut at {cut}: MAXID moved without its mappings");
+        }
+        assert_eq!(r.get_id(UidKind::TagValue, "first").unwrap(), Uid(1));
+        assert_eq!(
+            r.get_or_create_id(UidKind::TagValue, "third").unwrap(),
+            Uid(max + 1),
+            "cut at {cut}"
+        );
+        drop(r);
+        drop(reopened);
+        std::fs::remove_dir_all(&copy).unwrap();
+    }
+    assert!(whole >= 1, "the whole write was recovered at the last cut");
+    assert!(whole <= to - from, "a cut before the write's end lost it");
+}

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::{
-    CellRow, Check, FamilySpec, Increment, Mutation, ReadOptions, Row, RowMutation, ScanRequest,
-    SkipHint, Store, TableSpec, TimeRange,
+    CellRow, Check, FamilySpec, Increment, Mutation, ReadOptions, Row, RowCheck, RowMutation,
+    ScanRequest, SkipHint, Store, TableSpec, TimeRange,
 };
 
 /// Expands to one `#[test]` per conformance case, each on a store made by `$make()`.
@@ -32,6 +32,8 @@ macro_rules! conformance_tests {
             concurrent_increments_lose_nothing,
             check_and_mutate_is_compare_and_set,
             concurrent_check_and_mutate_has_one_winner,
+            check_and_mutate_rows_writes_all_or_nothing,
+            concurrent_check_and_mutate_rows_have_one_winner,
             large_rows_and_values,
             get_rows_reads_many_keys_in_order,
             appends_concatenate_and_racing_appends_lose_nothing,
@@ -727,6 +729,151 @@ pub fn check_and_mutate_is_compare_and_set(store: &Arc<dyn Store>) {
             .unwrap()
     );
     assert_eq!(get(store, b"other"), None);
+}
+
+/// A check on column `a:q` of `key`.
+fn row_check(key: &[u8], expected: Option<&[u8]>) -> RowCheck {
+    RowCheck {
+        key: key.to_vec(),
+        check: Check {
+            family: "a".into(),
+            qualifier: b"q".to_vec(),
+            expected: expected.map(<[u8]>::to_vec),
+        },
+    }
+}
+
+/// Sets column `a:q` (or `family:q`) of `key`.
+fn row_set(key: &[u8], family: &str, value: &[u8]) -> RowMutation {
+    RowMutation {
+        key: key.to_vec(),
+        mutations: vec![Mutation::set(family, b"q".to_vec(), value.to_vec())],
+    }
+}
+
+/// Checks across rows and the rows' writes, together or not at all; a backend that cannot
+/// says so (`None`) and touches nothing.
+pub fn check_and_mutate_rows_writes_all_or_nothing(store: &Arc<dyn Store>) {
+    setup(store);
+    put(store, b"ctr", b"q", b"1");
+    let rows = [
+        row_set(b"ctr", "a", b"2"),
+        row_set(b"new", "a", b"x"),
+        // A key repeated applies on the state before it.
+        RowMutation {
+            key: b"new".to_vec(),
+            mutations: vec![Mutation::set("b", b"q".to_vec(), b"y".to_vec())],
+        },
+    ];
+    let checks = [row_check(b"ctr", Some(b"1")), row_check(b"new", None)];
+    let Some(held) = store.check_and_mutate_rows(T, &checks, &rows).unwrap() else {
+        assert_eq!(
+            get(store, b"ctr").unwrap().value("a", b"q"),
+            Some(&b"1"[..])
+        );
+        assert_eq!(get(store, b"new"), None, "a declined call writes nothing");
+        return;
+    };
+    assert!(held);
+    assert_eq!(
+        get(store, b"ctr").unwrap().value("a", b"q"),
+        Some(&b"2"[..])
+    );
+    let new = get(store, b"new").unwrap();
+    assert_eq!(new.value("a", b"q"), Some(&b"x"[..]));
+    assert_eq!(new.value("b", b"q"), Some(&b"y"[..]));
+    // One check failing (the counter moved on) writes none of the rows.
+    let again = [row_check(b"ctr", Some(b"1")), row_check(b"other", None)];
+    let rows = [row_set(b"ctr", "a", b"3"), row_set(b"other", "a", b"z")];
+    assert_eq!(
+        store.check_and_mutate_rows(T, &again, &rows).unwrap(),
+        Some(false)
+    );
+    assert_eq!(
+        get(store, b"ctr").unwrap().value("a", b"q"),
+        Some(&b"2"[..])
+    );
+    assert_eq!(get(store, b"other"), None);
+    // A check on an absent row with an expected value fails; checks that hold on rows
+    // not written let the others be written.
+    let absent = [
+        row_check(b"ctr", Some(b"2")),
+        row_check(b"none", Some(b"v")),
+    ];
+    assert_eq!(
+        store.check_and_mutate_rows(T, &absent, &rows).unwrap(),
+        Some(false)
+    );
+    assert_eq!(get(store, b"other"), None);
+    let only_checked = [row_check(b"ctr", Some(b"2")), row_check(b"new", Some(b"x"))];
+    assert_eq!(
+        store
+            .check_and_mutate_rows(T, &only_checked, &[row_set(b"other", "a", b"z")])
+            .unwrap(),
+        Some(true)
+    );
+    assert_eq!(
+        get(store, b"other").unwrap().value("a", b"q"),
+        Some(&b"z"[..])
+    );
+    // A mutation the store refuses (an unknown family) fails the call before any row is
+    // written.
+    let bad = [row_set(b"p", "a", b"1"), row_set(b"r", "nope", b"1")];
+    assert!(store.check_and_mutate_rows(T, &[], &bad).is_err());
+    assert_eq!(get(store, b"p"), None);
+}
+
+/// Racing writers each move a counter from what they read to one more and create the row
+/// it names, in one call: every row created has its own counter value, none is lost.
+pub fn concurrent_check_and_mutate_rows_have_one_winner(store: &Arc<dyn Store>) {
+    setup(store);
+    let probe = store.check_and_mutate_rows(T, &[], &[]).unwrap();
+    if probe.is_none() {
+        return;
+    }
+    let threads: Vec<_> = (0..8u8)
+        .map(|i| {
+            let s = Arc::clone(store);
+            std::thread::spawn(move || {
+                let mut won = Vec::new();
+                while won.len() < 25 {
+                    let read = s.get(T, b"ctr", &ReadOptions::default()).unwrap();
+                    let seen = read
+                        .as_ref()
+                        .and_then(|r| r.value("a", b"q"))
+                        .map(|v| u64::from_be_bytes(v.try_into().expect("an 8-byte counter")));
+                    let next = seen.unwrap_or(0) + 1;
+                    let key = format!("row{next:06}").into_bytes();
+                    let checks = [
+                        row_check(b"ctr", seen.map(u64::to_be_bytes).as_ref().map(|b| &b[..])),
+                        row_check(&key, None),
+                    ];
+                    let rows = [
+                        row_set(b"ctr", "a", &next.to_be_bytes()),
+                        row_set(&key, "a", &[i]),
+                    ];
+                    if s.check_and_mutate_rows(T, &checks, &rows).unwrap() == Some(true) {
+                        won.push(next);
+                    }
+                }
+                won
+            })
+        })
+        .collect();
+    let mut won: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    won.sort_unstable();
+    assert_eq!(won, (1..=200).collect::<Vec<u64>>());
+    let created = store
+        .scan(
+            T,
+            &ScanRequest::range(b"row".to_vec(), Some(b"rox".to_vec())),
+        )
+        .unwrap()
+        .count();
+    assert_eq!(created, 200);
 }
 
 pub fn concurrent_check_and_mutate_has_one_winner(store: &Arc<dyn Store>) {

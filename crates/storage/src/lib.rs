@@ -150,6 +150,22 @@ pub trait Store: Send + Sync + Debug {
         mutations: &[Mutation],
     ) -> Result<bool>;
 
+    /// Applies `rows` (each row's mutations in order, a key repeated applying on the
+    /// state before it) only when every check holds, atomically with the checks and as
+    /// one write: no other writer comes between, and readers and a crash see all of the
+    /// rows or none. `Some(held)`: whether the checks held (nothing is written when one
+    /// did not). `None`: the backend cannot write several rows so (Bigtable's
+    /// check-and-mutate covers one row); nothing was read or written, and the caller takes
+    /// a way made of one-row operations ([`Store::check_and_mutate`], [`Store::increment`]).
+    /// The embedded store can: one process owns its data dir, and a batch of rows is one
+    /// journal entry. [`fallback::check_and_mutate_rows`] answers `None`.
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>>;
+
     /// Appends `suffix` to the newest value of one column (absent counts as empty),
     /// atomically with respect to every other writer of the column, as HBase's and
     /// Bigtable's append does. The default reads the value and writes it back with a
@@ -279,6 +295,17 @@ pub mod fallback {
             .iter()
             .map(|i| store.increment(table, key, &i.family, &i.qualifier, i.delta))
             .collect()
+    }
+
+    /// [`Store::check_and_mutate_rows`] of a backend that cannot apply checks and rows
+    /// across rows atomically: `None`, nothing read or written.
+    pub fn check_and_mutate_rows<S: Store + ?Sized>(
+        _store: &S,
+        _table: &str,
+        _checks: &[RowCheck],
+        _rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        Ok(None)
     }
 
     /// [`Store::append`] as a read and a compare-and-set, again while another writer got

@@ -7,8 +7,8 @@ use parking_lot::RwLock;
 
 use crate::model::RowData;
 use crate::{
-    Check, Error, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, Store,
-    TableSpec, model::ScanFilter, now_ms,
+    Check, Error, Mutation, ReadOptions, Result, Row, RowCheck, RowIter, RowMutation, ScanRequest,
+    Store, TableSpec, model::ScanFilter, now_ms,
 };
 
 #[derive(Debug, Clone)]
@@ -213,6 +213,46 @@ impl Store for MemoryStore {
             mutate(t, key, mutations)?;
         }
         Ok(held)
+    }
+
+    /// Under the tables' write lock: checked and applied with nothing in between.
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        let mut tables = self.tables.write();
+        let t = table_mut(&mut tables, table)?;
+        let held = checks.iter().all(|c| {
+            t.rows
+                .get(&c.key)
+                .map_or(c.check.expected.is_none(), |r| r.check(&c.check))
+        });
+        if !held {
+            return Ok(Some(false));
+        }
+        // Validated on copies first, so a mutation refused (an unknown family) leaves
+        // every row as it was.
+        let mut pending: BTreeMap<&[u8], RowData> = BTreeMap::new();
+        let now = now_ms();
+        for r in rows {
+            let row = match pending.entry(r.key.as_slice()) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(t.rows.get(&r.key).cloned().unwrap_or_default())
+                }
+            };
+            row.apply(&t.spec, &r.mutations, now)?;
+        }
+        for (key, row) in pending {
+            if row.is_empty() {
+                t.rows.remove(key);
+            } else {
+                t.rows.insert(key.to_vec(), row);
+            }
+        }
+        Ok(Some(true))
     }
 
     fn sync(&self) -> Result<()> {

@@ -244,6 +244,18 @@ impl Store for Metered {
         })
     }
 
+    /// Counted as one check-and-mutate (the one write it is).
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[crate::RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        self.stats.run(Call::CheckAndMutate, || {
+            self.inner.check_and_mutate_rows(table, checks, rows)
+        })
+    }
+
     fn append(
         &self,
         table: &str,

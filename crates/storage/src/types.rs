@@ -382,6 +382,13 @@ pub struct Check {
     pub expected: Option<Vec<u8>>,
 }
 
+/// One row's condition in [`crate::Store::check_and_mutate_rows`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowCheck {
+    pub key: Vec<u8>,
+    pub check: Check,
+}
+
 /// A table and its column families.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSpec {

@@ -723,6 +723,17 @@ impl Store for BigtableStore {
             .collect()
     }
 
+    /// Bigtable's check-and-mutate covers one row, and other TSDs write the same tables:
+    /// `None`, callers take their one-row way.
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[hourglass_storage::RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        hourglass_storage::fallback::check_and_mutate_rows(self, table, checks, rows)
+    }
+
     fn check_and_mutate(
         &self,
         table: &str,

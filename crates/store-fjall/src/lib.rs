@@ -24,8 +24,8 @@ use fjall::{
 use hourglass_storage::model::{self, RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
     Cell, CellCodec, CellForm, CellRef, CellRow, CellVisitor, Check, Error, FamilySpec,
-    JointMember, LentCells, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest,
-    SkipHint, Store, TableSpec, now_ms,
+    JointMember, LentCells, Mutation, ReadOptions, Result, Row, RowCheck, RowIter, RowMutation,
+    ScanRequest, SkipHint, Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -1859,6 +1859,52 @@ impl FjallStore {
         Ok(true)
     }
 
+    /// [`Store::check_and_mutate_rows`]: under the write lock (the only writer of the data
+    /// dir, which this process has locked), every row read, checked and written as one
+    /// batch, one journal entry.
+    fn check_and_mutate_rows_once(
+        &self,
+        table: &str,
+        checks: &[RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<bool> {
+        let (open, t) = self.table(table)?;
+        let now = now_ms();
+        let _w = self.write_lock.lock();
+        // Each row read once; whether a mutation names it (rows only checked are not
+        // written).
+        let mut pending: HashMap<&[u8], (Loaded, bool), foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(checks.len() + rows.len(), Default::default());
+        let mut cache = GroupCache::default();
+        for c in checks {
+            let (loaded, _) = match pending.entry(c.key.as_slice()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert((Self::load(&t, &c.key, &mut cache, None)?, false))
+                }
+            };
+            if !loaded.row.check(&c.check) {
+                return Ok(false);
+            }
+        }
+        for r in rows {
+            let (loaded, written) = match pending.entry(r.key.as_slice()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert((Self::load(&t, &r.key, &mut cache, None)?, false))
+                }
+            };
+            loaded.row.apply(&t.spec, &r.mutations, now)?;
+            *written = true;
+        }
+        let written: Vec<(&[u8], Loaded)> = pending
+            .into_iter()
+            .filter_map(|(key, (loaded, written))| written.then_some((key, loaded)))
+            .collect();
+        self.commit(&open, &t, written, cache)?;
+        Ok(true)
+    }
+
     /// Groups every grouped table's periods closed at `now_ms` (RFC 0006): from now on
     /// writes to their rows go to their groups, and the rows still in the row keyspace move
     /// there, a bounded step at a time under the write lock.
@@ -2043,6 +2089,16 @@ impl Store for FjallStore {
         mutations: &[Mutation],
     ) -> Result<bool> {
         self.retrying(|| self.check_and_mutate_once(table, key, check, mutations))
+    }
+
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        self.retrying(|| self.check_and_mutate_rows_once(table, checks, rows))
+            .map(Some)
     }
 
     fn sync(&self) -> Result<()> {

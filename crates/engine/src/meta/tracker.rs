@@ -114,9 +114,25 @@ impl Tracker {
 
     /// Records a series the writer sees for the first time since it started, before any of
     /// its points are flushed: its `ts_meta` (with `realtime_ts`) or its `ts_ctr` cell.
-    pub(crate) fn first_seen(&self, tsuid: &[u8], now_ms: i64) -> Result<()> {
+    /// `new`: one of the series' UIDs was just assigned by this process, so no process
+    /// wrote its meta row before; the counter's row is then written whole, without reading
+    /// the row to merge into.
+    pub(crate) fn first_seen(&self, tsuid: &[u8], now_ms: i64, new: bool) -> Result<()> {
         if self.flags.realtime_ts {
             return self.ensure_ts_meta(tsuid, now_ms / 1000);
+        }
+        if new {
+            let one = 1i64.to_be_bytes();
+            return Ok(self.store.put_cells(
+                &self.schema.meta_table,
+                &[hourglass_storage::CellRow {
+                    key: tsuid,
+                    family: META_FAMILY,
+                    qualifier: TS_CTR,
+                    timestamp: now_ms,
+                    value: &one,
+                }],
+            )?);
         }
         self.store.mutate_row(
             &self.schema.meta_table,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use hourglass_storage::memory::MemoryStore;
 use hourglass_storage::{
-    Check, Error, Mutation, ReadOptions, Result, Row, RowIter, RowMutation, ScanRequest, Store,
-    TableSpec,
+    Check, Error, Mutation, ReadOptions, Result, Row, RowCheck, RowIter, RowMutation, ScanRequest,
+    Store, TableSpec,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -427,6 +427,32 @@ impl Store for FaultStore {
             .check_and_mutate(table, key, check, mutations)?;
         if applied {
             self.note_checked(table, key, mutations);
+        }
+        Ok(applied)
+    }
+
+    /// One write of several rows, all or none of it: a fault fails it before or after it
+    /// was applied whole (outcome unknown, as a check-and-mutate's).
+    fn check_and_mutate_rows(
+        &self,
+        table: &str,
+        checks: &[RowCheck],
+        rows: &[RowMutation],
+    ) -> Result<Option<bool>> {
+        if self.faults.store_down() {
+            return Err(injected("check and mutate rows"));
+        }
+        if self.faults.fail() {
+            if self.faults.below(2) == 0
+                && self.inner().check_and_mutate_rows(table, checks, rows)? == Some(true)
+            {
+                self.note_written(table, rows);
+            }
+            return Err(injected("check and mutate rows (outcome unknown)"));
+        }
+        let applied = self.inner().check_and_mutate_rows(table, checks, rows)?;
+        if applied == Some(true) {
+            self.note_written(table, rows);
         }
         Ok(applied)
     }
