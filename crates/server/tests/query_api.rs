@@ -714,12 +714,47 @@ async fn unresolved_tag_values(backend: &str) {
     }
 }
 
+/// `tsd.query.filter.expansion_limit`: a `literal_or` with more values than the limit is
+/// not resolved to UIDs (OpenTSDB 2.4.1), so an unknown value among them is no error; one
+/// within the limit still fails.
+async fn filters_past_the_expansion_limit(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.query.filter.expansion_limit", "2");
+    let srv = start_with(backend, c).await;
+    load_fixture(&srv).await;
+    srv.state.tsdb.flush().unwrap();
+    let query = |filter: &str| {
+        json!({"start": 1356998400, "end": 1357041600, "queries": [{"aggregator": "sum",
+            "metric": "sys.cpu.user", "filters": [{"type": "literal_or", "tagk": "host",
+            "filter": filter, "groupBy": true}]}]})
+    };
+    let r = post_to(&srv, &query("web01|nope|nada")).await;
+    assert_eq!(r.status, 200, "{backend}: {}", r.text());
+    let hosts: Vec<Value> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["tags"]["host"].clone())
+        .collect();
+    assert_eq!(hosts, [json!("web01")], "{backend}");
+    let r = post_to(&srv, &query("web01|nope")).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["message"].clone()),
+        (400, json!("No such name for 'tagv': 'nope'")),
+        "{backend}"
+    );
+    srv.stop().await;
+}
+
 async fn post_to(srv: &TestServer, body: &Value) -> common::Response {
     post(srv, "/api/query", body.clone()).await
 }
 
 on_every_backend!(
     unresolved_tag_values,
+    filters_past_the_expansion_limit,
     not_key_filters,
     inline_answers_as_handed_off,
     last_points_and_queries_from_the_index,

@@ -593,7 +593,12 @@ fn resolve<'q>(tsdb: &Tsdb, q: &'q SubQuery) -> Result<Resolved<'q>> {
     for f in &q.filters {
         let k = uids.get_id(UidKind::TagKey, &f.tagk)?;
         tagk_uids.insert(&f.tagk, k);
-        if let Some(values) = f.exact_literals() {
+        // Past `tsd.query.filter.expansion_limit` values OpenTSDB resolves none of them (an
+        // unknown one is no error); the filter still applies to each series' names.
+        let resolved_literals = f
+            .exact_literals()
+            .filter(|values| values.len() <= tsdb.settings().filter_expansion_limit);
+        if let Some(values) = resolved_literals {
             for v in values {
                 match uids.get_id(UidKind::TagValue, v) {
                     Ok(uid) => literals.entry(k).or_default().push(uid),
