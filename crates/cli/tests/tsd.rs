@@ -190,6 +190,18 @@ fn a_switch_for_what_is_not_provided_refuses_the_start() {
     );
 }
 
+/// A value asking for what Hourglass does not do (absolute dates read in another zone) is
+/// refused at start, naming the key, not silently read as UTC.
+#[test]
+fn a_value_asking_for_what_is_not_provided_refuses_the_start() {
+    let stderr = refused_start("tsd.core.timezone = America/New_York\n");
+    assert!(
+        stderr.contains("tsd.core.timezone = America/New_York asks for absolute dates"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("set it to UTC or remove it"), "{stderr}");
+}
+
 /// Authentication on without a usable credentials file refuses the start, saying why: a
 /// TSD that looks protected but lets everyone in would be worse.
 #[test]

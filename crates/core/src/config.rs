@@ -65,7 +65,7 @@ impl Config {
     /// true; anything else is false.
     pub fn get_bool(&self, key: &str, default: bool) -> bool {
         match self.get(key) {
-            Some(v) => matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes"),
+            Some(v) => is_true(v),
             None => default,
         }
     }
@@ -98,6 +98,29 @@ impl Config {
                     self.get(key).unwrap_or_default().trim()
                 )
             })
+    }
+
+    /// The refusal of the first of [`REFUSED_VALUES`] this config sets away from what
+    /// Hourglass does.
+    pub fn refused_value(&self) -> Option<String> {
+        REFUSED_VALUES.iter().find_map(|r| {
+            let value = self.get(r.key)?;
+            (!(r.accepts)(value)).then(|| {
+                format!(
+                    "{} = {} asks for {}, which this version of Hourglass does not provide: {}",
+                    r.key,
+                    value.trim(),
+                    r.asks_for,
+                    r.instead
+                )
+            })
+        })
+    }
+
+    /// Why a TSD with this config must not start: [`Config::unavailable_switch`], else
+    /// [`Config::refused_value`].
+    pub fn refusal(&self) -> Option<String> {
+        self.unavailable_switch().or_else(|| self.refused_value())
     }
 
     /// The keys set here that no part of Hourglass reads and that OpenTSDB 2.4 does not
@@ -283,6 +306,7 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.core.tag.allow_specialchars",
     "tsd.core.tree.enable_processing",
     "tsd.core.uid.random_metrics",
+    "tsd.gnuplot.options.allowlist",
     "tsd.http.query.allow_delete",
     "tsd.http.request.cors_domains",
     "tsd.http.request.cors_headers",
@@ -303,6 +327,7 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.no_diediedie",
     "tsd.query.cache.max_age",
     "tsd.query.cache.max_bytes",
+    "tsd.query.filter.expansion_limit",
     "tsd.query.inline",
     "tsd.query.limits.bytes.allow_override",
     "tsd.query.limits.bytes.default",
@@ -312,6 +337,7 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.query.limits.overrides.config",
     "tsd.query.limits.overrides.interval",
     "tsd.query.limits.series.default",
+    "tsd.query.skip_unresolved_tagvs",
     "tsd.query.timeout",
     "tsd.rollups.agg_tag_key",
     "tsd.rollups.block_derived",
@@ -370,52 +396,173 @@ pub const UNAVAILABLE_SWITCHES: &[(&str, &str)] = &[
     ("tsd.uidfilter.enable", "a UID filter plugin"),
 ];
 
-/// OpenTSDB 2.4's keys with no use here (HBase, ZooKeeper, Netty, plugins, rollups,
-/// logging...): accepted without a warning. A key the code starts reading moves to
-/// [`READ_KEYS`] (a test checks).
+/// An OpenTSDB key whose value, away from its default, changes what clients see in a way
+/// Hourglass does not provide.
+#[derive(Debug, Clone, Copy)]
+pub struct RefusedValue {
+    pub key: &'static str,
+    /// Whether a value set asks for what Hourglass does.
+    pub accepts: fn(&str) -> bool,
+    /// What any other value asks for.
+    pub asks_for: &'static str,
+    /// What to do instead.
+    pub instead: &'static str,
+}
+
+/// OpenTSDB's boolean true (`getBoolean`): `true`, `1` or `yes`, any case.
+fn is_true(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "true" | "1" | "yes"
+    )
+}
+
+/// No value (OpenTSDB skips empty plugin lists).
+fn is_blank(value: &str) -> bool {
+    value.trim().is_empty()
+}
+
+/// A Java time zone ID of UTC (Java's IDs are case-sensitive; OpenTSDB refuses to start
+/// on one Java does not know).
+fn is_utc_zone(value: &str) -> bool {
+    matches!(
+        value.trim(),
+        "UTC"
+            | "Etc/UTC"
+            | "UCT"
+            | "Etc/UCT"
+            | "GMT"
+            | "Etc/GMT"
+            | "GMT0"
+            | "Etc/GMT0"
+            | "Etc/GMT+0"
+            | "Etc/GMT-0"
+            | "Greenwich"
+            | "Etc/Greenwich"
+            | "Universal"
+            | "Etc/Universal"
+            | "Zulu"
+            | "Etc/Zulu"
+    )
+}
+
+/// OpenTSDB 2.4's keys that Hourglass reads only to refuse a TSD that sets them away from
+/// what it does (as [`UNAVAILABLE_SWITCHES`]): each would change answers, accepted input or
+/// limits. The other [`OPENTSDB_UNUSED_KEYS`] change nothing a client sees (the comments
+/// there say why).
+pub const REFUSED_VALUES: &[RefusedValue] = &[
+    // OpenTSDB 2.4.1 makes it the JVM's default zone: absolute dates without a `timezone`
+    // (queries, `/q`, expressions, annotations, the tools) and the graphs' axes are read in
+    // it. Hourglass reads them in UTC. (Calendar downsampling without a `timezone` is UTC in
+    // OpenTSDB whatever this key says.)
+    RefusedValue {
+        key: "tsd.core.timezone",
+        accepts: is_utc_zone,
+        asks_for: "absolute dates without a `timezone` (queries, /q, expressions, annotations) \
+                   read in that zone rather than UTC",
+        instead: "set it to UTC or remove it",
+    },
+    // `false`: a query identical to one still running is refused (`QueryStats`).
+    RefusedValue {
+        key: "tsd.query.allow_simultaneous_duplicates",
+        accepts: is_true,
+        asks_for: "refusing a query identical to one still running",
+        instead: "set it to true or remove it",
+    },
+    // `true`: cells carry the points' times, and compaction keeps the larger (or, with
+    // `tsd.storage.use_max_value = false`, the smaller) of duplicate values. Hourglass keeps
+    // the newest value written (README, "Differences").
+    RefusedValue {
+        key: "tsd.storage.use_otsdb_timestamp",
+        accepts: |v| !is_true(v),
+        asks_for: "duplicate points resolved by their values (the larger, or the smaller) \
+                   rather than the newest written",
+        instead: "set it to false or remove it",
+    },
+    // Java classes serving more telnet commands or HTTP endpoints.
+    RefusedValue {
+        key: "tsd.rpc.plugins",
+        accepts: is_blank,
+        asks_for: "telnet RPC plugins",
+        instead: "remove it",
+    },
+    RefusedValue {
+        key: "tsd.http.rpc.plugins",
+        accepts: is_blank,
+        asks_for: "HTTP RPC plugins",
+        instead: "remove it",
+    },
+];
+
+/// OpenTSDB 2.4's keys with no use here (HBase, ZooKeeper, Netty, plugins, logging...):
+/// accepted without a warning. None of them, at any value, changes what a client sees (the
+/// comments say why), except the [`UNAVAILABLE_SWITCHES`] and [`REFUSED_VALUES`] listed here
+/// too, which refuse the start when set away from what Hourglass does. A key the code starts
+/// reading moves to [`READ_KEYS`] (a test checks).
 pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
+    // Command-line tools' and plugins' settings (`ConfigArgP`, `CliOptions`, the plugin
+    // directory); plugins themselves are refused by their switches.
     "tsd.addins.rpcs",
     "tsd.addins.rpcs.classpath",
-    "tsd.core.authentication.plugin",
-    "tsd.core.bulk.allow_out_of_order_timestamps",
     "tsd.core.config",
     "tsd.core.config.include",
     "tsd.core.flushinterval",
+    "tsd.core.plugin_path",
+    // Hourglass authenticates itself (`tsd.core.authentication.*`); the class is unused.
+    "tsd.core.authentication.plugin",
+    // `true` lets `tsdb import` store a series' points out of time order (OpenTSDB fails
+    // the import on one by default). Hourglass's import always stores them, as `true` asks.
+    "tsd.core.bulk.allow_out_of_order_timestamps",
     "tsd.core.meta.cache.enable",
     "tsd.core.meta.cache.plugin",
-    "tsd.core.plugin_path",
+    // Caches and their warm-up: speed only.
     "tsd.core.preload_uid_cache",
     "tsd.core.preload_uid_cache.max_entries",
+    "tsd.uid.lru.enable",
+    "tsd.uid.use_mode",
+    // Rewrites append columns when read: the answers are the same.
     "tsd.core.repair_appends",
+    "tsd.storage.repair_appends",
     "tsd.core.storage_exception_handler.enable",
     "tsd.core.storage_exception_handler.plugin",
     "tsd.core.timezone",
-    "tsd.gnuplot.options.allowlist",
+    // gnuplot's cache directory and OpenTSDB's static files: graphs are drawn in the TSD.
     "tsd.http.cachedir",
+    "tsd.ui.noexport",
+    // Has no effect in OpenTSDB 2.4 either.
     "tsd.http.header_tag",
+    // `false` (OpenTSDB's default) refuses chunked bodies, and `max_chunk` caps them.
+    // Hourglass accepts chunked bodies of any size up to `tsd.http.request.max_body`, as
+    // `true` with a large `max_chunk` asks: collectors send chunked bodies, and refusing
+    // them would lose their points (README, "Differences").
     "tsd.http.request.enable_chunked",
     "tsd.http.request.max_chunk",
     "tsd.http.rpc.plugins",
+    // `true` (OpenTSDB's default) adds a Java stack trace to errors; there is none here,
+    // as `false` asks (README, "Differences").
     "tsd.http.show_stack_trace",
+    // Logging is configured with `RUST_LOG`.
     "tsd.logback.config",
     "tsd.logback.console",
     "tsd.logback.file",
     "tsd.logback.rollpattern",
+    // Socket options and Netty's I/O mode: no effect on answers.
     "tsd.network.async_io",
     "tsd.network.keep_alive",
     "tsd.network.reuse_address",
     "tsd.network.tcp_no_delay",
+    // OpenTSDB's launcher writes a PID file; service managers do that for the TSD.
     "tsd.process.pid.file",
     "tsd.process.pid.ignore.existing",
     "tsd.query.allow_simultaneous_duplicates",
+    // How HBase is scanned (fuzzy row filters, multi-gets): the answers are the same.
     "tsd.query.enable_fuzzy_filter",
-    "tsd.query.filter.expansion_limit",
     "tsd.query.multi_get.batch_size",
     "tsd.query.multi_get.concurrent",
     "tsd.query.multi_get.enable",
     "tsd.query.multi_get.get_all_salts",
     "tsd.query.multi_get.limit",
-    "tsd.query.skip_unresolved_tagvs",
+    // Only named in comments of OpenTSDB 2.4.1 (the key read is `tsd.rollups.agg_tag_key`).
     "tsd.rollups.agg_tag",
     "tsd.rpc.plugins",
     "tsd.rtpublisher.enable",
@@ -424,6 +571,7 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.search.plugin",
     "tsd.startup.enable",
     "tsd.startup.plugin",
+    // HBase compaction, tables and client: no effect on answers.
     "tsd.storage.compaction.flush_interval",
     "tsd.storage.compaction.flush_speed",
     "tsd.storage.compaction.max_concurrent_flushes",
@@ -433,15 +581,13 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.storage.hbase.scanner.maxNumRows",
     "tsd.storage.hbase.zk_basedir",
     "tsd.storage.hbase.zk_quorum",
-    "tsd.storage.repair_appends",
+    // Read by OpenTSDB only with `tsd.storage.use_otsdb_timestamp`, which is refused.
     "tsd.storage.use_max_value",
     "tsd.storage.use_otsdb_timestamp",
     "tsd.timeseriesfilter.enable",
     "tsd.timeseriesfilter.plugin",
-    "tsd.ui.noexport",
-    "tsd.uid.lru.enable",
-    "tsd.uid.use_mode",
     "tsd.uidfilter.enable",
+    // The UID filter plugin's settings; the plugin is refused by its switch.
     "tsd.uidfilter.plugin",
     "tsd.uidfilter.whitelist.delimiter",
     "tsd.uidfilter.whitelist.metric_patterns",
@@ -466,7 +612,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.core.auto_create_metrics", "false"),
     ("tsd.core.auto_create_tagks", "true"),
     ("tsd.core.auto_create_tagvs", "true"),
-    ("tsd.core.bulk.allow_out_of_order_timestamps", "false"),
+    ("tsd.core.bulk.allow_out_of_order_timestamps", "true"),
     ("tsd.core.connections.limit", "0"),
     ("tsd.core.enable_api", "true"),
     ("tsd.core.enable_ui", "true"),
@@ -759,6 +905,80 @@ mod tests {
             assert!(OPENTSDB_UNUSED_KEYS.contains(key), "{key}");
             let c = parse(&format!("{key} = true\n"));
             assert!(c.unavailable_switch().unwrap().starts_with(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn values_asking_for_what_is_not_provided_refuse_the_start() {
+        let parse = |text: &str| Config::parse(text).unwrap();
+        // Unset, or set to what Hourglass does: accepted.
+        for accepted in [
+            "",
+            "tsd.core.timezone = UTC\n",
+            "tsd.core.timezone = Etc/UTC \n",
+            "tsd.core.timezone = GMT\n",
+            "tsd.query.allow_simultaneous_duplicates = true\n",
+            "tsd.query.allow_simultaneous_duplicates = YES\n",
+            "tsd.storage.use_otsdb_timestamp = false\n",
+            "tsd.rpc.plugins =\n",
+            "tsd.http.rpc.plugins =  \n",
+            "tsd.http.request.enable_chunked = false\n",
+            "tsd.core.bulk.allow_out_of_order_timestamps = true\n",
+        ] {
+            assert_eq!(parse(accepted).refusal(), None, "{accepted:?}");
+        }
+        for (text, says) in [
+            (
+                "tsd.core.timezone = Europe/Paris\n",
+                "tsd.core.timezone = Europe/Paris asks for absolute dates without a `timezone`",
+            ),
+            // Java's zone IDs are case-sensitive: OpenTSDB refuses `utc` too.
+            ("tsd.core.timezone = utc\n", "tsd.core.timezone = utc asks"),
+            ("tsd.core.timezone =\n", "tsd.core.timezone =  asks"),
+            (
+                "tsd.query.allow_simultaneous_duplicates = false\n",
+                "tsd.query.allow_simultaneous_duplicates = false asks for refusing a query \
+                 identical to one still running",
+            ),
+            (
+                "tsd.storage.use_otsdb_timestamp = true\n",
+                "tsd.storage.use_otsdb_timestamp = true asks for duplicate points resolved",
+            ),
+            (
+                "tsd.rpc.plugins = net.opentsdb.tsd.DummyRpc\n",
+                "tsd.rpc.plugins = net.opentsdb.tsd.DummyRpc asks for telnet RPC plugins",
+            ),
+            (
+                "tsd.http.rpc.plugins = x.Y\n",
+                "tsd.http.rpc.plugins = x.Y asks for HTTP RPC plugins",
+            ),
+        ] {
+            let refused = parse(text).refusal().unwrap_or_default();
+            assert!(refused.starts_with(says), "{text:?}: {refused}");
+            assert!(
+                refused.contains("which this version of Hourglass does not provide: "),
+                "{refused}"
+            );
+        }
+        assert!(
+            parse("tsd.core.timezone = Asia/Tokyo\n")
+                .refusal()
+                .unwrap()
+                .ends_with("set it to UTC or remove it")
+        );
+        // A switch is named before a value.
+        assert!(
+            parse("tsd.core.timezone = Asia/Tokyo\ntsd.search.enable = true\n")
+                .refusal()
+                .unwrap()
+                .starts_with("tsd.search.enable")
+        );
+        for r in REFUSED_VALUES {
+            assert!(OPENTSDB_UNUSED_KEYS.contains(&r.key), "{}", r.key);
+            let default = DEFAULTS.iter().find(|(k, _)| *k == r.key);
+            if let Some((_, v)) = default {
+                assert!((r.accepts)(v), "{} accepts its default {v}", r.key);
+            }
         }
     }
 

@@ -49,6 +49,13 @@ pub struct Settings {
     pub allow_special_chars: String,
     /// `tsd.storage.fix_duplicates` (default false).
     pub fix_duplicates: bool,
+    /// `tsd.query.skip_unresolved_tagvs` (default false): a query's literal tag value with
+    /// no UID matches nothing instead of failing the query (`No such name for 'tagv'`).
+    pub skip_unresolved_tagvs: bool,
+    /// `tsd.query.filter.expansion_limit` (default 4096): a case-sensitive `literal_or`
+    /// with more values than this is not resolved to UIDs (so its unknown values are no
+    /// error) and narrows the scan only through its names, as in OpenTSDB 2.4.1.
+    pub filter_expansion_limit: usize,
     /// `tsd.storage.enable_appends` (default false): a row's points are appended to its
     /// append column (OpenTSDB's layout for it) instead of written as cells and compacted.
     pub enable_appends: bool,
@@ -110,6 +117,8 @@ impl Default for Settings {
             random_metrics: false,
             allow_special_chars: String::new(),
             fix_duplicates: false,
+            skip_unresolved_tagvs: false,
+            filter_expansion_limit: 4096,
             enable_appends: false,
             enable_compaction: true,
             flush_interval: Duration::from_secs(60),
@@ -164,6 +173,14 @@ impl Settings {
             random_metrics: c.get_bool("tsd.core.uid.random_metrics", d.random_metrics),
             allow_special_chars: c.get_str("tsd.core.tag.allow_specialchars", "").to_string(),
             fix_duplicates: c.get_bool("tsd.storage.fix_duplicates", d.fix_duplicates),
+            skip_unresolved_tagvs: c
+                .get_bool("tsd.query.skip_unresolved_tagvs", d.skip_unresolved_tagvs),
+            filter_expansion_limit: c
+                .get_int(
+                    "tsd.query.filter.expansion_limit",
+                    d.filter_expansion_limit as i64,
+                )?
+                .max(0) as usize,
             enable_appends: c.get_bool("tsd.storage.enable_appends", d.enable_appends),
             enable_compaction: c.get_bool("tsd.storage.enable_compaction", d.enable_compaction),
             flush_interval: Duration::from_millis(flush_ms.max(1) as u64),

@@ -16,7 +16,7 @@ mod last;
 mod misc;
 pub(crate) mod put;
 mod query;
-mod request;
+pub(crate) mod request;
 mod search;
 mod suggest;
 mod tree;

@@ -42,6 +42,9 @@ pub struct ServerSettings {
     pub allow_point_limit_override: bool,
     /// `tsd.http.query.allow_delete`: queries may delete what they match.
     pub allow_delete: bool,
+    /// `tsd.gnuplot.options.allowlist`: when set, the only `o=` options `/q` accepts
+    /// (`;`-separated, each trimmed and URL-decoded, as OpenTSDB 2.4.1 reads it).
+    pub graph_options_allowlist: Option<Vec<String>>,
     /// `tsd.query.cache.max_bytes`: memory for answers kept for identical queries (0: none
     /// kept; never over a store other TSDs write).
     pub query_cache_bytes: u64,
@@ -130,6 +133,7 @@ impl Default for ServerSettings {
             allow_byte_limit_override: false,
             allow_point_limit_override: false,
             allow_delete: false,
+            graph_options_allowlist: None,
             query_cache_bytes: 64 << 20,
             query_cache_max_age: Duration::from_secs(300),
             inline_queries: true,
@@ -197,6 +201,16 @@ impl ServerSettings {
             allow_point_limit_override: c
                 .get_bool("tsd.query.limits.data_points.allow_override", false),
             allow_delete: c.get_bool("tsd.http.query.allow_delete", false),
+            graph_options_allowlist: Some(c.get_str("tsd.gnuplot.options.allowlist", ""))
+                .filter(|list| !list.is_empty())
+                .map(|list| {
+                    list.split(';')
+                        .map(|o| {
+                            crate::http::request::decode_component(o.trim(), false)
+                                .unwrap_or_else(|_| o.trim().to_string())
+                        })
+                        .collect()
+                }),
             query_cache_bytes: c
                 .get_int("tsd.query.cache.max_bytes", d.query_cache_bytes as i64)?
                 .max(0) as u64,

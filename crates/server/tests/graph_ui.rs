@@ -314,6 +314,44 @@ async fn ui_files_are_served_from_the_binary() {
     srv.stop().await;
 }
 
+/// `tsd.gnuplot.options.allowlist` (OpenTSDB 2.4.1): `/q` refuses an `o=` option not in
+/// the list (`;`-separated, trimmed, URL-decoded); unset, every option is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graph_options_outside_the_allow_list_are_refused() {
+    let q = |o: &str| {
+        format!(
+            "/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=web01%7D&o={o}\
+             &m=sum:sys.cpu.user%7Bhost=web02%7D&o=&json"
+        )
+    };
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set(
+        "tsd.gnuplot.options.allowlist",
+        " axis%20x1y2 ; ;with lines",
+    );
+    let srv = start_with("memory", c).await;
+    load_fixture(&srv).await;
+    for allowed in ["axis%20x1y2", "axis+x1y2", "with%20lines"] {
+        let r = get(&srv, &q(allowed)).await;
+        assert_eq!(r.status, 200, "{allowed}: {}", r.text());
+    }
+    let r = get(&srv, &q("axis%20x1y1")).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["err"],
+        "Query option at index 0 was not in the allow list."
+    );
+    srv.stop().await;
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    let srv = start_with("memory", c).await;
+    load_fixture(&srv).await;
+    let r = get(&srv, &q("axis%20x1y1")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    srv.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_root_serves_files_from_disk() {
     let root = tempfile::tempdir().unwrap();

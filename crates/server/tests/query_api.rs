@@ -653,11 +653,115 @@ async fn not_key_filters(backend: &str) {
     }
 }
 
+/// `tsd.query.skip_unresolved_tagvs`: a literal tag value with no UID fails the query
+/// (OpenTSDB's default), or with the key on matches nothing while the other values answer;
+/// when no value resolves the answer is empty. Unknown tag keys fail either way.
+async fn unresolved_tag_values(backend: &str) {
+    for (skip, index) in [("false", "false"), ("true", "false"), ("true", "true")] {
+        let mut c = Config::default();
+        c.set("tsd.core.auto_create_metrics", "true");
+        c.set("tsd.query.skip_unresolved_tagvs", skip);
+        c.set("tsd.index.enable", index);
+        let srv = start_with(backend, c).await;
+        load_fixture(&srv).await;
+        srv.state.tsdb.flush().unwrap();
+        let what = format!("{backend} skip={skip} index={index}");
+        let query = |filter: &str| {
+            json!({"start": 1356998400, "end": 1357041600, "queries": [{"aggregator": "sum",
+                "metric": "sys.cpu.user", "downsample": "1h-count",
+                "filters": [{"type": "literal_or", "tagk": "host", "filter": filter,
+                             "groupBy": true}]}]})
+        };
+        let hosts = |r: &common::Response| {
+            assert_eq!(r.status, 200, "{what}: {}", r.text());
+            let mut h: Vec<String> = r
+                .json()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["tags"]["host"].as_str().unwrap().to_string())
+                .collect();
+            h.sort();
+            h
+        };
+        let error = |r: &common::Response| (r.status, r.json()["error"]["message"].clone());
+        let partly = post_to(&srv, &query("web01|nope")).await;
+        let v1 = http(
+            srv.addr,
+            "GET",
+            "/api/query?start=1356998400&end=1357041600&m=sum:sys.cpu.user%7Bhost=nope%7Cweb02%7D",
+            "",
+        )
+        .await;
+        let none = post_to(&srv, &query("nope|nada")).await;
+        if skip == "true" {
+            assert_eq!(hosts(&partly), ["web01"], "{what}");
+            assert_eq!(hosts(&v1), ["web02"], "{what}");
+            assert_eq!(none.json(), json!([]), "{what}");
+        } else {
+            let unknown = (400, json!("No such name for 'tagv': 'nope'"));
+            assert_eq!(error(&partly), unknown, "{what}");
+            assert_eq!(error(&v1), unknown, "{what}");
+            assert_eq!(error(&none), unknown, "{what}");
+        }
+        // Values that resolve answer alike either way; an unknown tag key is an error.
+        assert_eq!(
+            hosts(&post_to(&srv, &query("web01|web02")).await),
+            ["web01", "web02"],
+            "{what}"
+        );
+        let mut bad_key = query("web01");
+        bad_key["queries"][0]["filters"][0]["tagk"] = json!("nokey");
+        assert_eq!(
+            error(&post_to(&srv, &bad_key).await),
+            (400, json!("No such name for 'tagk': 'nokey'")),
+            "{what}"
+        );
+        srv.stop().await;
+    }
+}
+
+/// `tsd.query.filter.expansion_limit`: a `literal_or` with more values than the limit is
+/// not resolved to UIDs (OpenTSDB 2.4.1), so an unknown value among them is no error; one
+/// within the limit still fails.
+async fn filters_past_the_expansion_limit(backend: &str) {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.query.filter.expansion_limit", "2");
+    let srv = start_with(backend, c).await;
+    load_fixture(&srv).await;
+    srv.state.tsdb.flush().unwrap();
+    let query = |filter: &str| {
+        json!({"start": 1356998400, "end": 1357041600, "queries": [{"aggregator": "sum",
+            "metric": "sys.cpu.user", "filters": [{"type": "literal_or", "tagk": "host",
+            "filter": filter, "groupBy": true}]}]})
+    };
+    let r = post_to(&srv, &query("web01|nope|nada")).await;
+    assert_eq!(r.status, 200, "{backend}: {}", r.text());
+    let hosts: Vec<Value> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["tags"]["host"].clone())
+        .collect();
+    assert_eq!(hosts, [json!("web01")], "{backend}");
+    let r = post_to(&srv, &query("web01|nope")).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["message"].clone()),
+        (400, json!("No such name for 'tagv': 'nope'")),
+        "{backend}"
+    );
+    srv.stop().await;
+}
+
 async fn post_to(srv: &TestServer, body: &Value) -> common::Response {
     post(srv, "/api/query", body.clone()).await
 }
 
 on_every_backend!(
+    unresolved_tag_values,
+    filters_past_the_expansion_limit,
     not_key_filters,
     inline_answers_as_handed_off,
     last_points_and_queries_from_the_index,

@@ -129,7 +129,7 @@ fn positive(config: &Config, key: &str) -> anyhow::Result<Option<u32>> {
 /// config cannot break `/`.
 pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     let config = layered_config(args)?;
-    if let Some(refusal) = config.unavailable_switch() {
+    if let Some(refusal) = config.refusal() {
         anyhow::bail!(refusal);
     }
     for key in config.unknown_keys() {

@@ -554,7 +554,7 @@ struct Resolved<'q> {
 }
 
 /// Resolves the metric (or the TSUIDs' one metric), every filtered tag key, and literal
-/// values (unknown ones are errors, as in OpenTSDB).
+/// values (unknown ones are errors, as in OpenTSDB, unless `tsd.query.skip_unresolved_tagvs`).
 fn resolve<'q>(tsdb: &Tsdb, q: &'q SubQuery) -> Result<Resolved<'q>> {
     let uids = tsdb.uids();
     let schema = &tsdb.settings().schema;
@@ -589,15 +589,29 @@ fn resolve<'q>(tsdb: &Tsdb, q: &'q SubQuery) -> Result<Resolved<'q>> {
     };
     let mut tagk_uids: HashMap<&str, Uid> = HashMap::new();
     let mut literals: BTreeMap<Uid, Vec<Uid>> = BTreeMap::new();
+    let skip_unresolved = tsdb.settings().skip_unresolved_tagvs;
     for f in &q.filters {
         let k = uids.get_id(UidKind::TagKey, &f.tagk)?;
         tagk_uids.insert(&f.tagk, k);
-        if let Some(values) = f.exact_literals() {
+        // Past `tsd.query.filter.expansion_limit` values OpenTSDB resolves none of them (an
+        // unknown one is no error); the filter still applies to each series' names.
+        let resolved_literals = f
+            .exact_literals()
+            .filter(|values| values.len() <= tsdb.settings().filter_expansion_limit);
+        if let Some(values) = resolved_literals {
             for v in values {
-                literals
-                    .entry(k)
-                    .or_default()
-                    .push(uids.get_id(UidKind::TagValue, v)?);
+                match uids.get_id(UidKind::TagValue, v) {
+                    Ok(uid) => literals.entry(k).or_default().push(uid),
+                    // `tsd.query.skip_unresolved_tagvs`: the value is left out of the
+                    // row-key regex; the filter itself still applies to each series' names,
+                    // so it matches nothing (as OpenTSDB 2.4.1's `TagVFilter.resolveTags`).
+                    // A key none of whose values resolve is then not narrowed by the scan,
+                    // and its filter leaves every series out: an empty answer.
+                    Err(Error::NoSuchName { .. }) if skip_unresolved => {
+                        tracing::debug!("Query tag value not found: {v}");
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
     }

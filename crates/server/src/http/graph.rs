@@ -546,6 +546,13 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
             .filter(|(k, _)| k == "o")
             .map(|(_, v)| v.clone())
             .collect();
+    if let Some(allowed) = &state.settings.graph_options_allowlist
+        && let Some(i) = options.iter().position(|o| !allowed.contains(o))
+    {
+        return Err(bad(format!(
+            "Query option at index {i} was not in the allow list."
+        )));
+    }
     if !options.is_empty() && options.len() != subs.len() {
         return Err(bad(format!(
             "{} `o' parameters, but {} `m' parameters.",

@@ -70,7 +70,7 @@ pub(crate) fn decode_query(raw: &str, strict: bool) -> Result<Vec<(String, Strin
 
 /// One name or value: `+` is a space, `%XX` a byte, `%%` a `%`; the bytes are read as UTF-8
 /// (a bad sequence becomes U+FFFD). Netty's messages for a bad escape when `strict`.
-fn decode_component(s: &str, strict: bool) -> Result<String, String> {
+pub(crate) fn decode_component(s: &str, strict: bool) -> Result<String, String> {
     if !s.contains(['%', '+']) {
         return Ok(s.to_string());
     }
