@@ -73,34 +73,8 @@ fn bad(msg: impl Into<String>) -> ApiError {
 /// reads it: `metric{}` has no tags, each pair has one `=` and both sides, a pair given
 /// twice with one value counts once, and errors are in its words.
 fn parse_timeseries(text: &str) -> Result<Wanted, ApiError> {
-    let (metric, inner) = match text.find('{') {
-        None => (text, ""),
-        Some(_) if !text.ends_with('}') => {
-            return Err(bad(format!("Missing '}}' at the end of: {text}")));
-        }
-        Some(curly) => (&text[..curly], &text[curly + 1..text.len() - 1]),
-    };
-    let mut tags: Vec<(String, String)> = Vec::new();
-    if !inner.is_empty() {
-        for tag in inner.split(',') {
-            let kv: Vec<&str> = tag.split('=').collect();
-            let (k, v) = match kv[..] {
-                [k, v] if !k.is_empty() && !v.is_empty() => (k, v),
-                _ => return Err(bad(format!("When parsing tag '{tag}': invalid tag: {tag}"))),
-            };
-            match tags.iter().find(|(tk, _)| tk == k) {
-                Some((_, tv)) if tv == v => {}
-                Some(_) => {
-                    let known: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    return Err(bad(format!(
-                        "When parsing tag '{tag}': duplicate tag: {tag}, tags={{{}}}",
-                        known.join(", ")
-                    )));
-                }
-                None => tags.push((k.to_string(), v.to_string())),
-            }
-        }
-    }
+    let (metric, inner) = super::request::split_metric(text).map_err(bad)?;
+    let tags = super::request::exact_tag_pairs(inner).map_err(bad)?;
     Ok(Wanted::Tags {
         metric: metric.to_string(),
         tags: tags.into_iter().collect(),

@@ -365,19 +365,31 @@ fn echo_batch(
     }
 }
 
+/// Whether a body is read in batches: an array over [`STREAMED_BODY_BYTES`].
+fn streamed(body: &[u8]) -> bool {
+    body.len() > STREAMED_BODY_BYTES
+        && body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+}
+
+/// A streamed body read through without keeping its points: the bytes to read it from
+/// again (with Jackson's non-numeric tokens quoted when it needs that), or its error.
+fn read_through(body: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, ApiError> {
+    match read_batches(body, None) {
+        Ok(_) => Ok(body.into()),
+        Err(e) => match super::json::quote_non_numeric(body) {
+            Some(q) if read_batches(&q, None).is_ok() => Ok(q.into()),
+            _ => Err(e),
+        },
+    }
+}
+
 /// Reads a body through without storing anything: its error, if it has one (a large array is
 /// read as [`receive`] reads it, without keeping its points).
 fn parse_only(body: &[u8]) -> Result<(), ApiError> {
-    let array = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
-    if body.len() <= STREAMED_BODY_BYTES || !array {
-        return parse_body(body).map(|_| ());
-    }
-    match read_batches(body, None) {
-        Ok(_) => Ok(()),
-        Err(e) => match super::json::quote_non_numeric(body) {
-            Some(q) if read_batches(&q, None).is_ok() => Ok(()),
-            _ => Err(e),
-        },
+    if streamed(body) {
+        read_through(body).map(|_| ())
+    } else {
+        parse_body(body).map(|_| ())
     }
 }
 
@@ -386,8 +398,7 @@ fn parse_only(body: &[u8]) -> Result<(), ApiError> {
 /// not parse stores nothing, as when it is parsed whole), then stored [`STREAMED_BATCH`]
 /// points at a time as it is read again, so memory does not grow with the body.
 fn receive(state: &State, body: &[u8], kind: Kind, echo: Echo) -> Result<Received, ApiError> {
-    let array = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
-    if body.len() <= STREAMED_BODY_BYTES || !array {
+    if !streamed(body) {
         let raw = parse_body(body)?;
         let result = store(state, &raw, kind);
         let mut echoes = HashMap::new();
@@ -398,17 +409,7 @@ fn receive(state: &State, body: &[u8], kind: Kind, echo: Echo) -> Result<Receive
             echoes,
         });
     }
-    let quoted;
-    let bytes: &[u8] = match read_batches(body, None) {
-        Ok(_) => body,
-        Err(e) => match super::json::quote_non_numeric(body) {
-            Some(q) if read_batches(&q, None).is_ok() => {
-                quoted = q;
-                &quoted
-            }
-            _ => return Err(e),
-        },
-    };
+    let bytes = read_through(body)?;
     let mut total = PutResult {
         success: 0,
         errors: Vec::new(),
@@ -456,7 +457,7 @@ fn receive(state: &State, body: &[u8], kind: Kind, echo: Echo) -> Result<Receive
         total.ticket = total.ticket.max(result.ticket);
         true
     };
-    let count = read_batches(bytes, Some(&mut each))?;
+    let count = read_batches(&bytes, Some(&mut each))?;
     Ok(Received {
         result: total,
         count,

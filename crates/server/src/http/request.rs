@@ -317,6 +317,45 @@ pub(crate) fn check_writable(state: &crate::State) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `metric{k=v,...}` split as OpenTSDB's `Tags.parseWithMetric` splits it: the metric and
+/// the text between the braces (empty without braces); a `{` needs a closing `}` last.
+pub(crate) fn split_metric(text: &str) -> Result<(&str, &str), String> {
+    match text.find('{') {
+        None => Ok((text, "")),
+        Some(_) if !text.ends_with('}') => Err(format!("Missing '}}' at the end of: {text}")),
+        Some(curly) => Ok((&text[..curly], &text[curly + 1..text.len() - 1])),
+    }
+}
+
+/// The `k=v,...` pairs between the braces of [`split_metric`], as `Tags.parseWithMetric`
+/// reads them: each pair one `=` with both sides, a pair given twice with one value counted
+/// once, errors in its words.
+pub(crate) fn exact_tag_pairs(inner: &str) -> Result<Vec<(String, String)>, String> {
+    let mut tags: Vec<(String, String)> = Vec::new();
+    if inner.is_empty() {
+        return Ok(tags);
+    }
+    for tag in inner.split(',') {
+        let kv: Vec<&str> = tag.split('=').collect();
+        let (k, v) = match kv[..] {
+            [k, v] if !k.is_empty() && !v.is_empty() => (k, v),
+            _ => return Err(format!("When parsing tag '{tag}': invalid tag: {tag}")),
+        };
+        match tags.iter().find(|(tk, _)| tk == k) {
+            Some((_, tv)) if tv == v => {}
+            Some(_) => {
+                let known: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                return Err(format!(
+                    "When parsing tag '{tag}': duplicate tag: {tag}, tags={{{}}}",
+                    known.join(", ")
+                ));
+            }
+            None => tags.push((k.to_string(), v.to_string())),
+        }
+    }
+    Ok(tags)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -378,39 +378,11 @@ pub(crate) async fn uidmeta(
 /// counts once, and errors are in its words.
 fn parse_exact(m: &str) -> Result<(String, Vec<(String, String)>), ApiError> {
     let bad = |msg: String| ApiError::bad_request(msg.clone()).with_details(msg);
-    let (metric, inner) = match m.find('{') {
-        None => (m, ""),
-        Some(_) if !m.ends_with('}') => {
-            return Err(bad(format!("Missing '}}' at the end of: {m}")));
-        }
-        Some(curly) => (&m[..curly], &m[curly + 1..m.len() - 1]),
-    };
+    let (metric, inner) = super::request::split_metric(m).map_err(bad)?;
     if metric.is_empty() {
         return Err(ApiError::bad_request("Metric cannot be null or empty"));
     }
-    let mut tags: Vec<(String, String)> = Vec::new();
-    if !inner.is_empty() {
-        for tag in inner.split(',') {
-            let kv: Vec<&str> = tag.split('=').collect();
-            let (k, v) = match kv[..] {
-                [k, v] if !k.is_empty() && !v.is_empty() => (k, v),
-                _ => {
-                    return Err(bad(format!("When parsing tag '{tag}': invalid tag: {tag}")));
-                }
-            };
-            match tags.iter().find(|(tk, _)| tk == k) {
-                Some((_, tv)) if tv == v => {}
-                Some(_) => {
-                    let known: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    return Err(bad(format!(
-                        "When parsing tag '{tag}': duplicate tag: {tag}, tags={{{}}}",
-                        known.join(", ")
-                    )));
-                }
-                None => tags.push((k.to_string(), v.to_string())),
-            }
-        }
-    }
+    let tags = super::request::exact_tag_pairs(inner).map_err(bad)?;
     Ok((metric.to_string(), tags))
 }
 
