@@ -15,6 +15,9 @@ pub enum ErrorKind {
     LimitExceeded,
     /// An update that changes nothing (OpenTSDB answers 304 Not Modified).
     NotModified,
+    /// The TSD is at a budget shared by every request (memory held by running queries):
+    /// the same request may succeed later.
+    Busy,
     /// Anything else.
     Internal,
 }
@@ -45,6 +48,9 @@ pub enum Error {
     /// Buffered points are over their memory budget: the batch was refused, send it later.
     #[error("{0}")]
     Throttled(String),
+    /// Running queries hold all the memory they may hold together: try again later.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl Error {
@@ -56,6 +62,7 @@ impl Error {
             Error::Corrupt(_) => ErrorKind::Corrupt,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::NotModified(_) => ErrorKind::NotModified,
+            Error::Busy(_) => ErrorKind::Busy,
             Error::Unavailable(_) | Error::Throttled(_) => ErrorKind::Unavailable,
             Error::Storage(e) => match e.kind() {
                 hourglass_storage::ErrorKind::Unavailable => ErrorKind::Unavailable,

@@ -6,6 +6,7 @@ pub mod aggregator;
 pub mod downsample;
 pub mod filter;
 pub(crate) mod fold;
+pub mod memory;
 pub mod plan;
 pub mod rate;
 pub(crate) mod threads;

@@ -41,6 +41,9 @@ pub struct Tsdb {
     /// Tag index trigram lists read by queries, kept while no trigram row is written
     /// (only when this TSD alone writes its store).
     trigram_lists: crate::index::select::TrigramLists,
+    /// Points held by running sub-queries, under one budget (0: none until the server
+    /// sets `tsd.query.limits.memory_points.total`).
+    query_memory: Arc<crate::query::memory::QueryMemory>,
 }
 
 impl Tsdb {
@@ -159,6 +162,7 @@ impl Tsdb {
             upkeeper: Mutex::new(None),
             tree_worker: Mutex::new(None),
             trigram_lists: crate::index::select::TrigramLists::default(),
+            query_memory: Arc::default(),
         }))
     }
 
@@ -259,7 +263,11 @@ impl Tsdb {
         &self.store
     }
 
-    /// Counts of the calls made to the store.
+    /// The budget of points every running sub-query holds together.
+    pub fn query_memory(&self) -> &Arc<crate::query::memory::QueryMemory> {
+        &self.query_memory
+    }
+
     /// The trigram lists kept between queries and the trigram generation now, when this TSD
     /// alone writes its store (else every list is read from the store).
     pub(crate) fn trigram_lists(&self) -> Option<(&crate::index::select::TrigramLists, u64)> {
@@ -267,6 +275,7 @@ impl Tsdb {
             .map(|c| (&self.trigram_lists, c.trigram_generation()))
     }
 
+    /// Counts of the calls made to the store.
     pub fn store_stats(&self) -> &hourglass_storage::metered::StoreStats {
         &self.store_stats
     }

@@ -202,6 +202,19 @@ pub(crate) fn proc_status_bytes(field: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// The machine's memory, in bytes (0 when unknown).
+pub(crate) fn mem_total_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// The machine's available memory, in bytes.
 pub(crate) fn mem_available_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
@@ -519,25 +532,33 @@ fn upkeep_stats(state: &State) -> Vec<Stat> {
     out
 }
 
-/// Series counts per metric and tag key from the tag index's counters (RFC 0007), for the
-/// `tsd.index.stats.top` metrics with the most series, and the series the cap refused.
-/// The query cache's counters (`tsd.query.cache.*`), when it is on.
+/// The query cache's counters (`tsd.query.cache.*`), when it is on, after the points held
+/// by running sub-queries (`tsd.query.memory.*`).
 fn query_cache_stats(state: &State) -> Vec<Stat> {
+    let memory = state.tsdb.query_memory();
+    let mut out = vec![
+        stat("tsd.query.memory.points_held", memory.held(), &[]),
+        stat("tsd.query.memory.points_limit", memory.limit(), &[]),
+        stat("tsd.query.memory.refused", memory.refused(), &[]),
+    ];
     let Some(cache) = &state.query_cache else {
-        return Vec::new();
+        return out;
     };
     let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     let (entries, bytes) = cache.usage();
-    vec![
+    out.extend([
         stat("tsd.query.cache.hits", get(&cache.stats.hits), &[]),
         stat("tsd.query.cache.misses", get(&cache.stats.misses), &[]),
         stat("tsd.query.cache.stale", get(&cache.stats.stale), &[]),
         stat("tsd.query.cache.stored", get(&cache.stats.stored), &[]),
         stat("tsd.query.cache.entries", entries as u64, &[]),
         stat("tsd.query.cache.bytes", bytes, &[]),
-    ]
+    ]);
+    out
 }
 
+/// Series counts per metric and tag key from the tag index's counters (RFC 0007), for the
+/// `tsd.index.stats.top` metrics with the most series, and the series the cap refused.
 /// Nothing with the index off; a failed read is logged and leaves them out.
 fn index_stats(state: &State) -> Vec<Stat> {
     let tsdb = &state.tsdb;

@@ -4,6 +4,7 @@
 //! and time are checked as rows arrive, so a runaway query stops early.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,7 @@ use super::aggregate::{aggregate_floats, aggregate_owned, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
+use super::memory::Reservation;
 use super::rate::{RateOptions, rates};
 use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
@@ -221,6 +223,9 @@ pub struct Outcome {
     /// The rollup interval whose table answered (`1h`); `None` for raw data (OpenTSDB's
     /// `rollupTable`, `raw`).
     pub rollup_table: Option<String>,
+    /// The points this sub-query held, reserved against the TSD's budget for every running
+    /// sub-query (`tsd.query.limits.memory_points.total`) until the outcome is dropped.
+    pub memory: Option<Arc<Reservation>>,
 }
 
 /// One series' points (ms, value), time-ordered.
@@ -340,17 +345,39 @@ pub fn run(
     q: &SubQuery,
     options: &RunOptions,
 ) -> Result<Outcome> {
+    let memory = Arc::new(Reservation::new(tsdb.query_memory().clone()));
+    let mut outcome = run_held(tsdb, start_ms, end_ms, q, options, &memory)?;
+    outcome.memory = Some(memory);
+    Ok(outcome)
+}
+
+/// [`run`], the points it holds counted in `memory`.
+fn run_held(
+    tsdb: &Tsdb,
+    start_ms: i64,
+    end_ms: i64,
+    q: &SubQuery,
+    options: &RunOptions,
+    memory: &Reservation,
+) -> Result<Outcome> {
     if q.is_histogram() {
-        return histogram::run_histogram(tsdb, start_ms, end_ms, q, options);
+        return histogram::run_histogram(tsdb, start_ms, end_ms, q, options, memory);
     }
     check_rollup_request(tsdb, q)?;
     let Some(settings) = tsdb.rollups() else {
-        return run_on(tsdb, start_ms, end_ms, q, options, &rollup::Source::Data);
+        return run_on(
+            tsdb,
+            (start_ms, end_ms),
+            q,
+            options,
+            &rollup::Source::Data,
+            memory,
+        );
     };
     let mut plan = rollup::Plan::new(settings, q);
     loop {
         let source = plan.source(tsdb)?;
-        let mut outcome = run_on(tsdb, start_ms, end_ms, q, options, &source)?;
+        let mut outcome = run_on(tsdb, (start_ms, end_ms), q, options, &source, memory)?;
         if let rollup::Source::Rollup { interval, .. } = source {
             outcome.rollup_table = Some(interval.interval.clone());
         }
@@ -363,11 +390,11 @@ pub fn run(
 /// [`run`] over one source.
 fn run_on(
     tsdb: &Tsdb,
-    start_ms: i64,
-    end_ms: i64,
+    (start_ms, end_ms): (i64, i64),
     q: &SubQuery,
     options: &RunOptions,
     source: &rollup::Source<'_>,
+    memory: &Reservation,
 ) -> Result<Outcome> {
     // Retention (RFC 0008 phase 4): what is before the source's cutoff is not answered,
     // whether or not the sweep removed it yet (a deletion still reaches it).
@@ -381,18 +408,14 @@ fn run_on(
         Some(cut) if !options.delete && start_ms < cut.saturating_mul(1000) => {
             let cut_ms = cut.saturating_mul(1000);
             if cut_ms > end_ms {
-                return Ok(Outcome {
-                    groups: Vec::new(),
-                    stats: QueryStats::default(),
-                    rollup_table: None,
-                });
+                return Ok(Outcome::default());
             }
             cut_ms
         }
         _ => start_ms,
     };
     if !matches!(source, rollup::Source::Data) {
-        return run_rollup(tsdb, start_ms, end_ms, q, options, source);
+        return run_rollup(tsdb, (start_ms, end_ms), q, options, source, memory);
     }
     // A deletion holds off flushes from before its scan until its rewrites are applied, so
     // no point reaches a row between the row's read and its rewrite. Points still in memory
@@ -410,7 +433,15 @@ fn run_on(
         held,
         deletions,
         ..
-    } = read_series(tsdb, q, &resolved, (start_ms, end_ms), hours, options)?;
+    } = read_series(
+        tsdb,
+        q,
+        &resolved,
+        (start_ms, end_ms),
+        hours,
+        options,
+        memory,
+    )?;
     stats.scan_time = scan_started.elapsed();
     if !deletions.is_empty() {
         // Computed rollups of these hours are computed again (RFC 0008 phase 4).
@@ -460,6 +491,7 @@ fn outcome(
         groups,
         stats,
         rollup_table: None,
+        memory: None,
     })
 }
 
@@ -467,11 +499,11 @@ fn outcome(
 /// worth it, see [`rollup::split_row`]).
 fn run_rollup(
     tsdb: &Tsdb,
-    start_ms: i64,
-    end_ms: i64,
+    (start_ms, end_ms): (i64, i64),
     q: &SubQuery,
     options: &RunOptions,
     source: &rollup::Source<'_>,
+    memory: &Reservation,
 ) -> Result<Outcome> {
     if options.delete {
         return Err(Error::invalid(
@@ -507,6 +539,7 @@ fn run_rollup(
         options,
         deadline: options.limits.deadline(options.started),
         shared: SharedCounts::default(),
+        memory,
     };
     let part = match rollup::split_row(source, &read_q, first, last, options) {
         // Two halves of the rows on two threads, as `read_series` splits the hours.
@@ -663,6 +696,7 @@ fn read_series(
     query: (i64, i64),
     hours: ScanHours,
     options: &RunOptions,
+    memory: &Reservation,
 ) -> Result<Part> {
     // Filters on one tag key: literal_or ones are ORed together, the others ANDed.
     let mut by_tagk: BTreeMap<&str, Vec<&TagFilter>> = BTreeMap::new();
@@ -699,6 +733,7 @@ fn read_series(
         options,
         deadline: options.limits.deadline(options.started),
         shared: SharedCounts::default(),
+        memory,
     };
     let starts = split_hours(q, hours.start, hours.end, options, PIECES);
     if starts.is_empty() {
@@ -1023,6 +1058,8 @@ struct Scan<'a> {
     options: &'a RunOptions,
     deadline: Option<Instant>,
     shared: SharedCounts,
+    /// The sub-query's share of the TSD's budget of held points.
+    memory: &'a Reservation,
 }
 
 /// The series one part of a scan found, in order of first appearance.
@@ -1250,7 +1287,8 @@ impl Scan<'_> {
                         ..part.stats
                     };
                     let held = shared.held.fetch_add(held, Ordering::Relaxed) + held;
-                    limits.check(&total, held, self.deadline)
+                    limits.check(&total, held, self.deadline)?;
+                    self.memory.track(held)
                 })?;
         part.stats.indexed = indexed;
         Ok(part)

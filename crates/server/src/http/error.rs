@@ -75,7 +75,8 @@ pub(crate) fn json_text_response(
 }
 
 /// An engine error as an HTTP answer: OpenTSDB's 400 for bad input and unknown names, 413 for
-/// a query past its limits, 424 while storage is away, 500 for the rest.
+/// a query past its limits, 424 while storage is away, 503 while running queries hold all
+/// the memory they may hold together, 500 for the rest.
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         let msg = e.to_string();
@@ -85,6 +86,7 @@ impl From<EngineError> for ApiError {
             }
             ErrorKind::LimitExceeded => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, msg),
             ErrorKind::NotModified => ApiError::new(StatusCode::NOT_MODIFIED, msg),
+            ErrorKind::Busy => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, msg),
             ErrorKind::Unavailable => ApiError::new(StatusCode::FAILED_DEPENDENCY, msg),
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg),
         }

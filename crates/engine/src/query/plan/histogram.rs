@@ -80,6 +80,7 @@ pub(super) fn run_histogram(
     end_ms: i64,
     q: &SubQuery,
     options: &RunOptions,
+    memory: &Reservation,
 ) -> Result<Outcome> {
     check_histogram_request(tsdb, q, options.delete)?;
     let config = tsdb
@@ -105,6 +106,7 @@ pub(super) fn run_histogram(
         options,
         deadline: options.limits.deadline(options.started),
         shared: SharedCounts::default(),
+        memory,
     };
     let schema = &tsdb.settings().schema;
     let tags_at = schema.tags_offset();
@@ -190,6 +192,7 @@ pub(super) fn run_histogram(
                 series[i].0.annotations.extend(notes);
             }
             options.limits.check(&stats, held, scan.deadline)?;
+            memory.track(held)?;
         }
     }
     stats.scan_time = scan_started.elapsed();
@@ -200,6 +203,7 @@ pub(super) fn run_histogram(
         groups,
         stats,
         rollup_table: None,
+        memory: None,
     })
 }
 

@@ -891,7 +891,8 @@ impl Scan<'_> {
         part.held += held;
         self.options
             .limits
-            .check(&part.stats, part.held, self.deadline)
+            .check(&part.stats, part.held, self.deadline)?;
+        self.memory.track(part.held)
     }
 
     /// The slot of the series of a row key (its state made at its first row), `None` when
@@ -988,7 +989,8 @@ impl Scan<'_> {
         part.held += held;
         self.options
             .limits
-            .check(&part.stats, part.held, self.deadline)
+            .check(&part.stats, part.held, self.deadline)?;
+        self.memory.track(part.held)
     }
 
     /// The state of a series whose `avg` is read from sums and counts: its pairs as read
