@@ -783,12 +783,11 @@ fn finish_groups(
     } else {
         limits.max_held_points.saturating_sub(held).max(1)
     };
+    // Series in row-key order (as OpenTSDB's span map orders them), not in the order the
+    // store returned rows: the order of `none` results, and of a group's members, which
+    // `first`, `last`, `diff` and the order of floating-point additions depend on.
     let mut series = series;
-    if q.aggregator == Aggregator::None {
-        // One result per series, in row-key order (as OpenTSDB's span map orders them),
-        // not in the order the store returned rows.
-        series.sort_by(|a, b| a.order.cmp(&b.order));
-    }
+    series.sort_by(|a, b| a.order.cmp(&b.order));
     let mut groups: BTreeMap<Vec<Uid>, Vec<SeriesState>> = BTreeMap::new();
     for (i, s) in series.into_iter().enumerate() {
         let key = if q.aggregator == Aggregator::None {
