@@ -76,3 +76,54 @@ async fn a_groups_series_are_in_row_key_order() {
         srv.stop().await;
     }
 }
+
+/// Downsampling reads the whole bucket holding the start (OpenTSDB's scan starts at the
+/// start taken back to its interval, then to its hour): the bucket is left out of the
+/// answer, but the rate of the next one is against all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downsampled_rate_reads_the_whole_bucket_before_the_start() {
+    let srv = start("memory").await;
+    // One point an hour for three days, valued by its hour: the days sum to 276, 852, 1428.
+    let lines: Vec<String> = (0..72)
+        .map(|h| format!("put m.day {} {h} host=a", T + h * 3600))
+        .collect();
+    put(&srv, &lines).await;
+    let mid_day = T + 12 * 3600;
+    let ds = |extra: Value| body(mid_day, T + 72 * 3600, sub("sum", "m.day", extra));
+    assert_eq!(
+        dps(&srv, ds(json!({"downsample": "1d-sum"}))).await,
+        json!({"1357084800": 852.0, "1357171200": 1428.0}),
+        "the first day's bucket is before the start"
+    );
+    assert_eq!(
+        dps(&srv, ds(json!({"downsample": "1d-sum", "rate": true}))).await,
+        json!({"1357084800": 576.0 / 86400.0, "1357171200": 576.0 / 86400.0}),
+        "rates against whole days"
+    );
+    // The same with a 90-minute interval, which does not divide an hour: the bucket of the
+    // start (T+4h30m..T+6h) begins an hour before the start's hour. A point every half hour,
+    // valued by its index: the buckets from T+4h30m sum to 9+10+11, 12+13+14, 15+16+17.
+    let lines: Vec<String> = (0..20)
+        .map(|k| format!("put m.half {} {k} host=a", T + k * 1800))
+        .collect();
+    put(&srv, &lines).await;
+    let r = dps(
+        &srv,
+        body(
+            T + 5 * 3600 + 15 * 60,
+            T + 8 * 3600,
+            sub(
+                "sum",
+                "m.half",
+                json!({"downsample": "90m-sum", "rate": true}),
+            ),
+        ),
+    )
+    .await;
+    assert_eq!(
+        r,
+        json!({"1357020000": 9.0 / 5400.0, "1357025400": 9.0 / 5400.0}),
+        "rates against whole buckets"
+    );
+    srv.stop().await;
+}

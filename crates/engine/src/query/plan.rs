@@ -629,8 +629,11 @@ fn resolve<'q>(tsdb: &Tsdb, q: &'q SubQuery) -> Result<Resolved<'q>> {
     })
 }
 
-/// The hours a sub-query reads (seconds, whole hours): its range, widened by one
-/// downsampling interval at the end.
+/// The hours a sub-query reads (seconds, whole hours): its range, its start taken back to
+/// the start of its downsampling interval (epoch-aligned, as OpenTSDB's scan start is, even
+/// for calendar buckets), widened by one downsampling interval at the end. The whole first
+/// bucket is read even though its time is before the start (and left out of the answer):
+/// a rate, or a series filled in by interpolation, after the start reads it.
 #[derive(Debug, Clone, Copy)]
 struct ScanHours {
     start: i64,
@@ -640,7 +643,10 @@ struct ScanHours {
 impl ScanHours {
     fn of(q: &SubQuery, start_ms: i64, end_ms: i64) -> ScanHours {
         let interval_ms = q.downsample.map_or(0, |d| d.interval_ms);
-        let start = start_ms.div_euclid(1000);
+        let mut start = start_ms.div_euclid(1000);
+        if interval_ms > 0 {
+            start -= start.saturating_mul(1000).rem_euclid(interval_ms) / 1000;
+        }
         let end = (end_ms + interval_ms).div_euclid(1000);
         ScanHours {
             start: start - start.rem_euclid(3600),
