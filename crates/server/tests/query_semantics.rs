@@ -127,3 +127,58 @@ async fn a_downsampled_rate_reads_the_whole_bucket_before_the_start() {
     );
     srv.stop().await;
 }
+
+/// A bucket the scan reads only the end of is not reduced from part of its points:
+/// OpenTSDB's downsampler, sought to the scan's first hour, starts at the first bucket
+/// boundary there, so a rate's first bucket is the one after it (or a filled one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downsampling_starts_at_the_first_bucket_boundary_of_the_scan() {
+    let srv = start("memory").await;
+    // A point every half hour, valued by its index.
+    let lines: Vec<String> = (0..20)
+        .map(|k| format!("put m.half {} {k} host=a", T + k * 1800))
+        .collect();
+    put(&srv, &lines).await;
+    // 90-minute buckets from T+4h30m, where the range starts; the scan starts at T+4h, in
+    // the bucket from T+3h. Buckets: {9, 10, 11} = 30, {12, 13, 14} = 39, {15, 16, 17} = 48.
+    let range = |ds: &str| {
+        body(
+            T + 4 * 3600 + 1800,
+            T + 8 * 3600,
+            sub("sum", "m.half", json!({"downsample": ds, "rate": true})),
+        )
+    };
+    assert_eq!(
+        dps(&srv, range("90m-sum")).await,
+        json!({"1357020000": 9.0 / 5400.0, "1357025400": 9.0 / 5400.0}),
+        "the first bucket's rate is the hidden one"
+    );
+    // Filled, the bucket from T+3h is empty (0), not 8 (the point at T+4h).
+    assert_eq!(
+        dps(&srv, range("90m-sum-zero")).await,
+        json!({"1357014600": 30.0 / 5400.0, "1357020000": 9.0 / 5400.0,
+               "1357025400": 9.0 / 5400.0}),
+    );
+    // Calendar days in New York (UTC-5): the scan starts at the UTC day (T), the first New
+    // York day at T+5h. One point an hour valued by its hour: the New York days from
+    // T+5h sum to 5+...+28 = 396, 29+...+52 = 972, 53+...+71 = 1178.
+    let lines: Vec<String> = (0..72)
+        .map(|h| format!("put m.day {} {h} host=a", T + h * 3600))
+        .collect();
+    put(&srv, &lines).await;
+    let ny = |rate: bool| {
+        json!({"start": T + 5 * 3600, "end": T + 72 * 3600, "timezone": "America/New_York",
+               "useCalendar": true,
+               "queries": [sub("sum", "m.day", json!({"downsample": "1d-sum", "rate": rate}))]})
+    };
+    assert_eq!(
+        dps(&srv, ny(false)).await,
+        json!({"1357016400": 396.0, "1357102800": 972.0, "1357189200": 1178.0})
+    );
+    assert_eq!(
+        dps(&srv, ny(true)).await,
+        json!({"1357102800": 576.0 / 86400.0, "1357189200": 206.0 / 86400.0}),
+        "no rate against the part of New York's December 31st the scan read"
+    );
+    srv.stop().await;
+}

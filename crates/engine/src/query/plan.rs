@@ -1122,9 +1122,11 @@ impl Scan<'_> {
             tsuid: hex_upper(&tsuid),
             order,
             points: match self.q.downsample {
-                Some(ds) => {
-                    Points::Downsampled(Downsampler::new(ds, self.query).expect_until(until_ms))
-                }
+                Some(ds) => Points::Downsampled(
+                    Downsampler::new(ds, self.query)
+                        .starting_at(self.window.0)
+                        .expect_until(until_ms),
+                ),
                 None => Points::Raw(Vec::new()),
             },
             annotations: Vec::new(),
