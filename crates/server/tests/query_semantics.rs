@@ -182,3 +182,63 @@ async fn downsampling_starts_at_the_first_bucket_boundary_of_the_scan() {
     );
     srv.stop().await;
 }
+
+/// The answer's text (signed zeros compare equal as JSON values).
+async fn text(srv: &TestServer, body: Value) -> String {
+    let r = http(srv.addr, "POST", "/api/query", &body.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text()
+}
+
+/// OpenTSDB's sums start from `0.` (`Sum.runDouble`, `SquareSum`): values that are all
+/// -0.0 sum to 0.0, whether several series meet, one series is alone, or a bucket is
+/// downsampled. `min` and `max` keep -0.0 (the first of equal values).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sums_of_negative_zeros_are_zero() {
+    let srv = start("memory").await;
+    put(
+        &srv,
+        &[
+            format!("put m.z {T} -0.0 host=a"),
+            format!("put m.z {T} -0.0 host=b"),
+            format!("put m.z {} -0.0 host=a", T + 30),
+        ],
+    )
+    .await;
+    let range = |q: Value| body(T, T + 100, q);
+    for agg in ["sum", "zimsum", "pfsum"] {
+        assert!(
+            text(&srv, range(sub(agg, "m.z", json!({}))))
+                .await
+                .contains(r#""dps":{"1356998400":0.0,"1356998430":0.0}"#),
+            "{agg} of two series"
+        );
+        assert!(
+            text(&srv, range(sub(agg, "m.z", json!({"tags": {"host": "a"}}))))
+                .await
+                .contains(r#""dps":{"1356998400":0.0,"1356998430":0.0}"#),
+            "{agg} of one series"
+        );
+        let ds = text(
+            &srv,
+            range(sub(agg, "m.z", json!({"downsample": "1m-sum"}))),
+        )
+        .await;
+        assert!(ds.contains(r#""dps":{"1356998400":0.0}"#), "{agg}: {ds}");
+    }
+    let ds = text(
+        &srv,
+        range(sub("none", "m.z", json!({"downsample": "1m-squareSum"}))),
+    )
+    .await;
+    assert!(!ds.contains("-0.0"), "{ds}");
+    for agg in ["min", "max"] {
+        assert!(
+            text(&srv, range(sub(agg, "m.z", json!({}))))
+                .await
+                .contains(r#""dps":{"1356998400":-0.0,"1356998430":-0.0}"#),
+            "{agg}"
+        );
+    }
+    srv.stop().await;
+}

@@ -138,7 +138,9 @@ pub fn aggregate_owned(
         return aggregate(&series, agg);
     }
     let mut points = series.pop().unwrap_or_default();
-    // What `alone` gives: an integer before a float becomes a double, infinity fails.
+    let sum = is_a_sum(agg);
+    // What `alone` gives: an integer before a float becomes a double, infinity fails, a
+    // sum's -0.0 is 0.0.
     for i in 0..points.len() {
         let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
         let (x, v) = &mut points[i];
@@ -147,13 +149,23 @@ pub fn aggregate_owned(
             Num::Float(f) if f.is_infinite() => {
                 return Err(Error::invalid(format!("Got Infinity: {f} at {x}")));
             }
+            Num::Float(f) if sum => *v = Num::Float(0.0 + f),
             _ => {}
         }
     }
     Ok(points)
 }
 
-/// Aggregators giving a lone value back as it is.
+/// Sums (from 0.0, as OpenTSDB's): a lone double comes back plus 0.0 (-0.0 as 0.0).
+fn is_a_sum(agg: Aggregator) -> bool {
+    matches!(
+        agg,
+        Aggregator::Sum | Aggregator::PfSum | Aggregator::ZimSum
+    )
+}
+
+/// Aggregators giving a lone value back as it is (a sum's double plus 0.0, see
+/// [`is_a_sum`]).
 fn gives_lone_values_back(agg: Aggregator) -> bool {
     matches!(
         agg,
@@ -174,6 +186,7 @@ fn gives_lone_values_back(agg: Aggregator) -> bool {
 /// the point and the next are integers, as at any time of several series).
 fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
     let identity = gives_lone_values_back(agg);
+    let zero = if is_a_sum(agg) { 0.0 } else { -0.0 };
     let mut out = Vec::with_capacity(points.len());
     for (i, &(x, v)) in points.iter().enumerate() {
         let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
@@ -182,7 +195,8 @@ fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
             Num::Int(n) if next_int => (x, Num::Int(agg.run_long(&[n]))),
             _ => {
                 let v = if identity {
-                    v.as_f64()
+                    // Adding -0.0 changes nothing, adding 0.0 makes -0.0 0.0.
+                    zero + v.as_f64()
                 } else {
                     agg.run_double(&[v.as_f64()])
                 };

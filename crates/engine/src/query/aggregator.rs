@@ -215,14 +215,15 @@ impl Aggregator {
                 if none_left {
                     f64::NAN
                 } else {
-                    finite().sum()
+                    // From 0.0, as Java's `double result = 0.`: values all -0.0 sum to 0.0.
+                    finite().fold(0.0, |a, v| a + v)
                 }
             }
             Aggregator::SquareSum => {
                 if none_left {
                     f64::NAN
                 } else {
-                    finite().map(|v| v * v).sum()
+                    finite().fold(0.0, |a, v| a + v * v)
                 }
             }
             Aggregator::Min | Aggregator::MimMin => finite().fold(f64::NAN, f64::min),
@@ -384,6 +385,12 @@ mod tests {
     fn double_arithmetic_skips_nan() {
         let run = |n: &str, v: &[f64]| Aggregator::parse(n).unwrap().run_double(v);
         assert_eq!(run("sum", &[1.5, f64::NAN, 2.0]), 3.5);
+        assert!(
+            run("sum", &[-0.0, -0.0]).is_sign_positive(),
+            "from 0.0, as Java"
+        );
+        assert!(run("squareSum", &[-0.0]).is_sign_positive());
+        assert!(run("min", &[-0.0, 0.0]).is_sign_negative());
         assert!(run("sum", &[f64::NAN, f64::NAN]).is_nan());
         assert_eq!(run("avg", &[1.0, 2.0, f64::NAN]), 1.5);
         assert_eq!(run("count", &[1.0, f64::NAN]), 1.0);

@@ -359,10 +359,9 @@ impl Downsampler {
         c.seen = count;
         c.finite = count;
         c.acc = match c.running {
-            Running::Sum => s.sum,
-            // The mean's sum starts from 0.0, the sum's from -0.0: they differ only in the
-            // sign of a zero, which adding 0.0 settles as the mean's fold would.
-            Running::Avg => 0.0 + s.sum,
+            // Folds start from 0.0; a summary's sum may have started from -0.0 (written so
+            // before): they differ only in the sign of a zero, which adding 0.0 settles.
+            Running::Sum | Running::Avg => 0.0 + s.sum,
             Running::Min => s.min,
             Running::Max => s.max,
             _ => Accumulator::start(c.running),

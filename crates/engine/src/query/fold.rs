@@ -1,6 +1,6 @@
 //! Reductions computed as values arrive, giving exactly what [`Aggregator::run_double`]
 //! gives over the same values in the same order: NaN skipped where it skips them, sums
-//! started where a float sum starts (-0.0; the mean's from 0.0), additions in order.
+//! started from 0.0 as OpenTSDB's are (so values all -0.0 sum to 0.0), additions in order.
 //!
 //! Downsampling folds each bucket's values this way, and cross-series aggregation folds
 //! series one after another into a row of accumulators (reading each series once, in
@@ -23,7 +23,7 @@ pub(crate) struct Max;
 pub(crate) struct Count;
 
 impl Fold for Sum {
-    const START: f64 = -0.0;
+    const START: f64 = 0.0;
     #[inline(always)]
     fn add(acc: &mut f64, finite: &mut u64, v: f64) {
         if !v.is_nan() {
@@ -38,7 +38,7 @@ impl Fold for Sum {
 }
 
 impl Fold for SquareSum {
-    const START: f64 = -0.0;
+    const START: f64 = 0.0;
     #[inline(always)]
     fn add(acc: &mut f64, finite: &mut u64, v: f64) {
         if !v.is_nan() {
