@@ -192,7 +192,7 @@ async fn text(srv: &TestServer, body: Value) -> String {
 
 /// OpenTSDB's sums start from `0.` (`Sum.runDouble`, `SquareSum`): values that are all
 /// -0.0 sum to 0.0, whether several series meet, one series is alone, or a bucket is
-/// downsampled. `min` and `max` keep -0.0 (the first of equal values).
+/// downsampled. `min` and `max` keep the first of equal values (0.0 and -0.0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sums_of_negative_zeros_are_zero() {
     let srv = start("memory").await;
@@ -239,6 +239,20 @@ async fn sums_of_negative_zeros_are_zero() {
                 .contains(r#""dps":{"1356998400":-0.0,"1356998430":-0.0}"#),
             "{agg}"
         );
+    }
+    // Of 0.0 (host=a, first in row-key order) and -0.0 at one time, `min` and `max` keep
+    // the first: `val < min` and `val > max` are false for equal values.
+    put(
+        &srv,
+        &[
+            format!("put m.tie {T} 0.0 host=a"),
+            format!("put m.tie {T} -0.0 host=b"),
+        ],
+    )
+    .await;
+    for agg in ["min", "max", "mimmin", "mimmax"] {
+        let t = text(&srv, range(sub(agg, "m.tie", json!({})))).await;
+        assert!(t.contains(r#""dps":{"1356998400":0.0}"#), "{agg}: {t}");
     }
     srv.stop().await;
 }

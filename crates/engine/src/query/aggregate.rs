@@ -146,11 +146,14 @@ pub fn aggregate_owned(
         let (x, v) = &mut points[i];
         match *v {
             Num::Int(n) if !next_int => *v = Num::Float(n as f64),
-            Num::Float(f) if f.is_infinite() => {
-                return Err(Error::invalid(format!("Got Infinity: {f} at {x}")));
+            Num::Float(f) => {
+                let g = if sum { 0.0 + f } else { lone_extreme(agg, f) };
+                if g.is_infinite() {
+                    return Err(Error::invalid(format!("Got Infinity: {g} at {x}")));
+                }
+                *v = Num::Float(g);
             }
-            Num::Float(f) if sum => *v = Num::Float(0.0 + f),
-            _ => {}
+            Num::Int(_) => {}
         }
     }
     Ok(points)
@@ -164,8 +167,18 @@ fn is_a_sum(agg: Aggregator) -> bool {
     )
 }
 
+/// A lone double under `min` or `max` as OpenTSDB's give it back: a least value of
+/// +Infinity (a greatest of -Infinity) is NaN there; anything else as it is.
+fn lone_extreme(agg: Aggregator, v: f64) -> f64 {
+    match agg {
+        Aggregator::Min | Aggregator::MimMin if v == f64::INFINITY => f64::NAN,
+        Aggregator::Max | Aggregator::MimMax if v == f64::NEG_INFINITY => f64::NAN,
+        _ => v,
+    }
+}
+
 /// Aggregators giving a lone value back as it is (a sum's double plus 0.0, see
-/// [`is_a_sum`]).
+/// [`is_a_sum`]; a `min` or `max` of an infinity, see [`lone_extreme`]).
 fn gives_lone_values_back(agg: Aggregator) -> bool {
     matches!(
         agg,
@@ -196,7 +209,7 @@ fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
             _ => {
                 let v = if identity {
                     // Adding -0.0 changes nothing, adding 0.0 makes -0.0 0.0.
-                    zero + v.as_f64()
+                    lone_extreme(agg, zero + v.as_f64())
                 } else {
                     agg.run_double(&[v.as_f64()])
                 };

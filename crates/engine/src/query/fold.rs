@@ -70,14 +70,16 @@ impl Fold for Avg {
 
 impl Fold for Min {
     const START: f64 = f64::NAN;
-    /// `f64::min` ignores a NaN argument, so NaN values leave the minimum as it was.
+    /// OpenTSDB's `Min`: NaN values leave the minimum as it was, and of equal values (0.0
+    /// and -0.0) the first stays (`f64::min` may answer either zero, as optimised).
     #[inline(always)]
     fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
-        *acc = acc.min(v);
+        *acc = java_min(*acc, v);
     }
+    /// A minimum of +Infinity is NaN there.
     #[inline(always)]
     fn value(acc: f64, _finite: u64) -> f64 {
-        acc
+        if acc == f64::INFINITY { f64::NAN } else { acc }
     }
 }
 
@@ -85,12 +87,30 @@ impl Fold for Max {
     const START: f64 = f64::NAN;
     #[inline(always)]
     fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
-        *acc = acc.max(v);
+        *acc = java_max(*acc, v);
     }
+    /// A maximum of -Infinity is NaN there.
     #[inline(always)]
     fn value(acc: f64, _finite: u64) -> f64 {
-        acc
+        if acc == f64::NEG_INFINITY {
+            f64::NAN
+        } else {
+            acc
+        }
     }
+}
+
+/// The least of a running minimum (NaN before any value) and `v` as OpenTSDB's `Min`
+/// takes it: a NaN `v` changes nothing, an equal `v` does not replace it.
+#[inline(always)]
+pub(crate) fn java_min(acc: f64, v: f64) -> f64 {
+    if v < acc || acc.is_nan() { v } else { acc }
+}
+
+/// [`java_min`] for the greatest.
+#[inline(always)]
+pub(crate) fn java_max(acc: f64, v: f64) -> f64 {
+    if v > acc || acc.is_nan() { v } else { acc }
 }
 
 impl Fold for Count {
