@@ -19,12 +19,24 @@ async fn put(srv: &TestServer, lines: &[String]) {
 }
 
 /// The `dps` of the only group `body` answers.
-async fn dps(srv: &TestServer, body: Value) -> Value {
+async fn dps(srv: &TestServer, body: Value) -> Dps {
     let r = http(srv.addr, "POST", "/api/query", &body.to_string()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v.as_array().map(Vec::len), Some(1), "one group: {v}");
-    v[0]["dps"].clone()
+    Dps(v[0]["dps"].clone())
+}
+
+/// Answered `dps`, equal to an expected JSON value when that value, written and read back
+/// as the answer was, is the same: the JSON reader may take a double's text to a
+/// neighbouring double, the same way on both sides.
+#[derive(Debug)]
+struct Dps(Value);
+
+impl PartialEq<Value> for Dps {
+    fn eq(&self, want: &Value) -> bool {
+        serde_json::from_str::<Value>(&want.to_string()).is_ok_and(|w| w == self.0)
+    }
 }
 
 fn sub(agg: &str, metric: &str, extra: Value) -> Value {
@@ -254,5 +266,219 @@ async fn sums_of_negative_zeros_are_zero() {
         let t = text(&srv, range(sub(agg, "m.tie", json!({})))).await;
         assert!(t.contains(r#""dps":{"1356998400":0.0}"#), "{agg}: {t}");
     }
+    srv.stop().await;
+}
+
+/// Checked against OpenTSDB's code and found the same (pinned here): points outside
+/// `[start, end]` in the scanned hours take part in interpolation and rates, then are left
+/// out; a bucket is in when its time is, with all its points (past the end too); `0all`
+/// takes `[start, end)`; a float anywhere in a series not yet ended makes the time a double,
+/// interpolated in doubles; integer interpolation truncates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_around_the_range_and_integer_or_double_times() {
+    let srv = start("memory").await;
+    let p = |m: &str, t: i64, v: &str, h: &str| format!("put {m} {} {v} host={h}", T + t);
+    put(
+        &srv,
+        &[
+            p("m.pre", 0, "0", "a"),
+            p("m.pre", 30, "30", "a"),
+            p("m.pre", 20, "100", "b"),
+            p("m.post", 0, "0", "a"),
+            p("m.post", 60, "60", "a"),
+            p("m.post", 30, "100", "b"),
+            p("m.ds", 300, "1", "a"),
+            p("m.ds", 350, "2", "a"),
+            p("m.ds", 360, "4", "a"),
+            p("m.ds", 410, "8", "a"),
+            p("m.rate", 100, "10", "a"),
+            p("m.rate", 110, "20", "a"),
+            p("m.rate", 120, "40", "a"),
+            p("m.mix", 0, "1", "a"),
+            p("m.mix", 30, "4", "a"),
+            p("m.mix", 10, "2.5", "b"),
+            p("m.mix", 40, "3", "b"),
+            p("m.lerp", 0, "0", "a"),
+            p("m.lerp", 30, "10", "a"),
+            p("m.lerp", 10, "5", "b"),
+        ],
+    )
+    .await;
+    let q = |start: i64, end: i64, agg: &str, m: &str, extra: Value| {
+        body(T + start, T + end, sub(agg, m, extra))
+    };
+    // a's point before the start is interpolated from at T+20 (0..30 -> 20).
+    assert_eq!(
+        dps(&srv, q(15, 40, "sum", "m.pre", json!({}))).await,
+        json!({"1356998420": 120, "1356998430": 30})
+    );
+    // a's point after the end too (0..60 at T+30 -> 30).
+    assert_eq!(
+        dps(&srv, q(0, 40, "sum", "m.post", json!({}))).await,
+        json!({"1356998400": 0, "1356998430": 130})
+    );
+    // The bucket of T+360 holds the point at T+410, after the end; the bucket of T+300 is
+    // before the start T+330.
+    assert_eq!(
+        dps(
+            &srv,
+            q(330, 390, "sum", "m.ds", json!({"downsample": "1m-sum"}))
+        )
+        .await,
+        json!({"1356998760": 12.0})
+    );
+    // `0all`: T+300 to T+410, the end left out.
+    assert_eq!(
+        dps(
+            &srv,
+            q(300, 410, "sum", "m.ds", json!({"downsample": "0all-sum"}))
+        )
+        .await,
+        json!({"1356998700": 7.0})
+    );
+    // The first rate in range is against the point before the start.
+    assert_eq!(
+        dps(&srv, q(105, 200, "sum", "m.rate", json!({"rate": true}))).await,
+        json!({"1356998510": 1.0, "1356998520": 2.0})
+    );
+    // b's float makes every time doubles until its last point; a is interpolated in
+    // doubles (1..4 at T+10 -> 2.0); at T+40 b's last point alone is an integer.
+    let mix = |agg: &str| q(0, 100, agg, "m.mix", json!({}));
+    assert_eq!(
+        dps(&srv, mix("sum")).await,
+        json!({"1356998400": 1.0, "1356998410": 4.5,
+               "1356998430": 4.0 + (2.5 + 20.0 * 0.5 / 30.0), "1356998440": 3})
+    );
+    assert_eq!(
+        dps(&srv, mix("first")).await,
+        json!({"1356998400": 1.0, "1356998410": 0.0, "1356998430": 4.0, "1356998440": 3}),
+        "first's interpolation is zero"
+    );
+    assert_eq!(
+        dps(&srv, mix("diff")).await,
+        json!({"1356998400": 0.0, "1356998410": 0.5,
+               "1356998430": (2.5 + 20.0 * 0.5 / 30.0) - 4.0, "1356998440": 0})
+    );
+    assert_eq!(
+        dps(&srv, mix("p50")).await,
+        json!({"1356998400": 1.0, "1356998410": 2.25,
+               "1356998430": (4.0 + (2.5 + 20.0 * 0.5 / 30.0)) / 2.0, "1356998440": 3})
+    );
+    assert_eq!(
+        dps(&srv, mix("pfsum")).await,
+        json!({"1356998400": 1.0, "1356998410": 3.5, "1356998430": 6.5, "1356998440": 3})
+    );
+    // Integers: 0..10 over 30 s at T+10 is 3 (10 * 10 / 30 truncated); avg 8 / 2.
+    assert_eq!(
+        dps(&srv, q(0, 100, "sum", "m.lerp", json!({}))).await,
+        json!({"1356998400": 0, "1356998410": 8, "1356998430": 10})
+    );
+    assert_eq!(
+        dps(&srv, q(0, 100, "avg", "m.lerp", json!({}))).await,
+        json!({"1356998400": 0, "1356998410": 4, "1356998430": 10})
+    );
+    srv.stop().await;
+}
+
+/// Checked and found the same (pinned here): fill policies fill every bucket of the
+/// range, a series starting inside it too; rates of filled buckets; counters (wrap at
+/// `counterMax`, `resetValue`, `dropResets`); rates of several series (a series' latest
+/// rate, before its second point its rate against (0, 0)); downsampled series missing
+/// buckets interpolated across.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fills_counters_and_rates_across_series() {
+    let srv = start("memory").await;
+    let p = |m: &str, t: i64, v: &str, h: &str| format!("put {m} {} {v} host={h}", T + t);
+    put(
+        &srv,
+        &[
+            p("m.fill", 120, "5", "a"),
+            p("m.fill", 240, "7", "a"),
+            p("m.ctr", 10, "100", "a"),
+            p("m.ctr", 20, "150", "a"),
+            p("m.ctr", 30, "20", "a"),
+            p("m.ctr", 40, "40.5", "a"),
+            p("m.r", 10, "0", "a"),
+            p("m.r", 20, "10", "a"),
+            p("m.r", 30, "30", "a"),
+            p("m.r", 15, "100", "b"),
+            p("m.r", 25, "50", "b"),
+            p("m.g", 0, "10", "a"),
+            p("m.g", 120, "30", "a"),
+            p("m.g", 60, "5", "b"),
+            p("m.g", 60, "1", "c"),
+            p("m.g", 180, "2", "c"),
+        ],
+    )
+    .await;
+    let q = |agg: &str, m: &str, extra: Value| body(T, T + 300, sub(agg, m, extra));
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/query",
+        &q("sum", "m.fill", json!({"downsample": "1m-avg-null"})).to_string(),
+    )
+    .await;
+    assert!(
+        r.text().contains(
+            r#""dps":{"1356998400":null,"1356998460":null,"1356998520":5.0,"1356998580":null,"1356998640":7.0,"1356998700":null}"#
+        ),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        dps(
+            &srv,
+            q(
+                "sum",
+                "m.fill",
+                json!({"downsample": "1m-avg-zero", "rate": true})
+            )
+        )
+        .await,
+        json!({"1356998460": 0.0, "1356998520": 5.0 / 60.0, "1356998580": -5.0 / 60.0,
+               "1356998640": 7.0 / 60.0, "1356998700": -7.0 / 60.0})
+    );
+    let ctr = |o: Value| q("sum", "m.ctr", json!({"rate": true, "rateOptions": o}));
+    assert_eq!(
+        dps(&srv, ctr(json!({"counter": true, "counterMax": 200}))).await,
+        json!({"1356998420": 5.0, "1356998430": 7.0, "1356998440": 2.05})
+    );
+    assert_eq!(
+        dps(
+            &srv,
+            ctr(json!({"counter": true, "counterMax": 200, "resetValue": 6}))
+        )
+        .await,
+        json!({"1356998420": 5.0, "1356998430": 0.0, "1356998440": 2.05})
+    );
+    assert_eq!(
+        dps(&srv, ctr(json!({"counter": true, "dropResets": true}))).await,
+        json!({"1356998420": 5.0, "1356998440": 2.05})
+    );
+    // a: rates 1 (T+20), 2 (T+30); b: 100 / (T+15) before T+25, then -5.
+    assert_eq!(
+        dps(&srv, q("sum", "m.r", json!({"rate": true}))).await,
+        json!({"1356998420": 1.0 + 100.0 / (T + 15) as f64, "1356998425": -4.0,
+               "1356998430": 2.0})
+    );
+    assert_eq!(
+        dps(
+            &srv,
+            q("sum", "m.r", json!({"rate": true, "downsample": "10s-sum"}))
+        )
+        .await,
+        json!({"1356998420": -4.0, "1356998430": 2.0})
+    );
+    // At T+60 a is 20 (10..30), at T+120 c is 1.5 (1..2); b ended at T+60.
+    assert_eq!(
+        dps(&srv, q("sum", "m.g", json!({"downsample": "1m-avg"}))).await,
+        json!({"1356998400": 10.0, "1356998460": 26.0, "1356998520": 31.5, "1356998580": 2.0})
+    );
+    assert_eq!(
+        dps(&srv, q("ep90r7", "m.g", json!({}))).await,
+        json!({"1356998400": 10, "1356998460": 16, "1356998520": 27, "1356998580": 2}),
+        "R-7 on integers: 5 + 0.7999999999999998 * 15, truncated"
+    );
     srv.stop().await;
 }
