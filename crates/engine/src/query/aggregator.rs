@@ -228,11 +228,11 @@ impl Aggregator {
             }
             // The first of equal values stays; a result of +-Infinity is NaN, as there.
             Aggregator::Min | Aggregator::MimMin => {
-                let min = finite().fold(f64::NAN, super::fold::java_min);
+                let min = finite().fold(f64::INFINITY, super::fold::java_min);
                 if min == f64::INFINITY { f64::NAN } else { min }
             }
             Aggregator::Max | Aggregator::MimMax => {
-                let max = finite().fold(f64::NAN, super::fold::java_max);
+                let max = finite().fold(f64::NEG_INFINITY, super::fold::java_max);
                 if max == f64::NEG_INFINITY {
                     f64::NAN
                 } else {

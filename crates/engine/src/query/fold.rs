@@ -69,9 +69,11 @@ impl Fold for Avg {
 }
 
 impl Fold for Min {
-    const START: f64 = f64::NAN;
-    /// OpenTSDB's `Min`: NaN values leave the minimum as it was, and of equal values (0.0
-    /// and -0.0) the first stays (`f64::min` may answer either zero, as optimised).
+    /// OpenTSDB's `Min` starts from +Infinity (its first value unless NaN) and answers NaN
+    /// when it is still there.
+    const START: f64 = f64::INFINITY;
+    /// A NaN value leaves the minimum as it was, and of equal values (0.0 and -0.0) the
+    /// first stays (`f64::min` may answer either zero, as optimised).
     #[inline(always)]
     fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
         *acc = java_min(*acc, v);
@@ -84,7 +86,7 @@ impl Fold for Min {
 }
 
 impl Fold for Max {
-    const START: f64 = f64::NAN;
+    const START: f64 = f64::NEG_INFINITY;
     #[inline(always)]
     fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
         *acc = java_max(*acc, v);
@@ -100,17 +102,17 @@ impl Fold for Max {
     }
 }
 
-/// The least of a running minimum (NaN before any value) and `v` as OpenTSDB's `Min`
-/// takes it: a NaN `v` changes nothing, an equal `v` does not replace it.
+/// The least of a running minimum (from +Infinity) and `v` as OpenTSDB's `Min` takes it:
+/// a NaN `v` changes nothing, an equal `v` does not replace it (one `minsd`).
 #[inline(always)]
 pub(crate) fn java_min(acc: f64, v: f64) -> f64 {
-    if v < acc || acc.is_nan() { v } else { acc }
+    if v < acc { v } else { acc }
 }
 
-/// [`java_min`] for the greatest.
+/// [`java_min`] for the greatest (from -Infinity).
 #[inline(always)]
 pub(crate) fn java_max(acc: f64, v: f64) -> f64 {
-    if v > acc || acc.is_nan() { v } else { acc }
+    if v > acc { v } else { acc }
 }
 
 impl Fold for Count {
