@@ -482,3 +482,46 @@ async fn fills_counters_and_rates_across_series() {
     );
     srv.stop().await;
 }
+
+/// OpenTSDB rates a series' first point against (0, 0) with the counter's options, as any
+/// other: when that is a reset dropped (`dropResets`, a counter starting below zero), the
+/// next rate takes the unanswered first place, so the series' first answered rate is its
+/// third point's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_first_reset_moves_the_hidden_rate() {
+    let srv = start("memory").await;
+    put(
+        &srv,
+        &[
+            format!("put m.neg {} -5 host=a", T + 10),
+            format!("put m.neg {} 5 host=a", T + 20),
+            format!("put m.neg {} 35 host=a", T + 30),
+            format!("put m.neg {} 0 host=b", T + 15),
+            format!("put m.neg {} 20 host=b", T + 25),
+        ],
+    )
+    .await;
+    let q = |tags: Value| {
+        body(
+            T,
+            T + 100,
+            sub(
+                "sum",
+                "m.neg",
+                json!({"rate": true, "tags": tags,
+                       "rateOptions": {"counter": true, "dropResets": true}}),
+            ),
+        )
+    };
+    // a: the rate at T+20 (1.0) stands first, unanswered; T+30 is 3.0.
+    assert_eq!(
+        dps(&srv, q(json!({"host": "a"}))).await,
+        json!({"1356998430": 3.0})
+    );
+    // With b (0.0 first, 2.0 at T+25): at T+25 a's standing rate is 1.0.
+    assert_eq!(
+        dps(&srv, q(json!({}))).await,
+        json!({"1356998425": 3.0, "1356998430": 3.0})
+    );
+    srv.stop().await;
+}

@@ -19,7 +19,7 @@ use super::aggregate::{aggregate_floats, aggregate_owned, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
-use super::rate::{RateOptions, rates};
+use super::rate::{RateOptions, rate_between, rates};
 use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
@@ -984,8 +984,10 @@ fn finish_avg(
     rollup::finish_avg(avg, spec, window, window, budget)
 }
 
-/// A series' rates and its hidden first rate (against (0, 0), as OpenTSDB computes it);
-/// none for fewer than two points.
+/// A series' rates and its hidden first rate: OpenTSDB rates the first point against
+/// (0, 0) as any other (a counter's options too), never answers that rate, and lets it stand
+/// for the series until the next one. When that first rate is a reset dropped, the next
+/// rate takes its place. None when no rate would be answered.
 fn rate_of<V: Sample>(
     points: &[(i64, V)],
     options: &RateOptions,
@@ -993,12 +995,18 @@ fn rate_of<V: Sample>(
     let &[(t0, v0), _, ..] = points else {
         return None;
     };
+    let mut all = rates(points, options);
     let hidden = if t0 > 0 {
-        v0.as_f64() / (t0 as f64 / 1000.0)
+        rate_between((0, V::from_int(0)), (t0, v0), options)
     } else {
-        0.0
+        Some(0.0)
     };
-    Some((hidden, rates(points, options)))
+    let hidden = match hidden {
+        Some(h) => h,
+        None if all.len() > 1 => all.remove(0).1,
+        None => return None,
+    };
+    Some((hidden, all))
 }
 
 /// Counts shared by the threads of one sub-query, so limits apply to the whole query.
