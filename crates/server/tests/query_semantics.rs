@@ -165,11 +165,41 @@ async fn downsampling_starts_at_the_first_bucket_boundary_of_the_scan() {
         json!({"1357020000": 9.0 / 5400.0, "1357025400": 9.0 / 5400.0}),
         "the first bucket's rate is the hidden one"
     );
-    // Filled, the bucket from T+3h is empty (0), not 8 (the point at T+4h).
+    // Filled, the bucket from T+3h is empty (0), not 8 (the point at T+4h); it is before
+    // the scan start, so its rate is skipped and the next one (T+4h30m's, 30 / 5400) is
+    // the series' unanswered first rate.
     assert_eq!(
         dps(&srv, range("90m-sum-zero")).await,
-        json!({"1357014600": 30.0 / 5400.0, "1357020000": 9.0 / 5400.0,
-               "1357025400": 9.0 / 5400.0}),
+        json!({"1357020000": 9.0 / 5400.0, "1357025400": 9.0 / 5400.0}),
+    );
+    // Every filled series has the same buckets, so none answers a rate at T+4h30m: with b
+    // (9 at T+4h30m, 21 at T+6h; its point at T+3h15m is before the first boundary of the
+    // scan and not taken), the sums are a's and b's rates at T+6h and T+7h30m.
+    put(
+        &srv,
+        &[
+            format!("put m.half {} 5 host=b", T + 3 * 3600 + 900),
+            format!("put m.half {} 9 host=b", T + 4 * 3600 + 1800),
+            format!("put m.half {} 21 host=b", T + 6 * 3600),
+        ],
+    )
+    .await;
+    assert_eq!(
+        dps(
+            &srv,
+            body(
+                T + 4 * 3600 + 1800,
+                T + 8 * 3600,
+                sub(
+                    "sum",
+                    "m.half",
+                    json!({"downsample": "90m-sum-zero", "rate": true})
+                ),
+            )
+        )
+        .await,
+        json!({"1357020000": 9.0 / 5400.0 + 12.0 / 5400.0,
+               "1357025400": 9.0 / 5400.0 + -21.0 / 5400.0}),
     );
     // Calendar days in New York (UTC-5): the scan starts at the UTC day (T), the first New
     // York day at T+5h. One point an hour valued by its hour: the New York days from

@@ -944,9 +944,15 @@ fn finish_series_here(
     for s in members {
         let points = std::mem::replace(&mut s.points, Points::Raw(Vec::new()));
         match (&mut out, points) {
-            (Finished::Rates(r), Points::Raw(p)) => r.extend(rate_of(&p, &q.rate_options)),
+            (Finished::Rates(r), Points::Raw(p)) => {
+                r.extend(rate_of(&p, &q.rate_options, window.0));
+            }
             (Finished::Rates(r), Points::Downsampled(d)) => {
-                r.extend(rate_of(&d.finish(window, budget)?, &q.rate_options));
+                r.extend(rate_of(
+                    &d.finish(window, budget)?,
+                    &q.rate_options,
+                    window.0,
+                ));
             }
             (Finished::Raw(r), Points::Raw(p)) => r.push(p),
             (Finished::Downsampled(r), Points::Downsampled(d)) => {
@@ -957,7 +963,7 @@ fn finish_series_here(
             }
             (Finished::Rates(r), Points::RollupAvg(avg)) => {
                 let avg = finish_avg(*avg, q, window, budget)?;
-                r.extend(rate_of(&avg, &q.rate_options));
+                r.extend(rate_of(&avg, &q.rate_options, window.0));
             }
             // A sub-query's series are all downsampled or none is.
             (Finished::Raw(_), Points::Downsampled(_) | Points::RollupAvg(_))
@@ -985,12 +991,15 @@ fn finish_avg(
 }
 
 /// A series' rates and its hidden first rate: OpenTSDB rates the first point against
-/// (0, 0) as any other (a counter's options too), never answers that rate, and lets it stand
-/// for the series until the next one. When that first rate is a reset dropped, the next
-/// rate takes its place. None when no rate would be answered.
+/// (0, 0) as any other (a counter's options too), and its aggregation starts each series at
+/// its first rate at or after the scan start `from` (ms; earlier ones, of filled buckets
+/// before it, skipped), never answers that one, and lets it stand for the series until the
+/// next. So a reset dropped there, or a first bucket before `from`, makes the next rate the
+/// unanswered first one. None when no rate would be answered.
 fn rate_of<V: Sample>(
     points: &[(i64, V)],
     options: &RateOptions,
+    from: i64,
 ) -> Option<(f64, Vec<(i64, f64)>)> {
     let &[(t0, v0), _, ..] = points else {
         return None;
@@ -1002,9 +1011,16 @@ fn rate_of<V: Sample>(
         Some(0.0)
     };
     let hidden = match hidden {
-        Some(h) => h,
-        None if all.len() > 1 => all.remove(0).1,
-        None => return None,
+        Some(h) if t0 >= from => h,
+        _ => {
+            let first = all.partition_point(|r| r.0 < from);
+            if first + 1 >= all.len() {
+                return None;
+            }
+            let h = all[first].1;
+            all.drain(..=first);
+            h
+        }
     };
     Some((hidden, all))
 }
