@@ -555,3 +555,62 @@ async fn a_dropped_first_reset_moves_the_hidden_rate() {
     );
     srv.stop().await;
 }
+
+/// The scan ends as OpenTSDB's: the hour after the end's second plus one, or when
+/// downsampling after that second's next interval boundary unless that boundary starts an
+/// hour. Points after the end in those hours are interpolated to; later ones are not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scan_ends_where_opentsdbs_does() {
+    let srv = start("memory").await;
+    let p = |m: &str, t: i64, v: i64, h: &str| format!("put {m} {} {v} host={h}", T + t);
+    put(
+        &srv,
+        &[
+            p("m.end", 300, 10, "a"),
+            p("m.end", 3900, 20, "a"),
+            p("m.end", 7500, 30, "a"),
+            p("m.end", 300, 100, "b"),
+            p("m.end", 7500, 300, "b"),
+            p("m.last", 0, 0, "a"),
+            p("m.last", 3660, 60, "a"),
+            p("m.last", 1800, 100, "b"),
+        ],
+    )
+    .await;
+    // `1h-avg` to T+1h30m: the scan ends at T+2h, so b has no bucket after T (it ends
+    // there) and the sum at T+1h is a's alone.
+    assert_eq!(
+        dps(
+            &srv,
+            body(
+                T,
+                T + 5400,
+                sub("sum", "m.end", json!({"downsample": "1h-avg"}))
+            )
+        )
+        .await,
+        json!({"1356998400": 110.0, "1357002000": 20.0})
+    );
+    // Ending in an hour's last second, the scan reads the next hour: a is interpolated
+    // at T+30m toward its point at T+1h1m (0 + 1800 * 60 / 3660, truncated: 29).
+    assert_eq!(
+        dps(&srv, body(T, T + 3599, sub("sum", "m.last", json!({})))).await,
+        json!({"1356998400": 0, "1357000200": 129})
+    );
+    // Left different on purpose: filled calendar days in New York (UTC-5) to 11:00 on
+    // January 2nd. OpenTSDB's fill stops at the New York day holding its scan's end (UTC
+    // midnight of January 3rd), January 2nd's start, so it drops that day; here it is
+    // filled.
+    put(&srv, &[p("m.ny", 36_000, 1, "a")]).await;
+    assert_eq!(
+        dps(
+            &srv,
+            json!({"start": T + 5 * 3600, "end": T + 40 * 3600,
+                   "timezone": "America/New_York", "useCalendar": true,
+                   "queries": [sub("sum", "m.ny", json!({"downsample": "1d-sum-zero"}))]})
+        )
+        .await,
+        json!({"1357016400": 1.0, "1357102800": 0.0})
+    );
+    srv.stop().await;
+}

@@ -532,7 +532,12 @@ impl Downsampler {
         };
         let mut filled = Vec::with_capacity(count);
         let mut have = buckets.peekable();
-        let stop = self.align(window.1);
+        // The scan's end, and at least past the bucket holding the query's end: OpenTSDB
+        // stops at the calendar bucket holding its scan's end, which drops the end's own
+        // bucket in some zones (README, "Differences from OpenTSDB 2.4").
+        let stop = self
+            .align(window.1)
+            .max(self.next_bucket(self.align(self.query.1)));
         let mut bucket = self.align(window.0);
         let mut count = 0u64;
         while bucket < stop {

@@ -629,11 +629,15 @@ fn resolve<'q>(tsdb: &Tsdb, q: &'q SubQuery) -> Result<Resolved<'q>> {
     })
 }
 
-/// The hours a sub-query reads (seconds, whole hours): its range, its start taken back to
-/// the start of its downsampling interval (epoch-aligned, as OpenTSDB's scan start is, even
-/// for calendar buckets), widened by one downsampling interval at the end. The whole first
-/// bucket is read even though its time is before the start (and left out of the answer):
-/// a rate, or a series filled in by interpolation, after the start reads it.
+/// The hours a sub-query reads (seconds, whole hours), as OpenTSDB's scan bounds
+/// (`TsdbQuery.getScanStartTimeSeconds`, `getScanEndTimeSeconds`): from the start's hour,
+/// the start first taken back to its downsampling interval (epoch-aligned, even for
+/// calendar buckets), so the whole first bucket is read even though its time is before the
+/// start (a rate, or a series filled in by interpolation, after the start reads it); to
+/// the hour after the end's second plus one (its end is in ms there, always put a second
+/// on), or when downsampling after that second's next interval boundary (a whole interval
+/// on when it is one), unless that boundary starts an hour. Points after the end in those
+/// hours are interpolated to; later ones are not read.
 #[derive(Debug, Clone, Copy)]
 struct ScanHours {
     start: i64,
@@ -647,10 +651,21 @@ impl ScanHours {
         if interval_ms > 0 {
             start -= start.saturating_mul(1000).rem_euclid(interval_ms) / 1000;
         }
-        let end = (end_ms + interval_ms).div_euclid(1000);
+        let mut end = end_ms.div_euclid(1000).saturating_add(1);
+        let until = if interval_ms > 0 {
+            let offset = end.saturating_mul(1000).rem_euclid(interval_ms);
+            end = end.saturating_add((interval_ms - offset) / 1000);
+            if end.rem_euclid(3600) == 0 {
+                end
+            } else {
+                end - end.rem_euclid(3600) + 3600
+            }
+        } else {
+            end - end.rem_euclid(3600) + 3600
+        };
         ScanHours {
             start: start - start.rem_euclid(3600),
-            end: end - end.rem_euclid(3600) + 3599,
+            end: until - 1,
         }
     }
 
