@@ -421,6 +421,8 @@ fn run_on(
         tsdb.mark_raw_rows_changed(keys())?;
     }
     drop(flushes);
+    // A series' rates start at the scan's first hour, as OpenTSDB's aggregation starts it.
+    let rates_from = hours.window().0;
     outcome(
         q,
         &resolved,
@@ -429,6 +431,7 @@ fn run_on(
         stats,
         hours,
         (start_ms, end_ms),
+        rates_from,
         options,
     )
 }
@@ -443,6 +446,7 @@ fn outcome(
     mut stats: QueryStats,
     hours: ScanHours,
     range: (i64, i64),
+    rates_from: i64,
     options: &RunOptions,
 ) -> Result<Outcome> {
     let aggregation_started = Instant::now();
@@ -451,7 +455,7 @@ fn outcome(
         resolved,
         series,
         held,
-        hours.window(),
+        (hours.window(), rates_from),
         range,
         &options.limits,
     )?;
@@ -529,6 +533,8 @@ fn run_rollup(
         ..
     } = part;
     stats.scan_time = scan_started.elapsed();
+    // Rollup rows before the scanned hours are rated too (OpenTSDB reads a rollup row
+    // back for a rate).
     outcome(
         q,
         &resolved,
@@ -537,6 +543,7 @@ fn run_rollup(
         stats,
         hours,
         (start_ms, end_ms),
+        i64::MIN,
         options,
     )
 }
@@ -784,7 +791,7 @@ fn finish_groups(
     resolved: &Resolved<'_>,
     series: Vec<SeriesState>,
     held: u64,
-    window: (i64, i64),
+    (window, rates_from): ((i64, i64), i64),
     (start_ms, end_ms): (i64, i64),
     limits: &Limits,
 ) -> Result<Vec<GroupResult>> {
@@ -829,7 +836,7 @@ fn finish_groups(
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
                 .collect(),
-            None => match finish_series(&mut members, q, window, budget)? {
+            None => match finish_series(&mut members, q, (window, rates_from), budget)? {
                 Finished::Rates(rates) => aggregate_rates(&rates, q.aggregator)?
                     .into_iter()
                     .map(|(t, v)| (t, Num::Float(v)))
@@ -928,11 +935,12 @@ const FINISH_ON_TWO_THREADS: usize = 1 << 18;
 
 /// Finishes each series (its buckets, filled; then its rates), taking its points out of
 /// its state; the members' halves on two threads when there is enough to do. Each series
-/// is done one at a time, so a rate drops the points it came from before the next.
+/// is done one at a time, so a rate drops the points it came from before the next. `window`
+/// is the scan window; rates start at `rates_from` (see [`rate_of`]).
 fn finish_series(
     members: &mut [SeriesState],
     q: &SubQuery,
-    window: (i64, i64),
+    window: ((i64, i64), i64),
     budget: u64,
 ) -> Result<Finished> {
     let held: usize = members.iter().map(SeriesState::held).sum();
@@ -952,7 +960,7 @@ fn finish_series(
 fn finish_series_here(
     members: &mut [SeriesState],
     q: &SubQuery,
-    window: (i64, i64),
+    (window, rates_from): ((i64, i64), i64),
     budget: u64,
 ) -> Result<Finished> {
     let mut out = Finished::of(q);
@@ -960,13 +968,13 @@ fn finish_series_here(
         let points = std::mem::replace(&mut s.points, Points::Raw(Vec::new()));
         match (&mut out, points) {
             (Finished::Rates(r), Points::Raw(p)) => {
-                r.extend(rate_of(&p, &q.rate_options, window.0));
+                r.extend(rate_of(&p, &q.rate_options, rates_from));
             }
             (Finished::Rates(r), Points::Downsampled(d)) => {
                 r.extend(rate_of(
                     &d.finish(window, budget)?,
                     &q.rate_options,
-                    window.0,
+                    rates_from,
                 ));
             }
             (Finished::Raw(r), Points::Raw(p)) => r.push(p),
@@ -978,7 +986,7 @@ fn finish_series_here(
             }
             (Finished::Rates(r), Points::RollupAvg(avg)) => {
                 let avg = finish_avg(*avg, q, window, budget)?;
-                r.extend(rate_of(&avg, &q.rate_options, window.0));
+                r.extend(rate_of(&avg, &q.rate_options, rates_from));
             }
             // A sub-query's series are all downsampled or none is.
             (Finished::Raw(_), Points::Downsampled(_) | Points::RollupAvg(_))
