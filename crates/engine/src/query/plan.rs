@@ -295,9 +295,9 @@ impl Default for RunOptions {
 }
 
 /// What the answer of `q` over `[start_ms, end_ms]` depends on: its metric's points from
-/// two downsampling intervals and an hour before the start to as much after the end (more
-/// than any row it reads may hold: the hours of the scan, a downsampling bucket that begins
-/// before the start or ends after the end). Rows of rollup tables are noted whole (their
+/// two downsampling intervals and an hour before the start to as much and a second after
+/// the end (more than any row it reads may hold: the hours of the scan, a downsampling
+/// bucket that begins before the start or ends after the end). Rows of rollup tables are noted whole (their
 /// span), so any row a rollup read takes overlaps this range too. An unknown metric or bad
 /// TSUID is the error the query itself gives.
 pub fn dependency(
@@ -326,7 +326,8 @@ pub fn dependency(
     Ok(crate::changes::Dependency {
         metric,
         lo_ms: start_ms.saturating_sub(pad),
-        hi_ms: end_ms.saturating_add(pad).saturating_add(1),
+        // The scan's end is taken from the end's second plus one (see `ScanHours`).
+        hi_ms: end_ms.saturating_add(pad).saturating_add(1_001),
     })
 }
 
