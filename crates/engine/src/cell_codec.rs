@@ -296,7 +296,8 @@ pub struct MemberSummary {
     /// The member's points (none of them NaN).
     pub count: u32,
     /// The values as doubles folded in time order as a downsample folds them: the sum from
-    /// -0.0, the least and the greatest from NaN (`f64::min`, `f64::max`).
+    /// 0.0 (summaries written before may have started it from -0.0, read as 0.0 plus it),
+    /// the least and the greatest from NaN (the first of equal values kept).
     pub sum: f64,
     /// NaN when the summary holds the sum only (`extremes` false).
     pub min: f64,

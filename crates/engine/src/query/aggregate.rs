@@ -138,22 +138,47 @@ pub fn aggregate_owned(
         return aggregate(&series, agg);
     }
     let mut points = series.pop().unwrap_or_default();
-    // What `alone` gives: an integer before a float becomes a double, infinity fails.
+    let sum = is_a_sum(agg);
+    // What `alone` gives: an integer before a float becomes a double, infinity fails, a
+    // sum's -0.0 is 0.0.
     for i in 0..points.len() {
         let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
         let (x, v) = &mut points[i];
         match *v {
             Num::Int(n) if !next_int => *v = Num::Float(n as f64),
-            Num::Float(f) if f.is_infinite() => {
-                return Err(Error::invalid(format!("Got Infinity: {f} at {x}")));
+            Num::Float(f) => {
+                let g = if sum { 0.0 + f } else { lone_extreme(agg, f) };
+                if g.is_infinite() {
+                    return Err(Error::invalid(format!("Got Infinity: {g} at {x}")));
+                }
+                *v = Num::Float(g);
             }
-            _ => {}
+            Num::Int(_) => {}
         }
     }
     Ok(points)
 }
 
-/// Aggregators giving a lone value back as it is.
+/// Sums (from 0.0, as OpenTSDB's): a lone double comes back plus 0.0 (-0.0 as 0.0).
+fn is_a_sum(agg: Aggregator) -> bool {
+    matches!(
+        agg,
+        Aggregator::Sum | Aggregator::PfSum | Aggregator::ZimSum
+    )
+}
+
+/// A lone double under `min` or `max` as OpenTSDB's give it back: a least value of
+/// +Infinity (a greatest of -Infinity) is NaN there; anything else as it is.
+fn lone_extreme(agg: Aggregator, v: f64) -> f64 {
+    match agg {
+        Aggregator::Min | Aggregator::MimMin if v == f64::INFINITY => f64::NAN,
+        Aggregator::Max | Aggregator::MimMax if v == f64::NEG_INFINITY => f64::NAN,
+        _ => v,
+    }
+}
+
+/// Aggregators giving a lone value back as it is (a sum's double plus 0.0, see
+/// [`is_a_sum`]; a `min` or `max` of an infinity, see [`lone_extreme`]).
 fn gives_lone_values_back(agg: Aggregator) -> bool {
     matches!(
         agg,
@@ -174,6 +199,7 @@ fn gives_lone_values_back(agg: Aggregator) -> bool {
 /// the point and the next are integers, as at any time of several series).
 fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
     let identity = gives_lone_values_back(agg);
+    let zero = if is_a_sum(agg) { 0.0 } else { -0.0 };
     let mut out = Vec::with_capacity(points.len());
     for (i, &(x, v)) in points.iter().enumerate() {
         let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
@@ -182,7 +208,8 @@ fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
             Num::Int(n) if next_int => (x, Num::Int(agg.run_long(&[n]))),
             _ => {
                 let v = if identity {
-                    v.as_f64()
+                    // Adding -0.0 changes nothing, adding 0.0 makes -0.0 0.0.
+                    lone_extreme(agg, zero + v.as_f64())
                 } else {
                     agg.run_double(&[v.as_f64()])
                 };

@@ -215,18 +215,30 @@ impl Aggregator {
                 if none_left {
                     f64::NAN
                 } else {
-                    finite().sum()
+                    // From 0.0, as Java's `double result = 0.`: values all -0.0 sum to 0.0.
+                    finite().fold(0.0, |a, v| a + v)
                 }
             }
             Aggregator::SquareSum => {
                 if none_left {
                     f64::NAN
                 } else {
-                    finite().map(|v| v * v).sum()
+                    finite().fold(0.0, |a, v| a + v * v)
                 }
             }
-            Aggregator::Min | Aggregator::MimMin => finite().fold(f64::NAN, f64::min),
-            Aggregator::Max | Aggregator::MimMax => finite().fold(f64::NAN, f64::max),
+            // The first of equal values stays; a result of +-Infinity is NaN, as there.
+            Aggregator::Min | Aggregator::MimMin => {
+                let min = finite().fold(f64::INFINITY, super::fold::java_min);
+                if min == f64::INFINITY { f64::NAN } else { min }
+            }
+            Aggregator::Max | Aggregator::MimMax => {
+                let max = finite().fold(f64::NEG_INFINITY, super::fold::java_max);
+                if max == f64::NEG_INFINITY {
+                    f64::NAN
+                } else {
+                    max
+                }
+            }
             Aggregator::Avg => {
                 let (sum, n) = finite().fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
                 if n == 0 { f64::NAN } else { sum / n as f64 }
@@ -384,6 +396,20 @@ mod tests {
     fn double_arithmetic_skips_nan() {
         let run = |n: &str, v: &[f64]| Aggregator::parse(n).unwrap().run_double(v);
         assert_eq!(run("sum", &[1.5, f64::NAN, 2.0]), 3.5);
+        assert!(
+            run("sum", &[-0.0, -0.0]).is_sign_positive(),
+            "from 0.0, as Java"
+        );
+        assert!(run("squareSum", &[-0.0]).is_sign_positive());
+        assert!(run("min", &[-0.0, 0.0]).is_sign_negative());
+        // The first of equal values stays, whatever the optimiser makes of `f64::min`.
+        let zeros = [std::hint::black_box(0.0), std::hint::black_box(-0.0)];
+        assert!(run("min", &zeros).is_sign_positive());
+        assert!(run("max", &zeros).is_sign_positive());
+        assert!(run("max", &[-0.0, 0.0]).is_sign_negative());
+        assert!(run("min", &[f64::INFINITY, f64::NAN]).is_nan());
+        assert!(run("max", &[f64::NEG_INFINITY]).is_nan());
+        assert_eq!(run("max", &[f64::NEG_INFINITY, -1.0]), -1.0);
         assert!(run("sum", &[f64::NAN, f64::NAN]).is_nan());
         assert_eq!(run("avg", &[1.0, 2.0, f64::NAN]), 1.5);
         assert_eq!(run("count", &[1.0, f64::NAN]), 1.0);

@@ -207,6 +207,8 @@ pub struct Downsampler {
     out: Vec<(i64, f64)>,
     /// Where this series' points will stop (ms), to size `out` from its first row.
     until: Option<i64>,
+    /// Points before this time (ms) are not taken (see [`Downsampler::starting_at`]).
+    from: i64,
 }
 
 impl Downsampler {
@@ -219,7 +221,32 @@ impl Downsampler {
             earlier: Vec::new(),
             out: Vec::new(),
             until: None,
+            from: i64::MIN,
         }
+    }
+
+    /// Says the points read start at `scan_start_ms`: those before the first bucket
+    /// boundary at or after it are not taken, as OpenTSDB's downsampler, sought to the scan
+    /// start, begins at that boundary (a bucket the scan reads only the end of is left
+    /// out, or filled, rather than reduced from part of its points). `0all` takes every
+    /// point of the query's range.
+    pub fn starting_at(mut self, scan_start_ms: i64) -> Downsampler {
+        self.from = match &self.spec.calendar {
+            _ if self.spec.interval_ms == 0 => i64::MIN,
+            Some(cal) => {
+                let floor = cal.floor(scan_start_ms);
+                if floor < scan_start_ms {
+                    cal.next(floor)
+                } else {
+                    floor
+                }
+            }
+            None => {
+                let up = scan_start_ms.saturating_add(self.spec.interval_ms - 1);
+                up - up.rem_euclid(self.spec.interval_ms)
+            }
+        };
+        self
     }
 
     /// Says the points will stop before `until_ms`: the buckets of the first row pushed
@@ -231,6 +258,9 @@ impl Downsampler {
 
     /// Adds the next point (times must not go back); returns how many buckets it closed.
     pub fn push(&mut self, t: i64, v: f64) -> usize {
+        if t < self.from {
+            return 0;
+        }
         if self.spec.interval_ms == 0 {
             if t >= self.query.0 && t < self.query.1 {
                 self.current.add(v);
@@ -252,6 +282,8 @@ impl Downsampler {
     /// Adds points in time order (times must not go back); returns how many buckets they
     /// closed.
     pub fn push_all<V: Sample>(&mut self, times: &[i64], values: &[V]) -> usize {
+        let skip = times.partition_point(|t| *t < self.from);
+        let (times, values) = (&times[skip..], values.get(skip..).unwrap_or_default());
         if self.spec.interval_ms == 0 {
             return times
                 .iter()
@@ -310,6 +342,10 @@ impl Downsampler {
                 "a summary pushed into a bucket already begun".into(),
             ));
         }
+        if start < self.from {
+            // One-hour buckets from an hour: never before the first boundary.
+            return Ok(0);
+        }
         if !s.extremes && Downsampler::summaries_need_extremes(&self.spec) {
             return Err(Error::Internal(
                 "a summary without its least and greatest values pushed into min or max".into(),
@@ -323,10 +359,9 @@ impl Downsampler {
         c.seen = count;
         c.finite = count;
         c.acc = match c.running {
-            Running::Sum => s.sum,
-            // The mean's sum starts from 0.0, the sum's from -0.0: they differ only in the
-            // sign of a zero, which adding 0.0 settles as the mean's fold would.
-            Running::Avg => 0.0 + s.sum,
+            // Folds start from 0.0; a summary's sum may have started from -0.0 (written so
+            // before): they differ only in the sign of a zero, which adding 0.0 settles.
+            Running::Sum | Running::Avg => 0.0 + s.sum,
             Running::Min => s.min,
             Running::Max => s.max,
             _ => Accumulator::start(c.running),
@@ -497,7 +532,12 @@ impl Downsampler {
         };
         let mut filled = Vec::with_capacity(count);
         let mut have = buckets.peekable();
-        let stop = self.align(window.1);
+        // The scan's end, and at least past the bucket holding the query's end: OpenTSDB
+        // stops at the calendar bucket holding its scan's end, which drops the end's own
+        // bucket in some zones (README, "Differences from OpenTSDB 2.4").
+        let stop = self
+            .align(window.1)
+            .max(self.next_bucket(self.align(self.query.1)));
         let mut bucket = self.align(window.0);
         let mut count = 0u64;
         while bucket < stop {
@@ -678,13 +718,15 @@ mod properties {
     proptest! {
         /// Fixed buckets equal a naive group-by of floor(t / interval) reduced with the
         /// function, bit for bit (NaN and signed zeros included), whether points arrive one
-        /// at a time or a row at a time.
+        /// at a time or a row at a time; from a scan start, the buckets from the first
+        /// boundary at or after it, whichever way the points arrive.
         #[test]
         fn buckets_match_a_naive_group_by(
             points in prop::collection::btree_map(0i64..10_000_000, value(), 0..200),
             interval in 1i64..600_000,
             func in prop::sample::select(vec!["sum", "zimsum", "avg", "min", "mimmax", "max", "count", "dev", "p90", "first", "last", "squareSum", "mult", "diff"]),
             rows in 1usize..5,
+            scan_start in prop_oneof![Just(0i64), 0i64..10_000_000],
         ) {
             let pts: Vec<(i64, f64)> = points.into_iter().collect();
             let spec = DownsampleSpec::fixed(interval, Aggregator::parse(func).unwrap(), FillPolicy::None);
@@ -696,8 +738,15 @@ mod properties {
             let want: Vec<(i64, u64)> = naive.into_iter().map(|(b, vs)| (b, spec.function.run_double(&vs).to_bits())).collect();
             let bits = |o: &[(i64, f64)]| o.iter().map(|(t, v)| (*t, v.to_bits())).collect::<Vec<_>>();
             prop_assert_eq!(bits(&out), want.clone());
+            let from = (scan_start + interval - 1) / interval * interval;
+            let want: Vec<(i64, u64)> = want.into_iter().filter(|(b, _)| *b >= from).collect();
+            let mut one_at_a_time = Downsampler::new(spec, (0, 10_000_000)).starting_at(scan_start);
+            for (t, v) in &pts {
+                one_at_a_time.push(*t, *v);
+            }
+            prop_assert_eq!(bits(&one_at_a_time.finish((0, 10_000_000), u64::MAX).unwrap()), want.clone());
             // The same points in a few slices, as rows arrive.
-            let mut d = Downsampler::new(spec, (0, 10_000_000));
+            let mut d = Downsampler::new(spec, (0, 10_000_000)).starting_at(scan_start);
             let chunk = pts.len().div_ceil(rows).max(1);
             for part in pts.chunks(chunk) {
                 let times: Vec<i64> = part.iter().map(|p| p.0).collect();

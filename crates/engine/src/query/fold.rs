@@ -1,6 +1,6 @@
 //! Reductions computed as values arrive, giving exactly what [`Aggregator::run_double`]
 //! gives over the same values in the same order: NaN skipped where it skips them, sums
-//! started where a float sum starts (-0.0; the mean's from 0.0), additions in order.
+//! started from 0.0 as OpenTSDB's are (so values all -0.0 sum to 0.0), additions in order.
 //!
 //! Downsampling folds each bucket's values this way, and cross-series aggregation folds
 //! series one after another into a row of accumulators (reading each series once, in
@@ -23,7 +23,7 @@ pub(crate) struct Max;
 pub(crate) struct Count;
 
 impl Fold for Sum {
-    const START: f64 = -0.0;
+    const START: f64 = 0.0;
     #[inline(always)]
     fn add(acc: &mut f64, finite: &mut u64, v: f64) {
         if !v.is_nan() {
@@ -38,7 +38,7 @@ impl Fold for Sum {
 }
 
 impl Fold for SquareSum {
-    const START: f64 = -0.0;
+    const START: f64 = 0.0;
     #[inline(always)]
     fn add(acc: &mut f64, finite: &mut u64, v: f64) {
         if !v.is_nan() {
@@ -69,28 +69,50 @@ impl Fold for Avg {
 }
 
 impl Fold for Min {
-    const START: f64 = f64::NAN;
-    /// `f64::min` ignores a NaN argument, so NaN values leave the minimum as it was.
+    /// OpenTSDB's `Min` starts from +Infinity (its first value unless NaN) and answers NaN
+    /// when it is still there.
+    const START: f64 = f64::INFINITY;
+    /// A NaN value leaves the minimum as it was, and of equal values (0.0 and -0.0) the
+    /// first stays (`f64::min` may answer either zero, as optimised).
     #[inline(always)]
     fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
-        *acc = acc.min(v);
+        *acc = java_min(*acc, v);
     }
+    /// A minimum of +Infinity is NaN there.
     #[inline(always)]
     fn value(acc: f64, _finite: u64) -> f64 {
-        acc
+        if acc == f64::INFINITY { f64::NAN } else { acc }
     }
 }
 
 impl Fold for Max {
-    const START: f64 = f64::NAN;
+    const START: f64 = f64::NEG_INFINITY;
     #[inline(always)]
     fn add(acc: &mut f64, _finite: &mut u64, v: f64) {
-        *acc = acc.max(v);
+        *acc = java_max(*acc, v);
     }
+    /// A maximum of -Infinity is NaN there.
     #[inline(always)]
     fn value(acc: f64, _finite: u64) -> f64 {
-        acc
+        if acc == f64::NEG_INFINITY {
+            f64::NAN
+        } else {
+            acc
+        }
     }
+}
+
+/// The least of a running minimum (from +Infinity) and `v` as OpenTSDB's `Min` takes it:
+/// a NaN `v` changes nothing, an equal `v` does not replace it (one `minsd`).
+#[inline(always)]
+pub(crate) fn java_min(acc: f64, v: f64) -> f64 {
+    if v < acc { v } else { acc }
+}
+
+/// [`java_min`] for the greatest (from -Infinity).
+#[inline(always)]
+pub(crate) fn java_max(acc: f64, v: f64) -> f64 {
+    if v > acc { v } else { acc }
 }
 
 impl Fold for Count {

@@ -21,7 +21,7 @@ use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
 use super::memory::Reservation;
-use super::rate::{RateOptions, rates};
+use super::rate::{RateOptions, rate_between, rates};
 use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
@@ -300,9 +300,9 @@ impl Default for RunOptions {
 }
 
 /// What the answer of `q` over `[start_ms, end_ms]` depends on: its metric's points from
-/// two downsampling intervals and an hour before the start to as much after the end (more
-/// than any row it reads may hold: the hours of the scan, a downsampling bucket that begins
-/// before the start or ends after the end). Rows of rollup tables are noted whole (their
+/// two downsampling intervals and an hour before the start to as much and a second after
+/// the end (more than any row it reads may hold: the hours of the scan, a downsampling
+/// bucket that begins before the start or ends after the end). Rows of rollup tables are noted whole (their
 /// span), so any row a rollup read takes overlaps this range too. An unknown metric or bad
 /// TSUID is the error the query itself gives.
 pub fn dependency(
@@ -331,7 +331,8 @@ pub fn dependency(
     Ok(crate::changes::Dependency {
         metric,
         lo_ms: start_ms.saturating_sub(pad),
-        hi_ms: end_ms.saturating_add(pad).saturating_add(1),
+        // The scan's end is taken from the end's second plus one (see `ScanHours`).
+        hi_ms: end_ms.saturating_add(pad).saturating_add(1_001),
     })
 }
 
@@ -452,6 +453,8 @@ fn run_on(
         tsdb.mark_raw_rows_changed(keys())?;
     }
     drop(flushes);
+    // A series' rates start at the scan's first hour, as OpenTSDB's aggregation starts it.
+    let rates_from = hours.window().0;
     outcome(
         q,
         &resolved,
@@ -460,6 +463,7 @@ fn run_on(
         stats,
         hours,
         (start_ms, end_ms),
+        rates_from,
         options,
     )
 }
@@ -474,6 +478,7 @@ fn outcome(
     mut stats: QueryStats,
     hours: ScanHours,
     range: (i64, i64),
+    rates_from: i64,
     options: &RunOptions,
 ) -> Result<Outcome> {
     let aggregation_started = Instant::now();
@@ -482,7 +487,7 @@ fn outcome(
         resolved,
         series,
         held,
-        hours.window(),
+        (hours.window(), rates_from),
         range,
         &options.limits,
     )?;
@@ -562,6 +567,8 @@ fn run_rollup(
         ..
     } = part;
     stats.scan_time = scan_started.elapsed();
+    // Rollup rows before the scanned hours are rated too (OpenTSDB reads a rollup row
+    // back for a rate).
     outcome(
         q,
         &resolved,
@@ -570,6 +577,7 @@ fn run_rollup(
         stats,
         hours,
         (start_ms, end_ms),
+        i64::MIN,
         options,
     )
 }
@@ -662,8 +670,15 @@ fn resolve<'q>(tsdb: &Tsdb, q: &'q SubQuery) -> Result<Resolved<'q>> {
     })
 }
 
-/// The hours a sub-query reads (seconds, whole hours): its range, widened by one
-/// downsampling interval at the end.
+/// The hours a sub-query reads (seconds, whole hours), as OpenTSDB's scan bounds
+/// (`TsdbQuery.getScanStartTimeSeconds`, `getScanEndTimeSeconds`): from the start's hour,
+/// the start first taken back to its downsampling interval (epoch-aligned, even for
+/// calendar buckets), so the whole first bucket is read even though its time is before the
+/// start (a rate, or a series filled in by interpolation, after the start reads it); to
+/// the hour after the end's second plus one (its end is in ms there, always put a second
+/// on), or when downsampling after that second's next interval boundary (a whole interval
+/// on when it is one), unless that boundary starts an hour. Points after the end in those
+/// hours are interpolated to; later ones are not read.
 #[derive(Debug, Clone, Copy)]
 struct ScanHours {
     start: i64,
@@ -673,11 +688,25 @@ struct ScanHours {
 impl ScanHours {
     fn of(q: &SubQuery, start_ms: i64, end_ms: i64) -> ScanHours {
         let interval_ms = q.downsample.map_or(0, |d| d.interval_ms);
-        let start = start_ms.div_euclid(1000);
-        let end = (end_ms + interval_ms).div_euclid(1000);
+        let mut start = start_ms.div_euclid(1000);
+        if interval_ms > 0 {
+            start -= start.saturating_mul(1000).rem_euclid(interval_ms) / 1000;
+        }
+        let mut end = end_ms.div_euclid(1000).saturating_add(1);
+        let until = if interval_ms > 0 {
+            let offset = end.saturating_mul(1000).rem_euclid(interval_ms);
+            end = end.saturating_add((interval_ms - offset) / 1000);
+            if end.rem_euclid(3600) == 0 {
+                end
+            } else {
+                end - end.rem_euclid(3600) + 3600
+            }
+        } else {
+            end - end.rem_euclid(3600) + 3600
+        };
         ScanHours {
             start: start - start.rem_euclid(3600),
-            end: end - end.rem_euclid(3600) + 3599,
+            end: until - 1,
         }
     }
 
@@ -798,7 +827,7 @@ fn finish_groups(
     resolved: &Resolved<'_>,
     series: Vec<SeriesState>,
     held: u64,
-    window: (i64, i64),
+    (window, rates_from): ((i64, i64), i64),
     (start_ms, end_ms): (i64, i64),
     limits: &Limits,
 ) -> Result<Vec<GroupResult>> {
@@ -818,12 +847,11 @@ fn finish_groups(
     } else {
         limits.max_held_points.saturating_sub(held).max(1)
     };
+    // Series in row-key order (as OpenTSDB's span map orders them), not in the order the
+    // store returned rows: the order of `none` results, and of a group's members, which
+    // `first`, `last`, `diff` and the order of floating-point additions depend on.
     let mut series = series;
-    if q.aggregator == Aggregator::None {
-        // One result per series, in row-key order (as OpenTSDB's span map orders them),
-        // not in the order the store returned rows.
-        series.sort_by(|a, b| a.order.cmp(&b.order));
-    }
+    series.sort_by(|a, b| a.order.cmp(&b.order));
     let mut groups: BTreeMap<Vec<Uid>, Vec<SeriesState>> = BTreeMap::new();
     for (i, s) in series.into_iter().enumerate() {
         let key = if q.aggregator == Aggregator::None {
@@ -844,7 +872,7 @@ fn finish_groups(
                 .into_iter()
                 .map(|(t, v)| (t, Num::Float(v)))
                 .collect(),
-            None => match finish_series(&mut members, q, window, budget)? {
+            None => match finish_series(&mut members, q, (window, rates_from), budget)? {
                 Finished::Rates(rates) => aggregate_rates(&rates, q.aggregator)?
                     .into_iter()
                     .map(|(t, v)| (t, Num::Float(v)))
@@ -943,11 +971,12 @@ const FINISH_ON_TWO_THREADS: usize = 1 << 18;
 
 /// Finishes each series (its buckets, filled; then its rates), taking its points out of
 /// its state; the members' halves on two threads when there is enough to do. Each series
-/// is done one at a time, so a rate drops the points it came from before the next.
+/// is done one at a time, so a rate drops the points it came from before the next. `window`
+/// is the scan window; rates start at `rates_from` (see [`rate_of`]).
 fn finish_series(
     members: &mut [SeriesState],
     q: &SubQuery,
-    window: (i64, i64),
+    window: ((i64, i64), i64),
     budget: u64,
 ) -> Result<Finished> {
     let held: usize = members.iter().map(SeriesState::held).sum();
@@ -967,16 +996,22 @@ fn finish_series(
 fn finish_series_here(
     members: &mut [SeriesState],
     q: &SubQuery,
-    window: (i64, i64),
+    (window, rates_from): ((i64, i64), i64),
     budget: u64,
 ) -> Result<Finished> {
     let mut out = Finished::of(q);
     for s in members {
         let points = std::mem::replace(&mut s.points, Points::Raw(Vec::new()));
         match (&mut out, points) {
-            (Finished::Rates(r), Points::Raw(p)) => r.extend(rate_of(&p, &q.rate_options)),
+            (Finished::Rates(r), Points::Raw(p)) => {
+                r.extend(rate_of(&p, &q.rate_options, rates_from));
+            }
             (Finished::Rates(r), Points::Downsampled(d)) => {
-                r.extend(rate_of(&d.finish(window, budget)?, &q.rate_options));
+                r.extend(rate_of(
+                    &d.finish(window, budget)?,
+                    &q.rate_options,
+                    rates_from,
+                ));
             }
             (Finished::Raw(r), Points::Raw(p)) => r.push(p),
             (Finished::Downsampled(r), Points::Downsampled(d)) => {
@@ -987,7 +1022,7 @@ fn finish_series_here(
             }
             (Finished::Rates(r), Points::RollupAvg(avg)) => {
                 let avg = finish_avg(*avg, q, window, budget)?;
-                r.extend(rate_of(&avg, &q.rate_options));
+                r.extend(rate_of(&avg, &q.rate_options, rates_from));
             }
             // A sub-query's series are all downsampled or none is.
             (Finished::Raw(_), Points::Downsampled(_) | Points::RollupAvg(_))
@@ -1014,21 +1049,39 @@ fn finish_avg(
     rollup::finish_avg(avg, spec, window, window, budget)
 }
 
-/// A series' rates and its hidden first rate (against (0, 0), as OpenTSDB computes it);
-/// none for fewer than two points.
+/// A series' rates and its hidden first rate: OpenTSDB rates the first point against
+/// (0, 0) as any other (a counter's options too), and its aggregation starts each series at
+/// its first rate at or after the scan start `from` (ms; earlier ones, of filled buckets
+/// before it, skipped), never answers that one, and lets it stand for the series until the
+/// next. So a reset dropped there, or a first bucket before `from`, makes the next rate the
+/// unanswered first one. None when no rate would be answered.
 fn rate_of<V: Sample>(
     points: &[(i64, V)],
     options: &RateOptions,
+    from: i64,
 ) -> Option<(f64, Vec<(i64, f64)>)> {
     let &[(t0, v0), _, ..] = points else {
         return None;
     };
+    let mut all = rates(points, options);
     let hidden = if t0 > 0 {
-        v0.as_f64() / (t0 as f64 / 1000.0)
+        rate_between((0, V::from_int(0)), (t0, v0), options)
     } else {
-        0.0
+        Some(0.0)
     };
-    Some((hidden, rates(points, options)))
+    let hidden = match hidden {
+        Some(h) if t0 >= from => h,
+        _ => {
+            let first = all.partition_point(|r| r.0 < from);
+            if first + 1 >= all.len() {
+                return None;
+            }
+            let h = all[first].1;
+            all.drain(..=first);
+            h
+        }
+    };
+    Some((hidden, all))
 }
 
 /// Counts shared by the threads of one sub-query, so limits apply to the whole query.
@@ -1154,9 +1207,11 @@ impl Scan<'_> {
             tsuid: hex_upper(&tsuid),
             order,
             points: match self.q.downsample {
-                Some(ds) => {
-                    Points::Downsampled(Downsampler::new(ds, self.query).expect_until(until_ms))
-                }
+                Some(ds) => Points::Downsampled(
+                    Downsampler::new(ds, self.query)
+                        .starting_at(self.window.0)
+                        .expect_until(until_ms),
+                ),
                 None => Points::Raw(Vec::new()),
             },
             annotations: Vec::new(),

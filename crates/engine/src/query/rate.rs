@@ -81,38 +81,47 @@ pub fn rates<V: Sample>(points: &[(i64, V)], options: &RateOptions) -> Vec<(i64,
             prev = Some((t1, v1));
             continue;
         };
+        prev = Some((t1, v1));
         if t1 <= t0 {
-            prev = Some((t1, v1));
             continue; // not strictly increasing: no rate (OpenTSDB fails the query)
         }
-        let dt = (t1 - t0) as f64 / 1000.0;
-        let diff = match (v0.as_int(), v1.as_int()) {
-            (Some(a), Some(b)) => b.wrapping_sub(a) as f64,
-            _ => v1.as_f64() - v0.as_f64(),
-        };
-        prev = Some((t1, v1));
-        if options.counter && diff < 0.0 {
-            if options.drop_resets {
-                continue;
-            }
-            let wrapped = match (v0.as_int(), v1.as_int()) {
-                (Some(a), Some(b)) => options.counter_max.wrapping_sub(a).wrapping_add(b) as f64,
-                _ => options.counter_max as f64 - v0.as_f64() + v1.as_f64(),
-            };
-            let rate = wrapped / dt;
-            out.push((
-                t1,
-                if options.reset_value > 0 && rate > options.reset_value as f64 {
-                    0.0
-                } else {
-                    rate
-                },
-            ));
-            continue;
+        if let Some(rate) = rate_between((t0, v0), (t1, v1), options) {
+            out.push((t1, rate));
         }
-        out.push((t1, diff / dt));
     }
     out
+}
+
+/// The rate from one point to a later one (`t1 > t0`), OpenTSDB's `RateSpan`: `None` for a
+/// counter reset dropped (`dropResets`).
+pub fn rate_between<V: Sample>(
+    (t0, v0): (i64, V),
+    (t1, v1): (i64, V),
+    options: &RateOptions,
+) -> Option<f64> {
+    let dt = (t1 - t0) as f64 / 1000.0;
+    let diff = match (v0.as_int(), v1.as_int()) {
+        (Some(a), Some(b)) => b.wrapping_sub(a) as f64,
+        _ => v1.as_f64() - v0.as_f64(),
+    };
+    if options.counter && diff < 0.0 {
+        if options.drop_resets {
+            return None;
+        }
+        let wrapped = match (v0.as_int(), v1.as_int()) {
+            (Some(a), Some(b)) => options.counter_max.wrapping_sub(a).wrapping_add(b) as f64,
+            _ => options.counter_max as f64 - v0.as_f64() + v1.as_f64(),
+        };
+        let rate = wrapped / dt;
+        return Some(
+            if options.reset_value > 0 && rate > options.reset_value as f64 {
+                0.0
+            } else {
+                rate
+            },
+        );
+    }
+    Some(diff / dt)
 }
 
 #[cfg(test)]

@@ -306,7 +306,7 @@ fn progress_key(interval: &str) -> Vec<u8> {
     k
 }
 
-/// One interval's fold of a series: the raw downsample's (sum in time order from -0.0).
+/// One interval's fold of a series: the raw downsample's (sum in time order from 0.0).
 #[derive(Debug, Clone, Copy)]
 struct Acc {
     sum: f64,
@@ -317,7 +317,7 @@ struct Acc {
 
 impl Acc {
     const EMPTY: Acc = Acc {
-        sum: -0.0,
+        sum: 0.0,
         count: 0,
         min: Num::Int(0),
         max: Num::Int(0),

@@ -1191,6 +1191,8 @@ impl RollupAvg {
 /// (as [`finish_avg`] divides a bucket's sums by its counts).
 #[inline]
 fn pair_mean(sum: f64, count: f64) -> f64 {
+    // The bucket's sum of the one value, from 0.0 (-0.0 is 0.0).
+    let sum = 0.0 + sum;
     if count == 0.0 { 0.0 } else { sum / count }
 }
 
@@ -1292,7 +1294,7 @@ pub(super) fn finish_avg(
         RollupAvg::Buckets { sums, counts } => (sums, counts),
         RollupAvg::Pairs(p) => {
             // Each pair its own bucket: the bucket's sum is the pair's sum (a sum of one
-            // value is the value), its count the pair's count.
+            // value is the value plus 0.0), its count the pair's count.
             let mean = |(sum, count): (&f64, &f64)| pair_mean(*sum, *count);
             let mut means = Vec::with_capacity(p.len());
             for part in p.parts() {
