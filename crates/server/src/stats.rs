@@ -539,6 +539,7 @@ fn query_cache_stats(state: &State) -> Vec<Stat> {
     let mut out = vec![
         stat("tsd.query.memory.points_held", memory.held(), &[]),
         stat("tsd.query.memory.points_limit", memory.limit(), &[]),
+        stat("tsd.query.memory.waited", memory.waited(), &[]),
         stat("tsd.query.memory.refused", memory.refused(), &[]),
     ];
     let Some(cache) = &state.query_cache else {

@@ -5,27 +5,50 @@
 //! bounded how many ran at once: sixteen queries each holding 10M raw points for their
 //! aggregation took 5.7 GB. Every sub-query now takes a [`Reservation`] against the TSD's
 //! one [`QueryMemory`]; as its count of held points grows (the same count its own limit
-//! checks), the reservation grows by the difference, and a growth past the total fails
-//! that sub-query with [`Error::Busy`] (HTTP 503: the client may try again). A reservation
-//! is given back whole when the sub-query's answer is dropped, after it was written out.
+//! checks), the reservation grows with it. A growth that would take the held points past
+//! the budget waits until others give theirs back, except for the oldest running
+//! sub-query, which always goes on (so waiting sub-queries never wait on each other for
+//! ever): the points held stay under the budget plus what the oldest holds past it, at most
+//! its own limit. A sub-query that waits past its deadline (`tsd.query.timeout`, else
+//! [`LONGEST_WAIT`]) fails with [`Error::Busy`] (HTTP 503: the client may try again). A
+//! reservation is given back whole when the sub-query's answer is dropped, after it was
+//! written out.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
+
+/// How long a sub-query waits for room when the query has no timeout of its own.
+pub const LONGEST_WAIT: Duration = Duration::from_secs(30);
 
 /// The TSD's budget of points held by running sub-queries; a limit of 0 is none.
 #[derive(Debug, Default)]
 pub struct QueryMemory {
     limit: AtomicU64,
-    held: AtomicU64,
+    state: Mutex<Held>,
+    room: Condvar,
+    waited: AtomicU64,
     refused: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    points: u64,
+    /// Running sub-queries by age (the order they were started in).
+    running: BTreeSet<u64>,
+    next: u64,
 }
 
 impl QueryMemory {
     /// Sets the budget (0: none). Reservations already taken keep what they hold.
     pub fn set_limit(&self, points: u64) {
         self.limit.store(points, Ordering::Relaxed);
+        self.room.notify_all();
     }
 
     pub fn limit(&self) -> u64 {
@@ -34,10 +57,15 @@ impl QueryMemory {
 
     /// Points the running sub-queries hold now.
     pub fn held(&self) -> u64 {
-        self.held.load(Ordering::Relaxed)
+        self.state.lock().points
     }
 
-    /// Sub-queries refused because the budget was spent, since start.
+    /// Times a sub-query waited for room, since start.
+    pub fn waited(&self) -> u64 {
+        self.waited.load(Ordering::Relaxed)
+    }
+
+    /// Sub-queries refused because no room came before their deadline, since start.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }
@@ -47,41 +75,78 @@ impl QueryMemory {
 #[derive(Debug)]
 pub struct Reservation {
     memory: Arc<QueryMemory>,
+    /// The sub-query's age among the running ones.
+    age: u64,
     reserved: AtomicU64,
+    deadline: Instant,
+    refused: AtomicBool,
 }
 
 impl Reservation {
-    pub fn new(memory: Arc<QueryMemory>) -> Reservation {
+    /// A running sub-query's reservation, empty; it waits for room until `deadline` at
+    /// the latest (`None`: [`LONGEST_WAIT`] from now).
+    pub fn new(memory: Arc<QueryMemory>, deadline: Option<Instant>) -> Reservation {
+        let age = {
+            let mut held = memory.state.lock();
+            held.next += 1;
+            let age = held.next;
+            held.running.insert(age);
+            age
+        };
         Reservation {
             memory,
+            age,
             reserved: AtomicU64::new(0),
+            deadline: deadline.unwrap_or_else(|| Instant::now() + LONGEST_WAIT),
+            refused: AtomicBool::new(false),
         }
     }
 
     /// Grows the reservation to `held`, the sub-query's whole count of points held so far
-    /// (counts from its threads may arrive out of order: a smaller one changes nothing).
-    /// Past the budget the growth is given back and the sub-query fails.
+    /// (counts from its threads may arrive out of order: a smaller one changes nothing),
+    /// waiting for room when there is none (see the module's notes).
     pub fn track(&self, held: u64) -> Result<()> {
-        let before = self.reserved.fetch_max(held, Ordering::AcqRel);
-        if held <= before {
+        if held <= self.reserved.load(Ordering::Acquire) {
             return Ok(());
         }
-        let grown = held - before;
-        let now = self.memory.held.fetch_add(grown, Ordering::AcqRel) + grown;
-        let limit = self.memory.limit();
-        if limit == 0 || now <= limit {
-            return Ok(());
+        let memory = &*self.memory;
+        let mut state = memory.state.lock();
+        let mut waited = false;
+        loop {
+            let reserved = self.reserved.load(Ordering::Acquire);
+            if held <= reserved {
+                return Ok(());
+            }
+            let grown = held - reserved;
+            let limit = memory.limit();
+            let oldest = state.running.first() == Some(&self.age);
+            if limit == 0 || state.points.saturating_add(grown) <= limit || oldest {
+                state.points += grown;
+                self.reserved.store(held, Ordering::Release);
+                return Ok(());
+            }
+            if !waited {
+                waited = true;
+                memory.waited.fetch_add(1, Ordering::Relaxed);
+            }
+            if memory
+                .room
+                .wait_until(&mut state, self.deadline)
+                .timed_out()
+                && state.points.saturating_add(grown) > memory.limit()
+                && state.running.first() != Some(&self.age)
+            {
+                if !self.refused.swap(true, Ordering::Relaxed) {
+                    memory.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                return Err(Error::Busy(format!(
+                    "Sorry, the queries running now hold more than {limit} data points in \
+                     memory together (tsd.query.limits.memory_points.total) and none were \
+                     given back in time. Please try again later, or downsample, filter \
+                     using more tags or decrease your time range."
+                )));
+            }
         }
-        // Give the growth back (this sub-query fails; what it held before stays reserved
-        // until it is dropped, a moment later).
-        self.memory.held.fetch_sub(grown, Ordering::AcqRel);
-        self.reserved.fetch_sub(grown, Ordering::AcqRel);
-        self.memory.refused.fetch_add(1, Ordering::Relaxed);
-        Err(Error::Busy(format!(
-            "Sorry, the queries running now would hold more than {limit} data points in \
-             memory together (tsd.query.limits.memory_points.total). Please try again \
-             later, or downsample, filter using more tags or decrease your time range."
-        )))
     }
 
     /// Points this reservation holds.
@@ -93,7 +158,11 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         let reserved = *self.reserved.get_mut();
-        self.memory.held.fetch_sub(reserved, Ordering::AcqRel);
+        let mut state = self.memory.state.lock();
+        state.points -= reserved;
+        state.running.remove(&self.age);
+        drop(state);
+        self.memory.room.notify_all();
     }
 }
 
@@ -102,37 +171,75 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
+    fn soon(ms: u64) -> Option<Instant> {
+        Some(Instant::now() + Duration::from_millis(ms))
+    }
+
     #[test]
-    fn reservations_share_the_budget_and_give_it_back_when_dropped() {
+    fn a_growth_past_the_budget_waits_for_room_then_goes_on() {
         let memory = Arc::new(QueryMemory::default());
         memory.set_limit(100);
-        let a = Reservation::new(memory.clone());
-        let b = Reservation::new(memory.clone());
-        a.track(40).unwrap();
-        a.track(60).unwrap();
+        let older = Reservation::new(memory.clone(), None);
+        let younger = Reservation::new(memory.clone(), None);
+        older.track(40).unwrap();
+        older.track(80).unwrap();
         // A smaller count from another thread of the same sub-query changes nothing.
-        a.track(50).unwrap();
-        assert_eq!((a.reserved(), memory.held()), (60, 60));
-        let e = b.track(50).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Busy);
-        assert!(e.to_string().contains("more than 100 data points"), "{e}");
-        assert_eq!((b.reserved(), memory.held(), memory.refused()), (0, 60, 1));
-        b.track(40).unwrap();
-        assert_eq!(memory.held(), 100);
-        drop(a);
-        assert_eq!(memory.held(), 40);
-        b.track(90).unwrap();
-        drop(b);
+        older.track(50).unwrap();
+        assert_eq!((older.reserved(), memory.held()), (80, 80));
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                younger.track(50).unwrap();
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!waiting.is_finished(), "no room yet");
+            assert_eq!(memory.held(), 80);
+            drop(older);
+            waiting.join().unwrap();
+        });
+        assert_eq!(
+            (memory.held(), memory.waited(), memory.refused()),
+            (50, 1, 0)
+        );
+        drop(younger);
         assert_eq!(memory.held(), 0);
     }
 
     #[test]
-    fn no_limit_counts_without_refusing() {
+    fn the_oldest_goes_on_so_waiting_sub_queries_never_block_each_other() {
         let memory = Arc::new(QueryMemory::default());
-        let a = Reservation::new(memory.clone());
-        a.track(u64::MAX / 2).unwrap();
-        assert_eq!(memory.held(), u64::MAX / 2);
-        drop(a);
+        memory.set_limit(100);
+        let older = Reservation::new(memory.clone(), None);
+        let younger = Reservation::new(memory.clone(), soon(50));
+        older.track(60).unwrap();
+        younger.track(40).unwrap();
+        // Full: the oldest passes the budget rather than wait on the younger.
+        older.track(90).unwrap();
+        assert_eq!(memory.held(), 130);
+        // The younger waits, and with no room before its deadline, fails.
+        let e = younger.track(41).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Busy);
+        assert!(e.to_string().contains("more than 100 data points"), "{e}");
+        assert_eq!(
+            (younger.reserved(), memory.held(), memory.refused()),
+            (40, 130, 1)
+        );
+        drop(older);
+        // Now the oldest itself.
+        younger.track(200).unwrap();
+        assert_eq!(memory.held(), 200);
+        drop(younger);
+        assert_eq!(memory.held(), 0);
+    }
+
+    #[test]
+    fn no_limit_counts_without_waiting() {
+        let memory = Arc::new(QueryMemory::default());
+        let older = Reservation::new(memory.clone(), None);
+        let younger = Reservation::new(memory.clone(), soon(0));
+        older.track(1 << 62).unwrap();
+        younger.track(1 << 62).unwrap();
+        assert_eq!((memory.held(), memory.waited()), (1 << 63, 0));
+        drop((older, younger));
         assert_eq!(memory.held(), 0);
     }
 }

@@ -346,7 +346,10 @@ pub fn run(
     q: &SubQuery,
     options: &RunOptions,
 ) -> Result<Outcome> {
-    let memory = Arc::new(Reservation::new(tsdb.query_memory().clone()));
+    let memory = Arc::new(Reservation::new(
+        tsdb.query_memory().clone(),
+        options.limits.deadline(options.started),
+    ));
     let mut outcome = run_held(tsdb, start_ms, end_ms, q, options, &memory)?;
     outcome.memory = Some(memory);
     Ok(outcome)
