@@ -182,6 +182,16 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
         }
         Some(n) => n as usize,
     };
+    // Dates are read in UTC; duplicates are resolved by their cells' write times (OpenTSDB
+    // with `tsd.storage.use_otsdb_timestamp` stores the points' times there instead).
+    let mut refused = Vec::new();
+    if !args.query.is_empty() || args.since.is_some() {
+        refused.push(crate::open::TIMEZONE);
+    }
+    if args.resolve_duplicates || args.fix_all {
+        refused.push(crate::open::OTSDB_TIMESTAMP);
+    }
+    args.store.config_refusing(&refused)?;
     if args.index {
         return run_index(args, started);
     }
@@ -192,7 +202,8 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(1));
     }
-    let parsed = if args.full_scan {
+    // As OpenTSDB: a query given scans what it names, even with --full-scan.
+    let parsed = if args.query.is_empty() {
         None
     } else {
         match parse_queries(&args.query, chrono::Utc::now().timestamp_millis()) {

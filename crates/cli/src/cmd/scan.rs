@@ -87,6 +87,12 @@ fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<C
 }
 
 pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
+    // Dates are read and printed in UTC; compacting keeps the newest of duplicates.
+    let mut refused = vec![crate::open::TIMEZONE];
+    if args.compact {
+        refused.push(crate::open::OTSDB_TIMESTAMP);
+    }
+    args.store.config_refusing(&refused)?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let (start, end, queries) = match parse_query(&args.query, now_ms) {
         Ok(q) => q,
@@ -190,11 +196,13 @@ fn names(db: &Tsdb, schema: &Schema, key: &[u8]) -> anyhow::Result<RowNames> {
     Ok((metric, rk.base_time, tags))
 }
 
+/// A value as OpenTSDB's `scan --import` prints it: a long, or Java's `Double.toString` of
+/// the value widened to a double (`1.2345678E7`, `0.1`, `NaN`).
 fn value_text(v: Value) -> String {
     match v {
         Value::Int(i) => i.to_string(),
-        Value::Float(f) => format!("{:?}", f64::from(f)),
-        Value::Double(d) => format!("{d:?}"),
+        Value::Float(f) => hourglass_core::value::java_double_text(f64::from(f)),
+        Value::Double(d) => hourglass_core::value::java_double_text(d),
     }
 }
 

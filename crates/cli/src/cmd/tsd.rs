@@ -50,12 +50,6 @@ pub(crate) struct TsdArgs {
     /// Accepted for OpenTSDB's command lines (`tsd.network.async_io`); no effect.
     #[arg(long, value_name = "VALUE")]
     async_io: Option<String>,
-    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_quorum`); no effect.
-    #[arg(long, value_name = "SPEC")]
-    zkquorum: Option<String>,
-    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_basedir`); no effect.
-    #[arg(long, value_name = "PATH")]
-    zkbasedir: Option<String>,
     /// Accepted for OpenTSDB's command lines; unused (the web UI is built in).
     #[arg(long, value_name = "PATH")]
     staticroot: Option<String>,
@@ -104,8 +98,6 @@ fn layered_config(args: &TsdArgs) -> anyhow::Result<Config> {
         args.flush_interval.map(|n| n.to_string()),
     );
     set("tsd.network.async_io", args.async_io.clone());
-    set("tsd.storage.hbase.zk_quorum", args.zkquorum.clone());
-    set("tsd.storage.hbase.zk_basedir", args.zkbasedir.clone());
     if args.staticroot.is_some() || args.cachedir.is_some() {
         tracing::info!("--staticroot and --cachedir are unused: the web UI is built in");
     }
