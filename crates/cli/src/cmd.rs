@@ -35,3 +35,51 @@ pub(crate) fn parse_range(words: &[String], now_ms: i64) -> anyhow::Result<(i64,
     }
     Ok((start, end, i))
 }
+
+/// One `TAGK=TAGV` word of a command-line query into `tags`, read as OpenTSDB's `Tags.parse`:
+/// exactly one `=` with a name on each side (`invalid tag: W`), a tag key given again with
+/// another value refused (`duplicate tag: W, tags={k=v, ...}`), the same pair again kept once.
+pub(crate) fn parse_tag(word: &str, tags: &mut Vec<(String, String)>) -> anyhow::Result<()> {
+    let mut parts = word.split('=');
+    let (Some(k), Some(v), None) = (parts.next(), parts.next(), parts.next()) else {
+        anyhow::bail!("invalid tag: {word}");
+    };
+    if k.is_empty() || v.is_empty() {
+        anyhow::bail!("invalid tag: {word}");
+    }
+    match tags.iter().find(|(key, _)| key == k) {
+        Some((_, value)) if value == v => Ok(()),
+        Some(_) => {
+            let known: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            anyhow::bail!("duplicate tag: {word}, tags={{{}}}", known.join(", "))
+        }
+        None => {
+            tags.push((k.to_string(), v.to_string()));
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_read_as_opentsdb_reads_them() {
+        let mut tags = Vec::new();
+        parse_tag("host=a", &mut tags).unwrap();
+        parse_tag("dc=lga", &mut tags).unwrap();
+        parse_tag("host=a", &mut tags).unwrap();
+        assert_eq!(tags.len(), 2);
+        assert_eq!(
+            parse_tag("host=b", &mut tags).unwrap_err().to_string(),
+            "duplicate tag: host=b, tags={host=a, dc=lga}"
+        );
+        for bad in ["a=b=c", "a=", "=b", "a==b", "a=b="] {
+            assert_eq!(
+                parse_tag(bad, &mut tags).unwrap_err().to_string(),
+                format!("invalid tag: {bad}")
+            );
+        }
+    }
+}

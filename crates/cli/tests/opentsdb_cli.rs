@@ -278,3 +278,36 @@ fn tools_refuse_the_config_values_the_tsd_refuses() {
     let o = tsdb(&data, &["uid", "metasync"]);
     assert!(o.status.success(), "{}", err(&o));
 }
+
+/// Tag words of a command-line query as OpenTSDB's `Tags.parse` reads them.
+#[test]
+fn query_tags_are_read_as_opentsdb_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = data_dir(dir.path());
+    let o = tsdb(&data, &["query", "2013/01/01", "sum", "m.a", "host=a=b"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).starts_with("invalid tag: host=a=b\n"),
+        "{}",
+        err(&o)
+    );
+    for tool in ["query", "scan", "fsck"] {
+        let o = tsdb(
+            &data,
+            &[tool, "2013/01/01", "sum", "m.a", "host=a", "host=b"],
+        );
+        assert_eq!(o.status.code(), Some(2), "{tool}");
+        assert!(
+            err(&o).contains("duplicate tag: host=b, tags={host=a}"),
+            "{tool}: {}",
+            err(&o)
+        );
+        assert!(out(&o).is_empty(), "{tool}");
+    }
+    // The same pair twice is one tag.
+    let o = tsdb(
+        &data,
+        &["query", "2013/01/01", "sum", "m.a", "host=a", "host=a"],
+    );
+    assert_eq!(out(&o).lines().count(), 2, "{}", err(&o));
+}

@@ -126,20 +126,22 @@ fn parse_queries(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec
             .context("Not enough arguments, need a metric.")?
             .clone();
         i += 1;
-        let mut tags = Vec::new();
+        let mut pairs = Vec::new();
         while let Some(w) = words.get(i).filter(|w| w.contains('=')) {
-            let (k, v) = w
-                .split_once('=')
-                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-                .with_context(|| format!("invalid tag: {w}"))?;
-            let values = if v == "*" {
-                Vec::new()
-            } else {
-                v.split('|').map(str::to_string).collect()
-            };
-            tags.push((k.to_string(), values));
+            super::parse_tag(w, &mut pairs)?;
             i += 1;
         }
+        let tags = pairs
+            .into_iter()
+            .map(|(k, v)| {
+                let values = if v == "*" {
+                    Vec::new()
+                } else {
+                    v.split('|').map(str::to_string).collect()
+                };
+                (k, values)
+            })
+            .collect();
         queries.push(CliQuery { metric, tags });
     }
     if queries.is_empty() {

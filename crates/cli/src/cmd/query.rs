@@ -98,16 +98,16 @@ fn parse(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<Parsed>
             .get(i)
             .context("Not enough arguments, need a metric.")?;
         i += 1;
-        let mut filters = Vec::new();
-        let mut tag_text = Vec::new();
+        let mut tags = Vec::new();
         while let Some(w) = words.get(i).filter(|w| w.contains('=') && !w.contains(' ')) {
-            let (k, v) = w
-                .split_once('=')
-                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-                .with_context(|| format!("invalid tag: {w}"))?;
-            filters.push(TagFilter::from_legacy(k, v, true)?);
-            tag_text.push(w.clone());
+            super::parse_tag(w, &mut tags)?;
             i += 1;
+        }
+        let mut filters = Vec::with_capacity(tags.len());
+        let mut tag_text = Vec::with_capacity(tags.len());
+        for (k, v) in &tags {
+            filters.push(TagFilter::from_legacy(k, v, true)?);
+            tag_text.push(format!("{k}={v}"));
         }
         // A word with a space is a per-query plot option in OpenTSDB; there are no plots here.
         while words.get(i).is_some_and(|w| w.contains(' ')) {

@@ -74,11 +74,7 @@ fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<C
         i += 1;
         let mut tags = Vec::new();
         while let Some(w) = words.get(i).filter(|w| w.contains('=')) {
-            let (k, v) = w
-                .split_once('=')
-                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-                .with_context(|| format!("invalid tag: {w}"))?;
-            tags.push((k.to_string(), v.to_string()));
+            super::parse_tag(w, &mut tags)?;
             i += 1;
         }
         queries.push(CliQuery { metric, tags });
