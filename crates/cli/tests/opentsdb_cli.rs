@@ -74,11 +74,13 @@ fn options_after_the_words_and_common_flags() {
             "--zkbasedir=/hbase",
         ],
     );
-    let lines = out(&o);
-    assert_eq!(lines.lines().count(), 2, "{lines}{}", err(&o));
-    assert!(
-        lines.ends_with("\nm.a 1356998401000 12345678.000000 {host=a}\n"),
-        "{lines}"
+    // The long 1 prints as a double: OpenTSDB's `AggregationIterator.isInteger()` is false
+    // while any point it holds (the next one included) is a float.
+    assert_eq!(
+        out(&o),
+        "m.a 1356998400000 1.000000 {host=a}\nm.a 1356998401000 12345678.000000 {host=a}\n",
+        "{}",
+        err(&o)
     );
     let o = tsdb(&data, &["uid", "metrics", "1", "--zkquorum=zk1"]);
     assert_eq!(out(&o), "metrics m.a: [0, 0, 1]\n", "{}", err(&o));
