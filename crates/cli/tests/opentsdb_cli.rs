@@ -313,3 +313,32 @@ fn query_tags_are_read_as_opentsdb_reads_them() {
     );
     assert_eq!(out(&o).lines().count(), 2, "{}", err(&o));
 }
+
+/// A row whose tag value has no name any more: OpenTSDB's scan prints the exception in place
+/// of the tags and goes on; `--import` (which needs the names) fails.
+#[test]
+fn scan_prints_rows_with_unnamed_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = data_dir(dir.path());
+    let o = tsdb(&data, &["uid", "delete", "tagv", "a"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = tsdb(&data, &["scan", "2013/01/01", "2013/01/02", "sum", "m.a"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let text = out(&o);
+    assert_eq!(
+        text.lines().next(),
+        Some(
+            "[0, 0, 1, 80, -30, 39, 0, 0, 0, 1, 0, 0, 1] m.a 1356998400 (Tue Jan 01 00:00:00 UTC 2013) \
+             net.opentsdb.uid.NoSuchUniqueId: No such unique ID for 'tagv': [0, 0, 1]"
+        ),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 4, "its compacted cell and points: {text}");
+    let o = tsdb(&data, &["scan", "--import", "2013/01/01", "sum", "m.a"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("No such unique ID for 'tagv': [0, 0, 1]"),
+        "{}",
+        err(&o)
+    );
+}

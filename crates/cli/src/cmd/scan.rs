@@ -223,15 +223,38 @@ fn point_line(p: &Point, base: u32) -> String {
     )
 }
 
+/// The `{k=v, ...}` of a row line; a tag UID without a name prints as OpenTSDB prints the
+/// exception (`net.opentsdb.uid.NoSuchUniqueId: No such unique ID for 'tagv': [0, 0, 5]`)
+/// and the scan goes on.
+fn row_tags(db: &Tsdb, schema: &Schema, key: &[u8]) -> anyhow::Result<String> {
+    let rk = decode_row_key(schema, key)?;
+    let mut tags = Vec::new();
+    for (k, v) in rk.series.tags {
+        let names = db
+            .uids()
+            .get_name(UidKind::TagKey, k)
+            .and_then(|k| Ok((k, db.uids().get_name(UidKind::TagValue, v)?)));
+        match names {
+            Ok((k, v)) => tags.push(format!("{k}={v}")),
+            Err(e @ hourglass_engine::Error::NoSuchId { .. }) => {
+                return Ok(format!("net.opentsdb.uid.NoSuchUniqueId: {e}"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(format!("{{{}}}", tags.join(", ")))
+}
+
 fn print_row(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> anyhow::Result<()> {
-    let (metric, base, tags) = names(db, schema, &row.key)?;
-    let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let rk = decode_row_key(schema, &row.key)?;
+    let metric = db.uids().get_name(UidKind::Metric, rk.series.metric)?;
+    let base = rk.base_time;
     writeln!(
         out,
-        "{} {metric} {base} ({}) {{{}}}",
+        "{} {metric} {base} ({}) {}",
         format_signed_bytes(&row.key),
         date(i64::from(base) * 1000),
-        tags.join(", ")
+        row_tags(db, schema, &row.key)?
     )?;
     for cell in row.cells.iter().filter(|c| c.family == DATA_FAMILY) {
         let (q, v) = (&cell.qualifier, &cell.value);
