@@ -333,7 +333,11 @@ fn scan_prints_rows_with_unnamed_tags() {
         ),
         "{text}"
     );
-    assert_eq!(text.lines().count(), 4, "its compacted cell and points: {text}");
+    assert_eq!(
+        text.lines().count(),
+        4,
+        "its compacted cell and points: {text}"
+    );
     let o = tsdb(&data, &["scan", "--import", "2013/01/01", "sum", "m.a"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(

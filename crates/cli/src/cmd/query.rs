@@ -262,9 +262,13 @@ fn remote(url: &str, start: i64, end: i64, queries: &[Parsed]) -> anyhow::Result
 }
 
 pub(crate) fn run_query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
-    // Dates are read in UTC; stored duplicates are answered with the newest value.
-    args.store
-        .config_refusing(&[crate::open::TIMEZONE, crate::open::OTSDB_TIMESTAMP])?;
+    // Dates are read in UTC; stored duplicates are answered with the newest value (a TSD
+    // asked with --url answers by its own config).
+    let mut refused = vec![crate::open::TIMEZONE];
+    if args.url.is_none() {
+        refused.push(crate::open::OTSDB_TIMESTAMP);
+    }
+    args.store.config_refusing(&refused)?;
     if args.graph.is_some() {
         bail!(
             "--graph writes Gnuplot files, which this version of Hourglass does not provide: \
