@@ -346,3 +346,29 @@ fn scan_prints_rows_with_unnamed_tags() {
         err(&o)
     );
 }
+
+/// `tsdb tsd` with a port or a thread count that is not a number: OpenTSDB's words, exit 1
+/// (not a parser's usage error, exit 2).
+#[test]
+fn tsd_numbers_refused_in_opentsdbs_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (args, says) in [
+        (
+            vec!["tsd", "--port", "abc"],
+            "Invalid network port setting: tsd.network.port = abc",
+        ),
+        (
+            vec!["tsd", "--port=70000"],
+            "Invalid network port setting: tsd.network.port = 70000",
+        ),
+        (
+            vec!["tsd", "--port", "0", "--worker-threads", "many"],
+            "Invalid worker thread count: tsd.network.worker_threads = many",
+        ),
+    ] {
+        let o = tsdb(&data, &args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+        assert!(err(&o).contains(says), "{args:?}: {}", err(&o));
+    }
+}
