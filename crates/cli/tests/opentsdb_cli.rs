@@ -188,6 +188,14 @@ fn uid_idwidth_and_exit_statuses() {
         err(&o),
         "16777216 is too large to fit on 3 bytes.  Maybe you forgot to adjust --idwidth?\n"
     );
+    // A kind OpenTSDB does not know.
+    let o = tsdb(&data, &["uid", "assign", "metric_names", "m.c"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("Invalid type requested: metric_names"),
+        "{}",
+        err(&o)
+    );
     // A tree ID that is not a number: OpenTSDB's treepurge fails with 3, as its other
     // meta commands do on an error.
     let o = tsdb(&data, &["uid", "treepurge", "abc"]);

@@ -96,25 +96,20 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             if rest.len() < 2 {
                 return usage("Wrong number of arguments");
             }
-            let kind = UidKind::parse(&rest[0].to_ascii_lowercase())?;
+            let kind = parse_kind(&rest[0])?;
             check_idwidth(args.idwidth, &settings, &[kind])?;
             assign(uids, &settings, kind, &rest[1..])
         }
         "grep" => match rest {
             [re] => grep(uids, None, re, args.ignore_case),
-            [kind, re] => grep(
-                uids,
-                Some(UidKind::parse(&kind.to_ascii_lowercase())?),
-                re,
-                args.ignore_case,
-            ),
+            [kind, re] => grep(uids, Some(parse_kind(kind)?), re, args.ignore_case),
             _ => usage("Wrong number of arguments"),
         },
         "rename" => {
             let [kind, old, new] = rest else {
                 return usage("Wrong number of arguments");
             };
-            let kind = UidKind::parse(&kind.to_ascii_lowercase())?;
+            let kind = parse_kind(kind)?;
             check_idwidth(args.idwidth, &settings, &[kind])?;
             validate_name(kind_what(kind), new, &settings.allow_special_chars)?;
             match uids.rename(kind, old, new) {
@@ -223,7 +218,7 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             let [kind, name] = rest else {
                 return usage("Wrong number of arguments");
             };
-            let kind = UidKind::parse(&kind.to_ascii_lowercase())?;
+            let kind = parse_kind(kind)?;
             match uids.delete(kind, name) {
                 Ok(_) => {
                     tracing::info!("UID {kind} {name} deleted.");
@@ -240,7 +235,7 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             let words = &args.args;
             let (kinds, target): (Vec<UidKind>, &str) = match words.as_slice() {
                 [target] => (UidKind::ALL.to_vec(), target),
-                [kind, target] => (vec![UidKind::parse(&kind.to_ascii_lowercase())?], target),
+                [kind, target] => (vec![parse_kind(kind)?], target),
                 _ => return usage("Wrong number of arguments"),
             };
             check_idwidth(args.idwidth, &settings, &kinds)?;
@@ -283,6 +278,12 @@ fn or_exit_3(result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
         eprintln!("tsdb: error: {e:#}");
         Ok(ExitCode::from(3))
     })
+}
+
+/// A kind word in any case (`metrics`, `TAGK`), or OpenTSDB's `Invalid type requested: X`.
+fn parse_kind(word: &str) -> anyhow::Result<UidKind> {
+    UidKind::parse(&word.to_ascii_lowercase())
+        .map_err(|_| anyhow::anyhow!("Invalid type requested: {word}"))
 }
 
 fn kind_what(kind: UidKind) -> &'static str {
