@@ -380,3 +380,27 @@ fn tsd_numbers_refused_in_opentsdbs_words() {
         assert!(err(&o).contains(says), "{args:?}: {}", err(&o));
     }
 }
+
+/// Doubles as Java's `%f` prints them: 2^-7 = 0.0078125 exactly, a tie at the sixth decimal
+/// that Java rounds up (Rust's `{:.6}` rounds it to even, 0.007812).
+#[test]
+fn query_doubles_round_as_javas_percent_f() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("points.txt");
+    std::fs::write(
+        &file,
+        "m.f 1356998400 0.0078125 host=a\nm.f 1356998401 2.5000005 host=a\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let o = tsdb(&data, &["import", "--auto-metric", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = tsdb(&data, &["query", "2013/01/01", "2013/01/02", "sum", "m.f"]);
+    assert_eq!(
+        out(&o),
+        // 2.5000005 is stored as the float 2.500000476837158 (OpenTSDB's importer too).
+        "m.f 1356998400000 0.007813 {host=a}\nm.f 1356998401000 2.500000 {host=a}\n",
+        "{}",
+        err(&o)
+    );
+}
