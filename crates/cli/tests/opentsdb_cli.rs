@@ -404,3 +404,34 @@ fn query_doubles_round_as_javas_percent_f() {
         err(&o)
     );
 }
+
+/// `--bind` (`tsd.network.bind`) takes a host name, as OpenTSDB's `InetAddress.getByName`.
+#[test]
+fn tsd_binds_to_a_host_name() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["tsd", "--port", "0", "--bind", "localhost", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut ready = None;
+    let mut seen = Vec::new();
+    for line in lines {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("Ready to serve on ").nth(1) {
+            ready = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+        seen.push(line);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let addr: std::net::SocketAddr = ready
+        .unwrap_or_else(|| panic!("not ready: {seen:?}"))
+        .parse()
+        .unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
+}

@@ -101,6 +101,20 @@ fn layered_config(args: &TsdArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// `tsd.network.bind`: an IPv4 or IPv6 address or, as OpenTSDB's `InetAddress.getByName`
+/// reads it, a host name (its first address).
+fn bind_address(bind: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    use std::net::{IpAddr, ToSocketAddrs};
+    if let Ok(ip) = bind.trim().parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (bind.trim(), port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .with_context(|| format!("bad bind address {bind}: not an address or a known host name"))
+}
+
 /// A positive count from `key`; `None` when unset or empty (OpenTSDB's "no value").
 fn positive(config: &Config, key: &str) -> anyhow::Result<Option<u32>> {
     if config.get(key).is_none_or(|v| v.trim().is_empty()) {
@@ -152,9 +166,7 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let bind = config.get_str("tsd.network.bind", "0.0.0.0").to_string();
-    let addr: SocketAddr = format!("{bind}:{port}")
-        .parse()
-        .with_context(|| format!("bad bind address {bind}:{port}"))?;
+    let addr = bind_address(&bind, port)?;
     if server_settings.auth.is_none() && !addr.ip().is_loopback() {
         tracing::warn!(
             %addr,
