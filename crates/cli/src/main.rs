@@ -122,6 +122,37 @@ enum Command {
     DebugIngest(cmd::debug_ingest::DebugIngestArgs),
 }
 
+/// `--flag=VALUE` for a flag that takes no value, read as OpenTSDB's `ArgP` reads it: the
+/// flag is set, whatever the value (`--auto-metric=true`, even `--import=false`).
+fn flags_ignore_values(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let Some(name) = args.get(1).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    let command = Cli::command();
+    let Some(sub) = command.find_subcommand(name) else {
+        return args;
+    };
+    let flags: Vec<String> = sub
+        .get_arguments()
+        .filter(|a| !a.is_positional() && !a.get_action().takes_values())
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    args.into_iter()
+        .map(|arg| {
+            let flag = arg
+                .to_str()
+                .and_then(|a| a.strip_prefix("--"))
+                .and_then(|a| a.split_once('='))
+                .map(|(name, _)| name)
+                .filter(|name| flags.iter().any(|f| f == name));
+            match flag {
+                Some(name) => std::ffi::OsString::from(format!("--{name}")),
+                None => arg,
+            }
+        })
+        .collect()
+}
+
 /// `tsdb` without a command, or with one it does not know: OpenTSDB's script's words and
 /// exit status 1 (`tsdb: error: unknown command 'foo'`, the usage on stderr, the valid
 /// commands on stdout). Options (`--help`, `--version`) are left to the parser.
@@ -156,7 +187,7 @@ fn main() -> ExitCode {
     if let Some(code) = unknown_command(&args) {
         return code;
     }
-    let cli = Cli::parse_from(options_first(args));
+    let cli = Cli::parse_from(options_first(flags_ignore_values(args)));
     let verbose = match &cli.command {
         Command::Tsd(_) | Command::Import(_) => true,
         Command::Uid(a) => a.store.verbose,

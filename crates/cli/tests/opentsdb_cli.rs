@@ -435,3 +435,25 @@ fn tsd_binds_to_a_host_name() {
         .unwrap();
     assert!(addr.ip().is_loopback(), "{addr}");
 }
+
+/// A flag without a value given one (`--import=true`): set, whatever the value, as `ArgP`
+/// reads it.
+#[test]
+fn flags_given_a_value_are_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = data_dir(dir.path());
+    for flag in ["--import=true", "--import=false"] {
+        let o = tsdb(
+            &data,
+            &["scan", flag, "2013/01/01", "2013/01/02", "sum", "m.a"],
+        );
+        assert_eq!(
+            out(&o),
+            "m.a 1356998400 1 host=a\nm.a 1356998401 1.2345678E7 host=a\n",
+            "{flag}: {}",
+            err(&o)
+        );
+    }
+    let o = tsdb(&data, &["uid", "metrics", "1", "--verbose=yes"]);
+    assert_eq!(out(&o), "metrics m.a: [0, 0, 1]\n", "{}", err(&o));
+}
