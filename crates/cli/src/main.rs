@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod cmd;
 mod open;
@@ -153,6 +153,21 @@ fn flags_ignore_values(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString>
         .collect()
 }
 
+/// The commands' flags may be given more than once (`-v --verbose`), as `ArgP` takes them.
+fn flags_repeatable(command: clap::Command) -> clap::Command {
+    command.mut_subcommands(|sub| {
+        let flags: Vec<clap::Id> = sub
+            .get_arguments()
+            .filter(|a| matches!(a.get_action(), clap::ArgAction::SetTrue))
+            .map(|a| a.get_id().clone())
+            .collect();
+        flags.into_iter().fold(sub, |sub, id| {
+            let own = id.clone();
+            sub.mut_arg(id, |a| a.overrides_with(own))
+        })
+    })
+}
+
 /// `tsdb` without a command, or with one it does not know: OpenTSDB's script's words and
 /// exit status 1 (`tsdb: error: unknown command 'foo'`, the usage on stderr, the valid
 /// commands on stdout). Options (`--help`, `--version`) are left to the parser.
@@ -187,7 +202,9 @@ fn main() -> ExitCode {
     if let Some(code) = unknown_command(&args) {
         return code;
     }
-    let cli = Cli::parse_from(options_first(flags_ignore_values(args)));
+    let matches =
+        flags_repeatable(Cli::command()).get_matches_from(options_first(flags_ignore_values(args)));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let verbose = match &cli.command {
         Command::Tsd(_) | Command::Import(_) => true,
         Command::Uid(a) => a.store.verbose,

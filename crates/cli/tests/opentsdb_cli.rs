@@ -454,6 +454,12 @@ fn flags_given_a_value_are_set() {
             err(&o)
         );
     }
-    let o = tsdb(&data, &["uid", "metrics", "1", "--verbose=yes"]);
+    // And given twice (`-v` is `--verbose`), as ArgP takes a flag again.
+    let o = tsdb(&data, &["uid", "-v", "metrics", "1", "--verbose=yes"]);
     assert_eq!(out(&o), "metrics m.a: [0, 0, 1]\n", "{}", err(&o));
+    let o = tsdb(
+        &data,
+        &["scan", "--import", "2013/01/01", "sum", "m.a", "--import"],
+    );
+    assert_eq!(out(&o).lines().count(), 2, "{}", err(&o));
 }
