@@ -153,12 +153,19 @@ fn flags_ignore_values(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString>
         .collect()
 }
 
-/// The commands' flags may be given more than once (`-v --verbose`), as `ArgP` takes them.
+/// The commands' flags and single-valued options may be given more than once (`-v
+/// --verbose`, `--config A --config B`), the last one counting, as `ArgP` takes them.
 fn flags_repeatable(command: clap::Command) -> clap::Command {
     command.mut_subcommands(|sub| {
         let flags: Vec<clap::Id> = sub
             .get_arguments()
-            .filter(|a| matches!(a.get_action(), clap::ArgAction::SetTrue))
+            .filter(|a| !a.is_positional())
+            .filter(|a| {
+                matches!(
+                    a.get_action(),
+                    clap::ArgAction::SetTrue | clap::ArgAction::Set
+                )
+            })
             .map(|a| a.get_id().clone())
             .collect();
         flags.into_iter().fold(sub, |sub, id| {

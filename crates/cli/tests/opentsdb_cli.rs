@@ -462,4 +462,10 @@ fn flags_given_a_value_are_set() {
         &["scan", "--import", "2013/01/01", "sum", "m.a", "--import"],
     );
     assert_eq!(out(&o).lines().count(), 2, "{}", err(&o));
+    // An option given twice: the last value counts (the data dir is given last).
+    let o = tsdb(
+        &data,
+        &["uid", "--data-dir", "/nonexistent/dir", "metrics", "1"],
+    );
+    assert_eq!(out(&o), "metrics m.a: [0, 0, 1]\n", "{}", err(&o));
 }
