@@ -219,6 +219,14 @@ fn tools_refuse_the_config_values_the_tsd_refuses() {
         vec!["scan", "2013/01/01", "sum", "m.a"],
         vec!["fsck", "2013/01/01", "sum", "m.a"],
         vec!["index", "rebuild", "--since", "2013/01/01"],
+        // Refused before the source is reached (nothing listens there).
+        vec![
+            "migrate",
+            "--from",
+            "http://127.0.0.1:9",
+            "--start",
+            "2013/01/01",
+        ],
     ] {
         let mut args = args.clone();
         args.extend(["--config", &paris]);
@@ -243,6 +251,7 @@ fn tools_refuse_the_config_values_the_tsd_refuses() {
     std::fs::write(&file, "m.a 1356998402 3 host=a\n").unwrap();
     for args in [
         vec!["import", file.to_str().unwrap()],
+        vec!["migrate", "--from", "http://127.0.0.1:9"],
         vec!["query", "2013/01/01", "sum", "m.a"],
         vec!["fsck", "--full-scan", "--resolve-duplicates", "--fix"],
         vec!["scan", "--compact", "2013/01/01", "sum", "m.a"],
