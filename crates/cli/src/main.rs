@@ -2,26 +2,35 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod cmd;
 mod open;
 mod remote;
 
-/// `tsdb uid`'s arguments with its own options (`--config`, `--data-dir`, `-i`...) moved in
-/// front of its subcommand: OpenTSDB's tools read options anywhere on the line
-/// (`tsdb uid metasync --config F`), while what follows the subcommand is otherwise taken as
-/// the subcommand's words (`fsck --fix` included). Other commands' lines are unchanged.
-fn uid_options_first(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    if args.get(1).and_then(|a| a.to_str()) != Some("uid") {
+/// The commands whose words (a query, a `uid` subcommand, files) may be followed by options.
+const WORDS_THEN_OPTIONS: &[&str] = &[
+    "uid", "mkmetric", "query", "scan", "fsck", "search", "import",
+];
+
+/// A command's arguments with its own options (`--config`, `--data-dir`, `-i`...) moved in
+/// front of its words: OpenTSDB's tools read options anywhere on the line (`tsdb uid
+/// metasync --config F`, `tsdb scan 1h-ago sum m --import`), while what follows the first
+/// word is otherwise taken as words (`uid fsck --fix` included: `--fix` is not an option of
+/// `uid`). Other commands' lines are unchanged.
+fn options_first(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let Some(name) = args.get(1).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    if !WORDS_THEN_OPTIONS.contains(&name) {
         return args;
     }
     let command = Cli::command();
-    let Some(uid) = command.find_subcommand("uid") else {
+    let Some(sub) = command.find_subcommand(name) else {
         return args;
     };
     // Its options: the long and short names, and whether each takes a value.
-    let options: Vec<(Option<String>, Option<char>, bool)> = uid
+    let options: Vec<(Option<String>, Option<char>, bool)> = sub
         .get_arguments()
         .filter(|a| !a.is_positional())
         .map(|a| {
@@ -113,8 +122,96 @@ enum Command {
     DebugIngest(cmd::debug_ingest::DebugIngestArgs),
 }
 
+/// `--flag=VALUE` for a flag that takes no value, read as OpenTSDB's `ArgP` reads it: the
+/// flag is set, whatever the value (`--auto-metric=true`, even `--import=false`).
+fn flags_ignore_values(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let Some(name) = args.get(1).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    let command = Cli::command();
+    let Some(sub) = command.find_subcommand(name) else {
+        return args;
+    };
+    let flags: Vec<String> = sub
+        .get_arguments()
+        .filter(|a| !a.is_positional() && !a.get_action().takes_values())
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    args.into_iter()
+        .map(|arg| {
+            let flag = arg
+                .to_str()
+                .and_then(|a| a.strip_prefix("--"))
+                .and_then(|a| a.split_once('='))
+                .map(|(name, _)| name)
+                .filter(|name| flags.iter().any(|f| f == name));
+            match flag {
+                Some(name) => std::ffi::OsString::from(format!("--{name}")),
+                None => arg,
+            }
+        })
+        .collect()
+}
+
+/// The commands' flags and single-valued options may be given more than once (`-v
+/// --verbose`, `--config A --config B`), the last one counting, as `ArgP` takes them.
+fn flags_repeatable(command: clap::Command) -> clap::Command {
+    command.mut_subcommands(|sub| {
+        let flags: Vec<clap::Id> = sub
+            .get_arguments()
+            .filter(|a| !a.is_positional())
+            .filter(|a| {
+                matches!(
+                    a.get_action(),
+                    clap::ArgAction::SetTrue | clap::ArgAction::Set
+                )
+            })
+            .map(|a| a.get_id().clone())
+            .collect();
+        flags.into_iter().fold(sub, |sub, id| {
+            let own = id.clone();
+            sub.mut_arg(id, |a| a.overrides_with(own))
+        })
+    })
+}
+
+/// `tsdb` without a command, or with one it does not know: OpenTSDB's script's words and
+/// exit status 1 (`tsdb: error: unknown command 'foo'`, the usage on stderr, the valid
+/// commands on stdout). Options (`--help`, `--version`) are left to the parser.
+fn unknown_command(args: &[std::ffi::OsString]) -> Option<ExitCode> {
+    let word = args.get(1).map(|a| a.to_string_lossy().into_owned());
+    if word.as_deref().is_some_and(|w| w.starts_with('-')) {
+        return None;
+    }
+    let command = Cli::command();
+    let names: Vec<&str> = command
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name())
+        .collect();
+    if let Some(w) = &word
+        && (w == "help" || command.find_subcommand(w).is_some())
+    {
+        return None;
+    }
+    eprintln!(
+        "tsdb: error: unknown command '{}'",
+        word.unwrap_or_default()
+    );
+    eprintln!("usage: tsdb <command> [args]");
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "Valid commands: {}", names.join(", "));
+    Some(ExitCode::from(1))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(uid_options_first(std::env::args_os().collect()));
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(code) = unknown_command(&args) {
+        return code;
+    }
+    let matches =
+        flags_repeatable(Cli::command()).get_matches_from(options_first(flags_ignore_values(args)));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let verbose = match &cli.command {
         Command::Tsd(_) | Command::Import(_) => true,
         Command::Uid(a) => a.store.verbose,

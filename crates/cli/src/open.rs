@@ -15,6 +15,14 @@ use hourglass_store_fjall::{FjallStore, Grouping};
 /// one flush of many new series writes about seven, one per kind of entry).
 const INDEX_L0_FILES: u8 = 32;
 
+/// Absolute dates a tool reads or prints are in this zone in OpenTSDB; Hourglass reads them
+/// in UTC, and refuses another zone (as the TSD does).
+pub(crate) const TIMEZONE: &str = "tsd.core.timezone";
+/// Duplicate points resolved by value in OpenTSDB when true; Hourglass keeps the newest.
+pub(crate) const OTSDB_TIMESTAMP: &str = "tsd.storage.use_otsdb_timestamp";
+/// A search plugin, which OpenTSDB's `uid metasync` sends the meta data it writes.
+pub(crate) const SEARCH_PLUGIN: &str = "tsd.search.enable";
+
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StoreArgs {
     /// Directory of the embedded store.
@@ -37,6 +45,14 @@ pub(crate) struct StoreArgs {
     /// Log what happens.
     #[arg(short, long)]
     pub(crate) verbose: bool,
+    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_quorum`); no effect:
+    /// there is no ZooKeeper.
+    #[arg(long, value_name = "SPEC")]
+    pub(crate) zkquorum: Option<String>,
+    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_basedir`); no effect:
+    /// there is no ZooKeeper.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) zkbasedir: Option<String>,
     /// The config file's keys, read once.
     #[arg(skip)]
     file_config: OnceLock<Config>,
@@ -60,6 +76,30 @@ impl StoreArgs {
         }
         if let Some(b) = &self.backend {
             config.set("tsd.storage.backend", b);
+        }
+        if let Some(q) = &self.zkquorum {
+            config.set("tsd.storage.hbase.zk_quorum", q);
+        }
+        if let Some(d) = &self.zkbasedir {
+            config.set("tsd.storage.hbase.zk_basedir", d);
+        }
+        Ok(config)
+    }
+
+    /// [`StoreArgs::config`], refused (as the TSD refuses to start) when it sets one of
+    /// `keys` (plugin switches of `UNAVAILABLE_SWITCHES`, keys of `REFUSED_VALUES`) away
+    /// from what Hourglass does: each command names the keys that would change what it does.
+    pub(crate) fn config_refusing(&self, keys: &[&str]) -> anyhow::Result<Config> {
+        let config = self.config()?;
+        for key in keys {
+            // The key alone, so the TSD's own check words the refusal.
+            let mut one = Config::default();
+            if let Some(value) = config.get(key) {
+                one.set(key, value);
+            }
+            if let Some(refusal) = one.refusal() {
+                anyhow::bail!(refusal);
+            }
         }
         Ok(config)
     }

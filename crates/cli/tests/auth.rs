@@ -468,7 +468,7 @@ fn url_tools_take_credentials_from_the_environment() {
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(
-        text(&o.stderr).contains("imported 1 points"),
+        text(&o.stderr).contains("Total: imported 1 data points in "),
         "{}",
         text(&o.stderr)
     );

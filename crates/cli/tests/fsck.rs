@@ -230,6 +230,38 @@ fn fsck_usage_errors() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// As OpenTSDB's: a query on the line decides what is scanned, even with `--full-scan`.
+#[test]
+fn fsck_query_wins_over_full_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    import(dir.path(), &data);
+    let other = dir.path().join("other.txt");
+    std::fs::write(&other, "other.m 1356998430 1 host=web01\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["import", "--auto-metric", "--data-dir"])
+        .arg(&data)
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows = |args: &[&str]| {
+        let o = tsdb(args, &data);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        out.lines()
+            .find_map(|l| l.strip_prefix("Rows Processed: "))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_string()
+    };
+    assert_eq!(rows(&["fsck", "--full-scan"]), "2");
+    assert_eq!(rows(&["fsck", "2013/01/01", "sum", "other.m"]), "1");
+    assert_eq!(
+        rows(&["fsck", "--full-scan", "2013/01/01", "sum", "other.m"]),
+        "1"
+    );
+}
+
 #[test]
 fn uid_fsck_exit_codes_and_fix() {
     let dir = tempfile::tempdir().unwrap();

@@ -96,7 +96,21 @@ fn imports_files_reports_bad_lines_and_keeps_good_ones() {
         )),
         "{err}"
     );
-    assert!(err.contains("imported 7 points from 3 file(s)"), "{err}");
+    // OpenTSDB's lines: one per file, then the total.
+    assert!(
+        err.contains(&format!("Processed {file} in ")) && err.contains(" ms, 4 data points ("),
+        "{err}"
+    );
+    assert!(
+        err.contains("Processed - in ") && err.contains(" ms, 2 data points ("),
+        "{err}"
+    );
+    let total = err
+        .lines()
+        .find(|l| l.starts_with("Total: imported 7 data points in "))
+        .unwrap_or_else(|| panic!("no total line: {err}"));
+    assert!(total.ends_with(" points/s)"), "{total}");
+    assert!(err.contains("2 bad line(s) skipped"), "{err}");
     assert_eq!(
         scan(&data),
         vec![
@@ -128,7 +142,7 @@ fn imports_through_a_running_tsd() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains(":4: Invalid character 'o' in oops"), "{err}");
-    assert!(err.contains("imported 4 points"), "{err}");
+    assert!(err.contains("Total: imported 4 data points in "), "{err}");
     Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status()
@@ -165,7 +179,7 @@ fn imports_rollup_lines_into_the_rollup_tables() {
         err.contains("-:2: No rollups configured for the interval: 13m"),
         "{err}"
     );
-    assert!(err.contains("imported 2 points"), "{err}");
+    assert!(err.contains("Total: imported 2 data points in "), "{err}");
     assert_eq!(scan(&data), ["sys.cpu.user 1356998400 7 host=web01"]);
     // The rollup cell, as OpenTSDB writes it: day row (rowSpan 1d), hour 1, sum (id 0).
     let store = hourglass_store_fjall::FjallStore::open(&data).unwrap();
@@ -184,4 +198,35 @@ fn imports_rollup_lines_into_the_rollup_tables() {
         .map(|c| (c.qualifier, c.value))
         .collect();
     assert_eq!(cells, [(vec![0, 0x00, 0x10], vec![0x2A])]);
+}
+
+/// OpenTSDB's `--skip-errors`: bad lines are skipped without failing the import (exit 0);
+/// without it the exit status is 1 (OpenTSDB stops at the first bad line).
+#[test]
+fn skip_errors_exits_zero_past_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("points.txt");
+    std::fs::write(&plain, GOOD_AND_BAD).unwrap();
+    let data = dir.path().join("data");
+    let file = plain.to_str().unwrap();
+    let o = tsdb(
+        &data,
+        &["import", "--auto-metric", "--skip-errors", file],
+        None,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains(&format!("{file}:4: ")), "{err}");
+    assert!(err.contains("Total: imported 4 data points in "), "{err}");
+    assert_eq!(scan(&data).len(), 4);
+    // OpenTSDB reads flags anywhere on the line.
+    let o = tsdb(&data, &["import", file, "--skip-errors"], None);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = tsdb(&data, &["import", file], None);
+    assert_eq!(o.status.code(), Some(1));
 }

@@ -126,20 +126,22 @@ fn parse_queries(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec
             .context("Not enough arguments, need a metric.")?
             .clone();
         i += 1;
-        let mut tags = Vec::new();
+        let mut pairs = Vec::new();
         while let Some(w) = words.get(i).filter(|w| w.contains('=')) {
-            let (k, v) = w
-                .split_once('=')
-                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-                .with_context(|| format!("invalid tag: {w}"))?;
-            let values = if v == "*" {
-                Vec::new()
-            } else {
-                v.split('|').map(str::to_string).collect()
-            };
-            tags.push((k.to_string(), values));
+            super::parse_tag(w, &mut pairs)?;
             i += 1;
         }
+        let tags = pairs
+            .into_iter()
+            .map(|(k, v)| {
+                let values = if v == "*" {
+                    Vec::new()
+                } else {
+                    v.split('|').map(str::to_string).collect()
+                };
+                (k, values)
+            })
+            .collect();
         queries.push(CliQuery { metric, tags });
     }
     if queries.is_empty() {
@@ -182,6 +184,16 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
         }
         Some(n) => n as usize,
     };
+    // Dates are read in UTC; duplicates are resolved by their cells' write times (OpenTSDB
+    // with `tsd.storage.use_otsdb_timestamp` stores the points' times there instead).
+    let mut refused = Vec::new();
+    if !args.query.is_empty() || args.since.is_some() {
+        refused.push(crate::open::TIMEZONE);
+    }
+    if args.resolve_duplicates || args.fix_all {
+        refused.push(crate::open::OTSDB_TIMESTAMP);
+    }
+    args.store.config_refusing(&refused)?;
     if args.index {
         return run_index(args, started);
     }
@@ -192,7 +204,8 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(1));
     }
-    let parsed = if args.full_scan {
+    // As OpenTSDB: a query given scans what it names, even with --full-scan.
+    let parsed = if args.query.is_empty() {
         None
     } else {
         match parse_queries(&args.query, chrono::Utc::now().timestamp_millis()) {

@@ -33,6 +33,10 @@ pub(crate) struct ImportArgs {
     /// Send to a running TSD (e.g. http://localhost:4242) instead of opening the data dir.
     #[arg(long)]
     url: Option<String>,
+    /// Exit 0 even when bad lines were skipped (OpenTSDB's flag; bad lines are reported and
+    /// skipped either way).
+    #[arg(long)]
+    skip_errors: bool,
     /// Files to import (`.gz` is decompressed; `-` reads standard input).
     #[arg(required = true)]
     files: Vec<String>,
@@ -54,6 +58,9 @@ enum Sink {
 struct Totals {
     points: u64,
     bad: u64,
+    /// Millions of points reported so far, and when the last report was.
+    millions: u64,
+    last_ping: Option<Instant>,
 }
 
 pub(crate) fn run(args: &ImportArgs) -> anyhow::Result<ExitCode> {
@@ -64,6 +71,9 @@ pub(crate) fn run(args: &ImportArgs) -> anyhow::Result<ExitCode> {
             authorization: crate::remote::authorization()?,
         },
         None => {
+            // Points written here resolve duplicates as Hourglass does.
+            args.store
+                .config_refusing(&[crate::open::OTSDB_TIMESTAMP])?;
             let mut settings = args.store.settings()?;
             settings.auto_create_metrics |= args.auto_metric;
             Sink::Local(args.store.open_tsdb(settings)?)
@@ -82,27 +92,65 @@ pub(crate) fn run(args: &ImportArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
-    let mut totals = Totals::default();
+    let mut totals = Totals {
+        last_ping: Some(started),
+        ..Totals::default()
+    };
     for file in &args.files {
+        let file_started = Instant::now();
+        let before = totals.points;
         import_file(file, &sink, &bar, started, &mut totals)?;
+        // OpenTSDB's line for each file.
+        let ms = file_started.elapsed().as_millis();
+        let points = totals.points - before;
+        bar.suspend(|| {
+            eprintln!(
+                "Processed {file} in {ms} ms, {points} data points ({:.1} points/s)",
+                points as f64 * 1000.0 / (ms as f64).max(1.0)
+            );
+        });
     }
     if let Sink::Local(db) = &sink {
         db.close()?;
     }
     bar.finish_and_clear();
+    // OpenTSDB's closing line, then the bad lines.
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "imported {} points from {} file(s) in {secs:.1} s ({:.0} points/s); {} bad line(s) skipped",
+        "Total: imported {} data points in {secs:.3}s ({:.1} points/s)",
         totals.points,
-        args.files.len(),
         totals.points as f64 / secs.max(1e-9),
-        totals.bad
     );
-    Ok(if totals.bad > 0 {
+    if totals.bad > 0 {
+        eprintln!("{} bad line(s) skipped", totals.bad);
+    }
+    Ok(if totals.bad > 0 && !args.skip_errors {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// OpenTSDB's line at each millionth point: the points so far and the last million's rate.
+fn ping(totals: &mut Totals, bar: &ProgressBar) {
+    let millions = totals.points / 1_000_000;
+    if millions <= totals.millions {
+        return;
+    }
+    totals.millions = millions;
+    let now = Instant::now();
+    let ms = totals
+        .last_ping
+        .map_or(0, |t| now.duration_since(t).as_millis())
+        .max(1);
+    totals.last_ping = Some(now);
+    bar.suspend(|| {
+        eprintln!(
+            "... {} data points in {ms}ms ({:.1} points/s)",
+            millions * 1_000_000,
+            1_000_000.0 * 1000.0 / ms as f64
+        );
+    });
 }
 
 fn open_input(file: &str, bar: &ProgressBar) -> anyhow::Result<Box<dyn BufRead>> {
@@ -148,12 +196,15 @@ fn import_file(
         lines.push((line_no, text));
         if lines.len() >= BATCH_LINES {
             send_batch(file, &lines, sink, totals)?;
+            ping(totals, bar);
             lines.clear();
             let rate = totals.points as f64 / started.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!("{} points, {rate:.0} points/s", totals.points));
         }
     }
-    send_batch(file, &lines, sink, totals)
+    send_batch(file, &lines, sink, totals)?;
+    ping(totals, bar);
+    Ok(())
 }
 
 fn report(file: &str, line: usize, msg: &str, totals: &mut Totals) {

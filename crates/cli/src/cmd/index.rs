@@ -73,6 +73,9 @@ pub(crate) fn run(args: &IndexArgs) -> anyhow::Result<ExitCode> {
 
 fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
     let now_ms = chrono::Utc::now().timestamp_millis();
+    if args.since.is_some() || args.until.is_some() {
+        args.store.config_refusing(&[crate::open::TIMEZONE])?;
+    }
     let settings = args.store.settings()?;
     let mut replaced = None;
     let db = if args.replace {

@@ -25,6 +25,10 @@ pub(crate) struct QueryArgs {
     /// Ask a running TSD (e.g. http://localhost:4242) instead of reading the data dir.
     #[arg(long)]
     url: Option<String>,
+    /// OpenTSDB's Gnuplot files: refused, there is no Gnuplot output (the TSD's `/q` and
+    /// web UI draw graphs).
+    #[arg(long, value_name = "BASEPATH")]
+    graph: Option<String>,
     #[arg(
         required = true,
         num_args = 1..,
@@ -94,16 +98,16 @@ fn parse(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<Parsed>
             .get(i)
             .context("Not enough arguments, need a metric.")?;
         i += 1;
-        let mut filters = Vec::new();
-        let mut tag_text = Vec::new();
+        let mut tags = Vec::new();
         while let Some(w) = words.get(i).filter(|w| w.contains('=') && !w.contains(' ')) {
-            let (k, v) = w
-                .split_once('=')
-                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-                .with_context(|| format!("invalid tag: {w}"))?;
-            filters.push(TagFilter::from_legacy(k, v, true)?);
-            tag_text.push(w.clone());
+            super::parse_tag(w, &mut tags)?;
             i += 1;
+        }
+        let mut filters = Vec::with_capacity(tags.len());
+        let mut tag_text = Vec::with_capacity(tags.len());
+        for (k, v) in &tags {
+            filters.push(TagFilter::from_legacy(k, v, true)?);
+            tag_text.push(format!("{k}={v}"));
         }
         // A word with a space is a per-query plot option in OpenTSDB; there are no plots here.
         while words.get(i).is_some_and(|w| w.contains(' ')) {
@@ -126,6 +130,64 @@ fn parse(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<Parsed>
     Ok((start, end, out))
 }
 
+/// Java's `String.format("%f", f)` of a finite double: its shortest round-trip digits
+/// (those of `Double.toString`) rounded half up to six decimals, so `0.1234565` is
+/// `0.123457` (the binary value, 0.12345649999..., would round down).
+fn java_fixed6(f: f64) -> String {
+    // `{:e}` writes the shortest round-trip digits: `1.234565e-1`, `5e0`.
+    let sci = format!("{:e}", f.abs());
+    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exponent: i64 = exponent.parse().unwrap_or(0);
+    let digits: Vec<u8> = mantissa
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .map(|b| b - b'0')
+        .collect();
+    // The value is 0.d1d2d3... x 10^(exponent + 1): `point` digits before the decimal point;
+    // `kept` digits (from d1) reach the sixth decimal.
+    let point = exponent + 1;
+    let kept = point + 6;
+    let mut fixed: Vec<u8> = (0..kept.max(0))
+        .map(|i| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| digits.get(i))
+                .copied()
+                .unwrap_or(0)
+        })
+        .collect();
+    let next = usize::try_from(kept)
+        .ok()
+        .and_then(|k| digits.get(k))
+        .copied()
+        .unwrap_or(0);
+    if kept >= 0 && next >= 5 {
+        // Round half up, carrying leftwards; a carry out of the first digit adds one.
+        let mut i = fixed.len();
+        loop {
+            if i == 0 {
+                fixed.insert(0, 1);
+                break;
+            }
+            i -= 1;
+            if fixed[i] == 9 {
+                fixed[i] = 0;
+            } else {
+                fixed[i] += 1;
+                break;
+            }
+        }
+    }
+    // Six decimals, at least one integer digit.
+    while fixed.len() < 7 {
+        fixed.insert(0, 0);
+    }
+    let split = fixed.len() - 6;
+    let text = |d: &[u8]| d.iter().map(|d| char::from(b'0' + d)).collect::<String>();
+    let sign = if f.is_sign_negative() { "-" } else { "" };
+    format!("{sign}{}.{}", text(&fixed[..split]), text(&fixed[split..]))
+}
+
 /// `metric timestamp value {k=v, ...}` as OpenTSDB's CLI prints a point.
 fn line(metric: &str, t_ms: i64, v: Num, tags: &[(String, String)]) -> String {
     let mut s = format!("{metric} {t_ms} ");
@@ -134,9 +196,11 @@ fn line(metric: &str, t_ms: i64, v: Num, tags: &[(String, String)]) -> String {
             let _ = write!(s, "{i}");
         }
         Num::Float(f) if f.is_nan() => s.push_str("NaN"),
-        Num::Float(f) => {
-            let _ = write!(s, "{f:.6}");
+        // Java's `%f` of an infinity.
+        Num::Float(f) if f.is_infinite() => {
+            s.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" })
         }
+        Num::Float(f) => s.push_str(&java_fixed6(f)),
     }
     s.push_str(" {");
     for (i, (k, v)) in tags.iter().enumerate() {
@@ -198,6 +262,19 @@ fn remote(url: &str, start: i64, end: i64, queries: &[Parsed]) -> anyhow::Result
 }
 
 pub(crate) fn run_query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
+    // Dates are read in UTC; stored duplicates are answered with the newest value (a TSD
+    // asked with --url answers by its own config).
+    let mut refused = vec![crate::open::TIMEZONE];
+    if args.url.is_none() {
+        refused.push(crate::open::OTSDB_TIMESTAMP);
+    }
+    args.store.config_refusing(&refused)?;
+    if args.graph.is_some() {
+        bail!(
+            "--graph writes Gnuplot files, which this version of Hourglass does not provide: \
+             drop it for one line per point, or draw graphs with the TSD's /q or web UI"
+        );
+    }
     let now_ms = chrono::Utc::now().timestamp_millis();
     let (start, end, queries) = match parse(&args.query, now_ms) {
         Ok(q) => q,
@@ -268,6 +345,33 @@ mod tests {
     }
 
     #[test]
+    fn doubles_print_as_javas_percent_f() {
+        for (f, java) in [
+            (0.0, "0.000000"),
+            (-0.0, "-0.000000"),
+            (1.0, "1.000000"),
+            (42.5, "42.500000"),
+            (0.1234565, "0.123457"),
+            (0.1234564, "0.123456"),
+            (0.0000005, "0.000001"),
+            (0.00000049, "0.000000"),
+            (1e-10, "0.000000"),
+            (9.9999995, "10.000000"),
+            (999999.9999995, "1000000.000000"),
+            (-2.5e-7, "-0.000000"),
+            (-1.0000005, "-1.000001"),
+            (1e20, "100000000000000000000.000000"),
+            (123456789.123, "123456789.123000"),
+            (
+                f64::MAX,
+                &format!("17976931348623157{}.000000", "0".repeat(292)),
+            ),
+        ] {
+            assert_eq!(java_fixed6(f), java, "{f:e}");
+        }
+    }
+
+    #[test]
     fn lines_look_like_opentsdb() {
         let tags = vec![
             ("dc".to_string(), "lga".to_string()),
@@ -278,5 +382,14 @@ mod tests {
             "m 1356998400000 42 {dc=lga, host=a}"
         );
         assert_eq!(line("m", 1, Num::Float(42.5), &[]), "m 1 42.500000 {}");
+        assert_eq!(
+            line("m", 1, Num::Float(f64::INFINITY), &[]),
+            "m 1 Infinity {}"
+        );
+        assert_eq!(line("m", 1, Num::Float(0.1234565), &[]), "m 1 0.123457 {}");
+        assert_eq!(
+            line("m", 1, Num::Float(f64::NEG_INFINITY), &[]),
+            "m 1 -Infinity {}"
+        );
     }
 }

@@ -74,11 +74,7 @@ fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<C
         i += 1;
         let mut tags = Vec::new();
         while let Some(w) = words.get(i).filter(|w| w.contains('=')) {
-            let (k, v) = w
-                .split_once('=')
-                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-                .with_context(|| format!("invalid tag: {w}"))?;
-            tags.push((k.to_string(), v.to_string()));
+            super::parse_tag(w, &mut tags)?;
             i += 1;
         }
         queries.push(CliQuery { metric, tags });
@@ -87,6 +83,12 @@ fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<C
 }
 
 pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
+    // Dates are read and printed in UTC; compacting keeps the newest of duplicates.
+    let mut refused = vec![crate::open::TIMEZONE];
+    if args.compact {
+        refused.push(crate::open::OTSDB_TIMESTAMP);
+    }
+    args.store.config_refusing(&refused)?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let (start, end, queries) = match parse_query(&args.query, now_ms) {
         Ok(q) => q,
@@ -190,11 +192,13 @@ fn names(db: &Tsdb, schema: &Schema, key: &[u8]) -> anyhow::Result<RowNames> {
     Ok((metric, rk.base_time, tags))
 }
 
+/// A value as OpenTSDB's `scan --import` prints it: a long, or Java's `Double.toString` of
+/// the value widened to a double (`1.2345678E7`, `0.1`, `NaN`).
 fn value_text(v: Value) -> String {
     match v {
         Value::Int(i) => i.to_string(),
-        Value::Float(f) => format!("{:?}", f64::from(f)),
-        Value::Double(d) => format!("{d:?}"),
+        Value::Float(f) => hourglass_core::value::java_double_text(f64::from(f)),
+        Value::Double(d) => hourglass_core::value::java_double_text(d),
     }
 }
 
@@ -219,15 +223,38 @@ fn point_line(p: &Point, base: u32) -> String {
     )
 }
 
+/// The `{k=v, ...}` of a row line; a tag UID without a name prints as OpenTSDB prints the
+/// exception (`net.opentsdb.uid.NoSuchUniqueId: No such unique ID for 'tagv': [0, 0, 5]`)
+/// and the scan goes on.
+fn row_tags(db: &Tsdb, schema: &Schema, key: &[u8]) -> anyhow::Result<String> {
+    let rk = decode_row_key(schema, key)?;
+    let mut tags = Vec::new();
+    for (k, v) in rk.series.tags {
+        let names = db
+            .uids()
+            .get_name(UidKind::TagKey, k)
+            .and_then(|k| Ok((k, db.uids().get_name(UidKind::TagValue, v)?)));
+        match names {
+            Ok((k, v)) => tags.push(format!("{k}={v}")),
+            Err(e @ hourglass_engine::Error::NoSuchId { .. }) => {
+                return Ok(format!("net.opentsdb.uid.NoSuchUniqueId: {e}"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(format!("{{{}}}", tags.join(", ")))
+}
+
 fn print_row(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> anyhow::Result<()> {
-    let (metric, base, tags) = names(db, schema, &row.key)?;
-    let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let rk = decode_row_key(schema, &row.key)?;
+    let metric = db.uids().get_name(UidKind::Metric, rk.series.metric)?;
+    let base = rk.base_time;
     writeln!(
         out,
-        "{} {metric} {base} ({}) {{{}}}",
+        "{} {metric} {base} ({}) {}",
         format_signed_bytes(&row.key),
         date(i64::from(base) * 1000),
-        tags.join(", ")
+        row_tags(db, schema, &row.key)?
     )?;
     for cell in row.cells.iter().filter(|c| c.family == DATA_FAMILY) {
         let (q, v) = (&cell.qualifier, &cell.value);

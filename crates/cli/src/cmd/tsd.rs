@@ -16,8 +16,8 @@ pub(crate) struct TsdArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// TCP port for telnet and HTTP (`tsd.network.port`; 0 picks a free one).
-    #[arg(long)]
-    port: Option<u16>,
+    #[arg(long, value_name = "NUM")]
+    port: Option<String>,
     /// Address to bind (`tsd.network.bind`).
     #[arg(long)]
     bind: Option<String>,
@@ -37,7 +37,7 @@ pub(crate) struct TsdArgs {
     disable_api: Option<String>,
     /// Threads serving connections (`tsd.network.worker_threads`; default: one per core).
     #[arg(long, value_name = "N")]
-    worker_threads: Option<u32>,
+    worker_threads: Option<String>,
     /// Listen backlog of the server socket (`tsd.network.backlog`; default 1024).
     #[arg(long, value_name = "N")]
     backlog: Option<u32>,
@@ -50,12 +50,6 @@ pub(crate) struct TsdArgs {
     /// Accepted for OpenTSDB's command lines (`tsd.network.async_io`); no effect.
     #[arg(long, value_name = "VALUE")]
     async_io: Option<String>,
-    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_quorum`); no effect.
-    #[arg(long, value_name = "SPEC")]
-    zkquorum: Option<String>,
-    /// Accepted for OpenTSDB's command lines (`tsd.storage.hbase.zk_basedir`); no effect.
-    #[arg(long, value_name = "PATH")]
-    zkbasedir: Option<String>,
     /// Accepted for OpenTSDB's command lines; unused (the web UI is built in).
     #[arg(long, value_name = "PATH")]
     staticroot: Option<String>,
@@ -75,7 +69,7 @@ fn layered_config(args: &TsdArgs) -> anyhow::Result<Config> {
             config.set(key, &v);
         }
     };
-    set("tsd.network.port", args.port.map(|p| p.to_string()));
+    set("tsd.network.port", args.port.clone());
     set("tsd.network.bind", args.bind.clone());
     set(
         "tsd.core.auto_create_metrics",
@@ -90,10 +84,7 @@ fn layered_config(args: &TsdArgs) -> anyhow::Result<Config> {
         "tsd.core.enable_api",
         args.disable_api.as_ref().map(|_| "false".into()),
     );
-    set(
-        "tsd.network.worker_threads",
-        args.worker_threads.map(|n| n.to_string()),
-    );
+    set("tsd.network.worker_threads", args.worker_threads.clone());
     set("tsd.network.backlog", args.backlog.map(|n| n.to_string()));
     set(
         "tsd.core.connections.limit",
@@ -104,12 +95,24 @@ fn layered_config(args: &TsdArgs) -> anyhow::Result<Config> {
         args.flush_interval.map(|n| n.to_string()),
     );
     set("tsd.network.async_io", args.async_io.clone());
-    set("tsd.storage.hbase.zk_quorum", args.zkquorum.clone());
-    set("tsd.storage.hbase.zk_basedir", args.zkbasedir.clone());
     if args.staticroot.is_some() || args.cachedir.is_some() {
         tracing::info!("--staticroot and --cachedir are unused: the web UI is built in");
     }
     Ok(config)
+}
+
+/// `tsd.network.bind`: an IPv4 or IPv6 address or, as OpenTSDB's `InetAddress.getByName`
+/// reads it, a host name (its first address).
+fn bind_address(bind: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    use std::net::{IpAddr, ToSocketAddrs};
+    if let Ok(ip) = bind.trim().parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (bind.trim(), port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .with_context(|| format!("bad bind address {bind}: not an address or a known host name"))
 }
 
 /// A positive count from `key`; `None` when unset or empty (OpenTSDB's "no value").
@@ -142,11 +145,28 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
     let settings = args.store.settings_from(&config)?;
     let mut server_settings = ServerSettings::from_config(&config)?;
     server_settings.build = crate::cmd::version::build_info();
-    let port = config.get_int("tsd.network.port", 4242)?;
+    // OpenTSDB's words for a port or a thread count that is not a number (flag or key).
+    let port = config
+        .get_int("tsd.network.port", 4242)
+        .ok()
+        .and_then(|p| u16::try_from(p).ok())
+        .with_context(|| {
+            format!(
+                "Invalid network port setting: tsd.network.port = {}",
+                config.get_str("tsd.network.port", "").trim()
+            )
+        })?;
+    if config
+        .get("tsd.network.worker_threads")
+        .is_some_and(|v| !v.trim().is_empty() && v.trim().parse::<i64>().is_err())
+    {
+        anyhow::bail!(
+            "Invalid worker thread count: tsd.network.worker_threads = {}",
+            config.get_str("tsd.network.worker_threads", "").trim()
+        );
+    }
     let bind = config.get_str("tsd.network.bind", "0.0.0.0").to_string();
-    let addr: SocketAddr = format!("{bind}:{port}")
-        .parse()
-        .with_context(|| format!("bad bind address {bind}:{port}"))?;
+    let addr = bind_address(&bind, port)?;
     if server_settings.auth.is_none() && !addr.ip().is_loopback() {
         tracing::warn!(
             %addr,

@@ -38,6 +38,10 @@ pub(crate) struct UidArgs {
     /// Case-insensitive grep.
     #[arg(short, long)]
     ignore_case: bool,
+    /// Bytes of the UIDs assigned, renamed and looked up (OpenTSDB's flag, default 3). The
+    /// widths are the config's (`tsd.storage.uid.width.*`): a different one is refused.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    idwidth: Option<i16>,
     /// Subcommand and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = false)]
     args: Vec<String>,
@@ -47,13 +51,21 @@ pub(crate) struct UidArgs {
 pub(crate) struct MkmetricArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+    /// As `uid --idwidth`: the metric UID width, which must be the config's.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    idwidth: Option<i16>,
     /// Metric names.
     #[arg(required = true)]
     names: Vec<String>,
 }
 
 pub(crate) fn mkmetric(args: &MkmetricArgs) -> anyhow::Result<ExitCode> {
+    if args.idwidth.is_some_and(|w| w <= 0) {
+        eprintln!("Negative or 0 --idwidth\n{USAGE}");
+        return Ok(ExitCode::from(3));
+    }
     let settings = args.store.settings()?;
+    check_idwidth(args.idwidth, &settings, &[UidKind::Metric])?;
     let db = args.store.open_tsdb(settings.clone())?;
     assign(db.uids(), &settings, UidKind::Metric, &args.names)
 }
@@ -67,6 +79,14 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
     let Some(sub) = args.args.first() else {
         return usage("Not enough arguments");
     };
+    if args.idwidth.is_some_and(|w| w <= 0) {
+        eprintln!("Negative or 0 --idwidth\n{USAGE}");
+        return Ok(ExitCode::from(3));
+    }
+    if sub == "metasync" {
+        // OpenTSDB's also sends what it writes to the search plugin.
+        args.store.config_refusing(&[crate::open::SEARCH_PLUGIN])?;
+    }
     let settings = args.store.settings()?;
     let db = args.store.open_tsdb(settings.clone())?;
     let uids = db.uids();
@@ -76,28 +96,21 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             if rest.len() < 2 {
                 return usage("Wrong number of arguments");
             }
-            assign(
-                uids,
-                &settings,
-                UidKind::parse(&rest[0].to_ascii_lowercase())?,
-                &rest[1..],
-            )
+            let kind = parse_kind(&rest[0])?;
+            check_idwidth(args.idwidth, &settings, &[kind])?;
+            assign(uids, &settings, kind, &rest[1..])
         }
         "grep" => match rest {
             [re] => grep(uids, None, re, args.ignore_case),
-            [kind, re] => grep(
-                uids,
-                Some(UidKind::parse(&kind.to_ascii_lowercase())?),
-                re,
-                args.ignore_case,
-            ),
+            [kind, re] => grep(uids, Some(parse_kind(kind)?), re, args.ignore_case),
             _ => usage("Wrong number of arguments"),
         },
         "rename" => {
             let [kind, old, new] = rest else {
                 return usage("Wrong number of arguments");
             };
-            let kind = UidKind::parse(&kind.to_ascii_lowercase())?;
+            let kind = parse_kind(kind)?;
+            check_idwidth(args.idwidth, &settings, &[kind])?;
             validate_name(kind_what(kind), new, &settings.allow_special_chars)?;
             match uids.rename(kind, old, new) {
                 Ok(_) => {
@@ -111,7 +124,7 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => Err(e.into()),
             }
         }
-        "metasync" => {
+        "metasync" => or_exit_3((|| -> anyhow::Result<ExitCode> {
             let started = std::time::Instant::now();
             let report = hourglass_engine::meta::meta_sync(&db)?;
             let mut out = std::io::stdout().lock();
@@ -134,8 +147,8 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             )?;
             db.close()?;
             Ok(ExitCode::SUCCESS)
-        }
-        "metapurge" => {
+        })()),
+        "metapurge" => or_exit_3((|| -> anyhow::Result<ExitCode> {
             let started = std::time::Instant::now();
             let (uid_cells, ts_cells) = hourglass_engine::meta::meta_purge(&db)?;
             let mut out = std::io::stdout().lock();
@@ -148,8 +161,8 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             )?;
             db.close()?;
             Ok(ExitCode::SUCCESS)
-        }
-        "treesync" => {
+        })()),
+        "treesync" => or_exit_3((|| -> anyhow::Result<ExitCode> {
             if !settings.meta.tree_processing {
                 tracing::warn!("Tree processing is disabled");
                 eprintln!("Tree processing is disabled (tsd.core.tree.enable_processing)");
@@ -174,13 +187,13 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             )?;
             db.close()?;
             Ok(ExitCode::SUCCESS)
-        }
-        "treepurge" => {
+        })()),
+        "treepurge" => or_exit_3((|| -> anyhow::Result<ExitCode> {
             let Some(id) = rest.first() else {
                 return usage("Wrong number of arguments");
             };
             let Ok(id) = id.parse::<i64>() else {
-                return usage(&format!("Invalid tree ID: {id}"));
+                bail!("Invalid tree ID: {id}");
             };
             let tree_id = hourglass_engine::tree::check_tree_id(id)?;
             let definition = rest.get(1).is_some_and(|d| d.eq_ignore_ascii_case("true"));
@@ -199,13 +212,13 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             )?;
             db.close()?;
             Ok(ExitCode::SUCCESS)
-        }
+        })()),
         "fsck" => super::uid_fsck::run(&db, rest),
         "delete" => {
             let [kind, name] = rest else {
                 return usage("Wrong number of arguments");
             };
-            let kind = UidKind::parse(&kind.to_ascii_lowercase())?;
+            let kind = parse_kind(kind)?;
             match uids.delete(kind, name) {
                 Ok(_) => {
                     tracing::info!("UID {kind} {name} deleted.");
@@ -222,12 +235,55 @@ pub(crate) fn run(args: &UidArgs) -> anyhow::Result<ExitCode> {
             let words = &args.args;
             let (kinds, target): (Vec<UidKind>, &str) = match words.as_slice() {
                 [target] => (UidKind::ALL.to_vec(), target),
-                [kind, target] => (vec![UidKind::parse(&kind.to_ascii_lowercase())?], target),
+                [kind, target] => (vec![parse_kind(kind)?], target),
                 _ => return usage("Wrong number of arguments"),
             };
+            check_idwidth(args.idwidth, &settings, &kinds)?;
             lookup(uids, &settings, &kinds, target)
         }
     }
+}
+
+/// `--idwidth N`: OpenTSDB's `uid` reads and writes UIDs of N bytes whatever the config
+/// says; here the config's widths are the only ones (a UID of another width would not be
+/// the one stored), so N must be theirs.
+fn check_idwidth(
+    idwidth: Option<i16>,
+    settings: &Settings,
+    kinds: &[UidKind],
+) -> anyhow::Result<()> {
+    let Some(n) = idwidth else { return Ok(()) };
+    for kind in kinds {
+        let width = settings.schema.uid_width(*kind);
+        if i64::from(n) != i64::from(width) {
+            let key = match kind {
+                UidKind::Metric => "metric",
+                UidKind::TagKey => "tagk",
+                UidKind::TagValue => "tagv",
+            };
+            bail!(
+                "--idwidth {n} differs from the {kind} UID width, {width} bytes \
+                 (tsd.storage.uid.width.{key}): UIDs are as wide as the config says; \
+                 set the width there or drop --idwidth"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// OpenTSDB's exit status 3 for a metasync, metapurge, treesync or treepurge that fails
+/// (an unreadable tree ID included).
+fn or_exit_3(result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+    result.or_else(|e| {
+        eprintln!("tsdb: error: {e:#}");
+        Ok(ExitCode::from(3))
+    })
+}
+
+/// A kind word in any case (`metrics`, `TAGK`), or OpenTSDB's `Invalid type requested: X`.
+fn parse_kind(word: &str) -> anyhow::Result<UidKind> {
+    UidKind::parse(&word.to_ascii_lowercase())
+        .map_err(|_| anyhow::anyhow!("Invalid type requested: {word}"))
 }
 
 fn kind_what(kind: UidKind) -> &'static str {
@@ -303,7 +359,9 @@ fn lookup(
         for kind in kinds {
             let width = settings.schema.uid_width(*kind);
             if id as u64 > Uid::max_for_width(width) {
-                eprintln!("{id} is too large to fit on {width} bytes.");
+                eprintln!(
+                    "{id} is too large to fit on {width} bytes.  Maybe you forgot to adjust --idwidth?"
+                );
                 return Ok(ExitCode::from(1));
             }
             match uids.get_name(*kind, Uid(id as u64)) {
