@@ -1066,16 +1066,23 @@ impl<'a> Reader<'a> {
     }
 
     /// At most 10 bytes (64 bits); a last byte with its continuation bit set is too long.
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
-        let rest = self.bytes.get(self.pos..).unwrap_or_default();
-        // Lengths and counts: one byte.
-        if let Some(&b) = rest.first()
+        // Lengths and counts: one byte, read where the varint is (a column row's header has
+        // seven).
+        if let Some(&b) = self.bytes.get(self.pos)
             && b < 0x80
         {
             self.pos += 1;
             return Ok(u64::from(b));
         }
+        self.long_varint()
+    }
+
+    /// [`Reader::varint`] of more than one byte (or of none).
+    #[inline(never)]
+    fn long_varint(&mut self) -> Result<u64> {
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
         // Up to 8 bytes at once when 8 are there: the first byte without its continuation
         // bit ends the varint, and the 7-bit groups before it are packed together.
         if let Some(word) = rest.get(..8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
