@@ -687,8 +687,8 @@ fn lend_columns<'a>(
 }
 
 /// The cells of a stored row as [`lend_cells`] gives them, but a column row (format
-/// `0x03`) whose every stored cell the read keeps, with one byte a cell for its time and
-/// its value length (rollup rows), is lent as its columns: `Ok(Some(columns))`, `out` left
+/// `0x03`) whose every stored cell the read keeps, with one byte a cell for its value
+/// length and well-formed time differences (rollup rows), is lent as its columns: `Ok(Some(columns))`, `out` left
 /// empty. Otherwise the cells are lent into `out` (cleared first) and `Ok(None)` returned.
 /// Fails where [`lend_cells`] fails.
 pub fn lend_row<'a>(
@@ -700,7 +700,18 @@ pub fn lend_row<'a>(
         let columns = Columns::read(bytes)?;
         let family = std::str::from_utf8(columns.family)
             .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
-        if columns.small_times && columns.small_lens && read.wants_family(family) {
+        // Time differences of more than a byte (cells written at times far apart, as a
+        // year row's days computed one by one) are walked once here, so the columns' times
+        // read without failing; a section that does not hold `n` varints ending at its end
+        // is left to `lend_cells` (and its error).
+        let times_ok = columns.small_times || {
+            let mut times = Reader {
+                bytes: columns.times.bytes,
+                pos: columns.times.pos,
+            };
+            (0..columns.n).all(|_| times.varint().is_ok()) && times.pos == times.bytes.len()
+        };
+        if times_ok && columns.small_lens && read.wants_family(family) {
             let lens = columns
                 .lens
                 .bytes
@@ -725,6 +736,7 @@ pub fn lend_row<'a>(
                 q_len: columns.q_len,
                 qualifiers: columns.qualifiers,
                 first_time: columns.before,
+                small_times: columns.small_times,
                 times: columns
                     .times
                     .bytes
@@ -754,7 +766,10 @@ pub struct ColumnCells<'a> {
     /// `n x q_len` bytes.
     qualifiers: &'a [u8],
     first_time: i64,
-    /// One zigzag difference a cell (each below 0x80).
+    /// Every time difference is one byte (below 0x80).
+    small_times: bool,
+    /// One zigzag difference a cell: a byte each when `small_times`, else varints (checked
+    /// when lent: exactly one a cell).
     times: &'a [u8],
     /// One length a cell (each below 0x80), adding up to `values`' length.
     lens: &'a [u8],
@@ -829,8 +844,20 @@ impl<'a> ColumnCells<'a> {
     /// The cells' times (ms), in order.
     fn times(&self) -> impl Iterator<Item = i64> + 'a {
         let mut before = self.first_time;
-        self.times.iter().map(move |z| {
-            let z = u64::from(*z);
+        let (small, mut times) = (
+            self.small_times,
+            Reader {
+                bytes: self.times,
+                pos: 0,
+            },
+        );
+        (0..self.len()).map(move |_| {
+            let z = if small {
+                u64::from(times.byte().unwrap_or_default())
+            } else {
+                // Checked when lent: one varint a cell.
+                times.varint().unwrap_or_default()
+            };
             let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
             before = before.wrapping_add(d);
             before
@@ -1039,16 +1066,23 @@ impl<'a> Reader<'a> {
     }
 
     /// At most 10 bytes (64 bits); a last byte with its continuation bit set is too long.
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
-        let rest = self.bytes.get(self.pos..).unwrap_or_default();
-        // Lengths and counts: one byte.
-        if let Some(&b) = rest.first()
+        // Lengths and counts: one byte, read where the varint is (a column row's header has
+        // seven).
+        if let Some(&b) = self.bytes.get(self.pos)
             && b < 0x80
         {
             self.pos += 1;
             return Ok(u64::from(b));
         }
+        self.long_varint()
+    }
+
+    /// [`Reader::varint`] of more than one byte (or of none).
+    #[inline(never)]
+    fn long_varint(&mut self) -> Result<u64> {
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
         // Up to 8 bytes at once when 8 are there: the first byte without its continuation
         // bit ends the varint, and the 7-bit groups before it are packed together.
         if let Some(word) = rest.get(..8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
@@ -1472,8 +1506,8 @@ mod fuzz_tests {
                 .map(|r| r.cells.iter().map(crate::CellRef::from).collect())
                 .unwrap_or_default();
             proptest::prop_assert_eq!(&lent, &want);
-            // As columns when one byte a cell holds each time difference and length.
-            let small = same_time && row.cells().iter().all(|c| c.value.len() < 0x80);
+            // As columns when one byte a cell holds each length, whatever the times.
+            let small = row.cells().iter().all(|c| c.value.len() < 0x80);
             let mut out = Vec::new();
             let got = super::lend_row(&stored, &read, &mut out);
             proptest::prop_assert_eq!(got.is_ok_and(|c| c.is_some()), columns && small && !latest_only);
@@ -1484,6 +1518,18 @@ mod fuzz_tests {
                 proptest::prop_assert_eq!(
                     lent_row(&stored[..cut], &read),
                     super::lend_cells(&stored[..cut], &read, &mut lent).map(|()| lent)
+                );
+            }
+            // The last time difference's last byte with its continuation bit set (the
+            // varint runs into the lengths) fails as walking the cells fails.
+            if columns && small {
+                let lens_at = stored.len() - row.cells().iter().map(|c| c.value.len()).sum::<usize>() - row.cells().len();
+                let mut bad = stored.clone();
+                bad[lens_at - 1] |= 0x80;
+                let mut lent = Vec::new();
+                proptest::prop_assert_eq!(
+                    lent_row(&bad, &read),
+                    super::lend_cells(&bad, &read, &mut lent).map(|()| lent)
                 );
             }
             // A value length off by one either way fails as walking the cells fails.

@@ -371,6 +371,138 @@ struct AvgColumns {
     sums: Vec<f64>,
     counts: Vec<f64>,
     count_times: Vec<i64>,
+    /// The shape of the last row read as computed ([`paired_columns`]) of one integer
+    /// width a run, for the rows after it with the same qualifiers and lengths. One: at
+    /// 100 series x 90 days 92% of the rows read have it (a grouped tier gives a series'
+    /// rows together); keeping four took more instructions (a row of none of them compared
+    /// with each).
+    shape: PairedShape,
+}
+
+/// What [`paired_columns`] found of a row as computed that depends on its qualifiers and
+/// value lengths alone: a row with the same qualifier and length columns (of the same ids,
+/// at the same interval) pairs its cells alike and has integer values of the same widths,
+/// so it is read by computing its times and decoding its values, without a check a cell.
+/// Computed tiers write most rows of a series alike (the same hours, counts of one width,
+/// sums of one width).
+#[derive(Default)]
+struct PairedShape {
+    /// The ids and the interval (s) the shape was found for; `None`: no shape yet.
+    read: Option<((u8, u8), i64)>,
+    qualifiers: Vec<u8>,
+    lens: Vec<u8>,
+    /// Each pair's offset in the row (ms after its base time).
+    offsets_ms: Vec<i64>,
+    /// The sums' and the counts' first value (bytes into the values) and width (bytes,
+    /// every value of the run; 0: widths mixed).
+    sums: (usize, u8),
+    counts: (usize, u8),
+}
+
+impl PairedShape {
+    /// The shape's pairs of `row` into `cols` (cleared before) when `row` has the shape's
+    /// qualifiers and lengths; false otherwise (`cols` untouched).
+    fn read(
+        &self,
+        ids: (u8, u8),
+        (base, step): (i64, i64),
+        row: &ColumnCells<'_>,
+        (times, sums, counts): (&mut Vec<i64>, &mut Vec<f64>, &mut Vec<f64>),
+    ) -> bool {
+        let (lens, values) = row.value_run(0..row.len());
+        if self.read != Some((ids, step))
+            || row.qualifiers() != self.qualifiers.as_slice()
+            || lens != self.lens.as_slice()
+        {
+            return false;
+        }
+        let n = self.offsets_ms.len();
+        let base_ms = base * 1000;
+        let from = times.len();
+        times.extend_from_slice(&self.offsets_ms);
+        times[from..].iter_mut().for_each(|t| *t += base_ms);
+        // The lengths add up to the values' bytes (checked when lent): the runs are there.
+        let sum_bytes = values.get(self.sums.0..).unwrap_or_default();
+        let count_bytes = values.get(self.counts.0..).unwrap_or_default();
+        decode_ints(self.sums.1, n, sum_bytes, sums)
+            && decode_ints(self.counts.1, n, count_bytes, counts)
+    }
+
+    /// Keeps the shape of `row`, just read by [`paired_columns`] (its pairs from the cells
+    /// `sums` and `counts`, at `times`) in place of this one, when both runs are of one
+    /// integer width (else this one stays).
+    fn keep(
+        &mut self,
+        ids: (u8, u8),
+        (base, step): (i64, i64),
+        row: &ColumnCells<'_>,
+        (sums, counts): (std::ops::Range<usize>, std::ops::Range<usize>),
+        times: &[i64],
+    ) {
+        let (lens, _) = row.value_run(0..row.len());
+        let width = |range: &std::ops::Range<usize>| {
+            let run = lens.get(range.clone()).unwrap_or_default();
+            let first = run.first().copied().unwrap_or(0);
+            let at: usize = lens
+                .get(..range.start)
+                .unwrap_or_default()
+                .iter()
+                .map(|b| usize::from(*b))
+                .sum();
+            (at, first, run.iter().all(|l| *l == first))
+        };
+        let (s, c) = (width(&sums), width(&counts));
+        let widths = matches!(s.1, 1 | 2 | 4 | 8) && matches!(c.1, 1 | 2 | 4 | 8);
+        if !(s.2 && c.2 && widths) {
+            // Widths mixed: the shape kept before stays.
+            return;
+        }
+        self.qualifiers.clear();
+        self.qualifiers.extend_from_slice(row.qualifiers());
+        self.lens.clear();
+        self.lens.extend_from_slice(lens);
+        let base_ms = base * 1000;
+        self.offsets_ms.clear();
+        self.offsets_ms.extend(times.iter().map(|t| t - base_ms));
+        self.sums = (s.0, s.1);
+        self.counts = (c.0, c.1);
+        self.read = Some((ids, step));
+    }
+}
+
+/// `n` big-endian integers of `width` bytes (1, 2, 4 or 8) from `bytes` appended to `out`
+/// as numbers; false (`out` as it was) when `bytes` is short of them or the width is
+/// another.
+fn decode_ints(width: u8, n: usize, bytes: &[u8], out: &mut Vec<f64>) -> bool {
+    let Some(bytes) = bytes.get(..n * usize::from(width)) else {
+        return false;
+    };
+    match width {
+        1 => out.extend(bytes.iter().map(|b| f64::from(*b as i8))),
+        2 => out.extend(
+            bytes
+                .as_chunks::<2>()
+                .0
+                .iter()
+                .map(|b| f64::from(i16::from_be_bytes(*b))),
+        ),
+        4 => out.extend(
+            bytes
+                .as_chunks::<4>()
+                .0
+                .iter()
+                .map(|b| f64::from(i32::from_be_bytes(*b))),
+        ),
+        8 => out.extend(
+            bytes
+                .as_chunks::<8>()
+                .0
+                .iter()
+                .map(|b| i64::from_be_bytes(*b) as f64),
+        ),
+        _ => return false,
+    }
+    true
 }
 
 /// The `avg` pairs of one rollup row straight into columns, when every cell the read takes
@@ -630,10 +762,21 @@ fn avg_from_columns(
         return Ok(false);
     }
     let at = (i64::from(base), i64::from(interval.interval_seconds));
+    // A row shaped as the last one read as computed.
+    let out = (&mut cols.times, &mut cols.sums, &mut cols.counts);
+    if cols.shape.read((sum, count), at, row, out) {
+        return Ok(true);
+    }
+    cols.times.clear();
+    cols.sums.clear();
+    cols.counts.clear();
     let (sums, counts) = (id_range(qualifiers, sum), id_range(qualifiers, count));
     if !has_compacted(qualifiers, &[sum, count])
         && paired_columns(row, qualifiers, (sums.clone(), counts.clone()), at, cols)
     {
+        let mut shape = std::mem::take(&mut cols.shape);
+        shape.keep((sum, count), at, row, (sums, counts), &cols.times);
+        cols.shape = shape;
         return Ok(true);
     }
     cols.times.clear();
@@ -1714,6 +1857,209 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// One row's reading by [`read_row`] from its columns, through `cols` (holding what
+    /// the rows read before it left), against the general reading of its cells.
+    fn read_as_general(
+        read: RollupRead,
+        interval: &RollupInterval,
+        base: u32,
+        bytes: &[u8],
+        cols: &mut AvgColumns,
+    ) -> Result<Option<bool>, proptest::test_runner::TestCaseError> {
+        use hourglass_storage::model::lend_row;
+        let mut lent = Vec::new();
+        let read_all = hourglass_storage::ReadOptions::default();
+        let Some(columns) = lend_row(bytes, &read_all, &mut lent).unwrap() else {
+            return Ok(None);
+        };
+        columns.lend(&mut lent);
+        let mut want_points = Vec::new();
+        let want = rollup_points(
+            read,
+            interval,
+            base,
+            &lent,
+            &mut Vec::new(),
+            &mut want_points,
+        );
+        let mut points = Vec::new();
+        let got = read_row(
+            read,
+            interval,
+            base,
+            LentCells::Columns(columns),
+            cols,
+            &mut Vec::new(),
+            &mut points,
+        );
+        match (want, got) {
+            (Err(w), Err(g)) => {
+                proptest::prop_assert_eq!(w.to_string(), g.to_string());
+                Ok(None)
+            }
+            (Ok(()), Ok(as_columns)) => {
+                let got: Vec<(i64, u64, Option<u64>)> = if as_columns {
+                    (0..cols.times.len())
+                        .map(|i| {
+                            (
+                                cols.times[i],
+                                cols.sums[i].to_bits(),
+                                Some(cols.counts[i].to_bits()),
+                            )
+                        })
+                        .collect()
+                } else {
+                    points
+                        .iter()
+                        .map(|p| (p.0, p.1.as_f64().to_bits(), p.2.map(f64::to_bits)))
+                        .collect()
+                };
+                let want: Vec<(i64, u64, Option<u64>)> = want_points
+                    .iter()
+                    .map(|p| (p.0, p.1.as_f64().to_bits(), p.2.map(f64::to_bits)))
+                    .collect();
+                proptest::prop_assert_eq!(got, want, "{:?}", read);
+                Ok(Some(as_columns))
+            }
+            (w, g) => {
+                proptest::prop_assert!(false, "{:?}: general {:?}, columns {:?}", read, w, g);
+                Ok(None)
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Rows read one after another through one reading state (a row as computed keeps
+        /// its shape for the rows after it with the same qualifiers and lengths) read as
+        /// each alone by the general reading: rows of the same shape with other values and
+        /// base times, rows whose qualifiers or lengths differ, rows not as computed.
+        #[test]
+        fn rows_read_in_sequence_read_as_their_cells(
+            offsets in proptest::collection::btree_set(0u16..24, 1..24),
+            rows in proptest::collection::vec(
+                (proptest::sample::select(vec![0u8, 1, 3, 7]), 0u32..40,
+                 proptest::collection::vec(-40_000i64..40_000, 24),
+                 proptest::option::of(0usize..48), proptest::prelude::any::<bool>(),
+                 proptest::prelude::any::<bool>()),
+                1..8),
+            wide in proptest::prelude::any::<bool>(),
+        ) {
+            use hourglass_storage::model::RowData;
+            let s = settings();
+            let interval = s.config.interval(if wide { "1d" } else { "1h" }).unwrap();
+            for read in [RollupRead::Avg { sum: 0, count: 1 }, RollupRead::Avg { sum: 1, count: 0 }] {
+                let mut cols = AvgColumns::default();
+                for (flags, day, values, bad, drop_count, other_ids) in &rows {
+                    let base = 1_356_998_400u32 + day * 86_400;
+                    let mut cells = Vec::new();
+                    for (i, offset) in offsets.iter().enumerate() {
+                        let v = values[i];
+                        for (id, flags, v) in [(0u8, *flags, v), (1, 0x0, v.rem_euclid(100))] {
+                            if id == 1 && *drop_count && i == 0 {
+                                // A sum without its count: not a row as computed.
+                                continue;
+                            }
+                            let id = if *other_ids { id + 2 } else { id };
+                            let [hi, lo] = ((offset << 4) | u16::from(flags)).to_be_bytes();
+                            cells.push(hourglass_storage::Cell {
+                                family: "t".into(),
+                                qualifier: vec![id, hi, lo],
+                                timestamp: 1_356_998_400_000,
+                                value: value_bytes(flags, v),
+                                form: hourglass_storage::CellForm::Plain,
+                            });
+                        }
+                    }
+                    if let Some(i) = bad.filter(|i| *i < cells.len()) {
+                        // A value of a width its flags do not name.
+                        cells[i].value.extend_from_slice(&[1, 2, 3]);
+                    }
+                    let bytes = RowData::from_cells(cells).encode(None);
+                    read_as_general(read, interval, base, &bytes, &mut cols)?;
+                }
+            }
+        }
+    }
+
+    /// A row as computed keeps its shape, and the next row of that shape (other values,
+    /// another day) is read through it, as the general reading reads it.
+    #[test]
+    fn a_row_of_the_shape_before_is_read_through_it() {
+        use hourglass_storage::model::{RowData, lend_row};
+        let s = settings();
+        let interval = s.config.interval("1h").unwrap();
+        let row = |v: i64| {
+            let mut cells = Vec::new();
+            for offset in [0u16, 5, 23] {
+                for (id, flags, v) in [(0u8, 0x1, v + i64::from(offset)), (1, 0x0, 60), (2, 0x1, v)]
+                {
+                    let [hi, lo] = ((offset << 4) | u16::from(flags)).to_be_bytes();
+                    cells.push(hourglass_storage::Cell {
+                        family: "t".into(),
+                        qualifier: vec![id, hi, lo],
+                        timestamp: 1_356_998_400_000,
+                        value: value_bytes(flags, v),
+                        form: hourglass_storage::CellForm::Plain,
+                    });
+                }
+            }
+            RowData::from_cells(cells).encode(None)
+        };
+        let read = RollupRead::Avg { sum: 0, count: 1 };
+        let mut cols = AvgColumns::default();
+        let (first, second) = (row(1000), row(-2000));
+        assert_eq!(
+            read_as_general(read, interval, 1_356_998_400, &first, &mut cols).unwrap(),
+            Some(true)
+        );
+        assert_eq!(cols.shape.read, Some(((0, 1), 3600)));
+        assert_eq!(
+            cols.shape.offsets_ms,
+            vec![0, 5 * 3_600_000, 23 * 3_600_000]
+        );
+        // The second row through the shape alone.
+        let mut lent = Vec::new();
+        let columns = lend_row(
+            &second,
+            &hourglass_storage::ReadOptions::default(),
+            &mut lent,
+        )
+        .unwrap()
+        .unwrap();
+        let (mut times, mut sums, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        let base = 1_356_998_400 + 86_400;
+        assert!(cols.shape.read(
+            (0, 1),
+            (base, 3600),
+            &columns,
+            (&mut times, &mut sums, &mut counts)
+        ));
+        let day_ms = base * 1000;
+        assert_eq!(
+            times,
+            vec![day_ms, day_ms + 5 * 3_600_000, day_ms + 23 * 3_600_000]
+        );
+        assert_eq!(sums, vec![-2000.0, -1995.0, -1977.0]);
+        assert_eq!(counts, vec![60.0; 3]);
+        assert_eq!(
+            read_as_general(read, interval, base as u32, &second, &mut cols).unwrap(),
+            Some(true)
+        );
+        // Another ids' read, or another interval, is not the shape's.
+        assert!(!cols.shape.read(
+            (1, 0),
+            (base, 3600),
+            &columns,
+            (&mut times, &mut sums, &mut counts)
+        ));
+        assert!(!cols.shape.read(
+            (0, 1),
+            (base, 86_400),
+            &columns,
+            (&mut times, &mut sums, &mut counts)
+        ));
     }
 
     proptest::proptest! {
