@@ -778,6 +778,10 @@ impl Writer {
         }
         if let Err(e) = self.log_and_buffer(&resolved) {
             tracing::error!(error = %e, "batch refused: it could not be logged");
+            // The first points of series new to the store may be among those refused.
+            if let Some(tracker) = &self.tracker {
+                tracker.forget_fresh();
+            }
             outcome.errors = (0..points.len()).map(|i| (i, e.clone())).collect();
             self.stats
                 .points_rejected

@@ -407,3 +407,90 @@ fn tags_left_as_written_are_read_only_when_the_series_is_new() {
         assert_eq!(points.len(), 3, "{name}");
     }
 }
+
+/// The `ts_ctr` cell (tracking only) of a series new to the store is written at its first
+/// point's arrival; a flush holding that point alone leaves it (its time is that point's),
+/// and a flush holding more of the series' points sets it again at the flush.
+#[test]
+fn a_new_series_counter_keeps_its_first_point_time_until_more_points_come() {
+    for (name, store) in common::backends() {
+        let settings = Settings {
+            meta: hourglass_engine::meta::MetaTracking {
+                tsuid_tracking: true,
+                ..Default::default()
+            },
+            ..common::auto_create()
+        };
+        let db = common::open(store.clone(), settings);
+        let ts = 1_356_998_400;
+        let one = [("host", "one")];
+        let two = [("host", "two")];
+        let before = hourglass_storage::now_ms();
+        assert_eq!(
+            db.add_points(&[point("m", ts, Value::Int(1), &one)]).stored,
+            1
+        );
+        assert_eq!(
+            db.add_points(&[point("m", ts, Value::Int(1), &two)]).stored,
+            1
+        );
+        assert_eq!(
+            db.add_points(&[point("m", ts + 1, Value::Int(2), &two)])
+                .stored,
+            1
+        );
+        let arrived = hourglass_storage::now_ms();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let flushed_from = hourglass_storage::now_ms();
+        db.flush().unwrap();
+        let counter_time = |tag: &str| {
+            let tsuid = [
+                db.uids().get_id(UidKind::Metric, "m").unwrap().to_bytes(3),
+                db.uids()
+                    .get_id(UidKind::TagKey, "host")
+                    .unwrap()
+                    .to_bytes(3),
+                db.uids()
+                    .get_id(UidKind::TagValue, tag)
+                    .unwrap()
+                    .to_bytes(3),
+            ]
+            .concat();
+            let row = store
+                .get("tsdb-meta", &tsuid, &ReadOptions::default())
+                .unwrap()
+                .expect(name);
+            let cell = row
+                .cells
+                .iter()
+                .find(|c| c.family == "name" && c.qualifier == b"ts_ctr")
+                .expect(name);
+            assert_eq!(cell.value, 1i64.to_be_bytes(), "{name}");
+            cell.timestamp
+        };
+        let t = counter_time("one");
+        assert!(
+            (before..=arrived).contains(&t),
+            "{name}: {t} not in {before}..={arrived}"
+        );
+        let t = counter_time("two");
+        assert!(
+            t >= flushed_from,
+            "{name}: {t} before the flush at {flushed_from}"
+        );
+        // A later flush of another point of the first series sets it again.
+        assert_eq!(
+            db.add_points(&[point("m", ts + 2, Value::Int(3), &one)])
+                .stored,
+            1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let flushed_from = hourglass_storage::now_ms();
+        db.flush().unwrap();
+        let t = counter_time("one");
+        assert!(
+            t >= flushed_from,
+            "{name}: {t} before the flush at {flushed_from}"
+        );
+    }
+}
