@@ -24,7 +24,7 @@ mod series_cap;
 mod series_index;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -303,6 +303,11 @@ pub(crate) struct Writer {
     series_cap: Option<series_cap::SeriesCap>,
     /// Where buffered points are noted as changes (when this TSD alone writes its store).
     changes: Option<Arc<crate::changes::Changes>>,
+    /// Series with no stored row: one of their UIDs was assigned by this process, on a
+    /// store no other process writes, and no flush has stored their rows yet. A flush
+    /// writes their rows of closed hours without reading them first (nothing is there to
+    /// merge with). Ids leave after the flush that stored their rows, and when evicted.
+    unstored: Mutex<HashSet<u32, foldhash::fast::RandomState>>,
     pub(crate) stats: WriteStats,
 }
 
@@ -406,6 +411,7 @@ impl Writer {
             tables_ready: AtomicBool::new(false),
             last_cell_ts: AtomicI64::new(0),
             changes,
+            unstored: Mutex::new(HashSet::default()),
             stats: WriteStats::default(),
         })
     }
@@ -497,8 +503,14 @@ impl Writer {
             tracing::error!(error = %e, "meta data tracking failed for a new series");
         }
         let mut series = self.series.write();
+        let held = series.len();
         let id = series.intern(template, self.epoch());
         series.by_text.insert(text, id);
+        // Before any of its points is buffered, so before any flush of them; under the
+        // series lock, so before another batch can find it.
+        if assigned && series.len() > held && !self.store.is_shared() {
+            self.unstored.lock().insert(id);
+        }
         // Before any of its points is buffered, so before any flush of them.
         if assigned && let Some(index) = &self.index {
             index.unwritten(id);
@@ -680,6 +692,12 @@ impl Writer {
         *self.epochs.closing.lock() = None;
         if evicted.is_empty() {
             return;
+        }
+        {
+            let mut unstored = self.unstored.lock();
+            for id in &evicted {
+                unstored.remove(id);
+            }
         }
         if let Some(index) = &self.index {
             index.forget(&evicted);
@@ -1196,7 +1214,19 @@ impl Writer {
             )?),
             None => None,
         };
-        let written = self.write_rows(&sealed, &rows)?;
+        // Series no flush stored a row of: their rows are written without a read.
+        let unstored: HashSet<u32, foldhash::fast::RandomState> = {
+            let all = self.unstored.lock();
+            if all.is_empty() {
+                HashSet::default()
+            } else {
+                rows.iter()
+                    .map(|(_, row)| (row >> 32) as u32)
+                    .filter(|id| all.contains(id))
+                    .collect()
+            }
+        };
+        let written = self.write_rows(&sealed, &rows, &unstored)?;
         // Rows of hours already closed mark their hours dirty for computed rollups (RFC 0008
         // phase 4): after the rows are in the store, before the log lets go of the points.
         if self
@@ -1226,6 +1256,12 @@ impl Writer {
         }
         flush.stored_seq = flush.stored_seq.max(through);
         drop(sealed);
+        if !unstored.is_empty() {
+            let mut all = self.unstored.lock();
+            for id in &unstored {
+                all.remove(id);
+            }
+        }
         // Postings and rows are synced: markers may say so now.
         if let (Some(index), Some(pending)) = (&self.index, index) {
             let markers = index.finish(self.store.as_ref(), pending);
@@ -1343,10 +1379,13 @@ impl Writer {
 
     /// Writes the rows of the sealed buffers a chunk at a time (only one chunk's points are
     /// copied, and only where out of order). Returns each row's key and point count.
+    /// Rows of series in `unstored` (none of their rows is stored) are not read: a row of
+    /// a closed hour is compacted from its buffered points alone.
     fn write_rows(
         &self,
         sealed: &[Arc<Buffer>],
         rows: &[(Vec<u8>, u64)],
+        unstored: &HashSet<u32, foldhash::fast::RandomState>,
     ) -> Result<Vec<(Vec<u8>, u64)>> {
         let schema = &self.settings.schema;
         let at = schema.timestamp_offset();
@@ -1360,20 +1399,26 @@ impl Writer {
             return self.append_rows(sealed, rows);
         }
         for chunk in flush_chunks(sealed, rows) {
-            // Rows of closed hours are merged with what they hold: read them in one go.
+            // Rows of closed hours are merged with what they hold: read them in one go
+            // (those of series with no stored row are known empty).
+            let is_closed = |key: &[u8]| {
+                self.settings.enable_compaction
+                    && hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
+            };
             let closed: Vec<Vec<u8>> = chunk
                 .iter()
-                .filter(|(key, _)| {
-                    self.settings.enable_compaction
-                        && hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
-                })
+                .filter(|(key, row)| is_closed(key) && !unstored.contains(&((row >> 32) as u32)))
                 .map(|(key, _)| key.clone())
                 .collect();
-            let stored = self.store.get_rows(
-                &schema.data_table,
-                &closed,
-                &ReadOptions::family(DATA_FAMILY),
-            )?;
+            let stored = if closed.is_empty() {
+                Vec::new()
+            } else {
+                self.store.get_rows(
+                    &schema.data_table,
+                    &closed,
+                    &ReadOptions::family(DATA_FAMILY),
+                )?
+            };
             let mut stored = closed.iter().zip(stored).peekable();
             let mut batch: Vec<RowMutation> = Vec::with_capacity(chunk.len());
             let mut newly_open = Vec::new();
@@ -1384,6 +1429,9 @@ impl Writer {
                 }
                 let mutations = match stored.next_if(|(k, _)| *k == key) {
                     Some((_, row)) => self.compaction_mutations(key, row.as_ref(), &points)?,
+                    None if unstored.contains(&((row >> 32) as u32)) && is_closed(key) => {
+                        self.compaction_mutations(key, None, &points)?
+                    }
                     None => {
                         if self.settings.enable_compaction
                             && let Some(hour) = rowkey::base_time_of(schema, key)

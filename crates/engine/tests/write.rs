@@ -494,3 +494,57 @@ fn a_new_series_counter_keeps_its_first_point_time_until_more_points_come() {
         );
     }
 }
+
+/// A closed hour's row of a series this process has just given a UID is written without
+/// reading it (nothing is stored there) on a store no other process writes; once a flush stored it, the next flush of the same
+/// hour reads it and compacts both flushes' points into one cell.
+#[test]
+fn a_new_series_row_is_read_only_once_stored() {
+    use hourglass_storage::metered::Call;
+    for (name, store) in common::backends() {
+        let db = common::open(store.clone(), common::auto_create());
+        let tags = [("host", "fresh")];
+        let ts = 1_356_998_400;
+        assert_eq!(
+            db.add_points(&[point("m", ts, Value::Int(1), &tags)])
+                .stored,
+            1
+        );
+        let gets = db.store_stats().calls(Call::Get);
+        db.flush().unwrap();
+        // Not where other processes write the store too: they may have stored the row.
+        let read = db.store_stats().calls(Call::Get) > gets;
+        assert_eq!(read, store.is_shared(), "{name}: a row read or not");
+        assert_eq!(
+            db.add_points(&[point("m", ts + 1, Value::Int(2), &tags)])
+                .stored,
+            1
+        );
+        let gets = db.store_stats().calls(Call::Get);
+        db.flush().unwrap();
+        assert!(
+            db.store_stats().calls(Call::Get) > gets,
+            "{name}: no row read"
+        );
+        let key = [
+            db.uids().get_id(UidKind::Metric, "m").unwrap().to_bytes(3),
+            (ts as u32).to_be_bytes().to_vec(),
+            db.uids()
+                .get_id(UidKind::TagKey, "host")
+                .unwrap()
+                .to_bytes(3),
+            db.uids()
+                .get_id(UidKind::TagValue, "fresh")
+                .unwrap()
+                .to_bytes(3),
+        ]
+        .concat();
+        let row = store
+            .get("tsdb", &key, &ReadOptions::default())
+            .unwrap()
+            .expect(name);
+        assert_eq!(row.cells.len(), 1, "{name}: {:?}", row.cells);
+        assert_eq!(row.cells[0].qualifier, [0x00, 0x00, 0x00, 0x10], "{name}");
+        assert_eq!(row.cells[0].value, [0x01, 0x02, 0x00], "{name}");
+    }
+}
