@@ -553,16 +553,21 @@ impl Writer {
         }
         validate_name("metric name", metric_name, &s.allow_special_chars)?;
         for (k, v) in tag_names {
-            validate_name(
-                &format!("tag name with value [{v}]"),
-                k,
-                &s.allow_special_chars,
-            )?;
-            validate_name(
-                &format!("tag value with key [{k}]"),
-                v,
-                &s.allow_special_chars,
-            )?;
+            // Checked first without the words of an error: they are formatted only for one.
+            if validate_name("", k, &s.allow_special_chars).is_err() {
+                validate_name(
+                    &format!("tag name with value [{v}]"),
+                    k,
+                    &s.allow_special_chars,
+                )?;
+            }
+            if validate_name("", v, &s.allow_special_chars).is_err() {
+                validate_name(
+                    &format!("tag value with key [{k}]"),
+                    v,
+                    &s.allow_special_chars,
+                )?;
+            }
         }
         for (i, (k, _)) in tag_names.iter().enumerate() {
             if tag_names[..i].iter().any(|(other, _)| other == k) {
