@@ -306,7 +306,8 @@ pub(crate) struct Writer {
     /// Series with no stored row: one of their UIDs was assigned by this process, on a
     /// store no other process writes, and no flush has stored their rows yet. A flush
     /// writes their rows of closed hours without reading them first (nothing is there to
-    /// merge with). Ids leave after the flush that stored their rows, and when evicted.
+    /// merge with). Ids leave at the first flush writing their rows (before its write, so
+    /// a retry reads what a failed one left), and when evicted.
     unstored: Mutex<HashSet<u32, foldhash::fast::RandomState>>,
     pub(crate) stats: WriteStats,
 }
@@ -1219,16 +1220,23 @@ impl Writer {
             )?),
             None => None,
         };
-        // Series no flush stored a row of: their rows are written without a read.
+        // Series no flush stored a row of: their rows are written without a read. They
+        // leave the set before the write, so a retry after a failed (perhaps partly
+        // applied) write reads what it left.
         let unstored: HashSet<u32, foldhash::fast::RandomState> = {
-            let all = self.unstored.lock();
+            let mut all = self.unstored.lock();
             if all.is_empty() {
                 HashSet::default()
             } else {
-                rows.iter()
+                let taken: HashSet<u32, foldhash::fast::RandomState> = rows
+                    .iter()
                     .map(|(_, row)| (row >> 32) as u32)
                     .filter(|id| all.contains(id))
-                    .collect()
+                    .collect();
+                for id in &taken {
+                    all.remove(id);
+                }
+                taken
             }
         };
         let written = self.write_rows(&sealed, &rows, &unstored)?;
@@ -1261,12 +1269,6 @@ impl Writer {
         }
         flush.stored_seq = flush.stored_seq.max(through);
         drop(sealed);
-        if !unstored.is_empty() {
-            let mut all = self.unstored.lock();
-            for id in &unstored {
-                all.remove(id);
-            }
-        }
         // Postings and rows are synced: markers may say so now.
         if let (Some(index), Some(pending)) = (&self.index, index) {
             let markers = index.finish(self.store.as_ref(), pending);
