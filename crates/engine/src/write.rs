@@ -24,7 +24,7 @@ mod series_cap;
 mod series_index;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -303,6 +303,12 @@ pub(crate) struct Writer {
     series_cap: Option<series_cap::SeriesCap>,
     /// Where buffered points are noted as changes (when this TSD alone writes its store).
     changes: Option<Arc<crate::changes::Changes>>,
+    /// Series with no stored row: one of their UIDs was assigned by this process, on a
+    /// store no other process writes, and no flush has stored their rows yet. A flush
+    /// writes their rows of closed hours without reading them first (nothing is there to
+    /// merge with). Ids leave at the first flush writing their rows (before its write, so
+    /// a retry reads what a failed one left), and when evicted.
+    unstored: Mutex<HashSet<u32, foldhash::fast::RandomState>>,
     pub(crate) stats: WriteStats,
 }
 
@@ -406,6 +412,7 @@ impl Writer {
             tables_ready: AtomicBool::new(false),
             last_cell_ts: AtomicI64::new(0),
             changes,
+            unstored: Mutex::new(HashSet::default()),
             stats: WriteStats::default(),
         })
     }
@@ -497,8 +504,14 @@ impl Writer {
             tracing::error!(error = %e, "meta data tracking failed for a new series");
         }
         let mut series = self.series.write();
+        let held = series.len();
         let id = series.intern(template, self.epoch());
         series.by_text.insert(text, id);
+        // Before any of its points is buffered, so before any flush of them; under the
+        // series lock, so before another batch can find it.
+        if assigned && series.len() > held && !self.store.is_shared() {
+            self.unstored.lock().insert(id);
+        }
         // Before any of its points is buffered, so before any flush of them.
         if assigned && let Some(index) = &self.index {
             index.unwritten(id);
@@ -541,16 +554,21 @@ impl Writer {
         }
         validate_name("metric name", metric_name, &s.allow_special_chars)?;
         for (k, v) in tag_names {
-            validate_name(
-                &format!("tag name with value [{v}]"),
-                k,
-                &s.allow_special_chars,
-            )?;
-            validate_name(
-                &format!("tag value with key [{k}]"),
-                v,
-                &s.allow_special_chars,
-            )?;
+            // Checked first without the words of an error: they are formatted only for one.
+            if validate_name("", k, &s.allow_special_chars).is_err() {
+                validate_name(
+                    &format!("tag name with value [{v}]"),
+                    k,
+                    &s.allow_special_chars,
+                )?;
+            }
+            if validate_name("", v, &s.allow_special_chars).is_err() {
+                validate_name(
+                    &format!("tag value with key [{k}]"),
+                    v,
+                    &s.allow_special_chars,
+                )?;
+            }
         }
         for (i, (k, _)) in tag_names.iter().enumerate() {
             if tag_names[..i].iter().any(|(other, _)| other == k) {
@@ -681,6 +699,12 @@ impl Writer {
         if evicted.is_empty() {
             return;
         }
+        {
+            let mut unstored = self.unstored.lock();
+            for id in &evicted {
+                unstored.remove(id);
+            }
+        }
         if let Some(index) = &self.index {
             index.forget(&evicted);
         }
@@ -778,6 +802,10 @@ impl Writer {
         }
         if let Err(e) = self.log_and_buffer(&resolved) {
             tracing::error!(error = %e, "batch refused: it could not be logged");
+            // The first points of series new to the store may be among those refused.
+            if let Some(tracker) = &self.tracker {
+                tracker.forget_fresh();
+            }
             outcome.errors = (0..points.len()).map(|i| (i, e.clone())).collect();
             self.stats
                 .points_rejected
@@ -1192,7 +1220,26 @@ impl Writer {
             )?),
             None => None,
         };
-        let written = self.write_rows(&sealed, &rows)?;
+        // Series no flush stored a row of: their rows are written without a read. They
+        // leave the set before the write, so a retry after a failed (perhaps partly
+        // applied) write reads what it left.
+        let unstored: HashSet<u32, foldhash::fast::RandomState> = {
+            let mut all = self.unstored.lock();
+            if all.is_empty() {
+                HashSet::default()
+            } else {
+                let taken: HashSet<u32, foldhash::fast::RandomState> = rows
+                    .iter()
+                    .map(|(_, row)| (row >> 32) as u32)
+                    .filter(|id| all.contains(id))
+                    .collect();
+                for id in &taken {
+                    all.remove(id);
+                }
+                taken
+            }
+        };
+        let written = self.write_rows(&sealed, &rows, &unstored)?;
         // Rows of hours already closed mark their hours dirty for computed rollups (RFC 0008
         // phase 4): after the rows are in the store, before the log lets go of the points.
         if self
@@ -1339,10 +1386,13 @@ impl Writer {
 
     /// Writes the rows of the sealed buffers a chunk at a time (only one chunk's points are
     /// copied, and only where out of order). Returns each row's key and point count.
+    /// Rows of series in `unstored` (none of their rows is stored) are not read: a row of
+    /// a closed hour is compacted from its buffered points alone.
     fn write_rows(
         &self,
         sealed: &[Arc<Buffer>],
         rows: &[(Vec<u8>, u64)],
+        unstored: &HashSet<u32, foldhash::fast::RandomState>,
     ) -> Result<Vec<(Vec<u8>, u64)>> {
         let schema = &self.settings.schema;
         let at = schema.timestamp_offset();
@@ -1356,20 +1406,26 @@ impl Writer {
             return self.append_rows(sealed, rows);
         }
         for chunk in flush_chunks(sealed, rows) {
-            // Rows of closed hours are merged with what they hold: read them in one go.
+            // Rows of closed hours are merged with what they hold: read them in one go
+            // (those of series with no stored row are known empty).
+            let is_closed = |key: &[u8]| {
+                self.settings.enable_compaction
+                    && hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
+            };
             let closed: Vec<Vec<u8>> = chunk
                 .iter()
-                .filter(|(key, _)| {
-                    self.settings.enable_compaction
-                        && hour_closed(rowkey::base_time_of(schema, key).unwrap_or(0), now_secs)
-                })
+                .filter(|(key, row)| is_closed(key) && !unstored.contains(&((row >> 32) as u32)))
                 .map(|(key, _)| key.clone())
                 .collect();
-            let stored = self.store.get_rows(
-                &schema.data_table,
-                &closed,
-                &ReadOptions::family(DATA_FAMILY),
-            )?;
+            let stored = if closed.is_empty() {
+                Vec::new()
+            } else {
+                self.store.get_rows(
+                    &schema.data_table,
+                    &closed,
+                    &ReadOptions::family(DATA_FAMILY),
+                )?
+            };
             let mut stored = closed.iter().zip(stored).peekable();
             let mut batch: Vec<RowMutation> = Vec::with_capacity(chunk.len());
             let mut newly_open = Vec::new();
@@ -1380,6 +1436,9 @@ impl Writer {
                 }
                 let mutations = match stored.next_if(|(k, _)| *k == key) {
                     Some((_, row)) => self.compaction_mutations(key, row.as_ref(), &points)?,
+                    None if unstored.contains(&((row >> 32) as u32)) && is_closed(key) => {
+                        self.compaction_mutations(key, None, &points)?
+                    }
                     None => {
                         if self.settings.enable_compaction
                             && let Some(hour) = rowkey::base_time_of(schema, key)

@@ -407,3 +407,144 @@ fn tags_left_as_written_are_read_only_when_the_series_is_new() {
         assert_eq!(points.len(), 3, "{name}");
     }
 }
+
+/// The `ts_ctr` cell (tracking only) of a series new to the store is written at its first
+/// point's arrival; a flush holding that point alone leaves it (its time is that point's),
+/// and a flush holding more of the series' points sets it again at the flush.
+#[test]
+fn a_new_series_counter_keeps_its_first_point_time_until_more_points_come() {
+    for (name, store) in common::backends() {
+        let settings = Settings {
+            meta: hourglass_engine::meta::MetaTracking {
+                tsuid_tracking: true,
+                ..Default::default()
+            },
+            ..common::auto_create()
+        };
+        let db = common::open(store.clone(), settings);
+        let ts = 1_356_998_400;
+        let one = [("host", "one")];
+        let two = [("host", "two")];
+        let before = hourglass_storage::now_ms();
+        assert_eq!(
+            db.add_points(&[point("m", ts, Value::Int(1), &one)]).stored,
+            1
+        );
+        assert_eq!(
+            db.add_points(&[point("m", ts, Value::Int(1), &two)]).stored,
+            1
+        );
+        assert_eq!(
+            db.add_points(&[point("m", ts + 1, Value::Int(2), &two)])
+                .stored,
+            1
+        );
+        let arrived = hourglass_storage::now_ms();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let flushed_from = hourglass_storage::now_ms();
+        db.flush().unwrap();
+        let counter_time = |tag: &str| {
+            let tsuid = [
+                db.uids().get_id(UidKind::Metric, "m").unwrap().to_bytes(3),
+                db.uids()
+                    .get_id(UidKind::TagKey, "host")
+                    .unwrap()
+                    .to_bytes(3),
+                db.uids()
+                    .get_id(UidKind::TagValue, tag)
+                    .unwrap()
+                    .to_bytes(3),
+            ]
+            .concat();
+            let row = store
+                .get("tsdb-meta", &tsuid, &ReadOptions::default())
+                .unwrap()
+                .expect(name);
+            let cell = row
+                .cells
+                .iter()
+                .find(|c| c.family == "name" && c.qualifier == b"ts_ctr")
+                .expect(name);
+            assert_eq!(cell.value, 1i64.to_be_bytes(), "{name}");
+            cell.timestamp
+        };
+        let t = counter_time("one");
+        assert!(
+            (before..=arrived).contains(&t),
+            "{name}: {t} not in {before}..={arrived}"
+        );
+        let t = counter_time("two");
+        assert!(
+            t >= flushed_from,
+            "{name}: {t} before the flush at {flushed_from}"
+        );
+        // A later flush of another point of the first series sets it again.
+        assert_eq!(
+            db.add_points(&[point("m", ts + 2, Value::Int(3), &one)])
+                .stored,
+            1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let flushed_from = hourglass_storage::now_ms();
+        db.flush().unwrap();
+        let t = counter_time("one");
+        assert!(
+            t >= flushed_from,
+            "{name}: {t} before the flush at {flushed_from}"
+        );
+    }
+}
+
+/// A closed hour's row of a series this process has just given a UID is written without
+/// reading it (nothing is stored there) on a store no other process writes; once a flush stored it, the next flush of the same
+/// hour reads it and compacts both flushes' points into one cell.
+#[test]
+fn a_new_series_row_is_read_only_once_stored() {
+    use hourglass_storage::metered::Call;
+    for (name, store) in common::backends() {
+        let db = common::open(store.clone(), common::auto_create());
+        let tags = [("host", "fresh")];
+        let ts = 1_356_998_400;
+        assert_eq!(
+            db.add_points(&[point("m", ts, Value::Int(1), &tags)])
+                .stored,
+            1
+        );
+        let gets = db.store_stats().calls(Call::Get);
+        db.flush().unwrap();
+        // Not where other processes write the store too: they may have stored the row.
+        let read = db.store_stats().calls(Call::Get) > gets;
+        assert_eq!(read, store.is_shared(), "{name}: a row read or not");
+        assert_eq!(
+            db.add_points(&[point("m", ts + 1, Value::Int(2), &tags)])
+                .stored,
+            1
+        );
+        let gets = db.store_stats().calls(Call::Get);
+        db.flush().unwrap();
+        assert!(
+            db.store_stats().calls(Call::Get) > gets,
+            "{name}: no row read"
+        );
+        let key = [
+            db.uids().get_id(UidKind::Metric, "m").unwrap().to_bytes(3),
+            (ts as u32).to_be_bytes().to_vec(),
+            db.uids()
+                .get_id(UidKind::TagKey, "host")
+                .unwrap()
+                .to_bytes(3),
+            db.uids()
+                .get_id(UidKind::TagValue, "fresh")
+                .unwrap()
+                .to_bytes(3),
+        ]
+        .concat();
+        let row = store
+            .get("tsdb", &key, &ReadOptions::default())
+            .unwrap()
+            .expect(name);
+        assert_eq!(row.cells.len(), 1, "{name}: {:?}", row.cells);
+        assert_eq!(row.cells[0].qualifier, [0x00, 0x00, 0x00, 0x10], "{name}");
+        assert_eq!(row.cells[0].value, [0x01, 0x02, 0x00], "{name}");
+    }
+}

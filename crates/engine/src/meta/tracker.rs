@@ -2,9 +2,12 @@
 
 use super::*;
 use crate::bounded::BoundedMap;
+use parking_lot::Mutex;
 
 /// Series remembered as having their `ts_meta`.
 const KNOWN_SERIES_MAX: usize = 1 << 20;
+
+type Set<K> = HashSet<K, foldhash::fast::RandomState>;
 
 /// OpenTSDB's `tsd.core.meta.*` switches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,7 +44,10 @@ impl MetaTracking {
 
 /// Real-time series tracking for the write path. It runs once per flush with each written
 /// series and its point count, so its cost follows series per flush, not points:
-/// - tracking only: `ts_ctr` set to 1 (its cell time is the series' last write);
+/// - tracking only: `ts_ctr` set to 1 (its cell time is the series' last write), except
+///   for a series whose `ts_ctr` its first point wrote ([`Tracker::first_seen`], a series
+///   new to the store) when that point is all the flush holds of it: the cell already has
+///   that point's time;
 /// - with `realtime_ts`: `ts_meta` created for series not seen before (one read per series
 ///   per process, remembered after);
 /// - with `realtime_ts` and incrementing: `ts_ctr` incremented by the flushed point count,
@@ -55,6 +61,9 @@ pub(crate) struct Tracker {
     known: BoundedMap<Vec<u8>, ()>,
     /// New series for tree processing, when on.
     trees: Option<Arc<crate::tree::TreeQueue>>,
+    /// Series whose `ts_ctr` [`Tracker::first_seen`] wrote whole at their first point's
+    /// arrival, not yet met by a flush (bounded: past the bound, flushes write them again).
+    fresh: Mutex<Set<Vec<u8>>>,
 }
 
 impl Tracker {
@@ -70,6 +79,7 @@ impl Tracker {
             flags,
             known: BoundedMap::new(KNOWN_SERIES_MAX),
             trees,
+            fresh: Mutex::new(Set::default()),
         })
     }
 
@@ -94,8 +104,12 @@ impl Tracker {
             }
             return Ok(());
         }
+        // A series new to the store whose one flushed point is the one `first_seen` wrote
+        // `ts_ctr` for: the cell holds that point's arrival, its last write already.
+        let mut fresh = self.fresh.lock();
         let batch: Vec<hourglass_storage::RowMutation> = series
             .iter()
+            .filter(|(tsuid, n)| !(fresh.remove(tsuid.as_slice()) && *n == 1))
             .map(|(tsuid, _)| hourglass_storage::RowMutation {
                 key: tsuid.clone(),
                 mutations: vec![Mutation::set_at(
@@ -106,6 +120,7 @@ impl Tracker {
                 )],
             })
             .collect();
+        drop(fresh);
         if !batch.is_empty() {
             self.store.mutate_rows(table, &batch)?;
         }
@@ -116,14 +131,16 @@ impl Tracker {
     /// its points are flushed: its `ts_meta` (with `realtime_ts`) or its `ts_ctr` cell.
     /// `new`: one of the series' UIDs was just assigned by this process, so no process
     /// wrote its meta row before; the counter's row is then written whole, without reading
-    /// the row to merge into.
+    /// the row to merge into, and the flush that finds this point alone of the series
+    /// leaves the cell as it is ([`Tracker::record`]). Call it before the point is
+    /// buffered.
     pub(crate) fn first_seen(&self, tsuid: &[u8], now_ms: i64, new: bool) -> Result<()> {
         if self.flags.realtime_ts {
             return self.ensure_ts_meta(tsuid, now_ms / 1000);
         }
         if new {
             let one = 1i64.to_be_bytes();
-            return Ok(self.store.put_cells(
+            self.store.put_cells(
                 &self.schema.meta_table,
                 &[hourglass_storage::CellRow {
                     key: tsuid,
@@ -132,7 +149,12 @@ impl Tracker {
                     timestamp: now_ms,
                     value: &one,
                 }],
-            )?);
+            )?;
+            let mut fresh = self.fresh.lock();
+            if fresh.len() < KNOWN_SERIES_MAX {
+                fresh.insert(tsuid.to_vec());
+            }
+            return Ok(());
         }
         self.store.mutate_row(
             &self.schema.meta_table,
@@ -145,6 +167,12 @@ impl Tracker {
             )],
         )?;
         Ok(())
+    }
+
+    /// Forgets the series [`Tracker::first_seen`] wrote `ts_ctr` for (a batch holding their
+    /// first points was refused): flushes write their cells again.
+    pub(crate) fn forget_fresh(&self) {
+        self.fresh.lock().clear();
     }
 
     /// Creates the series' `ts_meta` unless it has one (one read per series per process).
