@@ -34,8 +34,8 @@ pub struct ServerSettings {
     /// `…series.default`, `…memory_points` and `tsd.query.timeout` (ms); 0 turns one off.
     pub query_limits: Limits,
     /// `tsd.query.limits.memory_points.total`: points every running sub-query may hold
-    /// together (0: no limit); by default a quarter of the machine's memory at
-    /// [`BYTES_A_HELD_POINT`].
+    /// together (0: no limit); by default a quarter of the machine's memory at 36 bytes a
+    /// point.
     pub query_memory_points: u64,
     /// `tsd.query.limits.overrides.config` (re-read every `…overrides.interval` ms):
     /// per-metric byte and point limits.

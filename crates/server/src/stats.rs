@@ -191,37 +191,26 @@ pub(crate) fn report_tags(state: &State) -> Vec<(String, String)> {
 
 /// `/proc/self/status` field in kB, as bytes.
 pub(crate) fn proc_status_bytes(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
+    kb_field_bytes("/proc/self/status", field)
 }
 
 /// The machine's memory, in bytes (0 when unknown).
 pub(crate) fn mem_total_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
+    kb_field_bytes("/proc/meminfo", "MemTotal:")
 }
 
 /// The machine's available memory, in bytes.
 pub(crate) fn mem_available_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
+    kb_field_bytes("/proc/meminfo", "MemAvailable:")
+}
+
+/// A field in kB of a `/proc` file (`Name:   123 kB`), as bytes (0 when unknown).
+fn kb_field_bytes(path: &str, field: &str) -> u64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|n| n.parse::<u64>().ok())
         })
