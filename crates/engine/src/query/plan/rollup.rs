@@ -1692,6 +1692,19 @@ mod tests {
         }
     }
 
+    /// A computed tier's cell (family `t`): aggregation `id`, `offset` from the row's base,
+    /// `v` in the width its `flags` name.
+    fn tier_cell(id: u8, offset: u16, flags: u8, v: i64) -> hourglass_storage::Cell {
+        let [hi, lo] = ((offset << 4) | u16::from(flags)).to_be_bytes();
+        hourglass_storage::Cell {
+            family: "t".into(),
+            qualifier: vec![id, hi, lo],
+            timestamp: 1_356_998_400_000,
+            value: value_bytes(flags, v),
+            form: hourglass_storage::CellForm::Plain,
+        }
+    }
+
     proptest::proptest! {
         /// Reading an `avg` row into columns gives the pairs of the general reading, in its
         /// order, or declines the row; rows of `sum` and `count` ids alone are never
@@ -1962,14 +1975,7 @@ mod tests {
                                 continue;
                             }
                             let id = if *other_ids { id + 2 } else { id };
-                            let [hi, lo] = ((offset << 4) | u16::from(flags)).to_be_bytes();
-                            cells.push(hourglass_storage::Cell {
-                                family: "t".into(),
-                                qualifier: vec![id, hi, lo],
-                                timestamp: 1_356_998_400_000,
-                                value: value_bytes(flags, v),
-                                form: hourglass_storage::CellForm::Plain,
-                            });
+                            cells.push(tier_cell(id, *offset, flags, v));
                         }
                     }
                     if let Some(i) = bad.filter(|i| *i < cells.len()) {
@@ -1995,14 +2001,7 @@ mod tests {
             for offset in [0u16, 5, 23] {
                 for (id, flags, v) in [(0u8, 0x1, v + i64::from(offset)), (1, 0x0, 60), (2, 0x1, v)]
                 {
-                    let [hi, lo] = ((offset << 4) | u16::from(flags)).to_be_bytes();
-                    cells.push(hourglass_storage::Cell {
-                        family: "t".into(),
-                        qualifier: vec![id, hi, lo],
-                        timestamp: 1_356_998_400_000,
-                        value: value_bytes(flags, v),
-                        form: hourglass_storage::CellForm::Plain,
-                    });
+                    cells.push(tier_cell(id, offset, flags, v));
                 }
             }
             RowData::from_cells(cells).encode(None)
