@@ -15,9 +15,6 @@ use hourglass_store_fjall::{FjallStore, Grouping};
 /// one flush of many new series writes about seven, one per kind of entry).
 const INDEX_L0_FILES: u8 = 32;
 
-/// Absolute dates a tool reads or prints are in this zone in OpenTSDB; Hourglass reads them
-/// in UTC, and refuses another zone (as the TSD does).
-pub(crate) const TIMEZONE: &str = "tsd.core.timezone";
 /// Duplicate points resolved by value in OpenTSDB when true; Hourglass keeps the newest.
 pub(crate) const OTSDB_TIMESTAMP: &str = "tsd.storage.use_otsdb_timestamp";
 /// A search plugin, which OpenTSDB's `uid metasync` sends the meta data it writes.

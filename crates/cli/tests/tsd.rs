@@ -190,16 +190,28 @@ fn a_switch_for_what_is_not_provided_refuses_the_start() {
     );
 }
 
-/// A value asking for what Hourglass does not do (absolute dates read in another zone) is
-/// refused at start, naming the key, not silently read as UTC.
+/// A value asking for what Hourglass does not do (refusing a query identical to one still
+/// running) is refused at start, naming the key, not silently ignored.
 #[test]
 fn a_value_asking_for_what_is_not_provided_refuses_the_start() {
-    let stderr = refused_start("tsd.core.timezone = America/New_York\n");
+    let stderr = refused_start("tsd.query.allow_simultaneous_duplicates = false\n");
     assert!(
-        stderr.contains("tsd.core.timezone = America/New_York asks for absolute dates"),
+        stderr.contains(
+            "tsd.query.allow_simultaneous_duplicates = false asks for refusing a query identical"
+        ),
         "{stderr}"
     );
-    assert!(stderr.contains("set it to UTC or remove it"), "{stderr}");
+    assert!(stderr.contains("set it to true or remove it"), "{stderr}");
+}
+
+/// A time zone Java does not know refuses the start, in OpenTSDB's words.
+#[test]
+fn an_unknown_time_zone_refuses_the_start() {
+    let stderr = refused_start("tsd.core.timezone = America/New_Yrok\n");
+    assert!(
+        stderr.contains("Invalid timezone name: America/New_Yrok"),
+        "{stderr}"
+    );
 }
 
 /// Authentication on without a usable credentials file refuses the start, saying why: a

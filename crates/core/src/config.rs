@@ -82,6 +82,21 @@ impl Config {
         }
     }
 
+    /// `tsd.core.timezone`: the zone absolute dates without a zone of their own are read in
+    /// (queries, `/q` and its axes, expressions, annotations, the tools), UTC when unset.
+    /// OpenTSDB 2.4.1 makes it the JVM's default zone and refuses to start on a name Java
+    /// does not know, in these words; names are case-sensitive (`utc` is refused).
+    /// Calendar downsampling without a `timezone` stays UTC whatever it says, as there.
+    pub fn timezone(&self) -> Result<crate::time::Tz> {
+        match self.get("tsd.core.timezone") {
+            None => Ok(crate::time::Tz::UTC),
+            Some(name) => name
+                .trim()
+                .parse()
+                .map_err(|_| Error::invalid(format!("Invalid timezone name: {}", name.trim()))),
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -304,6 +319,7 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.core.socket.timeout",
     "tsd.core.stats_with_port",
     "tsd.core.tag.allow_specialchars",
+    "tsd.core.timezone",
     "tsd.core.tree.enable_processing",
     "tsd.core.uid.random_metrics",
     "tsd.gnuplot.options.allowlist",
@@ -364,9 +380,9 @@ pub const READ_KEYS: &[&str] = &[
     "tsd.storage.hbase.tree_table",
     "tsd.storage.hbase.uid_table",
     "tsd.storage.max_buffer_bytes",
-    "tsd.storage.retention",
     "tsd.storage.max_buffered_points",
     "tsd.storage.max_tags",
+    "tsd.storage.retention",
     "tsd.storage.salt.buckets",
     "tsd.storage.salt.width",
     "tsd.storage.series_cache.idle_ms",
@@ -423,46 +439,11 @@ fn is_blank(value: &str) -> bool {
     value.trim().is_empty()
 }
 
-/// A Java time zone ID of UTC (Java's IDs are case-sensitive; OpenTSDB refuses to start
-/// on one Java does not know).
-fn is_utc_zone(value: &str) -> bool {
-    matches!(
-        value.trim(),
-        "UTC"
-            | "Etc/UTC"
-            | "UCT"
-            | "Etc/UCT"
-            | "GMT"
-            | "Etc/GMT"
-            | "GMT0"
-            | "Etc/GMT0"
-            | "Etc/GMT+0"
-            | "Etc/GMT-0"
-            | "Greenwich"
-            | "Etc/Greenwich"
-            | "Universal"
-            | "Etc/Universal"
-            | "Zulu"
-            | "Etc/Zulu"
-    )
-}
-
 /// OpenTSDB 2.4's keys that Hourglass reads only to refuse a TSD that sets them away from
 /// what it does (as [`UNAVAILABLE_SWITCHES`]): each would change answers, accepted input or
 /// limits. The other [`OPENTSDB_UNUSED_KEYS`] change nothing a client sees (the comments
 /// there say why).
 pub const REFUSED_VALUES: &[RefusedValue] = &[
-    // OpenTSDB 2.4.1 makes it the JVM's default zone: absolute dates without a `timezone`
-    // (queries, `/q`, expressions, annotations, the tools) and the graphs' axes are read in
-    // it. Hourglass reads them in UTC. (Calendar downsampling without a `timezone` is UTC in
-    // OpenTSDB whatever this key says.)
-    RefusedValue {
-        key: "tsd.core.timezone",
-        accepts: is_utc_zone,
-        asks_for: "absolute dates without a `timezone` (queries, /q, expressions, annotations) \
-                   read in that zone rather than UTC",
-        instead: "set it to UTC or remove it",
-    },
     // `false`: a query identical to one still running is refused (`QueryStats`).
     RefusedValue {
         key: "tsd.query.allow_simultaneous_duplicates",
@@ -526,7 +507,6 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     "tsd.storage.repair_appends",
     "tsd.core.storage_exception_handler.enable",
     "tsd.core.storage_exception_handler.plugin",
-    "tsd.core.timezone",
     // gnuplot's cache directory and OpenTSDB's static files: graphs are drawn in the TSD.
     "tsd.http.cachedir",
     "tsd.ui.noexport",
@@ -916,9 +896,6 @@ mod tests {
         // Unset, or set to what Hourglass does: accepted.
         for accepted in [
             "",
-            "tsd.core.timezone = UTC\n",
-            "tsd.core.timezone = Etc/UTC \n",
-            "tsd.core.timezone = GMT\n",
             "tsd.query.allow_simultaneous_duplicates = true\n",
             "tsd.query.allow_simultaneous_duplicates = YES\n",
             "tsd.storage.use_otsdb_timestamp = false\n",
@@ -930,13 +907,6 @@ mod tests {
             assert_eq!(parse(accepted).refusal(), None, "{accepted:?}");
         }
         for (text, says) in [
-            (
-                "tsd.core.timezone = Europe/Paris\n",
-                "tsd.core.timezone = Europe/Paris asks for absolute dates without a `timezone`",
-            ),
-            // Java's zone IDs are case-sensitive: OpenTSDB refuses `utc` too.
-            ("tsd.core.timezone = utc\n", "tsd.core.timezone = utc asks"),
-            ("tsd.core.timezone =\n", "tsd.core.timezone =  asks"),
             (
                 "tsd.query.allow_simultaneous_duplicates = false\n",
                 "tsd.query.allow_simultaneous_duplicates = false asks for refusing a query \
@@ -962,15 +932,9 @@ mod tests {
                 "{refused}"
             );
         }
-        assert!(
-            parse("tsd.core.timezone = Asia/Tokyo\n")
-                .refusal()
-                .unwrap()
-                .ends_with("set it to UTC or remove it")
-        );
         // A switch is named before a value.
         assert!(
-            parse("tsd.core.timezone = Asia/Tokyo\ntsd.search.enable = true\n")
+            parse("tsd.storage.use_otsdb_timestamp = true\ntsd.search.enable = true\n")
                 .refusal()
                 .unwrap()
                 .starts_with("tsd.search.enable")
@@ -981,6 +945,25 @@ mod tests {
             if let Some((_, v)) = default {
                 assert!((r.accepts)(v), "{} accepts its default {v}", r.key);
             }
+        }
+    }
+
+    #[test]
+    fn the_default_zone_is_a_java_zone_id() {
+        let zone = |text: &str| Config::parse(text).unwrap().timezone();
+        assert_eq!(zone("").unwrap(), crate::time::Tz::UTC);
+        assert_eq!(
+            zone("tsd.core.timezone = America/New_York \n").unwrap(),
+            crate::time::Tz::America__New_York
+        );
+        assert_eq!(
+            zone("tsd.core.timezone = Etc/UTC\n").unwrap(),
+            crate::time::Tz::Etc__UTC
+        );
+        // Case-sensitive, as Java's IDs; an empty name is not one.
+        for bad in ["utc", "Europe/Pariss", ""] {
+            let err = zone(&format!("tsd.core.timezone = {bad}\n")).unwrap_err();
+            assert_eq!(err.to_string(), format!("Invalid timezone name: {bad}"));
         }
     }
 

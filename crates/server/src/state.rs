@@ -13,6 +13,8 @@ use crate::stats::ServerStats;
 pub struct ServerSettings {
     /// `--read-only` / `tsd.mode = ro`: no writes accepted.
     pub read_only: bool,
+    /// `tsd.core.timezone`: the zone of absolute dates given without one.
+    pub timezone: hourglass_core::time::Tz,
     /// `tsd.mode = wo`: writes only; the query endpoints and the UI are not served.
     pub write_only: bool,
     /// `tsd.core.enable_api` (`--disable-api`): the `/api/*` endpoints are served.
@@ -134,6 +136,7 @@ impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             read_only: false,
+            timezone: hourglass_core::time::Tz::UTC,
             write_only: false,
             enable_api: true,
             enable_ui: true,
@@ -169,6 +172,7 @@ impl ServerSettings {
         let d = ServerSettings::default();
         Ok(ServerSettings {
             read_only: c.get_str("tsd.mode", "rw").eq_ignore_ascii_case("ro"),
+            timezone: c.timezone()?,
             write_only: c.get_str("tsd.mode", "rw").eq_ignore_ascii_case("wo"),
             // OpenTSDB compares these two with the exact text "true".
             enable_api: c.get_str("tsd.core.enable_api", "true") == "true",

@@ -90,6 +90,95 @@ async fn show_options_and_output_forms(backend: &str) {
     srv.stop().await;
 }
 
+/// `tsd.core.timezone` (OpenTSDB's JVM default zone): absolute dates given without a zone
+/// of their own are read in it by `/api/query`, `/api/query/exp`, `/api/query/gexp` and
+/// `/api/annotations`; a zone given still wins, and calendar buckets without one stay UTC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tsds_zone_reads_dates_given_without_one() {
+    let mut config = Config::default();
+    config.set("tsd.core.auto_create_metrics", "true");
+    config.set("tsd.core.timezone", "Asia/Kolkata");
+    let srv = start_with("memory", config).await;
+    let mut lines = String::new();
+    // One point per hour for two days from 2013-01-01T00:00Z.
+    for h in 0..48 {
+        lines.push_str(&format!("put m {} 1 host=a\n", 1356998400 + h * 3600));
+    }
+    assert!(common::telnet(srv.addr, &lines).await.is_empty());
+    let dps_keys =
+        |v: &Value| -> Vec<String> { v[0]["dps"].as_object().unwrap().keys().cloned().collect() };
+    // 05:30 and 06:30 in Kolkata (UTC+5:30) are 00:00Z and 01:00Z.
+    let (start, end) = ("2013/01/01-05:30", "2013/01/01-06:30");
+    let query = json!({"start": start, "end": end,
+                       "queries": [{"aggregator": "sum", "metric": "m"}]});
+    let v = post(&srv, "/api/query", query).await.json();
+    assert_eq!(dps_keys(&v), ["1356998400", "1357002000"], "{v}");
+    let r = http(
+        srv.addr,
+        "GET",
+        &format!("/api/query?start={start}&end={end}&m=sum:m"),
+        "",
+    )
+    .await;
+    assert_eq!(dps_keys(&r.json()), ["1356998400", "1357002000"]);
+    // A zone given reads the dates.
+    let query = json!({"start": start, "end": end, "timezone": "UTC",
+                       "queries": [{"aggregator": "sum", "metric": "m"}]});
+    let v = post(&srv, "/api/query", query).await.json();
+    assert_eq!(dps_keys(&v), ["1357020000"], "{v}");
+    // Calendar buckets without a zone are UTC days, whatever the TSD's zone.
+    let query = json!({"start": "2013/01/01-05:30", "end": "2013/01/02-05:29",
+                       "queries": [{"aggregator": "sum", "metric": "m", "downsample": "1dc-sum"}]});
+    let v = post(&srv, "/api/query", query).await.json();
+    assert_eq!(v[0]["dps"], json!({"1356998400": 24.0}), "{v}");
+    // Expressions.
+    let exp = json!({"time": {"start": start, "end": end, "aggregator": "sum"},
+                     "metrics": [{"id": "a", "metric": "m"}],
+                     "expressions": [{"id": "e", "expr": "a * 2"}]});
+    let v = post(&srv, "/api/query/exp", exp).await.json();
+    let times: Vec<i64> = v["outputs"][0]["dps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_i64().unwrap())
+        .collect();
+    assert_eq!(times, [1356998400000, 1357002000000], "{v}");
+    let r = http(
+        srv.addr,
+        "GET",
+        &format!("/api/query/gexp?start={start}&end={end}&exp=scale(sum:m,2)"),
+        "",
+    )
+    .await;
+    assert_eq!(
+        dps_keys(&r.json()),
+        ["1356998400", "1357002000"],
+        "{}",
+        r.text()
+    );
+    // Annotations: a global note at 00:00Z, found from 05:30 Kolkata and not from 05:31.
+    let note = json!({"startTime": 1356998400, "description": "midnight UTC"});
+    assert_eq!(post(&srv, "/api/annotation", note).await.status, 200);
+    let found = |from: &str| {
+        let path = format!("/api/annotations?start_time={from}&end_time={end}");
+        async move { http(srv.addr, "GET", &path, "").await.json() }
+    };
+    assert_eq!(
+        found("2013/01/01-05:30").await[0]["description"],
+        "midnight UTC"
+    );
+    assert_eq!(found("2013/01/01-05:31").await, json!([]));
+    srv.stop().await;
+}
+
+/// A zone Java does not know refuses the start, in OpenTSDB's words.
+#[test]
+fn a_tsd_zone_java_does_not_know_is_refused() {
+    let config = Config::parse("tsd.core.timezone = Asia/Kolkatta\n").unwrap();
+    let err = hourglass_server::ServerSettings::from_config(&config).unwrap_err();
+    assert_eq!(err.to_string(), "Invalid timezone name: Asia/Kolkatta");
+}
+
 async fn time_zones_and_calendar_buckets(backend: &str) {
     let srv = start(backend).await;
     let mut lines = String::new();

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use hourglass_core::time::Tz;
 use hourglass_core::uid::UidKind;
 use hourglass_engine::fsck::{FsckOptions, FsckScope, fsck};
 use hourglass_engine::query::aggregator::Aggregator;
@@ -98,8 +99,12 @@ struct CliQuery {
 
 /// Splits OpenTSDB's command-line query syntax into a time range (ms) and queries. The
 /// aggregator, rate and downsampling words are checked and otherwise ignored, as in OpenTSDB.
-fn parse_queries(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<CliQuery>)> {
-    let (start, end, mut i) = super::parse_range(words, now_ms)?;
+fn parse_queries(
+    words: &[String],
+    now_ms: i64,
+    tz: Tz,
+) -> anyhow::Result<(i64, i64, Vec<CliQuery>)> {
+    let (start, end, mut i) = super::parse_range(words, now_ms, tz)?;
     let mut queries = Vec::new();
     while i < words.len() {
         let agg = &words[i];
@@ -184,18 +189,15 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
         }
         Some(n) => n as usize,
     };
-    // Dates are read in UTC; duplicates are resolved by their cells' write times (OpenTSDB
-    // with `tsd.storage.use_otsdb_timestamp` stores the points' times there instead).
+    // Duplicates are resolved by their cells' write times (OpenTSDB with
+    // `tsd.storage.use_otsdb_timestamp` stores the points' times there instead).
     let mut refused = Vec::new();
-    if !args.query.is_empty() || args.since.is_some() {
-        refused.push(crate::open::TIMEZONE);
-    }
     if args.resolve_duplicates || args.fix_all {
         refused.push(crate::open::OTSDB_TIMESTAMP);
     }
-    args.store.config_refusing(&refused)?;
+    let tz = args.store.config_refusing(&refused)?.timezone()?;
     if args.index {
-        return run_index(args, started);
+        return run_index(args, started, tz);
     }
     if !args.full_scan && args.query.is_empty() {
         eprintln!(
@@ -208,7 +210,7 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
     let parsed = if args.query.is_empty() {
         None
     } else {
-        match parse_queries(&args.query, chrono::Utc::now().timestamp_millis()) {
+        match parse_queries(&args.query, chrono::Utc::now().timestamp_millis(), tz) {
             Ok(p) => Some(p),
             Err(e) => {
                 eprintln!("Invalid usage.  {e}\n{}", usage());
@@ -256,12 +258,12 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
 /// `fsck --index [--fix] [--since T]`: every finding on one line, then the counts. The exit
 /// status is 1 when entries are missing or bad (stale entries and recounted counters are
 /// allowed by the index's invariants; they are reported and fixed all the same).
-fn run_index(args: &FsckArgs, started: Instant) -> anyhow::Result<ExitCode> {
+fn run_index(args: &FsckArgs, started: Instant, tz: Tz) -> anyhow::Result<ExitCode> {
     use hourglass_engine::index::check::{CheckOptions, check};
     let now_ms = chrono::Utc::now().timestamp_millis();
     let since = match &args.since {
         Some(word) => {
-            let ms = hourglass_core::time::parse_time(word, now_ms)
+            let ms = hourglass_core::time::parse_time_in(word, now_ms, tz)
                 .with_context(|| format!("invalid time: {word}"))?;
             Some(u32::try_from(ms.div_euclid(1000).max(0)).unwrap_or(u32::MAX))
         }
@@ -321,6 +323,7 @@ mod tests {
         let (start, end, qs) = parse_queries(
             &words("1356998400 1357002000 sum rate counter,10 downsample 60000 avg sys.cpu host=a|b dc=* max other"),
             0,
+            Tz::UTC,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((start, end), (1356998400000, 1357002000000));
@@ -340,8 +343,8 @@ mod tests {
                 }
             ]
         );
-        assert!(parse_queries(&words("1h-ago sum"), 0).is_err());
-        assert!(parse_queries(&words("1356998400 bogus m"), 0).is_err());
-        assert!(parse_queries(&words("1356998400 sum m host="), 0).is_err());
+        assert!(parse_queries(&words("1h-ago sum"), 0, Tz::UTC).is_err());
+        assert!(parse_queries(&words("1356998400 bogus m"), 0, Tz::UTC).is_err());
+        assert!(parse_queries(&words("1356998400 sum m host="), 0, Tz::UTC).is_err());
     }
 }

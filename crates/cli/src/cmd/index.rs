@@ -10,6 +10,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use hourglass_core::time::Tz;
 use hourglass_core::uid::{Uid, UidKind, hex_upper};
 use hourglass_engine::index::rebuild::{RebuildOptions, rebuild};
 
@@ -58,9 +59,9 @@ impl IndexArgs {
     }
 }
 
-/// A time word as seconds (clamped to the index's 32-bit times).
-fn seconds(word: &str, now_ms: i64) -> anyhow::Result<u32> {
-    let ms = hourglass_core::time::parse_time(word, now_ms)
+/// A time word as seconds (clamped to the index's 32-bit times), absolute dates in `tz`.
+fn seconds(word: &str, now_ms: i64, tz: Tz) -> anyhow::Result<u32> {
+    let ms = hourglass_core::time::parse_time_in(word, now_ms, tz)
         .with_context(|| format!("invalid time: {word}"))?;
     Ok(u32::try_from(ms.div_euclid(1000).max(0)).unwrap_or(u32::MAX))
 }
@@ -73,9 +74,7 @@ pub(crate) fn run(args: &IndexArgs) -> anyhow::Result<ExitCode> {
 
 fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
     let now_ms = chrono::Utc::now().timestamp_millis();
-    if args.since.is_some() || args.until.is_some() {
-        args.store.config_refusing(&[crate::open::TIMEZONE])?;
-    }
+    let tz = args.store.config()?.timezone()?;
     let settings = args.store.settings()?;
     let mut replaced = None;
     let db = if args.replace {
@@ -104,12 +103,12 @@ fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
         since: args
             .since
             .as_deref()
-            .map(|w| seconds(w, now_ms))
+            .map(|w| seconds(w, now_ms, tz))
             .transpose()?,
         until: args
             .until
             .as_deref()
-            .map(|w| seconds(w, now_ms))
+            .map(|w| seconds(w, now_ms, tz))
             .transpose()?,
         table: args.index_table.clone(),
         now_secs: u32::try_from(now_ms / 1000).unwrap_or(u32::MAX),

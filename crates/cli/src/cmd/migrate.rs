@@ -154,22 +154,22 @@ pub(crate) fn run(args: &MigrateArgs) -> anyhow::Result<ExitCode> {
     if args.batch_points == 0 || args.suggest_max == 0 || args.lookup_limit == 0 {
         anyhow::bail!("--batch-points, --suggest-max and --lookup-limit must be positive");
     }
-    // --start and --end are read in UTC; writing here resolves duplicates as Hourglass does.
-    let mut refused = vec![crate::open::TIMEZONE];
+    // Writing here resolves duplicates as Hourglass does.
+    let mut refused = Vec::new();
     if args.url.is_none() {
         refused.push(crate::open::OTSDB_TIMESTAMP);
     }
-    args.store.config_refusing(&refused)?;
+    let tz = args.store.config_refusing(&refused)?.timezone()?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let start_arg = args.start.clone().unwrap_or_default();
     let end_arg = args.end.clone().unwrap_or_default();
     let start_ms = match args.start.as_deref() {
-        Some(t) => hourglass_core::time::parse_time(t, now_ms)
+        Some(t) => hourglass_core::time::parse_time_in(t, now_ms, tz)
             .with_context(|| format!("bad --start {t:?}"))?,
         None => 0,
     };
     let end_ms = match args.end.as_deref() {
-        Some(t) => hourglass_core::time::parse_time(t, now_ms)
+        Some(t) => hourglass_core::time::parse_time_in(t, now_ms, tz)
             .with_context(|| format!("bad --end {t:?}"))?,
         None => now_ms,
     };

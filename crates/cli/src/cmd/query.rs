@@ -9,6 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use hourglass_core::time::Tz;
 use hourglass_engine::num::Num;
 use hourglass_engine::query::aggregator::{Aggregator, NAMES};
 use hourglass_engine::query::downsample::{DownsampleSpec, FillPolicy};
@@ -54,8 +55,8 @@ fn usage() -> String {
     )
 }
 
-fn parse(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<Parsed>)> {
-    let (start, end, mut i) = super::parse_range(words, now_ms)?;
+fn parse(words: &[String], now_ms: i64, tz: Tz) -> anyhow::Result<(i64, i64, Vec<Parsed>)> {
+    let (start, end, mut i) = super::parse_range(words, now_ms, tz)?;
     let mut out = Vec::new();
     while i < words.len() {
         let agg_name = &words[i];
@@ -262,13 +263,13 @@ fn remote(url: &str, start: i64, end: i64, queries: &[Parsed]) -> anyhow::Result
 }
 
 pub(crate) fn run_query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
-    // Dates are read in UTC; stored duplicates are answered with the newest value (a TSD
-    // asked with --url answers by its own config).
-    let mut refused = vec![crate::open::TIMEZONE];
+    // Stored duplicates are answered with the newest value (a TSD asked with --url answers
+    // by its own config).
+    let mut refused = Vec::new();
     if args.url.is_none() {
         refused.push(crate::open::OTSDB_TIMESTAMP);
     }
-    args.store.config_refusing(&refused)?;
+    let tz = args.store.config_refusing(&refused)?.timezone()?;
     if args.graph.is_some() {
         bail!(
             "--graph writes Gnuplot files, which this version of Hourglass does not provide: \
@@ -276,7 +277,7 @@ pub(crate) fn run_query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
-    let (start, end, queries) = match parse(&args.query, now_ms) {
+    let (start, end, queries) = match parse(&args.query, now_ms, tz) {
         Ok(q) => q,
         Err(e) => {
             eprintln!("{e}\n{}", usage());
@@ -319,6 +320,7 @@ mod tests {
         let (start, end, qs) = parse(
             &words("1356998400 1357002000 sum rate counter,1000,5 downsample 60000 avg sys.cpu host=* dc=lga max other"),
             0,
+            Tz::UTC,
         )
         .unwrap();
         assert_eq!((start, end), (1356998400000, 1357002000000));
@@ -335,9 +337,9 @@ mod tests {
         );
         assert_eq!(qs[1].sub.metric, "other");
         assert_eq!(qs[1].m_param, "max:other");
-        assert!(parse(&words("1h-ago sum"), 0).is_err());
+        assert!(parse(&words("1h-ago sum"), 0, Tz::UTC).is_err());
         assert_eq!(
-            parse(&words("1h-ago bogus m"), 10_000_000)
+            parse(&words("1h-ago bogus m"), 10_000_000, Tz::UTC)
                 .unwrap_err()
                 .to_string(),
             "No such aggregator: bogus"

@@ -14,6 +14,7 @@ use hourglass_core::annotation;
 use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::decode_row_key;
 use hourglass_core::schema::{DATA_FAMILY, Schema};
+use hourglass_core::time::Tz;
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::Value;
 use hourglass_engine::Tsdb;
@@ -56,8 +57,8 @@ struct CliQuery {
 }
 
 /// Splits OpenTSDB's command-line query syntax into a time range and sub-queries.
-fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<CliQuery>)> {
-    let (start, end, mut i) = super::parse_range(words, now_ms)?;
+fn parse_query(words: &[String], now_ms: i64, tz: Tz) -> anyhow::Result<(i64, i64, Vec<CliQuery>)> {
+    let (start, end, mut i) = super::parse_range(words, now_ms, tz)?;
     let mut queries = Vec::new();
     while i < words.len() {
         i += 1; // aggregator
@@ -83,14 +84,15 @@ fn parse_query(words: &[String], now_ms: i64) -> anyhow::Result<(i64, i64, Vec<C
 }
 
 pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
-    // Dates are read and printed in UTC; compacting keeps the newest of duplicates.
-    let mut refused = vec![crate::open::TIMEZONE];
+    // Dates are read and printed in `tsd.core.timezone`; compacting keeps the newest of
+    // duplicates.
+    let mut refused = Vec::new();
     if args.compact {
         refused.push(crate::open::OTSDB_TIMESTAMP);
     }
-    args.store.config_refusing(&refused)?;
+    let tz = args.store.config_refusing(&refused)?.timezone()?;
     let now_ms = chrono::Utc::now().timestamp_millis();
-    let (start, end, queries) = match parse_query(&args.query, now_ms) {
+    let (start, end, queries) = match parse_query(&args.query, now_ms, tz) {
         Ok(q) => q,
         Err(e) => {
             eprintln!(
@@ -134,7 +136,7 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
             if args.import || args.delete {
                 print_import(&mut out, &db, &schema, &row)?;
             } else {
-                print_row(&mut out, &db, &schema, &row)?;
+                print_row(&mut out, &db, &schema, &row, tz)?;
             }
             if args.delete {
                 deletions.push(RowMutation {
@@ -168,11 +170,15 @@ fn delete_rows(db: &Tsdb, deletions: &[RowMutation]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `java.util.Date.toString()` in UTC.
-fn date(ms: i64) -> String {
+/// `java.util.Date.toString()` in the zone `tz` (its abbreviation, as Java's `zzz`).
+fn date(ms: i64, tz: Tz) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map_or_else(
         || ms.to_string(),
-        |d| d.format("%a %b %d %H:%M:%S UTC %Y").to_string(),
+        |d| {
+            d.with_timezone(&tz)
+                .format("%a %b %d %H:%M:%S %Z %Y")
+                .to_string()
+        },
     )
 }
 
@@ -202,7 +208,7 @@ fn value_text(v: Value) -> String {
     }
 }
 
-fn point_line(p: &Point, base: u32) -> String {
+fn point_line(p: &Point, base: u32, tz: Tz) -> String {
     let q = p.qualifier;
     let ts_ms = q.timestamp_ms(base);
     let (offset, ts) = if q.is_millis() {
@@ -219,7 +225,7 @@ fn point_line(p: &Point, base: u32) -> String {
         offset,
         if q.is_float() { 'f' } else { 'l' },
         ts,
-        date(ts_ms)
+        date(ts_ms, tz)
     )
 }
 
@@ -245,7 +251,13 @@ fn row_tags(db: &Tsdb, schema: &Schema, key: &[u8]) -> anyhow::Result<String> {
     Ok(format!("{{{}}}", tags.join(", ")))
 }
 
-fn print_row(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> anyhow::Result<()> {
+fn print_row(
+    out: &mut impl Write,
+    db: &Tsdb,
+    schema: &Schema,
+    row: &Row,
+    tz: Tz,
+) -> anyhow::Result<()> {
     let rk = decode_row_key(schema, &row.key)?;
     let metric = db.uids().get_name(UidKind::Metric, rk.series.metric)?;
     let base = rk.base_time;
@@ -253,7 +265,7 @@ fn print_row(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> any
         out,
         "{} {metric} {base} ({}) {}",
         format_signed_bytes(&row.key),
-        date(i64::from(base) * 1000),
+        date(i64::from(base) * 1000, tz),
         row_tags(db, schema, &row.key)?
     )?;
     for cell in row.cells.iter().filter(|c| c.family == DATA_FAMILY) {
@@ -276,11 +288,11 @@ fn print_row(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> any
                     points.len()
                 )?;
                 for p in &points {
-                    write!(out, "\n    {}", point_line(p, base))?;
+                    write!(out, "\n    {}", point_line(p, base, tz))?;
                 }
                 writeln!(out)?;
             } else if let Some(p) = points.first() {
-                writeln!(out, "  {}", point_line(p, base))?;
+                writeln!(out, "  {}", point_line(p, base, tz))?;
             }
         } else if annotation::is_annotation_qualifier(q) {
             let ts = annotation::decode_qualifier(base, q)?;
@@ -293,7 +305,7 @@ fn print_row(out: &mut impl Write, db: &Tsdb, schema: &Schema, row: &Row) -> any
                 format_signed_bytes(q),
                 format_signed_bytes(v),
                 String::from_utf8_lossy(v),
-                date(ts)
+                date(ts, tz)
             )?;
         } else {
             writeln!(out, "  {}\t[Not a data point]", format_signed_bytes(v))?;
@@ -329,24 +341,36 @@ mod tests {
     #[test]
     fn parses_opentsdb_cli_queries() {
         let now = 1_400_000_000_000;
-        let (s, e, q) = parse_query(&words("1356998400 sum sys.cpu host=a"), now).unwrap();
+        let (s, e, q) = parse_query(&words("1356998400 sum sys.cpu host=a"), now, Tz::UTC).unwrap();
         assert_eq!((s, e), (1_356_998_400_000, now));
         assert_eq!(q[0].metric, "sys.cpu");
         assert_eq!(q[0].tags, vec![("host".into(), "a".into())]);
         let (_, e, q) = parse_query(
             &words("1h-ago 2014/05/13-16:00 sum rate downsample 60000 avg m x=y sum n"),
             now,
+            Tz::UTC,
         )
         .unwrap();
         assert_eq!(e, 1_399_996_800_000);
         assert_eq!(q.len(), 2);
         assert_eq!((q[0].metric.as_str(), q[1].metric.as_str()), ("m", "n"));
-        assert!(parse_query(&words("1h-ago sum"), now).is_err());
-        assert!(parse_query(&words("1h-ago sum m =x"), now).is_err());
+        assert!(parse_query(&words("1h-ago sum"), now, Tz::UTC).is_err());
+        assert!(parse_query(&words("1h-ago sum m =x"), now, Tz::UTC).is_err());
     }
 
     #[test]
     fn dates_print_like_java() {
-        assert_eq!(date(1_356_998_400_000), "Tue Jan 01 00:00:00 UTC 2013");
+        assert_eq!(
+            date(1_356_998_400_000, Tz::UTC),
+            "Tue Jan 01 00:00:00 UTC 2013"
+        );
+        assert_eq!(
+            date(1_356_998_400_000, Tz::America__New_York),
+            "Mon Dec 31 19:00:00 EST 2012"
+        );
+        assert_eq!(
+            date(1_372_636_800_000, Tz::Europe__Paris),
+            "Mon Jul 01 02:00:00 CEST 2013"
+        );
     }
 }

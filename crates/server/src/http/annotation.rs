@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use hourglass_core::time::parse_time;
+use hourglass_core::time::{Tz, parse_time_in};
 use hourglass_core::uid::parse_hex;
 use hourglass_engine::ErrorKind;
 use hourglass_engine::annotation::{self, Annotation, AnnotationUpdate};
@@ -25,24 +25,25 @@ fn now_ms() -> i64 {
     hourglass_storage::now_ms()
 }
 
-/// A time parameter in milliseconds (OpenTSDB's date forms); absent or empty: None.
-fn time_param(params: &Params, key: &str) -> Result<Option<i64>, ApiError> {
+/// A time parameter in milliseconds (OpenTSDB's date forms, absolute dates in the TSD's
+/// zone); absent or empty: None.
+fn time_param(params: &Params, key: &str, tz: Tz) -> Result<Option<i64>, ApiError> {
     params
         .value(key)
-        .map(|t| parse_time(t, now_ms()))
+        .map(|t| parse_time_in(t, now_ms(), tz))
         .transpose()
         .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// An annotation from the URL: times are whole seconds, as OpenTSDB reads them there.
-fn from_params(params: &Params) -> Result<AnnotationUpdate, ApiError> {
-    let start = time_param(params, "start_time")?.unwrap_or(-1);
+fn from_params(params: &Params, tz: Tz) -> Result<AnnotationUpdate, ApiError> {
+    let start = time_param(params, "start_time", tz)?.unwrap_or(-1);
     if start < 1 {
         return Err(ApiError::bad_request("Missing start time"));
     }
     let mut obj = Map::new();
     obj.insert("startTime".into(), json!(start / 1000));
-    if let Some(end) = time_param(params, "end_time")? {
+    if let Some(end) = time_param(params, "end_time", tz)? {
         obj.insert("endTime".into(), json!(end / 1000));
     }
     for key in ["tsuid", "description", "notes"] {
@@ -70,7 +71,7 @@ pub(crate) async fn handle(
     let update = if has_body(&body) {
         from_body(&body)?
     } else {
-        from_params(&params)?
+        from_params(&params, state.settings.timezone)?
     };
     if !matches!(
         method,
@@ -133,14 +134,15 @@ pub(crate) async fn global(
     if api_method(&method, &params)? != Method::GET {
         return handle(method, RawQuery(raw), Extract(state), body).await;
     }
-    let start = time_param(&params, "start_time")?.unwrap_or(-1);
+    let tz = state.settings.timezone;
+    let start = time_param(&params, "start_time", tz)?.unwrap_or(-1);
     if start < 1 {
         return Err(ApiError::bad_request("Missing start time"));
     }
     // Whole seconds, as OpenTSDB reads the range here.
     let start = start - start.rem_euclid(1000);
     // No end: no bound (OpenTSDB takes the current time in milliseconds for seconds there).
-    let end = time_param(&params, "end_time")?.unwrap_or(i64::MAX);
+    let end = time_param(&params, "end_time", tz)?.unwrap_or(i64::MAX);
     if end < start {
         return Err(ApiError::bad_request(
             "The end timestamp cannot be less than the start timestamp",
@@ -269,11 +271,11 @@ async fn bulk_delete(
             "Missing the TSUIDs or global annotations flag",
         ));
     }
-    let now = now_ms();
+    let (now, tz) = (now_ms(), state.settings.timezone);
     let start_ms =
-        parse_time(&start_text, now).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        parse_time_in(&start_text, now, tz).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let end_ms = match end.filter(|e| !e.is_empty()) {
-        Some(e) => parse_time(&e, now).map_err(|e| ApiError::bad_request(e.to_string()))?,
+        Some(e) => parse_time_in(&e, now, tz).map_err(|e| ApiError::bad_request(e.to_string()))?,
         None => now,
     };
     let mut ids = Vec::new();

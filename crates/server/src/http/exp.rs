@@ -252,7 +252,7 @@ struct Request {
     echo: Value,
 }
 
-fn parse_request(body: &Value, now_ms: i64) -> Result<Request, ApiError> {
+fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request, ApiError> {
     if !body.is_object() {
         return Err(bad("Unable to parse the given JSON").with_details("expected an object"));
     }
@@ -266,14 +266,18 @@ fn parse_request(body: &Value, now_ms: i64) -> Result<Request, ApiError> {
         .filter(|s| !s.is_empty())
         .ok_or_else(|| invalid_time("missing or empty start".into()))?;
     let tz_text = text(time, "timezone");
-    let tz = match tz_text.as_deref().filter(|t| !t.is_empty()) {
-        Some(name) => parse_timezone(name).map_err(|e| invalid_time(e.to_string()))?,
-        None => Tz::UTC,
+    // The zone given reads the dates and places calendar buckets; without one, dates are
+    // read in the TSD's zone and buckets placed in UTC, as OpenTSDB does.
+    let given = match tz_text.as_deref().filter(|t| !t.is_empty()) {
+        Some(name) => Some(parse_timezone(name).map_err(|e| invalid_time(e.to_string()))?),
+        None => None,
     };
-    let start = parse_time_in(&start_text, now_ms, tz).map_err(|e| invalid_time(e.to_string()))?;
+    let (tz, dates) = (given.unwrap_or(Tz::UTC), given.unwrap_or(default_zone));
+    let start =
+        parse_time_in(&start_text, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?;
     let end_text = text(time, "end");
     let end = match end_text.as_deref().filter(|e| !e.is_empty()) {
-        Some(e) => parse_time_in(e, now_ms, tz).map_err(|e| invalid_time(e.to_string()))?,
+        Some(e) => parse_time_in(e, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?,
         None => now_ms,
     };
     let mut echo_ds = Value::Null;
@@ -1319,7 +1323,7 @@ pub(crate) async fn handle(
     let value: Value = super::json::from_slice(&body)
         .map_err(|e| bad("Unable to parse the given JSON").with_details(e.to_string()))?;
     let now_ms = hourglass_storage::now_ms();
-    let req = parse_request(&value, now_ms)?;
+    let req = parse_request(&value, now_ms, state.settings.timezone)?;
     let params = url_params(raw.as_deref());
     let flags = Flags::from_url(&params);
     let queries = req

@@ -999,14 +999,20 @@ pub(crate) async fn handle(
     if plain == 0 && leaves.is_empty() {
         return Err(bad("Missing sub queries"));
     }
-    let tz = match last("tz") {
-        Some(name) => parse_timezone(name).map_err(|e| bad(e.to_string()))?,
-        None => Tz::UTC,
+    // `tz` reads the dates and places calendar buckets; without it, dates are read in the
+    // TSD's zone and buckets placed in UTC, as OpenTSDB does.
+    let given = match last("tz") {
+        Some(name) => Some(parse_timezone(name).map_err(|e| bad(e.to_string()))?),
+        None => None,
     };
+    let (tz, dates) = (
+        given.unwrap_or(Tz::UTC),
+        given.unwrap_or(state.settings.timezone),
+    );
     let now_ms = hourglass_storage::now_ms();
-    let start = parse_time_in(start_text, now_ms, tz).map_err(|e| bad(e.to_string()))?;
+    let start = parse_time_in(start_text, now_ms, dates).map_err(|e| bad(e.to_string()))?;
     let end = match last("end") {
-        Some(e) => parse_time_in(e, now_ms, tz).map_err(|e| bad(e.to_string()))?,
+        Some(e) => parse_time_in(e, now_ms, dates).map_err(|e| bad(e.to_string()))?,
         None => now_ms,
     };
     if end <= start {

@@ -529,7 +529,7 @@ async fn graph(state: &Arc<State>, p: &GraphParams, output: Output) -> Result<Re
     let now_ms = hourglass_storage::now_ms();
     let tz = match p.get("tz").filter(|z| !z.is_empty()) {
         Some(name) => parse_timezone(name).map_err(|e| bad(e.to_string()))?,
-        None => Tz::UTC,
+        None => state.settings.timezone,
     };
     let start = p
         .get("start")

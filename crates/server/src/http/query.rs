@@ -151,9 +151,10 @@ fn reads_zone(text: &str) -> bool {
         && matches!(text.len(), 10 | 16 | 19)
 }
 
-/// A time of the query, read in the zone named `zone` (`None`: UTC); a zone that is not
-/// known fails only when an absolute date reads it, in OpenTSDB's words.
-fn query_time(text: &str, now_ms: i64, zone: Option<&str>) -> Result<i64, ApiError> {
+/// A time of the query, read in the zone named `zone` (`None`: the TSD's,
+/// `tsd.core.timezone`); a zone that is not known fails only when an absolute date reads it,
+/// in OpenTSDB's words.
+fn query_time(text: &str, now_ms: i64, zone: Option<&str>, default: Tz) -> Result<i64, ApiError> {
     let tz = match zone.map(parse_timezone) {
         Some(Ok(tz)) => tz,
         Some(Err(_)) if reads_zone(text) => {
@@ -162,7 +163,7 @@ fn query_time(text: &str, now_ms: i64, zone: Option<&str>) -> Result<i64, ApiErr
                 zone.unwrap_or_default()
             )));
         }
-        _ => Tz::UTC,
+        _ => default,
     };
     parse_time_in(text, now_ms, tz).map_err(|e| bad(e.to_string()))
 }
@@ -901,9 +902,10 @@ pub(crate) async fn handle(
     let start = start
         .filter(|s| !s.is_empty())
         .ok_or_else(|| bad("Missing start time"))?;
-    let start = query_time(&start, now_ms, zone.as_deref())?;
+    let default_zone = state.settings.timezone;
+    let start = query_time(&start, now_ms, zone.as_deref(), default_zone)?;
     let end = match end.filter(|e| !e.is_empty()) {
-        Some(e) => query_time(&e, now_ms, zone.as_deref())?,
+        Some(e) => query_time(&e, now_ms, zone.as_deref(), default_zone)?,
         None => now_ms,
     };
     if end <= start {
