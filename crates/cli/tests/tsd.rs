@@ -190,18 +190,15 @@ fn a_switch_for_what_is_not_provided_refuses_the_start() {
     );
 }
 
-/// A value asking for what Hourglass does not do (refusing a query identical to one still
-/// running) is refused at start, naming the key, not silently ignored.
+/// A value asking for what Hourglass does not do (duplicate points resolved by value) is
+/// refused at start, naming the key, not silently ignored.
 #[test]
 fn a_value_asking_for_what_is_not_provided_refuses_the_start() {
-    let stderr = refused_start("tsd.query.allow_simultaneous_duplicates = false\n");
+    let stderr = refused_start("tsd.storage.use_otsdb_timestamp = true\n");
     assert!(
-        stderr.contains(
-            "tsd.query.allow_simultaneous_duplicates = false asks for refusing a query identical"
-        ),
+        stderr.contains("tsd.storage.use_otsdb_timestamp = true asks for duplicate points"),
         "{stderr}"
     );
-    assert!(stderr.contains("set it to true or remove it"), "{stderr}");
 }
 
 /// A time zone Java does not know refuses the start, in OpenTSDB's words.

@@ -444,13 +444,6 @@ fn is_blank(value: &str) -> bool {
 /// limits. The other [`OPENTSDB_UNUSED_KEYS`] change nothing a client sees (the comments
 /// there say why).
 pub const REFUSED_VALUES: &[RefusedValue] = &[
-    // `false`: a query identical to one still running is refused (`QueryStats`).
-    RefusedValue {
-        key: "tsd.query.allow_simultaneous_duplicates",
-        accepts: is_true,
-        asks_for: "refusing a query identical to one still running",
-        instead: "set it to true or remove it",
-    },
     // `true`: cells carry the points' times, and compaction keeps the larger (or, with
     // `tsd.storage.use_max_value = false`, the smaller) of duplicate values. Hourglass keeps
     // the newest value written (README, "Differences").
@@ -535,6 +528,10 @@ pub const OPENTSDB_UNUSED_KEYS: &[&str] = &[
     // OpenTSDB's launcher writes a PID file; service managers do that for the TSD.
     "tsd.process.pid.file",
     "tsd.process.pid.ignore.existing",
+    // `false` refuses a query identical to one still running from the same endpoint:
+    // OpenTSDB's `QueryStats` compares the remote address with its port, so only requests
+    // of one connection. Hourglass answers a connection's requests one after another (HTTP/1
+    // only), so no such pair can run at once: `false` refuses nothing, here as there.
     "tsd.query.allow_simultaneous_duplicates",
     // How HBase is scanned (fuzzy row filters, multi-gets): the answers are the same.
     "tsd.query.enable_fuzzy_filter",
@@ -896,8 +893,7 @@ mod tests {
         // Unset, or set to what Hourglass does: accepted.
         for accepted in [
             "",
-            "tsd.query.allow_simultaneous_duplicates = true\n",
-            "tsd.query.allow_simultaneous_duplicates = YES\n",
+            "tsd.query.allow_simultaneous_duplicates = false\n",
             "tsd.storage.use_otsdb_timestamp = false\n",
             "tsd.rpc.plugins =\n",
             "tsd.http.rpc.plugins =  \n",
@@ -907,11 +903,6 @@ mod tests {
             assert_eq!(parse(accepted).refusal(), None, "{accepted:?}");
         }
         for (text, says) in [
-            (
-                "tsd.query.allow_simultaneous_duplicates = false\n",
-                "tsd.query.allow_simultaneous_duplicates = false asks for refusing a query \
-                 identical to one still running",
-            ),
             (
                 "tsd.storage.use_otsdb_timestamp = true\n",
                 "tsd.storage.use_otsdb_timestamp = true asks for duplicate points resolved",
