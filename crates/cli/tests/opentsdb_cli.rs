@@ -410,6 +410,19 @@ fn tsd_numbers_refused_in_opentsdbs_words() {
             vec!["tsd", "--port", "0", "--worker-threads", "many"],
             "Invalid worker thread count: tsd.network.worker_threads = many",
         ),
+        (
+            vec!["tsd", "--port", "0", "--max-connections", "lots"],
+            "Invalid connections limit: tsd.core.connections.limit = lots",
+        ),
+        // Read as the config file's numbers are, with the same words.
+        (
+            vec!["tsd", "--port", "0", "--backlog", "deep"],
+            "config value is not an integer. key=tsd.network.backlog value=deep",
+        ),
+        (
+            vec!["tsd", "--port", "0", "--backlog=-5"],
+            "tsd.network.backlog must be a positive number, not -5",
+        ),
     ] {
         let o = tsdb(&data, &args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));

@@ -40,13 +40,13 @@ pub(crate) struct TsdArgs {
     worker_threads: Option<String>,
     /// Listen backlog of the server socket (`tsd.network.backlog`; default 1024).
     #[arg(long, value_name = "N")]
-    backlog: Option<u32>,
+    backlog: Option<String>,
     /// Open connections at most, 0 for no limit (`tsd.core.connections.limit`).
     #[arg(long, value_name = "N")]
-    max_connections: Option<u64>,
+    max_connections: Option<String>,
     /// Milliseconds before buffered points are written (`tsd.storage.flush_interval`).
     #[arg(long, value_name = "MS")]
-    flush_interval: Option<u64>,
+    flush_interval: Option<String>,
     /// Accepted for OpenTSDB's command lines (`tsd.network.async_io`); no effect.
     #[arg(long, value_name = "VALUE")]
     async_io: Option<String>,
@@ -85,15 +85,10 @@ fn layered_config(args: &TsdArgs) -> anyhow::Result<Config> {
         args.disable_api.as_ref().map(|_| "false".into()),
     );
     set("tsd.network.worker_threads", args.worker_threads.clone());
-    set("tsd.network.backlog", args.backlog.map(|n| n.to_string()));
-    set(
-        "tsd.core.connections.limit",
-        args.max_connections.map(|n| n.to_string()),
-    );
-    set(
-        "tsd.storage.flush_interval",
-        args.flush_interval.map(|n| n.to_string()),
-    );
+    // Numbers are read from the config as the file's are, with the same words when bad.
+    set("tsd.network.backlog", args.backlog.clone());
+    set("tsd.core.connections.limit", args.max_connections.clone());
+    set("tsd.storage.flush_interval", args.flush_interval.clone());
     set("tsd.network.async_io", args.async_io.clone());
     if args.staticroot.is_some() || args.cachedir.is_some() {
         tracing::info!("--staticroot and --cachedir are unused: the web UI is built in");
@@ -141,11 +136,23 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
             "unknown config key {key}: no part of Hourglass reads it (a typo?)"
         );
     }
+    // OpenTSDB's words for numbers it checks before it starts.
+    for (key, says) in [
+        ("tsd.network.worker_threads", "Invalid worker thread count"),
+        ("tsd.core.connections.limit", "Invalid connections limit"),
+    ] {
+        if let Some(v) = config
+            .get(key)
+            .filter(|v| !v.trim().is_empty() && v.trim().parse::<i64>().is_err())
+        {
+            anyhow::bail!("{says}: {key} = {}", v.trim());
+        }
+    }
     // The same settings every tool uses (log in <data dir>/wal, 1 s flushes on Bigtable).
     let settings = args.store.settings_from(&config)?;
     let mut server_settings = ServerSettings::from_config(&config)?;
     server_settings.build = crate::cmd::version::build_info();
-    // OpenTSDB's words for a port or a thread count that is not a number (flag or key).
+    // OpenTSDB's words for a port that is not one (flag or key).
     let port = config
         .get_int("tsd.network.port", 4242)
         .ok()
@@ -156,15 +163,6 @@ pub(crate) fn run(args: &TsdArgs) -> anyhow::Result<ExitCode> {
                 config.get_str("tsd.network.port", "").trim()
             )
         })?;
-    if config
-        .get("tsd.network.worker_threads")
-        .is_some_and(|v| !v.trim().is_empty() && v.trim().parse::<i64>().is_err())
-    {
-        anyhow::bail!(
-            "Invalid worker thread count: tsd.network.worker_threads = {}",
-            config.get_str("tsd.network.worker_threads", "").trim()
-        );
-    }
     let bind = config.get_str("tsd.network.bind", "0.0.0.0").to_string();
     let addr = bind_address(&bind, port)?;
     if server_settings.auth.is_none() && !addr.ip().is_loopback() {
