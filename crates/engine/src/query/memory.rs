@@ -12,7 +12,9 @@
 //! its own limit. A sub-query that waits past its deadline (`tsd.query.timeout`, else
 //! [`LONGEST_WAIT`]) fails with [`Error::Busy`] (HTTP 503: the client may try again). A
 //! reservation is given back whole when the sub-query's answer is dropped, after it was
-//! written out.
+//! written out. An answer's text, built while its sub-queries run and sent after, is
+//! counted too, as its bytes' worth of points ([`Hold`]): it never waits (its points waited
+//! already), but others wait for it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -169,6 +171,47 @@ impl Reservation {
     }
 }
 
+/// Memory a request holds outside its sub-queries' counts (an answer's text being built,
+/// then sent), counted against the same budget as points: others wait for it to be given
+/// back, but growing it never waits (what it is built from was counted, and waited for,
+/// already), so a request never waits on itself. Given back when dropped.
+#[derive(Debug)]
+pub struct Hold {
+    memory: Arc<QueryMemory>,
+    points: u64,
+}
+
+impl Hold {
+    pub fn new(memory: Arc<QueryMemory>) -> Hold {
+        Hold { memory, points: 0 }
+    }
+
+    /// Holds `points` now (more or less than before).
+    pub fn set(&mut self, points: u64) {
+        if points == self.points {
+            return;
+        }
+        let mut state = self.memory.state.lock();
+        state.points = state.points - self.points + points;
+        drop(state);
+        if points < self.points {
+            self.memory.room.notify_all();
+        }
+        self.points = points;
+    }
+
+    /// Points held.
+    pub fn points(&self) -> u64 {
+        self.points
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         let reserved = *self.reserved.get_mut();
@@ -187,6 +230,31 @@ mod tests {
 
     fn soon(ms: u64) -> Option<Instant> {
         Some(Instant::now() + Duration::from_millis(ms))
+    }
+
+    #[test]
+    fn memory_held_outside_sub_queries_counts_without_waiting() {
+        let memory = Arc::new(QueryMemory::default());
+        memory.set_limit(100);
+        let older = Reservation::new(memory.clone(), None);
+        older.track(60).unwrap();
+        // Past the budget at once: held, not waited for.
+        let mut text = Hold::new(memory.clone());
+        text.set(70);
+        assert_eq!((memory.held(), text.points()), (130, 70));
+        assert_eq!(memory.waited(), 0);
+        // A younger sub-query waits for it, and goes on once it shrinks.
+        let younger = Reservation::new(memory.clone(), soon(5_000));
+        let waiter = std::thread::spawn(move || younger.track(30).map(|()| younger));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(memory.held(), 130, "still waiting");
+        text.set(10);
+        let younger = waiter.join().unwrap().unwrap();
+        assert_eq!(memory.held(), 100);
+        drop(text);
+        assert_eq!(memory.held(), 90);
+        drop((older, younger));
+        assert_eq!(memory.held(), 0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use hourglass_engine::query::memory::Hold;
 use hourglass_engine::{Error as EngineError, ErrorKind};
 use serde_json::json;
 
@@ -74,6 +75,57 @@ pub(crate) fn json_text_response(
     resp
 }
 
+/// An answer's text with the query memory it holds ([`Hold`]), handed to the connection in
+/// pieces of [`HeldBody::PIECE`] bytes (the connection takes the next once it has room for
+/// it, so a slow client keeps the last pieces, and the hold, until it has read the rest);
+/// the hold is given back when the body is dropped, after its last piece (or unsent).
+pub(crate) struct HeldBody {
+    text: Option<axum::body::Bytes>,
+    _hold: Hold,
+}
+
+impl HeldBody {
+    pub(crate) const PIECE: usize = 64 * 1024;
+
+    pub(crate) fn new(text: axum::body::Bytes, hold: Hold) -> HeldBody {
+        HeldBody {
+            text: Some(text),
+            _hold: hold,
+        }
+    }
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let piece = match &mut this.text {
+            Some(text) if text.len() > HeldBody::PIECE => Some(text.split_to(HeldBody::PIECE)),
+            _ => this.text.take(),
+        };
+        std::task::Poll::Ready(piece.map(|p| Ok(hyper::body::Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.text.is_none()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.text.as_ref().map_or(0, |t| t.len() as u64))
+    }
+}
+
+impl From<HeldBody> for axum::body::Body {
+    fn from(body: HeldBody) -> axum::body::Body {
+        axum::body::Body::new(body)
+    }
+}
+
 /// An engine error as an HTTP answer: OpenTSDB's 400 for bad input and unknown names, 413 for
 /// a query past its limits, 424 while storage is away, 503 while running queries hold all
 /// the memory they may hold together, 500 for the rest.
@@ -126,5 +178,43 @@ impl PointError {
             http,
             storage,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hourglass_engine::query::memory::QueryMemory;
+    use hyper::body::Body as _;
+
+    use super::*;
+
+    /// The hold stays while pieces remain and goes with the body; the pieces rebuild the
+    /// text, none longer than a piece.
+    #[test]
+    fn a_held_body_keeps_its_hold_until_dropped() {
+        let memory = Arc::new(QueryMemory::default());
+        let mut hold = Hold::new(Arc::clone(&memory));
+        hold.set(500);
+        let text: Vec<u8> = (0..HeldBody::PIECE * 2 + 10)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut body = HeldBody::new(axum::body::Bytes::from(text.clone()), hold);
+        assert_eq!(body.size_hint().exact(), Some(text.len() as u64));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut got = Vec::new();
+        while let std::task::Poll::Ready(Some(Ok(frame))) =
+            std::pin::Pin::new(&mut body).poll_frame(&mut cx)
+        {
+            let piece = frame.into_data().unwrap();
+            assert!(piece.len() <= HeldBody::PIECE);
+            got.extend_from_slice(&piece);
+            assert_eq!(memory.held(), 500, "held while the body lives");
+        }
+        assert_eq!(got, text);
+        assert!(body.is_end_stream());
+        drop(body);
+        assert_eq!(memory.held(), 0);
     }
 }
