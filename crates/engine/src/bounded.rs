@@ -60,6 +60,19 @@ impl<K: Hash + Eq, V: Clone> BoundedMap<K, V> {
         Some(v)
     }
 
+    /// `f` of the entry for `key`, without a copy of it when it is in the newer generation;
+    /// else as [`BoundedMap::get`] (an entry of the older one moves into the newer).
+    pub(crate) fn get_with<Q, R>(&self, key: &Q, f: &mut impl FnMut(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let Some(v) = self.maps.read().newer.get(key) {
+            return Some(f(v));
+        }
+        self.get(key).map(|v| f(&v))
+    }
+
     pub(crate) fn insert(&self, key: K, v: V) {
         let mut maps = self.maps.write();
         maps.older.remove(&key);
@@ -98,6 +111,24 @@ impl<K: Hash + Eq, V: Clone> BoundedMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entry is lent from either generation (one of the older moving into the newer, as
+    /// `get` moves it); a missing one is `None` without a call.
+    #[test]
+    fn entries_are_lent_where_they_are() {
+        let map: BoundedMap<u32, String> = BoundedMap::new(4);
+        map.insert(1, "one".into());
+        map.insert(2, "two".into());
+        // 1 and 2 turn older when 3 arrives (the newer holds half the bound).
+        map.insert(3, "three".into());
+        let mut lengths = |v: &String| v.len();
+        assert_eq!(map.get_with(&3, &mut lengths), Some(5));
+        assert_eq!(map.get_with(&1, &mut lengths), Some(3));
+        assert!(map.maps.read().newer.contains_key(&1), "moved into the newer");
+        let mut calls = 0;
+        assert_eq!(map.get_with(&9, &mut |_: &String| calls += 1), None);
+        assert_eq!(calls, 0);
+    }
 
     #[test]
     fn holds_at_most_its_bound_and_keeps_what_is_used() {

@@ -297,6 +297,20 @@ impl UidRegistry {
     }
 
     /// The name of `uid`, from cache or storage.
+    /// `f` of the name of `uid`, without a copy of the name when it is cached (a query
+    /// checking a thousand names against a filter); else read as [`UidRegistry::get_name`].
+    pub fn with_name<R>(&self, kind: UidKind, uid: Uid, mut f: impl FnMut(&str) -> R) -> Result<R> {
+        let found = self.caches[kind.index()]
+            .by_uid
+            .get_with(&uid, &mut |name: &String| f(name));
+        if let Some(r) = found {
+            self.stats.hits[kind.index()].fetch_add(1, Ordering::Relaxed);
+            return Ok(r);
+        }
+        let name = self.get_name(kind, uid)?;
+        Ok(f(&name))
+    }
+
     pub fn get_name(&self, kind: UidKind, uid: Uid) -> Result<String> {
         if let Some(name) = self.caches[kind.index()].by_uid.get(&uid) {
             self.stats.hits[kind.index()].fetch_add(1, Ordering::Relaxed);

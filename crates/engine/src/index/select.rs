@@ -384,12 +384,17 @@ impl SeriesSelector {
         let filters = self.driving_filters();
         let mut out = Vec::new();
         for v in have.iter().flat_map(|h| h.iter()) {
-            let name = match tsdb.uids().get_name(UidKind::TagValue, Uid::from_bytes(v)?) {
-                Ok(name) => name,
+            let passes = tsdb
+                .uids()
+                .with_name(UidKind::TagValue, Uid::from_bytes(v)?, |name| {
+                    key_passes(&filters, name)
+                });
+            let passes = match passes {
+                Ok(passes) => passes,
                 Err(Error::NoSuchId { .. }) => continue,
                 Err(e) => return Err(e),
             };
-            if key_passes(&filters, &name) {
+            if passes {
                 out.push(v.clone());
                 if out.len() > MAX_CANDIDATES {
                     return Ok(None);

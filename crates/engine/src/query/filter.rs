@@ -577,7 +577,10 @@ mod tests {
         assert!(!kept.holds(large) && !re.is_match("web"));
         let unclosed = String::from("web(");
         let bad = kept.compile(&unclosed).unwrap_err();
-        assert_eq!(bad.to_string(), Regex::new(&unclosed).unwrap_err().to_string());
+        assert_eq!(
+            bad.to_string(),
+            Regex::new(&unclosed).unwrap_err().to_string()
+        );
         for i in 0..KEPT_PATTERNS {
             kept.compile(&format!("^w{i}$")).unwrap();
         }
