@@ -888,6 +888,30 @@ async fn sum_matches_query_api(backend: &str) {
     }
 }
 
+/// Comparisons read a NaN (let in by a `nan` fill policy) as JEXL 2.1 orders it: below every
+/// number and equal to NaN. e.a{host=h2} has no point at 120 s, so `a` is NaN there.
+#[tokio::test]
+async fn comparisons_order_nan_as_jexl_does() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let metrics = json!([
+        {"id": "a", "metric": "e.a", "filter": "f", "fillPolicy": {"policy": "nan"}}
+    ]);
+    let body = request(
+        metrics,
+        json!([expr(
+            "e",
+            "(a < 100) + (a == a) * 10 + (a >= 0) * 100",
+            "union"
+        )]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 111.0, 111.0], [t1, 111.0, 111.0], [t2, 111.0, 11.0]])
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

@@ -700,6 +700,22 @@ impl Node {
     }
 }
 
+/// JEXL 2.1's order of two doubles (`JexlArithmetic.compare`, which `== != < <= > >=` all
+/// use): NaN below every number and equal to NaN, `-0.0` equal to `0.0`. So where a fill
+/// policy lets a NaN into an expression, `a < 5` is 1 and `a == b` is 1 when both are NaN,
+/// as in OpenTSDB.
+fn jexl_compare(x: f64, y: f64) -> std::cmp::Ordering {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    match (x.is_nan(), y.is_nan()) {
+        (true, true) => Equal,
+        (true, false) => Less,
+        (false, true) => Greater,
+        _ if x < y => Less,
+        _ if x > y => Greater,
+        _ => Equal,
+    }
+}
+
 /// JEXL's truth of a double: neither 0 nor NaN.
 fn truth(v: f64) -> bool {
     v != 0.0 && !v.is_nan()
@@ -718,12 +734,12 @@ impl Op {
             Op::Mul => x * y,
             Op::Div => x / y,
             Op::Rem => x % y,
-            Op::Lt => bool_num(x < y),
-            Op::Le => bool_num(x <= y),
-            Op::Gt => bool_num(x > y),
-            Op::Ge => bool_num(x >= y),
-            Op::Eq => bool_num(x == y),
-            Op::Ne => bool_num(x != y),
+            Op::Lt => bool_num(jexl_compare(x, y).is_lt()),
+            Op::Le => bool_num(jexl_compare(x, y).is_le()),
+            Op::Gt => bool_num(jexl_compare(x, y).is_gt()),
+            Op::Ge => bool_num(jexl_compare(x, y).is_ge()),
+            Op::Eq => bool_num(jexl_compare(x, y).is_eq()),
+            Op::Ne => bool_num(jexl_compare(x, y).is_ne()),
             Op::And => bool_num(truth(x) && truth(y)),
             Op::Or => bool_num(truth(x) || truth(y)),
         }
@@ -1426,6 +1442,15 @@ mod tests {
         assert_eq!(eval("a < b ? 1 : b == 4 ? 2 : 3"), 2.0);
         assert_eq!(eval("a / 0"), f64::INFINITY);
         assert!(eval("0 / 0").is_nan() && eval("a % 0").is_nan());
+        // NaN (the variable `z` here) below every number and equal to itself, as JEXL 2.1.
+        assert_eq!(eval("z < 0"), 1.0);
+        assert_eq!(eval("z <= a"), 1.0);
+        assert_eq!(eval("a > z"), 1.0);
+        assert_eq!(eval("z >= 0"), 0.0);
+        assert_eq!(eval("z == z"), 1.0);
+        assert_eq!(eval("z != z"), 0.0);
+        assert_eq!(eval("z == 0"), 0.0);
+        assert_eq!(eval("-0 == 0"), 1.0);
         let mut vars = Vec::new();
         Parser::parse("x + y * x - Z1")
             .unwrap()
