@@ -912,6 +912,53 @@ async fn comparisons_order_nan_as_jexl_does() {
     );
 }
 
+/// The body's booleans (`rate`, `explicitTags`, `groupBy`, `useQueryTags`,
+/// `includeAggTags`) read as Jackson fills Java `boolean`s: a number is true unless 0, `null`
+/// is false (not the default), and only `true`/`True`/`false`/`False` as text.
+#[tokio::test]
+async fn booleans_read_as_java_booleans() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    // e.d's series carry dc=x beside host: `a + d` joins only on the query's tag keys.
+    let body = request(
+        json!([
+            {"id": "a", "metric": "e.a", "filter": "f"},
+            {"id": "d", "metric": "e.d", "filter": "f"}
+        ]),
+        json!([{"id": "e", "expr": "a + d",
+            "join": {"operator": "intersection", "useQueryTags": 1}}]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 101.0, 204.0], [t1, 2.0, 5.0], [t2, 3.0, 0.0]])
+    );
+    // `includeAggTags: null` is false: e.d by dc (host aggregated) joins e.f (no host).
+    let mut body = request(
+        json!([
+            {"id": "d", "metric": "e.d", "filter": "dc"},
+            {"id": "g", "metric": "e.f", "filter": "dc"}
+        ]),
+        json!([{"id": "e", "expr": "d + g",
+            "join": {"operator": "intersection", "includeAggTags": null}}]),
+    );
+    body["filters"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "dc",
+        "tags": [{"type": "wildcard", "tagk": "dc", "filter": "*", "groupBy": "True"}]}));
+    assert_eq!(dps(&srv, &body).await[0], json!([[t0, 305.0]]));
+    // Text other than true/True/false/False is no boolean.
+    let mut body = request(ab(), json!([expr("e", "a + b", "union")]));
+    body["time"]["rate"] = json!("TRUE");
+    let r = post(&srv, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Unable to parse the given JSON"
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

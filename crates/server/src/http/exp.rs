@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_text_response;
+use super::json::java_flag;
 use super::query::{Flags, push_num, push_str_json, run_options};
 use super::request::{blocking, url_params};
 use crate::State;
@@ -59,14 +60,17 @@ fn text(obj: &Value, key: &str) -> Option<String> {
     }
 }
 
+/// A Java `boolean` field as Jackson fills it ([`java_flag`]: `"True"` and non-zero numbers
+/// are true, `null` is false, `"TRUE"` refuses the body); `default` when absent.
 fn flag(obj: &Value, key: &str, default: bool) -> Result<bool, ApiError> {
     match obj.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
-        Some(other) => Err(bad("Unable to parse the given JSON")
-            .with_details(format!("{key}: expected a boolean, found {other}"))),
+        None => Ok(default),
+        Some(v) => java_flag(v).ok_or_else(|| {
+            bad("Unable to parse the given JSON").with_details(format!(
+                "{key}: Cannot deserialize value of type `boolean` from {v}: \
+                 only \"true\" or \"false\" recognized"
+            ))
+        }),
     }
 }
 
