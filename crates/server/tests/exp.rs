@@ -959,6 +959,47 @@ async fn booleans_read_as_java_booleans() {
     );
 }
 
+/// Ids OpenTSDB reads as Java `null`s when missing (two missing ids are duplicates), and
+/// filter types looked up as written (`Wildcard` is none).
+#[tokio::test]
+async fn missing_ids_and_filter_types_as_opentsdb_reads_them() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let cases = [
+        (
+            request(json!([{"metric": "e.a"}, {"metric": "e.b"}]), Value::Null),
+            "duplicated metric id: null",
+        ),
+        (
+            request(json!([{"metric": "e.a"}]), json!([{"expr": "a + 1"}])),
+            "Duplicated variable or expression id: null",
+        ),
+        (
+            {
+                let mut b = request(ab(), Value::Null);
+                b["filters"] = json!([{"tags": []}, {"tags": []}]);
+                b
+            },
+            "duplicated filter id: null",
+        ),
+    ];
+    for (body, message) in &cases {
+        let r = post(&srv, body).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["message"], *message, "{body}");
+    }
+    let mut body = request(ab(), Value::Null);
+    body["filters"][0]["tags"][0]["type"] = json!("Wildcard");
+    let r = post(&srv, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(e["message"], "Invalid filter at index 0");
+    assert_eq!(
+        e["details"],
+        "Could not find a tag value filter of the type: Wildcard"
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

@@ -315,28 +315,29 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
     let raw_filters = list(body, "filters")?;
     let raw_exprs = list(body, "expressions")?;
     let raw_outputs = list(body, "outputs")?;
-    // 4-6. duplicates
+    // 4-6. duplicates; a missing id is Java's `null`, so two of them are duplicates too
+    let id_text = |id: &Option<String>| id.clone().unwrap_or_else(|| "null".into());
     let mut seen = BTreeSet::new();
     for m in raw_metrics {
-        if let Some(id) = text(m, "id")
-            && !seen.insert(id.clone())
-        {
-            return Err(bad(format!("duplicated metric id: {id}")));
+        let id = text(m, "id");
+        if !seen.insert(id.clone()) {
+            return Err(bad(format!("duplicated metric id: {}", id_text(&id))));
         }
     }
     let mut filter_ids = BTreeSet::new();
     for f in raw_filters.into_iter().flatten() {
-        if let Some(id) = text(f, "id")
-            && !filter_ids.insert(id.clone())
-        {
-            return Err(bad(format!("duplicated filter id: {id}")));
+        let id = text(f, "id");
+        if !filter_ids.insert(id.clone()) {
+            return Err(bad(format!("duplicated filter id: {}", id_text(&id))));
         }
     }
     for e in raw_exprs.into_iter().flatten() {
-        if let Some(id) = text(e, "id")
-            && !seen.insert(id.clone())
-        {
-            return Err(bad(format!("Duplicated variable or expression id: {id}")));
+        let id = text(e, "id");
+        if !seen.insert(id.clone()) {
+            return Err(bad(format!(
+                "Duplicated variable or expression id: {}",
+                id_text(&id)
+            )));
         }
     }
     // 7. metrics
@@ -390,6 +391,12 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
                 let tagk = text(t, "tagk")
                     .filter(|k| !k.is_empty())
                     .ok_or("The tagk cannot be null or empty")?;
+                // OpenTSDB looks the type up as written: `Wildcard` is no type.
+                if kind != kind.to_ascii_lowercase() {
+                    return Err(format!(
+                        "Could not find a tag value filter of the type: {kind}"
+                    ));
+                }
                 let filter = text(t, "filter").unwrap_or_default();
                 let group_by = flag(t, "groupBy", false).map_err(|e| e.message)?
                     || flag(t, "group_by", false).map_err(|e| e.message)?;
