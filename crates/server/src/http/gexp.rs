@@ -955,12 +955,15 @@ pub(crate) async fn handle(
         other => return Err(ApiError::method_not_allowed(&other)),
     }
     let params = url_params(raw.as_deref());
+    // A repeated parameter's last value, as OpenTSDB's `getQueryStringParam` reads it (an
+    // empty last `start=` is a missing start, an empty last `end=` is now).
     let last = |k: &str| {
         params
             .iter()
             .rev()
-            .find(|(p, v)| p == k && !v.is_empty())
+            .find(|(p, _)| p == k)
             .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
     };
     let all = |k: &'static str| {
         params
