@@ -1000,6 +1000,29 @@ async fn missing_ids_and_filter_types_as_opentsdb_reads_them() {
     );
 }
 
+/// The `query` echo writes a metric's empty `filter` and `timeOffset` as sent (OpenTSDB
+/// serializes its `Metric` as read: `""`, not `null`); they mean no filter and no offset.
+#[tokio::test]
+async fn empty_metric_fields_are_echoed_as_sent() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let body = request(
+        json!([{"id": "a", "metric": "e.a", "filter": "", "timeOffset": ""}]),
+        Value::Null,
+    );
+    let got = ok(&srv, &body).await;
+    assert_eq!(
+        got["query"]["metrics"][0],
+        json!({"metric": "e.a", "id": "a", "filter": "", "aggregator": null,
+            "timeOffset": "", "fillPolicy": null})
+    );
+    // No filter: e.a summed into one series.
+    assert_eq!(
+        got["outputs"][0]["dps"],
+        json!([[MS, 5.0], [MS + 60_000, 7.0], [MS + 120_000, 3.0]])
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,
