@@ -1023,6 +1023,35 @@ async fn empty_metric_fields_are_echoed_as_sent() {
     );
 }
 
+/// Output series come in OpenTSDB's join key order: tag UIDs (the order names were first
+/// written), not names; aggregated tags likewise.
+#[tokio::test]
+async fn series_and_aggregated_tags_in_uid_order() {
+    let srv = start("memory").await;
+    // `zz` and `zk` are written (and so numbered) before `aa` and `ak`.
+    let lines = format!(
+        "put u.a {T0} 1 host=zz\nput u.a {T0} 2 host=aa\nput u.b {T0} 10 host=zz\n\
+         put u.b {T0} 20 host=aa\nput u.c {T0} 5 zk=1 ak=1\nput u.c {T0} 6 zk=2 ak=2\n"
+    );
+    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
+    let body = request(
+        json!([
+            {"id": "a", "metric": "u.a", "filter": "f"},
+            {"id": "b", "metric": "u.b", "filter": "f"},
+            {"id": "c", "metric": "u.c"}
+        ]),
+        json!([expr("e", "a + b", "union"), expr("g", "c * 2", "union")]),
+    );
+    let got = ok(&srv, &body).await;
+    let e = &got["outputs"][0];
+    assert_eq!(e["dps"], json!([[MS, 11.0, 22.0]]));
+    assert_eq!(e["meta"][1]["commonTags"], json!({"host": "zz"}));
+    assert_eq!(e["meta"][2]["commonTags"], json!({"host": "aa"}));
+    let g = &got["outputs"][1];
+    assert_eq!(g["dps"], json!([[MS, 22.0]]));
+    assert_eq!(g["meta"][1]["aggregatedTags"], json!(["zk", "ak"]));
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

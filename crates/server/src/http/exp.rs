@@ -18,6 +18,7 @@ use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::time::{Tz, parse_duration_ms, parse_time_in, parse_timezone};
+use hourglass_core::uid::UidKind;
 use hourglass_engine::num::Num;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::{DownsampleSpec, parse_duration};
@@ -27,6 +28,7 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_text_response;
+use super::gexp::Uids;
 use super::json::java_flag;
 use super::query::{Flags, push_num, push_str_json, run_options};
 use super::request::{blocking, url_params};
@@ -1055,13 +1057,16 @@ struct Set {
     query_tagks: Option<BTreeSet<String>>,
 }
 
-type Key = (Vec<(String, String)>, Vec<String>);
+/// A join key: OpenTSDB's flattened key as UIDs (tag key and value UIDs in tag key UID
+/// order, then the aggregated tag keys' UIDs in order), which orders the output series as
+/// OpenTSDB's byte-ordered map does; then the same by names, which is what tells keys apart.
+type Key = (Vec<u64>, (Vec<(String, String)>, Vec<String>));
 
-fn join_key(s: &Series, set: &Set, join: &Join) -> Key {
+fn join_key(s: &Series, set: &Set, join: &Join, uids: &mut Uids<'_>) -> Key {
     if s.tags.is_empty() {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), (Vec::new(), Vec::new()));
     }
-    let tags = s
+    let tags: Vec<(String, String)> = s
         .tags
         .iter()
         .filter(|(k, _)| {
@@ -1075,7 +1080,33 @@ fn join_key(s: &Series, set: &Set, join: &Join) -> Key {
         Vec::new()
     };
     agg.sort();
-    (tags, agg)
+    let uid =
+        |uids: &mut Uids<'_>, kind, name: &str| uids.get(kind, name).map_or(u64::MAX, |u| u.0);
+    let mut pairs: Vec<(u64, u64)> = tags
+        .iter()
+        .map(|(k, v)| {
+            (
+                uid(uids, UidKind::TagKey, k),
+                uid(uids, UidKind::TagValue, v),
+            )
+        })
+        .collect();
+    pairs.sort_unstable();
+    let mut agg_uids: Vec<u64> = agg.iter().map(|k| uid(uids, UidKind::TagKey, k)).collect();
+    agg_uids.sort_unstable();
+    let mut flat: Vec<u64> = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
+    flat.extend(agg_uids);
+    (flat, (tags, agg))
+}
+
+/// Tag keys in UID order (OpenTSDB's order of aggregated tags).
+fn in_uid_order(keys: impl IntoIterator<Item = String>, uids: &mut Uids<'_>) -> Vec<String> {
+    let mut keyed: Vec<(u64, String)> = keys
+        .into_iter()
+        .map(|k| (uids.get(UidKind::TagKey, &k).map_or(u64::MAX, |u| u.0), k))
+        .collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, k)| k).collect()
 }
 
 fn evaluate(
@@ -1083,6 +1114,7 @@ fn evaluate(
     exprs: &[Expr],
     metric_sets: &HashMap<String, Arc<Set>>,
     done: &mut HashMap<String, Arc<Set>>,
+    uids: &mut Uids<'_>,
 ) -> Result<Arc<Set>, ApiError> {
     if let Some(s) = done.get(&e.id) {
         return Ok(Arc::clone(s));
@@ -1098,7 +1130,7 @@ fn evaluate(
                     .iter()
                     .find(|x| &x.id == v)
                     .ok_or_else(|| bad(format!("Missing results for variable {v}")))?;
-                evaluate(child, exprs, metric_sets, done)?
+                evaluate(child, exprs, metric_sets, done, uids)?
             }
         };
         inputs.push(set);
@@ -1108,7 +1140,7 @@ fn evaluate(
     for (i, set) in inputs.iter().enumerate() {
         for (j, s) in set.series.iter().enumerate() {
             keyed
-                .entry(join_key(s, set, &e.join))
+                .entry(join_key(s, set, &e.join, uids))
                 .or_insert_with(|| vec![None; inputs.len()])[i] = Some(j);
         }
     }
@@ -1176,7 +1208,7 @@ fn evaluate(
         let column = |name: &str| variable_column(&names, &values, name);
         series.push(Series {
             tags,
-            agg_tags: agg.into_iter().collect(),
+            agg_tags: in_uid_order(agg, uids),
             metrics: present
                 .iter()
                 .flat_map(|(_, s)| s.metrics.iter().cloned())
@@ -1382,8 +1414,9 @@ pub(crate) async fn handle(
             );
         }
         let mut done = HashMap::new();
+        let mut uids = Uids::new(tsdb);
         for e in &req.exprs {
-            evaluate(e, &req.exprs, &sets, &mut done)?;
+            evaluate(e, &req.exprs, &sets, &mut done, &mut uids)?;
         }
         let outputs: Vec<Output> = if !req.outputs.is_empty() {
             req.outputs
