@@ -1052,6 +1052,36 @@ async fn series_and_aggregated_tags_in_uid_order() {
     assert_eq!(g["meta"][1]["aggregatedTags"], json!(["zk", "ak"]));
 }
 
+/// The time zone is read only where OpenTSDB reads it: an absolute date, or downsampling. A
+/// relative start with an unknown zone and no downsampler is answered.
+#[tokio::test]
+async fn time_zones_are_read_only_where_used() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let mut body = request(ab(), json!([expr("e", "a + b", "union")]));
+    body["time"]["timezone"] = json!("Mars/Base");
+    assert_eq!(
+        ok(&srv, &body).await["query"]["time"]["timezone"],
+        "Mars/Base"
+    );
+    let mut absolute = body.clone();
+    absolute["time"]["start"] = json!("2013/01/01-00:00:00");
+    let r = post(&srv, &absolute).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "Invalid time");
+    assert_eq!(
+        r.json()["error"]["details"],
+        "Invalid timezone name: Mars/Base"
+    );
+    body["time"]["downsampler"] = json!({"interval": "1m", "aggregator": "sum"});
+    let r = post(&srv, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "The timezone specification could not be found"
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

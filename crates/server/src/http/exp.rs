@@ -273,17 +273,30 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
         .ok_or_else(|| invalid_time("missing or empty start".into()))?;
     let tz_text = text(time, "timezone");
     // The zone given reads the dates and places calendar buckets; without one, dates are
-    // read in the TSD's zone and buckets placed in UTC, as OpenTSDB does.
-    let given = match tz_text.as_deref().filter(|t| !t.is_empty()) {
-        Some(name) => Some(parse_timezone(name).map_err(|e| invalid_time(e.to_string()))?),
-        None => None,
-    };
+    // read in the TSD's zone and buckets placed in UTC, as OpenTSDB does. OpenTSDB reads
+    // the zone only where it needs it: for an absolute date (`Invalid timezone name: …`)
+    // and for downsampling (checked below); a relative start with an unknown zone and no
+    // downsampler is answered.
+    let zone = tz_text
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(|name| parse_timezone(name).map_err(|_| format!("Invalid timezone name: {name}")));
+    let given = zone.as_ref().and_then(|z| z.as_ref().ok().copied());
     let (tz, dates) = (given.unwrap_or(Tz::UTC), given.unwrap_or(default_zone));
-    let start =
-        parse_time_in(&start_text, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?;
+    let read_time = |t: &str| -> Result<i64, ApiError> {
+        let at = parse_time_in(t, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?;
+        let lower = t.to_ascii_lowercase();
+        let absolute =
+            lower != "now" && !lower.ends_with("-ago") && (t.contains('/') || t.contains(':'));
+        match &zone {
+            Some(Err(e)) if absolute => Err(invalid_time(e.clone())),
+            _ => Ok(at),
+        }
+    };
+    let start = read_time(&start_text)?;
     let end_text = text(time, "end");
     let end = match end_text.as_deref().filter(|e| !e.is_empty()) {
-        Some(e) => parse_time_in(e, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?,
+        Some(e) => read_time(e)?,
         None => now_ms,
     };
     let mut echo_ds = Value::Null;
@@ -497,6 +510,9 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
         return Err(bad(format!(
             "End time [{end}] must be greater than the start time [{start}]"
         )));
+    }
+    if downsample.is_some() && matches!(zone, Some(Err(_))) {
+        return Err(bad("The timezone specification could not be found"));
     }
     let mut outputs = Vec::new();
     for o in raw_outputs.into_iter().flatten() {
