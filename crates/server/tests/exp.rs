@@ -1082,6 +1082,37 @@ async fn time_zones_are_read_only_where_used() {
     );
 }
 
+/// A tag filter with both `groupBy` and `group_by` groups as the later key says (Jackson
+/// fills one field from both).
+#[tokio::test]
+async fn the_later_group_by_key_wins() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    let mut body = request(
+        json!([{"id": "a", "metric": "e.a", "filter": "f"}]),
+        Value::Null,
+    );
+    body["filters"] = serde_json::from_str(
+        r#"[{"id": "f", "tags": [{"type": "wildcard", "tagk": "host", "filter": "*",
+            "groupBy": true, "group_by": false}]}]"#,
+    )
+    .unwrap();
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 5.0], [t1, 7.0], [t2, 3.0]])
+    );
+    body["filters"] = serde_json::from_str(
+        r#"[{"id": "f", "tags": [{"type": "wildcard", "tagk": "host", "filter": "*",
+            "group_by": false, "groupBy": true}]}]"#,
+    )
+    .unwrap();
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 1.0, 4.0], [t1, 2.0, 5.0], [t2, 3.0, 0.0]])
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

@@ -413,8 +413,15 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
                     ));
                 }
                 let filter = text(t, "filter").unwrap_or_default();
-                let group_by = flag(t, "groupBy", false).map_err(|e| e.message)?
-                    || flag(t, "group_by", false).map_err(|e| e.message)?;
+                // `groupBy` (the setter) and `group_by` (the field) fill one field: the later
+                // key in the body wins, as Jackson reads them.
+                let group_by_key = t
+                    .as_object()
+                    .and_then(|o| o.keys().rfind(|k| *k == "groupBy" || *k == "group_by"));
+                let group_by = match group_by_key {
+                    Some(key) => flag(t, key, false).map_err(|e| e.message)?,
+                    None => false,
+                };
                 TagFilter::new(&kind, &tagk, &filter, group_by).map_err(|e| e.to_string())?;
                 tags.push(TagSpec {
                     kind,
