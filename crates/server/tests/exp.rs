@@ -1113,6 +1113,31 @@ async fn the_later_group_by_key_wins() {
     );
 }
 
+/// Number literals as JEXL 2.1 reads them: exponents (`1.5e1`), octal (`010` is 8),
+/// hexadecimal (`0x10`), type suffixes (`2l`); `.5` is no literal.
+#[tokio::test]
+async fn number_literals_read_as_jexl_reads_them() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let metrics = json!([{"id": "a", "metric": "e.a", "filter": "f"}]);
+    let body = request(
+        metrics.clone(),
+        json!([expr("e", "a * 1.5e1 + 010 + 0x10 - 2l", "union")]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 37.0, 82.0], [t1, 52.0, 97.0], [t2, 67.0, 22.0]])
+    );
+    let r = post(
+        &srv,
+        &request(metrics, json!([expr("e", ".5 * a", "union")])),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "parsing error in '.5 * a'");
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

@@ -783,6 +783,62 @@ impl Op {
     }
 }
 
+/// A number literal as JEXL 2.1 reads one at the start of `text` (which starts with a
+/// digit), and its length: a decimal (`12`), octal (`010` is 8) or hexadecimal (`0x1F`)
+/// integer with an optional `l`/`h` suffix, or `<digits>.<digits>` with an optional exponent
+/// (`1.5e3`) and `d`/`f`/`b` suffix. `None` where JEXL reads two literals in a row (`08`).
+/// Values are doubles (JEXL's `1/2` is integer division; see the README).
+fn number_literal(text: &[u8]) -> Option<(f64, usize)> {
+    let run = |from: usize, ok: fn(&u8) -> bool| {
+        from + text
+            .get(from..)
+            .map_or(0, |t| t.iter().take_while(|c| ok(c)).count())
+    };
+    let suffix = |at: usize, suffixes: &[u8]| {
+        at + usize::from(text.get(at).is_some_and(|c| suffixes.contains(c)))
+    };
+    let digits = run(0, u8::is_ascii_digit);
+    if text.get(digits) == Some(&b'.') && text.get(digits + 1).is_some_and(u8::is_ascii_digit) {
+        let mut end = run(digits + 1, u8::is_ascii_digit);
+        if matches!(text.get(end), Some(b'e' | b'E')) {
+            let sign = end + 1 + usize::from(matches!(text.get(end + 1), Some(b'+' | b'-')));
+            let exponent = run(sign, u8::is_ascii_digit);
+            if exponent > sign {
+                end = exponent;
+            }
+        }
+        let value = std::str::from_utf8(text.get(..end)?).ok()?.parse().ok()?;
+        return Some((value, suffix(end, b"dDfFbB")));
+    }
+    let (value, end) = if text.first() == Some(&b'0')
+        && matches!(text.get(1), Some(b'x' | b'X'))
+        && text.get(2).is_some_and(u8::is_ascii_hexdigit)
+    {
+        let end = run(2, u8::is_ascii_hexdigit);
+        let value = text.get(2..end)?.iter().fold(0.0, |v, c| {
+            v * 16.0 + f64::from(char::from(*c).to_digit(16).unwrap_or(0))
+        });
+        (value, end)
+    } else if text.first() == Some(&b'0') {
+        let end = run(1, |c| (b'0'..=b'7').contains(c));
+        if text.get(end).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        let value = text
+            .get(1..end)?
+            .iter()
+            .fold(0.0, |v, c| v * 8.0 + f64::from(c - b'0'));
+        (value, end)
+    } else {
+        let value = std::str::from_utf8(text.get(..digits)?)
+            .ok()?
+            .parse()
+            .ok()?;
+        (value, digits)
+    };
+    Some((value, suffix(end, b"lLhH")))
+}
+
 /// The most operations and values an expression may hold, and the deepest nesting of
 /// parentheses, signs and conditionals: evaluation recurses over the tree.
 const MAX_NODES: usize = 1000;
@@ -945,11 +1001,8 @@ impl Parser<'_> {
         self.skip();
         let rest = &self.text[self.pos..];
         let first = rest.chars().next().ok_or_else(|| self.error())?;
-        if first.is_ascii_digit() || first == '.' {
-            let len = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .unwrap_or(rest.len());
-            let n = rest[..len].parse::<f64>().map_err(|_| self.error())?;
+        if first.is_ascii_digit() {
+            let (n, len) = number_literal(rest.as_bytes()).ok_or_else(|| self.error())?;
             self.pos += len;
             return Ok(Node::Num(n));
         }
@@ -1519,6 +1572,15 @@ mod tests {
         assert_eq!(eval("z != z"), 0.0);
         assert_eq!(eval("z == 0"), 0.0);
         assert_eq!(eval("-0 == 0"), 1.0);
+        // JEXL's number literals.
+        assert_eq!(
+            eval("1.5e1 + 010 + 0x1f + 2l + 2.5d + 1.0E-1"),
+            15.0 + 8.0 + 31.0 + 2.0 + 2.5 + 0.1
+        );
+        assert_eq!(eval("0 + 00 + 7"), 7.0);
+        for refused in [".5", "5.", "08", "1e3", "0x"] {
+            assert!(Parser::parse(refused).is_err(), "{refused}");
+        }
         let mut vars = Vec::new();
         Parser::parse("x + y * x - Z1")
             .unwrap()
