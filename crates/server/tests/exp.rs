@@ -1138,6 +1138,22 @@ async fn number_literals_read_as_jexl_reads_them() {
     assert_eq!(r.json()["error"]["message"], "parsing error in '.5 * a'");
 }
 
+/// JEXL's `c ?: b` (the condition's value where it is true, else `b`).
+#[tokio::test]
+async fn elvis_reads_as_jexl_reads_it() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let body = request(
+        json!([{"id": "a", "metric": "e.a", "filter": "f"}]),
+        json!([expr("e", "a ?: 100", "union")]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 1.0, 4.0], [t1, 2.0, 5.0], [t2, 3.0, 100.0]])
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

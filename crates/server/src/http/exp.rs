@@ -624,6 +624,8 @@ enum Node {
     Not(Box<Node>),
     Bin(Op, Box<Node>, Box<Node>),
     Cond(Box<Node>, Box<Node>, Box<Node>),
+    /// JEXL's `c ?: b`: `c` where it is true, else `b`.
+    Elvis(Box<Node>, Box<Node>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -653,7 +655,7 @@ impl Node {
                 }
             }
             Node::Neg(a) | Node::Not(a) => a.variables(out),
-            Node::Bin(_, a, b) => {
+            Node::Bin(_, a, b) | Node::Elvis(a, b) => {
                 a.variables(out);
                 b.variables(out);
             }
@@ -681,6 +683,10 @@ impl Node {
                 }
             }
             Node::Bin(op, a, b) => op.apply(a.eval(vars), b.eval(vars)),
+            Node::Elvis(c, b) => {
+                let c = c.eval(vars);
+                if truth(c) { c } else { b.eval(vars) }
+            }
         }
     }
 
@@ -712,6 +718,16 @@ impl Node {
                 let b = b.eval_rows(rows, column);
                 for ((v, a), b) in c.iter_mut().zip(a).zip(b) {
                     *v = if truth(*v) { a } else { b };
+                }
+                c
+            }
+            Node::Elvis(c, b) => {
+                let mut c = c.eval_rows(rows, column);
+                let b = b.eval_rows(rows, column);
+                for (v, b) in c.iter_mut().zip(b) {
+                    if !truth(*v) {
+                        *v = b;
+                    }
                 }
                 c
             }
@@ -923,6 +939,10 @@ impl Parser<'_> {
 
     fn cond(&mut self) -> Result<Node, ApiError> {
         let c = self.or()?;
+        if self.eat("?:") {
+            let b = self.nested(Self::cond)?;
+            return Ok(Node::Elvis(Box::new(c), Box::new(b)));
+        }
         if self.eat("?") {
             let a = self.nested(Self::cond)?;
             if !self.eat(":") {
@@ -1572,6 +1592,9 @@ mod tests {
         assert_eq!(eval("z != z"), 0.0);
         assert_eq!(eval("z == 0"), 0.0);
         assert_eq!(eval("-0 == 0"), 1.0);
+        assert_eq!(eval("a ?: 1"), 6.0);
+        assert_eq!(eval("0 ?: z ?: 3"), 3.0);
+        assert!(Parser::parse("a ? : 1").is_err());
         // JEXL's number literals.
         assert_eq!(
             eval("1.5e1 + 010 + 0x1f + 2l + 2.5d + 1.0E-1"),
@@ -1649,8 +1672,9 @@ mod tests {
                     .prop_map(|(x, op, y)| format!("({x} {op} {y})")),
                 inner.clone().prop_map(|x| format!("-{x}")),
                 inner.clone().prop_map(|x| format!("!{x}")),
-                (inner.clone(), inner.clone(), inner)
+                (inner.clone(), inner.clone(), inner.clone())
                     .prop_map(|(c, x, y)| format!("({c} ? {x} : {y})")),
+                (inner.clone(), inner).prop_map(|(c, y)| format!("({c} ?: {y})")),
             ]
         })
     }
