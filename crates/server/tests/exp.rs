@@ -889,26 +889,28 @@ async fn sum_matches_query_api(backend: &str) {
 }
 
 /// Comparisons read a NaN (let in by a `nan` fill policy) as JEXL 2.1 orders it: below every
-/// number and equal to NaN. e.a{host=h2} has no point at 120 s, so `a` is NaN there.
+/// number and equal to NaN. e.a{host=h2} has no point at 120 s, so `a` is NaN there. (The
+/// booleans are multiplied by `b`, a double, so that OpenTSDB's result is a double too.)
 #[tokio::test]
 async fn comparisons_order_nan_as_jexl_does() {
     let srv = start("memory").await;
     load(&srv).await;
     let metrics = json!([
-        {"id": "a", "metric": "e.a", "filter": "f", "fillPolicy": {"policy": "nan"}}
+        {"id": "a", "metric": "e.a", "filter": "f", "fillPolicy": {"policy": "nan"}},
+        {"id": "b", "metric": "e.b", "filter": "f"}
     ]);
     let body = request(
         metrics,
         json!([expr(
             "e",
-            "(a < 100) + (a == a) * 10 + (a >= 0) * 100",
-            "union"
+            "(a < 100) * b + (a == a) * b * 10 + (a >= 0) * b * 100",
+            "intersection"
         )]),
     );
     let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
     assert_eq!(
         dps(&srv, &body).await[0],
-        json!([[t0, 111.0, 111.0], [t1, 111.0, 111.0], [t2, 111.0, 11.0]])
+        json!([[t0, 1110.0, 4440.0], [t1, 2220.0, 0.0], [t2, 3330.0, 660.0]])
     );
 }
 
@@ -1138,14 +1140,15 @@ async fn number_literals_read_as_jexl_reads_them() {
     assert_eq!(r.json()["error"]["message"], "parsing error in '.5 * a'");
 }
 
-/// JEXL's `c ?: b` (the condition's value where it is true, else `b`).
+/// JEXL's `c ?: b` (the condition's value where it is true, else `b`; `a + 100` keeps the
+/// result a double, as OpenTSDB requires).
 #[tokio::test]
 async fn elvis_reads_as_jexl_reads_it() {
     let srv = start("memory").await;
     load(&srv).await;
     let body = request(
         json!([{"id": "a", "metric": "e.a", "filter": "f"}]),
-        json!([expr("e", "a ?: 100", "union")]),
+        json!([expr("e", "a ?: a + 100", "union")]),
     );
     let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
     assert_eq!(
