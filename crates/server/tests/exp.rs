@@ -888,6 +888,275 @@ async fn sum_matches_query_api(backend: &str) {
     }
 }
 
+/// Comparisons read a NaN (let in by a `nan` fill policy) as JEXL 2.1 orders it: below every
+/// number and equal to NaN. e.a{host=h2} has no point at 120 s, so `a` is NaN there. (The
+/// booleans are multiplied by `b`, a double, so that OpenTSDB's result is a double too.)
+#[tokio::test]
+async fn comparisons_order_nan_as_jexl_does() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let metrics = json!([
+        {"id": "a", "metric": "e.a", "filter": "f", "fillPolicy": {"policy": "nan"}},
+        {"id": "b", "metric": "e.b", "filter": "f"}
+    ]);
+    let body = request(
+        metrics,
+        json!([expr(
+            "e",
+            "(a < 100) * b + (a == a) * b * 10 + (a >= 0) * b * 100",
+            "intersection"
+        )]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 1110.0, 4440.0], [t1, 2220.0, 0.0], [t2, 3330.0, 660.0]])
+    );
+}
+
+/// The body's booleans (`rate`, `explicitTags`, `groupBy`, `useQueryTags`,
+/// `includeAggTags`) read as Jackson fills Java `boolean`s: a number is true unless 0, `null`
+/// is false (not the default), and only `true`/`True`/`false`/`False` as text.
+#[tokio::test]
+async fn booleans_read_as_java_booleans() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    // e.d's series carry dc=x beside host: `a + d` joins only on the query's tag keys.
+    let body = request(
+        json!([
+            {"id": "a", "metric": "e.a", "filter": "f"},
+            {"id": "d", "metric": "e.d", "filter": "f"}
+        ]),
+        json!([{"id": "e", "expr": "a + d",
+            "join": {"operator": "intersection", "useQueryTags": 1}}]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 101.0, 204.0], [t1, 2.0, 5.0], [t2, 3.0, 0.0]])
+    );
+    // `includeAggTags: null` is false: e.d by dc (host aggregated) joins e.f (no host).
+    let mut body = request(
+        json!([
+            {"id": "d", "metric": "e.d", "filter": "dc"},
+            {"id": "g", "metric": "e.f", "filter": "dc"}
+        ]),
+        json!([{"id": "e", "expr": "d + g",
+            "join": {"operator": "intersection", "includeAggTags": null}}]),
+    );
+    body["filters"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "dc",
+        "tags": [{"type": "wildcard", "tagk": "dc", "filter": "*", "groupBy": "True"}]}));
+    assert_eq!(dps(&srv, &body).await[0], json!([[t0, 305.0]]));
+    // Text other than true/True/false/False is no boolean.
+    let mut body = request(ab(), json!([expr("e", "a + b", "union")]));
+    body["time"]["rate"] = json!("TRUE");
+    let r = post(&srv, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Unable to parse the given JSON"
+    );
+}
+
+/// Ids OpenTSDB reads as Java `null`s when missing (two missing ids are duplicates), and
+/// filter types looked up as written (`Wildcard` is none).
+#[tokio::test]
+async fn missing_ids_and_filter_types_as_opentsdb_reads_them() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let cases = [
+        (
+            request(json!([{"metric": "e.a"}, {"metric": "e.b"}]), Value::Null),
+            "duplicated metric id: null",
+        ),
+        (
+            request(json!([{"metric": "e.a"}]), json!([{"expr": "a + 1"}])),
+            "Duplicated variable or expression id: null",
+        ),
+        (
+            {
+                let mut b = request(ab(), Value::Null);
+                b["filters"] = json!([{"tags": []}, {"tags": []}]);
+                b
+            },
+            "duplicated filter id: null",
+        ),
+    ];
+    for (body, message) in &cases {
+        let r = post(&srv, body).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["message"], *message, "{body}");
+    }
+    let mut body = request(ab(), Value::Null);
+    body["filters"][0]["tags"][0]["type"] = json!("Wildcard");
+    let r = post(&srv, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(e["message"], "Invalid filter at index 0");
+    assert_eq!(
+        e["details"],
+        "Could not find a tag value filter of the type: Wildcard"
+    );
+}
+
+/// The `query` echo writes a metric's empty `filter` and `timeOffset` as sent (OpenTSDB
+/// serializes its `Metric` as read: `""`, not `null`); they mean no filter and no offset.
+#[tokio::test]
+async fn empty_metric_fields_are_echoed_as_sent() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let body = request(
+        json!([{"id": "a", "metric": "e.a", "filter": "", "timeOffset": ""}]),
+        Value::Null,
+    );
+    let got = ok(&srv, &body).await;
+    assert_eq!(
+        got["query"]["metrics"][0],
+        json!({"metric": "e.a", "id": "a", "filter": "", "aggregator": null,
+            "timeOffset": "", "fillPolicy": null})
+    );
+    // No filter: e.a summed into one series.
+    assert_eq!(
+        got["outputs"][0]["dps"],
+        json!([[MS, 5.0], [MS + 60_000, 7.0], [MS + 120_000, 3.0]])
+    );
+}
+
+/// Output series come in OpenTSDB's join key order: tag UIDs (the order names were first
+/// written), not names; aggregated tags likewise.
+#[tokio::test]
+async fn series_and_aggregated_tags_in_uid_order() {
+    let srv = start("memory").await;
+    // `zz` and `zk` are written (and so numbered) before `aa` and `ak`.
+    let lines = format!(
+        "put u.a {T0} 1 host=zz\nput u.a {T0} 2 host=aa\nput u.b {T0} 10 host=zz\n\
+         put u.b {T0} 20 host=aa\nput u.c {T0} 5 zk=1 ak=1\nput u.c {T0} 6 zk=2 ak=2\n"
+    );
+    assert_eq!(common::telnet(srv.addr, &lines).await, Vec::<String>::new());
+    let body = request(
+        json!([
+            {"id": "a", "metric": "u.a", "filter": "f"},
+            {"id": "b", "metric": "u.b", "filter": "f"},
+            {"id": "c", "metric": "u.c"}
+        ]),
+        json!([expr("e", "a + b", "union"), expr("g", "c * 2", "union")]),
+    );
+    let got = ok(&srv, &body).await;
+    let e = &got["outputs"][0];
+    assert_eq!(e["dps"], json!([[MS, 11.0, 22.0]]));
+    assert_eq!(e["meta"][1]["commonTags"], json!({"host": "zz"}));
+    assert_eq!(e["meta"][2]["commonTags"], json!({"host": "aa"}));
+    let g = &got["outputs"][1];
+    assert_eq!(g["dps"], json!([[MS, 22.0]]));
+    assert_eq!(g["meta"][1]["aggregatedTags"], json!(["zk", "ak"]));
+}
+
+/// The time zone is read only where OpenTSDB reads it: an absolute date, or downsampling. A
+/// relative start with an unknown zone and no downsampler is answered.
+#[tokio::test]
+async fn time_zones_are_read_only_where_used() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let mut body = request(ab(), json!([expr("e", "a + b", "union")]));
+    body["time"]["timezone"] = json!("Mars/Base");
+    assert_eq!(
+        ok(&srv, &body).await["query"]["time"]["timezone"],
+        "Mars/Base"
+    );
+    let mut absolute = body.clone();
+    absolute["time"]["start"] = json!("2013/01/01-00:00:00");
+    let r = post(&srv, &absolute).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "Invalid time");
+    assert_eq!(
+        r.json()["error"]["details"],
+        "Invalid timezone name: Mars/Base"
+    );
+    body["time"]["downsampler"] = json!({"interval": "1m", "aggregator": "sum"});
+    let r = post(&srv, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["message"],
+        "The timezone specification could not be found"
+    );
+}
+
+/// A tag filter with both `groupBy` and `group_by` groups as the later key says (Jackson
+/// fills one field from both).
+#[tokio::test]
+async fn the_later_group_by_key_wins() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    let mut body = request(
+        json!([{"id": "a", "metric": "e.a", "filter": "f"}]),
+        Value::Null,
+    );
+    body["filters"] = serde_json::from_str(
+        r#"[{"id": "f", "tags": [{"type": "wildcard", "tagk": "host", "filter": "*",
+            "groupBy": true, "group_by": false}]}]"#,
+    )
+    .unwrap();
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 5.0], [t1, 7.0], [t2, 3.0]])
+    );
+    body["filters"] = serde_json::from_str(
+        r#"[{"id": "f", "tags": [{"type": "wildcard", "tagk": "host", "filter": "*",
+            "group_by": false, "groupBy": true}]}]"#,
+    )
+    .unwrap();
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 1.0, 4.0], [t1, 2.0, 5.0], [t2, 3.0, 0.0]])
+    );
+}
+
+/// Number literals as JEXL 2.1 reads them: exponents (`1.5e1`), octal (`010` is 8),
+/// hexadecimal (`0x10`), type suffixes (`2l`); `.5` is no literal.
+#[tokio::test]
+async fn number_literals_read_as_jexl_reads_them() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let metrics = json!([{"id": "a", "metric": "e.a", "filter": "f"}]);
+    let body = request(
+        metrics.clone(),
+        json!([expr("e", "a * 1.5e1 + 010 + 0x10 - 2l", "union")]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 37.0, 82.0], [t1, 52.0, 97.0], [t2, 67.0, 22.0]])
+    );
+    let r = post(
+        &srv,
+        &request(metrics, json!([expr("e", ".5 * a", "union")])),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "parsing error in '.5 * a'");
+}
+
+/// JEXL's `c ?: b` (the condition's value where it is true, else `b`; `a + 100` keeps the
+/// result a double, as OpenTSDB requires).
+#[tokio::test]
+async fn elvis_reads_as_jexl_reads_it() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let body = request(
+        json!([{"id": "a", "metric": "e.a", "filter": "f"}]),
+        json!([expr("e", "a ?: a + 100", "union")]),
+    );
+    let (t0, t1, t2) = (MS, MS + 60_000, MS + 120_000);
+    assert_eq!(
+        dps(&srv, &body).await[0],
+        json!([[t0, 1.0, 4.0], [t1, 2.0, 5.0], [t2, 3.0, 100.0]])
+    );
+}
+
 on_backends!(
     arithmetic_and_joins,
     join_options,

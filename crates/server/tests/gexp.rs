@@ -802,6 +802,27 @@ async fn options(backend: &str) {
 }
 
 /// Asserts a `{"error":{...}}` answer.
+/// A repeated `start` or `end` is its last value, even empty, as OpenTSDB's
+/// `getQueryStringParam` reads it: `start=…&start=` has no start, `end=…&end=` ends now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_start_and_end_read_their_last_value() {
+    let srv = start("memory").await;
+    load(&srv).await;
+    let exp = enc("absolute(sum:g.load)");
+    let r = get(&srv, &format!("start={T0}&start=&exp={exp}")).await;
+    assert_error(&r, 400, "Missing parameter <code>start</code>");
+    let r = get(&srv, &format!("start={T0}&end={}&end=&exp={exp}", T0 + 60)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!([series(
+            "g.load",
+            host("web01"),
+            &[(0, json!(2)), (60, json!(0)), (120, json!(8))]
+        )])
+    );
+}
+
 fn assert_error(r: &Response, status: u16, message: &str) {
     assert_eq!(r.status, status, "{}", r.text());
     let v = r.json();

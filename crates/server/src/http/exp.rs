@@ -18,6 +18,7 @@ use axum::extract::{RawQuery, State as Extract};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use hourglass_core::time::{Tz, parse_duration_ms, parse_time_in, parse_timezone};
+use hourglass_core::uid::UidKind;
 use hourglass_engine::num::Num;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::{DownsampleSpec, parse_duration};
@@ -27,6 +28,8 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_text_response;
+use super::gexp::Uids;
+use super::json::java_flag;
 use super::query::{Flags, push_num, push_str_json, run_options};
 use super::request::{blocking, url_params};
 use crate::State;
@@ -59,14 +62,17 @@ fn text(obj: &Value, key: &str) -> Option<String> {
     }
 }
 
+/// A Java `boolean` field as Jackson fills it ([`java_flag`]: `"True"` and non-zero numbers
+/// are true, `null` is false, `"TRUE"` refuses the body); `default` when absent.
 fn flag(obj: &Value, key: &str, default: bool) -> Result<bool, ApiError> {
     match obj.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
-        Some(other) => Err(bad("Unable to parse the given JSON")
-            .with_details(format!("{key}: expected a boolean, found {other}"))),
+        None => Ok(default),
+        Some(v) => java_flag(v).ok_or_else(|| {
+            bad("Unable to parse the given JSON").with_details(format!(
+                "{key}: Cannot deserialize value of type `boolean` from {v}: \
+                 only \"true\" or \"false\" recognized"
+            ))
+        }),
     }
 }
 
@@ -267,17 +273,30 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
         .ok_or_else(|| invalid_time("missing or empty start".into()))?;
     let tz_text = text(time, "timezone");
     // The zone given reads the dates and places calendar buckets; without one, dates are
-    // read in the TSD's zone and buckets placed in UTC, as OpenTSDB does.
-    let given = match tz_text.as_deref().filter(|t| !t.is_empty()) {
-        Some(name) => Some(parse_timezone(name).map_err(|e| invalid_time(e.to_string()))?),
-        None => None,
-    };
+    // read in the TSD's zone and buckets placed in UTC, as OpenTSDB does. OpenTSDB reads
+    // the zone only where it needs it: for an absolute date (`Invalid timezone name: …`)
+    // and for downsampling (checked below); a relative start with an unknown zone and no
+    // downsampler is answered.
+    let zone = tz_text
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(|name| parse_timezone(name).map_err(|_| format!("Invalid timezone name: {name}")));
+    let given = zone.as_ref().and_then(|z| z.as_ref().ok().copied());
     let (tz, dates) = (given.unwrap_or(Tz::UTC), given.unwrap_or(default_zone));
-    let start =
-        parse_time_in(&start_text, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?;
+    let read_time = |t: &str| -> Result<i64, ApiError> {
+        let at = parse_time_in(t, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?;
+        let lower = t.to_ascii_lowercase();
+        let absolute =
+            lower != "now" && !lower.ends_with("-ago") && (t.contains('/') || t.contains(':'));
+        match &zone {
+            Some(Err(e)) if absolute => Err(invalid_time(e.clone())),
+            _ => Ok(at),
+        }
+    };
+    let start = read_time(&start_text)?;
     let end_text = text(time, "end");
     let end = match end_text.as_deref().filter(|e| !e.is_empty()) {
-        Some(e) => parse_time_in(e, now_ms, dates).map_err(|e| invalid_time(e.to_string()))?,
+        Some(e) => read_time(e)?,
         None => now_ms,
     };
     let mut echo_ds = Value::Null;
@@ -311,28 +330,29 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
     let raw_filters = list(body, "filters")?;
     let raw_exprs = list(body, "expressions")?;
     let raw_outputs = list(body, "outputs")?;
-    // 4-6. duplicates
+    // 4-6. duplicates; a missing id is Java's `null`, so two of them are duplicates too
+    let id_text = |id: &Option<String>| id.clone().unwrap_or_else(|| "null".into());
     let mut seen = BTreeSet::new();
     for m in raw_metrics {
-        if let Some(id) = text(m, "id")
-            && !seen.insert(id.clone())
-        {
-            return Err(bad(format!("duplicated metric id: {id}")));
+        let id = text(m, "id");
+        if !seen.insert(id.clone()) {
+            return Err(bad(format!("duplicated metric id: {}", id_text(&id))));
         }
     }
     let mut filter_ids = BTreeSet::new();
     for f in raw_filters.into_iter().flatten() {
-        if let Some(id) = text(f, "id")
-            && !filter_ids.insert(id.clone())
-        {
-            return Err(bad(format!("duplicated filter id: {id}")));
+        let id = text(f, "id");
+        if !filter_ids.insert(id.clone()) {
+            return Err(bad(format!("duplicated filter id: {}", id_text(&id))));
         }
     }
     for e in raw_exprs.into_iter().flatten() {
-        if let Some(id) = text(e, "id")
-            && !seen.insert(id.clone())
-        {
-            return Err(bad(format!("Duplicated variable or expression id: {id}")));
+        let id = text(e, "id");
+        if !seen.insert(id.clone()) {
+            return Err(bad(format!(
+                "Duplicated variable or expression id: {}",
+                id_text(&id)
+            )));
         }
     }
     // 7. metrics
@@ -386,9 +406,22 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
                 let tagk = text(t, "tagk")
                     .filter(|k| !k.is_empty())
                     .ok_or("The tagk cannot be null or empty")?;
+                // OpenTSDB looks the type up as written: `Wildcard` is no type.
+                if kind != kind.to_ascii_lowercase() {
+                    return Err(format!(
+                        "Could not find a tag value filter of the type: {kind}"
+                    ));
+                }
                 let filter = text(t, "filter").unwrap_or_default();
-                let group_by = flag(t, "groupBy", false).map_err(|e| e.message)?
-                    || flag(t, "group_by", false).map_err(|e| e.message)?;
+                // `groupBy` (the setter) and `group_by` (the field) fill one field: the later
+                // key in the body wins, as Jackson reads them.
+                let group_by_key = t
+                    .as_object()
+                    .and_then(|o| o.keys().rfind(|k| *k == "groupBy" || *k == "group_by"));
+                let group_by = match group_by_key {
+                    Some(key) => flag(t, key, false).map_err(|e| e.message)?,
+                    None => false,
+                };
                 TagFilter::new(&kind, &tagk, &filter, group_by).map_err(|e| e.to_string())?;
                 tags.push(TagSpec {
                     kind,
@@ -485,6 +518,9 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
             "End time [{end}] must be greater than the start time [{start}]"
         )));
     }
+    if downsample.is_some() && matches!(zone, Some(Err(_))) {
+        return Err(bad("The timezone specification could not be found"));
+    }
     let mut outputs = Vec::new();
     for o in raw_outputs.into_iter().flatten() {
         let id = text(o, "id").unwrap_or_default();
@@ -508,9 +544,10 @@ fn parse_request(body: &Value, now_ms: i64, default_zone: Tz) -> Result<Request,
             "tags": f.tags.iter().map(|t| json!({"tagk": t.tagk, "filter": t.filter,
                 "group_by": t.group_by, "type": t.kind})).collect::<Vec<_>>(),
             "explicitTags": f.explicit})).collect::<Vec<_>>()),
-        "metrics": metrics.iter().map(|m| json!({"metric": m.metric, "id": m.id,
-            "filter": m.filter, "aggregator": m.aggregator,
-            "timeOffset": m.offset.as_ref().map(|(text, _)| text),
+        // `filter` and `timeOffset` as sent: an empty one is echoed empty, not null.
+        "metrics": metrics.iter().zip(raw_metrics).map(|(m, raw)| json!({"metric": m.metric,
+            "id": m.id, "filter": text(raw, "filter"), "aggregator": m.aggregator,
+            "timeOffset": text(raw, "timeOffset"),
             "fillPolicy": m.fill.map_or(Value::Null, |f| f.json())})).collect::<Vec<_>>(),
         "expressions": raw_exprs.map(|_| exprs.iter().map(|e| json!({"id": e.id,
             "expr": e.text, "join": {"operator": if e.join.union { "union" } else { "intersection" },
@@ -587,6 +624,8 @@ enum Node {
     Not(Box<Node>),
     Bin(Op, Box<Node>, Box<Node>),
     Cond(Box<Node>, Box<Node>, Box<Node>),
+    /// JEXL's `c ?: b`: `c` where it is true, else `b`.
+    Elvis(Box<Node>, Box<Node>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -616,7 +655,7 @@ impl Node {
                 }
             }
             Node::Neg(a) | Node::Not(a) => a.variables(out),
-            Node::Bin(_, a, b) => {
+            Node::Bin(_, a, b) | Node::Elvis(a, b) => {
                 a.variables(out);
                 b.variables(out);
             }
@@ -644,6 +683,10 @@ impl Node {
                 }
             }
             Node::Bin(op, a, b) => op.apply(a.eval(vars), b.eval(vars)),
+            Node::Elvis(c, b) => {
+                let c = c.eval(vars);
+                if truth(c) { c } else { b.eval(vars) }
+            }
         }
     }
 
@@ -678,6 +721,16 @@ impl Node {
                 }
                 c
             }
+            Node::Elvis(c, b) => {
+                let mut c = c.eval_rows(rows, column);
+                let b = b.eval_rows(rows, column);
+                for (v, b) in c.iter_mut().zip(b) {
+                    if !truth(*v) {
+                        *v = b;
+                    }
+                }
+                c
+            }
             Node::Bin(op, a, b) => {
                 let mut x = a.eval_rows(rows, column);
                 let y = b.eval_rows(rows, column);
@@ -700,6 +753,22 @@ impl Node {
     }
 }
 
+/// JEXL 2.1's order of two doubles (`JexlArithmetic.compare`, which `== != < <= > >=` all
+/// use): NaN below every number and equal to NaN, `-0.0` equal to `0.0`. So where a fill
+/// policy lets a NaN into an expression, `a < 5` is 1 and `a == b` is 1 when both are NaN,
+/// as in OpenTSDB.
+fn jexl_compare(x: f64, y: f64) -> std::cmp::Ordering {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    match (x.is_nan(), y.is_nan()) {
+        (true, true) => Equal,
+        (true, false) => Less,
+        (false, true) => Greater,
+        _ if x < y => Less,
+        _ if x > y => Greater,
+        _ => Equal,
+    }
+}
+
 /// JEXL's truth of a double: neither 0 nor NaN.
 fn truth(v: f64) -> bool {
     v != 0.0 && !v.is_nan()
@@ -718,16 +787,72 @@ impl Op {
             Op::Mul => x * y,
             Op::Div => x / y,
             Op::Rem => x % y,
-            Op::Lt => bool_num(x < y),
-            Op::Le => bool_num(x <= y),
-            Op::Gt => bool_num(x > y),
-            Op::Ge => bool_num(x >= y),
-            Op::Eq => bool_num(x == y),
-            Op::Ne => bool_num(x != y),
+            Op::Lt => bool_num(jexl_compare(x, y).is_lt()),
+            Op::Le => bool_num(jexl_compare(x, y).is_le()),
+            Op::Gt => bool_num(jexl_compare(x, y).is_gt()),
+            Op::Ge => bool_num(jexl_compare(x, y).is_ge()),
+            Op::Eq => bool_num(jexl_compare(x, y).is_eq()),
+            Op::Ne => bool_num(jexl_compare(x, y).is_ne()),
             Op::And => bool_num(truth(x) && truth(y)),
             Op::Or => bool_num(truth(x) || truth(y)),
         }
     }
+}
+
+/// A number literal as JEXL 2.1 reads one at the start of `text` (which starts with a
+/// digit), and its length: a decimal (`12`), octal (`010` is 8) or hexadecimal (`0x1F`)
+/// integer with an optional `l`/`h` suffix, or `<digits>.<digits>` with an optional exponent
+/// (`1.5e3`) and `d`/`f`/`b` suffix. `None` where JEXL reads two literals in a row (`08`).
+/// Values are doubles (JEXL's `1/2` is integer division; see the README).
+fn number_literal(text: &[u8]) -> Option<(f64, usize)> {
+    let run = |from: usize, ok: fn(&u8) -> bool| {
+        from + text
+            .get(from..)
+            .map_or(0, |t| t.iter().take_while(|c| ok(c)).count())
+    };
+    let suffix = |at: usize, suffixes: &[u8]| {
+        at + usize::from(text.get(at).is_some_and(|c| suffixes.contains(c)))
+    };
+    let digits = run(0, u8::is_ascii_digit);
+    if text.get(digits) == Some(&b'.') && text.get(digits + 1).is_some_and(u8::is_ascii_digit) {
+        let mut end = run(digits + 1, u8::is_ascii_digit);
+        if matches!(text.get(end), Some(b'e' | b'E')) {
+            let sign = end + 1 + usize::from(matches!(text.get(end + 1), Some(b'+' | b'-')));
+            let exponent = run(sign, u8::is_ascii_digit);
+            if exponent > sign {
+                end = exponent;
+            }
+        }
+        let value = std::str::from_utf8(text.get(..end)?).ok()?.parse().ok()?;
+        return Some((value, suffix(end, b"dDfFbB")));
+    }
+    let (value, end) = if text.first() == Some(&b'0')
+        && matches!(text.get(1), Some(b'x' | b'X'))
+        && text.get(2).is_some_and(u8::is_ascii_hexdigit)
+    {
+        let end = run(2, u8::is_ascii_hexdigit);
+        let value = text.get(2..end)?.iter().fold(0.0, |v, c| {
+            v * 16.0 + f64::from(char::from(*c).to_digit(16).unwrap_or(0))
+        });
+        (value, end)
+    } else if text.first() == Some(&b'0') {
+        let end = run(1, |c| (b'0'..=b'7').contains(c));
+        if text.get(end).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        let value = text
+            .get(1..end)?
+            .iter()
+            .fold(0.0, |v, c| v * 8.0 + f64::from(c - b'0'));
+        (value, end)
+    } else {
+        let value = std::str::from_utf8(text.get(..digits)?)
+            .ok()?
+            .parse()
+            .ok()?;
+        (value, digits)
+    };
+    Some((value, suffix(end, b"lLhH")))
 }
 
 /// The most operations and values an expression may hold, and the deepest nesting of
@@ -814,6 +939,10 @@ impl Parser<'_> {
 
     fn cond(&mut self) -> Result<Node, ApiError> {
         let c = self.or()?;
+        if self.eat("?:") {
+            let b = self.nested(Self::cond)?;
+            return Ok(Node::Elvis(Box::new(c), Box::new(b)));
+        }
         if self.eat("?") {
             let a = self.nested(Self::cond)?;
             if !self.eat(":") {
@@ -892,11 +1021,8 @@ impl Parser<'_> {
         self.skip();
         let rest = &self.text[self.pos..];
         let first = rest.chars().next().ok_or_else(|| self.error())?;
-        if first.is_ascii_digit() || first == '.' {
-            let len = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .unwrap_or(rest.len());
-            let n = rest[..len].parse::<f64>().map_err(|_| self.error())?;
+        if first.is_ascii_digit() {
+            let (n, len) = number_literal(rest.as_bytes()).ok_or_else(|| self.error())?;
             self.pos += len;
             return Ok(Node::Num(n));
         }
@@ -1027,13 +1153,16 @@ struct Set {
     query_tagks: Option<BTreeSet<String>>,
 }
 
-type Key = (Vec<(String, String)>, Vec<String>);
+/// A join key: OpenTSDB's flattened key as UIDs (tag key and value UIDs in tag key UID
+/// order, then the aggregated tag keys' UIDs in order), which orders the output series as
+/// OpenTSDB's byte-ordered map does; then the same by names, which is what tells keys apart.
+type Key = (Vec<u64>, (Vec<(String, String)>, Vec<String>));
 
-fn join_key(s: &Series, set: &Set, join: &Join) -> Key {
+fn join_key(s: &Series, set: &Set, join: &Join, uids: &mut Uids<'_>) -> Key {
     if s.tags.is_empty() {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), (Vec::new(), Vec::new()));
     }
-    let tags = s
+    let tags: Vec<(String, String)> = s
         .tags
         .iter()
         .filter(|(k, _)| {
@@ -1047,7 +1176,33 @@ fn join_key(s: &Series, set: &Set, join: &Join) -> Key {
         Vec::new()
     };
     agg.sort();
-    (tags, agg)
+    let uid =
+        |uids: &mut Uids<'_>, kind, name: &str| uids.get(kind, name).map_or(u64::MAX, |u| u.0);
+    let mut pairs: Vec<(u64, u64)> = tags
+        .iter()
+        .map(|(k, v)| {
+            (
+                uid(uids, UidKind::TagKey, k),
+                uid(uids, UidKind::TagValue, v),
+            )
+        })
+        .collect();
+    pairs.sort_unstable();
+    let mut agg_uids: Vec<u64> = agg.iter().map(|k| uid(uids, UidKind::TagKey, k)).collect();
+    agg_uids.sort_unstable();
+    let mut flat: Vec<u64> = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
+    flat.extend(agg_uids);
+    (flat, (tags, agg))
+}
+
+/// Tag keys in UID order (OpenTSDB's order of aggregated tags).
+fn in_uid_order(keys: impl IntoIterator<Item = String>, uids: &mut Uids<'_>) -> Vec<String> {
+    let mut keyed: Vec<(u64, String)> = keys
+        .into_iter()
+        .map(|k| (uids.get(UidKind::TagKey, &k).map_or(u64::MAX, |u| u.0), k))
+        .collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, k)| k).collect()
 }
 
 fn evaluate(
@@ -1055,6 +1210,7 @@ fn evaluate(
     exprs: &[Expr],
     metric_sets: &HashMap<String, Arc<Set>>,
     done: &mut HashMap<String, Arc<Set>>,
+    uids: &mut Uids<'_>,
 ) -> Result<Arc<Set>, ApiError> {
     if let Some(s) = done.get(&e.id) {
         return Ok(Arc::clone(s));
@@ -1070,7 +1226,7 @@ fn evaluate(
                     .iter()
                     .find(|x| &x.id == v)
                     .ok_or_else(|| bad(format!("Missing results for variable {v}")))?;
-                evaluate(child, exprs, metric_sets, done)?
+                evaluate(child, exprs, metric_sets, done, uids)?
             }
         };
         inputs.push(set);
@@ -1080,7 +1236,7 @@ fn evaluate(
     for (i, set) in inputs.iter().enumerate() {
         for (j, s) in set.series.iter().enumerate() {
             keyed
-                .entry(join_key(s, set, &e.join))
+                .entry(join_key(s, set, &e.join, uids))
                 .or_insert_with(|| vec![None; inputs.len()])[i] = Some(j);
         }
     }
@@ -1148,7 +1304,7 @@ fn evaluate(
         let column = |name: &str| variable_column(&names, &values, name);
         series.push(Series {
             tags,
-            agg_tags: agg.into_iter().collect(),
+            agg_tags: in_uid_order(agg, uids),
             metrics: present
                 .iter()
                 .flat_map(|(_, s)| s.metrics.iter().cloned())
@@ -1354,8 +1510,9 @@ pub(crate) async fn handle(
             );
         }
         let mut done = HashMap::new();
+        let mut uids = Uids::new(tsdb);
         for e in &req.exprs {
-            evaluate(e, &req.exprs, &sets, &mut done)?;
+            evaluate(e, &req.exprs, &sets, &mut done, &mut uids)?;
         }
         let outputs: Vec<Output> = if !req.outputs.is_empty() {
             req.outputs
@@ -1426,6 +1583,27 @@ mod tests {
         assert_eq!(eval("a < b ? 1 : b == 4 ? 2 : 3"), 2.0);
         assert_eq!(eval("a / 0"), f64::INFINITY);
         assert!(eval("0 / 0").is_nan() && eval("a % 0").is_nan());
+        // NaN (the variable `z` here) below every number and equal to itself, as JEXL 2.1.
+        assert_eq!(eval("z < 0"), 1.0);
+        assert_eq!(eval("z <= a"), 1.0);
+        assert_eq!(eval("a > z"), 1.0);
+        assert_eq!(eval("z >= 0"), 0.0);
+        assert_eq!(eval("z == z"), 1.0);
+        assert_eq!(eval("z != z"), 0.0);
+        assert_eq!(eval("z == 0"), 0.0);
+        assert_eq!(eval("-0 == 0"), 1.0);
+        assert_eq!(eval("a ?: 1"), 6.0);
+        assert_eq!(eval("0 ?: z ?: 3"), 3.0);
+        assert!(Parser::parse("a ? : 1").is_err());
+        // JEXL's number literals.
+        assert_eq!(
+            eval("1.5e1 + 010 + 0x1f + 2l + 2.5d + 1.0E-1"),
+            15.0 + 8.0 + 31.0 + 2.0 + 2.5 + 0.1
+        );
+        assert_eq!(eval("0 + 00 + 7"), 7.0);
+        for refused in [".5", "5.", "08", "1e3", "0x"] {
+            assert!(Parser::parse(refused).is_err(), "{refused}");
+        }
         let mut vars = Vec::new();
         Parser::parse("x + y * x - Z1")
             .unwrap()
@@ -1494,8 +1672,9 @@ mod tests {
                     .prop_map(|(x, op, y)| format!("({x} {op} {y})")),
                 inner.clone().prop_map(|x| format!("-{x}")),
                 inner.clone().prop_map(|x| format!("!{x}")),
-                (inner.clone(), inner.clone(), inner)
+                (inner.clone(), inner.clone(), inner.clone())
                     .prop_map(|(c, x, y)| format!("({c} ? {x} : {y})")),
+                (inner.clone(), inner).prop_map(|(c, y)| format!("({c} ?: {y})")),
             ]
         })
     }

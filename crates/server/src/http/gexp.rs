@@ -672,13 +672,20 @@ struct Series {
 }
 
 /// UIDs of names, looked up once each.
-struct Uids<'a> {
+pub(crate) struct Uids<'a> {
     tsdb: &'a Tsdb,
     cache: HashMap<(UidKind, String), Option<Uid>>,
 }
 
-impl Uids<'_> {
-    fn get(&mut self, kind: UidKind, name: &str) -> Option<Uid> {
+impl<'a> Uids<'a> {
+    pub(crate) fn new(tsdb: &'a Tsdb) -> Self {
+        Uids {
+            tsdb,
+            cache: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn get(&mut self, kind: UidKind, name: &str) -> Option<Uid> {
         if let Some(u) = self.cache.get(&(kind, name.to_string())) {
             return *u;
         }
@@ -955,12 +962,15 @@ pub(crate) async fn handle(
         other => return Err(ApiError::method_not_allowed(&other)),
     }
     let params = url_params(raw.as_deref());
+    // A repeated parameter's last value, as OpenTSDB's `getQueryStringParam` reads it (an
+    // empty last `start=` is a missing start, an empty last `end=` is now).
     let last = |k: &str| {
         params
             .iter()
             .rev()
-            .find(|(p, v)| p == k && !v.is_empty())
+            .find(|(p, _)| p == k)
             .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
     };
     let all = |k: &'static str| {
         params
@@ -1074,10 +1084,7 @@ pub(crate) async fn handle(
             summary.add_run(&outcome);
             outcomes.push(outcome);
         }
-        let mut uids = Uids {
-            tsdb,
-            cache: HashMap::new(),
-        };
+        let mut uids = Uids::new(tsdb);
         let mut inputs: Vec<Option<Vec<Series>>> = leaves
             .iter()
             .enumerate()
