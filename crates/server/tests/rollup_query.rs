@@ -604,6 +604,60 @@ async fn graphs_read_rollups_too(backend: &str) {
     srv.stop().await;
 }
 
+/// A rollup table is read by whole rows, as 2.4.1's `TsdbQuery` scans it
+/// (`getScanStartTimeSeconds`, `getScanEndTimeSeconds` with a rollup query): from the row
+/// holding the start, the row before it too for a rate, to the row holding the end. Points
+/// of those rows outside the range take part in the answer as 2.4.1 takes them: a rate's
+/// first bucket is rated against the row before (raw data, whose scan starts at the start's
+/// hour, leaves that first rate out), and a series is interpolated from points of the row
+/// before the start and after the end.
+async fn rollup_rows_are_read_whole(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    // host=a: a `1h` sum every hour of two days, 10 per hour since T0; host=b: Jan 2 10:00
+    // (100) and 15:00 (600) only.
+    let mut rollups: Vec<Value> = (0..48)
+        .map(|h| {
+            json!({"metric": "m.rows", "timestamp": T0 + 3600 * h, "value": 10 * h,
+            "tags": {"host": "a"}, "interval": "1h", "aggregator": "sum"})
+        })
+        .collect();
+    for (h, v) in [(34, 100), (39, 600)] {
+        rollups.push(
+            json!({"metric": "m.rows", "timestamp": T0 + 3600 * h, "value": v,
+            "tags": {"host": "b"}, "interval": "1h", "aggregator": "sum"}),
+        );
+    }
+    send(&srv, "/api/rollup", &rollups).await;
+    let body = |start: i64, end: i64, rate: bool, host: &str| {
+        json!({"start": start, "end": end, "queries": [{"aggregator": "sum",
+            "metric": "m.rows", "downsample": "1h-sum", "rate": rate,
+            "filters": [{"type": if host == "*" { "wildcard" } else { "literal_or" },
+                "tagk": "host", "filter": host, "groupBy": false}]}]})
+    };
+    // A rate from Jan 2 00:00, a row boundary: 2.4.1 reads Jan 1's row too, so 00:00 is
+    // rated against Jan 1 23:00 (10 an hour).
+    let day2 = T0 + DAY;
+    let rate = 10.0 / 3600.0;
+    let a = values(&query(&srv, body(day2, day2 + 3 * 3600 - 1, true, "a")).await);
+    assert_eq!(a, [(day2, rate), (day2 + 3600, rate), (day2 + 7200, rate)]);
+    // From 12:00 inside the row: its 11:00 bucket rates 12:00.
+    let noon = day2 + 12 * 3600;
+    let a = values(&query(&srv, body(noon, noon + 3600, true, "a")).await);
+    assert_eq!(a, [(noon, rate), (noon + 3600, rate)]);
+    // The sum of a and b over Jan 2 12:00 to 14:00: b is interpolated between its 10:00
+    // and 15:00 sums (300, 400, 500), both outside the range but in the row read.
+    let a = values(&query(&srv, body(noon, noon + 2 * 3600, false, "*")).await);
+    assert_eq!(
+        a,
+        [
+            (noon, 360.0 + 300.0),
+            (noon + 3600, 370.0 + 400.0),
+            (noon + 7200, 380.0 + 500.0)
+        ]
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     rollup_queries_equal_the_raw_downsample,
     rollup_usages_choose_and_fall_back_as_opentsdb,
@@ -611,4 +665,5 @@ on_every_backend!(
     pre_aggregates_are_read_through_the_aggregate_tag,
     raw_tagged_rollups_are_read_with_their_tag,
     graphs_read_rollups_too,
+    rollup_rows_are_read_whole,
 );

@@ -1537,19 +1537,25 @@ pub(super) fn split_row(
     best
 }
 
-/// The row base times a read of the window `[lo, hi]` (ms) scans: from the row holding its
-/// start to the row after its end, as `TsdbQuery.getScanStartTimeSeconds` /
-/// `getScanEndTimeSeconds` compute them for rollups (the end exclusive there, inclusive
-/// here).
-pub(super) fn rollup_scan_secs(
+/// The window (ms, end exclusive) a read of a rollup table covers for a query of
+/// `[start_ms, end_ms]`, as 2.4.1's `TsdbQuery.getScanStartTimeSeconds` /
+/// `getScanEndTimeSeconds` compute it for rollups: from the row holding the start (for a
+/// rate, the row before it: its last bucket rates the first one) to the row holding the end
+/// one row span later, exclusive (the end's second plus one, as there). Whole rows: the
+/// points around the range take part in interpolation, fill and rates as there.
+pub(super) fn rollup_scan_window(
     interval: &RollupInterval,
-    window: (i64, i64),
+    (start_ms, end_ms): (i64, i64),
+    rate: bool,
 ) -> Result<(i64, i64)> {
-    let start = interval.base_time(window.0.div_euclid(1000))?;
-    let end_secs = (window.1 - 1).div_euclid(1000);
+    let mut start = i64::from(interval.base_time(start_ms.div_euclid(1000))?);
+    if rate && start > 0 {
+        start = i64::from(interval.base_time(start - 1)?);
+    }
+    let end_secs = end_ms.div_euclid(1000) + 1;
     let span = i64::from(interval.interval_seconds) * i64::from(interval.intervals);
-    let stop = interval.base_time(end_secs + span)?;
-    Ok((i64::from(start), i64::from(stop) - 1))
+    let stop = i64::from(interval.base_time(end_secs + span)?);
+    Ok((start * 1000, stop * 1000))
 }
 
 #[cfg(test)]
@@ -2228,8 +2234,23 @@ mod tests {
         let day = s.config.interval("1d").unwrap();
         // 2013-01-15 10:00 to 2013-02-03 00:00: the January and February rows (the end is
         // pushed one month-sized span on, as 2.4.1 does).
-        let (first, last) = rollup_scan_secs(day, (1_358_244_000_000, 1_359_849_600_000)).unwrap();
-        assert_eq!(first, 1_356_998_400);
-        assert_eq!(last, 1_362_096_000 - 1);
+        let range = (1_358_244_000_000, 1_359_849_600_000);
+        let window = rollup_scan_window(day, range, false).unwrap();
+        assert_eq!(window, (1_356_998_400_000, 1_362_096_000_000));
+        // A rate reads the December row too.
+        let window = rollup_scan_window(day, range, true).unwrap();
+        assert_eq!(window, (1_354_320_000_000, 1_362_096_000_000));
+        // 1h rollups in day rows: from the start's day (the day before for a rate) to the
+        // day after the end's, exclusive.
+        let hour = s.config.interval("1h").unwrap();
+        let range = (1_357_041_600_000, 1_357_048_800_000);
+        assert_eq!(
+            rollup_scan_window(hour, range, false).unwrap(),
+            (1_356_998_400_000, 1_357_084_800_000)
+        );
+        assert_eq!(
+            rollup_scan_window(hour, range, true).unwrap(),
+            (1_356_912_000_000, 1_357_084_800_000)
+        );
     }
 }
