@@ -658,6 +658,40 @@ async fn rollup_rows_are_read_whole(backend: &str) {
     srv.stop().await;
 }
 
+/// `avg` over rollups takes each stored count as a `long`, as 2.4.1's `RollupSeq.valueCount`
+/// does (`(long) doubleValue()` for a float count), before adding a bucket's counts: a
+/// count of 2.5 is 2, one of 0.5 is 0 (and a bucket whose counts add to 0 is 0, `avoid #
+/// / 0`). `count` itself adds the stored counts as doubles (`nextDoubleValue`).
+async fn float_counts_are_read_as_longs(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    let cell = |h: i64, agg: &str, v: f64| {
+        json!({"metric": "m.fcount", "timestamp": T0 + 3600 * h, "value": v,
+            "tags": {"host": "a"}, "interval": "1h", "aggregator": agg})
+    };
+    send(
+        &srv,
+        "/api/rollup",
+        &[
+            cell(0, "sum", 10.0),
+            cell(0, "count", 2.5),
+            cell(1, "sum", 9.0),
+            cell(1, "count", 0.5),
+        ],
+    )
+    .await;
+    let body = |ds: &str| {
+        json!({"start": T0, "end": T0 + 2 * 3600 - 1, "queries": [{"aggregator": "sum",
+            "metric": "m.fcount", "downsample": ds}]})
+    };
+    assert_eq!(
+        values(&query(&srv, body("1h-avg")).await),
+        [(T0, 5.0), (T0 + 3600, 0.0)]
+    );
+    assert_eq!(values(&query(&srv, body("2h-avg")).await), [(T0, 9.5)]);
+    assert_eq!(values(&query(&srv, body("2h-count")).await), [(T0, 3.0)]);
+    srv.stop().await;
+}
+
 on_every_backend!(
     rollup_queries_equal_the_raw_downsample,
     rollup_usages_choose_and_fall_back_as_opentsdb,
@@ -666,4 +700,5 @@ on_every_backend!(
     raw_tagged_rollups_are_read_with_their_tag,
     graphs_read_rollups_too,
     rollup_rows_are_read_whole,
+    float_counts_are_read_as_longs,
 );

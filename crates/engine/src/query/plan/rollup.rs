@@ -1026,7 +1026,8 @@ impl Scan<'_> {
                 }
                 Points::RollupAvg(avg) => {
                     for p in points.iter() {
-                        held += avg.push(p.0, p.1.as_f64(), p.2.unwrap_or(0.0)) as u64;
+                        let count = count_as_long(p.2.unwrap_or(0.0));
+                        held += avg.push(p.0, p.1.as_f64(), count) as u64;
                     }
                 }
             }
@@ -1101,6 +1102,9 @@ impl Scan<'_> {
         stats.bytes += bytes as u64;
         if cols.times.is_empty() {
             return Ok(());
+        }
+        for c in &mut cols.counts {
+            *c = count_as_long(*c);
         }
         // Times ascend: the window keeps a run of them.
         let from = cols.times.partition_point(|t| *t < lo);
@@ -1328,6 +1332,14 @@ impl RollupAvg {
             counts.append(later_counts);
         }
     }
+}
+
+/// A stored count as 2.4.1's `avg` over rollups takes it (`RollupSeq.valueCount`): a
+/// `long`, a float count truncated toward zero (Java's cast: NaN is 0, the infinities the
+/// extremes), before the bucket's counts are added.
+#[inline]
+fn count_as_long(count: f64) -> f64 {
+    count as i64 as f64
 }
 
 /// The mean of a pair that is its own bucket: its sum over its count, 0 for a count of 0
