@@ -655,6 +655,10 @@ async fn rollup_rows_are_read_whole(backend: &str) {
             (noon + 7200, 380.0 + 500.0)
         ]
     );
+    // b over 16:00 to 17:00: its row is read, so it is answered, with no point in the
+    // range (and a fallback would not be taken: the read found a series).
+    let a = query(&srv, body(noon + 4 * 3600, noon + 5 * 3600, false, "b")).await;
+    assert_eq!(values(&a), []);
     srv.stop().await;
 }
 
