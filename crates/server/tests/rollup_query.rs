@@ -696,6 +696,55 @@ async fn float_counts_are_read_as_longs(backend: &str) {
     srv.stop().await;
 }
 
+/// `dev` over rollups, with a `dev` id configured, as 2.4.1 runs it: the read takes the
+/// `dev` cells and fails once it finds one (`RollupSeq` refuses them; Hourglass answers
+/// the `Downsampler`'s words, a 400); finding none it answers nothing, or falls back to raw
+/// data with `ROLLUP_FALLBACK_RAW`.
+async fn dev_over_rollups_fails_only_on_dev_cells(backend: &str) {
+    let mut c = config();
+    c.set(
+        "tsd.rollups.config",
+        &CONFIG
+            .replace('\n', "")
+            .replace(r#""min":3}"#, r#""min":3,"dev":4}"#),
+    );
+    c.set("tsd.rollups.block_derived", "false");
+    let srv = start_with(backend, c).await;
+    // Raw points 1 and 3 in the first hour (population deviation 1), and a `1h` sum rollup.
+    let raw: Vec<Value> = [(0, 1), (600, 3)]
+        .iter()
+        .map(|(t, v)| json!({"metric": "m.dev", "timestamp": T0 + t, "value": v, "tags": {"host": "a"}}))
+        .collect();
+    send(&srv, "/api/put", &raw).await;
+    let sum = json!({"metric": "m.dev", "timestamp": T0, "value": 4, "tags": {"host": "a"},
+        "interval": "1h", "aggregator": "sum"});
+    send(&srv, "/api/rollup", &[sum]).await;
+    let body = |usage: Option<&str>| {
+        let mut sub = json!({"aggregator": "sum", "metric": "m.dev", "downsample": "1h-dev"});
+        if let Some(u) = usage {
+            sub["rollupUsage"] = json!(u);
+        }
+        json!({"start": T0, "end": T0 + 3599, "queries": [sub]})
+    };
+    assert_eq!(query(&srv, body(None)).await, json!([]));
+    assert_eq!(
+        values(&query(&srv, body(Some("ROLLUP_FALLBACK_RAW"))).await),
+        [(T0, 1.0)]
+    );
+    let dev = json!({"metric": "m.dev", "timestamp": T0, "value": 1, "tags": {"host": "a"},
+        "interval": "1h", "aggregator": "dev"});
+    send(&srv, "/api/rollup", &[dev]).await;
+    for usage in [None, Some("ROLLUP_FALLBACK_RAW")] {
+        let r = post(&srv, "/api/query", &body(usage)).await;
+        assert_eq!(r.status, 400, "{usage:?}: {}", r.text());
+        assert_eq!(
+            r.json()["error"]["message"],
+            "Standard deviation over rolled up data is not supported at this time"
+        );
+    }
+    srv.stop().await;
+}
+
 on_every_backend!(
     rollup_queries_equal_the_raw_downsample,
     rollup_usages_choose_and_fall_back_as_opentsdb,
@@ -705,4 +754,5 @@ on_every_backend!(
     graphs_read_rollups_too,
     rollup_rows_are_read_whole,
     float_counts_are_read_as_longs,
+    dev_over_rollups_fails_only_on_dev_cells,
 );

@@ -48,6 +48,11 @@ pub(super) enum RollupRead {
     Avg { sum: u8, count: u8 },
 }
 
+/// 2.4.1's words for `dev` over rollups. It fails only once a `dev` cell is read (its scan
+/// takes them by id and `RollupSeq` refuses them); a read finding none answers nothing, or
+/// falls back, as any other.
+const DEV_REFUSED: &str = "Standard deviation over rolled up data is not supported at this time";
+
 /// The rollup's aggregator for a downsampling function: OpenTSDB reads `zimsum` as `sum`,
 /// `mimmax` as `max` and `mimmin` as `min` (`RollupQuery`).
 fn rollup_aggregator(function: Aggregator) -> Aggregator {
@@ -138,18 +143,11 @@ impl<'a> Plan<'a> {
                 sum: config.id_for("sum")?,
                 count: config.id_for("count")?,
             },
-            other => {
-                let id = config.id_for(other.name())?;
-                if other == Aggregator::Dev {
-                    return Err(Error::invalid(
-                        "Standard deviation over rolled up data is not supported at this time",
-                    ));
-                }
-                RollupRead::One {
-                    id,
-                    name: other.name(),
-                }
-            }
+            // `dev` reads its cells to refuse them (see [`DEV_REFUSED`]).
+            other => RollupRead::One {
+                id: config.id_for(other.name())?,
+                name: other.name(),
+            },
         };
         let table = if self.pre_aggregate {
             interval.pre_aggregation_table.as_str()
@@ -940,6 +938,11 @@ impl Scan<'_> {
                             &mut points,
                         )
                         .and_then(|as_columns| {
+                            if matches!(read, RollupRead::One { name: "dev", .. })
+                                && !points.is_empty()
+                            {
+                                return Err(Error::invalid(DEV_REFUSED));
+                            }
                             if as_columns {
                                 self.take_avg_row(&mut part, key, &mut cols, bytes, avg, until_ms)
                             } else {
