@@ -208,15 +208,17 @@ fn rollup_cell(
     qualifier: &[u8],
     value: &[u8],
 ) -> Result<Option<(i64, f64, bool, bool)>> {
+    // The id's own byte: 2.4.1's scan keeps no other (its qualifier filters compare the
+    // first byte whole), so a cell with the compacted bit over the id never reaches it.
     let (at, is_count) = match read {
         RollupRead::One { id, name } => match qualifier.first() {
-            Some(first) if first & AGGREGATOR_MASK == id => (1, false),
+            Some(&first) if first == id => (1, false),
             _ if has_name(qualifier, name) => (name.len() + 1, false),
             _ => return Ok(None),
         },
         RollupRead::Avg { sum, count } => match qualifier.first() {
-            Some(first) if first & AGGREGATOR_MASK == sum => (1, false),
-            Some(first) if first & AGGREGATOR_MASK == count => (1, true),
+            Some(&first) if first == sum => (1, false),
+            Some(&first) if first == count => (1, true),
             _ if has_name(qualifier, "sum") => (4, false),
             _ if has_name(qualifier, "count") => (6, true),
             _ => return Ok(None),
@@ -593,7 +595,8 @@ fn id_range(qualifiers: &[[u8; 3]], id: u8) -> std::ops::Range<usize> {
 }
 
 /// Whether a column row of 3-byte qualifiers holds a cell with a compacted form of one of
-/// `ids` (`id | COMPACTED_MASK`), which only the general reading reads.
+/// `ids` (`id | COMPACTED_MASK`): such rows go to the general reading, which leaves those
+/// cells out as 2.4.1 does.
 fn has_compacted(qualifiers: &[[u8; 3]], ids: &[u8]) -> bool {
     match qualifiers.last() {
         Some(last) if last[0] & !AGGREGATOR_MASK != 0 => ids
@@ -1663,7 +1666,7 @@ mod tests {
     }
 
     #[test]
-    fn rollup_cells_are_read_by_id_masked_id_or_older_name() {
+    fn rollup_cells_are_read_by_id_or_older_name() {
         let s = settings();
         let hour = s.config.interval("1h").unwrap();
         let sum = RollupRead::One { id: 0, name: "sum" };
@@ -1673,11 +1676,11 @@ mod tests {
             rollup_cell(sum, hour, base, &[0x00, 0x00, 0x20], &[42]).unwrap(),
             Some((i64::from(base + 7200) * 1000, 42.0, false, false))
         );
-        // The compacted bit is masked off; another id is not taken.
-        assert!(
-            rollup_cell(sum, hour, base, &[0x80, 0x00, 0x20], &[42])
-                .unwrap()
-                .is_some()
+        // A compacted id (0x80 over it) is not taken, as 2.4.1's scan does not take it;
+        // nor is another id.
+        assert_eq!(
+            rollup_cell(sum, hour, base, &[0x80, 0x00, 0x20], &[42]).unwrap(),
+            None
         );
         assert_eq!(
             rollup_cell(sum, hour, base, &[0x02, 0x00, 0x20], &[42]).unwrap(),
