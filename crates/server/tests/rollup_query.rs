@@ -791,6 +791,56 @@ async fn compacted_rollup_cells_are_not_read(backend: &str) {
     srv.stop().await;
 }
 
+/// 2.4.1's `TestTsdbQueryRollup` `10m` sums over its fixture (`storeLongRollup`,
+/// `storeFloatRollup`: `web01` rising by 600 a cell from 600, or from 600.5, over
+/// 2013-01-01 00:00 to 12:00, `web02` the same values falling): the sum of both is 43,800
+/// at each of the 73 times (`run10mSumLongDoubleTS`), and the rate of `web01` is 1.0 from
+/// 00:10 on, 72 of them, long or float cells (`run10mSumLongSingleTSRate`,
+/// `run10mSumFloatSingleTSRate`): the row before 00:00, read for the rate, is empty.
+async fn test_tsdb_query_rollup_sums_and_rates(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    for (metric, start) in [("m.long", 600.0), ("m.float", 600.5)] {
+        let mut points = Vec::new();
+        for k in 0..73 {
+            let t = T0 + 600 * k;
+            let up = start + 600.0 * k as f64;
+            let down = 600.0 * 73.0 + start - 600.0 - up;
+            for (host, v) in [("web01", up), ("web02", down)] {
+                let v = if metric == "m.long" {
+                    json!(v as i64)
+                } else {
+                    json!(v)
+                };
+                points.push(json!({"metric": metric, "timestamp": t, "value": v,
+                    "tags": {"host": host}, "interval": "10m", "aggregator": "sum"}));
+            }
+        }
+        send(&srv, "/api/rollup", &points).await;
+    }
+    let body = |metric: &str, host: &str, rate: bool| {
+        json!({"start": T0, "end": T0 + 43_200, "queries": [{"aggregator": "sum",
+            "metric": metric, "downsample": "10m-sum", "rate": rate,
+            "filters": [{"type": if host == "*" { "wildcard" } else { "literal_or" },
+                "tagk": "host", "filter": host, "groupBy": false}]}]})
+    };
+    let sums = values(&query(&srv, body("m.long", "*", false)).await);
+    assert_eq!(
+        sums,
+        (0..73)
+            .map(|k| (T0 + 600 * k, 43_800.0))
+            .collect::<Vec<_>>()
+    );
+    for metric in ["m.long", "m.float"] {
+        let rates = values(&query(&srv, body(metric, "web01", true)).await);
+        assert_eq!(
+            rates,
+            (1..73).map(|k| (T0 + 600 * k, 1.0)).collect::<Vec<_>>(),
+            "{metric}"
+        );
+    }
+    srv.stop().await;
+}
+
 on_every_backend!(
     rollup_queries_equal_the_raw_downsample,
     rollup_usages_choose_and_fall_back_as_opentsdb,
@@ -802,4 +852,5 @@ on_every_backend!(
     float_counts_are_read_as_longs,
     dev_over_rollups_fails_only_on_dev_cells,
     compacted_rollup_cells_are_not_read,
+    test_tsdb_query_rollup_sums_and_rates,
 );
