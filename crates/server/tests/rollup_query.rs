@@ -104,6 +104,11 @@ fn rollups_of(
 /// `/api/rollup`); every downsample a rollup interval divides, by every function the
 /// rollups serve, answers from the rollup tables exactly as `ROLLUP_RAW` answers from the
 /// raw points, over random ranges, for grouped and per-series results and fill policies.
+/// The two scans differ (a rollup read covers whole rows, `rollup_rows_are_read_whole`),
+/// but not their answers here: no point is more than ten minutes after the one before, so
+/// no series is interpolated across the edges, and no range with a rate starts on an hour
+/// after the first (the raw scan begins at that hour and leaves its bucket's rate out; the
+/// rollup read rates it against the bucket before). The seed is fixed.
 async fn rollup_queries_equal_the_raw_downsample(backend: &str) {
     let srv = start_with(backend, config()).await;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
