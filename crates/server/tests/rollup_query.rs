@@ -846,6 +846,43 @@ async fn test_tsdb_query_rollup_sums_and_rates(backend: &str) {
     srv.stop().await;
 }
 
+/// Past a tier's retention cutoff nothing takes part, not even a rate's bucket before the
+/// range: the `1h` tier kept 2 days, a rate from the first hour after the cutoff leaves that
+/// hour's rate out (its bucket before is before the cutoff), whether or not the sweep
+/// removed that bucket's row yet.
+async fn rollup_rates_leave_out_buckets_before_the_retention_cutoff(backend: &str) {
+    let mut c = config();
+    c.set(
+        "tsd.rollups.config",
+        &CONFIG.replace('\n', "").replace(
+            r#""interval":"1h","rowSpan":"1d"}"#,
+            r#""interval":"1h","rowSpan":"1d","retention":"2d"}"#,
+        ),
+    );
+    let srv = start_with(backend, c).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let first = now / 3600 - 72;
+    let cells: Vec<Value> = (first..=now / 3600)
+        .map(|h| {
+            json!({"metric": "m.ret", "timestamp": h * 3600, "value": 10 * (h - first),
+            "tags": {"host": "a"}, "interval": "1h", "aggregator": "sum"})
+        })
+        .collect();
+    send(&srv, "/api/rollup", &cells).await;
+    // The first hour at least two minutes after the cutoff (now - 2 days).
+    let hour = ((now - 2 * DAY + 120) / 3600 + 1) * 3600;
+    let body = json!({"start": hour, "end": hour + 2 * 3600 - 1, "queries": [{
+        "aggregator": "sum", "metric": "m.ret", "downsample": "1h-sum", "rate": true}]});
+    assert_eq!(
+        values(&query(&srv, body).await),
+        [(hour + 3600, 10.0 / 3600.0)]
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     rollup_queries_equal_the_raw_downsample,
     rollup_usages_choose_and_fall_back_as_opentsdb,
@@ -858,4 +895,5 @@ on_every_backend!(
     dev_over_rollups_fails_only_on_dev_cells,
     compacted_rollup_cells_are_not_read,
     test_tsdb_query_rollup_sums_and_rates,
+    rollup_rates_leave_out_buckets_before_the_retention_cutoff,
 );

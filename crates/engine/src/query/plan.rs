@@ -419,7 +419,17 @@ fn run_on(
         _ => start_ms,
     };
     if !matches!(source, rollup::Source::Data) {
-        return run_rollup(tsdb, (start_ms, end_ms), q, options, source, memory);
+        // Nothing before the cutoff takes part, not even in rates or interpolation.
+        let floor_ms = cutoff.map_or(i64::MIN, |cut| cut.saturating_mul(1000));
+        return run_rollup(
+            tsdb,
+            (start_ms, end_ms),
+            floor_ms,
+            q,
+            options,
+            source,
+            memory,
+        );
     }
     // A deletion holds off flushes from before its scan until its rewrites are applied, so
     // no point reaches a row between the row's read and its rewrite. Points still in memory
@@ -508,6 +518,7 @@ fn outcome(
 fn run_rollup(
     tsdb: &Tsdb,
     (start_ms, end_ms): (i64, i64),
+    floor_ms: i64,
     q: &SubQuery,
     options: &RunOptions,
     source: &rollup::Source<'_>,
@@ -523,13 +534,19 @@ fn run_rollup(
     // A rollup table is read by whole rows, as 2.4.1's `TsdbQuery` scans it: from the row
     // holding the start (the row before it too for a rate) to the row holding the end; its
     // aggregation starts there. A pre-aggregate table at raw resolution is read as raw data.
-    let window = match source {
+    let (rows, window) = match source {
         rollup::Source::Rollup { interval, .. } => {
-            rollup::rollup_scan_window(interval, (start_ms, end_ms), q.rate)?
+            let rows = rollup::rollup_scan_window(interval, (start_ms, end_ms), q.rate)?;
+            // Past a retention cutoff, its rows are read from their start, their points
+            // taken from the cutoff on.
+            (rows, (rows.0.max(floor_ms), rows.1))
         }
-        _ => ScanHours::of(q, start_ms, end_ms).window(),
+        _ => {
+            let hours = ScanHours::of(q, start_ms, end_ms).window();
+            (hours, hours)
+        }
     };
-    let (first, last) = (window.0.div_euclid(1000), window.1.div_euclid(1000) - 1);
+    let (first, last) = (rows.0.div_euclid(1000), rows.1.div_euclid(1000) - 1);
     let mut read_q = q.clone();
     read_q.downsample = rollup::rollup_downsample(source, q.downsample);
     let mut by_tagk: BTreeMap<&str, Vec<&TagFilter>> = BTreeMap::new();
