@@ -883,6 +883,35 @@ async fn rollup_rates_leave_out_buckets_before_the_retention_cutoff(backend: &st
     srv.stop().await;
 }
 
+/// Pre-aggregates at raw resolution (the default interval's pre-aggregate table, with
+/// `ROLLUP_RAW`) are read as raw data is, as 2.4.1 reads them without a rollup query: a
+/// point every half hour valued by its index, `90m-sum-zero` rates from T0+4h30m (the scan
+/// starts at T0+4h, in the bucket from T0+3h): that bucket, filled with 0 and before the
+/// scan start, is not rated against, so T0+4h30m's rate is the series' unanswered first
+/// one, as for raw data (`query_semantics.rs`,
+/// `downsampling_starts_at_the_first_bucket_boundary_of_the_scan`).
+async fn raw_resolution_pre_aggregates_rate_as_raw_data(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    let points: Vec<Value> = (0..20)
+        .map(|k| {
+            json!({"metric": "m.half", "timestamp": T0 + k * 1800, "value": k,
+            "tags": {"host": "a"}, "groupByAggregator": "sum"})
+        })
+        .collect();
+    send(&srv, "/api/rollup", &points).await;
+    let body = json!({"start": T0 + 4 * 3600 + 1800, "end": T0 + 8 * 3600, "queries": [{
+        "aggregator": "sum", "metric": "m.half", "downsample": "90m-sum-zero", "rate": true,
+        "preAggregate": true, "rollupUsage": "ROLLUP_RAW"}]});
+    assert_eq!(
+        values(&query(&srv, body).await),
+        [
+            (T0 + 6 * 3600, 9.0 / 5400.0),
+            (T0 + 7 * 3600 + 1800, 9.0 / 5400.0)
+        ]
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     rollup_queries_equal_the_raw_downsample,
     rollup_usages_choose_and_fall_back_as_opentsdb,
@@ -896,4 +925,5 @@ on_every_backend!(
     compacted_rollup_cells_are_not_read,
     test_tsdb_query_rollup_sums_and_rates,
     rollup_rates_leave_out_buckets_before_the_retention_cutoff,
+    raw_resolution_pre_aggregates_rate_as_raw_data,
 );
