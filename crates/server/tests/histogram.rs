@@ -625,11 +625,77 @@ async fn histogram_series_are_tracked_in_meta(backend: &str) {
     srv.stop().await;
 }
 
+/// With rollups configured, a histogram query whose downsample a rollup interval matches
+/// (`1h-sum` with a `1h` interval) still reads the data table, where histograms live. 2.4.1
+/// scans the `1h` rollup table there (its `tableToBeScanned`) and, taking no histogram from
+/// a rollup table (`SaltScanner.processRow`), answers nothing: a difference kept on purpose
+/// (README, "Differences from OpenTSDB 2.4").
+async fn histograms_are_read_from_the_data_table_under_rollups(backend: &str) {
+    let mut c = config();
+    c.set("tsd.rollups.enable", "true");
+    c.set(
+        "tsd.rollups.config",
+        r#"{"aggregationIds":{"sum":0,"count":1},"intervals":[{"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},{"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#,
+    );
+    let srv = start_on(store_for(backend), c).await;
+    two_series(&srv).await;
+    // The hour's four histograms summed: `[0,1)=52`, `[1,5)=64`, `[5,10)=61`; the 50th
+    // percentile reaches 116/177 in `[1,5)`: 3.0.
+    let body = json!({"start": T0, "end": T0 + 3599, "queries": [{"aggregator": "sum",
+        "metric": "h.q", "downsample": "1h-sum", "percentiles": [50]}]});
+    let r = post(&srv, "/api/query", &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    let got = shape(&answer);
+    assert_eq!(got.len(), 1, "{answer}");
+    assert_eq!(got[0].0, "h.q_pct_50.0");
+    assert_eq!(got[0].3, dps(&[(T0, json!(3.0))]));
+    srv.stop().await;
+}
+
+/// The annotations of a series' rows that hold no histogram are its answer's, as 2.4.1's
+/// `SaltScanner.mergeHistogramDataPoints` attaches them (its `runWithOnlyAnnotation`): `a`
+/// has histograms at T0 and T0+2h and a note at T0+1h, in a row of its own.
+async fn annotations_of_rows_without_histograms_are_answered(backend: &str) {
+    let srv = start_on(store_for(backend), config()).await;
+    let points = json!([
+        {"metric": "h.n", "timestamp": T0, "tags": {"host": "a"}, "buckets": {"0,1": 1}},
+        {"metric": "h.n", "timestamp": T0 + 7200, "tags": {"host": "a"}, "buckets": {"0,1": 2}}
+    ]);
+    let r = post(&srv, "/api/histogram", &points).await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    let body = |show: bool| {
+        json!({"start": T0, "end": T0 + 3 * 3600, "showTSUIDs": show, "queries": [{
+            "aggregator": "sum", "metric": "h.n", "percentiles": [50]}]})
+    };
+    let r = post(&srv, "/api/query", &body(true)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let tsuid = r.json()[0]["tsuids"][0].as_str().unwrap().to_string();
+    let note = json!({"tsuid": tsuid, "startTime": T0 + 3600 + 90, "description": "deploy"});
+    let r = post(&srv, "/api/annotation", &note).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post(&srv, "/api/query", &body(false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    assert_eq!(answer.as_array().unwrap().len(), 1, "{answer}");
+    let notes = answer[0]["annotations"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{answer}");
+    assert_eq!(notes[0]["description"], "deploy");
+    assert_eq!(notes[0]["startTime"], T0 + 3600 + 90);
+    assert_eq!(
+        answer[0]["dps"],
+        json!({T0.to_string(): 0.5, (T0 + 7200).to_string(): 0.5})
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     histogram_series_are_tracked_in_meta,
     histograms_are_stored_as_2_4_1_stores_them,
     percentiles_and_buckets_answer_as_2_4_1,
     errors_are_2_4_1s,
+    histograms_are_read_from_the_data_table_under_rollups,
+    annotations_of_rows_without_histograms_are_answered,
 );
 
 #[test]

@@ -104,6 +104,11 @@ fn rollups_of(
 /// `/api/rollup`); every downsample a rollup interval divides, by every function the
 /// rollups serve, answers from the rollup tables exactly as `ROLLUP_RAW` answers from the
 /// raw points, over random ranges, for grouped and per-series results and fill policies.
+/// The two scans differ (a rollup read covers whole rows, `rollup_rows_are_read_whole`),
+/// but not their answers here: no point is more than ten minutes after the one before, so
+/// no series is interpolated across the edges, and no range with a rate starts on an hour
+/// after the first (the raw scan begins at that hour and leaves its bucket's rate out; the
+/// rollup read rates it against the bucket before). The seed is fixed.
 async fn rollup_queries_equal_the_raw_downsample(backend: &str) {
     let srv = start_with(backend, config()).await;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -604,6 +609,309 @@ async fn graphs_read_rollups_too(backend: &str) {
     srv.stop().await;
 }
 
+/// A rollup table is read by whole rows, as 2.4.1's `TsdbQuery` scans it
+/// (`getScanStartTimeSeconds`, `getScanEndTimeSeconds` with a rollup query): from the row
+/// holding the start, the row before it too for a rate, to the row holding the end. Points
+/// of those rows outside the range take part in the answer as 2.4.1 takes them: a rate's
+/// first bucket is rated against the row before (raw data, whose scan starts at the start's
+/// hour, leaves that first rate out), and a series is interpolated from points of the row
+/// before the start and after the end.
+async fn rollup_rows_are_read_whole(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    // host=a: a `1h` sum every hour of two days, 10 per hour since T0; host=b: Jan 2 10:00
+    // (100) and 15:00 (600) only.
+    let mut rollups: Vec<Value> = (0..48)
+        .map(|h| {
+            json!({"metric": "m.rows", "timestamp": T0 + 3600 * h, "value": 10 * h,
+            "tags": {"host": "a"}, "interval": "1h", "aggregator": "sum"})
+        })
+        .collect();
+    for (h, v) in [(34, 100), (39, 600)] {
+        rollups.push(
+            json!({"metric": "m.rows", "timestamp": T0 + 3600 * h, "value": v,
+            "tags": {"host": "b"}, "interval": "1h", "aggregator": "sum"}),
+        );
+    }
+    send(&srv, "/api/rollup", &rollups).await;
+    let body = |start: i64, end: i64, rate: bool, host: &str| {
+        json!({"start": start, "end": end, "queries": [{"aggregator": "sum",
+            "metric": "m.rows", "downsample": "1h-sum", "rate": rate,
+            "filters": [{"type": if host == "*" { "wildcard" } else { "literal_or" },
+                "tagk": "host", "filter": host, "groupBy": false}]}]})
+    };
+    // A rate from Jan 2 00:00, a row boundary: 2.4.1 reads Jan 1's row too, so 00:00 is
+    // rated against Jan 1 23:00 (10 an hour).
+    let day2 = T0 + DAY;
+    let rate = 10.0 / 3600.0;
+    let a = values(&query(&srv, body(day2, day2 + 3 * 3600 - 1, true, "a")).await);
+    assert_eq!(a, [(day2, rate), (day2 + 3600, rate), (day2 + 7200, rate)]);
+    // From 12:00 inside the row: its 11:00 bucket rates 12:00.
+    let noon = day2 + 12 * 3600;
+    let a = values(&query(&srv, body(noon, noon + 3600, true, "a")).await);
+    assert_eq!(a, [(noon, rate), (noon + 3600, rate)]);
+    // The sum of a and b over Jan 2 12:00 to 14:00: b is interpolated between its 10:00
+    // and 15:00 sums (300, 400, 500), both outside the range but in the row read.
+    let a = values(&query(&srv, body(noon, noon + 2 * 3600, false, "*")).await);
+    assert_eq!(
+        a,
+        [
+            (noon, 360.0 + 300.0),
+            (noon + 3600, 370.0 + 400.0),
+            (noon + 7200, 380.0 + 500.0)
+        ]
+    );
+    // b over 16:00 to 17:00: its row is read, so it is answered, with no point in the
+    // range (and a fallback would not be taken: the read found a series).
+    let a = query(&srv, body(noon + 4 * 3600, noon + 5 * 3600, false, "b")).await;
+    assert_eq!(values(&a), []);
+    srv.stop().await;
+}
+
+/// `avg` over rollups takes each stored count as a `long`, as 2.4.1's `RollupSeq.valueCount`
+/// does (`(long) doubleValue()` for a float count), before adding a bucket's counts: a
+/// count of 2.5 is 2, one of 0.5 is 0 (and a bucket whose counts add to 0 is 0, `avoid #
+/// / 0`). `count` itself adds the stored counts as doubles (`nextDoubleValue`).
+async fn float_counts_are_read_as_longs(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    let cell = |h: i64, agg: &str, v: f64| {
+        json!({"metric": "m.fcount", "timestamp": T0 + 3600 * h, "value": v,
+            "tags": {"host": "a"}, "interval": "1h", "aggregator": agg})
+    };
+    send(
+        &srv,
+        "/api/rollup",
+        &[
+            cell(0, "sum", 10.0),
+            cell(0, "count", 2.5),
+            cell(1, "sum", 9.0),
+            cell(1, "count", 0.5),
+        ],
+    )
+    .await;
+    let body = |ds: &str| {
+        json!({"start": T0, "end": T0 + 2 * 3600 - 1, "queries": [{"aggregator": "sum",
+            "metric": "m.fcount", "downsample": ds}]})
+    };
+    assert_eq!(
+        values(&query(&srv, body("1h-avg")).await),
+        [(T0, 5.0), (T0 + 3600, 0.0)]
+    );
+    assert_eq!(values(&query(&srv, body("2h-avg")).await), [(T0, 9.5)]);
+    assert_eq!(values(&query(&srv, body("2h-count")).await), [(T0, 3.0)]);
+    srv.stop().await;
+}
+
+/// `dev` over rollups, with a `dev` id configured, as 2.4.1 runs it: the read takes the
+/// `dev` cells and fails once it finds one (`RollupSeq` refuses them; Hourglass answers
+/// the `Downsampler`'s words, a 400); finding none it answers nothing, or falls back to raw
+/// data with `ROLLUP_FALLBACK_RAW`.
+async fn dev_over_rollups_fails_only_on_dev_cells(backend: &str) {
+    let mut c = config();
+    c.set(
+        "tsd.rollups.config",
+        &CONFIG
+            .replace('\n', "")
+            .replace(r#""min":3}"#, r#""min":3,"dev":4}"#),
+    );
+    c.set("tsd.rollups.block_derived", "false");
+    let srv = start_with(backend, c).await;
+    // Raw points 1 and 3 in the first hour (population deviation 1), and a `1h` sum rollup.
+    let raw: Vec<Value> = [(0, 1), (600, 3)]
+        .iter()
+        .map(|(t, v)| json!({"metric": "m.dev", "timestamp": T0 + t, "value": v, "tags": {"host": "a"}}))
+        .collect();
+    send(&srv, "/api/put", &raw).await;
+    let sum = json!({"metric": "m.dev", "timestamp": T0, "value": 4, "tags": {"host": "a"},
+        "interval": "1h", "aggregator": "sum"});
+    send(&srv, "/api/rollup", &[sum]).await;
+    let body = |usage: Option<&str>| {
+        let mut sub = json!({"aggregator": "sum", "metric": "m.dev", "downsample": "1h-dev"});
+        if let Some(u) = usage {
+            sub["rollupUsage"] = json!(u);
+        }
+        json!({"start": T0, "end": T0 + 3599, "queries": [sub]})
+    };
+    assert_eq!(query(&srv, body(None)).await, json!([]));
+    assert_eq!(
+        values(&query(&srv, body(Some("ROLLUP_FALLBACK_RAW"))).await),
+        [(T0, 1.0)]
+    );
+    let dev = json!({"metric": "m.dev", "timestamp": T0, "value": 1, "tags": {"host": "a"},
+        "interval": "1h", "aggregator": "dev"});
+    send(&srv, "/api/rollup", &[dev]).await;
+    for usage in [None, Some("ROLLUP_FALLBACK_RAW")] {
+        let r = post(&srv, "/api/query", &body(usage)).await;
+        assert_eq!(r.status, 400, "{usage:?}: {}", r.text());
+        assert_eq!(
+            r.json()["error"]["message"],
+            "Standard deviation over rolled up data is not supported at this time"
+        );
+    }
+    srv.stop().await;
+}
+
+/// A rollup cell whose first byte has the compacted bit (0x80) over the read's id is not
+/// read: 2.4.1's scan keeps the cells whose first byte is the id itself (its qualifier
+/// filters), so such a cell never reaches `RollupSeq` (which would mask the bit off).
+async fn compacted_rollup_cells_are_not_read(backend: &str) {
+    use hourglass_storage::{Mutation, RowMutation};
+    let srv = start_with(backend, config()).await;
+    for agg in ["sum", "count"] {
+        let p = json!({"metric": "m.compacted", "timestamp": T0, "value": 5,
+            "tags": {"host": "a"}, "interval": "1h", "aggregator": agg});
+        send(&srv, "/api/rollup", &[p]).await;
+    }
+    let store = srv.state.tsdb.store();
+    let table = "tsdb-rollup-1h";
+    let request = hourglass_storage::ScanRequest::range(Vec::new(), None);
+    let key = store
+        .scan(table, &request)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .key;
+    // 01:00 (offset 1, a one-byte integer) under the compacted `sum` and `count` ids.
+    let cell = |id: u8, v: u8| Mutation::SetCell {
+        family: "t".into(),
+        qualifier: vec![id, 0x00, 0x10],
+        timestamp: None,
+        value: vec![v],
+    };
+    store
+        .mutate_rows(
+            table,
+            &[RowMutation {
+                key,
+                mutations: vec![cell(0x80, 7), cell(0x81, 1)],
+            }],
+        )
+        .unwrap();
+    for ds in ["1h-sum", "1h-avg", "2h-sum"] {
+        let body = json!({"start": T0, "end": T0 + 2 * 3600 - 1, "queries": [{
+            "aggregator": "sum", "metric": "m.compacted", "downsample": ds}]});
+        let want = if ds == "1h-avg" { 1.0 } else { 5.0 };
+        assert_eq!(values(&query(&srv, body).await), [(T0, want)], "{ds}");
+    }
+    srv.stop().await;
+}
+
+/// 2.4.1's `TestTsdbQueryRollup` `10m` sums over its fixture (`storeLongRollup`,
+/// `storeFloatRollup`: `web01` rising by 600 a cell from 600, or from 600.5, over
+/// 2013-01-01 00:00 to 12:00, `web02` the same values falling): the sum of both is 43,800
+/// at each of the 73 times (`run10mSumLongDoubleTS`), and the rate of `web01` is 1.0 from
+/// 00:10 on, 72 of them, long or float cells (`run10mSumLongSingleTSRate`,
+/// `run10mSumFloatSingleTSRate`): the row before 00:00, read for the rate, is empty.
+async fn test_tsdb_query_rollup_sums_and_rates(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    for (metric, start) in [("m.long", 600.0), ("m.float", 600.5)] {
+        let mut points = Vec::new();
+        for k in 0..73 {
+            let t = T0 + 600 * k;
+            let up = start + 600.0 * k as f64;
+            let down = 600.0 * 73.0 + start - 600.0 - up;
+            for (host, v) in [("web01", up), ("web02", down)] {
+                let v = if metric == "m.long" {
+                    json!(v as i64)
+                } else {
+                    json!(v)
+                };
+                points.push(json!({"metric": metric, "timestamp": t, "value": v,
+                    "tags": {"host": host}, "interval": "10m", "aggregator": "sum"}));
+            }
+        }
+        send(&srv, "/api/rollup", &points).await;
+    }
+    let body = |metric: &str, host: &str, rate: bool| {
+        json!({"start": T0, "end": T0 + 43_200, "queries": [{"aggregator": "sum",
+            "metric": metric, "downsample": "10m-sum", "rate": rate,
+            "filters": [{"type": if host == "*" { "wildcard" } else { "literal_or" },
+                "tagk": "host", "filter": host, "groupBy": false}]}]})
+    };
+    let sums = values(&query(&srv, body("m.long", "*", false)).await);
+    assert_eq!(
+        sums,
+        (0..73)
+            .map(|k| (T0 + 600 * k, 43_800.0))
+            .collect::<Vec<_>>()
+    );
+    for metric in ["m.long", "m.float"] {
+        let rates = values(&query(&srv, body(metric, "web01", true)).await);
+        assert_eq!(
+            rates,
+            (1..73).map(|k| (T0 + 600 * k, 1.0)).collect::<Vec<_>>(),
+            "{metric}"
+        );
+    }
+    srv.stop().await;
+}
+
+/// Past a tier's retention cutoff nothing takes part, not even a rate's bucket before the
+/// range: the `1h` tier kept 2 days, a rate from the first hour after the cutoff leaves that
+/// hour's rate out (its bucket before is before the cutoff), whether or not the sweep
+/// removed that bucket's row yet.
+async fn rollup_rates_leave_out_buckets_before_the_retention_cutoff(backend: &str) {
+    let mut c = config();
+    c.set(
+        "tsd.rollups.config",
+        &CONFIG.replace('\n', "").replace(
+            r#""interval":"1h","rowSpan":"1d"}"#,
+            r#""interval":"1h","rowSpan":"1d","retention":"2d"}"#,
+        ),
+    );
+    let srv = start_with(backend, c).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let first = now / 3600 - 72;
+    let cells: Vec<Value> = (first..=now / 3600)
+        .map(|h| {
+            json!({"metric": "m.ret", "timestamp": h * 3600, "value": 10 * (h - first),
+            "tags": {"host": "a"}, "interval": "1h", "aggregator": "sum"})
+        })
+        .collect();
+    send(&srv, "/api/rollup", &cells).await;
+    // The first hour at least two minutes after the cutoff (now - 2 days).
+    let hour = ((now - 2 * DAY + 120) / 3600 + 1) * 3600;
+    let body = json!({"start": hour, "end": hour + 2 * 3600 - 1, "queries": [{
+        "aggregator": "sum", "metric": "m.ret", "downsample": "1h-sum", "rate": true}]});
+    assert_eq!(
+        values(&query(&srv, body).await),
+        [(hour + 3600, 10.0 / 3600.0)]
+    );
+    srv.stop().await;
+}
+
+/// Pre-aggregates at raw resolution (the default interval's pre-aggregate table, with
+/// `ROLLUP_RAW`) are read as raw data is, as 2.4.1 reads them without a rollup query: a
+/// point every half hour valued by its index, `90m-sum-zero` rates from T0+4h30m (the scan
+/// starts at T0+4h, in the bucket from T0+3h): that bucket, filled with 0 and before the
+/// scan start, is not rated against, so T0+4h30m's rate is the series' unanswered first
+/// one, as for raw data (`query_semantics.rs`,
+/// `downsampling_starts_at_the_first_bucket_boundary_of_the_scan`).
+async fn raw_resolution_pre_aggregates_rate_as_raw_data(backend: &str) {
+    let srv = start_with(backend, config()).await;
+    let points: Vec<Value> = (0..20)
+        .map(|k| {
+            json!({"metric": "m.half", "timestamp": T0 + k * 1800, "value": k,
+            "tags": {"host": "a"}, "groupByAggregator": "sum"})
+        })
+        .collect();
+    send(&srv, "/api/rollup", &points).await;
+    let body = json!({"start": T0 + 4 * 3600 + 1800, "end": T0 + 8 * 3600, "queries": [{
+        "aggregator": "sum", "metric": "m.half", "downsample": "90m-sum-zero", "rate": true,
+        "preAggregate": true, "rollupUsage": "ROLLUP_RAW"}]});
+    assert_eq!(
+        values(&query(&srv, body).await),
+        [
+            (T0 + 6 * 3600, 9.0 / 5400.0),
+            (T0 + 7 * 3600 + 1800, 9.0 / 5400.0)
+        ]
+    );
+    srv.stop().await;
+}
+
 on_every_backend!(
     rollup_queries_equal_the_raw_downsample,
     rollup_usages_choose_and_fall_back_as_opentsdb,
@@ -611,4 +919,11 @@ on_every_backend!(
     pre_aggregates_are_read_through_the_aggregate_tag,
     raw_tagged_rollups_are_read_with_their_tag,
     graphs_read_rollups_too,
+    rollup_rows_are_read_whole,
+    float_counts_are_read_as_longs,
+    dev_over_rollups_fails_only_on_dev_cells,
+    compacted_rollup_cells_are_not_read,
+    test_tsdb_query_rollup_sums_and_rates,
+    rollup_rates_leave_out_buckets_before_the_retention_cutoff,
+    raw_resolution_pre_aggregates_rate_as_raw_data,
 );

@@ -419,7 +419,17 @@ fn run_on(
         _ => start_ms,
     };
     if !matches!(source, rollup::Source::Data) {
-        return run_rollup(tsdb, (start_ms, end_ms), q, options, source, memory);
+        // Nothing before the cutoff takes part, not even in rates or interpolation.
+        let floor_ms = cutoff.map_or(i64::MIN, |cut| cut.saturating_mul(1000));
+        return run_rollup(
+            tsdb,
+            (start_ms, end_ms),
+            floor_ms,
+            q,
+            options,
+            source,
+            memory,
+        );
     }
     // A deletion holds off flushes from before its scan until its rewrites are applied, so
     // no point reaches a row between the row's read and its rewrite. Points still in memory
@@ -464,7 +474,7 @@ fn run_on(
         series,
         held,
         stats,
-        hours,
+        hours.window(),
         (start_ms, end_ms),
         rates_from,
         options,
@@ -479,7 +489,7 @@ fn outcome(
     series: Vec<SeriesState>,
     held: u64,
     mut stats: QueryStats,
-    hours: ScanHours,
+    window: (i64, i64),
     range: (i64, i64),
     rates_from: i64,
     options: &RunOptions,
@@ -490,7 +500,7 @@ fn outcome(
         resolved,
         series,
         held,
-        (hours.window(), rates_from),
+        (window, rates_from),
         range,
         &options.limits,
     )?;
@@ -508,6 +518,7 @@ fn outcome(
 fn run_rollup(
     tsdb: &Tsdb,
     (start_ms, end_ms): (i64, i64),
+    floor_ms: i64,
     q: &SubQuery,
     options: &RunOptions,
     source: &rollup::Source<'_>,
@@ -520,13 +531,22 @@ fn run_rollup(
     }
     let scan_started = Instant::now();
     let resolved = resolve(tsdb, q)?;
-    let hours = ScanHours::of(q, start_ms, end_ms);
-    let (first, last) = match source {
+    // A rollup table is read by whole rows, as 2.4.1's `TsdbQuery` scans it: from the row
+    // holding the start (the row before it too for a rate) to the row holding the end; its
+    // aggregation starts there. A pre-aggregate table at raw resolution is read as raw data.
+    let (rows, window) = match source {
         rollup::Source::Rollup { interval, .. } => {
-            rollup::rollup_scan_secs(interval, hours.window())?
+            let rows = rollup::rollup_scan_window(interval, (start_ms, end_ms), q.rate)?;
+            // Past a retention cutoff, its rows are read from their start, their points
+            // taken from the cutoff on.
+            (rows, (rows.0.max(floor_ms), rows.1))
         }
-        _ => (hours.start, hours.end),
+        _ => {
+            let hours = ScanHours::of(q, start_ms, end_ms).window();
+            (hours, hours)
+        }
     };
+    let (first, last) = (rows.0.div_euclid(1000), rows.1.div_euclid(1000) - 1);
     let mut read_q = q.clone();
     read_q.downsample = rollup::rollup_downsample(source, q.downsample);
     let mut by_tagk: BTreeMap<&str, Vec<&TagFilter>> = BTreeMap::new();
@@ -543,7 +563,7 @@ fn run_rollup(
         by_tagk,
         pushed: resolved.pushed.clone(),
         query: (start_ms, end_ms),
-        window: hours.window(),
+        window,
         options,
         deadline: options.limits.deadline(options.started),
         shared: SharedCounts::default(),
@@ -570,17 +590,17 @@ fn run_rollup(
         ..
     } = part;
     stats.scan_time = scan_started.elapsed();
-    // Rollup rows before the scanned hours are rated too (OpenTSDB reads a rollup row
-    // back for a rate).
+    // A series' rates start at the scan's start, as 2.4.1's aggregation starts it: for a
+    // rate over rollups, the row before the start's gives the rate of the first bucket.
     outcome(
         q,
         &resolved,
         series,
         held,
         stats,
-        hours,
+        window,
         (start_ms, end_ms),
-        i64::MIN,
+        window.0,
         options,
     )
 }

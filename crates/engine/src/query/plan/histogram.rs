@@ -115,6 +115,7 @@ pub(super) fn run_histogram(
     let mut index: HashMap<Vec<u8>, Option<usize>> = HashMap::new();
     let mut series: Vec<(SeriesState, Histos)> = Vec::new();
     let mut held = 0u64;
+    let mut notes_alone: HashMap<Vec<u8>, Vec<StoredAnnotation>> = HashMap::new();
     let query = scan.row_query(hours.start, hours.end);
     for request in crate::scan::scan_requests(schema, &query) {
         for row in tsdb.store().scan(&schema.data_table, &request)? {
@@ -156,12 +157,20 @@ pub(super) fn run_histogram(
                     });
                 }
             }
-            // A row without histograms is no histogram span.
+            let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
+            // A row without histograms makes no histogram span, but its annotations are its
+            // series' when other rows hold histograms (2.4.1's `mergeHistogramDataPoints`;
+            // a series of annotations alone fails there, `empty Span`, and is left out here).
             if histos.is_empty() {
+                if !notes.is_empty() {
+                    notes_alone
+                        .entry(tag_bytes.to_vec())
+                        .or_default()
+                        .extend(notes);
+                }
                 continue;
             }
             stats.points += histos.len() as u64;
-            let tag_bytes = row.key.get(tags_at..).unwrap_or_default();
             let slot = match index.get(tag_bytes) {
                 Some(slot) => *slot,
                 None => {
@@ -193,6 +202,11 @@ pub(super) fn run_histogram(
             }
             options.limits.check(&stats, held, scan.deadline)?;
             memory.track(held)?;
+        }
+    }
+    for (tag_bytes, notes) in notes_alone {
+        if let Some(Some(i)) = index.get(&tag_bytes) {
+            series[*i].0.annotations.extend(notes);
         }
     }
     stats.scan_time = scan_started.elapsed();

@@ -48,6 +48,11 @@ pub(super) enum RollupRead {
     Avg { sum: u8, count: u8 },
 }
 
+/// 2.4.1's words for `dev` over rollups. It fails only once a `dev` cell is read (its scan
+/// takes them by id and `RollupSeq` refuses them); a read finding none answers nothing, or
+/// falls back, as any other.
+const DEV_REFUSED: &str = "Standard deviation over rolled up data is not supported at this time";
+
 /// The rollup's aggregator for a downsampling function: OpenTSDB reads `zimsum` as `sum`,
 /// `mimmax` as `max` and `mimmin` as `min` (`RollupQuery`).
 fn rollup_aggregator(function: Aggregator) -> Aggregator {
@@ -138,18 +143,11 @@ impl<'a> Plan<'a> {
                 sum: config.id_for("sum")?,
                 count: config.id_for("count")?,
             },
-            other => {
-                let id = config.id_for(other.name())?;
-                if other == Aggregator::Dev {
-                    return Err(Error::invalid(
-                        "Standard deviation over rolled up data is not supported at this time",
-                    ));
-                }
-                RollupRead::One {
-                    id,
-                    name: other.name(),
-                }
-            }
+            // `dev` reads its cells to refuse them (see [`DEV_REFUSED`]).
+            other => RollupRead::One {
+                id: config.id_for(other.name())?,
+                name: other.name(),
+            },
         };
         let table = if self.pre_aggregate {
             interval.pre_aggregation_table.as_str()
@@ -210,15 +208,17 @@ fn rollup_cell(
     qualifier: &[u8],
     value: &[u8],
 ) -> Result<Option<(i64, f64, bool, bool)>> {
+    // The id's own byte: 2.4.1's scan keeps no other (its qualifier filters compare the
+    // first byte whole), so a cell with the compacted bit over the id never reaches it.
     let (at, is_count) = match read {
         RollupRead::One { id, name } => match qualifier.first() {
-            Some(first) if first & AGGREGATOR_MASK == id => (1, false),
+            Some(&first) if first == id => (1, false),
             _ if has_name(qualifier, name) => (name.len() + 1, false),
             _ => return Ok(None),
         },
         RollupRead::Avg { sum, count } => match qualifier.first() {
-            Some(first) if first & AGGREGATOR_MASK == sum => (1, false),
-            Some(first) if first & AGGREGATOR_MASK == count => (1, true),
+            Some(&first) if first == sum => (1, false),
+            Some(&first) if first == count => (1, true),
             _ if has_name(qualifier, "sum") => (4, false),
             _ if has_name(qualifier, "count") => (6, true),
             _ => return Ok(None),
@@ -595,7 +595,8 @@ fn id_range(qualifiers: &[[u8; 3]], id: u8) -> std::ops::Range<usize> {
 }
 
 /// Whether a column row of 3-byte qualifiers holds a cell with a compacted form of one of
-/// `ids` (`id | COMPACTED_MASK`), which only the general reading reads.
+/// `ids` (`id | COMPACTED_MASK`): such rows go to the general reading, which leaves those
+/// cells out as 2.4.1 does.
 fn has_compacted(qualifiers: &[[u8; 3]], ids: &[u8]) -> bool {
     match qualifiers.last() {
         Some(last) if last[0] & !AGGREGATOR_MASK != 0 => ids
@@ -940,6 +941,11 @@ impl Scan<'_> {
                             &mut points,
                         )
                         .and_then(|as_columns| {
+                            if matches!(read, RollupRead::One { name: "dev", .. })
+                                && !points.is_empty()
+                            {
+                                return Err(Error::invalid(DEV_REFUSED));
+                            }
                             if as_columns {
                                 self.take_avg_row(&mut part, key, &mut cols, bytes, avg, until_ms)
                             } else {
@@ -1026,7 +1032,8 @@ impl Scan<'_> {
                 }
                 Points::RollupAvg(avg) => {
                     for p in points.iter() {
-                        held += avg.push(p.0, p.1.as_f64(), p.2.unwrap_or(0.0)) as u64;
+                        let count = count_as_long(p.2.unwrap_or(0.0));
+                        held += avg.push(p.0, p.1.as_f64(), count) as u64;
                     }
                 }
             }
@@ -1101,6 +1108,9 @@ impl Scan<'_> {
         stats.bytes += bytes as u64;
         if cols.times.is_empty() {
             return Ok(());
+        }
+        for c in &mut cols.counts {
+            *c = count_as_long(*c);
         }
         // Times ascend: the window keeps a run of them.
         let from = cols.times.partition_point(|t| *t < lo);
@@ -1330,6 +1340,14 @@ impl RollupAvg {
     }
 }
 
+/// A stored count as 2.4.1's `avg` over rollups takes it (`RollupSeq.valueCount`): a
+/// `long`, a float count truncated toward zero (Java's cast: NaN is 0, the infinities the
+/// extremes), before the bucket's counts are added.
+#[inline]
+fn count_as_long(count: f64) -> f64 {
+    count as i64 as f64
+}
+
 /// The mean of a pair that is its own bucket: its sum over its count, 0 for a count of 0
 /// (as [`finish_avg`] divides a bucket's sums by its counts).
 #[inline]
@@ -1537,19 +1555,25 @@ pub(super) fn split_row(
     best
 }
 
-/// The row base times a read of the window `[lo, hi]` (ms) scans: from the row holding its
-/// start to the row after its end, as `TsdbQuery.getScanStartTimeSeconds` /
-/// `getScanEndTimeSeconds` compute them for rollups (the end exclusive there, inclusive
-/// here).
-pub(super) fn rollup_scan_secs(
+/// The window (ms, end exclusive) a read of a rollup table covers for a query of
+/// `[start_ms, end_ms]`, as 2.4.1's `TsdbQuery.getScanStartTimeSeconds` /
+/// `getScanEndTimeSeconds` compute it for rollups: from the row holding the start (for a
+/// rate, the row before it: its last bucket rates the first one) to the row holding the end
+/// one row span later, exclusive (the end's second plus one, as there). Whole rows: the
+/// points around the range take part in interpolation, fill and rates as there.
+pub(super) fn rollup_scan_window(
     interval: &RollupInterval,
-    window: (i64, i64),
+    (start_ms, end_ms): (i64, i64),
+    rate: bool,
 ) -> Result<(i64, i64)> {
-    let start = interval.base_time(window.0.div_euclid(1000))?;
-    let end_secs = (window.1 - 1).div_euclid(1000);
+    let mut start = i64::from(interval.base_time(start_ms.div_euclid(1000))?);
+    if rate && start > 0 {
+        start = i64::from(interval.base_time(start - 1)?);
+    }
+    let end_secs = end_ms.div_euclid(1000) + 1;
     let span = i64::from(interval.interval_seconds) * i64::from(interval.intervals);
-    let stop = interval.base_time(end_secs + span)?;
-    Ok((i64::from(start), i64::from(stop) - 1))
+    let stop = i64::from(interval.base_time(end_secs + span)?);
+    Ok((start * 1000, stop * 1000))
 }
 
 #[cfg(test)]
@@ -1642,7 +1666,7 @@ mod tests {
     }
 
     #[test]
-    fn rollup_cells_are_read_by_id_masked_id_or_older_name() {
+    fn rollup_cells_are_read_by_id_or_older_name() {
         let s = settings();
         let hour = s.config.interval("1h").unwrap();
         let sum = RollupRead::One { id: 0, name: "sum" };
@@ -1652,11 +1676,11 @@ mod tests {
             rollup_cell(sum, hour, base, &[0x00, 0x00, 0x20], &[42]).unwrap(),
             Some((i64::from(base + 7200) * 1000, 42.0, false, false))
         );
-        // The compacted bit is masked off; another id is not taken.
-        assert!(
-            rollup_cell(sum, hour, base, &[0x80, 0x00, 0x20], &[42])
-                .unwrap()
-                .is_some()
+        // A compacted id (0x80 over it) is not taken, as 2.4.1's scan does not take it;
+        // nor is another id.
+        assert_eq!(
+            rollup_cell(sum, hour, base, &[0x80, 0x00, 0x20], &[42]).unwrap(),
+            None
         );
         assert_eq!(
             rollup_cell(sum, hour, base, &[0x02, 0x00, 0x20], &[42]).unwrap(),
@@ -2228,8 +2252,23 @@ mod tests {
         let day = s.config.interval("1d").unwrap();
         // 2013-01-15 10:00 to 2013-02-03 00:00: the January and February rows (the end is
         // pushed one month-sized span on, as 2.4.1 does).
-        let (first, last) = rollup_scan_secs(day, (1_358_244_000_000, 1_359_849_600_000)).unwrap();
-        assert_eq!(first, 1_356_998_400);
-        assert_eq!(last, 1_362_096_000 - 1);
+        let range = (1_358_244_000_000, 1_359_849_600_000);
+        let window = rollup_scan_window(day, range, false).unwrap();
+        assert_eq!(window, (1_356_998_400_000, 1_362_096_000_000));
+        // A rate reads the December row too.
+        let window = rollup_scan_window(day, range, true).unwrap();
+        assert_eq!(window, (1_354_320_000_000, 1_362_096_000_000));
+        // 1h rollups in day rows: from the start's day (the day before for a rate) to the
+        // day after the end's, exclusive.
+        let hour = s.config.interval("1h").unwrap();
+        let range = (1_357_041_600_000, 1_357_048_800_000);
+        assert_eq!(
+            rollup_scan_window(hour, range, false).unwrap(),
+            (1_356_998_400_000, 1_357_084_800_000)
+        );
+        assert_eq!(
+            rollup_scan_window(hour, range, true).unwrap(),
+            (1_356_912_000_000, 1_357_084_800_000)
+        );
     }
 }
