@@ -1299,8 +1299,8 @@ fn summary_value() -> impl Strategy<Value = Value> {
 
 proptest! {
     /// In a stream of at least SUMMARY_MIN_POINTS points a member on average, each member
-    /// without NaN is summarized with exactly what folding its decoded values gives: the sum
-    /// from -0.0, min and max, bit for bit, and its count; the others are not. In a stream
+    /// without NaN is summarized with exactly what folding its decoded values as a downsample
+    /// folds them gives: the sum, min and max, bit for bit, and its count; the others are not. In a stream
     /// of at least SUM_SUMMARY_MIN_POINTS a member, the same with the sum alone.
     #[test]
     fn summaries_are_the_folds_of_the_decoded_points(
@@ -1351,11 +1351,15 @@ proptest! {
                 continue;
             }
             let s = s.expect("a summary");
-            let (mut sum, mut min, mut max) = (-0.0f64, f64::NAN, f64::NAN);
+            // Folded as a downsample folds (the sum from 0.0, so -0.0 alone is 0.0; the
+            // first of equal extremes, 0.0 or -0.0, kept).
+            use crate::query::fold::{Fold, Max, Min, Sum};
+            let (mut sum, mut min, mut max) = (Sum::START, Min::START, Max::START);
+            let mut folded = 0u64;
             for v in own {
-                sum += v;
-                min = min.min(*v);
-                max = max.max(*v);
+                Sum::add(&mut sum, &mut folded, *v);
+                Min::add(&mut min, &mut folded, *v);
+                Max::add(&mut max, &mut folded, *v);
             }
             prop_assert_eq!(s.count as usize, n);
             prop_assert_eq!(s.sum.to_bits(), sum.to_bits());
