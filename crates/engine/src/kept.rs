@@ -59,7 +59,8 @@ impl Drop for Writing<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Asserted {
     pub key: Vec<u8>,
-    pub family: String,
+    /// One of the table's families (a constant of the schema).
+    pub family: &'static str,
     pub qualifier: Vec<u8>,
     pub what: Assertion,
 }
@@ -179,7 +180,6 @@ fn asserted_bytes(table: &str, cells: &[Asserted]) -> usize {
             .map(|c| {
                 std::mem::size_of::<Asserted>()
                     + c.key.len()
-                    + c.family.len()
                     + c.qualifier.len()
                     + match &c.what {
                         Assertion::Holds(v) => v.len(),
@@ -192,15 +192,15 @@ fn asserted_bytes(table: &str, cells: &[Asserted]) -> usize {
 /// Writes `cell` of `table` again as it asserts (see [`Assertion`]).
 fn assert_again(store: &dyn Store, table: &str, cell: &Asserted) -> Result<()> {
     let read = ReadOptions {
-        families: Some(vec![cell.family.clone()]),
+        families: Some(vec![cell.family.to_string()]),
         ..ReadOptions::default()
     };
     let check = |expected: Option<Vec<u8>>| Check {
-        family: cell.family.clone(),
+        family: cell.family.to_string(),
         qualifier: cell.qualifier.clone(),
         expected,
     };
-    let set = |value: Vec<u8>| [Mutation::set(&cell.family, cell.qualifier.clone(), value)];
+    let set = |value: Vec<u8>| [Mutation::set(cell.family, cell.qualifier.clone(), value)];
     match &cell.what {
         Assertion::Holds(value) => {
             store.check_and_mutate(

@@ -12,8 +12,8 @@
 //! next UID and both mappings created, under checks that MAXID is unmoved and both mappings
 //! absent; the same UID and cells, one journal entry (RFC 0001, "UIDs in one write").
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use hourglass_core::schema::{MAXID_ROW, Schema, UID_ID_FAMILY, UID_NAME_FAMILY};
 use hourglass_core::uid::{Uid, UidKind, name_bytes, name_from_bytes};
@@ -36,14 +36,107 @@ const MAX_ATTEMPTS: usize = 3;
 /// Random metric UIDs tried before giving up (each taken one is a collision).
 const RANDOM_ATTEMPTS: usize = 10;
 
+/// The reads of one mapping, built once (a lookup of a new name builds none).
+static ID_FAMILY: LazyLock<ReadOptions> = LazyLock::new(|| ReadOptions::family(UID_ID_FAMILY));
+static NAME_FAMILY: LazyLock<ReadOptions> = LazyLock::new(|| ReadOptions::family(UID_NAME_FAMILY));
+
 #[derive(Debug)]
 struct KindCache {
     by_name: BoundedMap<String, Uid>,
     by_uid: BoundedMap<Uid, String>,
     /// Serializes assignments of this kind within the process (processes race via CAS).
-    /// It holds MAXID as this process last wrote or read it (`None`: not known), the
-    /// expected value of the next assignment in one write ([`UidRegistry::assign_in_one_write`]).
-    assign: Mutex<Option<u64>>,
+    /// It holds MAXID as this process last wrote or read it, and the one write's requests.
+    assign: Mutex<Assigner>,
+}
+
+/// What an assignment of one kind keeps under its lock.
+#[derive(Debug, Default)]
+struct Assigner {
+    /// MAXID as this process last wrote or read it (`None`: not known), the expected value
+    /// of the next assignment in one write ([`UidRegistry::assign_in_one_write`]).
+    max: Option<u64>,
+    /// The checks and rows of the last assignment in one write, rewritten in place for the
+    /// next: their families, qualifiers and mutations are the kind's, only keys and values
+    /// change, so an assignment builds no request of its own (a dozen allocations each).
+    one_write: Option<OneWrite>,
+}
+
+/// The requests of an assignment in one write: MAXID, the reverse and the forward row.
+#[derive(Debug)]
+struct OneWrite {
+    checks: [RowCheck; 3],
+    rows: [RowMutation; 3],
+}
+
+impl OneWrite {
+    fn new(kind: UidKind) -> OneWrite {
+        let qualifier = kind.qualifier().as_bytes();
+        let absent = |key: Vec<u8>, family: &str| RowCheck {
+            key,
+            check: Check {
+                family: family.into(),
+                qualifier: qualifier.to_vec(),
+                expected: None,
+            },
+        };
+        let set = |key: Vec<u8>, family: &str| RowMutation {
+            key,
+            mutations: vec![Mutation::set(family, qualifier, Vec::new())],
+        };
+        let mut maxid = set(MAXID_ROW.to_vec(), UID_ID_FAMILY);
+        // The counter's one cell replaced, whatever its timestamp (an increment writes the
+        // sum over it).
+        maxid.mutations.insert(
+            0,
+            Mutation::DeleteCells {
+                family: UID_ID_FAMILY.into(),
+                qualifier: qualifier.to_vec(),
+                range: TimeRange::ALL,
+            },
+        );
+        OneWrite {
+            checks: [
+                absent(MAXID_ROW.to_vec(), UID_ID_FAMILY),
+                absent(Vec::new(), UID_NAME_FAMILY),
+                absent(Vec::new(), UID_ID_FAMILY),
+            ],
+            rows: [
+                maxid,
+                set(Vec::new(), UID_NAME_FAMILY),
+                set(Vec::new(), UID_ID_FAMILY),
+            ],
+        }
+    }
+
+    /// Rewrites the requests for `name` taking UID `id` (`uid_bytes`) with MAXID at `max`.
+    fn prepare(&mut self, max: u64, id: u64, uid_bytes: &[u8], name: &[u8]) {
+        let [maxid, reverse, forward] = &mut self.checks;
+        match (&mut maxid.check.expected, max) {
+            (expected, 0) => *expected = None,
+            (Some(v), _) => refill(v, &max.to_be_bytes()),
+            (expected, _) => *expected = Some(max.to_be_bytes().to_vec()),
+        }
+        refill(&mut reverse.key, uid_bytes);
+        refill(&mut forward.key, name);
+        let [maxid, reverse, forward] = &mut self.rows;
+        set_value(&mut maxid.mutations, &id.to_be_bytes());
+        refill(&mut reverse.key, uid_bytes);
+        set_value(&mut reverse.mutations, name);
+        refill(&mut forward.key, name);
+        set_value(&mut forward.mutations, uid_bytes);
+    }
+}
+
+fn refill(v: &mut Vec<u8>, bytes: &[u8]) {
+    v.clear();
+    v.extend_from_slice(bytes);
+}
+
+/// Sets the value of the last mutation of `mutations` (a [`Mutation::SetCell`]).
+fn set_value(mutations: &mut [Mutation], bytes: &[u8]) {
+    if let Some(Mutation::SetCell { value, .. }) = mutations.last_mut() {
+        refill(value, bytes);
+    }
 }
 
 impl KindCache {
@@ -51,7 +144,7 @@ impl KindCache {
         KindCache {
             by_name: BoundedMap::new(names),
             by_uid: BoundedMap::new(ids),
-            assign: Mutex::new(None),
+            assign: Mutex::new(Assigner::default()),
         }
     }
 }
@@ -132,23 +225,27 @@ impl UidRegistry {
     /// The cells of `name`'s mappings to each UID `tried` (and MAXID at least the highest,
     /// when UIDs of `kind` are counted, not drawn at random), as kept until synced.
     fn mapping_cells(&self, kind: UidKind, name: &str, tried: &[Uid]) -> Vec<Asserted> {
-        let qualifier = kind.qualifier().as_bytes().to_vec();
-        let cell = |key: Vec<u8>, family: &str, what| Asserted {
+        let qualifier = kind.qualifier().as_bytes();
+        let cell = |key: Vec<u8>, family: &'static str, what| Asserted {
             key,
-            family: family.to_string(),
-            qualifier: qualifier.clone(),
+            family,
+            qualifier: qualifier.to_vec(),
             what,
         };
+        let name = name_bytes(name);
         let mut cells = Vec::with_capacity(2 * tried.len() + 1);
         for uid in tried {
             let uid_bytes = uid.to_bytes(self.width(kind));
-            let name = name_bytes(name).to_vec();
             cells.push(cell(
                 uid_bytes.clone(),
                 UID_NAME_FAMILY,
-                Assertion::Holds(name.clone()),
+                Assertion::Holds(name.to_vec()),
             ));
-            cells.push(cell(name, UID_ID_FAMILY, Assertion::Holds(uid_bytes)));
+            cells.push(cell(
+                name.to_vec(),
+                UID_ID_FAMILY,
+                Assertion::Holds(uid_bytes),
+            ));
         }
         if let Some(highest) = tried.iter().max().filter(|_| self.counted(kind)) {
             cells.push(cell(
@@ -275,11 +372,9 @@ impl UidRegistry {
     }
 
     fn read_forward(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
-        let row = self.store.get(
-            self.table(),
-            &name_bytes(name),
-            &ReadOptions::family(UID_ID_FAMILY),
-        )?;
+        let row = self
+            .store
+            .get(self.table(), &name_bytes(name), &ID_FAMILY)?;
         let Some(bytes) = row
             .as_ref()
             .and_then(|r| r.value(UID_ID_FAMILY, kind.qualifier().as_bytes()))
@@ -318,9 +413,7 @@ impl UidRegistry {
         }
         self.stats.misses[kind.index()].fetch_add(1, Ordering::Relaxed);
         let key = uid.to_bytes(self.width(kind));
-        let row = self
-            .store
-            .get(self.table(), &key, &ReadOptions::family(UID_NAME_FAMILY))?;
+        let row = self.store.get(self.table(), &key, &NAME_FAMILY)?;
         match row
             .as_ref()
             .and_then(|r| r.value(UID_NAME_FAMILY, kind.qualifier().as_bytes()))
@@ -353,17 +446,17 @@ impl UidRegistry {
             other => return other.map(|uid| (uid, false)),
         }
         let cache = &self.caches[kind.index()];
-        let mut counter = cache.assign.lock();
+        let mut assigner = cache.assign.lock();
         // Another thread may have assigned it while we waited.
         if let Some(uid) = self.cached(kind, name) {
             return Ok((uid, false));
         }
         let Some((kept, clock)) = &self.kept else {
-            return self.assign_locked(kind, name, &mut counter, &mut Vec::new());
+            return self.assign_locked(kind, name, &mut assigner, &mut Vec::new());
         };
         let started = kept.start();
         let mut tried = Vec::new();
-        let assigned = self.assign_locked(kind, name, &mut counter, &mut tried);
+        let assigned = self.assign_locked(kind, name, &mut assigner, &mut tried);
         // Whatever the outcome: a write that failed may have been applied (a remote store's
         // timeout), and the mapping found by the next lookup. Each cell is written again
         // after a failed sync only while it holds what was tried, so a UID another writer
@@ -375,16 +468,16 @@ impl UidRegistry {
         assigned
     }
 
-    /// Assigns a UID to `name` under its kind's assign lock (`counter` its MAXID as last
-    /// known): in one write where the store can, else by the per-row protocol.
+    /// Assigns a UID to `name` under its kind's assign lock (`assigner` holds its MAXID as
+    /// last known): in one write where the store can, else by the per-row protocol.
     fn assign_locked(
         &self,
         kind: UidKind,
         name: &str,
-        counter: &mut Option<u64>,
+        assigner: &mut Assigner,
         tried: &mut Vec<Uid>,
     ) -> Result<(Uid, bool)> {
-        if let Some(uid) = self.assign_in_one_write(kind, name, counter, tried)? {
+        if let Some(uid) = self.assign_in_one_write(kind, name, assigner, tried)? {
             return Ok((uid, true));
         }
         if let Some(uid) = self.read_forward(kind, name)? {
@@ -396,8 +489,8 @@ impl UidRegistry {
         self.assign(kind, name, tried)
     }
 
-    /// Assigns the UID after `counter` to `name` in one write: MAXID moved from `counter`
-    /// to it and both mappings created, only while MAXID still holds `counter` and neither
+    /// Assigns the UID after MAXID as `assigner` knows it to `name` in one write: MAXID
+    /// moved to it and both mappings created, only while MAXID still holds that and neither
     /// mapping exists ([`Store::check_and_mutate_rows`], one journal entry on the embedded
     /// store). The UID is the one MAXID's increment would give, so the UIDs assigned and
     /// the table's cells are those of the per-row protocol, without its three writes and
@@ -409,13 +502,13 @@ impl UidRegistry {
         &self,
         kind: UidKind,
         name: &str,
-        counter: &mut Option<u64>,
+        assigner: &mut Assigner,
         tried: &mut Vec<Uid>,
     ) -> Result<Option<Uid>> {
         if !self.counted(kind) || !self.one_write.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let max = match *counter {
+        let max = match assigner.max {
             Some(max) => max,
             None => self.max_id(kind)?,
         };
@@ -427,70 +520,24 @@ impl UidRegistry {
             return Ok(None);
         };
         let uid = Uid(id);
-        let uid_bytes = uid.to_bytes(width);
-        let name_key = name_bytes(name).to_vec();
-        let qualifier = kind.qualifier().as_bytes();
-        let absent = |family: &str| Check {
-            family: family.into(),
-            qualifier: qualifier.to_vec(),
-            expected: None,
-        };
-        let checks = [
-            RowCheck {
-                key: MAXID_ROW.to_vec(),
-                check: Check {
-                    expected: (max > 0).then(|| max.to_be_bytes().to_vec()),
-                    ..absent(UID_ID_FAMILY)
-                },
-            },
-            RowCheck {
-                key: uid_bytes.clone(),
-                check: absent(UID_NAME_FAMILY),
-            },
-            RowCheck {
-                key: name_key.clone(),
-                check: absent(UID_ID_FAMILY),
-            },
-        ];
-        let rows = [
-            RowMutation {
-                key: MAXID_ROW.to_vec(),
-                // The counter's one cell replaced, whatever its timestamp (an increment
-                // writes the sum over it).
-                mutations: vec![
-                    Mutation::DeleteCells {
-                        family: UID_ID_FAMILY.into(),
-                        qualifier: qualifier.to_vec(),
-                        range: TimeRange::ALL,
-                    },
-                    Mutation::set(UID_ID_FAMILY, qualifier.to_vec(), id.to_be_bytes().to_vec()),
-                ],
-            },
-            RowMutation {
-                key: uid_bytes.clone(),
-                mutations: vec![Mutation::set(
-                    UID_NAME_FAMILY,
-                    qualifier.to_vec(),
-                    name_key.clone(),
-                )],
-            },
-            RowMutation {
-                key: name_key,
-                mutations: vec![Mutation::set(UID_ID_FAMILY, qualifier.to_vec(), uid_bytes)],
-            },
-        ];
+        let be = id.to_be_bytes();
+        let uid_bytes = &be[8 - usize::from(width)..];
+        let request = assigner
+            .one_write
+            .get_or_insert_with(|| OneWrite::new(kind));
+        request.prepare(max, id, uid_bytes, &name_bytes(name));
         match self
             .store
-            .check_and_mutate_rows(self.table(), &checks, &rows)
+            .check_and_mutate_rows(self.table(), &request.checks, &request.rows)
         {
             Ok(Some(true)) => {
                 tried.push(uid);
-                *counter = Some(id);
+                assigner.max = Some(id);
                 self.assigned(kind, name, uid);
                 Ok(Some(uid))
             }
             Ok(Some(false)) => {
-                *counter = None;
+                assigner.max = None;
                 Ok(None)
             }
             Ok(None) => {
@@ -500,7 +547,7 @@ impl UidRegistry {
             Err(e) => {
                 // Perhaps applied (a write of unknown outcome): kept all the same.
                 tried.push(uid);
-                *counter = None;
+                assigner.max = None;
                 Err(e.into())
             }
         }
@@ -748,9 +795,7 @@ impl UidRegistry {
 
     /// The current MAXID counter of a kind (0 when none was assigned).
     pub fn max_id(&self, kind: UidKind) -> Result<u64> {
-        let row = self
-            .store
-            .get(self.table(), MAXID_ROW, &ReadOptions::family(UID_ID_FAMILY))?;
+        let row = self.store.get(self.table(), MAXID_ROW, &ID_FAMILY)?;
         Ok(row
             .as_ref()
             .and_then(|r| r.value(UID_ID_FAMILY, kind.qualifier().as_bytes()))

@@ -482,3 +482,74 @@ fn a_crash_inside_an_assignment_leaves_it_whole_or_absent() {
     assert!(whole >= 1, "the whole write was recovered at the last cut");
     assert!(whole <= to - from, "a cut before the write's end lost it");
 }
+
+/// An assignment in one write rewrites the last one's requests in place: names of other
+/// lengths in turn (one not ASCII), and MAXID moved by another writer between them, leave
+/// each name's mappings whole, read back by a registry that cached none; and once MAXID is
+/// read again, the next assignments are one write each again (the one-write's expected MAXID
+/// rewritten, not the stale value that would send every later one to the per-row protocol).
+#[test]
+fn assignments_in_turn_leave_nothing_of_the_one_before() {
+    use hourglass_storage::metered::{Call, Metered};
+    for (backend, store) in common::backends() {
+        common::open(store.clone(), common::auto_create());
+        let metered = Arc::new(Metered::new(Arc::clone(&store)));
+        let stats = metered.stats();
+        let a = UidRegistry::new(metered, Schema::default());
+        let other = UidRegistry::new(Arc::clone(&store), Schema::default());
+        let first = ["a-rather-long-name", "b"];
+        let then = ["mid-name", "na\u{ef}ve", "zz", "a-rather-long-name-2"];
+        for name in first {
+            a.get_or_create_id(UidKind::TagValue, name).unwrap();
+        }
+        other.get_or_create_id(UidKind::TagValue, "x").unwrap();
+        for name in then {
+            a.get_or_create_id(UidKind::TagValue, name).unwrap();
+        }
+        let fresh = UidRegistry::new(Arc::clone(&store), Schema::default());
+        let want = [
+            ("a-rather-long-name", 1),
+            ("b", 2),
+            ("x", 3),
+            ("mid-name", 4),
+            ("na\u{ef}ve", 5),
+            ("zz", 6),
+            ("a-rather-long-name-2", 7),
+        ];
+        for (name, uid) in want {
+            assert_eq!(
+                fresh.get_id(UidKind::TagValue, name).unwrap(),
+                Uid(uid),
+                "{backend}: {name}"
+            );
+            assert_eq!(
+                fresh.get_name(UidKind::TagValue, Uid(uid)).unwrap(),
+                name,
+                "{backend}: {uid}"
+            );
+        }
+        assert_eq!(fresh.max_id(UidKind::TagValue).unwrap(), 7, "{backend}");
+        // Every mapping's cell holds exactly its bytes: three for a UID, the name's own.
+        for (key, family, _, value) in uid_cells(&store) {
+            match family.as_str() {
+                "id" if key != [0] => assert_eq!(value.len(), 3, "{backend}: {key:?}"),
+                "name" => assert!(
+                    want.iter().any(|(name, _)| {
+                        hourglass_core::uid::name_bytes(name).as_ref() == value.as_slice()
+                    }),
+                    "{backend}: {value:?}"
+                ),
+                _ => {}
+            }
+        }
+        if store
+            .check_and_mutate_rows("tsdb-uid", &[], &[])
+            .unwrap()
+            .is_some()
+        {
+            // Only the assignment after the other writer's took the per-row protocol
+            // (its one increment of MAXID).
+            assert_eq!(stats.calls(Call::Increment), 1, "{backend}");
+        }
+    }
+}
