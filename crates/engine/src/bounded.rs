@@ -124,7 +124,10 @@ mod tests {
         let mut lengths = |v: &String| v.len();
         assert_eq!(map.get_with(&3, &mut lengths), Some(5));
         assert_eq!(map.get_with(&1, &mut lengths), Some(3));
-        assert!(map.maps.read().newer.contains_key(&1), "moved into the newer");
+        assert!(
+            map.maps.read().newer.contains_key(&1),
+            "moved into the newer"
+        );
         let mut calls = 0;
         assert_eq!(map.get_with(&9, &mut |_: &String| calls += 1), None);
         assert_eq!(calls, 0);

@@ -108,7 +108,7 @@ fn rollups_of(
 /// but not their answers here: no point is more than ten minutes after the one before, so
 /// no series is interpolated across the edges, and no range with a rate starts on an hour
 /// after the first (the raw scan begins at that hour and leaves its bucket's rate out; the
-/// rollup read rates it against the bucket before). The seed is fixed.
+/// rollup read rates it against the bucket before: such starts are moved a minute on).
 async fn rollup_queries_equal_the_raw_downsample(backend: &str) {
     let srv = start_with(backend, config()).await;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -139,6 +139,8 @@ async fn rollup_queries_equal_the_raw_downsample(backend: &str) {
             (T0, T0 + 2 * DAY - 1)
         } else {
             let start = T0 + 60 * rng.below(12 * 60) as i64;
+            // Not on an hour after the first, where the two reads rightly rate differently.
+            let start = if start % 3600 == 0 { start + 60 } else { start };
             (start, T0 + 2 * DAY - 60 * rng.below(12 * 60) as i64)
         };
         for ds in ["10m", "30m", "1h", "2h", "6h", "1d"] {
