@@ -27,12 +27,14 @@ use hourglass_engine::query::plan::{GroupResult, SubQuery, run};
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
-use super::error::json_text_response;
+use super::error::{HeldBody, json_text_response};
 use super::gexp::Uids;
 use super::json::java_flag;
 use super::query::{Flags, push_num, push_str_json, run_options};
 use super::request::{blocking, url_params};
 use crate::State;
+use crate::state::BYTES_A_HELD_POINT;
+use hourglass_engine::query::memory::Hold;
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
@@ -1535,6 +1537,8 @@ pub(crate) async fn handle(
         };
         let mut out = String::with_capacity(4096);
         out.push_str("{\"outputs\":[");
+        // The answer's text counts against the query memory budget until it is sent.
+        let mut hold = Hold::new(Arc::clone(tsdb.query_memory()));
         for (n, o) in outputs.iter().enumerate() {
             if n > 0 {
                 out.push(',');
@@ -1550,14 +1554,19 @@ pub(crate) async fn handle(
                     )));
                 }
             }
+            hold.set(out.len() as u64 / BYTES_A_HELD_POINT);
         }
         out.push_str("],\"query\":");
         out.push_str(&req.echo.to_string());
         out.push('}');
-        Ok(out)
+        Ok((out, hold))
     })
     .await?;
-    Ok(json_text_response(StatusCode::OK, body))
+    let (body, hold) = body;
+    Ok(json_text_response(
+        StatusCode::OK,
+        HeldBody::new(body.into(), hold),
+    ))
 }
 
 #[cfg(test)]

@@ -32,13 +32,15 @@ use hourglass_engine::query::plan::{
 };
 
 use super::ApiError;
-use super::error::json_text_response;
+use super::error::{HeldBody, json_text_response};
 use super::query::{
     Echo, Flags, Serialized, Summary, annotations_json, parse_m, parse_tsuid_param, run_options,
     same_query,
 };
 use super::request::{blocking, url_params};
 use crate::State;
+use crate::state::BYTES_A_HELD_POINT;
+use hourglass_engine::query::memory::Hold;
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
@@ -1114,6 +1116,8 @@ pub(crate) async fn handle(
             global,
         };
         let mut out = String::with_capacity(4096);
+        // The answer's text counts against the query memory budget until it is sent.
+        let mut hold = Hold::new(Arc::clone(tsdb.query_memory()));
         out.push('[');
         let mut first = true;
         for plan in &plans {
@@ -1144,16 +1148,21 @@ pub(crate) async fn handle(
                     &outcomes[leaf.run],
                     &group,
                 );
+                hold.set(out.len() as u64 / BYTES_A_HELD_POINT);
             }
         }
         if flags.show_summary {
             summary.write(&mut out, first, started);
         }
         out.push(']');
-        Ok(out)
+        Ok((out, hold))
     })
     .await?;
-    Ok(json_text_response(StatusCode::OK, body))
+    let (body, hold) = body;
+    Ok(json_text_response(
+        StatusCode::OK,
+        HeldBody::new(body.into(), hold),
+    ))
 }
 
 #[cfg(test)]
