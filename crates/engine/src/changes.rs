@@ -184,8 +184,10 @@ impl Changes {
         self.trigrams.load(Ordering::SeqCst)
     }
 
-    /// Notes a change every answer may depend on (a name renamed or deleted).
+    /// Notes a change every answer may depend on (a name renamed or deleted). The trigram
+    /// generation moves too: what kept filters passed was checked by name.
     pub fn note_all(&self) {
+        self.trigrams.fetch_add(1, Ordering::SeqCst);
         let mut w = self.inner.lock();
         w.by_metric.clear();
         for s in w.watches.values_mut() {

@@ -357,6 +357,50 @@ fn kept_trigram_lists_follow_new_values() {
     }
 }
 
+/// What a filter passed is kept between queries only while no name changes: a value
+/// renamed so that it no longer matches is no longer found, and found again once renamed
+/// back.
+#[test]
+fn kept_filter_results_follow_renamed_values() {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use hourglass_core::uid::UidKind;
+    for (name, store) in common::backends() {
+        let db = two_hosts_flushed(&store);
+        let mut q = SubQuery::new(Aggregator::parse("none").unwrap(), "sys.cpu");
+        // Unanchored: driven by the trigrams of `eb0`, then each value's name checked.
+        q.filters
+            .push(TagFilter::new("regexp", "host", "eb0", false).unwrap());
+        let (start, end) = (DAY * 1000, (DAY + 7200) * 1000);
+        let found = || {
+            let out = ask(&db, &q, start, end, true).unwrap();
+            assert!(out.stats.indexed, "{name}");
+            out.groups.len()
+        };
+        // Tag value names looked up by one query.
+        let lookups = || {
+            let s = &db.uids().stats;
+            let at = UidKind::TagValue.index();
+            let before = s.hits[at].load(Relaxed) + s.misses[at].load(Relaxed);
+            assert_eq!(found(), 2, "{name}");
+            s.hits[at].load(Relaxed) + s.misses[at].load(Relaxed) - before
+        };
+        let first = lookups();
+        // Kept (a TSD alone on its store): the two candidates' names are not checked again.
+        let kept = if store.is_shared() { 0 } else { 2 };
+        assert_eq!(lookups(), first - kept, "{name}");
+        db.uids()
+            .rename(UidKind::TagValue, "web01", "db01")
+            .unwrap();
+        assert_eq!(found(), 1, "{name}: the renamed value no longer passes");
+        db.uids()
+            .rename(UidKind::TagValue, "db01", "web01")
+            .unwrap();
+        assert_eq!(found(), 2, "{name}: passes again");
+        db.close().unwrap();
+    }
+}
+
 /// A query read on two threads asks its selector for candidates from both: the values a
 /// trigram list gives are read once a query, whether or not lists are kept between queries
 /// (a shared store keeps none). Both threads reading the list made the scan count of a

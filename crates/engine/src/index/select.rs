@@ -315,9 +315,25 @@ impl SeriesSelector {
         let schema = &tsdb.settings().schema;
         let tagk = self.driving_tagk(tsdb);
         let width = usize::from(schema.tagv_width);
+        let filters = self.driving_filters();
         // Values having every trigram read so far (shared with the kept list, not copied).
         let mut have: Option<List> = None;
         let kept = tsdb.trigram_lists();
+        // What these filters passed at an earlier query, while no trigram row has been
+        // written (no value added) and no name renamed or deleted since.
+        let passed_key = kept.map(|_| {
+            let mut key = vec![PASSED_VALUES];
+            key.extend_from_slice(&tagk);
+            for f in &filters {
+                f.identity(&mut key);
+            }
+            key
+        });
+        if let (Some((lists, generation)), Some(key)) = (kept, &passed_key)
+            && let Some(passed) = lists.get(key, generation)
+        {
+            return Ok(Some(passed.to_vec()));
+        }
         for t in trigrams {
             if have.as_ref().is_some_and(|h| h.len() <= NAME_CHECKS) {
                 break;
@@ -381,7 +397,6 @@ impl SeriesSelector {
                 break;
             }
         }
-        let filters = self.driving_filters();
         let mut out = Vec::new();
         for v in have.iter().flat_map(|h| h.iter()) {
             let passes = tsdb
@@ -400,6 +415,9 @@ impl SeriesSelector {
                     return Ok(None);
                 }
             }
+        }
+        if let (Some((lists, generation)), Some(key)) = (kept, passed_key) {
+            lists.put(key, generation, out.clone().into());
         }
         Ok(Some(out))
     }
@@ -501,11 +519,16 @@ fn intersect(have: &[Vec<u8>], list: &[Vec<u8>]) -> Vec<Vec<u8>> {
     out
 }
 
+/// The first byte of a kept list of the values a driving key's filters passed (not a row
+/// kind: trigram lists are kept by their rows' first key, `0x05`...).
+const PASSED_VALUES: u8 = 0xFF;
+
 /// Most values kept over all trigram lists; past it the lists kept are dropped.
 const KEPT_TRIGRAM_VALUES: usize = 1 << 18;
 
-/// Whole trigram lists (`0x05` value UIDs of a metric, tag key and trigram, sorted) kept
-/// between queries, each with the trigram generation taken before it was read
+/// Whole trigram lists (`0x05` value UIDs of a metric, tag key and trigram, sorted), and
+/// the values a driving key's filters passed among them ([`PASSED_VALUES`]), kept between
+/// queries, each with the trigram generation taken before it was read
 /// ([`crate::changes`]: bumped after every write of a trigram row by this TSD, before the
 /// flush writing it goes on to the data rows). A list is used only while the generation has
 /// not moved: a row written since it was read has moved it. Kept only when this TSD alone

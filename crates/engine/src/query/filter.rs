@@ -278,6 +278,38 @@ impl TagFilter {
         }
     }
 
+    /// Bytes naming what this filter passes (its kind, case and negation, and its values,
+    /// pattern or expression), for keeping what a set of filters found between queries.
+    pub(crate) fn identity(&self, out: &mut Vec<u8>) {
+        match &self.kind {
+            FilterKind::Literals {
+                values,
+                case_insensitive,
+                negate,
+            } => {
+                out.extend([b'L', u8::from(*case_insensitive), u8::from(*negate)]);
+                for v in values {
+                    out.extend_from_slice(v.as_bytes());
+                    out.push(0);
+                }
+            }
+            FilterKind::Wildcard {
+                pattern,
+                case_insensitive,
+            } => {
+                out.extend([b'W', u8::from(*case_insensitive)]);
+                out.extend_from_slice(pattern.as_bytes());
+            }
+            FilterKind::Regexp(re) => {
+                out.push(b'R');
+                out.extend_from_slice(re.as_str().as_bytes());
+            }
+            FilterKind::NotKey => out.push(b'N'),
+        }
+        // Ends the filter (a value or pattern holds no 0xFF byte: they are UTF-8).
+        out.push(0xFF);
+    }
+
     /// Whether this is a `not_key` filter: passed only by series without the tag key.
     pub fn is_not_key(&self) -> bool {
         matches!(self.kind, FilterKind::NotKey)
