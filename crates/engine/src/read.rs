@@ -340,13 +340,27 @@ impl Tsdb {
                     // members outside it too); their keys are built in one buffer, and
                     // owned only where a member is given on its own.
                     let mut key_buf = row.key.clone();
-                    let mut inside = Vec::with_capacity(members.len());
-                    for m in &members {
+                    let mut in_scan = |m: &JointMember| -> Result<bool> {
                         let key = member_key_in(&mut key_buf, at, period, m)?;
-                        let outside = key < request.start.as_slice()
-                            || request.end.as_ref().is_some_and(|e| key >= e.as_slice());
-                        inside.push(!outside);
-                    }
+                        Ok(key >= request.start.as_slice()
+                            && request.end.as_ref().is_none_or(|e| key < e.as_slice()))
+                    };
+                    // Members' keys grow with their offsets: with the first and the last in
+                    // the scan, every one is (most groups, all but the scan's two ends).
+                    let increasing = members
+                        .windows(2)
+                        .all(|w| w[0].offset_secs < w[1].offset_secs);
+                    let inside = match (members.first(), members.last()) {
+                        (Some(first), Some(last))
+                            if increasing && in_scan(first)? && in_scan(last)? =>
+                        {
+                            vec![true; members.len()]
+                        }
+                        _ => members
+                            .iter()
+                            .map(&mut in_scan)
+                            .collect::<Result<Vec<_>>>()?,
+                    };
                     let summaries = match within {
                         Some(SummaryUse { lo, hi, extremes }) => joint_summaries(stream, &members)?
                             .map(|all| {

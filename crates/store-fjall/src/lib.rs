@@ -1143,7 +1143,8 @@ impl GroupedScan {
             {
                 return Ok(None);
             }
-            any_in_range |= self.in_range(&key);
+            // One member in range is enough (most groups: the first).
+            any_in_range = any_in_range || self.in_range(&key);
             first.get_or_insert(*timestamp);
             members.push((
                 JointMember {
