@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use hourglass_core::config::Config;
 use hourglass_core::time::Tz;
 use hourglass_core::uid::UidKind;
 use hourglass_engine::fsck::{FsckOptions, FsckScope, fsck};
@@ -195,9 +196,10 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
     if args.resolve_duplicates || args.fix_all {
         refused.push(crate::open::OTSDB_TIMESTAMP);
     }
-    let tz = args.store.config_refusing(&refused)?.timezone()?;
+    let config = args.store.config_refusing(&refused)?;
+    let tz = config.timezone()?;
     if args.index {
-        return run_index(args, started, tz);
+        return run_index(args, started, &config);
     }
     if !args.full_scan && args.query.is_empty() {
         eprintln!(
@@ -218,7 +220,7 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let settings = args.store.settings()?;
+    let settings = args.store.settings_from(&config)?;
     let mut options = options(args, settings.fix_duplicates);
     options.threads = threads;
     let db = args.store.open_tsdb(settings)?;
@@ -258,18 +260,18 @@ pub(crate) fn run(args: &FsckArgs) -> anyhow::Result<ExitCode> {
 /// `fsck --index [--fix] [--since T]`: every finding on one line, then the counts. The exit
 /// status is 1 when entries are missing or bad (stale entries and recounted counters are
 /// allowed by the index's invariants; they are reported and fixed all the same).
-fn run_index(args: &FsckArgs, started: Instant, tz: Tz) -> anyhow::Result<ExitCode> {
+fn run_index(args: &FsckArgs, started: Instant, config: &Config) -> anyhow::Result<ExitCode> {
     use hourglass_engine::index::check::{CheckOptions, check};
     let now_ms = chrono::Utc::now().timestamp_millis();
     let since = match &args.since {
         Some(word) => {
-            let ms = hourglass_core::time::parse_time_in(word, now_ms, tz)
+            let ms = hourglass_core::time::parse_time_in(word, now_ms, config.timezone()?)
                 .with_context(|| format!("invalid time: {word}"))?;
             Some(u32::try_from(ms.div_euclid(1000).max(0)).unwrap_or(u32::MAX))
         }
         None => None,
     };
-    let db = args.store.open_tsdb(args.store.settings()?)?;
+    let db = args.store.open_tsdb(args.store.settings_from(config)?)?;
     let options = CheckOptions {
         metrics: Vec::new(),
         since,

@@ -74,8 +74,9 @@ pub(crate) fn run(args: &IndexArgs) -> anyhow::Result<ExitCode> {
 
 fn run_rebuild(args: &RebuildArgs) -> anyhow::Result<ExitCode> {
     let now_ms = chrono::Utc::now().timestamp_millis();
-    let tz = args.store.config()?.timezone()?;
-    let settings = args.store.settings()?;
+    let config = args.store.config()?;
+    let tz = config.timezone()?;
+    let settings = args.store.settings_from(&config)?;
     let mut replaced = None;
     let db = if args.replace {
         if !args.metrics.is_empty() || args.since.is_some() || args.until.is_some() {

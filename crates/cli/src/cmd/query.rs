@@ -269,7 +269,8 @@ pub(crate) fn run_query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
     if args.url.is_none() {
         refused.push(crate::open::OTSDB_TIMESTAMP);
     }
-    let tz = args.store.config_refusing(&refused)?.timezone()?;
+    let config = args.store.config_refusing(&refused)?;
+    let tz = config.timezone()?;
     if args.graph.is_some() {
         bail!(
             "--graph writes Gnuplot files, which this version of Hourglass does not provide: \
@@ -292,7 +293,7 @@ pub(crate) fn run_query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let db = args.store.open_tsdb(args.store.settings()?)?;
+    let db = args.store.open_tsdb(args.store.settings_from(&config)?)?;
     for q in &queries {
         let outcome = run(&db, start, end, &q.sub, &RunOptions::default())?;
         for g in &outcome.groups {

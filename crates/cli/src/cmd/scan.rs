@@ -90,7 +90,8 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
     if args.compact {
         refused.push(crate::open::OTSDB_TIMESTAMP);
     }
-    let tz = args.store.config_refusing(&refused)?.timezone()?;
+    let config = args.store.config_refusing(&refused)?;
+    let tz = config.timezone()?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let (start, end, queries) = match parse_query(&args.query, now_ms, tz) {
         Ok(q) => q,
@@ -101,7 +102,7 @@ pub(crate) fn run(args: &ScanArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let db = args.store.open_tsdb(args.store.settings()?)?;
+    let db = args.store.open_tsdb(args.store.settings_from(&config)?)?;
     let schema = db.settings().schema.clone();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for q in &queries {

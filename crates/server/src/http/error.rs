@@ -1,6 +1,8 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hourglass_engine::query::memory::Hold;
+
+use crate::state::BYTES_A_HELD_POINT;
 use hourglass_engine::{Error as EngineError, ErrorKind};
 use serde_json::json;
 
@@ -73,6 +75,31 @@ pub(crate) fn json_text_response(
         HeaderValue::from_static("application/json; charset=UTF-8"),
     );
     resp
+}
+
+/// An answer's text being written, counted against the query memory budget as its bytes
+/// over [`BYTES_A_HELD_POINT`] ([`Hold`]): the budget's lock is taken each time the text has
+/// grown by a [`HeldBody::PIECE`], not at each group written.
+pub(crate) struct CountedText(Hold);
+
+impl CountedText {
+    pub(crate) fn new(tsdb: &hourglass_engine::Tsdb) -> CountedText {
+        CountedText(Hold::new(std::sync::Arc::clone(tsdb.query_memory())))
+    }
+
+    /// Counts `text` as it is now, when it has grown a piece's worth since last counted.
+    pub(crate) fn grew(&mut self, text: &str) {
+        let points = text.len() as u64 / BYTES_A_HELD_POINT;
+        if points >= self.0.points() + (HeldBody::PIECE as u64 / BYTES_A_HELD_POINT) {
+            self.0.set(points);
+        }
+    }
+
+    /// The finished text as a body holding its count until the connection has taken it.
+    pub(crate) fn into_body(mut self, text: axum::body::Bytes) -> HeldBody {
+        self.0.set(text.len() as u64 / BYTES_A_HELD_POINT);
+        HeldBody::new(text, self.0)
+    }
 }
 
 /// An answer's text with the query memory it holds ([`Hold`]), handed to the connection in
@@ -189,6 +216,26 @@ mod tests {
     use hyper::body::Body as _;
 
     use super::*;
+
+    /// Text is counted a piece's worth at a time while written, exactly when finished.
+    #[test]
+    fn answer_text_is_counted_a_piece_at_a_time_then_whole() {
+        let memory = Arc::new(QueryMemory::default());
+        let mut counted = CountedText(Hold::new(Arc::clone(&memory)));
+        let step = HeldBody::PIECE / BYTES_A_HELD_POINT as usize;
+        let mut text = "x".repeat(HeldBody::PIECE - 36);
+        counted.grew(&text);
+        assert_eq!(memory.held(), 0, "less than a piece");
+        text.push_str(&"x".repeat(72));
+        counted.grew(&text);
+        assert_eq!(memory.held() as usize, text.len() / 36);
+        assert!(memory.held() as usize >= step);
+        text.push_str("tail");
+        let body = counted.into_body(axum::body::Bytes::from(text.clone()));
+        assert_eq!(memory.held() as usize, text.len() / 36, "the whole text");
+        drop(body);
+        assert_eq!(memory.held(), 0);
+    }
 
     /// The hold stays while pieces remain and goes with the body; the pieces rebuild the
     /// text, none longer than a piece.

@@ -27,14 +27,12 @@ use hourglass_engine::query::plan::{GroupResult, SubQuery, run};
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
-use super::error::{HeldBody, json_text_response};
+use super::error::{CountedText, json_text_response};
 use super::gexp::Uids;
 use super::json::java_flag;
 use super::query::{Flags, push_num, push_str_json, run_options};
 use super::request::{blocking, url_params};
 use crate::State;
-use crate::state::BYTES_A_HELD_POINT;
-use hourglass_engine::query::memory::Hold;
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
@@ -1538,7 +1536,7 @@ pub(crate) async fn handle(
         let mut out = String::with_capacity(4096);
         out.push_str("{\"outputs\":[");
         // The answer's text counts against the query memory budget until it is sent.
-        let mut hold = Hold::new(Arc::clone(tsdb.query_memory()));
+        let mut counted = CountedText::new(tsdb);
         for (n, o) in outputs.iter().enumerate() {
             if n > 0 {
                 out.push(',');
@@ -1554,18 +1552,18 @@ pub(crate) async fn handle(
                     )));
                 }
             }
-            hold.set(out.len() as u64 / BYTES_A_HELD_POINT);
+            counted.grew(&out);
         }
         out.push_str("],\"query\":");
         out.push_str(&req.echo.to_string());
         out.push('}');
-        Ok((out, hold))
+        Ok((out, counted))
     })
     .await?;
-    let (body, hold) = body;
+    let (body, counted) = body;
     Ok(json_text_response(
         StatusCode::OK,
-        HeldBody::new(body.into(), hold),
+        counted.into_body(body.into()),
     ))
 }
 

@@ -32,15 +32,13 @@ use hourglass_engine::query::plan::{
 };
 
 use super::ApiError;
-use super::error::{HeldBody, json_text_response};
+use super::error::{CountedText, json_text_response};
 use super::query::{
     Echo, Flags, Serialized, Summary, annotations_json, parse_m, parse_tsuid_param, run_options,
     same_query,
 };
 use super::request::{blocking, url_params};
 use crate::State;
-use crate::state::BYTES_A_HELD_POINT;
-use hourglass_engine::query::memory::Hold;
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(msg)
@@ -1117,7 +1115,7 @@ pub(crate) async fn handle(
         };
         let mut out = String::with_capacity(4096);
         // The answer's text counts against the query memory budget until it is sent.
-        let mut hold = Hold::new(Arc::clone(tsdb.query_memory()));
+        let mut counted = CountedText::new(tsdb);
         out.push('[');
         let mut first = true;
         for plan in &plans {
@@ -1148,20 +1146,20 @@ pub(crate) async fn handle(
                     &outcomes[leaf.run],
                     &group,
                 );
-                hold.set(out.len() as u64 / BYTES_A_HELD_POINT);
+                counted.grew(&out);
             }
         }
         if flags.show_summary {
             summary.write(&mut out, first, started);
         }
         out.push(']');
-        Ok((out, hold))
+        Ok((out, counted))
     })
     .await?;
-    let (body, hold) = body;
+    let (body, counted) = body;
     Ok(json_text_response(
         StatusCode::OK,
-        HeldBody::new(body.into(), hold),
+        counted.into_body(body.into()),
     ))
 }
 

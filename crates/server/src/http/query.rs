@@ -15,7 +15,6 @@ use hourglass_engine::num::Num;
 use hourglass_engine::query::aggregator::Aggregator;
 use hourglass_engine::query::downsample::DownsampleSpec;
 use hourglass_engine::query::filter::TagFilter;
-use hourglass_engine::query::memory::Hold;
 use hourglass_engine::query::plan::{
     GroupResult, Outcome, RunOptions, StoredAnnotation, SubQuery, global_annotations, run,
     writes_null,
@@ -25,12 +24,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::ApiError;
-use super::error::{HeldBody, json_text_response};
+use super::error::{CountedText, json_text_response};
 use super::json::java_bool;
 use super::request::small_or_blocking;
 use super::request::url_params;
 use crate::State;
-use crate::state::BYTES_A_HELD_POINT;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -973,7 +971,7 @@ pub(crate) async fn handle(
     let global_notes = flags.global_annotations && !flags.no_annotations;
     let keeping = cache_key.is_some();
     let small = !flags.delete && unique.iter().all(|q| small_query(q, start, end));
-    let (body, watch, hold) = small_or_blocking(&state, small, move |tsdb| {
+    let (body, watch, counted) = small_or_blocking(&state, small, move |tsdb| {
         // Registered before anything is read: a change from here on makes the answer stale.
         let watch = keeping
             .then(|| watch_reads(tsdb, &unique, start, end, global_notes))
@@ -992,7 +990,7 @@ pub(crate) async fn handle(
         let mut out = String::with_capacity(4096);
         out.push('[');
         // The answer's text counts against the query memory budget until it is sent.
-        let mut hold = Hold::new(Arc::clone(tsdb.query_memory()));
+        let mut counted = CountedText::new(tsdb);
         let mut first = true;
         let mut summary = Summary::default();
         for (index, q) in unique.iter().enumerate() {
@@ -1005,23 +1003,20 @@ pub(crate) async fn handle(
                 first = false;
                 summary.add_emitted(g.dps.len());
                 ser.group(&mut out, q, &echoes[index], index, &outcome, g);
-                hold.set(out.len() as u64 / BYTES_A_HELD_POINT);
+                counted.grew(&out);
             }
         }
         if flags.show_summary {
             summary.write(&mut out, first, started);
         }
         out.push(']');
-        Ok((Bytes::from(out), watch, hold))
+        Ok((Bytes::from(out), watch, counted))
     })
     .await?;
     if let (Some(cache), Some(key), Some(watch)) = (&state.query_cache, cache_key, watch) {
         cache.insert(key, body.clone(), watch);
     }
-    Ok(json_text_response(
-        StatusCode::OK,
-        HeldBody::new(body, hold),
-    ))
+    Ok(json_text_response(StatusCode::OK, counted.into_body(body)))
 }
 
 /// The longest range a query naming its series may span and still be answered on the
