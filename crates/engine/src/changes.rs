@@ -44,6 +44,10 @@ pub struct Changes {
     /// Bumped after each write of tag index trigram rows (`0x05`): trigram lists read at
     /// an older generation may be missing values.
     trigrams: AtomicU64,
+    /// Bumped after each write of the tag index rows a query's candidates are found from
+    /// (postings, value names and metrics, trigrams, status): candidates found at an older
+    /// generation may be missing series.
+    entries: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -184,10 +188,17 @@ impl Changes {
         self.trigrams.load(Ordering::SeqCst)
     }
 
+    /// The generation of the tag index rows candidates are found from: it changes after
+    /// every write of one (and with [`Changes::note_all`]).
+    pub(crate) fn entries_generation(&self) -> u64 {
+        self.entries.load(Ordering::SeqCst)
+    }
+
     /// Notes a change every answer may depend on (a name renamed or deleted). The trigram
-    /// generation moves too: what kept filters passed was checked by name.
+    /// and entry generations move too: what kept filters passed was checked by name.
     pub fn note_all(&self) {
         self.trigrams.fetch_add(1, Ordering::SeqCst);
+        self.entries.fetch_add(1, Ordering::SeqCst);
         let mut w = self.inner.lock();
         w.by_metric.clear();
         for s in w.watches.values_mut() {
@@ -265,12 +276,36 @@ impl Watched {
         }
     }
 
-    /// Bumps the trigram generation after a write to the index table touching a trigram row.
-    fn index_change<'k>(&self, table: &str, mut keys: impl Iterator<Item = &'k [u8]>) {
-        if table == self.tables.schema.index_table
-            && keys.any(|k| k.first() == Some(&crate::index::kind::TRIGRAM))
-        {
+    /// Bumps the trigram generation after a write to the index table touching a trigram
+    /// row, and the entry generation after one touching a row candidates are found from.
+    fn index_change<'k>(&self, table: &str, keys: impl Iterator<Item = &'k [u8]>) {
+        use crate::index::kind;
+        if table != self.tables.schema.index_table {
+            return;
+        }
+        let (mut trigrams, mut entries) = (false, false);
+        for k in keys {
+            match k.first().copied() {
+                Some(kind::TRIGRAM) => (trigrams, entries) = (true, true),
+                Some(
+                    kind::STATUS
+                    | kind::POSTING
+                    | kind::VALUE_METRIC
+                    | kind::VALUE_NAME
+                    | kind::PERIOD_POSTING
+                    | kind::PERIOD_VALUE_NAME,
+                ) => entries = true,
+                _ => {}
+            }
+            if trigrams {
+                break;
+            }
+        }
+        if trigrams {
             self.changes.trigrams.fetch_add(1, Ordering::SeqCst);
+        }
+        if entries {
+            self.changes.entries.fetch_add(1, Ordering::SeqCst);
         }
     }
 

@@ -36,8 +36,13 @@ impl RowQuery {
 
 /// `\xHH` for every byte: safe in an RE2/regex pattern whatever the byte.
 pub fn escape_bytes(bytes: &[u8], out: &mut String) {
-    for b in bytes {
-        out.push_str(&format!("\\x{b:02X}"));
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.reserve(bytes.len() * 4);
+    for &b in bytes {
+        out.push('\\');
+        out.push('x');
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0x0F)]));
     }
 }
 
@@ -270,6 +275,15 @@ mod tests {
     use super::*;
     use hourglass_core::rowkey::{SeriesKey, encode_row_key};
     use hourglass_storage::KeyRegex;
+
+    #[test]
+    fn every_byte_is_escaped_as_two_upper_hex_digits() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let mut out = String::from("^");
+        escape_bytes(&bytes, &mut out);
+        let expected: String = bytes.iter().map(|b| format!("\\x{b:02X}")).collect();
+        assert_eq!(out, format!("^{expected}"));
+    }
 
     #[test]
     fn tag_regex_matches_rows_with_the_pairs_only() {

@@ -40,7 +40,7 @@ pub struct Tsdb {
     tree_worker: Mutex<Option<JoinHandle<()>>>,
     /// Tag index trigram lists read by queries, kept while no trigram row is written
     /// (only when this TSD alone writes its store).
-    trigram_lists: crate::index::select::TrigramLists,
+    kept_lists: crate::index::select::KeptLists,
     /// Points held by running sub-queries, under one budget (0: none until the server
     /// sets `tsd.query.limits.memory_points.total`).
     query_memory: Arc<crate::query::memory::QueryMemory>,
@@ -161,7 +161,7 @@ impl Tsdb {
             upkeep,
             upkeeper: Mutex::new(None),
             tree_worker: Mutex::new(None),
-            trigram_lists: crate::index::select::TrigramLists::default(),
+            kept_lists: crate::index::select::KeptLists::default(),
             query_memory: Arc::default(),
         }))
     }
@@ -270,9 +270,15 @@ impl Tsdb {
 
     /// The trigram lists kept between queries and the trigram generation now, when this TSD
     /// alone writes its store (else every list is read from the store).
-    pub(crate) fn trigram_lists(&self) -> Option<(&crate::index::select::TrigramLists, u64)> {
+    pub(crate) fn trigram_lists(&self) -> Option<(&crate::index::select::KeptLists, u64)> {
         self.changes()
-            .map(|c| (&self.trigram_lists, c.trigram_generation()))
+            .map(|c| (&self.kept_lists, c.trigram_generation()))
+    }
+
+    /// The tag index's lists kept between queries, with the entry generation (candidates).
+    pub(crate) fn kept_candidates(&self) -> Option<(&crate::index::select::KeptLists, u64)> {
+        self.changes()
+            .map(|c| (&self.kept_lists, c.entries_generation()))
     }
 
     /// Counts of the calls made to the store.

@@ -343,16 +343,21 @@ fn kept_trigram_lists_follow_new_values() {
                 out.groups.len(),
             )
         };
-        // The list kept: one scan fewer (the store shared: read every time).
-        let kept = u64::from(!store.is_shared());
+        // The list and the candidates kept: the trigram list's scan and one posting scan a
+        // matching value fewer (the store shared: read every time).
+        let kept = |values: u64| u64::from(!store.is_shared()) * (1 + values);
         let (cold, found) = run();
         assert_eq!(found, 1, "{name}");
-        assert_eq!(run(), (cold - kept, 1), "{name}");
+        assert_eq!(run(), (cold - kept(1), 1), "{name}");
         put(&db, "sys.cpu", DAY + 3600, &[("host", "web02")], 2);
         db.flush().unwrap();
         let (reread, found) = run();
         assert_eq!(found, 2, "{name}: the new value is found");
-        assert_eq!(run(), (reread - kept, 2), "{name}: read again, then kept");
+        assert_eq!(
+            run(),
+            (reread - kept(2), 2),
+            "{name}: read again, then kept"
+        );
         db.close().unwrap();
     }
 }
@@ -403,10 +408,11 @@ fn kept_filter_results_follow_renamed_values() {
 
 /// A query read on two threads asks its selector for candidates from both: the values a
 /// trigram list gives are read once a query, whether or not lists are kept between queries
-/// (a shared store keeps none). Both threads reading the list made the scan count of a
-/// query depend on which thread came first.
+/// (a shared store keeps none), and so are a period's postings and the status rows. Both
+/// threads reading them made the scan count of a query depend on which thread came first,
+/// and doubled the index's reads of a query of a few hours.
 #[test]
-fn a_selector_reads_its_trigram_lists_once() {
+fn a_selector_reads_its_trigram_lists_and_periods_once() {
     use hourglass_core::uid::UidKind;
     use hourglass_engine::index::select::{KeyFilters, SeriesSelector};
     use hourglass_storage::metered::Call;
@@ -423,19 +429,95 @@ fn a_selector_reads_its_trigram_lists_once() {
             false,
         )
         .unwrap();
-        let (start, end) = (DAY, DAY + 7200);
-        let scans = || {
-            let before = db.store_stats().calls(Call::Scan);
+        let reads = |start: i64, end: i64| {
+            let (scans, gets) = (
+                db.store_stats().calls(Call::Scan),
+                db.store_stats().calls(Call::Get),
+            );
             let found = select.candidates(&db, start, end).unwrap().unwrap();
-            (db.store_stats().calls(Call::Scan) - before, found.len())
+            (
+                db.store_stats().calls(Call::Scan) - scans,
+                db.store_stats().calls(Call::Get) - gets,
+                found.len(),
+            )
         };
-        let (first, found) = scans();
+        let (first, _, found) = reads(DAY, DAY + 7200);
         assert_eq!(found, 2, "{name}");
+        // The other half of the same day: nothing read again.
         assert_eq!(
-            scans(),
-            (first - 1, 2),
+            reads(DAY + 3600, DAY + 7200),
+            (0, 0, 2),
+            "{name}: the day's candidates are not found again"
+        );
+        // The next day: its postings only (one a value), not the trigram list again.
+        assert_eq!(
+            reads(DAY + 86_400, DAY + 86_400 + 3600),
+            (first - 1, 0, 0),
             "{name}: the list is not read again"
         );
+        db.close().unwrap();
+    }
+}
+
+/// A period's candidates are kept between queries while no index row they are found from
+/// is written: a repeated query reads no index row, and a series flushed since (of values
+/// already known, so only its postings are new) is found by the next query.
+#[test]
+fn kept_candidates_follow_new_series() {
+    use hourglass_core::uid::UidKind;
+    use hourglass_engine::index::select::{KeyFilters, SeriesSelector};
+    use hourglass_storage::metered::Call;
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        put(
+            &db,
+            "sys.cpu",
+            DAY + 3600,
+            &[("host", "web01"), ("dc", "lon")],
+            1,
+        );
+        put(
+            &db,
+            "sys.cpu",
+            DAY + 3600,
+            &[("host", "web02"), ("dc", "par")],
+            2,
+        );
+        db.flush().unwrap();
+        let metric = db.uids().get_id(UidKind::Metric, "sys.cpu").unwrap();
+        let tagk = db.uids().get_id(UidKind::TagKey, "host").unwrap();
+        // A new selector a query, as queries make them.
+        let ask = || {
+            let select = SeriesSelector::new(
+                metric,
+                vec![KeyFilters {
+                    tagk,
+                    filters: vec![TagFilter::new("wildcard", "host", "web*", false).unwrap()],
+                }],
+                false,
+            )
+            .unwrap();
+            let scans = db.store_stats().calls(Call::Scan);
+            let found = select.candidates(&db, DAY, DAY + 7200).unwrap().unwrap();
+            (db.store_stats().calls(Call::Scan) - scans, found.len())
+        };
+        // The store shared: read every time.
+        let kept = |scans: u64| if store.is_shared() { scans } else { 0 };
+        let (first, found) = ask();
+        assert!(first > 0, "{name}");
+        assert_eq!(found, 2, "{name}");
+        assert_eq!(ask(), (kept(first), 2), "{name}: kept, nothing read");
+        put(
+            &db,
+            "sys.cpu",
+            DAY + 3600,
+            &[("host", "web01"), ("dc", "par")],
+            3,
+        );
+        db.flush().unwrap();
+        assert_eq!(ask(), (first, 3), "{name}: the new series is found");
+        assert_eq!(ask(), (kept(first), 3), "{name}: kept again");
         db.close().unwrap();
     }
 }

@@ -11,7 +11,7 @@
 //! the query still checks every row it reads, so the index chooses rows, never answers.
 //!
 //! The index is used only when it covers every hour of the range
-//! ([`status::covers_hours`]) and the candidates stay under [`MAX_CANDIDATES`]; otherwise
+//! ([`status::Coverage`]) and the candidates stay under [`MAX_CANDIDATES`]; otherwise
 //! the caller scans as without it.
 
 use std::collections::BTreeSet;
@@ -72,7 +72,17 @@ pub struct SeriesSelector {
     /// The driving key's values found by trigrams, once per query: they do not depend on
     /// the range, and a query read on two threads asks for them from both.
     trigram_found: parking_lot::Mutex<Option<Option<Vec<Vec<u8>>>>>,
+    /// The metric's coverage, read once per query (both halves ask).
+    coverage: parking_lot::Mutex<Option<Option<status::Coverage>>>,
+    /// Each period's candidates, found once per query: the halves of a query read on two
+    /// threads mostly share their periods (both are in one day for a range of hours).
+    /// The slot of a period is locked while it is found, so the other half waits for it
+    /// instead of reading the same rows; other periods are found meanwhile.
+    periods: parking_lot::Mutex<Vec<(Option<u32>, std::sync::Arc<PeriodSlot>)>>,
 }
+
+/// One period's candidates once found: `None` when the index cannot say (too many).
+type PeriodSlot = parking_lot::Mutex<Option<Option<List>>>;
 
 impl SeriesSelector {
     /// A selector for `metric` with the filters of each tag key (`None` without filters:
@@ -124,6 +134,8 @@ impl SeriesSelector {
             values,
             used: AtomicU64::new(0),
             trigram_found: parking_lot::Mutex::new(None),
+            coverage: parking_lot::Mutex::new(None),
+            periods: parking_lot::Mutex::new(Vec::new()),
         })
     }
 
@@ -156,8 +168,18 @@ impl SeriesSelector {
             return Ok(None);
         }
         let metric = self.metric.to_bytes(schema.metric_width);
-        let store = tsdb.store().as_ref();
-        if !status::covers_hours(store, &schema.index_table, &metric, first, last)? {
+        let coverage = {
+            let mut read = self.coverage.lock();
+            match *read {
+                Some(c) => c,
+                None => *read.insert(status::coverage(
+                    tsdb.store().as_ref(),
+                    &schema.index_table,
+                    &metric,
+                )?),
+            }
+        };
+        if !coverage.is_some_and(|c| c.covers(first, last)) {
             return Ok(None);
         }
         let (p0, p1) = (period_of(first), period_of(last));
@@ -166,45 +188,123 @@ impl SeriesSelector {
         } else {
             (p0..=p1).step_by(PERIOD_SECS as usize).map(Some).collect()
         };
-        // Trigram rows are kept over all time: their values are found once a query (the
-        // other thread of a split query waits for them rather than reading them again).
-        let by_trigrams = match &self.values {
-            Values::Trigrams(t) => {
-                let mut found = self.trigram_found.lock();
-                let values = match &*found {
-                    Some(values) => values.clone(),
-                    None => found.insert(self.trigram_values(tsdb, t)?).clone(),
-                };
-                match values {
-                    Some(values) => Some(values),
-                    None => return Ok(None),
-                }
-            }
-            _ => None,
-        };
-        let mut out: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut out: Option<BTreeSet<Vec<u8>>> = None;
+        let mut only: Option<List> = None;
         for period in periods {
-            let values = match &by_trigrams {
-                Some(values) => values.clone(),
-                None => match self.driving_values(tsdb, &metric, period)? {
-                    Some(values) => values,
-                    None => return Ok(None),
-                },
+            let Some(found) = self.period_candidates(tsdb, &metric, period)? else {
+                return Ok(None);
             };
-            for value in values {
-                for tags in self.postings(tsdb, &metric, period, &value)? {
-                    if out.contains(&tags) || !self.keeps(tsdb, &tags)? {
-                        continue;
-                    }
-                    out.insert(tags);
-                    if out.len() > MAX_CANDIDATES {
-                        return Ok(None);
-                    }
-                }
+            // One period (most queries): its sorted candidates as they are.
+            if out.is_none() && only.is_none() {
+                only = Some(found);
+                continue;
+            }
+            let out = out.get_or_insert_with(|| {
+                only.take()
+                    .map(|o| o.iter().cloned().collect())
+                    .unwrap_or_default()
+            });
+            out.extend(found.iter().cloned());
+            if out.len() > MAX_CANDIDATES {
+                return Ok(None);
             }
         }
         self.used.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(out.into_iter().collect()))
+        Ok(Some(match (out, only) {
+            (Some(out), _) => out.into_iter().collect(),
+            (None, Some(only)) => only.to_vec(),
+            (None, None) => Vec::new(),
+        }))
+    }
+
+    /// The candidates of one period (`None`: over all time), found once per query, and
+    /// kept between queries while no index row they are found from is written; `None`
+    /// when the index cannot say (more than [`MAX_CANDIDATES`]).
+    fn period_candidates(
+        &self,
+        tsdb: &Tsdb,
+        metric: &[u8],
+        period: Option<u32>,
+    ) -> Result<Option<List>> {
+        let slot = {
+            let mut periods = self.periods.lock();
+            match periods.iter().find(|(p, _)| *p == period) {
+                Some((_, slot)) => std::sync::Arc::clone(slot),
+                None => {
+                    let slot = std::sync::Arc::new(PeriodSlot::new(None));
+                    periods.push((period, std::sync::Arc::clone(&slot)));
+                    slot
+                }
+            }
+        };
+        let mut found = slot.lock();
+        if let Some(found) = &*found {
+            return Ok(found.clone());
+        }
+        // The generation is taken before anything is read: a row written meanwhile moves
+        // it, and what is read here is then not kept past this query.
+        let kept = tsdb.kept_candidates();
+        let kept_key = kept.map(|_| self.kept_key(tsdb, metric, period));
+        if let (Some((lists, generation)), Some(key)) = (kept, &kept_key)
+            && let Some(list) = lists.get(key, generation)
+        {
+            return Ok(found.insert(Some(list)).clone());
+        }
+        // Trigram rows are kept over all time: their values are found once a query (the
+        // other thread of a split query waits for them rather than reading them again).
+        let values = match &self.values {
+            Values::Trigrams(t) => {
+                let mut by_trigrams = self.trigram_found.lock();
+                match &*by_trigrams {
+                    Some(values) => values.clone(),
+                    None => by_trigrams.insert(self.trigram_values(tsdb, t)?).clone(),
+                }
+            }
+            _ => self.driving_values(tsdb, metric, period)?,
+        };
+        let Some(values) = values else {
+            return Ok(found.insert(None).clone());
+        };
+        let mut out: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for value in values {
+            for tags in self.postings(tsdb, metric, period, &value)? {
+                if out.contains(&tags) || !self.keeps(tsdb, &tags)? {
+                    continue;
+                }
+                out.insert(tags);
+                if out.len() > MAX_CANDIDATES {
+                    return Ok(found.insert(None).clone());
+                }
+            }
+        }
+        let out: List = out.into_iter().collect::<Vec<_>>().into();
+        if let (Some((lists, generation)), Some(key)) = (kept, kept_key) {
+            lists.put(key, generation, std::sync::Arc::clone(&out));
+        }
+        Ok(found.insert(Some(out)).clone())
+    }
+
+    /// The key a period's candidates are kept under: the metric, the period and every
+    /// key's filters (each filter's identity with its length, so no two sets of filters
+    /// give the same bytes), and whether tags are explicit.
+    fn kept_key(&self, tsdb: &Tsdb, metric: &[u8], period: Option<u32>) -> Vec<u8> {
+        let width = tsdb.settings().schema.tagk_width;
+        let mut key = vec![KEPT_CANDIDATES];
+        key.extend_from_slice(metric);
+        match period {
+            Some(p) => {
+                key.push(1);
+                key.extend_from_slice(&p.to_be_bytes());
+            }
+            None => key.push(0),
+        }
+        key.push(u8::from(self.explicit_tags));
+        key.extend_from_slice(&(self.keys.len() as u32).to_be_bytes());
+        for k in &self.keys {
+            key.extend_from_slice(&k.tagk.to_bytes(width));
+            push_identities(&mut key, k.filters.iter());
+        }
+        key
     }
 
     fn driving_filters(&self) -> Vec<&TagFilter> {
@@ -324,9 +424,7 @@ impl SeriesSelector {
         let passed_key = kept.map(|_| {
             let mut key = vec![PASSED_VALUES];
             key.extend_from_slice(&tagk);
-            for f in &filters {
-                f.identity(&mut key);
-            }
+            push_identities(&mut key, filters.iter().copied());
             key
         });
         if let (Some((lists, generation)), Some(key)) = (kept, &passed_key)
@@ -523,32 +621,56 @@ fn intersect(have: &[Vec<u8>], list: &[Vec<u8>]) -> Vec<Vec<u8>> {
 /// kind: trigram lists are kept by their rows' first key, `0x05`...).
 const PASSED_VALUES: u8 = 0xFF;
 
-/// Most values kept over all trigram lists; past it the lists kept are dropped.
-const KEPT_TRIGRAM_VALUES: usize = 1 << 18;
+/// The first byte of the key of a period's candidates kept between queries.
+const KEPT_CANDIDATES: u8 = 0xFE;
 
-/// Whole trigram lists (`0x05` value UIDs of a metric, tag key and trigram, sorted), and
-/// the values a driving key's filters passed among them ([`PASSED_VALUES`]), kept between
-/// queries, each with the trigram generation taken before it was read
-/// ([`crate::changes`]: bumped after every write of a trigram row by this TSD, before the
-/// flush writing it goes on to the data rows). A list is used only while the generation has
-/// not moved: a row written since it was read has moved it. Kept only when this TSD alone
-/// writes its store; bounded by [`KEPT_TRIGRAM_VALUES`].
-#[derive(Debug, Default)]
-pub(crate) struct TrigramLists {
-    lists: parking_lot::Mutex<TrigramMap>,
+/// Appends the filters' count, then each one's identity after its length: no two lists
+/// of filters give the same bytes.
+fn push_identities<'f>(key: &mut Vec<u8>, filters: impl ExactSizeIterator<Item = &'f TagFilter>) {
+    key.extend_from_slice(&(filters.len() as u32).to_be_bytes());
+    let mut one = Vec::new();
+    for f in filters {
+        one.clear();
+        f.identity(&mut one);
+        key.extend_from_slice(&(one.len() as u32).to_be_bytes());
+        key.extend_from_slice(&one);
+    }
 }
 
-/// A trigram list: value UIDs, sorted.
+/// Most values (and candidates) kept over all lists; past it the lists kept are dropped.
+const KEPT_VALUES: usize = 1 << 18;
+
+/// Most lists kept; past it the lists kept are dropped.
+const KEPT_LISTS: usize = 1 << 16;
+
+/// Lists kept between queries, each with the generation taken before it was read
+/// ([`crate::changes`]), used only while that generation has not moved (a row written
+/// since it was read has moved it):
+/// - whole trigram lists (`0x05` value UIDs of a tag key and trigram, sorted, by their
+///   rows' first key) and the values a driving key's filters passed among them
+///   ([`PASSED_VALUES`]), at the trigram generation (bumped after every write of a
+///   trigram row by this TSD, before the flush writing it goes on to the data rows);
+/// - a period's candidates of a set of filters ([`KEPT_CANDIDATES`]), at the entry
+///   generation (bumped after every write of a posting, value, trigram or status row).
+///
+/// Kept only when this TSD alone writes its store; bounded by [`KEPT_VALUES`] and
+/// [`KEPT_LISTS`].
+#[derive(Debug, Default)]
+pub(crate) struct KeptLists {
+    lists: parking_lot::Mutex<KeptMap>,
+}
+
+/// A kept list: value UIDs or candidates' tag bytes, sorted.
 type List = std::sync::Arc<[Vec<u8>]>;
 
 #[derive(Debug, Default)]
-struct TrigramMap {
+struct KeptMap {
     /// By the list's first key: the generation it was read at, and the list.
     by_start: std::collections::HashMap<Vec<u8>, (u64, List)>,
     values: usize,
 }
 
-impl TrigramLists {
+impl KeptLists {
     /// The list whose rows start with `start`, when it was read at `generation`.
     fn get(&self, start: &[u8], generation: u64) -> Option<List> {
         let lists = self.lists.lock();
@@ -561,10 +683,10 @@ impl TrigramLists {
     /// Keeps a whole list read at `generation`.
     fn put(&self, start: Vec<u8>, generation: u64, list: List) {
         let mut lists = self.lists.lock();
-        if list.len() > KEPT_TRIGRAM_VALUES {
+        if list.len() > KEPT_VALUES {
             return;
         }
-        if lists.values + list.len() > KEPT_TRIGRAM_VALUES {
+        if lists.values + list.len() > KEPT_VALUES || lists.by_start.len() >= KEPT_LISTS {
             lists.by_start.clear();
             lists.values = 0;
         }

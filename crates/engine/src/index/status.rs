@@ -326,8 +326,36 @@ pub fn covers_hours(
     first_hour: u32,
     last_hour: u32,
 ) -> Result<bool> {
+    Ok(coverage(store, table, metric)?.is_some_and(|c| c.covers(first_hour, last_hour)))
+}
+
+/// What the status rows say of one metric's hours: read once, asked of several ranges
+/// (a query read on two threads asks for its two halves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coverage {
+    /// Hours before this one are covered (a data scan proved them).
+    verified: u32,
+    /// Hours from this one on are covered, when every writer maintains the index.
+    live_from: Option<u32>,
+}
+
+impl Coverage {
+    /// Whether every hour from `first_hour` to `last_hour` (inclusive) is covered.
+    pub fn covers(&self, first_hour: u32, last_hour: u32) -> bool {
+        if last_hour < self.verified {
+            return true;
+        }
+        // Hours before `verified` are covered, and from `live_from` on: the range must not
+        // reach into a gap between the two.
+        self.live_from
+            .is_some_and(|live| first_hour >= live || self.verified >= live)
+    }
+}
+
+/// `metric`'s coverage; `None` without a status row (nothing covered).
+pub fn coverage(store: &dyn Store, table: &str, metric: &[u8]) -> Result<Option<Coverage>> {
     let Some(status) = read(store, table)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let row = store.get(table, &metric_status_key(metric), &ReadOptions::latest())?;
     let cell = |q: &[u8]| row.as_ref().and_then(|r| r.value(GLOBAL_FAMILY, q));
@@ -335,19 +363,18 @@ pub fn covers_hours(
         Some(v) => be_u32(table, "verified", v)?,
         None => 0,
     };
-    if last_hour < verified {
-        return Ok(true);
-    }
-    if status.live_from == NOT_MAINTAINED || status.writers != WRITERS_HOURGLASS {
-        return Ok(false);
-    }
-    let live_from = match cell(LIVE_FROM_QUALIFIER) {
-        Some(v) => be_u32(table, "live_from", v)?.max(status.live_from),
-        None => status.live_from,
+    let live_from = if status.live_from == NOT_MAINTAINED || status.writers != WRITERS_HOURGLASS {
+        None
+    } else {
+        Some(match cell(LIVE_FROM_QUALIFIER) {
+            Some(v) => be_u32(table, "live_from", v)?.max(status.live_from),
+            None => status.live_from,
+        })
     };
-    // Hours before `verified` are covered, and from `live_from` on: the range must not
-    // reach into a gap between the two.
-    Ok(first_hour >= live_from || verified >= live_from)
+    Ok(Some(Coverage {
+        verified,
+        live_from,
+    }))
 }
 
 /// Empties an index table for `tsdb index rebuild --replace` (RFC 0007, "Format 2"): every
