@@ -44,9 +44,9 @@ pub struct Changes {
     /// Bumped after each write of tag index trigram rows (`0x05`): trigram lists read at
     /// an older generation may be missing values.
     trigrams: AtomicU64,
-    /// Bumped after each write of the tag index rows a query's candidates are found from
-    /// (postings, value names and metrics, trigrams, status): candidates found at an older
-    /// generation may be missing series.
+    /// Bumped after each write of the tag index rows a query's or a lookup's candidates are
+    /// found from (catalog, postings, value names and metrics, trigrams, status): candidates
+    /// found at an older generation may be missing series.
     entries: AtomicU64,
 }
 
@@ -289,6 +289,7 @@ impl Watched {
                 Some(kind::TRIGRAM) => (trigrams, entries) = (true, true),
                 Some(
                     kind::STATUS
+                    | kind::CATALOG
                     | kind::POSTING
                     | kind::VALUE_METRIC
                     | kind::VALUE_NAME

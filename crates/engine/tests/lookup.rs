@@ -240,7 +240,12 @@ fn a_covered_metric_is_answered_from_the_index() {
             ..LookupQuery::default()
         };
         assert_eq!(lookup(&db, &q).unwrap().len(), 1, "{name}");
+        // Deleted behind the TSD's back: reopened, as a TSD alone on its store keeps the
+        // candidates it read while it writes nothing to the index.
         assert_eq!(delete_index_rows(&store, 0x01), 1, "{name}");
+        db.close().unwrap();
+        drop(db);
+        let db = common::open(Arc::clone(&store), settings(&now, true));
         assert!(lookup(&db, &q).unwrap().is_empty(), "{name}");
         assert_eq!(lookup_by_scan(&db, &q).unwrap().len(), 1, "{name}");
         db.close().unwrap();
@@ -656,4 +661,59 @@ fn a_limited_whole_metric_data_lookup_stops_at_its_limit() {
         }
     }
     db.close().unwrap();
+}
+
+/// A lookup's candidates are kept between lookups while no index row they are read from is
+/// written: a repeated lookup scans no index row, and a series of known values flushed
+/// since (only its postings and catalog row are new) is found by the next one.
+#[test]
+fn kept_lookup_candidates_follow_new_series() {
+    use hourglass_storage::metered::Call;
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        put(
+            &db,
+            "sys.cpu",
+            DAY + 3600,
+            &[("host", "web01"), ("dc", "lon")],
+        );
+        put(
+            &db,
+            "sys.cpu",
+            DAY + 3600,
+            &[("host", "web02"), ("dc", "par")],
+        );
+        db.flush().unwrap();
+        let q = LookupQuery {
+            metric: Some("sys.cpu".into()),
+            tags: vec![(Some("host".into()), Some("web01".into()))],
+            ..LookupQuery::default()
+        };
+        let ask = || {
+            let scans = db.store_stats().calls(Call::Scan);
+            let found = lookup(&db, &q).unwrap().len();
+            (db.store_stats().calls(Call::Scan) - scans, found)
+        };
+        // The store shared: read every time.
+        let kept = |scans: u64| if store.is_shared() { scans } else { 0 };
+        let (first, found) = ask();
+        assert_eq!(found, 1, "{name}");
+        let index_scans = 1;
+        assert_eq!(
+            ask(),
+            (first - index_scans + kept(index_scans), 1),
+            "{name}: kept, the postings not read"
+        );
+        put(
+            &db,
+            "sys.cpu",
+            DAY + 3600,
+            &[("host", "web01"), ("dc", "par")],
+        );
+        db.flush().unwrap();
+        let (_, found) = ask();
+        assert_eq!(found, 2, "{name}: the new series is found");
+        db.close().unwrap();
+    }
 }

@@ -650,8 +650,9 @@ const KEPT_LISTS: usize = 1 << 16;
 ///   rows' first key) and the values a driving key's filters passed among them
 ///   ([`PASSED_VALUES`]), at the trigram generation (bumped after every write of a
 ///   trigram row by this TSD, before the flush writing it goes on to the data rows);
-/// - a period's candidates of a set of filters ([`KEPT_CANDIDATES`]), at the entry
-///   generation (bumped after every write of a posting, value, trigram or status row).
+/// - a period's candidates of a set of filters ([`KEPT_CANDIDATES`]) and a lookup's
+///   (`search/indexed.rs`, `0xFD`), at the entry generation (bumped after every write of a
+///   catalog, posting, value, trigram or status row).
 ///
 /// Kept only when this TSD alone writes its store; bounded by [`KEPT_VALUES`] and
 /// [`KEPT_LISTS`].
@@ -661,7 +662,7 @@ pub(crate) struct KeptLists {
 }
 
 /// A kept list: value UIDs or candidates' tag bytes, sorted.
-type List = std::sync::Arc<[Vec<u8>]>;
+pub(crate) type List = std::sync::Arc<[Vec<u8>]>;
 
 #[derive(Debug, Default)]
 struct KeptMap {
@@ -672,7 +673,7 @@ struct KeptMap {
 
 impl KeptLists {
     /// The list whose rows start with `start`, when it was read at `generation`.
-    fn get(&self, start: &[u8], generation: u64) -> Option<List> {
+    pub(crate) fn get(&self, start: &[u8], generation: u64) -> Option<List> {
         let lists = self.lists.lock();
         match lists.by_start.get(start) {
             Some((g, list)) if *g == generation => Some(std::sync::Arc::clone(list)),
@@ -681,7 +682,7 @@ impl KeptLists {
     }
 
     /// Keeps a whole list read at `generation`.
-    fn put(&self, start: Vec<u8>, generation: u64, list: List) {
+    pub(crate) fn put(&self, start: Vec<u8>, generation: u64, list: List) {
         let mut lists = self.lists.lock();
         if list.len() > KEPT_VALUES {
             return;

@@ -79,12 +79,59 @@ pub(super) fn lookup(
     Ok(Some(out))
 }
 
-/// The TSUIDs the index lists for the conditions, sorted, each once.
+/// The TSUIDs the index lists for the conditions, sorted, each once; kept between lookups
+/// on a TSD alone on its store while no index row they are read from is written (the entry
+/// generation, taken before reading, as a query's candidates are kept).
 pub(super) fn candidates(
     tsdb: &Tsdb,
     c: &Conditions,
     metric: Option<&[u8]>,
 ) -> Result<Vec<Vec<u8>>> {
+    let kept = tsdb.kept_candidates();
+    let key = kept.map(|_| kept_key(tsdb, c, metric));
+    if let (Some((lists, generation)), Some(key)) = (kept, &key)
+        && let Some(list) = lists.get(key, generation)
+    {
+        return Ok(list.to_vec());
+    }
+    let out = read_candidates(tsdb, c, metric)?;
+    if let (Some((lists, generation)), Some(key)) = (kept, key) {
+        lists.put(key, generation, out.clone().into());
+    }
+    Ok(out)
+}
+
+/// The key the candidates of a lookup are kept under: [`KEPT_LOOKUP`], then the metric
+/// and each condition, every part after its length.
+fn kept_key(tsdb: &Tsdb, c: &Conditions, metric: Option<&[u8]>) -> Vec<u8> {
+    let schema = &tsdb.settings().schema;
+    let mut key = vec![KEPT_LOOKUP];
+    let mut part = |bytes: &[u8]| {
+        key.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+        key.extend_from_slice(bytes);
+    };
+    part(metric.unwrap_or_default());
+    part(&(c.by_key.len() as u32).to_be_bytes());
+    for (tagk, tagv) in &c.by_key {
+        part(&tagk.to_bytes(schema.tagk_width));
+        part(
+            &tagv
+                .map(|v| v.to_bytes(schema.tagv_width))
+                .unwrap_or_default(),
+        );
+    }
+    part(&(c.any_key_values.len() as u32).to_be_bytes());
+    for v in &c.any_key_values {
+        part(v);
+    }
+    key
+}
+
+/// The first byte of the key a lookup's candidates are kept under (not a row kind).
+const KEPT_LOOKUP: u8 = 0xFD;
+
+/// [`candidates`] read from the index.
+fn read_candidates(tsdb: &Tsdb, c: &Conditions, metric: Option<&[u8]>) -> Result<Vec<Vec<u8>>> {
     let schema = &tsdb.settings().schema;
     let tagv_width = usize::from(schema.tagv_width);
     let (tagk_width, metric_width) = (
