@@ -589,11 +589,27 @@ fn met_in_rows(
 /// The periods holding postings of a metric, ascending.
 fn periods(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<u32>> {
     let head = [&[kind::PERIOD_POSTING][..], metric].concat();
-    Ok(distinct_after(tsdb, &head, PERIOD_FAMILY, 4)?
+    // Kept as the candidates are (the periods of a metric change only with its postings).
+    let kept = tsdb.kept_candidates();
+    let key = [&[KEPT_PERIODS][..], metric].concat();
+    let found = match kept.and_then(|(lists, generation)| lists.get(&key, generation)) {
+        Some(list) => list.to_vec(),
+        None => {
+            let found = distinct_after(tsdb, &head, PERIOD_FAMILY, 4)?;
+            if let Some((lists, generation)) = kept {
+                lists.put(key, generation, found.clone().into());
+            }
+            found
+        }
+    };
+    Ok(found
         .into_iter()
         .filter_map(|b| b.try_into().ok().map(u32::from_be_bytes))
         .collect())
 }
+
+/// The first byte of the key a metric's periods are kept under (not a row kind).
+const KEPT_PERIODS: u8 = 0xFC;
 
 /// The distinct `width` bytes that follow `head` in the index's keys of `family`, ascending:
 /// one short keys-only scan each, starting past every key of the last one found.
