@@ -15,11 +15,15 @@ use serde_json::Value;
 
 use super::ApiError;
 use super::error::json_response;
-use super::request::{Params, blocking, json_object};
+use super::request::{Params, json_object, small_or_blocking};
 use crate::State;
 
 /// OpenTSDB's default number of suggestions.
 pub(crate) const DEFAULT_MAX: usize = 25;
+
+/// Suggestions up to this many are read on the connection's thread (a short range read
+/// costs less than handing it to another thread and back).
+const SMALL_MAX: usize = 1_000;
 
 pub(crate) async fn handle(
     method: Method,
@@ -103,15 +107,19 @@ pub(crate) async fn serve(
             Err(_) => return Err(ApiError::bad_request("Unable to parse 'max' as a number")),
         },
     };
+    // Small: a bounded range of names, or of the tag index's rows (a scan of the metric's
+    // rows without the index is not).
+    let bounded = max <= SMALL_MAX;
     if let Some(request) = within.request(kind, &prefix, max)? {
-        let names = blocking(&state.tsdb, move |db| {
+        let small = bounded && state.tsdb.settings().index;
+        let names = small_or_blocking(&state, small, move |db| {
             suggest_in_metric(db, &request).map_err(ApiError::from)
         })
         .await?;
         let list = names.into_iter().map(Value::String).collect();
         return Ok(json_response(StatusCode::OK, &Value::Array(list)));
     }
-    let names = blocking(&state.tsdb, move |db| {
+    let names = small_or_blocking(&state, bounded, move |db| {
         db.uids()
             .suggest(kind, &prefix, max)
             .map_err(ApiError::from)
