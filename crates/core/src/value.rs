@@ -338,8 +338,19 @@ fn push_scientific(out: &mut String, shortest: &str) {
         out.push('0');
     }
     out.push('E');
-    // Writing to a String cannot fail.
-    let _ = std::fmt::Write::write_fmt(out, format_args!("{exponent}"));
+    // At most three digits (a double's exponent is within ±324), without the formatter.
+    if exponent < 0 {
+        out.push('-');
+    }
+    let e = exponent.unsigned_abs();
+    let digit = |d: u32| char::from(b'0' + (d % 10) as u8);
+    if e >= 100 {
+        out.push(digit(e / 100));
+    }
+    if e >= 10 {
+        out.push(digit(e / 10));
+    }
+    out.push(digit(e));
 }
 
 /// A finite floating point number on 4 bytes when that loses nothing, else on 8.
