@@ -131,6 +131,12 @@ pub struct FjallStore {
     /// Tables whose keyspace, when created, merges its first level's files only once this
     /// many are there (fjall's default: 4).
     l0_thresholds: RwLock<HashMap<String, u8>>,
+    /// Of each table whose first level is merged late: its first level's runs when last
+    /// counted, and since when (ms) that count has not changed.
+    idle_runs: Mutex<HashMap<String, (usize, i64)>>,
+    /// The merge of an idle table's runs running in the background, if any (joined before
+    /// the next, and when the store is dropped).
+    merging: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Serializes read-modify-write of rows. Readers never take it.
     write_lock: Mutex<()>,
     /// fjall reported the database poisoned: reopen it before the next operation.
@@ -191,6 +197,8 @@ impl FjallStore {
             groupings: RwLock::new(HashMap::new()),
             indexed: RwLock::new(std::collections::HashSet::new()),
             l0_thresholds: RwLock::new(HashMap::new()),
+            idle_runs: Mutex::new(HashMap::new()),
+            merging: Mutex::new(None),
             write_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             last_reopen: Mutex::new(None),
@@ -661,6 +669,21 @@ fn open_keyspace_with(
     };
     db.keyspace(&format!("{prefix}{table}"), options)
         .map_err(|e| io_err(&format!("cannot open table {table}"), e))
+}
+
+/// Runs of a late-merged first level from which an idle table's runs are merged.
+const IDLE_MERGE_RUNS: usize = 4;
+/// How long a late-merged first level's runs must stay unchanged before they are merged.
+const IDLE_MERGE_AFTER_MS: i64 = 60_000;
+
+impl Drop for FjallStore {
+    /// A merge of idle runs holds the database open: it ends before the store is gone, so
+    /// the directory is not opened again while it runs.
+    fn drop(&mut self) {
+        if let Some(merging) = self.merging.get_mut().take() {
+            let _ = merging.join();
+        }
+    }
 }
 
 /// The smallest key after every key starting with `prefix` (`None`: there is none).
@@ -1986,7 +2009,71 @@ impl FjallStore {
                     .map_err(|e| io_err("compaction failed", e))?;
             }
         }
+        self.merge_idle_runs(&open, now_ms);
         Ok(())
+    }
+
+    /// Merges the runs of a table whose first level is merged late (the tag index: many
+    /// runs keep its writes cheap) once its first level has held [`IDLE_MERGE_RUNS`] runs
+    /// or more, unchanged, for [`IDLE_MERGE_AFTER_MS`]: a prefix scan merges an iterator of
+    /// every run, so a lookup read 25 runs where one would do. In the background, one merge
+    /// at a time; the store's answers are the same before, during and after.
+    fn merge_idle_runs(&self, open: &Arc<Open>, now_ms: i64) {
+        let late: Vec<String> = self
+            .l0_thresholds
+            .read()
+            .iter()
+            .filter(|(_, n)| usize::from(**n) > IDLE_MERGE_RUNS)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in late {
+            let Some(t) = open.tables.read().get(&name).cloned() else {
+                continue;
+            };
+            let runs = t.rows.l0_table_count();
+            let idle = {
+                let mut seen = self.idle_runs.lock();
+                let entry = seen.entry(name.clone()).or_insert((runs, now_ms));
+                if entry.0 != runs {
+                    *entry = (runs, now_ms);
+                }
+                let idle = runs >= IDLE_MERGE_RUNS && now_ms - entry.1 >= IDLE_MERGE_AFTER_MS;
+                if idle {
+                    // Not again before the runs change and stay unchanged again.
+                    entry.1 = now_ms;
+                }
+                idle
+            };
+            if !idle {
+                continue;
+            }
+            let mut merging = self.merging.lock();
+            if merging.as_ref().is_some_and(|m| !m.is_finished()) {
+                continue;
+            }
+            if let Some(done) = merging.take() {
+                let _ = done.join();
+            }
+            let open = Arc::clone(open);
+            let spawned = std::thread::Builder::new()
+                .name("hourglass-merge".into())
+                .spawn(move || {
+                    if let Err(e) = t.rows.major_compact() {
+                        tracing::warn!(table = %t.spec.name, error = %e, "merging an idle table's runs failed");
+                    }
+                    drop(open);
+                });
+            match spawned {
+                Ok(handle) => *merging = Some(handle),
+                Err(e) => tracing::warn!(error = %e, "cannot start merging an idle table's runs"),
+            }
+        }
+    }
+
+    /// The runs of `table`'s first level (its files not yet merged into the next).
+    pub fn first_level_runs(&self, table: &str) -> Result<usize> {
+        let (_, t) = self.table_for_read(table)?;
+        Ok(t.rows.l0_table_count())
     }
 
     /// Moves the rows of periods ending at or before `closed` from the row keyspace into
@@ -2416,6 +2503,72 @@ mod tests {
         store.create_table(&spec("plain")).unwrap();
         assert_eq!(l0_threshold(&store, "idx"), 32);
         assert_eq!(l0_threshold(&store, "plain"), 4);
+    }
+
+    /// A table whose first level is merged late has its runs merged once they stay
+    /// unchanged for a minute of the store's upkeep (not before), in the background, and
+    /// reads the same after.
+    #[test]
+    fn idle_runs_of_a_late_merged_table_are_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FjallStore::open(dir.path())
+            .unwrap()
+            .with_l0_threshold("idx", 32);
+        store
+            .create_table(&TableSpec {
+                name: "idx".into(),
+                families: vec![FamilySpec::new("f", Some(1))],
+            })
+            .unwrap();
+        let rows = 6;
+        for i in 0..rows {
+            // Each run spans the others' keys (as a flush's index entries span the kinds),
+            // so none is moved down without a merge.
+            for key in [format!("a{i}"), format!("z{i}")] {
+                store
+                    .mutate_row(
+                        "idx",
+                        key.as_bytes(),
+                        &[Mutation::SetCell {
+                            family: "f".into(),
+                            qualifier: b"q".to_vec(),
+                            timestamp: Some(1),
+                            value: vec![i as u8],
+                        }],
+                    )
+                    .unwrap();
+            }
+            // One run each.
+            store.make_table_durable("idx").unwrap();
+        }
+        let runs = store.first_level_runs("idx").unwrap();
+        assert!(runs >= IDLE_MERGE_RUNS, "{runs} runs");
+        let t0 = 1_000_000;
+        store.maintain(t0).unwrap();
+        store.maintain(t0 + IDLE_MERGE_AFTER_MS - 1).unwrap();
+        assert!(store.merging.lock().is_none());
+        assert_eq!(
+            store.first_level_runs("idx").unwrap(),
+            runs,
+            "not merged before the runs stayed a minute"
+        );
+        store.maintain(t0 + IDLE_MERGE_AFTER_MS).unwrap();
+        if let Some(merging) = store.merging.lock().take() {
+            merging.join().unwrap();
+        }
+        assert!(
+            store.first_level_runs("idx").unwrap() < IDLE_MERGE_RUNS,
+            "merged"
+        );
+        let read: Vec<Vec<u8>> = store
+            .scan("idx", &ScanRequest::default())
+            .unwrap()
+            .map(|r| r.unwrap().cells[0].value.clone())
+            .collect();
+        let want: Vec<Vec<u8>> = (0..2)
+            .flat_map(|_| (0..rows as u8).map(|i| vec![i]))
+            .collect();
+        assert_eq!(read, want);
     }
 
     /// Every keyspace a table makes (rows, groups, a first-level threshold or not) keeps
