@@ -177,6 +177,8 @@ impl Tsdb {
             |db| {
                 if db.writer.flush_due() {
                     db.writer.flush()?;
+                } else {
+                    db.writer.idle_upkeep();
                 }
                 Ok(())
             },

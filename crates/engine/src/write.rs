@@ -262,7 +262,12 @@ pub(crate) struct FlushState {
     failures: u32,
     /// When a failed flush may be tried again (ms on the writer's clock).
     retry_at_ms: Option<i64>,
+    /// When the store's upkeep last ran (ms on the writer's clock).
+    upkeep_at_ms: i64,
 }
+
+/// A TSD receiving nothing runs the store's upkeep this often (a flush runs it first).
+const IDLE_UPKEEP_MS: i64 = 10_000;
 
 #[derive(Debug)]
 pub(crate) struct Writer {
@@ -1135,6 +1140,22 @@ impl Writer {
 
     /// Writes every buffered point to the data table, compacts rows whose hour is over,
     /// and releases the log entries covered. Returns the number of points flushed.
+    /// The store's upkeep ([`Store::maintain`](hourglass_storage::Store::maintain)) when no
+    /// flush has run it for [`IDLE_UPKEEP_MS`]: a TSD receiving nothing still groups the
+    /// periods that close and merges the runs its writes left (the embedded store's).
+    pub(crate) fn idle_upkeep(&self) {
+        if !self.tables_ready.load(Ordering::Relaxed) {
+            return;
+        }
+        let now_ms = self.settings.clock.now_ms();
+        let mut flush = self.flush.lock();
+        if now_ms - flush.upkeep_at_ms < IDLE_UPKEEP_MS {
+            return;
+        }
+        flush.upkeep_at_ms = now_ms;
+        crate::tsdb::maintain(self.store.as_ref(), now_ms);
+    }
+
     pub(crate) fn flush(&self) -> Result<usize> {
         let mut flush = self.flush.lock();
         self.flush_with(&mut flush)
@@ -1195,7 +1216,8 @@ impl Writer {
         }
         // Before the rows: a store that groups closed periods (RFC 0006) then writes rows
         // of newly closed ones straight into their groups.
-        crate::tsdb::maintain(self.store.as_ref(), self.settings.clock.now_ms());
+        flush.upkeep_at_ms = self.settings.clock.now_ms();
+        crate::tsdb::maintain(self.store.as_ref(), flush.upkeep_at_ms);
         // Before the seal: when every batch of the closing epoch is buffered, this flush
         // stores them all, and its idle series may be evicted after it.
         let closed = self.closed_epoch();
@@ -1559,6 +1581,35 @@ mod tests {
             }
         }
         vec![Arc::new(buffer)]
+    }
+
+    /// A TSD receiving nothing runs the store's upkeep once no flush has for
+    /// [`IDLE_UPKEEP_MS`], and not before; a flush counts as a run.
+    #[test]
+    fn an_idle_writer_runs_the_upkeep_every_ten_seconds() {
+        use std::sync::atomic::AtomicI64;
+        let now = Arc::new(AtomicI64::new(1_000_000));
+        let clock = {
+            let now = Arc::clone(&now);
+            crate::Clock::from_fn(move || now.load(Ordering::SeqCst))
+        };
+        let settings = crate::Settings {
+            clock,
+            ..crate::Settings::default()
+        };
+        let store: Arc<dyn hourglass_storage::Store> =
+            Arc::new(hourglass_storage::memory::MemoryStore::new());
+        let db = crate::Tsdb::open(store, settings).unwrap();
+        let writer = db.writer();
+        let ran = || writer.flush.lock().upkeep_at_ms;
+        writer.flush().unwrap();
+        assert_eq!(ran(), 1_000_000, "a flush runs it");
+        now.store(1_000_000 + IDLE_UPKEEP_MS - 1, Ordering::SeqCst);
+        writer.idle_upkeep();
+        assert_eq!(ran(), 1_000_000, "not before ten seconds");
+        now.store(1_000_000 + IDLE_UPKEEP_MS, Ordering::SeqCst);
+        writer.idle_upkeep();
+        assert_eq!(ran(), 1_000_000 + IDLE_UPKEEP_MS);
     }
 
     #[test]
