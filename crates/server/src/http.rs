@@ -89,6 +89,7 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/app.js", any(ui::file))
         .route("/app.css", any(ui::file))
         .route("/favicon.ico", any(ui::file))
+        .route("/s", any(ui::file))
         .route("/s/{*file}", any(ui::file))
         .route("/status", any(ui::status))
         .route("/q", any(graph::handle))
