@@ -395,9 +395,15 @@ async fn parameters_are_checked_as_opentsdb_2_4_1_checks_them(backend: &str) {
 }
 
 /// `ascii` lines carry a series' tags as 2.4.1 prints its tag map: a Java `HashMap`, whose
-/// order is not the names' (`host` before `dc`); `etags` as the Java `HashSet` it is.
+/// order is neither the names' nor the UIDs' (`host` before `dc`); `etags` as the Java
+/// `HashSet` it is.
 async fn ascii_tags_in_javas_hash_map_order(backend: &str) {
     let srv = start(backend).await;
+    // `dc` named first: its UID comes before `host`'s.
+    let first =
+        json!({"metric": "net.other", "timestamp": 1356998400, "value": 1, "tags": {"dc": "lga"}});
+    let r = http(srv.addr, "POST", "/api/put", &first.to_string()).await;
+    assert_eq!(r.status, 204, "{}", r.text());
     let points: Vec<Value> = (0..3)
         .flat_map(|i| {
             [("lga", "web01"), ("sjc", "web02")].map(|(dc, host)| {
