@@ -183,7 +183,8 @@ pub(crate) async fn version(
     Extract(state): Extract<Arc<State>>,
 ) -> Response {
     let full = uri.to_string();
-    if let Some(r) = refuse_method(&method, full.ends_with("json")) {
+    // The refusal reads `json` as every error of these paths does; the answer, the URI's end.
+    if let Some(r) = refuse_method(&method, wants_json(uri.query())) {
         return r;
     }
     if full.ends_with("json") {

@@ -1012,6 +1012,23 @@ mod tests {
         assert_eq!(order, ["plotted", "timing", "etags", "points"]);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn no_parameter_text_panics(v in "\\PC{0,24}", w in "[0-9x%+ a-f\\n-]{0,16}") {
+            let _ = java_url_decode(&v);
+            let _ = parse_size(&v);
+            let _ = parse_size(&w);
+            let _ = parse_range("yrange", &v);
+            let _ = parse_color("bgcolor", &v);
+            for key in ["yrange", "ylabel", "title", "bgcolor", "smooth", "style", "yformat", "key"] {
+                let _ = plot_options(&GraphParams(vec![(key.to_string(), v.clone())]));
+            }
+            if let Ok(uri) = format!("/q?{}", w.replace(['%', ' ', '\n'], "")).parse::<Uri>() {
+                let _ = redirect(&uri);
+            }
+        }
+    }
+
     #[test]
     fn cache_ages_follow_opentsdb() {
         let p = params("start=2013/01/01");
