@@ -582,6 +582,32 @@ async fn graph_options_outside_the_allow_list_are_refused() {
     srv.stop().await;
 }
 
+/// A query over its limits: 2.4.1's graph handler lets the `QueryException` through to its
+/// catch-all, a 500 (OpenTSDB's "Internal Server Error" page, or `{"err"}` with `json`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graphs_over_the_limits_fail_as_opentsdbs_do() {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.query.limits.data_points.default", "100");
+    let srv = start_with("memory", c).await;
+    load_fixture(&srv).await;
+    let limit = "Sorry, you have attempted to fetch more than our limit of 100 data points. \
+                 Please try filtering using more tags or decrease your time range.";
+    let r = get(&srv, &format!("/q?{RANGE}&m=sum:sys.cpu.user&json")).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(r.json(), json!({ "err": limit }));
+    let r = get(&srv, &format!("/q?{RANGE}&m=sum:sys.cpu.user&png")).await;
+    assert_eq!(r.status, 500);
+    let page = r.text();
+    assert!(
+        page.contains("<title>Internal Server Error</title>"),
+        "{page}"
+    );
+    assert!(page.contains("Houston, we have a problem"), "{page}");
+    assert!(page.contains(&format!("<pre>{limit}</pre>")), "{page}");
+    srv.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_root_serves_files_from_disk() {
     let root = tempfile::tempdir().unwrap();

@@ -11,7 +11,8 @@
 //! Without any of the three the answer is OpenTSDB's redirect to the UI (`/#<parameters>`): a
 //! 200 with `Location` and a page that refreshes to it. Every method is served, as there.
 //! Errors are answered as OpenTSDB's non-API paths answer them ([`super::deprecated`]):
-//! `{"err":"…"}` with `json`, else its HTML page, 400 (500 for failures on this side).
+//! `{"err":"…"}` with `json`, else its HTML page; 400 for a refused request, 500 for anything
+//! else (a query over its limits included, as 2.4.1's graph handler lets it through).
 //! Checks run in 2.4.1's order: `start`, `end`, the sub-queries' text, the times in the TSD's
 //! zone, each sub-query, their names, the `o=` options, the times in seconds, `wxh`, then the
 //! plot parameters.
@@ -617,8 +618,10 @@ pub(crate) async fn handle(
     };
     match graph(&state, p, output).await {
         Ok(r) => r,
-        Err((e, json)) if e.status.is_server_error() => internal_error(&e.message, json),
-        Err((e, json)) => bad_request(&e.message, json),
+        // Only refusals of the request are 400s there: whatever else fails (a query over
+        // its limits, the store) reaches OpenTSDB's catch-all, a 500.
+        Err((e, json)) if e.status == StatusCode::BAD_REQUEST => bad_request(&e.message, json),
+        Err((e, json)) => internal_error(&e.message, json),
     }
 }
 
