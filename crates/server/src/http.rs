@@ -92,14 +92,21 @@ fn endpoints(state: Arc<State>) -> Router {
         .route("/s", any(ui::file))
         .route("/s/{*file}", any(ui::file))
         .route("/status", any(ui::status))
+        // OpenTSDB routes these paths by their first segment: deeper ones reach them too.
         .route("/q", any(graph::handle))
+        .route("/q/{*rest}", any(graph::handle))
         .route("/aggregators", any(deprecated::aggregators))
+        .route("/aggregators/{*rest}", any(deprecated::aggregators))
         .route("/version", any(deprecated::version))
         .route("/version/{*rest}", any(deprecated::version))
         .route("/stats", any(deprecated::stats))
+        .route("/stats/{*rest}", any(deprecated::stats))
         .route("/suggest", any(deprecated::suggest))
+        .route("/suggest/{*rest}", any(deprecated::suggest))
         .route("/logs", any(deprecated::logs))
+        .route("/logs/{*rest}", any(deprecated::logs))
         .route("/diediedie", any(deprecated::diediedie))
+        .route("/diediedie/{*rest}", any(deprecated::diediedie))
         .fallback(misc::fallback)
         // Innermost: bodies are held as the endpoints see them, decompressed.
         .layer(axum::middleware::from_fn_with_state(

@@ -627,6 +627,17 @@ async fn opentsdbs_older_paths_answer_as_it_does() {
     let missing = http(srv.addr, "GET", "/no/such/page", "").await;
     assert_eq!(missing.status, 404);
     assert!(missing.text().contains("<title>Page Not Found</title>"));
+    // Routed by the first segment, as OpenTSDB routes them: deeper segments reach them too.
+    for path in [
+        "/aggregators/x",
+        "/stats/x/y",
+        "/logs/x",
+        "/suggest/x?type=metrics",
+        "/q/x?start=1356998400&m=sum:sys.cpu.user&json",
+    ] {
+        let r = http(srv.addr, "GET", path, "").await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
     // `/dropcaches` is an API path only in 2.4.1.
     assert_eq!(http(srv.addr, "GET", "/dropcaches", "").await.status, 404);
     assert_eq!(
