@@ -387,6 +387,15 @@ async fn parameters_are_checked_as_opentsdb_2_4_1_checks_them(backend: &str) {
     )
     .await;
     assert_eq!(err(&r), "No such name for 'metrics': 'nope'");
+    // Times a query cannot take (`TsdbQuery.setStartTime`/`setEndTime`), in milliseconds.
+    let r = get(&srv, &format!("/q?start=100y-ago&{m}&json")).await;
+    assert!(err(&r).starts_with("Invalid timestamp: -"), "{}", r.text());
+    let r = get(
+        &srv,
+        &format!("/q?start=1356998400&end=99999999999999&{m}&json"),
+    )
+    .await;
+    assert_eq!(err(&r), "Invalid timestamp: 99999999999999");
     // A sub-query asked twice is asked once.
     let r = get(&srv, &format!("/q?{RANGE}&{m}&{m}&json")).await.json();
     assert_eq!(r["etags"], json!([[]]));

@@ -24,7 +24,7 @@ use std::time::Instant;
 use axum::extract::{RawQuery, State as Extract};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use hourglass_core::time::{Tz, parse_time_in};
+use hourglass_core::time::{MAX_MS_TIMESTAMP, Tz, parse_time_in};
 use hourglass_core::uid::UidKind;
 use hourglass_core::value::java_double_text;
 use hourglass_engine::annotation::Annotation;
@@ -748,6 +748,12 @@ async fn graph_inner(
         }
         if !subs.iter().any(|s| same_query(s, &q)) {
             subs.push(q);
+        }
+    }
+    // `TsdbQuery.configureFromQuery` takes those times before it reads the names.
+    for t in [check_start, check_end] {
+        if t < 0 || (hourglass_core::time::is_millis(t) && t > MAX_MS_TIMESTAMP) {
+            return Err(bad(format!("Invalid timestamp: {t}")));
         }
     }
     let tz = tz_name
