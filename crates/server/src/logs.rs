@@ -81,7 +81,13 @@ mod tests {
 
     #[test]
     fn events_are_kept_in_opentsdbs_form() {
-        record_event(1_356_998_400, "INFO", "main", "hourglass_server", "Ready\nto serve");
+        record_event(
+            1_356_998_400,
+            "INFO",
+            "main",
+            "hourglass_server",
+            "Ready\nto serve",
+        );
         assert_eq!(
             recent()[0],
             "1356998400\tINFO\tmain\thourglass_server\tReady\nto serve"
