@@ -6,6 +6,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod cmd;
 mod open;
+mod recent_logs;
 mod remote;
 
 /// The commands whose words (a query, a `uid` subcommand, files) may be followed by options.
@@ -231,15 +232,20 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    use tracing_subscriber::fmt::writer::MakeWriterExt;
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    tracing_subscriber::registry()
+        .with(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         // Also kept in memory for the TSD's `/logs` page.
-        .with_writer(std::io::stderr.and(|| hourglass_server::logs::RecentLogs))
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with(recent_logs::RecentEvents)
         .init();
     let result = match cli.command {
         Command::Tsd(a) => cmd::tsd::run(&a),

@@ -131,10 +131,18 @@ fn logs_page_shows_the_tsds_own_log() {
     s.read_to_string(&mut out).unwrap();
     let body = out.split("\r\n\r\n").nth(1).unwrap_or_default();
     let lines: Vec<String> = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert!(
-        lines.iter().any(|l| l.contains("Ready to serve on")),
-        "{lines:?}"
-    );
+    // OpenTSDB's form: seconds, level, thread, logger, message, between tabs.
+    let ready = lines
+        .iter()
+        .find(|l| l.contains("Ready to serve on"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    let parts: Vec<&str> = ready.splitn(5, '\t').collect();
+    assert_eq!(parts.len(), 5, "{ready}");
+    assert!(parts[0].parse::<u64>().unwrap() > 1_700_000_000, "{ready}");
+    assert_eq!(parts[1], "INFO", "{ready}");
+    assert!(!parts[2].is_empty(), "{ready}");
+    assert_eq!(parts[3], "hourglass_server", "{ready}");
+    assert!(parts[4].starts_with("Ready to serve on "), "{ready}");
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

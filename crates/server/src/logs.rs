@@ -1,5 +1,6 @@
-//! The last log lines of the process, for OpenTSDB's `/logs` page: the binary's log writer
-//! hands each formatted line to [`record`] besides writing it out.
+//! The last log lines of the process, for OpenTSDB's `/logs` page: the binary hands each log
+//! event to [`record_event`] (in OpenTSDB's form) besides writing it out; [`record`] keeps
+//! already formatted text instead.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
@@ -40,25 +41,22 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
+/// Keeps one log event, in OpenTSDB's form for `/logs`:
+/// `<unix seconds>\t<LEVEL>\t<thread>\t<logger>\t<message>` (its `LogIterator`), a message of
+/// several lines kept whole, dropping the oldest past the 1,024 kept.
+pub fn record_event(secs: u64, level: &str, thread: &str, logger: &str, message: &str) {
+    let line = format!("{secs}\t{level}\t{thread}\t{logger}\t{message}");
+    let mut lines = LINES.lock().unwrap_or_else(PoisonError::into_inner);
+    if lines.len() == KEPT {
+        lines.pop_front();
+    }
+    lines.push_back(line);
+}
+
 /// The kept lines, newest first.
 pub fn recent() -> Vec<String> {
     let lines = LINES.lock().unwrap_or_else(PoisonError::into_inner);
     lines.iter().rev().cloned().collect()
-}
-
-/// An `io::Write` that keeps what is written as log lines (for a log writer to tee into).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RecentLogs;
-
-impl std::io::Write for RecentLogs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        record(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -79,5 +77,20 @@ mod tests {
         assert_eq!(recent()[0], format!("filler {}", KEPT + 9));
         record(b"\x1b[33m WARN\x1b[0m colours gone\n");
         assert_eq!(recent()[0], " WARN colours gone");
+    }
+
+    #[test]
+    fn events_are_kept_in_opentsdbs_form() {
+        record_event(
+            1_356_998_400,
+            "INFO",
+            "main",
+            "hourglass_server",
+            "Ready\nto serve",
+        );
+        assert_eq!(
+            recent()[0],
+            "1356998400\tINFO\tmain\thourglass_server\tReady\nto serve"
+        );
     }
 }

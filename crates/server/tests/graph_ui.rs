@@ -58,7 +58,7 @@ async fn ascii_and_json_match_the_query_api(backend: &str) {
     ] {
         let ascii = get(&srv, &format!("/q?{RANGE}&m={m}&ascii")).await;
         assert_eq!(ascii.status, 200, "{}", ascii.text());
-        assert_eq!(header(&ascii, "content-type"), "text/plain; charset=UTF-8");
+        assert_eq!(header(&ascii, "content-type"), "text/plain");
         let api = get(&srv, &format!("/api/query?{RANGE}&m={m}")).await.json();
         // Every point of every group, in the same order, with the same number text.
         let mut expected = Vec::new();
@@ -109,14 +109,18 @@ async fn ascii_and_json_match_the_query_api(backend: &str) {
     assert_eq!(v["etags"], json!([["host"]]));
     assert_eq!(v["points"], json!(600));
     // Two sub-queries, the second without data: [] for the first as OpenTSDB, null after.
+    let other = json!({"metric": "sys.cpu.nice", "timestamp": 1356998400, "value": 1, "tags": {"host": "web03"}});
+    let r = http(srv.addr, "POST", "/api/put", &other.to_string()).await;
+    assert_eq!(r.status, 204, "{}", r.text());
     let j = get(
         &srv,
-        "/q?start=1356998400&end=1357010000&m=sum:sys.cpu.user%7Bhost=web01%7D&m=sum:sys.cpu.user%7Bhost=web01%7D&json",
+        "/q?start=1356998400&end=1357010000&m=sum:sys.cpu.user%7Bhost=web01%7D&m=sum:sys.cpu.user%7Bhost=web03%7D&json",
     )
-    .await
-    .json();
-    assert_eq!(j["etags"], json!([[], []]));
-    assert_eq!(j["plotted"], json!(600));
+    .await;
+    assert_eq!(j.status, 200, "{}", j.text());
+    let j = j.json();
+    assert_eq!(j["etags"], json!([[], null]));
+    assert_eq!(j["plotted"], json!(300));
     srv.stop().await;
 }
 
@@ -187,11 +191,17 @@ async fn png_graphs(backend: &str) {
 async fn errors_and_redirect(backend: &str) {
     let srv = start(backend).await;
     load_fixture(&srv).await;
+    // OpenTSDB's redirect: a 200 with Location and a page refreshing to it.
     let r = get(&srv, "/q?start=1h-ago&m=sum:sys.cpu.user%7Bhost=*%7D").await;
-    assert_eq!(r.status, 302);
+    assert_eq!(r.status, 200);
     assert_eq!(
         header(&r, "location"),
         "/#start=1h-ago&m=sum:sys.cpu.user%7Bhost=*%7D"
+    );
+    assert_eq!(header(&r, "content-type"), "text/html; charset=UTF-8");
+    assert_eq!(
+        r.text(),
+        "<html></head><meta http-equiv=\"refresh\" content=\"0; url=/#start=1h-ago&m=sum:sys.cpu.user%7Bhost=*%7D\"></head></html>"
     );
 
     let err = |r: &Response| r.json()["err"].as_str().unwrap_or_default().to_string();
@@ -203,16 +213,12 @@ async fn errors_and_redirect(backend: &str) {
         ("m=sum:sys.cpu.user", "Missing parameter <code>start</code>"),
         ("start=1356998400", "Missing sub queries"),
         (
-            "start=1356998400&m=sum:sys.cpu.user&wxh=50x5000",
-            "Invalid wxh parameter: 50x5000, width smaller than 100 in 50x5000",
-        ),
-        (
-            "start=1356998400&m=sum:sys.cpu.user&o=&o=",
-            "2 `o' parameters, but 1 `m' parameters.",
+            "start=1356998400&m=sum:sys.cpu.user&wxh=5000x50",
+            "Invalid wxh parameter: 5000x50, height smaller than 100 in 5000x50",
         ),
         (
             "start=1357010000&end=1356998400&m=sum:sys.cpu.user",
-            "start time (1357010000) is greater than or equal to end time: 1356998400",
+            "End time [1356998400000] must be greater than the start time [1357010000000]",
         ),
         (
             "start=1356998400&m=sum:sys.cpu.user&title=%60id%60",
@@ -229,28 +235,215 @@ async fn errors_and_redirect(backend: &str) {
     ] {
         let r = get(&srv, &format!("/q?{query}&json")).await;
         assert_eq!(r.status, 400, "{query}: {}", r.text());
+        assert_eq!(header(&r, "content-type"), "application/json", "{query}");
         assert_eq!(err(&r), message, "{query}");
     }
-    // png: an empty 400; ascii: OpenTSDB's page with the reason, escaped.
-    let r = get(&srv, "/q?start=1356998400&m=sum:nope&png").await;
-    assert_eq!((r.status, r.body.len()), (400, 0));
-    let r = get(&srv, "/q?start=1356998400&m=sum:nope&ascii").await;
-    assert_eq!(r.status, 400);
-    assert!(header(&r, "content-type").starts_with("text/html"));
+    // Without json: OpenTSDB's page with the reason (its <code> markup kept), png alike.
+    for output in ["png", "ascii"] {
+        let r = get(&srv, &format!("/q?start=1356998400&m=sum:nope&{output}")).await;
+        assert_eq!(r.status, 400);
+        assert_eq!(header(&r, "content-type"), "text/html; charset=UTF-8");
+        let page = r.text();
+        assert!(page.starts_with("<!DOCTYPE html><html><head><meta http-equiv=content-type content=\"text/html;charset=utf-8\"><title>Bad Request</title>\n<style><!--\n"), "{page}");
+        assert!(
+            page.contains("The reason provided was:<blockquote>No such name for 'metrics': 'nope'</blockquote>"),
+            "{page}"
+        );
+    }
+    let r = get(&srv, "/q?m=sum:sys.cpu.user&png").await;
     assert!(
         r.text()
-            .contains("No such name for &#39;metrics&#39;: &#39;nope&#39;"),
+            .contains("<blockquote>Missing parameter <code>start</code></blockquote>"),
         "{}",
         r.text()
     );
-    assert_eq!(
-        http(srv.addr, "PUT", "/q?start=1h-ago&m=sum:x&json", "")
-            .await
-            .status,
-        405
-    );
+    // Every method is served, as OpenTSDB's graph handler checks none.
+    let r = http(
+        srv.addr,
+        "PUT",
+        &format!("/q?{RANGE}&m=sum:sys.cpu.user&json"),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
     // Nothing above lost a point or the server.
     assert_eq!(srv.points("sys.cpu.user").len(), 600);
+    srv.stop().await;
+}
+
+/// `ascii` and `png` go out as OpenTSDB sends its files (typed by their name, `max-age`, 0
+/// included, and `Age`); `json` as a reply, typed by its first byte, without a cache header.
+async fn answers_are_typed_and_cached_as_opentsdb_sends_them(backend: &str) {
+    let srv = start(backend).await;
+    load_fixture(&srv).await;
+    let m = "m=sum:sys.cpu.user";
+    let r = get(&srv, &format!("/q?{RANGE}&{m}&ascii")).await;
+    assert_eq!(header(&r, "content-type"), "text/plain");
+    assert_eq!(header(&r, "cache-control"), "max-age=86400");
+    assert_eq!(header(&r, "age"), "0");
+    let r = get(&srv, &format!("/q?{RANGE}&{m}&json")).await;
+    assert_eq!(header(&r, "content-type"), "application/json");
+    assert_eq!(header(&r, "cache-control"), "");
+    // A range reaching into the future may not be kept.
+    let r = get(
+        &srv,
+        &format!("/q?start=1356998400&end=4000000000&{m}&ascii"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(header(&r, "cache-control"), "max-age=0");
+    let r = get(&srv, &format!("/q?start=1356998400&end=4000000000&{m}&png")).await;
+    assert_eq!(header(&r, "content-type"), "image/png");
+    assert_eq!(header(&r, "cache-control"), "max-age=0");
+    srv.stop().await;
+}
+
+/// The checks of 2.4.1's graph handler, in its words: plot parameters decoded a second time
+/// and read with its patterns (found anywhere, no character list of their own), `tz` read
+/// only by absolute dates, the times in seconds, `o=` counted only with an allow list,
+/// duplicate sub-queries asked once.
+async fn parameters_are_checked_as_opentsdb_2_4_1_checks_them(backend: &str) {
+    let srv = start(backend).await;
+    load_fixture(&srv).await;
+    let m = "m=sum:sys.cpu.user%7Bhost=web01%7D";
+    let q = |extra: &str| format!("/q?{RANGE}&{m}&{extra}&json");
+    for accepted in [
+        "ylabel=bytes/s",
+        "title=CPU%20(%2525)",
+        "ylabel=%C3%A9t%C3%A9%201",
+        "yformat=%2525H:%2525M",
+        "bgcolor=0x102030",
+        "smooth=xbezier",
+        "style=linespoints",
+        "yrange=[0:5]",
+        "wxh=640x480%0A",
+        // 2.4.1 reads `o=` only with tsd.gnuplot.options.allowlist: none is counted here.
+        "o=&o=",
+        "tz=Nowhere/Such",
+    ] {
+        let r = get(&srv, &q(accepted)).await;
+        assert_eq!(r.status, 200, "{accepted}: {}", r.text());
+    }
+    let err = |r: &Response| r.json()["err"].as_str().unwrap_or_default().to_string();
+    for (given, message) in [
+        (
+            "ylabel=%2521",
+            "'ylabel' was invalid. Must satisfy the pattern [a-zA-z0-9 \\-_]",
+        ),
+        (
+            "title=100%25",
+            "URLDecoder: Incomplete trailing escape (%) pattern",
+        ),
+        (
+            "ylabel=%25zz",
+            "URLDecoder: Illegal hex characters in escape (%) pattern - For input string: \"zz\"",
+        ),
+        (
+            "title=%2560id%2560",
+            "Parameter title contained a back-tick. That's a no-no.",
+        ),
+        (
+            "yformat=%2525.2f",
+            "'yformat' was invalid. Must satisfy the pattern (%[a-zA-Z])+[:\\/]?\\s?",
+        ),
+        (
+            "style=bars",
+            "'style' was invalid. Must satisfy the pattern (linespoint|points|circles|dots)",
+        ),
+        (
+            "smooth=spline",
+            "'smooth' was invalid. Must satisfy the pattern unique|frequency|fnormal|cumulative|cnormal|bins|csplines|acsplines|mcsplines|bezier|sbezier|unwrap|zsort",
+        ),
+        ("wxh=50x5000", "Invalid wxh parameter: 50x5000"),
+        (
+            "wxh=40000x480",
+            "Can't parse wxh '40000x480': Value out of range. Value:\"40000\" Radix:10",
+        ),
+    ] {
+        let r = get(&srv, &q(given)).await;
+        assert_eq!(r.status, 400, "{given}: {}", r.text());
+        assert_eq!(err(&r), message, "{given}");
+    }
+    // `tz` is read by an absolute date only.
+    let r = get(
+        &srv,
+        &format!("/q?start=2013/01/01&end=2013/01/02&{m}&tz=Nowhere/Such&json"),
+    )
+    .await;
+    assert_eq!(err(&r), "Invalid timezone name: Nowhere/Such");
+    // The same second at both ends: TsdbQuery's words, after the names are read.
+    let r = get(
+        &srv,
+        &format!("/q?start=1356998400000ms&end=1356998400500ms&{m}&json"),
+    )
+    .await;
+    assert_eq!(
+        err(&r),
+        "end time: new end time (1356998400) is less than or equal to start time: 1356998400"
+    );
+    let r = get(
+        &srv,
+        "/q?start=1356998400000ms&end=1356998400500ms&m=sum:nope&wxh=1x1&json",
+    )
+    .await;
+    assert_eq!(err(&r), "No such name for 'metrics': 'nope'");
+    // Times a query cannot take (`TsdbQuery.setStartTime`/`setEndTime`), in milliseconds.
+    let r = get(&srv, &format!("/q?start=100y-ago&{m}&json")).await;
+    assert!(err(&r).starts_with("Invalid timestamp: -"), "{}", r.text());
+    let r = get(
+        &srv,
+        &format!("/q?start=1356998400&end=99999999999999&{m}&json"),
+    )
+    .await;
+    assert_eq!(err(&r), "Invalid timestamp: 99999999999999");
+    // A sub-query asked twice is asked once.
+    let r = get(&srv, &format!("/q?{RANGE}&{m}&{m}&json")).await.json();
+    assert_eq!(r["etags"], json!([[]]));
+    assert_eq!(r["plotted"], json!(300));
+    srv.stop().await;
+}
+
+/// `ascii` lines carry a series' tags as 2.4.1 prints its tag map: a Java `HashMap`, whose
+/// order is neither the names' nor the UIDs' (`host` before `dc`); `etags` as the Java
+/// `HashSet` it is.
+async fn ascii_tags_in_javas_hash_map_order(backend: &str) {
+    let srv = start(backend).await;
+    // `dc` named first: its UID comes before `host`'s.
+    let first =
+        json!({"metric": "net.other", "timestamp": 1356998400, "value": 1, "tags": {"dc": "lga"}});
+    let r = http(srv.addr, "POST", "/api/put", &first.to_string()).await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    let points: Vec<Value> = (0..3)
+        .flat_map(|i| {
+            [("lga", "web01"), ("sjc", "web02")].map(|(dc, host)| {
+                json!({"metric": "net.bytes", "timestamp": 1356998400 + i * 60, "value": i,
+                       "tags": {"dc": dc, "host": host}})
+            })
+        })
+        .collect();
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/put",
+        &Value::Array(points).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    let r = get(
+        &srv,
+        &format!("/q?{RANGE}&m=sum:net.bytes%7Bhost=*%7D&ascii"),
+    )
+    .await;
+    assert_eq!(
+        r.text().lines().next(),
+        Some("net.bytes 1356998400 0 host=web01 dc=lga"),
+        "{}",
+        r.text()
+    );
+    let r = get(&srv, &format!("/q?{RANGE}&m=sum:net.bytes&json"))
+        .await
+        .json();
+    assert_eq!(r["etags"], json!([["host", "dc"]]));
     srv.stop().await;
 }
 
@@ -258,6 +451,9 @@ on_every_backend!(
     ascii_and_json_match_the_query_api,
     png_graphs,
     errors_and_redirect,
+    answers_are_typed_and_cached_as_opentsdb_sends_them,
+    parameters_are_checked_as_opentsdb_2_4_1_checks_them,
+    ascii_tags_in_javas_hash_map_order,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,15 +498,51 @@ async fn ui_files_are_served_from_the_binary() {
         .unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
-    assert_eq!(http(srv.addr, "POST", "/", "").await.status, 405);
-    for missing in [
-        "/s/nope.js",
-        "/s/../Cargo.toml",
-        "/s/%2e%2e/Cargo.toml",
-        "/nope",
-    ] {
-        assert_eq!(get(&srv, missing).await.status, 404, "{missing}");
+    // OpenTSDB serves its pages and files for any method.
+    let r = http(srv.addr, "POST", "/", "").await;
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("app.js"));
+    assert_eq!(http(srv.addr, "DELETE", "/s/app.css", "").await.status, 200);
+    // A file it cannot read: its API error shape, worded for a page (a `jsonp` wraps it).
+    for missing in ["/s/nope.js", "/s/%2e%2e/Cargo.toml", "/favicon.ico"] {
+        let r = get(&srv, missing).await;
+        assert_eq!(r.status, 404, "{missing}");
+        assert_eq!(
+            r.text(),
+            "{\"error\":{\"code\":404,\"message\":\"Page not found\"}}",
+            "{missing}"
+        );
     }
+    let r = get(&srv, "/s/nope.js?jsonp=cb").await;
+    assert_eq!(
+        r.text(),
+        "cb({\"error\":{\"code\":404,\"message\":\"Page not found\"}})"
+    );
+    // `/s` alone, and `..` anywhere after `/s/` (the query string too): 400s with its words.
+    for (path, reason) in [
+        ("/s", "URI too short <code>/s</code>"),
+        (
+            "/s/../Cargo.toml",
+            "Malformed URI <code>/s/../Cargo.toml</code>",
+        ),
+        (
+            "/s/app.js?v=1..2",
+            "Malformed URI <code>/s/app.js?v=1..2</code>",
+        ),
+    ] {
+        let r = get(&srv, path).await;
+        assert_eq!(r.status, 400, "{path}");
+        assert!(
+            r.text().contains(&format!(
+                "The reason provided was:<blockquote>{reason}</blockquote>"
+            )),
+            "{path}: {}",
+            r.text()
+        );
+    }
+    let r = get(&srv, "/nope").await;
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("<h1>Page Not Found</h1>"));
     srv.stop().await;
 }
 
@@ -342,6 +574,13 @@ async fn graph_options_outside_the_allow_list_are_refused() {
         r.json()["err"],
         "Query option at index 0 was not in the allow list."
     );
+    // With an allow list the options are counted against the sub-queries.
+    let r = get(
+        &srv,
+        &format!("/q?{RANGE}&m=sum:sys.cpu.user&o=axis%20x1y2&o=&json"),
+    )
+    .await;
+    assert_eq!(r.json()["err"], "2 `o' parameters, but 1 `m' parameters.");
     srv.stop().await;
     let mut c = Config::default();
     c.set("tsd.core.auto_create_metrics", "true");
@@ -349,6 +588,32 @@ async fn graph_options_outside_the_allow_list_are_refused() {
     load_fixture(&srv).await;
     let r = get(&srv, &q("axis%20x1y1")).await;
     assert_eq!(r.status, 200, "{}", r.text());
+    srv.stop().await;
+}
+
+/// A query over its limits: 2.4.1's graph handler lets the `QueryException` through to its
+/// catch-all, a 500 (OpenTSDB's "Internal Server Error" page, or `{"err"}` with `json`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graphs_over_the_limits_fail_as_opentsdbs_do() {
+    let mut c = Config::default();
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.query.limits.data_points.default", "100");
+    let srv = start_with("memory", c).await;
+    load_fixture(&srv).await;
+    let limit = "Sorry, you have attempted to fetch more than our limit of 100 data points. \
+                 Please try filtering using more tags or decrease your time range.";
+    let r = get(&srv, &format!("/q?{RANGE}&m=sum:sys.cpu.user&json")).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(r.json(), json!({ "err": limit }));
+    let r = get(&srv, &format!("/q?{RANGE}&m=sum:sys.cpu.user&png")).await;
+    assert_eq!(r.status, 500);
+    let page = r.text();
+    assert!(
+        page.contains("<title>Internal Server Error</title>"),
+        "{page}"
+    );
+    assert!(page.contains("Houston, we have a problem"), "{page}");
+    assert!(page.contains(&format!("<pre>{limit}</pre>")), "{page}");
     srv.stop().await;
 }
 
@@ -360,7 +625,7 @@ async fn static_root_serves_files_from_disk() {
     std::fs::create_dir(root.path().join("img")).unwrap();
     std::fs::write(root.path().join("img/logo.svg"), "<svg/>").unwrap();
     let outside = root.path().parent().unwrap().join("hourglass-secret.txt");
-    std::fs::write(&outside, "secret").unwrap();
+    std::fs::write(&outside, "classified 42").unwrap();
     let mut c = Config::default();
     c.set("tsd.http.staticroot", root.path().to_str().unwrap());
     let srv = start_with("memory", c).await;
@@ -374,8 +639,8 @@ async fn static_root_serves_files_from_disk() {
         "/s/img/../../hourglass-secret.txt",
     ] {
         let r = get(&srv, escape).await;
-        assert_eq!(r.status, 404, "{escape}");
-        assert!(!r.text().contains("secret"));
+        assert_eq!(r.status, 400, "{escape}");
+        assert!(!r.text().contains("classified"));
     }
     std::fs::remove_file(outside).unwrap();
     srv.stop().await;

@@ -535,21 +535,34 @@ async fn config_lists_defaults_and_masks_passwords() {
     srv.stop().await;
 }
 
+fn content_type(r: &common::Response) -> &str {
+    r.headers
+        .iter()
+        .find(|(k, _)| k == "content-type")
+        .map_or("", |(_, v)| v.as_str())
+}
+
 #[tokio::test]
 async fn opentsdbs_older_paths_answer_as_it_does() {
     let srv = start_with("memory", config(&[("tsd.no_diediedie", "false")])).await;
     assert_eq!(http(srv.addr, "POST", "/api/put", POINT).await.status, 204);
-    let aggs = http(srv.addr, "GET", "/aggregators", "").await.json();
-    assert!(aggs.as_array().unwrap().contains(&json!("sum")));
+    let aggs = http(srv.addr, "GET", "/aggregators", "").await;
+    // Typed as OpenTSDB types the answers of these paths: by their first byte.
+    assert_eq!(content_type(&aggs), "application/json");
+    assert!(aggs.json().as_array().unwrap().contains(&json!("sum")));
     let v = http(srv.addr, "GET", "/version", "").await;
+    assert_eq!(content_type(&v), "text/plain");
     assert!(
         v.text().starts_with("hourglass ") && v.text().contains("\nBuilt on "),
         "{}",
         v.text()
     );
-    let v = http(srv.addr, "GET", "/version?json", "").await.json();
-    assert_eq!(v["version"], "2.4.1");
-    let stats = http(srv.addr, "GET", "/stats", "").await.text();
+    let v = http(srv.addr, "GET", "/version?json", "").await;
+    assert_eq!(content_type(&v), "application/json");
+    assert_eq!(v.json()["version"], "2.4.1");
+    let stats = http(srv.addr, "GET", "/stats", "").await;
+    assert_eq!(content_type(&stats), "text/plain");
+    let stats = stats.text();
     assert!(
         stats
             .lines()
@@ -558,6 +571,7 @@ async fn opentsdbs_older_paths_answer_as_it_does() {
     let stats = http(srv.addr, "GET", "/stats?json", "").await.json();
     assert!(stats[0].as_str().unwrap().starts_with("tsd."));
     let s = http(srv.addr, "GET", "/suggest?type=metrics&q=sys", "").await;
+    assert_eq!(content_type(&s), "application/json");
     assert_eq!(s.json(), json!(["sys.cpu.user"]));
     // Errors on these paths are OpenTSDB's HTML pages, or {"err": ...} with json.
     let bad = http(srv.addr, "GET", "/suggest?type=nope", "").await;
@@ -566,24 +580,81 @@ async fn opentsdbs_older_paths_answer_as_it_does() {
         bad.text()
             .contains("Sorry but your request was rejected as being invalid.")
     );
+    assert_eq!(content_type(&bad), "text/html; charset=UTF-8");
+    // OpenTSDB's page (`HttpQuery.makePage`), the reason as OpenTSDB writes it.
     assert!(
-        bad.text().contains("Invalid &#39;type&#39; parameter:nope")
-            || bad.text().contains("Invalid 'type' parameter:nope"),
+        bad.text().starts_with(
+            "<!DOCTYPE html><html><head><meta http-equiv=content-type content=\"text/html;charset=utf-8\">\
+             <title>Bad Request</title>\n<style><!--\nbody{font-family:arial,sans-serif;margin-left:2em}"
+        ),
+        "{}",
+        bad.text()
+    );
+    assert!(
+        bad.text()
+            .contains("<font color=#507e9b><b>Looks like it's your fault this time</b></td></tr>"),
+        "{}",
+        bad.text()
+    );
+    assert!(
+        bad.text().contains(
+            "The reason provided was:<blockquote>Invalid 'type' parameter:nope</blockquote></blockquote>\
+             <table width=100% cellpadding=0 cellspacing=0>"
+        ),
         "{}",
         bad.text()
     );
     let bad = http(srv.addr, "GET", "/suggest?type=nope&json", "").await;
+    assert_eq!(content_type(&bad), "application/json");
     assert_eq!(bad.json(), json!({"err": "Invalid 'type' parameter:nope"}));
+    // A method these paths do not take: `Method not allowed`, a 400 as all their errors.
+    for path in [
+        "/aggregators",
+        "/version",
+        "/stats",
+        "/suggest?type=metrics",
+    ] {
+        let r = http(
+            srv.addr,
+            "PUT",
+            &format!("{path}{}json", if path.contains('?') { "&" } else { "?" }),
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 400, "{path}");
+        assert_eq!(r.json(), json!({"err": "Method not allowed"}), "{path}");
+    }
     let missing = http(srv.addr, "GET", "/no/such/page", "").await;
     assert_eq!(missing.status, 404);
-    assert!(missing.text().contains("Page Not Found"));
+    assert!(missing.text().contains("<title>Page Not Found</title>"));
+    // Routed by the first segment, as OpenTSDB routes them: deeper segments reach them too.
+    for path in [
+        "/aggregators/x",
+        "/stats/x/y",
+        "/logs/x",
+        "/suggest/x?type=metrics",
+        "/q/x?start=1356998400&m=sum:sys.cpu.user&json",
+    ] {
+        let r = http(srv.addr, "GET", path, "").await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    // `/dropcaches` is an API path only in 2.4.1.
+    assert_eq!(http(srv.addr, "GET", "/dropcaches", "").await.status, 404);
     assert_eq!(
         http(srv.addr, "GET", "/no/such/page?json", "").await.json(),
         json!({"err": "Page Not Found"})
     );
     let logs = http(srv.addr, "GET", "/logs?level=debug", "").await;
     assert_eq!(logs.status, 400);
-    assert_eq!(http(srv.addr, "GET", "/logs?json", "").await.status, 200);
+    // `json` is read first (a `level` beside it changes nothing), for any method.
+    let logs = http(srv.addr, "DELETE", "/logs?json&level=debug", "").await;
+    assert_eq!(logs.status, 200);
+    assert_eq!(content_type(&logs), "application/json");
+    assert!(logs.json().is_array());
+    assert_eq!(
+        http(srv.addr, "GET", "/logs?logger=x", "").await.status,
+        200
+    );
     let bye = http(srv.addr, "GET", "/diediedie", "").await;
     assert_eq!(bye.status, 200);
     assert!(bye.text().contains("Cleaning up and exiting now."));

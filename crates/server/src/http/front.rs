@@ -166,7 +166,7 @@ pub(crate) async fn front(
     if status.is_server_error() {
         stats.rpc_exceptions.fetch_add(1, Ordering::Relaxed);
     }
-    if route.is(&["q"]) {
+    if matches!(&route, Route::Other { first, .. } if first == "q") {
         stats.graph_latency.record(ms);
         stats.graph_requests.fetch_add(1, Ordering::Relaxed);
     }

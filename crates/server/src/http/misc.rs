@@ -49,11 +49,14 @@ pub(crate) async fn health(
 /// seconds as a string, as OpenTSDB's `BuildData.timestamp`), keys in the order OpenTSDB's
 /// hash map gives them; then Hourglass's own version.
 pub(crate) fn version_json(state: &State) -> Response {
+    json_response(StatusCode::OK, &version_map(state))
+}
+
+/// The map [`version_json`] answers.
+pub(crate) fn version_map(state: &State) -> Value {
     let b = &state.settings.build;
     let short: String = b.revision.chars().take(7).collect();
-    json_response(
-        StatusCode::OK,
-        &json!({
+    json!({
             "short_revision": short,
             "repo": "hourglass",
             "host": hostname(),
@@ -64,8 +67,7 @@ pub(crate) fn version_json(state: &State) -> Response {
             "branch": "main",
             "timestamp": b.timestamp.to_string(),
             "hourglass": b.version,
-        }),
-    )
+    })
 }
 
 pub(crate) async fn aggregators(method: Method) -> Result<Response, ApiError> {

@@ -154,7 +154,12 @@ fn reads_zone(text: &str) -> bool {
 /// A time of the query, read in the zone named `zone` (`None`: the TSD's,
 /// `tsd.core.timezone`); a zone that is not known fails only when an absolute date reads it,
 /// in OpenTSDB's words.
-fn query_time(text: &str, now_ms: i64, zone: Option<&str>, default: Tz) -> Result<i64, ApiError> {
+pub(crate) fn query_time(
+    text: &str,
+    now_ms: i64,
+    zone: Option<&str>,
+    default: Tz,
+) -> Result<i64, ApiError> {
     let tz = match zone.map(parse_timezone) {
         Some(Ok(tz)) => tz,
         Some(Err(_)) if reads_zone(text) => {
@@ -191,7 +196,7 @@ impl RawSub {
     }
 
     /// OpenTSDB's checks of one sub-query, in its order and words.
-    fn validate(self) -> Result<(SubQuery, Echo), ApiError> {
+    pub(crate) fn validate(self) -> Result<(SubQuery, Echo), ApiError> {
         let RawSub {
             aggregator,
             downsample,
@@ -549,7 +554,7 @@ fn read_tsuid_param(text: &str) -> Result<RawSub, ApiError> {
 
 /// The sub-queries of a URL as read: its `tsuid=` parameters, then its `m=` ones (OpenTSDB
 /// reads them in that order), or `Missing sub queries`.
-fn read_url_sub_queries(params: &[(String, String)]) -> Result<Vec<RawSub>, ApiError> {
+pub(crate) fn read_url_sub_queries(params: &[(String, String)]) -> Result<Vec<RawSub>, ApiError> {
     let mut subs = Vec::new();
     for (k, v) in params {
         if k == "tsuid" {
@@ -565,14 +570,6 @@ fn read_url_sub_queries(params: &[(String, String)]) -> Result<Vec<RawSub>, ApiE
         return Err(bad("Missing sub queries"));
     }
     Ok(subs)
-}
-
-/// The sub-queries of a URL, checked.
-pub(crate) fn url_sub_queries(params: &[(String, String)]) -> Result<Vec<SubQuery>, ApiError> {
-    read_url_sub_queries(params)?
-        .into_iter()
-        .map(|r| r.validate().map(|(q, _)| q))
-        .collect()
 }
 
 /// What a request asks for besides its sub-queries.

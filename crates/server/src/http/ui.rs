@@ -63,35 +63,46 @@ fn safe_relative(name: &str) -> Option<&Path> {
     plain.then_some(path)
 }
 
+/// OpenTSDB's answer for a static file it cannot read: a 404 in its API error shape, worded
+/// for a page (`{"error":{"code":404,"message":"Page not found"}}`), in the `jsonp` callback
+/// when the request names one.
+fn file_not_found(uri: &Uri) -> Response {
+    let body = "{\"error\":{\"code\":404,\"message\":\"Page not found\"}}";
+    let body = match super::request::Params::parse(uri.query()).value("jsonp") {
+        Some(cb) => format!("{cb}({body})"),
+        None => body.to_string(),
+    };
+    super::deprecated::reply(StatusCode::NOT_FOUND, body)
+}
+
+/// A file of the UI, for any method (OpenTSDB checks none here); `HEAD` gets the headers.
 async fn serve_file(
     state: &State,
     method: &Method,
     headers: &HeaderMap,
+    uri: &Uri,
     name: &str,
-) -> Result<Response, ApiError> {
-    if *method != Method::GET && *method != Method::HEAD {
-        return Err(ApiError::method_not_allowed(method));
-    }
-    let not_found = || ApiError::new(StatusCode::NOT_FOUND, "Endpoint not found");
+) -> Response {
     let (bytes, etag): (Vec<u8>, Option<&str>) = match &state.settings.static_root {
         Some(root) => {
-            let rel = safe_relative(name).ok_or_else(not_found)?;
-            let bytes = tokio::fs::read(root.join(rel))
-                .await
-                .map_err(|_| not_found())?;
-            (bytes, None)
+            let Some(rel) = safe_relative(name) else {
+                return file_not_found(uri);
+            };
+            match tokio::fs::read(root.join(rel)).await {
+                Ok(bytes) => (bytes, None),
+                Err(_) => return file_not_found(uri),
+            }
         }
         None => {
-            let index = EMBEDDED
-                .iter()
-                .position(|(n, _)| *n == name)
-                .ok_or_else(not_found)?;
+            let Some(index) = EMBEDDED.iter().position(|(n, _)| *n == name) else {
+                return file_not_found(uri);
+            };
             let tag = embedded_etag(index);
             if headers
                 .get(header::IF_NONE_MATCH)
                 .is_some_and(|v| v.as_bytes() == tag.as_bytes())
             {
-                return Ok(StatusCode::NOT_MODIFIED.into_response());
+                return StatusCode::NOT_MODIFIED.into_response();
             }
             (EMBEDDED[index].1.to_vec(), Some(tag))
         }
@@ -114,30 +125,48 @@ async fn serve_file(
     if let Some(tag) = etag.and_then(|t| HeaderValue::from_str(t).ok()) {
         h.insert(header::ETAG, tag);
     }
-    Ok(response)
+    response
 }
 
 /// `/`: the UI's page.
 pub(crate) async fn index(
     method: Method,
     headers: HeaderMap,
+    uri: Uri,
     Extract(state): Extract<Arc<State>>,
-) -> Result<Response, ApiError> {
-    serve_file(&state, &method, &headers, "index.html").await
+) -> Response {
+    serve_file(&state, &method, &headers, &uri, "index.html").await
 }
 
-/// `/app.js`, `/app.css`, `/favicon.ico` and OpenTSDB's `/s/<file>`.
+/// `/app.js`, `/app.css`, `/favicon.ico` and OpenTSDB's `/s/<file>`, whose URI (query string
+/// included) OpenTSDB checks first: `/s` alone is `URI too short`, and `..` anywhere after
+/// `/s/` is `Malformed URI` (400s).
 pub(crate) async fn file(
     method: Method,
     headers: HeaderMap,
     uri: Uri,
     Extract(state): Extract<Arc<State>>,
-) -> Result<Response, ApiError> {
+) -> Response {
     let path = uri.path();
+    if path == "/s" || path.starts_with("/s/") {
+        let full = uri.path_and_query().map_or(path, |p| p.as_str());
+        if full.len() < 3 {
+            return super::deprecated::bad_request(
+                &format!("URI too short <code>{full}</code>"),
+                false,
+            );
+        }
+        if full.get(3..).is_some_and(|rest| rest.contains("..")) {
+            return super::deprecated::bad_request(
+                &format!("Malformed URI <code>{full}</code>"),
+                false,
+            );
+        }
+    }
     let name = path
         .strip_prefix("/s/")
         .unwrap_or_else(|| path.trim_start_matches('/'));
-    serve_file(&state, &method, &headers, name).await
+    serve_file(&state, &method, &headers, &uri, name).await
 }
 
 /// Text made safe for HTML.
