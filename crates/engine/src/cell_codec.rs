@@ -280,7 +280,7 @@ fn joint_reader<'a>(
         JOINT_VERSION_1 => VERSION,
         JOINT_VERSION_2 => BODY_RICE,
         JOINT_VERSION => {
-            read_summaries(&mut r, members.len())?;
+            read_summaries(&mut r, members.len(), |_| {})?;
             BODY_RICE
         }
         _ => return Err("unknown version"),
@@ -409,7 +409,8 @@ fn write_summaries(summaries: Vec<Option<MemberSummary>>, out: &mut Vec<u8>) {
 fn read_summaries(
     r: &mut Reader<'_>,
     members: usize,
-) -> Result<Vec<Option<MemberSummary>>, &'static str> {
+    mut out: impl FnMut(Option<MemberSummary>),
+) -> Result<(), &'static str> {
     let bitmap_len = members.div_ceil(8);
     let end = r.pos.checked_add(bitmap_len).ok_or("truncated")?;
     let bitmap = r.bytes.get(r.pos..end).ok_or("truncated")?;
@@ -417,10 +418,9 @@ fn read_summaries(
     if !members.is_multiple_of(8) && bitmap.last().is_some_and(|b| b >> (members % 8) != 0) {
         return Err("summary of no member");
     }
-    let mut out = Vec::with_capacity(members);
     for i in 0..members {
         if bitmap[i / 8] & (1 << (i % 8)) == 0 {
-            out.push(None);
+            out(None);
             continue;
         }
         let mut fields = [f64::NAN; 3];
@@ -451,7 +451,7 @@ fn read_summaries(
                 r.pos = end;
             }
         }
-        out.push(Some(MemberSummary {
+        out(Some(MemberSummary {
             count: 0,
             sum: fields[0],
             min: fields[1],
@@ -459,7 +459,7 @@ fn read_summaries(
             extremes,
         }));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The summaries of a joint stream's members (`None` for a stream of a version without
@@ -468,21 +468,36 @@ pub fn joint_summaries(
     stream: &[u8],
     members: &[JointMember],
 ) -> Result<Option<Vec<Option<MemberSummary>>>> {
-    let corrupt = |e: &str| Error::Corrupt(format!("bad joint stream: {e}"));
+    let mut all = Vec::new();
+    Ok(joint_summaries_into(stream, members, &mut all)?.then_some(all))
+}
+
+/// [`joint_summaries`] into `out` (cleared first), a buffer kept from group to group:
+/// whether the stream's version has summaries (`out` left empty when not).
+pub fn joint_summaries_into(
+    stream: &[u8],
+    members: &[JointMember],
+    out: &mut Vec<Option<MemberSummary>>,
+) -> Result<bool> {
+    out.clear();
     if stream.first() != Some(&JOINT_VERSION) {
-        return Ok(None);
+        return Ok(false);
     }
     let mut r = Reader {
         bytes: stream,
         pos: 1,
     };
-    let mut all = read_summaries(&mut r, members.len()).map_err(corrupt)?;
-    for (s, m) in all.iter_mut().zip(members) {
+    out.reserve(members.len());
+    read_summaries(&mut r, members.len(), |s| out.push(s)).map_err(|e| {
+        out.clear();
+        Error::Corrupt(format!("bad joint stream: {e}"))
+    })?;
+    for (s, m) in out.iter_mut().zip(members) {
         if let Some(s) = s {
             s.count = m.shape.points;
         }
     }
-    Ok(Some(all))
+    Ok(true)
 }
 
 /// The body of a joint stream over `members`, with its point count checked against its

@@ -602,6 +602,114 @@ fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
     })
 }
 
+/// Buffers a scan lends groups from (`Store::scan_joint`), reused from group to group.
+#[derive(Debug, Default)]
+pub(crate) struct JointScratch {
+    /// A group's Rice sequences (format 0x03).
+    columns: Vec<i64>,
+    /// The members of the last group decoded, and their cell timestamps.
+    pub(crate) members: Vec<JointMember>,
+    pub(crate) timestamps: Vec<i64>,
+    /// A member's key, built in place.
+    pub(crate) key: Vec<u8>,
+}
+
+/// A group value's members, when every one is joint (formats 0x02 and 0x03), into
+/// `scratch.members` and `scratch.timestamps`: the family and the stream. `None` for a group
+/// holding a row member or none joint (format 0x01): read as rows. The checks are
+/// [`decode_group`]'s; nothing is allocated once the buffers hold a group of this size.
+pub(crate) fn decode_joint_members<'a>(
+    bytes: &'a [u8],
+    scratch: &mut JointScratch,
+) -> Result<Option<(&'a str, &'a [u8])>> {
+    scratch.members.clear();
+    scratch.timestamps.clear();
+    match bytes.first() {
+        Some(&GROUP_FORMAT_COLUMNS) => {}
+        Some(&GROUP_FORMAT_JOINT) => {
+            let group = decode_group(bytes)?;
+            for (offset, member) in &group.members {
+                let Member::Joint { shape, timestamp } = member else {
+                    return Ok(None);
+                };
+                scratch.members.push(JointMember {
+                    offset_secs: *offset,
+                    shape: *shape,
+                });
+                scratch.timestamps.push(*timestamp);
+            }
+            return Ok(group.joint);
+        }
+        _ => return Ok(None),
+    }
+    let mut r = Reader { bytes, pos: 1 };
+    let n = usize::try_from(r.varint()?).map_err(|_| corrupt("member count past its bytes"))?;
+    if n.div_ceil(rice::BLOCK) > bytes.len().saturating_mul(8) / 6 {
+        return Err(corrupt("member count past its bytes"));
+    }
+    let columns = &mut scratch.columns;
+    columns.clear();
+    r.rice(n, columns)?;
+    r.rice(n, columns)?;
+    let shapes = columns.get(n..).unwrap_or_default();
+    if shapes.contains(&i64::from(SHAPE_ROW)) {
+        return Ok(None);
+    }
+    if n == 0 {
+        return Err(corrupt("no joint member"));
+    }
+    let with_meta = shapes
+        .iter()
+        .filter(|s| **s == i64::from(SHAPE_JOINT_META))
+        .count();
+    let metas = r.take(with_meta)?;
+    // Every member is joint: a point count and a timestamp delta each.
+    r.rice(n, columns)?;
+    r.rice(n, columns)?;
+    let (steps, rest) = columns.split_at(n.min(columns.len()));
+    let (shapes, rest) = rest.split_at(n.min(rest.len()));
+    let (counts, deltas) = rest.split_at(n.min(rest.len()));
+    let (mut offset, mut timestamp, mut meta_at) = (0u64, 0i64, 0usize);
+    for (i, ((step, shape), (count, delta))) in steps
+        .iter()
+        .zip(shapes)
+        .zip(counts.iter().zip(deltas))
+        .enumerate()
+    {
+        let step = u64::try_from(*step).map_err(|_| corrupt("bad step"))?;
+        offset = next_offset(offset, step_secs(step), i == 0)?;
+        let meta = match u8::try_from(*shape) {
+            Ok(SHAPE_JOINT) => None,
+            Ok(SHAPE_JOINT_META_0) => Some(0),
+            Ok(SHAPE_JOINT_META) => {
+                meta_at += 1;
+                Some(metas[meta_at - 1])
+            }
+            _ => return Err(corrupt("unknown member shape")),
+        };
+        let points = u32::try_from(*count)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| corrupt("bad point count"))?;
+        timestamp = timestamp.wrapping_add(*delta);
+        scratch.members.push(JointMember {
+            offset_secs: offset as u32,
+            shape: JointShape { points, meta },
+        });
+        scratch.timestamps.push(timestamp);
+    }
+    if scratch.members.len() != n {
+        return Err(corrupt("truncated"));
+    }
+    let family =
+        std::str::from_utf8(r.chunk()?).map_err(|_| corrupt("family name is not UTF-8"))?;
+    let stream = &bytes[r.pos..];
+    if stream.is_empty() {
+        return Err(corrupt("truncated"));
+    }
+    Ok(Some((family, stream)))
+}
+
 /// Every member of a group value as its row: row values decoded (`keep_encoded` as
 /// [`RowData::decode_with`]), joint members rebuilt by the codec (one plain cell each).
 pub(crate) fn member_rows(
