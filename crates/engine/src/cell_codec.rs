@@ -468,18 +468,23 @@ pub fn joint_summaries(
     stream: &[u8],
     members: &[JointMember],
 ) -> Result<Option<Vec<Option<MemberSummary>>>> {
-    let mut all = Vec::new();
-    Ok(joint_summaries_into(stream, members, &mut all)?.then_some(all))
+    let mut all = vec![None; members.len()];
+    let have = for_each_summary(stream, members, |i, s| {
+        all[i] = Some(s);
+        Ok::<(), Error>(())
+    })?;
+    Ok(have.then_some(all))
 }
 
-/// [`joint_summaries`] into `out` (cleared first), a buffer kept from group to group:
-/// whether the stream's version has summaries (`out` left empty when not).
-pub fn joint_summaries_into(
+/// Each summarized member of a joint stream, by its index among `members`, with its point
+/// count, handed to `take` in member order: whether the stream's version has summaries
+/// (none handed over when not). An error of `take`, or a bad section, ends the reading
+/// with it (those before handed over already).
+pub fn for_each_summary<E: From<Error>>(
     stream: &[u8],
     members: &[JointMember],
-    out: &mut Vec<Option<MemberSummary>>,
-) -> Result<bool> {
-    out.clear();
+    mut take: impl FnMut(usize, MemberSummary) -> std::result::Result<(), E>,
+) -> std::result::Result<bool, E> {
     if stream.first() != Some(&JOINT_VERSION) {
         return Ok(false);
     }
@@ -487,17 +492,19 @@ pub fn joint_summaries_into(
         bytes: stream,
         pos: 1,
     };
-    out.reserve(members.len());
-    read_summaries(&mut r, members.len(), |s| out.push(s)).map_err(|e| {
-        out.clear();
-        Error::Corrupt(format!("bad joint stream: {e}"))
-    })?;
-    for (s, m) in out.iter_mut().zip(members) {
-        if let Some(s) = s {
-            s.count = m.shape.points;
+    let mut i = 0usize;
+    let mut failed = None;
+    read_summaries(&mut r, members.len(), |s| {
+        if let (Some(mut s), None) = (s, &failed) {
+            s.count = members.get(i).map_or(0, |m| m.shape.points);
+            if let Err(e) = take(i, s) {
+                failed = Some(e);
+            }
         }
-    }
-    Ok(true)
+        i += 1;
+    })
+    .map_err(|e| E::from(Error::Corrupt(format!("bad joint stream: {e}"))))?;
+    failed.map_or(Ok(true), Err)
 }
 
 /// The body of a joint stream over `members`, with its point count checked against its

@@ -16,7 +16,7 @@ use hourglass_storage::{CellCodec, CellForm, JointMember, Row, Scanned};
 
 use crate::cell_codec::{
     DataCellCodec, HOUR_MS, MemberSummary, decode_columns, decode_joint_columns, decode_points,
-    joint_summaries_into, strictly_increasing,
+    for_each_summary, strictly_increasing,
 };
 use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
@@ -207,6 +207,9 @@ fn member_key_in<'k>(
     Ok(key)
 }
 
+/// No usable summary for a member (`summary_at`).
+const NO_SUMMARY: usize = usize::MAX;
+
 /// Whether member `m` of the period starting at `period` (seconds) is in the key range
 /// `start..end`; its key is made in `key` (a key of its group) in place.
 fn member_in_scan(
@@ -334,10 +337,10 @@ impl Tsdb {
             None => scan_requests(schema, query),
         };
         // Buffers kept from group to group: a member's key, which members are in the scan,
-        // their summaries, and the keys of the first and last of them.
+        // where each one's usable summary is, and the keys of the first and last of them.
         let mut key_buf = Vec::new();
         let mut inside: Vec<bool> = Vec::new();
-        let mut summaries: Vec<Option<MemberSummary>> = Vec::new();
+        let mut summary_at: Vec<usize> = Vec::new();
         let (mut first_key, mut last_key) = (Vec::new(), Vec::new());
         for mut request in requests {
             // Compacted cells in the embedded store's compact form are decoded straight
@@ -391,47 +394,47 @@ impl Tsdb {
                             }
                         }
                         let period_ms = i64::from(period) * 1000;
-                        let have_summaries = match within {
-                            Some(SummaryUse { lo, hi, extremes }) => {
-                                let have = joint_summaries_into(stream, members, &mut summaries)?;
-                                for ((s, m), inside) in
-                                    summaries.iter_mut().zip(members).zip(&inside)
-                                {
-                                    let Some(summary) = s else {
-                                        continue;
-                                    };
-                                    let hour = period_ms + i64::from(m.offset_secs) * 1000;
-                                    let usable = *inside
-                                        && hour >= lo
-                                        && hour + HOUR_MS - 1 <= hi
-                                        && (summary.extremes || !extremes)
-                                        && (buffered.is_empty()
-                                            || !has_buffered(
-                                                &buffered,
-                                                at,
-                                                member_key_in(&mut key_buf, at, period, m)?,
-                                            ));
-                                    if !usable {
-                                        *s = None;
-                                    }
+                        // The usable summaries of the members in the scan, each with its
+                        // hour's start, in member order; each member's place among them.
+                        group_summaries.clear();
+                        summary_at.clear();
+                        if let Some(SummaryUse { lo, hi, extremes }) = within {
+                            summary_at.resize(members.len(), NO_SUMMARY);
+                            for_each_summary(stream, members, |i, s| -> Result<()> {
+                                let (Some(m), Some(true)) = (members.get(i), inside.get(i)) else {
+                                    return Ok(());
+                                };
+                                let hour = period_ms + i64::from(m.offset_secs) * 1000;
+                                let usable = hour >= lo
+                                    && hour + HOUR_MS - 1 <= hi
+                                    && (s.extremes || !extremes)
+                                    && (buffered.is_empty()
+                                        || !has_buffered(
+                                            &buffered,
+                                            at,
+                                            member_key_in(&mut key_buf, at, period, m)?,
+                                        ));
+                                if usable {
+                                    summary_at[i] = group_summaries.len();
+                                    group_summaries.push((hour, s));
                                 }
-                                have
-                            }
-                            None => false,
-                        };
+                                Ok(())
+                            })?;
+                        }
                         let summarized = |i: usize| {
-                            if have_summaries {
-                                summaries.get(i).copied().flatten()
-                            } else {
-                                None
-                            }
+                            summary_at
+                                .get(i)
+                                .and_then(|at| group_summaries.get(*at))
+                                .map(|(_, s)| *s)
                         };
                         group_times.clear();
                         group_values.clear();
-                        let decode = inside
-                            .iter()
-                            .enumerate()
-                            .any(|(i, k)| *k && summarized(i).is_none());
+                        let in_scan = if all_inside {
+                            members.len()
+                        } else {
+                            inside.iter().filter(|i| **i).count()
+                        };
+                        let decode = group_summaries.len() < in_scan;
                         let increasing = !decode
                             || decode_joint_columns(
                                 stream,
@@ -504,16 +507,12 @@ impl Tsdb {
                                     stored,
                                 )?;
                             } else {
-                                group_summaries.clear();
-                                for (i, m) in members.iter().enumerate().take(last + 1).skip(first)
-                                {
-                                    let s = summarized(i).ok_or_else(|| {
-                                        Error::Internal(
-                                            "a member in the scan without its summary".into(),
-                                        )
-                                    })?;
-                                    group_summaries
-                                        .push((period_ms + i64::from(m.offset_secs) * 1000, s));
+                                // Every member in the scan, the run from `first` to `last`, has
+                                // its summary.
+                                if group_summaries.len() != rows {
+                                    return Err(Error::Internal(
+                                        "a member in the scan without its summary".into(),
+                                    ));
                                 }
                                 visit(
                                     &first_key,

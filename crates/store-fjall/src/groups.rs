@@ -515,6 +515,7 @@ fn step_secs(step: u64) -> u64 {
 
 /// A member's offset, `delta` after the previous `offset`: strictly increasing after the
 /// `first`, within `u32`.
+#[inline]
 fn next_offset(offset: u64, delta: u64, first: bool) -> Result<u64> {
     if !first && delta == 0 {
         return Err(corrupt("offsets not increasing"));
@@ -670,6 +671,8 @@ pub(crate) fn decode_joint_members<'a>(
     let (shapes, rest) = rest.split_at(n.min(rest.len()));
     let (counts, deltas) = rest.split_at(n.min(rest.len()));
     let (mut offset, mut timestamp, mut meta_at) = (0u64, 0i64, 0usize);
+    scratch.members.reserve(n);
+    scratch.timestamps.reserve(n);
     for (i, ((step, shape), (count, delta))) in steps
         .iter()
         .zip(shapes)
