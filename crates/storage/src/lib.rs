@@ -124,8 +124,9 @@ pub trait Store: Send + Sync + Debug {
 
     /// The rows [`Store::scan`] returns, in its order, handed to `visit`; with
     /// [`ReadOptions::joint_rows`], a group that would come back as a [`CellForm::Joint`] row
-    /// is lent instead ([`Scanned::Group`]: its members, their timestamps and its stream
-    /// borrowed from what the store read, no row encoded for the reader to decode again).
+    /// is lent instead ([`Scanned::Group`]: its members, their timestamps (which a read
+    /// without a time range may go without) and its stream borrowed from what the store
+    /// read, no row encoded for the reader to decode again).
     /// [`fallback::scan_joint`] visits the rows of [`Store::scan`], a joint row's value
     /// decoded into the group it stands for.
     fn scan_joint(&self, table: &str, request: &ScanRequest, visit: JointVisitor<'_>)

@@ -70,7 +70,9 @@ pub struct LentGroup<'a> {
     /// Every member of the group, offsets increasing, also those outside the scan's key
     /// range (the stream holds their points): the reader skips those.
     pub members: &'a [crate::model::JointMember],
-    /// Each member's cell timestamp, in member order.
+    /// Each member's cell timestamp, in member order; or none, when the read has no time
+    /// range ([`TimeRange::ALL`]) and the store did not read them: a member's one cell has
+    /// no other in its row to be ordered against, so a reader of its points needs none.
     pub timestamps: &'a [i64],
     /// The codec's joint stream of the members.
     pub stream: &'a [u8],

@@ -491,6 +491,19 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
 }
 
 impl<'a> Reader<'a> {
+    /// Passes over a Rice sequence of `n` values unread: its header (center, byte length,
+    /// see `hourglass_storage::rice`) and that many bytes, the length checked as
+    /// `rice::read` checks it against `n`.
+    fn skip_rice(&mut self, n: usize) -> Result<()> {
+        self.varint()?;
+        let len = usize::try_from(self.varint()?).map_err(|_| corrupt("truncated"))?;
+        if n.div_ceil(rice::BLOCK) > len.saturating_mul(8) / 6 {
+            return Err(corrupt("truncated"));
+        }
+        self.take(len)?;
+        Ok(())
+    }
+
     /// A Rice sequence of `n` values, appended to `out`.
     fn rice(&mut self, n: usize, out: &mut Vec<i64>) -> Result<()> {
         let rest = self.bytes.get(self.pos..).unwrap_or(&[]);
@@ -515,7 +528,6 @@ fn step_secs(step: u64) -> u64 {
 
 /// A member's offset, `delta` after the previous `offset`: strictly increasing after the
 /// `first`, within `u32`.
-#[inline]
 fn next_offset(offset: u64, delta: u64, first: bool) -> Result<u64> {
     if !first && delta == 0 {
         return Err(corrupt("offsets not increasing"));
@@ -616,12 +628,15 @@ pub(crate) struct JointScratch {
 }
 
 /// A group value's members, when every one is joint (formats 0x02 and 0x03), into
-/// `scratch.members` and `scratch.timestamps`: the family and the stream. `None` for a group
-/// holding a row member or none joint (format 0x01): read as rows. The checks are
-/// [`decode_group`]'s; nothing is allocated once the buffers hold a group of this size.
+/// `scratch.members` and, with `timestamps`, their cell timestamps into
+/// `scratch.timestamps` (else left empty: format 0x03's sequence of them is passed over by
+/// its length, unread): the family and the stream. `None` for a group holding a row member
+/// or none joint (format 0x01): read as rows. The checks are [`decode_group`]'s (but for the
+/// timestamps passed over); nothing is allocated once the buffers hold a group of this size.
 pub(crate) fn decode_joint_members<'a>(
     bytes: &'a [u8],
     scratch: &mut JointScratch,
+    timestamps: bool,
 ) -> Result<Option<(&'a str, &'a [u8])>> {
     scratch.members.clear();
     scratch.timestamps.clear();
@@ -637,7 +652,9 @@ pub(crate) fn decode_joint_members<'a>(
                     offset_secs: *offset,
                     shape: *shape,
                 });
-                scratch.timestamps.push(*timestamp);
+                if timestamps {
+                    scratch.timestamps.push(*timestamp);
+                }
             }
             return Ok(group.joint);
         }
@@ -666,21 +683,30 @@ pub(crate) fn decode_joint_members<'a>(
     let metas = r.take(with_meta)?;
     // Every member is joint: a point count and a timestamp delta each.
     r.rice(n, columns)?;
-    r.rice(n, columns)?;
+    if timestamps {
+        r.rice(n, columns)?;
+    } else {
+        r.skip_rice(n)?;
+    }
     let (steps, rest) = columns.split_at(n.min(columns.len()));
     let (shapes, rest) = rest.split_at(n.min(rest.len()));
     let (counts, deltas) = rest.split_at(n.min(rest.len()));
     let (mut offset, mut timestamp, mut meta_at) = (0u64, 0i64, 0usize);
     scratch.members.reserve(n);
-    scratch.timestamps.reserve(n);
-    for (i, ((step, shape), (count, delta))) in steps
-        .iter()
-        .zip(shapes)
-        .zip(counts.iter().zip(deltas))
-        .enumerate()
-    {
+    if timestamps {
+        scratch.timestamps.reserve(n);
+    }
+    for (i, (step, shape)) in steps.iter().zip(shapes).enumerate() {
         let step = u64::try_from(*step).map_err(|_| corrupt("bad step"))?;
-        offset = next_offset(offset, step_secs(step), i == 0)?;
+        let delta = step_secs(step);
+        // Offsets strictly increase, within `u32` (as `next_offset` checks them).
+        if i > 0 && delta == 0 {
+            return Err(corrupt("offsets not increasing"));
+        }
+        offset = offset
+            .checked_add(delta)
+            .filter(|o| *o <= u64::from(u32::MAX))
+            .ok_or_else(|| corrupt("offset out of range"))?;
         let meta = match u8::try_from(*shape) {
             Ok(SHAPE_JOINT) => None,
             Ok(SHAPE_JOINT_META_0) => Some(0),
@@ -690,16 +716,19 @@ pub(crate) fn decode_joint_members<'a>(
             }
             _ => return Err(corrupt("unknown member shape")),
         };
+        let count = counts.get(i).ok_or_else(|| corrupt("truncated"))?;
         let points = u32::try_from(*count)
             .ok()
             .filter(|p| *p > 0)
             .ok_or_else(|| corrupt("bad point count"))?;
-        timestamp = timestamp.wrapping_add(*delta);
         scratch.members.push(JointMember {
             offset_secs: offset as u32,
             shape: JointShape { points, meta },
         });
-        scratch.timestamps.push(timestamp);
+        if let Some(delta) = deltas.get(i) {
+            timestamp = timestamp.wrapping_add(*delta);
+            scratch.timestamps.push(timestamp);
+        }
     }
     if scratch.members.len() != n {
         return Err(corrupt("truncated"));
@@ -1057,6 +1086,30 @@ mod tests {
         ) {
             let bytes = encode_group(&members, Some(&Toy));
             prop_assert_eq!(group_members(Some(&bytes), Some(&Toy)).unwrap(), members.clone());
+            // Lent (every member joint): the members, family and stream `decode_group` reads,
+            // the timestamps only when asked for; a group with a row member is not lent.
+            let group = decode_group(&bytes).unwrap();
+            let all_joint = group.joint.is_some()
+                && group.members.iter().all(|(_, m)| matches!(m, Member::Joint { .. }));
+            let mut scratch = JointScratch::default();
+            for timestamps in [true, false] {
+                let lent = decode_joint_members(&bytes, &mut scratch, timestamps).unwrap();
+                prop_assert_eq!(lent.is_some(), all_joint);
+                if all_joint {
+                    prop_assert_eq!(lent, group.joint);
+                    let want: Vec<(JointMember, i64)> = group.members.iter().filter_map(|(o, m)| match m {
+                        Member::Joint { shape, timestamp } => Some((JointMember { offset_secs: *o, shape: *shape }, *timestamp)),
+                        Member::Row(_) => None,
+                    }).collect();
+                    let got: Vec<JointMember> = scratch.members.clone();
+                    prop_assert_eq!(got, want.iter().map(|(m, _)| *m).collect::<Vec<_>>());
+                    if timestamps {
+                        prop_assert_eq!(scratch.timestamps.clone(), want.iter().map(|(_, t)| *t).collect::<Vec<_>>());
+                    } else {
+                        prop_assert!(scratch.timestamps.is_empty());
+                    }
+                }
+            }
             // Format 0x02 of the same members still reads back.
             if let Some(joint) = joint_group(&members, &Toy) {
                 let format_2 = joint.members_format();
@@ -1081,6 +1134,8 @@ mod tests {
             let _ = decode_group(&bytes);
             let _ = member_rows(&bytes, Some(&Toy), false);
             let _ = member_rows(&bytes, None, true);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), false);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), true);
         }
 
         #[test]
@@ -1089,6 +1144,8 @@ mod tests {
             bytes.extend(rest);
             let _ = decode_group(&bytes);
             let _ = member_rows(&bytes, Some(&Toy), false);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), false);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), true);
         }
     }
 }

@@ -1388,10 +1388,12 @@ impl GroupedScan {
         value: &'v [u8],
         scratch: &mut JointScratch,
     ) -> Result<Option<Option<(&'v str, &'v [u8])>>> {
-        let Some((family, stream)) = decode_joint_members(value, scratch)? else {
+        let read = self.filter.read();
+        // Members' cell timestamps are read only for a read with a time range.
+        let timestamps = !read.time_range.is_all();
+        let Some((family, stream)) = decode_joint_members(value, scratch, timestamps)? else {
             return Ok(None);
         };
-        let read = self.filter.read();
         if !read.wants_family(family) {
             return Ok(None);
         }
@@ -1410,7 +1412,7 @@ impl GroupedScan {
         // range is enough.
         let each = !read.time_range.is_all() || !self.series_filter;
         let mut any_in_range = false;
-        for (m, timestamp) in scratch.members.iter().zip(&scratch.timestamps) {
+        for (i, m) in scratch.members.iter().enumerate() {
             if !each && any_in_range {
                 break;
             }
@@ -1418,7 +1420,10 @@ impl GroupedScan {
                 return Ok(None);
             }
             if each
-                && (!read.time_range.contains(*timestamp)
+                && (!scratch
+                    .timestamps
+                    .get(i)
+                    .is_none_or(|t| read.time_range.contains(*t))
                     || !(self.series_filter || self.filter.key_matches(key)))
             {
                 return Ok(None);

@@ -265,26 +265,33 @@ fn expand_joint_rows(rows: &[Row], request: &ScanRequest) -> Vec<Row> {
     out
 }
 
-/// What `scan_joint` hands over, a group lent as the joint row `scan` returns for it.
+/// What `scan_joint` hands over, a group lent as the joint row `scan` returns for it (its
+/// timestamps, when the store left them out, those `scan` gives).
 fn lent_groups(store: &dyn Store, request: &ScanRequest) -> Vec<Row> {
+    let joint = scan(store, request);
     let mut rows = Vec::new();
     let mut visit = |item: Scanned<'_>| {
         rows.push(match item {
             Scanned::Row(row) => row,
             Scanned::Group(g) => {
-                assert_eq!(g.members.len(), g.timestamps.len());
-                let members: Vec<(JointMember, i64)> = g
-                    .members
-                    .iter()
-                    .copied()
-                    .zip(g.timestamps.iter().copied())
-                    .collect();
+                let timestamps: Vec<i64> = if g.timestamps.is_empty() {
+                    // Left out only where the read takes every time.
+                    assert!(request.read.time_range.is_all());
+                    let row = joint.iter().find(|r| r.key == g.key).unwrap();
+                    let (members, _) = decode_joint_row(&row.cells[0].value).unwrap();
+                    members.iter().map(|(_, t)| *t).collect()
+                } else {
+                    g.timestamps.to_vec()
+                };
+                assert_eq!(g.members.len(), timestamps.len());
+                let members: Vec<(JointMember, i64)> =
+                    g.members.iter().copied().zip(timestamps).collect();
                 Row {
                     key: g.key.to_vec(),
                     cells: vec![Cell {
                         family: g.family.to_string(),
                         qualifier: Vec::new(),
-                        timestamp: g.timestamps.first().copied().unwrap_or(0),
+                        timestamp: members.first().map_or(0, |(_, t)| *t),
                         value: encode_joint_row(&members, g.stream),
                         form: CellForm::Joint,
                     }],
