@@ -280,7 +280,7 @@ fn joint_reader<'a>(
         JOINT_VERSION_1 => VERSION,
         JOINT_VERSION_2 => BODY_RICE,
         JOINT_VERSION => {
-            read_summaries(&mut r, members.len())?;
+            read_summaries(&mut r, members.len(), |_| {})?;
             BODY_RICE
         }
         _ => return Err("unknown version"),
@@ -409,7 +409,8 @@ fn write_summaries(summaries: Vec<Option<MemberSummary>>, out: &mut Vec<u8>) {
 fn read_summaries(
     r: &mut Reader<'_>,
     members: usize,
-) -> Result<Vec<Option<MemberSummary>>, &'static str> {
+    mut out: impl FnMut(Option<MemberSummary>),
+) -> Result<(), &'static str> {
     let bitmap_len = members.div_ceil(8);
     let end = r.pos.checked_add(bitmap_len).ok_or("truncated")?;
     let bitmap = r.bytes.get(r.pos..end).ok_or("truncated")?;
@@ -417,10 +418,9 @@ fn read_summaries(
     if !members.is_multiple_of(8) && bitmap.last().is_some_and(|b| b >> (members % 8) != 0) {
         return Err("summary of no member");
     }
-    let mut out = Vec::with_capacity(members);
     for i in 0..members {
         if bitmap[i / 8] & (1 << (i % 8)) == 0 {
-            out.push(None);
+            out(None);
             continue;
         }
         let mut fields = [f64::NAN; 3];
@@ -451,7 +451,7 @@ fn read_summaries(
                 r.pos = end;
             }
         }
-        out.push(Some(MemberSummary {
+        out(Some(MemberSummary {
             count: 0,
             sum: fields[0],
             min: fields[1],
@@ -459,7 +459,7 @@ fn read_summaries(
             extremes,
         }));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The summaries of a joint stream's members (`None` for a stream of a version without
@@ -468,21 +468,43 @@ pub fn joint_summaries(
     stream: &[u8],
     members: &[JointMember],
 ) -> Result<Option<Vec<Option<MemberSummary>>>> {
-    let corrupt = |e: &str| Error::Corrupt(format!("bad joint stream: {e}"));
+    let mut all = vec![None; members.len()];
+    let have = for_each_summary(stream, members, |i, s| {
+        all[i] = Some(s);
+        Ok::<(), Error>(())
+    })?;
+    Ok(have.then_some(all))
+}
+
+/// Each summarized member of a joint stream, by its index among `members`, with its point
+/// count, handed to `take` in member order: whether the stream's version has summaries
+/// (none handed over when not). An error of `take`, or a bad section, ends the reading
+/// with it (those before handed over already).
+pub fn for_each_summary<E: From<Error>>(
+    stream: &[u8],
+    members: &[JointMember],
+    mut take: impl FnMut(usize, MemberSummary) -> std::result::Result<(), E>,
+) -> std::result::Result<bool, E> {
     if stream.first() != Some(&JOINT_VERSION) {
-        return Ok(None);
+        return Ok(false);
     }
     let mut r = Reader {
         bytes: stream,
         pos: 1,
     };
-    let mut all = read_summaries(&mut r, members.len()).map_err(corrupt)?;
-    for (s, m) in all.iter_mut().zip(members) {
-        if let Some(s) = s {
-            s.count = m.shape.points;
+    let mut i = 0usize;
+    let mut failed = None;
+    read_summaries(&mut r, members.len(), |s| {
+        if let (Some(mut s), None) = (s, &failed) {
+            s.count = members.get(i).map_or(0, |m| m.shape.points);
+            if let Err(e) = take(i, s) {
+                failed = Some(e);
+            }
         }
-    }
-    Ok(Some(all))
+        i += 1;
+    })
+    .map_err(|e| E::from(Error::Corrupt(format!("bad joint stream: {e}"))))?;
+    failed.map_or(Ok(true), Err)
 }
 
 /// The body of a joint stream over `members`, with its point count checked against its

@@ -392,6 +392,15 @@ impl Store for Watched {
         self.inner.scan_cells(table, request, visit)
     }
 
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::JointVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        self.inner.scan_joint(table, request, visit)
+    }
+
     fn increment(
         &self,
         table: &str,

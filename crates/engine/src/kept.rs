@@ -585,6 +585,15 @@ impl Store for KeptStore {
         self.inner.scan_cells(table, request, visit)
     }
 
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::JointVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        self.inner.scan_joint(table, request, visit)
+    }
+
     fn increment(
         &self,
         table: &str,
@@ -747,6 +756,14 @@ mod tests {
             visit: hourglass_storage::CellVisitor<'_>,
         ) -> hourglass_storage::Result<()> {
             self.inner.scan_cells(table, request, visit)
+        }
+        fn scan_joint(
+            &self,
+            table: &str,
+            request: &hourglass_storage::ScanRequest,
+            visit: hourglass_storage::JointVisitor<'_>,
+        ) -> hourglass_storage::Result<()> {
+            self.inner.scan_joint(table, request, visit)
         }
 
         fn increment_many(

@@ -12,12 +12,11 @@ use hourglass_core::compact::{self, Point};
 use hourglass_core::rowkey::{SeriesKey, base_time_of, decode_row_key};
 use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::value::Value;
-use hourglass_storage::model::decode_joint_row;
-use hourglass_storage::{CellCodec, CellForm, JointMember, Row};
+use hourglass_storage::{CellCodec, CellForm, JointMember, Row, Scanned};
 
 use crate::cell_codec::{
     DataCellCodec, HOUR_MS, MemberSummary, decode_columns, decode_joint_columns, decode_points,
-    joint_summaries, strictly_increasing,
+    for_each_summary, strictly_increasing,
 };
 use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
@@ -208,6 +207,23 @@ fn member_key_in<'k>(
     Ok(key)
 }
 
+/// No usable summary for a member (`summary_at`).
+const NO_SUMMARY: usize = usize::MAX;
+
+/// Whether member `m` of the period starting at `period` (seconds) is in the key range
+/// `start..end`; its key is made in `key` (a key of its group) in place.
+fn member_in_scan(
+    key: &mut [u8],
+    at: usize,
+    period: u32,
+    m: &JointMember,
+    start: &[u8],
+    end: Option<&[u8]>,
+) -> Result<bool> {
+    let key = member_key_in(key, at, period, m)?;
+    Ok(key >= start && end.is_none_or(|e| key < e))
+}
+
 fn has_buffered(buffered: &Buffered, at: usize, key: &[u8]) -> bool {
     !buffered.is_empty() && buffered.contains_key(&hourglass_storage::series_major(key, at))
 }
@@ -320,213 +336,261 @@ impl Tsdb {
             Some(listed) => candidate_requests(schema, query, listed),
             None => scan_requests(schema, query),
         };
+        // Buffers kept from group to group: a member's key, which members are in the scan,
+        // where each one's usable summary is, and the keys of the first and last of them.
+        let mut key_buf = Vec::new();
+        let mut inside: Vec<bool> = Vec::new();
+        let mut summary_at: Vec<usize> = Vec::new();
+        let (mut first_key, mut last_key) = (Vec::new(), Vec::new());
         for mut request in requests {
             // Compacted cells in the embedded store's compact form are decoded straight
             // from it, without rebuilding OpenTSDB's bytes first.
             request.read.encoded_cells = true;
             request.read.joint_rows = joint;
-            for row in self.store().scan(&schema.data_table, &request)? {
-                let row = row?;
-                if let [cell] = row.cells.as_slice()
-                    && cell.form == CellForm::Joint
-                    && cell.family == DATA_FAMILY
-                {
-                    let (members, stream) = decode_joint_row(&cell.value)?;
-                    let (members, timestamps): (Vec<JointMember>, Vec<i64>) =
-                        members.into_iter().unzip();
-                    let period = base_time_of(schema, &row.key)
-                        .ok_or_else(|| Error::Corrupt("group key without a base time".into()))?;
-                    // Whether each member is in the scan (a joint row lists the group's
-                    // members outside it too); their keys are built in one buffer, and
-                    // owned only where a member is given on its own.
-                    let mut key_buf = row.key.clone();
-                    let mut in_scan = |m: &JointMember| -> Result<bool> {
-                        let key = member_key_in(&mut key_buf, at, period, m)?;
-                        Ok(key >= request.start.as_slice()
-                            && request.end.as_ref().is_none_or(|e| key < e.as_slice()))
-                    };
-                    // Members' keys grow with their offsets: with the first and the last in
-                    // the scan, every one is (most groups, all but the scan's two ends).
-                    let increasing = members
-                        .windows(2)
-                        .all(|w| w[0].offset_secs < w[1].offset_secs);
-                    let inside = match (members.first(), members.last()) {
-                        (Some(first), Some(last))
-                            if increasing && in_scan(first)? && in_scan(last)? =>
-                        {
-                            vec![true; members.len()]
+            let (start, end) = (request.start.as_slice(), request.end.as_deref());
+            let mut take = |item: Scanned<'_>| -> Result<()> {
+                let row = match item {
+                    Scanned::Row(row) => row,
+                    // A group lent: its members handed over from its stream.
+                    Scanned::Group(group) => {
+                        if group.family != DATA_FAMILY {
+                            return Ok(());
                         }
-                        _ => members
-                            .iter()
-                            .map(&mut in_scan)
-                            .collect::<Result<Vec<_>>>()?,
-                    };
-                    let summaries = match within {
-                        Some(SummaryUse { lo, hi, extremes }) => joint_summaries(stream, &members)?
-                            .map(|all| {
-                                let period_ms = i64::from(period) * 1000;
-                                all.into_iter()
-                                    .zip(&members)
-                                    .zip(&inside)
-                                    .map(|((s, m), inside)| {
-                                        let hour = period_ms + i64::from(m.offset_secs) * 1000;
-                                        let usable = *inside
-                                            && hour >= lo
-                                            && hour + HOUR_MS - 1 <= hi
-                                            && (buffered.is_empty()
-                                                || !has_buffered(
-                                                    &buffered,
-                                                    at,
-                                                    member_key_in(&mut key_buf, at, period, m)?,
-                                                ));
-                                        Ok(s.filter(|s| usable && (s.extremes || !extremes)))
-                                    })
-                                    .collect::<Result<Vec<_>>>()
-                            }),
-                        None => None,
-                    };
-                    let summaries = summaries.transpose()?;
-                    let summarized =
-                        |i: usize| summaries.as_ref().and_then(|s| s.get(i).copied().flatten());
-                    group_times.clear();
-                    group_values.clear();
-                    let decode = inside
-                        .iter()
-                        .enumerate()
-                        .any(|(i, k)| *k && summarized(i).is_none());
-                    let increasing = !decode
-                        || decode_joint_columns(
-                            stream,
-                            &members,
-                            i64::from(period) * 1000,
-                            &mut group_times,
-                            &mut group_values,
-                        )?;
-                    let total = members
-                        .iter()
-                        .map(|m| m.shape.points as usize)
-                        .sum::<usize>()
-                        .max(1);
-                    // The members in the scan: a run (the scan's range is contiguous).
-                    let first = inside.iter().position(|i| *i);
-                    let last = inside.iter().rposition(|i| *i);
-                    let ends = match (first, last) {
-                        (Some(f), Some(l)) => Some((
-                            member_key_in(&mut key_buf, at, period, &members[f])?.to_vec(),
-                            member_key_in(&mut key_buf, at, period, &members[l])?.to_vec(),
-                        )),
-                        _ => None,
-                    };
-                    if let (true, true, Some(first), Some(last)) = (whole, increasing, first, last)
-                        && let Some((first_key, last_key)) = &ends
-                        && !buffered_between(&buffered, at, first_key, last_key)
-                    {
-                        // The series' buffered rows of earlier hours go first.
-                        take_buffered(&mut buffered, &mut earlier, at, first_key, &mut visit)?;
-                        let before: usize = members[..first]
-                            .iter()
-                            .map(|m| m.shape.points as usize)
-                            .sum();
-                        let points: usize = members[first..=last]
-                            .iter()
-                            .map(|m| m.shape.points as usize)
-                            .sum();
-                        let rows = last + 1 - first;
-                        // As the members one by one would count: a key each, their share
-                        // of the stream.
-                        let stored = first_key.len() * rows + stream.len() * points / total;
-                        if decode {
-                            let (times, values) = (
-                                group_times.get(before..before + points).unwrap_or_default(),
-                                group_values
-                                    .get(before..before + points)
-                                    .unwrap_or_default(),
-                            );
-                            visit(
-                                first_key,
-                                RowData::Columns(times, values, rows),
-                                Vec::new(),
-                                stored,
-                            )?;
-                        } else {
-                            let period_ms = i64::from(period) * 1000;
-                            group_summaries.clear();
-                            for (i, m) in members.iter().enumerate().take(last + 1).skip(first) {
-                                let s = summarized(i).ok_or_else(|| {
-                                    Error::Internal(
-                                        "a member in the scan without its summary".into(),
-                                    )
-                                })?;
-                                group_summaries
-                                    .push((period_ms + i64::from(m.offset_secs) * 1000, s));
+                        let (members, stream) = (group.members, group.stream);
+                        let period = base_time_of(schema, group.key).ok_or_else(|| {
+                            Error::Corrupt("group key without a base time".into())
+                        })?;
+                        // Whether each member is in the scan (a group lists its members
+                        // outside it too); their keys are built in one buffer, and owned
+                        // only where a member is given on its own.
+                        key_buf.clear();
+                        key_buf.extend_from_slice(group.key);
+                        // Members' keys grow with their offsets: with the first and the last
+                        // in the scan, every one is (most groups, all but the scan's two ends).
+                        let increasing = members
+                            .windows(2)
+                            .all(|w| w[0].offset_secs < w[1].offset_secs);
+                        inside.clear();
+                        let all_inside = match (members.first(), members.last()) {
+                            (Some(first), Some(last)) => {
+                                increasing
+                                    && member_in_scan(&mut key_buf, at, period, first, start, end)?
+                                    && member_in_scan(&mut key_buf, at, period, last, start, end)?
                             }
-                            visit(
-                                first_key,
-                                RowData::Summaries(&group_summaries),
-                                Vec::new(),
-                                stored,
-                            )?;
-                        }
-                        continue;
-                    }
-                    let mut rebuilt: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
-                    let mut from = 0usize;
-                    for (i, (m, inside)) in members.iter().zip(&inside).enumerate() {
-                        let to = from + m.shape.points as usize;
-                        if !inside {
-                            from = to;
-                            continue;
-                        }
-                        let key = member_key_in(&mut key_buf, at, period, m)?.to_vec();
-                        let extra =
-                            take_buffered(&mut buffered, &mut earlier, at, &key, &mut visit)?;
-                        let stored = key.len() + stream.len() * (to - from) / total;
-                        if let (None, Some(s)) = (&extra, summarized(i)) {
-                            let one = [(i64::from(period + m.offset_secs) * 1000, s)];
-                            visit(&key, RowData::Summaries(&one), Vec::new(), stored)?;
-                            from = to;
-                            continue;
-                        }
-                        let (times, values) = (
-                            group_times.get(from..to).unwrap_or_default(),
-                            group_values.get(from..to).unwrap_or_default(),
-                        );
-                        if extra.is_none() && times.windows(2).all(|w| w[0] < w[1]) {
-                            visit(&key, RowData::Columns(times, values, 1), Vec::new(), stored)?;
+                            _ => false,
+                        };
+                        if all_inside {
+                            inside.resize(members.len(), true);
                         } else {
-                            // Merged with buffered points, or out of order: as its cell.
-                            if rebuilt.is_none() {
-                                rebuilt = Some(DataCellCodec.decode_joint(
-                                    &cell.family,
-                                    stream,
-                                    &members,
+                            for m in members {
+                                inside.push(member_in_scan(
+                                    &mut key_buf,
+                                    at,
+                                    period,
+                                    m,
+                                    start,
+                                    end,
                                 )?);
                             }
-                            let (q, v) = rebuilt
-                                .as_ref()
-                                .and_then(|r| r.get(i))
-                                .cloned()
-                                .unwrap_or_default();
-                            let member = Row {
-                                key: key.clone(),
-                                cells: vec![hourglass_storage::Cell {
-                                    family: cell.family.clone(),
-                                    qualifier: q,
-                                    timestamp: timestamps.get(i).copied().unwrap_or_default(),
-                                    value: v,
-                                    form: CellForm::Plain,
-                                }],
-                            };
-                            let data = match &extra {
-                                None => RowData::Single(&member.cells[0]),
-                                Some(points) => RowData::Merge(&member, points),
-                            };
-                            visit(&key, data, Vec::new(), stored)?;
                         }
-                        from = to;
+                        let period_ms = i64::from(period) * 1000;
+                        // The usable summaries of the members in the scan, each with its
+                        // hour's start, in member order; each member's place among them.
+                        group_summaries.clear();
+                        summary_at.clear();
+                        if let Some(SummaryUse { lo, hi, extremes }) = within {
+                            summary_at.resize(members.len(), NO_SUMMARY);
+                            for_each_summary(stream, members, |i, s| -> Result<()> {
+                                let (Some(m), Some(true)) = (members.get(i), inside.get(i)) else {
+                                    return Ok(());
+                                };
+                                let hour = period_ms + i64::from(m.offset_secs) * 1000;
+                                let usable = hour >= lo
+                                    && hour + HOUR_MS - 1 <= hi
+                                    && (s.extremes || !extremes)
+                                    && (buffered.is_empty()
+                                        || !has_buffered(
+                                            &buffered,
+                                            at,
+                                            member_key_in(&mut key_buf, at, period, m)?,
+                                        ));
+                                if usable {
+                                    summary_at[i] = group_summaries.len();
+                                    group_summaries.push((hour, s));
+                                }
+                                Ok(())
+                            })?;
+                        }
+                        let summarized = |i: usize| {
+                            summary_at
+                                .get(i)
+                                .and_then(|at| group_summaries.get(*at))
+                                .map(|(_, s)| *s)
+                        };
+                        group_times.clear();
+                        group_values.clear();
+                        let in_scan = if all_inside {
+                            members.len()
+                        } else {
+                            inside.iter().filter(|i| **i).count()
+                        };
+                        let decode = group_summaries.len() < in_scan;
+                        let increasing = !decode
+                            || decode_joint_columns(
+                                stream,
+                                members,
+                                period_ms,
+                                &mut group_times,
+                                &mut group_values,
+                            )?;
+                        let total = members
+                            .iter()
+                            .map(|m| m.shape.points as usize)
+                            .sum::<usize>()
+                            .max(1);
+                        // The members in the scan: a run (the scan's range is contiguous).
+                        let (first, last) = if all_inside {
+                            (Some(0), members.len().checked_sub(1))
+                        } else {
+                            (
+                                inside.iter().position(|i| *i),
+                                inside.iter().rposition(|i| *i),
+                            )
+                        };
+                        if let (true, true, Some(first), Some(last)) =
+                            (whole, increasing, first, last)
+                        {
+                            first_key.clear();
+                            first_key.extend_from_slice(member_key_in(
+                                &mut key_buf,
+                                at,
+                                period,
+                                &members[first],
+                            )?);
+                            last_key.clear();
+                            last_key.extend_from_slice(member_key_in(
+                                &mut key_buf,
+                                at,
+                                period,
+                                &members[last],
+                            )?);
+                        }
+                        if let (true, true, Some(first), Some(last)) =
+                            (whole, increasing, first, last)
+                            && !buffered_between(&buffered, at, &first_key, &last_key)
+                        {
+                            // The series' buffered rows of earlier hours go first.
+                            take_buffered(&mut buffered, &mut earlier, at, &first_key, &mut visit)?;
+                            let before: usize = members[..first]
+                                .iter()
+                                .map(|m| m.shape.points as usize)
+                                .sum();
+                            let points: usize = members[first..=last]
+                                .iter()
+                                .map(|m| m.shape.points as usize)
+                                .sum();
+                            let rows = last + 1 - first;
+                            // As the members one by one would count: a key each, their share
+                            // of the stream.
+                            let stored = first_key.len() * rows + stream.len() * points / total;
+                            if decode {
+                                let (times, values) = (
+                                    group_times.get(before..before + points).unwrap_or_default(),
+                                    group_values
+                                        .get(before..before + points)
+                                        .unwrap_or_default(),
+                                );
+                                visit(
+                                    &first_key,
+                                    RowData::Columns(times, values, rows),
+                                    Vec::new(),
+                                    stored,
+                                )?;
+                            } else {
+                                // Every member in the scan, the run from `first` to `last`, has
+                                // its summary.
+                                if group_summaries.len() != rows {
+                                    return Err(Error::Internal(
+                                        "a member in the scan without its summary".into(),
+                                    ));
+                                }
+                                visit(
+                                    &first_key,
+                                    RowData::Summaries(&group_summaries),
+                                    Vec::new(),
+                                    stored,
+                                )?;
+                            }
+                            return Ok(());
+                        }
+                        let mut rebuilt: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
+                        let mut from = 0usize;
+                        for (i, (m, inside)) in members.iter().zip(&inside).enumerate() {
+                            let to = from + m.shape.points as usize;
+                            if !inside {
+                                from = to;
+                                continue;
+                            }
+                            let key = member_key_in(&mut key_buf, at, period, m)?.to_vec();
+                            let extra =
+                                take_buffered(&mut buffered, &mut earlier, at, &key, &mut visit)?;
+                            let stored = key.len() + stream.len() * (to - from) / total;
+                            if let (None, Some(s)) = (&extra, summarized(i)) {
+                                let one = [(i64::from(period + m.offset_secs) * 1000, s)];
+                                visit(&key, RowData::Summaries(&one), Vec::new(), stored)?;
+                                from = to;
+                                continue;
+                            }
+                            let (times, values) = (
+                                group_times.get(from..to).unwrap_or_default(),
+                                group_values.get(from..to).unwrap_or_default(),
+                            );
+                            if extra.is_none() && times.windows(2).all(|w| w[0] < w[1]) {
+                                visit(
+                                    &key,
+                                    RowData::Columns(times, values, 1),
+                                    Vec::new(),
+                                    stored,
+                                )?;
+                            } else {
+                                // Merged with buffered points, or out of order: as its cell.
+                                if rebuilt.is_none() {
+                                    rebuilt = Some(DataCellCodec.decode_joint(
+                                        group.family,
+                                        stream,
+                                        members,
+                                    )?);
+                                }
+                                let (q, v) = rebuilt
+                                    .as_ref()
+                                    .and_then(|r| r.get(i))
+                                    .cloned()
+                                    .unwrap_or_default();
+                                let member = Row {
+                                    key: key.clone(),
+                                    cells: vec![hourglass_storage::Cell {
+                                        family: group.family.to_string(),
+                                        qualifier: q,
+                                        timestamp: group
+                                            .timestamps
+                                            .get(i)
+                                            .copied()
+                                            .unwrap_or_default(),
+                                        value: v,
+                                        form: CellForm::Plain,
+                                    }],
+                                };
+                                let data = match &extra {
+                                    None => RowData::Single(&member.cells[0]),
+                                    Some(points) => RowData::Merge(&member, points),
+                                };
+                                visit(&key, data, Vec::new(), stored)?;
+                            }
+                            from = to;
+                        }
+                        return Ok(());
                     }
-                    continue;
-                }
+                };
                 // The series' buffered rows of earlier hours (not stored yet) go first.
                 let extra = take_buffered(&mut buffered, &mut earlier, at, &row.key, &mut visit)?;
                 let stored_bytes = stored_bytes(&row);
@@ -544,8 +608,22 @@ impl Tsdb {
                     .filter(|c| c.family == DATA_FAMILY && is_annotation_qualifier(&c.qualifier))
                     .map(|c| (c.qualifier.as_slice(), c.value.as_slice()))
                     .collect();
-                visit(&row.key, data, annotations, stored_bytes)?;
+                visit(&row.key, data, annotations, stored_bytes)
+            };
+            // The visitor's own error, kept while the store's scan stops.
+            let mut failed: Option<Error> = None;
+            let scanned =
+                self.store()
+                    .scan_joint(&schema.data_table, &request, &mut |item: Scanned<'_>| {
+                        take(item).map_err(|e| {
+                            failed = Some(e);
+                            hourglass_storage::Error::Unavailable("the read stopped".into())
+                        })
+                    });
+            if let Some(e) = failed {
+                return Err(e);
             }
+            scanned?;
         }
         for (key, points) in buffered.into_values() {
             visit(&key, RowData::Buffered(&points), Vec::new(), 0)?;

@@ -502,6 +502,16 @@ impl Store for CountingScans {
         hourglass_storage::fallback::scan_cells(self, table, request, visit)
     }
 
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::JointVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        // Through `scan`, so the rows lent are counted too.
+        hourglass_storage::fallback::scan_joint(self, table, request, visit)
+    }
+
     fn increment_many(
         &self,
         table: &str,

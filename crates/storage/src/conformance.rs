@@ -43,6 +43,7 @@ macro_rules! conformance_tests {
             a_row_is_replaced_by_deleting_it_then_setting_cells,
             one_cell_rows_replace_rows_whole,
             lent_cells_are_the_scanned_cells,
+            joint_scans_hand_over_the_scanned_rows,
             making_a_table_durable_changes_no_cell
         );
     };
@@ -1456,6 +1457,88 @@ pub fn lent_cells_are_the_scanned_cells(store: &Arc<dyn Store>) {
     assert!(
         store
             .scan_cells("nope", &ScanRequest::default(), &mut |_, _| Ok(()))
+            .is_err()
+    );
+}
+
+/// `scan_joint` hands over the rows `scan` returns, in its order, with or without
+/// `joint_rows` (a table the store keeps no groups of has none to lend); a visitor's error
+/// ends the scan with that error.
+pub fn joint_scans_hand_over_the_scanned_rows(store: &Arc<dyn Store>) {
+    setup(store);
+    for (i, key) in [&b"r1"[..], b"r2", b"r3", b"s1", b"\xFFz"]
+        .iter()
+        .enumerate()
+    {
+        let t = i as i64;
+        store
+            .mutate_row(
+                T,
+                key,
+                &[
+                    Mutation::set_at("a", b"q1".to_vec(), 10 + t, vec![1, i as u8]),
+                    Mutation::set_at("a", b"q2".to_vec(), 30, b"v".to_vec()),
+                    Mutation::set_at("b", b"".to_vec(), 40, b"w".to_vec()),
+                ],
+            )
+            .unwrap();
+    }
+    let requests = [
+        ScanRequest::default(),
+        ScanRequest {
+            start: b"r2".to_vec(),
+            end: Some(b"s2".to_vec()),
+            limit: Some(2),
+            ..Default::default()
+        },
+        ScanRequest {
+            read: ReadOptions {
+                families: Some(vec!["a".into()]),
+                time_range: TimeRange::new(12, Some(31)),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ];
+    for request in &requests {
+        for joint_rows in [false, true] {
+            let request = ScanRequest {
+                read: ReadOptions {
+                    joint_rows,
+                    ..request.read.clone()
+                },
+                ..request.clone()
+            };
+            let scanned: Vec<Row> = store
+                .scan(T, &request)
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect();
+            let mut handed: Vec<Row> = Vec::new();
+            store
+                .scan_joint(T, &request, &mut |item| {
+                    match item {
+                        crate::Scanned::Row(row) => handed.push(row),
+                        crate::Scanned::Group(g) => panic!("a group lent from {:?}", g.key),
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(handed, scanned, "{request:?}");
+        }
+    }
+    assert!(
+        store
+            .scan_joint(T, &ScanRequest::default(), &mut |item| {
+                assert!(matches!(item, crate::Scanned::Row(ref r) if r.key == b"r1"));
+                Err(crate::Error::Unavailable("stop".into()))
+            })
+            .is_err_and(|e| e == crate::Error::Unavailable("stop".into())),
+        "a visitor's error ends the scan"
+    );
+    assert!(
+        store
+            .scan_joint("nope", &ScanRequest::default(), &mut |_| Ok(()))
             .is_err()
     );
 }

@@ -122,6 +122,16 @@ pub trait Store: Send + Sync + Debug {
     /// the rows of [`Store::scan`].
     fn scan_cells(&self, table: &str, request: &ScanRequest, visit: CellVisitor<'_>) -> Result<()>;
 
+    /// The rows [`Store::scan`] returns, in its order, handed to `visit`; with
+    /// [`ReadOptions::joint_rows`], a group that would come back as a [`CellForm::Joint`] row
+    /// is lent instead ([`Scanned::Group`]: its members, their timestamps (which a read
+    /// without a time range may go without) and its stream borrowed from what the store
+    /// read, no row encoded for the reader to decode again).
+    /// [`fallback::scan_joint`] visits the rows of [`Store::scan`], a joint row's value
+    /// decoded into the group it stands for.
+    fn scan_joint(&self, table: &str, request: &ScanRequest, visit: JointVisitor<'_>)
+    -> Result<()>;
+
     /// Adds `delta` to an 8-byte big-endian counter (absent counts as 0); returns the new value.
     fn increment(
         &self,
@@ -239,6 +249,40 @@ pub mod fallback {
             let row = row?;
             let cells: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
             visit(&row.key, LentCells::Cells(&cells))?;
+        }
+        Ok(())
+    }
+
+    /// [`Store::scan_joint`] over the rows of [`Store::scan`]: a row of one
+    /// [`CellForm::Joint`] cell lent as its group, the others handed over as they are.
+    pub fn scan_joint<S: Store + ?Sized>(
+        store: &S,
+        table: &str,
+        request: &ScanRequest,
+        visit: JointVisitor<'_>,
+    ) -> Result<()> {
+        let (mut members, mut timestamps) = (Vec::new(), Vec::new());
+        for row in store.scan(table, request)? {
+            let row = row?;
+            match row.cells.as_slice() {
+                [cell] if cell.form == CellForm::Joint => {
+                    let (joint, stream) = model::decode_joint_row(&cell.value)?;
+                    members.clear();
+                    timestamps.clear();
+                    for (m, t) in joint {
+                        members.push(m);
+                        timestamps.push(t);
+                    }
+                    visit(Scanned::Group(LentGroup {
+                        key: &row.key,
+                        family: &cell.family,
+                        members: &members,
+                        timestamps: &timestamps,
+                        stream,
+                    }))?;
+                }
+                _ => visit(Scanned::Row(row))?,
+            }
         }
         Ok(())
     }

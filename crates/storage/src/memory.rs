@@ -285,6 +285,15 @@ impl Store for MemoryStore {
         crate::fallback::scan_cells(self, table, request, visit)
     }
 
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &crate::ScanRequest,
+        visit: crate::JointVisitor<'_>,
+    ) -> crate::Result<()> {
+        crate::fallback::scan_joint(self, table, request, visit)
+    }
+
     fn increment_many(
         &self,
         table: &str,

@@ -208,6 +208,28 @@ impl Store for Metered {
         out?
     }
 
+    /// One scan call, timed with its visits, as [`Store::scan_cells`].
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &ScanRequest,
+        visit: crate::JointVisitor<'_>,
+    ) -> Result<()> {
+        let visitor_failed = std::cell::Cell::new(false);
+        let mut counted = |item: crate::Scanned<'_>| {
+            let r = visit(item);
+            visitor_failed.set(r.is_err());
+            r
+        };
+        let out = self.stats.run(Call::Scan, || {
+            match self.inner.scan_joint(table, request, &mut counted) {
+                Err(e) if visitor_failed.get() => Ok(Err(e)),
+                other => other.map(Ok),
+            }
+        });
+        out?
+    }
+
     fn increment(
         &self,
         table: &str,

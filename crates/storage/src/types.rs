@@ -58,6 +58,36 @@ impl<'a> LentCells<'_, 'a> {
     }
 }
 
+/// A group of joint members as [`crate::Store::scan_joint`] lends it, in place of the
+/// [`CellForm::Joint`] row [`crate::Store::scan`] would return for it: the same members,
+/// borrowed from what the store read, no row built.
+#[derive(Debug, Clone, Copy)]
+pub struct LentGroup<'a> {
+    /// The group key (the row key of a joint row: its base time the period's start).
+    pub key: &'a [u8],
+    /// The family of the joint cells.
+    pub family: &'a str,
+    /// Every member of the group, offsets increasing, also those outside the scan's key
+    /// range (the stream holds their points): the reader skips those.
+    pub members: &'a [crate::model::JointMember],
+    /// Each member's cell timestamp, in member order; or none, when the read has no time
+    /// range ([`TimeRange::ALL`]) and the store did not read them: a member's one cell has
+    /// no other in its row to be ordered against, so a reader of its points needs none.
+    pub timestamps: &'a [i64],
+    /// The codec's joint stream of the members.
+    pub stream: &'a [u8],
+}
+
+/// What [`crate::Store::scan_joint`] hands over: a row, or a group lent.
+#[derive(Debug)]
+pub enum Scanned<'a> {
+    Row(Row),
+    Group(LentGroup<'a>),
+}
+
+/// The visitor of [`crate::Store::scan_joint`]; an error ends the scan with it.
+pub type JointVisitor<'v> = &'v mut dyn FnMut(Scanned<'_>) -> crate::Result<()>;
+
 /// What a cell read holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CellForm {

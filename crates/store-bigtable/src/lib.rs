@@ -799,6 +799,15 @@ impl Store for BigtableStore {
         hourglass_storage::fallback::scan_cells(self, table, request, visit)
     }
 
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::JointVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        hourglass_storage::fallback::scan_joint(self, table, request, visit)
+    }
+
     fn append(
         &self,
         table: &str,

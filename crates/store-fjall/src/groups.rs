@@ -491,6 +491,19 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
 }
 
 impl<'a> Reader<'a> {
+    /// Passes over a Rice sequence of `n` values unread: its header (center, byte length,
+    /// see `hourglass_storage::rice`) and that many bytes, the length checked as
+    /// `rice::read` checks it against `n`.
+    fn skip_rice(&mut self, n: usize) -> Result<()> {
+        self.varint()?;
+        let len = usize::try_from(self.varint()?).map_err(|_| corrupt("truncated"))?;
+        if n.div_ceil(rice::BLOCK) > len.saturating_mul(8) / 6 {
+            return Err(corrupt("truncated"));
+        }
+        self.take(len)?;
+        Ok(())
+    }
+
     /// A Rice sequence of `n` values, appended to `out`.
     fn rice(&mut self, n: usize, out: &mut Vec<i64>) -> Result<()> {
         let rest = self.bytes.get(self.pos..).unwrap_or(&[]);
@@ -600,6 +613,133 @@ fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
         members,
         joint: Some((family, stream)),
     })
+}
+
+/// Buffers a scan lends groups from (`Store::scan_joint`), reused from group to group.
+#[derive(Debug, Default)]
+pub(crate) struct JointScratch {
+    /// A group's Rice sequences (format 0x03).
+    columns: Vec<i64>,
+    /// The members of the last group decoded, and their cell timestamps.
+    pub(crate) members: Vec<JointMember>,
+    pub(crate) timestamps: Vec<i64>,
+    /// A member's key, built in place.
+    pub(crate) key: Vec<u8>,
+}
+
+/// A group value's members, when every one is joint (formats 0x02 and 0x03), into
+/// `scratch.members` and, with `timestamps`, their cell timestamps into
+/// `scratch.timestamps` (else left empty: format 0x03's sequence of them is passed over by
+/// its length, unread): the family and the stream. `None` for a group holding a row member
+/// or none joint (format 0x01): read as rows. The checks are [`decode_group`]'s (but for the
+/// timestamps passed over); nothing is allocated once the buffers hold a group of this size.
+pub(crate) fn decode_joint_members<'a>(
+    bytes: &'a [u8],
+    scratch: &mut JointScratch,
+    timestamps: bool,
+) -> Result<Option<(&'a str, &'a [u8])>> {
+    scratch.members.clear();
+    scratch.timestamps.clear();
+    match bytes.first() {
+        Some(&GROUP_FORMAT_COLUMNS) => {}
+        Some(&GROUP_FORMAT_JOINT) => {
+            let group = decode_group(bytes)?;
+            for (offset, member) in &group.members {
+                let Member::Joint { shape, timestamp } = member else {
+                    return Ok(None);
+                };
+                scratch.members.push(JointMember {
+                    offset_secs: *offset,
+                    shape: *shape,
+                });
+                if timestamps {
+                    scratch.timestamps.push(*timestamp);
+                }
+            }
+            return Ok(group.joint);
+        }
+        _ => return Ok(None),
+    }
+    let mut r = Reader { bytes, pos: 1 };
+    let n = usize::try_from(r.varint()?).map_err(|_| corrupt("member count past its bytes"))?;
+    if n.div_ceil(rice::BLOCK) > bytes.len().saturating_mul(8) / 6 {
+        return Err(corrupt("member count past its bytes"));
+    }
+    let columns = &mut scratch.columns;
+    columns.clear();
+    r.rice(n, columns)?;
+    r.rice(n, columns)?;
+    let shapes = columns.get(n..).unwrap_or_default();
+    if shapes.contains(&i64::from(SHAPE_ROW)) {
+        return Ok(None);
+    }
+    if n == 0 {
+        return Err(corrupt("no joint member"));
+    }
+    let with_meta = shapes
+        .iter()
+        .filter(|s| **s == i64::from(SHAPE_JOINT_META))
+        .count();
+    let metas = r.take(with_meta)?;
+    // Every member is joint: a point count and a timestamp delta each.
+    r.rice(n, columns)?;
+    if timestamps {
+        r.rice(n, columns)?;
+    } else {
+        r.skip_rice(n)?;
+    }
+    let (steps, rest) = columns.split_at(n.min(columns.len()));
+    let (shapes, rest) = rest.split_at(n.min(rest.len()));
+    let (counts, deltas) = rest.split_at(n.min(rest.len()));
+    let (mut offset, mut timestamp, mut meta_at) = (0u64, 0i64, 0usize);
+    scratch.members.reserve(n);
+    if timestamps {
+        scratch.timestamps.reserve(n);
+    }
+    for (i, (step, shape)) in steps.iter().zip(shapes).enumerate() {
+        let step = u64::try_from(*step).map_err(|_| corrupt("bad step"))?;
+        let delta = step_secs(step);
+        // Offsets strictly increase, within `u32` (as `next_offset` checks them).
+        if i > 0 && delta == 0 {
+            return Err(corrupt("offsets not increasing"));
+        }
+        offset = offset
+            .checked_add(delta)
+            .filter(|o| *o <= u64::from(u32::MAX))
+            .ok_or_else(|| corrupt("offset out of range"))?;
+        let meta = match u8::try_from(*shape) {
+            Ok(SHAPE_JOINT) => None,
+            Ok(SHAPE_JOINT_META_0) => Some(0),
+            Ok(SHAPE_JOINT_META) => {
+                meta_at += 1;
+                Some(metas[meta_at - 1])
+            }
+            _ => return Err(corrupt("unknown member shape")),
+        };
+        let count = counts.get(i).ok_or_else(|| corrupt("truncated"))?;
+        let points = u32::try_from(*count)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| corrupt("bad point count"))?;
+        scratch.members.push(JointMember {
+            offset_secs: offset as u32,
+            shape: JointShape { points, meta },
+        });
+        if let Some(delta) = deltas.get(i) {
+            timestamp = timestamp.wrapping_add(*delta);
+            scratch.timestamps.push(timestamp);
+        }
+    }
+    if scratch.members.len() != n {
+        return Err(corrupt("truncated"));
+    }
+    let family =
+        std::str::from_utf8(r.chunk()?).map_err(|_| corrupt("family name is not UTF-8"))?;
+    let stream = &bytes[r.pos..];
+    if stream.is_empty() {
+        return Err(corrupt("truncated"));
+    }
+    Ok(Some((family, stream)))
 }
 
 /// Every member of a group value as its row: row values decoded (`keep_encoded` as
@@ -946,6 +1086,30 @@ mod tests {
         ) {
             let bytes = encode_group(&members, Some(&Toy));
             prop_assert_eq!(group_members(Some(&bytes), Some(&Toy)).unwrap(), members.clone());
+            // Lent (every member joint): the members, family and stream `decode_group` reads,
+            // the timestamps only when asked for; a group with a row member is not lent.
+            let group = decode_group(&bytes).unwrap();
+            let all_joint = group.joint.is_some()
+                && group.members.iter().all(|(_, m)| matches!(m, Member::Joint { .. }));
+            let mut scratch = JointScratch::default();
+            for timestamps in [true, false] {
+                let lent = decode_joint_members(&bytes, &mut scratch, timestamps).unwrap();
+                prop_assert_eq!(lent.is_some(), all_joint);
+                if all_joint {
+                    prop_assert_eq!(lent, group.joint);
+                    let want: Vec<(JointMember, i64)> = group.members.iter().filter_map(|(o, m)| match m {
+                        Member::Joint { shape, timestamp } => Some((JointMember { offset_secs: *o, shape: *shape }, *timestamp)),
+                        Member::Row(_) => None,
+                    }).collect();
+                    let got: Vec<JointMember> = scratch.members.clone();
+                    prop_assert_eq!(got, want.iter().map(|(m, _)| *m).collect::<Vec<_>>());
+                    if timestamps {
+                        prop_assert_eq!(scratch.timestamps.clone(), want.iter().map(|(_, t)| *t).collect::<Vec<_>>());
+                    } else {
+                        prop_assert!(scratch.timestamps.is_empty());
+                    }
+                }
+            }
             // Format 0x02 of the same members still reads back.
             if let Some(joint) = joint_group(&members, &Toy) {
                 let format_2 = joint.members_format();
@@ -970,6 +1134,8 @@ mod tests {
             let _ = decode_group(&bytes);
             let _ = member_rows(&bytes, Some(&Toy), false);
             let _ = member_rows(&bytes, None, true);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), false);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), true);
         }
 
         #[test]
@@ -978,6 +1144,8 @@ mod tests {
             bytes.extend(rest);
             let _ = decode_group(&bytes);
             let _ = member_rows(&bytes, Some(&Toy), false);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), false);
+            let _ = decode_joint_members(&bytes, &mut JointScratch::default(), true);
         }
     }
 }

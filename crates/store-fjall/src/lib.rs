@@ -24,15 +24,15 @@ use fjall::{
 use hourglass_storage::model::{self, RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
     Cell, CellCodec, CellForm, CellRef, CellRow, CellVisitor, Check, Error, FamilySpec,
-    JointMember, LentCells, Mutation, ReadOptions, Result, Row, RowCheck, RowIter, RowMutation,
-    ScanRequest, SkipHint, Store, TableSpec, now_ms,
+    JointMember, JointVisitor, LentCells, LentGroup, Mutation, ReadOptions, Result, Row, RowCheck,
+    RowIter, RowMutation, ScanRequest, Scanned, SkipHint, Store, TableSpec, now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
 pub use groups::Grouping;
 use groups::{
-    Member, decode_group, encode_group, encode_rows_group, group_members, member_rows,
-    stored_members,
+    JointScratch, Member, decode_group, decode_joint_members, encode_group, encode_rows_group,
+    group_members, member_rows, stored_members,
 };
 
 const TABLES_KEYSPACE: &str = "_tables";
@@ -961,6 +961,9 @@ struct GroupedScan {
     keep_encoded: bool,
     /// Groups of joint members only may come back as one row (`ReadOptions::joint_rows`).
     joint_rows: bool,
+    /// Such groups are lent (`Store::scan_joint`): queued as they are, checked and decoded
+    /// when taken.
+    lend_groups: bool,
     filter: ScanFilter,
     grouping: Grouping,
     start: Vec<u8>,
@@ -1000,13 +1003,19 @@ enum Pending {
         value: fjall::Slice,
         at: std::ops::Range<usize>,
     },
+    /// A group of a window, none of its members shadowed, to lend whole if every member is
+    /// joint (`GroupedScan::lend_groups`), else to read as its members' rows.
+    Group {
+        key: fjall::Slice,
+        value: fjall::Slice,
+    },
 }
 
 impl Pending {
     /// A row found as stored: its key (written into `key`), its value's bytes.
     fn stored<'p>(&'p self, grouping: &Grouping, key: &mut Vec<u8>) -> Option<&'p [u8]> {
         let (value, at) = match self {
-            Pending::Row(_) => return None,
+            Pending::Row(_) | Pending::Group { .. } => return None,
             Pending::Stored { key: k, value, at } => {
                 key.clear();
                 key.extend_from_slice(k);
@@ -1029,6 +1038,32 @@ impl Pending {
 }
 
 impl GroupedScan {
+    /// A row found, decoded and filtered (`None`: the filters take none of its cells); a
+    /// stored value that does not decode ends the scan with its error.
+    fn take_row(&mut self, pending: Pending) -> Result<Option<Row>> {
+        if let Pending::Row(row) = pending {
+            return Ok(Some(row));
+        }
+        if matches!(pending, Pending::Group { .. }) {
+            // Queued only for `Store::scan_joint`, which takes them itself.
+            self.done = true;
+            self.out.clear();
+            return Err(Error::Internal("a group to lend in a scan of rows".into()));
+        }
+        let mut key = Vec::new();
+        let Some(bytes) = pending.stored(&self.grouping, &mut key) else {
+            return Ok(None);
+        };
+        match RowData::decode_with(bytes, self.codec.as_deref(), self.keep_encoded) {
+            Ok(row) => Ok(self.filter.accept_matched(key, row)),
+            Err(e) => {
+                self.done = true;
+                self.out.clear();
+                Err(e)
+            }
+        }
+    }
+
     fn in_range(&self, key: &[u8]) -> bool {
         key >= self.start.as_slice()
             && match &self.upper {
@@ -1244,73 +1279,181 @@ impl GroupedScan {
             }
             // This series' rows in the row keyspace: its series-major keys are the group's
             // key (period start at the end) with the base time in place of the start.
-            let series = g.series_major(&group_key);
-            let prefix = &series[..series.len() - 4];
             let mut own: Vec<(u32, fjall::Slice, fjall::Slice)> = Vec::new();
-            let from = prefix.to_vec();
-            let keys: Vec<Vec<u8>> = rows
-                .range(from..)
-                .take_while(|(k, _)| k.starts_with(prefix))
-                .filter(|(k, _)| k.len() == series.len())
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in keys {
-                if let Some((key, value)) = rows.remove(&k)
-                    && let Some(base) = g.base(&key)
-                {
-                    own.push((base, key, value));
+            if !rows.is_empty() {
+                let series = g.series_major(&group_key);
+                let prefix = &series[..series.len() - 4];
+                let from = prefix.to_vec();
+                let keys: Vec<Vec<u8>> = rows
+                    .range(from..)
+                    .take_while(|(k, _)| k.starts_with(prefix))
+                    .filter(|(k, _)| k.len() == series.len())
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in keys {
+                    if let Some((key, value)) = rows.remove(&k)
+                        && let Some(base) = g.base(&key)
+                    {
+                        own.push((base, key, value));
+                    }
                 }
             }
-            // A group of joint members only, none shadowed: one row, if the reader asks.
-            if self.joint_rows
-                && own.is_empty()
-                && let Some(row) = self.joint_row(&group_key, &value)?
-            {
-                self.out.extend(row.map(Pending::Row));
-                continue;
-            }
-            // A group of row values only (a table without codec): each member's row value
-            // taken from the group's as it is, decoded or lent when taken.
-            if self.codec.is_none() {
-                self.emit_members(&group_key, &value, own)?;
-                continue;
-            }
-            let members = member_rows(&value, self.codec.as_deref(), self.keep_encoded)?;
-            let period = g.base(&group_key).unwrap_or(0);
-            let mut own = own.into_iter().peekable();
-            for (offset, row) in members {
-                let Some(base) = period.checked_add(offset) else {
-                    continue;
-                };
-                // Its rows in the row keyspace up to this time go first; one at this time
-                // replaces the member.
-                let mut shadowed = false;
-                while let Some((b, key, value)) = own.next_if(|(b, _, _)| *b <= base) {
-                    shadowed |= b == base;
-                    let all = 0..value.len();
-                    self.emit(key.to_vec(), value, all);
-                }
-                if shadowed {
+            // A group of joint members only, none shadowed: one row, if the reader asks (or
+            // lent, when taken).
+            if self.joint_rows && own.is_empty() {
+                if self.lend_groups {
+                    self.out.push_back(Pending::Group {
+                        key: group_key,
+                        value,
+                    });
                     continue;
                 }
-                let Some(key) = g.member_key(&group_key, offset) else {
+                if let Some(row) = self.joint_row(&group_key, &value)? {
+                    self.out.extend(row.map(Pending::Row));
                     continue;
-                };
-                // Under a series filter the group's key passed it for every member.
-                if self.in_range(&key) && (self.series_filter || self.filter.key_matches(&key)) {
-                    self.emit_row(key, row);
                 }
             }
-            for (_, key, value) in own {
-                let all = 0..value.len();
-                self.emit(key.to_vec(), value, all);
-            }
+            self.emit_group(&group_key, &value, own)?;
         }
         for (_, (key, value)) in std::mem::take(&mut rows) {
             let all = 0..value.len();
             self.emit(key.to_vec(), value, all);
         }
         Ok(())
+    }
+
+    /// A group's members (but for those `own` shadows) and `own`, the series' rows of the
+    /// row keyspace in time order, into the output in time order.
+    fn emit_group(
+        &mut self,
+        group_key: &[u8],
+        value: &fjall::Slice,
+        own: Vec<(u32, fjall::Slice, fjall::Slice)>,
+    ) -> Result<()> {
+        let g = self.grouping;
+        // A group of row values only (a table without codec): each member's row value
+        // taken from the group's as it is, decoded or lent when taken.
+        if self.codec.is_none() {
+            return self.emit_members(group_key, value, own);
+        }
+        let members = member_rows(value, self.codec.as_deref(), self.keep_encoded)?;
+        let period = g.base(group_key).unwrap_or(0);
+        let mut own = own.into_iter().peekable();
+        for (offset, row) in members {
+            let Some(base) = period.checked_add(offset) else {
+                continue;
+            };
+            // Its rows in the row keyspace up to this time go first; one at this time
+            // replaces the member.
+            let mut shadowed = false;
+            while let Some((b, key, value)) = own.next_if(|(b, _, _)| *b <= base) {
+                shadowed |= b == base;
+                let all = 0..value.len();
+                self.emit(key.to_vec(), value, all);
+            }
+            if shadowed {
+                continue;
+            }
+            let Some(key) = g.member_key(group_key, offset) else {
+                continue;
+            };
+            // Under a series filter the group's key passed it for every member.
+            if self.in_range(&key) && (self.series_filter || self.filter.key_matches(&key)) {
+                self.emit_row(key, row);
+            }
+        }
+        for (_, key, value) in own {
+            let all = 0..value.len();
+            self.emit(key.to_vec(), value, all);
+        }
+        Ok(())
+    }
+
+    /// A group queued to be lent ([`Pending::Group`]), lent to `visit` when every member is
+    /// joint and the read takes them all as [`GroupedScan::joint_row`] would; else its
+    /// members' rows go next in the output. Whether it was visited.
+    fn lend_group(
+        &mut self,
+        group_key: &fjall::Slice,
+        value: &fjall::Slice,
+        scratch: &mut JointScratch,
+        visit: JointVisitor<'_>,
+    ) -> Result<bool> {
+        match self.lendable(group_key, value, scratch)? {
+            Some(Some((family, stream))) => {
+                visit(Scanned::Group(LentGroup {
+                    key: group_key,
+                    family,
+                    members: &scratch.members,
+                    timestamps: &scratch.timestamps,
+                    stream,
+                }))?;
+                Ok(true)
+            }
+            Some(None) => Ok(false),
+            None => {
+                // Its members go before what the window had queued after it.
+                let rest = std::mem::take(&mut self.out);
+                self.emit_group(group_key, value, Vec::new())?;
+                self.out.extend(rest);
+                Ok(false)
+            }
+        }
+    }
+
+    /// [`GroupedScan::joint_row`]'s checks on a group decoded into `scratch`: its family
+    /// and stream when it goes as one; `Some(None)` when no member is in the scan's range;
+    /// `None` when it is read as rows.
+    #[allow(clippy::type_complexity)]
+    fn lendable<'v>(
+        &self,
+        group_key: &[u8],
+        value: &'v [u8],
+        scratch: &mut JointScratch,
+    ) -> Result<Option<Option<(&'v str, &'v [u8])>>> {
+        let read = self.filter.read();
+        // Members' cell timestamps are read only for a read with a time range.
+        let timestamps = !read.time_range.is_all();
+        let Some((family, stream)) = decode_joint_members(value, scratch, timestamps)? else {
+            return Ok(None);
+        };
+        if !read.wants_family(family) {
+            return Ok(None);
+        }
+        let g = self.grouping;
+        let key = &mut scratch.key;
+        key.clear();
+        key.extend_from_slice(group_key);
+        // Offsets increase: when the last member's key can be made, every one's can.
+        let Some(last) = scratch.members.last() else {
+            return Ok(None);
+        };
+        if g.make_member_key(key, last.offset_secs).is_none() {
+            return Ok(None);
+        }
+        // Each member is checked when the read filters by time or key; else one member in
+        // range is enough.
+        let each = !read.time_range.is_all() || !self.series_filter;
+        let mut any_in_range = false;
+        for (i, m) in scratch.members.iter().enumerate() {
+            if !each && any_in_range {
+                break;
+            }
+            if g.make_member_key(key, m.offset_secs).is_none() {
+                return Ok(None);
+            }
+            if each
+                && (!scratch
+                    .timestamps
+                    .get(i)
+                    .is_none_or(|t| read.time_range.contains(*t))
+                    || !(self.series_filter || self.filter.key_matches(key)))
+            {
+                return Ok(None);
+            }
+            any_in_range = any_in_range || self.in_range(key);
+        }
+        Ok(Some(any_in_range.then_some((family, stream))))
     }
 
     /// The members of a group of row values (no joint member), merged with the series'
@@ -1378,25 +1521,13 @@ impl Iterator for GroupedScan {
     fn next(&mut self) -> Option<Result<Row>> {
         loop {
             let pending = match self.next_pending()? {
-                Ok(Pending::Row(row)) => return Some(Ok(row)),
                 Ok(pending) => pending,
                 Err(e) => return Some(Err(e)),
             };
-            let mut key = Vec::new();
-            let Some(bytes) = pending.stored(&self.grouping, &mut key) else {
-                continue;
-            };
-            match RowData::decode_with(bytes, self.codec.as_deref(), self.keep_encoded) {
-                Ok(row) => {
-                    if let Some(out) = self.filter.accept_matched(key, row) {
-                        return Some(Ok(out));
-                    }
-                }
-                Err(e) => {
-                    self.done = true;
-                    self.out.clear();
-                    return Some(Err(e));
-                }
+            match self.take_row(pending) {
+                Ok(Some(row)) => return Some(Ok(row)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
             }
         }
     }
@@ -1447,6 +1578,7 @@ impl FjallStore {
             codec: t.codec.clone(),
             keep_encoded: request.read.encoded_cells,
             joint_rows: request.read.joint_rows,
+            lend_groups: false,
             filter,
             grouping: groups.grouping,
             start: request.start.clone(),
@@ -2340,6 +2472,44 @@ impl Store for FjallStore {
             raw,
         };
         Ok(Box::new(rows.take(limit)))
+    }
+
+    /// A grouped table's groups of joint members are lent from their group values, decoded
+    /// into buffers kept for the whole scan; other rows are handed over as [`Store::scan`]
+    /// returns them.
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &ScanRequest,
+        visit: JointVisitor<'_>,
+    ) -> Result<()> {
+        let (open, t) = self.table_for_read(table)?;
+        let Some(mut rows) = Self::grouped_scan(open, &t, request)? else {
+            for row in self.scan(table, request)? {
+                visit(Scanned::Row(row?))?;
+            }
+            return Ok(());
+        };
+        rows.lend_groups = rows.joint_rows;
+        let mut scratch = JointScratch::default();
+        let mut returned = 0;
+        while !rows.filter.is_full(returned) {
+            let pending = match rows.next_pending() {
+                None => break,
+                Some(pending) => pending?,
+            };
+            if let Pending::Group { key, value } = &pending {
+                if rows.lend_group(key, value, &mut scratch, &mut *visit)? {
+                    returned += 1;
+                }
+                continue;
+            }
+            if let Some(row) = rows.take_row(pending)? {
+                returned += 1;
+                visit(Scanned::Row(row))?;
+            }
+        }
+        Ok(())
     }
 
     /// Rows of a table without codec lend cells borrowed from their stored bytes (one

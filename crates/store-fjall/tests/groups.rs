@@ -11,10 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hourglass_storage::memory::MemoryStore;
-use hourglass_storage::model::decode_joint_row;
+use hourglass_storage::model::{decode_joint_row, encode_joint_row};
 use hourglass_storage::{
     Cell, CellCodec, CellForm, Error, FamilySpec, JointCell, JointForm, JointMember, JointShape,
-    Mutation, ReadOptions, Row, RowMutation, ScanRequest, SkipHint, Store, TableSpec, TimeRange,
+    Mutation, ReadOptions, Row, RowMutation, ScanRequest, Scanned, SkipHint, Store, TableSpec,
+    TimeRange,
 };
 use hourglass_store_fjall::{FjallStore, Grouping};
 use proptest::prelude::*;
@@ -264,6 +265,45 @@ fn expand_joint_rows(rows: &[Row], request: &ScanRequest) -> Vec<Row> {
     out
 }
 
+/// What `scan_joint` hands over, a group lent as the joint row `scan` returns for it (its
+/// timestamps, when the store left them out, those `scan` gives).
+fn lent_groups(store: &dyn Store, request: &ScanRequest) -> Vec<Row> {
+    let joint = scan(store, request);
+    let mut rows = Vec::new();
+    let mut visit = |item: Scanned<'_>| {
+        rows.push(match item {
+            Scanned::Row(row) => row,
+            Scanned::Group(g) => {
+                let timestamps: Vec<i64> = if g.timestamps.is_empty() {
+                    // Left out only where the read takes every time.
+                    assert!(request.read.time_range.is_all());
+                    let row = joint.iter().find(|r| r.key == g.key).unwrap();
+                    let (members, _) = decode_joint_row(&row.cells[0].value).unwrap();
+                    members.iter().map(|(_, t)| *t).collect()
+                } else {
+                    g.timestamps.to_vec()
+                };
+                assert_eq!(g.members.len(), timestamps.len());
+                let members: Vec<(JointMember, i64)> =
+                    g.members.iter().copied().zip(timestamps).collect();
+                Row {
+                    key: g.key.to_vec(),
+                    cells: vec![Cell {
+                        family: g.family.to_string(),
+                        qualifier: Vec::new(),
+                        timestamp: members.first().map_or(0, |(_, t)| *t),
+                        value: encode_joint_row(&members, g.stream),
+                        form: CellForm::Joint,
+                    }],
+                }
+            }
+        });
+        Ok(())
+    };
+    store.scan_joint(TABLE, request, &mut visit).unwrap();
+    rows
+}
+
 /// The rows `scan_cells` lends (a row lent as columns given its cells one by one).
 fn lent(store: &dyn Store, request: &ScanRequest) -> Vec<Row> {
     let mut rows = Vec::new();
@@ -344,6 +384,14 @@ fn check(store: &dyn Store, model: &MemoryStore) {
             got,
             "joint rows {request:?}"
         );
+        // Lent, the same groups (their buffers reused from group to group), and without
+        // joint rows asked for, the rows of the scan.
+        assert_eq!(
+            lent_groups(store, &joint_request),
+            joint,
+            "lent groups {request:?}"
+        );
+        assert_eq!(lent_groups(store, request), got, "lent rows {request:?}");
         assert_eq!(
             sorted(got.clone()),
             scan(model, request),
@@ -405,6 +453,23 @@ fn check(store: &dyn Store, model: &MemoryStore) {
                 scan(store, &limited),
                 "lent {limited:?}"
             );
+            // Groups lent as `scan` returns them as joint rows, under every read: a time
+            // range or another family leaves a group to its members' rows.
+            for limit in [None, Some(2)] {
+                let joint = ScanRequest {
+                    read: ReadOptions {
+                        joint_rows: true,
+                        ..request.read.clone()
+                    },
+                    limit,
+                    ..request.clone()
+                };
+                assert_eq!(
+                    lent_groups(store, &joint),
+                    scan(store, &joint),
+                    "lent groups {joint:?}"
+                );
+            }
         }
     }
 }

@@ -1211,7 +1211,7 @@ fn offset_mode(stream: &[u8]) -> u8 {
         pos: 1,
     };
     if stream[0] == JOINT_VERSION {
-        read_summaries(&mut r, 24).unwrap();
+        read_summaries(&mut r, 24, |_| {}).unwrap();
     }
     assert_eq!(r.varint().unwrap(), 1, "one resolution run");
     r.byte().unwrap();

@@ -311,7 +311,7 @@ impl Downsampler {
         closed
     }
 
-    /// Whether [`Downsampler::push_summary`] can stand for pushing the points of one hour:
+    /// Whether [`Downsampler::push_summaries`] can stand for pushing the points of one hour:
     /// fixed one-hour buckets, reduced by sum, avg, min, max or count.
     pub fn takes_summaries(spec: &DownsampleSpec) -> bool {
         spec.calendar.is_none()
@@ -322,54 +322,84 @@ impl Downsampler {
             )
     }
 
-    /// Whether the summaries [`Downsampler::push_summary`] takes must hold each hour's least
+    /// Whether the summaries [`Downsampler::push_summaries`] takes must hold each hour's least
     /// and greatest values (a downsample by min or max), not only its sum.
     pub fn summaries_need_extremes(spec: &DownsampleSpec) -> bool {
         matches!(Running::of(spec.function), Running::Min | Running::Max)
     }
 
-    /// Adds the points of the hour starting at `start` (ms) at once, by their summary, none
-    /// of them pushed before; later points must not go back. Only when
-    /// [`Downsampler::takes_summaries`]. Returns how many buckets it closed.
-    pub fn push_summary(&mut self, start: i64, s: &MemberSummary) -> Result<usize> {
-        if !Downsampler::takes_summaries(&self.spec) || start.rem_euclid(HOUR_MS) != 0 {
+    /// Adds the points of each hour starting at a summary's time (ms) at once, by the
+    /// summary, in time order, none of them pushed before; later points must not go back.
+    /// Only when [`Downsampler::takes_summaries`]. Returns how many buckets they closed.
+    pub fn push_summaries(&mut self, summaries: &[(i64, MemberSummary)]) -> Result<usize> {
+        if !Downsampler::takes_summaries(&self.spec) {
             return Err(Error::Internal(
                 "a summary pushed into buckets it does not fill".into(),
             ));
         }
-        if self.bucket.is_some_and(|(_, end)| start < end) {
-            return Err(Error::Internal(
-                "a summary pushed into a bucket already begun".into(),
-            ));
-        }
-        if start < self.from {
-            // One-hour buckets from an hour: never before the first boundary.
-            return Ok(0);
-        }
-        if !s.extremes && Downsampler::summaries_need_extremes(&self.spec) {
-            return Err(Error::Internal(
-                "a summary without its least and greatest values pushed into min or max".into(),
-            ));
-        }
-        let first_row = self.out.capacity() == 0 && self.bucket.is_none();
-        let closed = self.close();
-        self.bucket = Some((start, start + HOUR_MS));
-        let count = u64::from(s.count);
-        let c = &mut self.current;
-        c.seen = count;
-        c.finite = count;
-        c.acc = match c.running {
-            // Folds start from 0.0; a summary's sum may have started from -0.0 (written so
-            // before): they differ only in the sign of a zero, which adding 0.0 settles.
-            Running::Sum | Running::Avg => 0.0 + s.sum,
-            Running::Min => s.min,
-            Running::Max => s.max,
-            _ => Accumulator::start(c.running),
-        };
-        if let (true, Some(until)) = (first_row, self.until) {
-            let hours = (until - start).max(0) / HOUR_MS + 2;
-            self.out
-                .reserve(usize::try_from(hours).unwrap_or(0).min(1 << 24));
+        let extremes = Downsampler::summaries_need_extremes(&self.spec);
+        with_fold!(self.current.running, F => self.push_summaries_folded::<F>(summaries, extremes),
+            _ => Err(Error::Internal("a summary pushed into buckets it does not fill".into())))
+    }
+
+    /// [`Downsampler::push_summaries`] with the fold of the downsampling function known:
+    /// each summary closes the bucket before it (its value as `close` takes it) and opens
+    /// its hour's with the summary's state.
+    fn push_summaries_folded<F: Fold>(
+        &mut self,
+        summaries: &[(i64, MemberSummary)],
+        extremes: bool,
+    ) -> Result<usize> {
+        let mut closed = 0;
+        for (start, s) in summaries {
+            let start = *start;
+            if start.rem_euclid(HOUR_MS) != 0 {
+                return Err(Error::Internal(
+                    "a summary pushed into buckets it does not fill".into(),
+                ));
+            }
+            if self.bucket.is_some_and(|(_, end)| start < end) {
+                return Err(Error::Internal(
+                    "a summary pushed into a bucket already begun".into(),
+                ));
+            }
+            if start < self.from {
+                // One-hour buckets from an hour: never before the first boundary.
+                continue;
+            }
+            if extremes && !s.extremes {
+                return Err(Error::Internal(
+                    "a summary without its least and greatest values pushed into min or max".into(),
+                ));
+            }
+            let c = &mut self.current;
+            match self.bucket {
+                Some((open, _)) if c.seen > 0 => {
+                    self.out.push((open, F::value(c.acc, c.finite)));
+                    closed += 1;
+                }
+                Some(_) => {}
+                None => {
+                    if let (0, Some(until)) = (self.out.capacity(), self.until) {
+                        let hours = (until - start).max(0) / HOUR_MS + 2;
+                        self.out
+                            .reserve(usize::try_from(hours).unwrap_or(0).min(1 << 24));
+                    }
+                }
+            }
+            self.bucket = Some((start, start + HOUR_MS));
+            let count = u64::from(s.count);
+            c.seen = count;
+            c.finite = count;
+            c.acc = match c.running {
+                // Folds start from 0.0; a summary's sum may have started from -0.0 (written
+                // so before): they differ only in the sign of a zero, which adding 0.0
+                // settles.
+                Running::Sum | Running::Avg => 0.0 + s.sum,
+                Running::Min => s.min,
+                Running::Max => s.max,
+                _ => F::START,
+            };
         }
         Ok(closed)
     }

@@ -1313,9 +1313,7 @@ impl Scan<'_> {
                         let s = &mut part.series[i];
                         match (&mut s.points, row.summaries.is_empty()) {
                             (Points::Downsampled(d), false) => {
-                                for (hour, summary) in row.summaries {
-                                    held += d.push_summary(*hour, summary)? as u64;
-                                }
+                                held += d.push_summaries(row.summaries)? as u64;
                             }
                             (Points::Raw(_), false) => {
                                 return Err(Error::Internal(

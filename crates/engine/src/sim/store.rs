@@ -502,6 +502,16 @@ impl Store for FaultStore {
         hourglass_storage::fallback::scan_cells(self, table, request, visit)
     }
 
+    fn scan_joint(
+        &self,
+        table: &str,
+        request: &hourglass_storage::ScanRequest,
+        visit: hourglass_storage::JointVisitor<'_>,
+    ) -> hourglass_storage::Result<()> {
+        // Through `scan` and its faults.
+        hourglass_storage::fallback::scan_joint(self, table, request, visit)
+    }
+
     fn append(
         &self,
         table: &str,
