@@ -141,14 +141,18 @@ impl Writer {
             self.len += 8 - zeros as usize;
             return;
         }
-        let high = v / EIGHT;
-        if high != self.high.value || self.high.len == 0 {
-            self.high.set(high);
+        // Within the kept digits' range (v at least their value times 10^8, less than 10^8
+        // above): no division.
+        let mut low = v.wrapping_sub(self.high.base);
+        if low >= EIGHT || self.high.len == 0 {
+            let high = v / EIGHT;
+            self.high.set(high, high * EIGHT);
+            low = v - high * EIGHT;
         }
         // At most 11 digits above the last eight (i64::MAX / 10^8 has 11).
         self.chunk[self.len..self.len + 20].copy_from_slice(&self.high.digits);
         self.len += self.high.len;
-        let low = (v - high * EIGHT) as u32;
+        let low = low as u32;
         self.chunk[self.len..self.len + 8].copy_from_slice(&eight_digits(low));
         self.len += 8;
     }
@@ -279,7 +283,8 @@ fn eight_digits(n: u32) -> [u8; 8] {
 /// The digits of an integer's value above its last eight, kept for the next integer.
 #[derive(Default)]
 struct HighDigits {
-    value: u64,
+    /// The value the digits stand for, times 10^8.
+    base: u64,
     /// Left-aligned.
     digits: [u8; 20],
     /// 0: none kept yet.
@@ -287,12 +292,13 @@ struct HighDigits {
 }
 
 impl HighDigits {
-    fn set(&mut self, high: u64) {
+    #[inline(never)]
+    fn set(&mut self, high: u64, base: u64) {
         let mut text = itoa::Buffer::new();
         let text = text.format(high).as_bytes();
         self.digits[..text.len()].copy_from_slice(text);
         self.len = text.len();
-        self.value = high;
+        self.base = base;
     }
 }
 
