@@ -1603,6 +1603,23 @@ impl Deltas<'_> {
     /// The next `n` values as integers read from `len` bytes, appended to `out`.
     fn ints_into<V: Sample>(&mut self, n: usize, len: u32, out: &mut Vec<V>) {
         let shift = 64 - 8 * len;
+        if let Some(values) = &mut self.listed {
+            // Decoded already (a Rice sequence): a run's values in one pass over the slice,
+            // zeros past the end as `next` gives them.
+            let listed = values.as_slice();
+            let take = n.min(listed.len());
+            out.reserve(n);
+            out.extend(
+                listed[..take]
+                    .iter()
+                    .map(|v| V::from_int((v << shift) >> shift)),
+            );
+            out.extend((take..n).map(|_| V::from_int(0)));
+            if take > 0 {
+                values.nth(take - 1);
+            }
+            return;
+        }
         let (floor, divisor) = (self.floor, self.divisor);
         let bits = &mut self.bits;
         let mut v = self.value;

@@ -29,6 +29,9 @@ const ESCAPE: u64 = 16;
 const CENTER_BLOCK: u32 = 63;
 /// The largest parameter of a block with bits.
 const MAX_PARAMETER: u32 = 62;
+/// The largest parameter whose unescaped codes (at most `ESCAPE + 1 + r` bits) fit in the 56
+/// bits a refill leaves buffered.
+const FAST_PARAMETER: u32 = 56 - ESCAPE as u32 - 1;
 
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
@@ -294,17 +297,30 @@ impl<'a> Reader<'a> {
         if self.bits >= 57 {
             return;
         }
-        let room = (63 - self.bits) / 8;
-        let word = match self.data.get(self.pos..self.pos + 8) {
-            Some(w) => u64::from_le_bytes(w.try_into().unwrap_or_default()),
-            None => {
-                let mut b = [0u8; 8];
-                let rest = self.data.get(self.pos..).unwrap_or(&[]);
-                let n = rest.len().min(8);
-                b[..n].copy_from_slice(&rest[..n]);
-                u64::from_le_bytes(b)
+        match self.data.get(self.pos..self.pos + 8) {
+            // Eight bytes at hand: the whole word goes above the buffered bits, and the
+            // bytes that fit whole are counted (the bits above those are the next byte's
+            // own, loaded again by the next refill).
+            Some(w) => {
+                let word = u64::from_le_bytes(w.try_into().unwrap_or_default());
+                self.acc |= word << self.bits;
+                self.pos += ((63 - self.bits) / 8) as usize;
+                self.bits |= 56;
             }
-        };
+            None => self.refill_at_end(),
+        }
+    }
+
+    /// [`Reader::refill`] within eight bytes of the end: the bytes left, then zeros.
+    #[cold]
+    #[inline(never)]
+    fn refill_at_end(&mut self) {
+        let room = (63 - self.bits) / 8;
+        let mut b = [0u8; 8];
+        let rest = self.data.get(self.pos..).unwrap_or(&[]);
+        let n = rest.len().min(8);
+        b[..n].copy_from_slice(&rest[..n]);
+        let word = u64::from_le_bytes(b);
         // The bytes that fit whole above the buffered bits (at most 7: 8 * room <= 56).
         let keep = word & ((1u64 << (8 * room)) - 1);
         self.acc |= keep << self.bits;
@@ -357,6 +373,31 @@ impl<'a> Reader<'a> {
             }
             let mask = u64::MAX >> (63 - r) >> 1;
             let center = self.center;
+            if r <= FAST_PARAMETER {
+                // Any unescaped code fits in the 56 bits a refill leaves: a refill when
+                // fewer than the longest are buffered, then the code, without more checks.
+                let longest = ESCAPE as u32 + 1 + r;
+                for _ in 0..count {
+                    if self.bits < longest {
+                        self.refill();
+                    }
+                    let q = (!self.acc).trailing_zeros();
+                    let u = if u64::from(q) < ESCAPE {
+                        let u = (u64::from(q) << r) | ((self.acc >> (q + 1)) & mask);
+                        let used = q + 1 + r;
+                        self.acc >>= used;
+                        self.bits -= used;
+                        u
+                    } else {
+                        self.escaped(r)?
+                    };
+                    f(unzigzag(u).wrapping_add(center))?;
+                }
+                if self.taken() > self.data.len() * 8 {
+                    return Err("truncated");
+                }
+                continue;
+            }
             let mut i = 0;
             while i < count {
                 // The common case in registers: a refill when under 57 bits, then whole
@@ -389,13 +430,7 @@ impl<'a> Reader<'a> {
                     self.take(q + 1);
                     (u64::from(q) << r) | self.take_wide(r)
                 } else {
-                    self.take(ESCAPE as u32);
-                    let width = self.take(6) as u32 + 1;
-                    let u = (1u64 << (width - 1)) | self.take_wide(width - 1);
-                    if u >> r < ESCAPE {
-                        return Err("escape not needed");
-                    }
-                    u
+                    self.escaped(r)?
                 };
                 f(unzigzag(u).wrapping_add(center))?;
                 i += 1;
@@ -405,6 +440,18 @@ impl<'a> Reader<'a> {
             }
         }
         Ok(())
+    }
+
+    /// An escaped value at parameter `r`: its ones, its width, its bits below the top one.
+    #[cold]
+    fn escaped(&mut self, r: u32) -> Result<u64, &'static str> {
+        self.take(ESCAPE as u32);
+        let width = self.take(6) as u32 + 1;
+        let u = (1u64 << (width - 1)) | self.take_wide(width - 1);
+        if u >> r < ESCAPE {
+            return Err("escape not needed");
+        }
+        Ok(u)
     }
 
     /// After the last value: the bits must have filled exactly the bytes given.
@@ -524,6 +571,41 @@ mod tests {
         );
     }
 
+    /// The longest unescaped codes (fifteen ones) at every parameter, one after another:
+    /// around the largest parameter whose codes fit in a refill's bits and past it.
+    #[test]
+    fn longest_codes_at_every_parameter() {
+        for r in 0..=MAX_PARAMETER {
+            let mut bytes = Vec::new();
+            let mut w = BitWriter {
+                bytes: &mut bytes,
+                acc: 0,
+                bits: 0,
+            };
+            let low = if r == 0 { 0 } else { u64::MAX >> (64 - r) };
+            let mut want = Vec::new();
+            w.put(u64::from(r), 6);
+            for k in 0..BLOCK as u64 {
+                let u = (15 << r) | (low & k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                w.ones(15);
+                w.put(0, 1);
+                w.put_wide(u, r);
+                want.push(unzigzag(u).wrapping_add(5));
+            }
+            w.finish();
+            let mut got = Vec::new();
+            let mut reader = Reader::new(5, &bytes);
+            reader
+                .for_each(BLOCK, |v| {
+                    got.push(v);
+                    Ok(())
+                })
+                .expect("values");
+            reader.finish().expect("whole");
+            assert_eq!(got, want, "parameter {r}");
+        }
+    }
+
     proptest! {
         #[test]
         fn any_values_round_trip(values in proptest::collection::vec(any::<i64>(), 0..200)) {
@@ -532,6 +614,30 @@ mod tests {
 
         #[test]
         fn small_walks_round_trip(values in proptest::collection::vec(-3000i64..3000, 0..300)) {
+            round_trip(&values);
+        }
+
+        /// Sequences of every parameter, through the decoder's fast range (parameters up to
+        /// 39) and past it, with the longest unescaped codes (steps several times the usual)
+        /// and spikes that take escapes between codes.
+        #[test]
+        fn walks_of_every_width_round_trip(
+            width in 0u32..52,
+            steps in proptest::collection::vec((any::<i64>(), 0u8..10), 0..300),
+        ) {
+            let mut v = 0i64;
+            let values: Vec<i64> = steps
+                .iter()
+                .map(|(step, kind)| {
+                    let step = step >> (63 - width);
+                    v = v.wrapping_add(match kind {
+                        0 => step << 12,
+                        1 | 2 => step.wrapping_mul(7),
+                        _ => step,
+                    });
+                    v
+                })
+                .collect();
             round_trip(&values);
         }
 

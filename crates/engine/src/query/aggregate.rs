@@ -138,6 +138,10 @@ pub fn aggregate_owned(
         return aggregate(&series, agg);
     }
     let mut points = series.pop().unwrap_or_default();
+    // Integers alone (a counter's points) come back as they are.
+    if points.iter().all(|p| is_int(p.1)) {
+        return Ok(points);
+    }
     let sum = is_a_sum(agg);
     // What `alone` gives: an integer before a float becomes a double, infinity fails, a
     // sum's -0.0 is 0.0.

@@ -10,8 +10,8 @@ use hourglass_engine::num::Num;
 
 /// Bytes of the chunk points are built in before they go to the answer.
 const CHUNK: usize = 4096;
-/// The most one point takes in the chunk: two 20-digit numbers and punctuation, or a
-/// double's text (at most 24 characters) quoted.
+/// The most one point takes in the chunk: its opening (copied whole), two 20-digit numbers
+/// and punctuation, or a double's text (at most 24 characters) quoted.
 const POINT_MAX: usize = 80;
 
 /// Appends `dps` to `out` as OpenTSDB writes them: timestamps in ms when `ms`, else in
@@ -24,39 +24,43 @@ pub(crate) fn write_dps(
     arrays: bool,
     null_for_nan: bool,
 ) {
+    match (ms, arrays) {
+        (false, false) => write_points::<false, false>(out, dps, null_for_nan),
+        (false, true) => write_points::<false, true>(out, dps, null_for_nan),
+        (true, false) => write_points::<true, false>(out, dps, null_for_nan),
+        (true, true) => write_points::<true, true>(out, dps, null_for_nan),
+    }
+}
+
+/// [`write_dps`] in one form, its choices known when compiled.
+fn write_points<const MS: bool, const ARRAYS: bool>(
+    out: &mut String,
+    dps: &[(i64, Num)],
+    null_for_nan: bool,
+) {
+    let Some((first, rest)) = dps.split_first() else {
+        out.push_str(if ARRAYS { "[]" } else { "{}" });
+        return;
+    };
     let mut w = Writer {
         chunk: [0; CHUNK],
         len: 0,
-        time: TimeText::default(),
+        time: TimeText::new(ARRAYS),
         high: HighDigits::default(),
         text: String::new(),
     };
     out.reserve(dps.len() * 24 + 2);
-    out.push(if arrays { '[' } else { '{' });
-    for (i, (t, v)) in dps.iter().enumerate() {
+    w.point::<MS, ARRAYS>(first, null_for_nan);
+    // Every point opens with a comma; the first one's is the opening bracket.
+    w.chunk[0] = if ARRAYS { b'[' } else { b'{' };
+    for p in rest {
         if w.len > CHUNK - POINT_MAX {
             w.flush(out);
         }
-        if i > 0 {
-            w.byte(b',');
-        }
-        w.byte(if arrays { b'[' } else { b'"' });
-        w.time.set(if ms { *t } else { *t / 1000 });
-        let (digits, len) = (w.time.digits, w.time.len);
-        w.digits20(&digits, len);
-        if arrays {
-            w.byte(b',');
-        } else {
-            w.byte(b'"');
-            w.byte(b':');
-        }
-        w.value(*v, null_for_nan);
-        if arrays {
-            w.byte(b']');
-        }
+        w.point::<MS, ARRAYS>(p, null_for_nan);
     }
     w.flush(out);
-    out.push(if arrays { ']' } else { '}' });
+    out.push(if ARRAYS { ']' } else { '}' });
 }
 
 struct Writer {
@@ -70,46 +74,56 @@ struct Writer {
 }
 
 impl Writer {
+    /// One point, its comma first: the time and its punctuation in one fixed-size copy, then
+    /// the value.
+    #[inline]
+    fn point<const MS: bool, const ARRAYS: bool>(
+        &mut self,
+        point: &(i64, Num),
+        null_for_nan: bool,
+    ) {
+        let (t, v) = *point;
+        self.time.set(if MS { t } else { t / 1000 });
+        self.chunk[self.len..self.len + OPENING].copy_from_slice(&self.time.text);
+        self.len += self.time.len;
+        match v {
+            Num::Int(i) => self.int(i),
+            Num::Float(f) => self.float(f, null_for_nan),
+        }
+        if ARRAYS {
+            self.byte(b']');
+        }
+    }
+
     #[inline]
     fn byte(&mut self, b: u8) {
         self.chunk[self.len] = b;
         self.len += 1;
     }
 
-    /// The first `len` of 20 digit bytes, copied as a whole 20 (a fixed-size copy, no call).
-    #[inline]
-    fn digits20(&mut self, digits: &[u8; 20], len: usize) {
-        self.chunk[self.len..self.len + 20].copy_from_slice(digits);
-        self.len += len;
-    }
-
-    fn value(&mut self, v: Num, null_for_nan: bool) {
-        match v {
-            Num::Int(i) => self.int(i),
-            Num::Float(f) if f.is_nan() && null_for_nan => self.bytes(b"null"),
-            Num::Float(f) if !f.is_finite() => {
-                self.byte(b'"');
-                self.bytes(java_double_text(f).as_bytes());
-                self.byte(b'"');
-            }
+    fn float(&mut self, f: f64, null_for_nan: bool) {
+        if f.is_nan() && null_for_nan {
+            self.bytes(b"null");
+        } else if !f.is_finite() {
+            self.byte(b'"');
+            self.bytes(java_double_text(f).as_bytes());
+            self.byte(b'"');
+        } else if java_plain(f) {
             // Most doubles: zmij's digits straight into the chunk.
-            Num::Float(f) if java_plain(f) => {
-                self.bytes(zmij::Buffer::new().format_finite(f).as_bytes());
-            }
-            Num::Float(f) => {
-                let mut text = std::mem::take(&mut self.text);
-                text.clear();
-                push_java_double(&mut text, f);
-                self.bytes(text.as_bytes());
-                self.text = text;
-            }
+            self.bytes(zmij::Buffer::new().format_finite(f).as_bytes());
+        } else {
+            let mut text = std::mem::take(&mut self.text);
+            text.clear();
+            push_java_double(&mut text, f);
+            self.bytes(text.as_bytes());
+            self.text = text;
         }
     }
 
     /// An integer's digits. One of nine digits or more is its value above the last eight
     /// (kept from the integer before when the same: counters and slow gauges change their
     /// last digits only) and the last eight, two at a time.
-    #[inline]
+    #[inline(always)]
     fn int(&mut self, i: i64) {
         const EIGHT: u64 = 100_000_000;
         let Ok(v) = u64::try_from(i) else {
@@ -127,14 +141,18 @@ impl Writer {
             self.len += 8 - zeros as usize;
             return;
         }
-        let high = v / EIGHT;
-        if high != self.high.value || self.high.len == 0 {
-            self.high.set(high);
+        // Within the kept digits' range (v at least their value times 10^8, less than 10^8
+        // above): no division.
+        let mut low = v.wrapping_sub(self.high.base);
+        if low >= EIGHT || self.high.len == 0 {
+            let high = v / EIGHT;
+            self.high.set(high, high * EIGHT);
+            low = v - high * EIGHT;
         }
         // At most 11 digits above the last eight (i64::MAX / 10^8 has 11).
         self.chunk[self.len..self.len + 20].copy_from_slice(&self.high.digits);
         self.len += self.high.len;
-        let low = (v - high * EIGHT) as u32;
+        let low = low as u32;
         self.chunk[self.len..self.len + 8].copy_from_slice(&eight_digits(low));
         self.len += 8;
     }
@@ -160,49 +178,89 @@ const PAIRS: &[u8; 200] = b"\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
 
-/// A timestamp's text, kept from one point to the next: a later timestamp whose last two
-/// digits are the earlier ones' plus the difference, without a carry, changes those two
-/// only (most points seconds apart); one with the same digits above its last eight, those
-/// eight only.
-#[derive(Default)]
+/// A point's opening, kept from one point to the next: its comma, `"` (or `[` in arrays), the
+/// timestamp's digits, then `":` (or `,`). A later timestamp whose last two digits are the
+/// earlier ones' plus the difference, without a carry, changes those two only (most points
+/// seconds apart); one with the same digits above its last eight, those eight only.
 struct TimeText {
     value: i64,
-    /// Digits (a leading '-' for a negative time), left-aligned.
-    digits: [u8; 20],
+    /// The opening, left-aligned; bytes past `len` are of no meaning.
+    text: [u8; OPENING],
+    /// The opening's bytes.
     len: usize,
+    /// Where the digits end (a leading '-' for a negative time counted in).
+    end: usize,
     /// The value's last two digits as a number (times of two digits or more, not negative).
     low: usize,
+    /// Whether the value has two digits or more and is not negative: a later time may then
+    /// change its last two only.
+    steps: bool,
+    /// The punctuation after the digits: `":`, or `,` (its bytes: 2 or 1).
+    close: [u8; 2],
+    close_len: usize,
 }
 
+/// Bytes of a point's opening as copied: at most 2 + 20 + 2.
+const OPENING: usize = 32;
+
 impl TimeText {
+    fn new(arrays: bool) -> Self {
+        let mut text = [0; OPENING];
+        text[0] = b',';
+        text[1] = if arrays { b'[' } else { b'"' };
+        TimeText {
+            value: 0,
+            text,
+            len: 0,
+            end: 2,
+            low: 0,
+            steps: false,
+            close: if arrays { [b',', 0] } else { [b'"', b':'] },
+            close_len: if arrays { 1 } else { 2 },
+        }
+    }
+
+    #[inline(always)]
     fn set(&mut self, t: i64) {
-        if self.len >= 2 && self.value >= 0 && t >= self.value && t - self.value < 100 {
-            let low = self.low + (t - self.value) as usize;
+        // A time not earlier, by less than 100, after one of two digits or more.
+        if let Some(d) = t.checked_sub(self.value)
+            && self.steps
+            && (d as u64) < 100
+        {
+            let low = self.low + d as usize;
             if low < 100 {
-                let at = self.len - 2;
-                self.digits[at..at + 2].copy_from_slice(&PAIRS[low * 2..low * 2 + 2]);
+                let at = self.end - 2;
+                self.text[at..at + 2].copy_from_slice(&PAIRS[low * 2..low * 2 + 2]);
                 self.low = low;
                 self.value = t;
                 return;
             }
         }
+        self.set_slow(t);
+    }
+
+    #[inline(never)]
+    fn set_slow(&mut self, t: i64) {
         // Further on within the same 10^8 (downsampled times, an hour or a minute apart):
         // the last eight digits only.
         const EIGHT: i64 = 100_000_000;
         if self.value >= EIGHT && t >= EIGHT && t / EIGHT == self.value / EIGHT {
-            let at = self.len - 8;
-            self.digits[at..at + 8].copy_from_slice(&eight_digits((t % EIGHT) as u32));
+            let at = self.end - 8;
+            self.text[at..at + 8].copy_from_slice(&eight_digits((t % EIGHT) as u32));
             self.low = (t % 100) as usize;
             self.value = t;
             return;
         }
-        let mut text = itoa::Buffer::new();
-        let text = text.format(t).as_bytes();
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(t).as_bytes();
         // An i64 takes 20 characters at most, its sign included.
-        self.digits[..text.len()].copy_from_slice(text);
-        self.len = text.len();
+        self.end = 2 + digits.len();
+        self.text[2..self.end].copy_from_slice(digits);
+        self.text[self.end..self.end + 2].copy_from_slice(&self.close);
+        self.len = self.end + self.close_len;
         self.low = (t.rem_euclid(100)) as usize;
         self.value = t;
+        self.steps = t >= 10;
     }
 }
 
@@ -225,7 +283,8 @@ fn eight_digits(n: u32) -> [u8; 8] {
 /// The digits of an integer's value above its last eight, kept for the next integer.
 #[derive(Default)]
 struct HighDigits {
-    value: u64,
+    /// The value the digits stand for, times 10^8.
+    base: u64,
     /// Left-aligned.
     digits: [u8; 20],
     /// 0: none kept yet.
@@ -233,12 +292,13 @@ struct HighDigits {
 }
 
 impl HighDigits {
-    fn set(&mut self, high: u64) {
+    #[inline(never)]
+    fn set(&mut self, high: u64, base: u64) {
         let mut text = itoa::Buffer::new();
         let text = text.format(high).as_bytes();
         self.digits[..text.len()].copy_from_slice(text);
         self.len = text.len();
-        self.value = high;
+        self.base = base;
     }
 }
 
@@ -409,6 +469,26 @@ mod tests {
                 })
                 .collect();
             prop_assert_eq!(written(&dps, ms, arrays, true), reference(&dps, ms, arrays, true));
+        }
+
+        /// Times a few seconds apart from around zero and across digit lengths (where a
+        /// time's text may or may not change its last two digits only), as the reference.
+        #[test]
+        fn stepping_times_as_the_reference(
+            start in prop_oneof![-120_000i64..120_000, 9_800_000i64..10_000_000, 99_990_000i64..100_000_000],
+            steps in prop::collection::vec(0i64..150_000, 0..300),
+            ms in any::<bool>(),
+            arrays in any::<bool>(),
+        ) {
+            let mut t = start;
+            let dps: Vec<(i64, Num)> = steps
+                .iter()
+                .map(|d| {
+                    t += d;
+                    (t, Num::Int(t % 1_000))
+                })
+                .collect();
+            prop_assert_eq!(written(&dps, ms, arrays, false), reference(&dps, ms, arrays, false));
         }
 
         /// Counters and gauges walking by small and large steps, crossing their upper
