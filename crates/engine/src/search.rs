@@ -112,6 +112,16 @@ pub fn lookup(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {
     }
 }
 
+/// Whether [`lookup`] answers `q` from tag index candidates this TSD keeps (RFC 0007), at
+/// most `most` of them, with nothing buffered to flush first: work small enough for the
+/// caller's own thread. [`lookup`] gives the same answer either way.
+pub fn lookup_is_kept(tsdb: &Tsdb, q: &LookupQuery, most: usize) -> bool {
+    if tsdb.buffered_points() > 0 {
+        return false;
+    }
+    Conditions::resolve(tsdb, q).is_ok_and(|c| indexed::kept_within(tsdb, &c, most))
+}
+
 /// [`lookup`] by scanning the table, whatever the index covers: the answer the index's
 /// must equal.
 pub fn lookup_by_scan(tsdb: &Tsdb, q: &LookupQuery) -> Result<Vec<LookupResult>> {

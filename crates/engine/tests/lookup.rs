@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use hourglass_core::value::Value;
 use hourglass_engine::search::suggest::{MetricSuggest, suggest_by_scan, suggest_in_metric};
-use hourglass_engine::search::{LookupQuery, LookupResult, lookup, lookup_by_scan};
+use hourglass_engine::search::{LookupQuery, LookupResult, lookup, lookup_by_scan, lookup_is_kept};
 use hourglass_engine::{Clock, IncomingPoint, Settings, Tsdb};
 use hourglass_storage::Store;
 
@@ -708,7 +708,10 @@ fn kept_lookup_candidates_follow_new_series() {
         };
         // The store shared: read every time.
         let kept = |scans: u64| if store.is_shared() { scans } else { 0 };
+        assert!(!lookup_is_kept(&db, &q, 10), "{name}: nothing kept yet");
         let (first, found) = ask();
+        assert_eq!(lookup_is_kept(&db, &q, 10), !store.is_shared(), "{name}");
+        assert!(!lookup_is_kept(&db, &q, 0), "{name}: more than none");
         assert_eq!(found, 1, "{name}");
         assert!(first > 0, "{name}");
         assert_eq!(
@@ -722,7 +725,15 @@ fn kept_lookup_candidates_follow_new_series() {
             DAY + 3600,
             &[("host", "web01"), ("dc", "par")],
         );
+        assert!(
+            !lookup_is_kept(&db, &q, 10),
+            "{name}: points to flush first"
+        );
         db.flush().unwrap();
+        assert!(
+            !lookup_is_kept(&db, &q, 10),
+            "{name}: postings written since"
+        );
         let (_, found) = ask();
         assert_eq!(found, 2, "{name}: the new series is found");
         db.close().unwrap();

@@ -101,6 +101,24 @@ pub(super) fn candidates(
     Ok(out)
 }
 
+/// Whether the candidates of a lookup by tag pairs (the lookups that list them) are kept,
+/// at most `most` of them.
+pub(super) fn kept_within(tsdb: &Tsdb, c: &Conditions, most: usize) -> bool {
+    if !tsdb.settings().index || c.by_key.is_empty() {
+        return false;
+    }
+    let Some((lists, generation)) = tsdb.kept_candidates() else {
+        return false;
+    };
+    let metric = c
+        .metric
+        .map(|m| m.to_bytes(tsdb.settings().schema.metric_width));
+    let key = kept_key(tsdb, c, metric.as_deref());
+    lists
+        .get(&key, generation)
+        .is_some_and(|list| list.len() <= most)
+}
+
 /// The key the candidates of a lookup are kept under: [`KEPT_LOOKUP`], then the metric
 /// and each condition, every part after its length.
 fn kept_key(tsdb: &Tsdb, c: &Conditions, metric: Option<&[u8]>) -> Vec<u8> {

@@ -17,7 +17,9 @@ use serde_json::{Map, Value, json};
 
 use super::ApiError;
 use super::error::json_response;
-use super::request::{Params, api_method, blocking, has_body, json_object, not_found_as};
+use super::request::{
+    Params, api_method, blocking, has_body, json_object, not_found_as, small_or_blocking,
+};
 use crate::State;
 
 const TYPES: [&str; 6] = [
@@ -31,6 +33,9 @@ const TYPES: [&str; 6] = [
 
 /// OpenTSDB's default lookup limit.
 const DEFAULT_LIMIT: i64 = 25;
+
+/// Lookups answered from at most this many kept candidates run on the connection's thread.
+const SMALL_LOOKUP: usize = 1_000;
 
 pub(crate) async fn handle_root(
     method: Method,
@@ -81,7 +86,11 @@ pub(crate) async fn handle(
     }
     let started = Instant::now();
     let query = request.query.clone();
-    let found = blocking(&state.tsdb, move |db| {
+    // Small: answered from candidates this TSD keeps (few, nothing to flush first). A
+    // lookup that reads the index or scans the table goes to a blocking thread.
+    let small = !state.tsdb.store().is_shared()
+        && hourglass_engine::search::lookup_is_kept(&state.tsdb, &query, SMALL_LOOKUP);
+    let found = small_or_blocking(&state, small, move |db| {
         lookup(db, &query).map_err(|e| match e.kind() {
             hourglass_engine::ErrorKind::NotFound
                 if matches!(e, hourglass_engine::Error::NoSuchId { .. }) =>
