@@ -12,8 +12,8 @@ use hourglass_store_bigtable::{BigtableConfig, BigtableStore};
 use hourglass_store_fjall::{FjallStore, Grouping};
 
 /// Files of the tag index's first level merged at once (the embedded store's default is 4;
-/// one flush of many new series writes about seven, one per kind of entry).
-const INDEX_L0_FILES: u8 = 32;
+/// its most, 16, stays under the runs at which fjall stalls writes).
+const INDEX_L0_FILES: u8 = 16;
 
 /// Duplicate points resolved by value in OpenTSDB when true; Hourglass keeps the newest.
 pub(crate) const OTSDB_TIMESTAMP: &str = "tsd.storage.use_otsdb_timestamp";

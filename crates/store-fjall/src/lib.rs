@@ -223,6 +223,7 @@ impl FjallStore {
                 .map_err(|_| Error::Corrupt("table name is not UTF-8".into()))?;
             let (spec, grouping, indexed) = decode_spec(&name, &spec)?;
             let rows = open_keyspace(&db, TABLE_PREFIX, &name)?;
+            relieve_first_level(&rows, &name)?;
             let groups = grouping
                 .map(|grouping| open_groups(&db, &name, grouping))
                 .transpose()?;
@@ -489,7 +490,7 @@ impl FjallStore {
     pub fn with_l0_threshold(self, table: &str, threshold: u8) -> Self {
         self.l0_thresholds
             .write()
-            .insert(table.to_string(), threshold.max(1));
+            .insert(table.to_string(), threshold.clamp(1, MAX_L0_THRESHOLD));
         self
     }
 
@@ -669,6 +670,27 @@ fn open_keyspace_with(
     };
     db.keyspace(&format!("{prefix}{table}"), options)
         .map_err(|e| io_err(&format!("cannot open table {table}"), e))
+}
+
+/// fjall slows every write to a keyspace whose first level holds this many runs, and halts
+/// them from 30 until its merges bring the level back under 30: a first level merged only
+/// at more runs than that would halt writes for good (keyspaces of the tag index were made
+/// with 32 once). Thresholds asked for are kept under it, and a first level that reaches it
+/// is merged at open and at each upkeep.
+const STALL_RUNS: usize = 20;
+
+/// The highest first-level threshold a keyspace is made with (under [`STALL_RUNS`]).
+const MAX_L0_THRESHOLD: u8 = 16;
+
+/// Merges `rows` whole when its first level holds [`STALL_RUNS`] files or more.
+fn relieve_first_level(rows: &Keyspace, table: &str) -> Result<()> {
+    let files = rows.l0_table_count();
+    if files < STALL_RUNS {
+        return Ok(());
+    }
+    tracing::info!(table, files, "merging a first level at which writes stall");
+    rows.major_compact()
+        .map_err(|e| io_err(&format!("cannot merge table {table}"), e))
 }
 
 /// Runs of a late-merged first level from which an idle table's runs are merged.
@@ -2141,6 +2163,12 @@ impl FjallStore {
                     .map_err(|e| io_err("compaction failed", e))?;
             }
         }
+        // A first level fjall stalls writes at (a keyspace made when the index's threshold
+        // was above it): merged here, before the flush's writes wait on it.
+        let tables: Vec<Table> = open.tables.read().values().cloned().collect();
+        for t in &tables {
+            relieve_first_level(&t.rows, &t.spec.name)?;
+        }
         self.merge_idle_runs(&open, now_ms);
         Ok(())
     }
@@ -2664,15 +2692,69 @@ mod tests {
                 .with_l0_threshold("idx", 32);
             store.create_table(&spec("idx")).unwrap();
             store.create_table(&spec("plain")).unwrap();
-            assert_eq!(l0_threshold(&store, "idx"), 32);
+            assert_eq!(l0_threshold(&store, "idx"), MAX_L0_THRESHOLD);
             assert_eq!(l0_threshold(&store, "plain"), 4);
         }
         let store = FjallStore::open(dir.path())
             .unwrap()
             .with_l0_threshold("plain", 16);
         store.create_table(&spec("plain")).unwrap();
-        assert_eq!(l0_threshold(&store, "idx"), 32);
+        assert_eq!(l0_threshold(&store, "idx"), MAX_L0_THRESHOLD);
         assert_eq!(l0_threshold(&store, "plain"), 4);
+    }
+
+    /// A keyspace made with a first-level threshold above fjall's write stall (the tag
+    /// index's was 32) has its first level merged at the next upkeep and at the next open
+    /// once it holds [`STALL_RUNS`] files: at 30 runs fjall halts writes until a merge,
+    /// which that threshold never started. Thresholds asked for now stay under it.
+    #[test]
+    fn a_first_level_at_the_write_stall_is_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = TableSpec {
+            name: "idx".into(),
+            families: vec![FamilySpec::new("f", Some(1))],
+        };
+        let fill = |store: &FjallStore, from: usize| {
+            for i in from..from + STALL_RUNS + 1 {
+                for key in [format!("a{i:03}"), format!("z{i:03}")] {
+                    store
+                        .mutate_row(
+                            "idx",
+                            key.as_bytes(),
+                            &[Mutation::SetCell {
+                                family: "f".into(),
+                                qualifier: b"q".to_vec(),
+                                timestamp: Some(1),
+                                value: vec![1],
+                            }],
+                        )
+                        .unwrap();
+                }
+                store.make_table_durable("idx").unwrap();
+            }
+        };
+        {
+            let store = FjallStore::open(dir.path()).unwrap();
+            // As an older binary made it, past what `with_l0_threshold` now allows.
+            store.l0_thresholds.write().insert("idx".into(), 32);
+            store.create_table(&spec).unwrap();
+            assert_eq!(l0_threshold(&store, "idx"), 32);
+            fill(&store, 0);
+            assert!(store.first_level_runs("idx").unwrap() >= STALL_RUNS);
+            store.maintain(0).unwrap();
+            assert!(
+                store.first_level_runs("idx").unwrap() < STALL_RUNS / 2,
+                "the upkeep"
+            );
+            fill(&store, STALL_RUNS + 1);
+        }
+        let store = FjallStore::open(dir.path()).unwrap();
+        assert!(
+            store.first_level_runs("idx").unwrap() < STALL_RUNS / 2,
+            "the open"
+        );
+        let rows = store.scan("idx", &ScanRequest::default()).unwrap().count();
+        assert_eq!(rows, 4 * (STALL_RUNS + 1));
     }
 
     /// A table whose first level is merged late has its runs merged once they stay
