@@ -2703,6 +2703,27 @@ mod tests {
         assert_eq!(l0_threshold(&store, "plain"), 4);
     }
 
+    /// Writes rows `a{i}` and `z{i}` to `table` and flushes them: one first-level run that
+    /// spans the others' keys (as a flush's index entries span the kinds), so none is moved
+    /// down without a merge.
+    fn put_overlapping_run(store: &FjallStore, table: &str, i: usize) {
+        for key in [format!("a{i:03}"), format!("z{i:03}")] {
+            store
+                .mutate_row(
+                    table,
+                    key.as_bytes(),
+                    &[Mutation::SetCell {
+                        family: "f".into(),
+                        qualifier: b"q".to_vec(),
+                        timestamp: Some(1),
+                        value: vec![i as u8],
+                    }],
+                )
+                .unwrap();
+        }
+        store.make_table_durable(table).unwrap();
+    }
+
     /// A keyspace made with a first-level threshold above fjall's write stall (the tag
     /// index's was 32) has its first level merged at the next upkeep and at the next open
     /// once it holds [`STALL_RUNS`] files: at 30 runs fjall halts writes until a merge,
@@ -2716,21 +2737,7 @@ mod tests {
         };
         let fill = |store: &FjallStore, from: usize| {
             for i in from..from + STALL_RUNS + 1 {
-                for key in [format!("a{i:03}"), format!("z{i:03}")] {
-                    store
-                        .mutate_row(
-                            "idx",
-                            key.as_bytes(),
-                            &[Mutation::SetCell {
-                                family: "f".into(),
-                                qualifier: b"q".to_vec(),
-                                timestamp: Some(1),
-                                value: vec![1],
-                            }],
-                        )
-                        .unwrap();
-                }
-                store.make_table_durable("idx").unwrap();
+                put_overlapping_run(store, "idx", i);
             }
         };
         {
@@ -2774,24 +2781,7 @@ mod tests {
             .unwrap();
         let rows = 6;
         for i in 0..rows {
-            // Each run spans the others' keys (as a flush's index entries span the kinds),
-            // so none is moved down without a merge.
-            for key in [format!("a{i}"), format!("z{i}")] {
-                store
-                    .mutate_row(
-                        "idx",
-                        key.as_bytes(),
-                        &[Mutation::SetCell {
-                            family: "f".into(),
-                            qualifier: b"q".to_vec(),
-                            timestamp: Some(1),
-                            value: vec![i as u8],
-                        }],
-                    )
-                    .unwrap();
-            }
-            // One run each.
-            store.make_table_durable("idx").unwrap();
+            put_overlapping_run(&store, "idx", i);
         }
         let runs = store.first_level_runs("idx").unwrap();
         assert!(runs >= IDLE_MERGE_RUNS, "{runs} runs");

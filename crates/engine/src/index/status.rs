@@ -316,21 +316,10 @@ pub fn covers_all_hours(store: &dyn Store, table: &str, metric: Option<&[u8]>) -
     Ok(verified >= live_from)
 }
 
-/// Whether every hour from `first_hour` to `last_hour` (inclusive) of `metric` is covered
-/// (RFC 0007, "Status"): before the metric's `verified` hour, or, when only Hourglass TSDs
-/// maintaining the index write the data table, from its `live_from` on.
-pub fn covers_hours(
-    store: &dyn Store,
-    table: &str,
-    metric: &[u8],
-    first_hour: u32,
-    last_hour: u32,
-) -> Result<bool> {
-    Ok(coverage(store, table, metric)?.is_some_and(|c| c.covers(first_hour, last_hour)))
-}
-
-/// What the status rows say of one metric's hours: read once, asked of several ranges
-/// (a query read on two threads asks for its two halves).
+/// What the status rows say of one metric's hours (RFC 0007, "Status"): covered before
+/// the metric's `verified` hour, or, when only Hourglass TSDs maintaining the index write
+/// the data table, from its `live_from` on. Read once, asked of several ranges (a query
+/// read on two threads asks for its two halves).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Coverage {
     /// Hours before this one are covered (a data scan proved them).
