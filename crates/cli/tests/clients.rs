@@ -69,8 +69,8 @@ fn collectd_write_tsdb_readings_are_stored_as_sent() {
         assert!(p.exists(), "collectd plugin {} is missing", p.display());
     }
     let dir = tempfile::tempdir().unwrap();
-    let (tsd, addr) = common::spawn_tsd(&dir.path().join("data"));
-    let _tsd = Killed(tsd);
+    // Killed however the test ends (`common::Tsd`).
+    let (_tsd, addr) = common::spawn_tsd(&dir.path().join("data"));
     let port = addr.rsplit(':').next().unwrap();
     let config = dir.path().join("collectd.conf");
     std::fs::write(

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use hourglass_storage::{ReadOptions, ScanRequest, Store};
@@ -28,7 +28,7 @@ fn write_config(dir: &Path, emulator: &str) -> std::path::PathBuf {
     path
 }
 
-fn spawn_tsd(config: &Path, data_dir: &Path) -> (Child, String) {
+fn spawn_tsd(config: &Path, data_dir: &Path) -> (common::Tsd, String) {
     common::spawn_tsd_with(Some(config), data_dir)
 }
 
@@ -61,7 +61,7 @@ fn three_tsds_share_one_bigtable() {
         "{}",
         String::from_utf8_lossy(&created.stderr)
     );
-    let tsds: Vec<(Child, String)> = (0..3)
+    let tsds: Vec<(common::Tsd, String)> = (0..3)
         .map(|i| spawn_tsd(&config, &dir.path().join(format!("tsd{i}"))))
         .collect();
     // Every TSD writes one point for each of the same 2,000 new metric and tag value names.
@@ -298,8 +298,8 @@ fn a_synced_put_is_read_through_another_tsd_at_once() {
     assert!(created.status.success());
     let (writer, a) = spawn_tsd(&config, &dir.path().join("a"));
     let (reader, b) = spawn_tsd(&config, &dir.path().join("b"));
-    // Killed however the test ends.
-    let _tsds = Killed(vec![writer, reader]);
+    // Killed however the test ends (`common::Tsd`).
+    let _tsds = [writer, reader];
     for i in 0..10 {
         let point = format!(
             r#"{{"metric":"sync.m","timestamp":{},"value":{i},"tags":{{"host":"a"}}}}"#,
@@ -316,17 +316,5 @@ fn a_synced_put_is_read_through_another_tsd_at_once() {
             Some(i as usize + 1),
             "point {i} acknowledged with ?sync on one TSD is read through the other: {seen}"
         );
-    }
-}
-
-/// Child processes killed when dropped, so a failing test leaves no TSD behind.
-struct Killed(Vec<Child>);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

@@ -1352,11 +1352,13 @@ fn sigkill_while_rows_move_into_groups_loses_nothing() {
     let mut kills_in_pass = 0;
     for cycle in 0..12 {
         let log_path = dir.path().join(format!("start-{cycle}.log"));
-        let mut child = common::tsd_command(Some(&grouped), &data)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap();
+        let mut child = common::Tsd(
+            common::tsd_command(Some(&grouped), &data)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log_path).unwrap())
+                .spawn()
+                .unwrap(),
+        );
         let began = Instant::now();
         let in_pass = loop {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();

@@ -160,11 +160,13 @@ fn refused_start(config_text: &str) -> String {
     )
     .unwrap();
     let log = dir.path().join("tsd.log");
-    let mut child = common::tsd_command(Some(&config), &dir.path().join("data"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = common::Tsd(
+        common::tsd_command(Some(&config), &dir.path().join("data"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let started = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {

@@ -2,8 +2,36 @@
 //! Helpers shared by the binary's tests.
 
 use std::io::{BufRead, BufReader};
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+
+/// A started `tsdb tsd`, killed when dropped if it is still running: a test that fails
+/// (panics) part way leaves no server behind. A test that stops it itself (`kill`, or a
+/// signal then `wait`) is unaffected.
+pub(crate) struct Tsd(pub(crate) Child);
+
+impl Deref for Tsd {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl DerefMut for Tsd {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Tsd {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
 
 /// `tsdb tsd --port 0` on loopback over `dir` (auto-created metrics), with a config file.
 pub(crate) fn tsd_command(config: Option<&Path>, dir: &Path) -> Command {
@@ -26,16 +54,16 @@ pub(crate) fn tsd_command(config: Option<&Path>, dir: &Path) -> Command {
 
 /// Starts `tsdb tsd` on a free loopback port over `dir`; returns it and its address once it
 /// is ready.
-pub(crate) fn spawn_tsd(dir: &Path) -> (Child, String) {
+pub(crate) fn spawn_tsd(dir: &Path) -> (Tsd, String) {
     spawn_tsd_with(None, dir)
 }
 
 /// [`spawn_tsd`] with a config file.
-pub(crate) fn spawn_tsd_with(config: Option<&Path>, dir: &Path) -> (Child, String) {
-    let mut child = tsd_command(config, dir)
+pub(crate) fn spawn_tsd_with(config: Option<&Path>, dir: &Path) -> (Tsd, String) {
+    let mut child = Tsd(tsd_command(config, dir)
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap());
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = loop {
         let line = lines
