@@ -33,7 +33,7 @@ use parking_lot::{Mutex, RwLock};
 pub use groups::Grouping;
 use groups::{
     JointScratch, Member, decode_group, decode_joint_members, encode_group, encode_rows_group,
-    group_members, member_rows, stored_members,
+    group_members, member_rows, row_members, stored_members,
 };
 
 const TABLES_KEYSPACE: &str = "_tables";
@@ -946,6 +946,8 @@ fn reuse_vec<T, U>(mut v: Vec<T>) -> Vec<U> {
 struct SeriesScratch {
     key: Vec<u8>,
     bases: Vec<u32>,
+    members: Vec<(u32, &'static [u8])>,
+    stored: Vec<&'static [u8]>,
     cells: Vec<(model::ColumnCells<'static>, bool)>,
     rows: Vec<SeriesRow<'static>>,
 }
@@ -1470,7 +1472,9 @@ impl GroupedScan {
         visit: CellVisitor<'_>,
     ) -> Result<usize> {
         let g = self.grouping;
-        let group = decode_group(value)?;
+        let mut members = reuse_vec(std::mem::take(&mut scratch.members));
+        // Row values only (else, or bytes that do not decode: as members, below).
+        let whole = row_members(value, &mut members);
         let period = g.base(group_key).unwrap_or(0);
         let key = &mut scratch.key;
         key.clear();
@@ -1478,13 +1482,8 @@ impl GroupedScan {
         let mut first_key: Option<Vec<u8>> = None;
         let mut bases = std::mem::take(&mut scratch.bases);
         bases.clear();
-        let mut stored: Vec<&[u8]> = Vec::with_capacity(group.members.len());
-        let mut whole = group.joint.is_none();
-        for (offset, member) in &group.members {
-            let Member::Row(bytes) = member else {
-                whole = false;
-                break;
-            };
+        let mut stored = reuse_vec(std::mem::take(&mut scratch.stored));
+        for (offset, bytes) in members.iter().filter(|_| whole) {
             let Some(base) = period.checked_add(*offset) else {
                 continue;
             };
@@ -1496,7 +1495,7 @@ impl GroupedScan {
                     first_key = Some(key.clone());
                 }
                 bases.push(base);
-                stored.push(bytes);
+                stored.push(*bytes);
             }
         }
         let mut cells = reuse_vec(std::mem::take(&mut scratch.cells));
@@ -1535,6 +1534,8 @@ impl GroupedScan {
         }
         scratch.cells = reuse_vec(cells);
         scratch.bases = bases;
+        scratch.stored = reuse_vec(stored);
+        scratch.members = reuse_vec(members);
         Ok(visited)
     }
 
