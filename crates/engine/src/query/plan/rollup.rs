@@ -962,6 +962,27 @@ impl Scan<'_> {
                                     LentCells::Columns(c) => c.qualifiers().len() + c.value_bytes(),
                                     LentCells::Series(_) => 0,
                                 };
+                            // A series' next row of the layout of the one before, read
+                            // through its shape: its pairs straight into the series'.
+                            if let (
+                                true,
+                                AvgState::Pairs,
+                                RollupRead::Avg { sum, count },
+                                LentCells::Columns(c),
+                                Some(Some(i)),
+                            ) = (same && cols.shape_is_last, avg, read, row, *slot)
+                                && self.pairs_in_place(
+                                    &mut part,
+                                    i,
+                                    bytes,
+                                    (base, interval),
+                                    &c,
+                                    (sum, count),
+                                    &cols.shape,
+                                )?
+                            {
+                                return Ok(());
+                            }
                             let as_columns = read_row(
                                 read,
                                 interval,
@@ -1203,6 +1224,66 @@ impl Scan<'_> {
             .limits
             .check(&part.stats, part.held, self.deadline)?;
         self.memory.track(part.held)
+    }
+
+    /// A row of `avg` pairs read through `shape` (the row before's, of the same layout:
+    /// not compared) straight into the pairs its series `i` keeps, when they are kept as
+    /// read ([`RollupAvg::Pairs`]) and [`RollupAvg::push_all`] would append the row's pairs
+    /// as they are (times after the series' last, on a bucket start) and the window keeps
+    /// them all: the counts, buckets and checks of [`Scan::take_avg_row`]. False (nothing
+    /// changed) otherwise: the row is read the usual way.
+    #[allow(clippy::too_many_arguments)]
+    fn pairs_in_place(
+        &self,
+        part: &mut Part,
+        i: usize,
+        bytes: usize,
+        (base, interval): (u32, &RollupInterval),
+        row: &ColumnCells<'_>,
+        ids: (u8, u8),
+        shape: &PairedShape,
+    ) -> Result<bool> {
+        let (lo, hi) = (self.window.0, self.window.1 - 1);
+        let Some(Points::RollupAvg(avg)) = part.series.get_mut(i).map(|s| &mut s.points) else {
+            return Ok(false);
+        };
+        let RollupAvg::Pairs(p) = &mut **avg else {
+            return Ok(false);
+        };
+        let had = p.now.times.len();
+        let empty = p.len() == 0;
+        let last = p.now.times.last().copied().or_else(|| p.last_time());
+        let at = (i64::from(base), i64::from(interval.interval_seconds));
+        let now = &mut p.now;
+        let out = (&mut now.times, &mut now.sums, &mut now.counts);
+        let read = shape.read(ids, at, row, true, out);
+        let added = now.times.get(had..).unwrap_or_default();
+        let appended = match (added.first(), added.last()) {
+            (Some(&first), Some(&end)) => {
+                last.is_none_or(|last| first > last)
+                    && first.rem_euclid(p.spec.interval_ms) == 0
+                    && first >= lo
+                    && end <= hi
+            }
+            _ => false,
+        };
+        let n = added.len();
+        if !(read && appended) {
+            p.now.times.truncate(had);
+            p.now.sums.truncate(had);
+            p.now.counts.truncate(had);
+            return Ok(false);
+        }
+        let stats = &mut part.stats;
+        stats.rows += 1;
+        stats.bytes += bytes as u64;
+        stats.points += n as u64;
+        part.held += 2 * (n - usize::from(empty)) as u64;
+        self.options
+            .limits
+            .check(&part.stats, part.held, self.deadline)?;
+        self.memory.track(part.held)?;
+        Ok(true)
     }
 
     /// The state of a series whose `avg` is read from sums and counts: its pairs as read
