@@ -120,11 +120,21 @@ fn bits(groups: &[GroupResult]) -> Vec<GroupBits> {
         .collect()
 }
 
+/// The answers of the first backend (the memory store, rows one at a time), each read's,
+/// against which the others' are compared: the embedded store's grouped tiers lend a
+/// series' rows of a group together (RFC 0012) and answer the same.
+type Answers = Vec<(Vec<GroupBits>, u64, u64, u64)>;
+
 #[test]
 fn rollup_reads_on_two_threads_answer_as_one() {
+    let mut first: Option<(&str, Answers)> = None;
     for (backend, store) in common::backends() {
-        let db = common::open(store, settings());
+        let db = common::open(store.clone(), settings());
         write(&db);
+        // Closed periods of the grouped tiers into their groups, as the write path's
+        // upkeep moves them.
+        store.maintain(hourglass_storage::now_ms()).unwrap();
+        let mut answers: Answers = Vec::new();
         let mut checked = 0;
         let downsamples = [
             "1h-avg",
@@ -201,9 +211,126 @@ fn rollup_reads_on_two_threads_answer_as_one() {
                 assert_eq!(split.stats.rows, single.stats.rows, "{what}");
                 assert_eq!(split.stats.points, single.stats.points, "{what}");
                 assert_eq!(split.stats.series, single.stats.series, "{what}");
+                answers.push((
+                    single_bits,
+                    single.stats.rows,
+                    single.stats.points,
+                    single.stats.series,
+                ));
                 checked += 1;
             }
         }
         assert_eq!(checked, downsamples.len() * ranges.len());
+        match &first {
+            None => first = Some((backend, answers)),
+            Some((name, want)) => {
+                for (i, (got, want)) in answers.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        got, want,
+                        "read {i}: {backend} answers otherwise than {name}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Rows of the `1h` tier of metric `n` as a computed tier writes them: every hour but an
+/// occasional one, integer sums of one width (one host's sums wider on one day), counts of
+/// 60, so that most rows of a series have the layout of the row before.
+fn write_computed(db: &Tsdb) {
+    let mut rng = Rng(0xC0FFEE);
+    let mut points = Vec::new();
+    let tags: Vec<[(&str, &str); 1]> = HOSTS.iter().map(|h| [("host", *h)]).collect();
+    for (h, tags) in tags.iter().enumerate() {
+        let mut t = T0;
+        while t < T0 + DAYS * DAY {
+            let hour = (t - T0) / 3_600;
+            if hour % 97 != 5 {
+                let wide = h == 2 && (t - T0) / DAY == 30;
+                let sum = 300 + rng.below(3_000) as i64 + if wide { 100_000 } else { 0 };
+                for (aggregator, v) in [
+                    ("sum", sum),
+                    ("count", 60),
+                    ("max", 90 + rng.below(30) as i64),
+                    ("min", rng.below(30) as i64),
+                ] {
+                    points.push((t, Value::Int(v), tags, aggregator));
+                }
+            }
+            t += 3_600;
+        }
+    }
+    let points: Vec<RollupPoint<'_>> = points
+        .iter()
+        .map(|(t, value, tags, aggregator)| RollupPoint {
+            metric: "n",
+            timestamp: *t,
+            value: *value,
+            tags: &tags[..],
+            interval: Some("1h"),
+            aggregator: Some(aggregator),
+            group_by: None,
+        })
+        .collect();
+    for batch in points.chunks(5_000) {
+        let outcome = db.add_rollup_points(batch, false).unwrap();
+        assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    }
+}
+
+/// Rows as a computed tier writes them, most read through the shape of the row before
+/// (on the embedded store, a series' rows lent together: straight into the series' pairs,
+/// RFC 0012), answer on every backend as the memory store's rows read one by one, with the
+/// same counts, on one thread and on two.
+#[test]
+fn computed_rows_read_alike_answer_alike_on_every_backend() {
+    let mut first: Option<(&str, Answers)> = None;
+    for (backend, store) in common::backends() {
+        let db = common::open(store.clone(), settings());
+        write_computed(&db);
+        store.maintain(hourglass_storage::now_ms()).unwrap();
+        let mut answers: Answers = Vec::new();
+        for ds in ["1h-avg", "1h-sum", "3h-avg", "1h-avg-zero"] {
+            for (start, end) in [
+                (T0, T0 + DAYS * DAY - 1),
+                (T0 + 5 * 3_600 + 17, T0 + 40 * DAY + 7 * 3_600),
+                (T0 + 29 * DAY, T0 + 31 * DAY - 1),
+            ] {
+                for aggregator in [Aggregator::Sum, Aggregator::Avg, Aggregator::None] {
+                    let mut q = SubQuery::new(aggregator, "n");
+                    q.downsample = Some(DownsampleSpec::parse(ds).unwrap());
+                    let (start, end) = (start * 1000, end * 1000);
+                    let one = RunOptions {
+                        parallel: false,
+                        ..RunOptions::default()
+                    };
+                    let single = run(&db, start, end, &q, &one).unwrap();
+                    let split = run(&db, start, end, &q, &RunOptions::default()).unwrap();
+                    let what = format!("{backend}: {ds} {aggregator:?} over [{start}, {end}]");
+                    assert!(single.rollup_table.is_some(), "{what}");
+                    assert!(single.groups.iter().any(|g| !g.dps.is_empty()), "{what}");
+                    assert_eq!(bits(&split.groups), bits(&single.groups), "{what}");
+                    assert_eq!(split.stats.points, single.stats.points, "{what}");
+                    answers.push((
+                        bits(&single.groups),
+                        single.stats.rows,
+                        single.stats.points,
+                        single.stats.series,
+                    ));
+                }
+            }
+        }
+        match &first {
+            None => first = Some((backend, answers)),
+            Some((name, want)) => {
+                for (i, (got, want)) in answers.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        got, want,
+                        "read {i}: {backend} answers otherwise than {name}"
+                    );
+                }
+            }
+        }
     }
 }

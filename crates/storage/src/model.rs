@@ -756,6 +756,105 @@ pub fn lend_row<'a>(
     lend_cells(bytes, read, out).map(|()| None)
 }
 
+/// Rows lent together as their columns ([`crate::LentCells::Series`]): each of `rows` as
+/// [`lend_row`] lends it, into `out` (cleared first) with whether its layout (every byte
+/// but its first cell time and its values: family, qualifiers, time differences, value
+/// lengths) is the row before's. A row of the layout of the row before is lent from it by
+/// two comparisons of bytes, without reading its header or checking its columns again
+/// (they are the same bytes). True when every row was lent as its columns; false (`out`
+/// to be ignored) when one is not a column row the read keeps whole or does not read: the
+/// caller lends them one by one instead (and meets the error, in row order).
+pub fn lend_column_rows<'a>(
+    rows: impl IntoIterator<Item = &'a [u8]>,
+    read: &ReadOptions,
+    out: &mut Vec<(ColumnCells<'a>, bool)>,
+) -> bool {
+    out.clear();
+    let mut unused = Vec::new();
+    // The row before lent from its header: its bytes and layout, and its columns.
+    let mut before: Option<(&'a [u8], Layout, ColumnCells<'a>)> = None;
+    for bytes in rows {
+        if let Some((prev, layout, cells)) = before
+            && let Some((first_time, values)) = layout.same_in(prev, bytes)
+        {
+            // Its qualifiers, time differences and lengths are the row before's bytes.
+            let cells = ColumnCells {
+                first_time,
+                values,
+                ..cells
+            };
+            if !read.time_range.is_all() && !cells.times().all(|t| read.time_range.contains(t)) {
+                return false;
+            }
+            out.push((cells, true));
+            continue;
+        }
+        let Ok(Some(cells)) = lend_row(bytes, read, &mut unused) else {
+            return false;
+        };
+        let Some(layout) = Layout::of(bytes, cells.values.len()) else {
+            return false;
+        };
+        before = Some((bytes, layout, cells));
+        out.push((cells, false));
+    }
+    true
+}
+
+/// Where a column row's first cell time lies (`time_at..time_end`) and where its values
+/// start: the bytes before the first time and those from its end to the values are the
+/// row's layout.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    time_at: usize,
+    time_end: usize,
+    values_at: usize,
+}
+
+impl Layout {
+    /// The layout of a column row `bytes` (lent as columns: its header reads) whose values
+    /// are its last `values_len` bytes.
+    fn of(bytes: &[u8], values_len: usize) -> Option<Layout> {
+        let mut r = Reader { bytes, pos: 1 };
+        r.varint().ok()?;
+        r.chunk().ok()?;
+        r.varint().ok()?;
+        let time_at = r.pos;
+        r.varint().ok()?;
+        let values_at = bytes.len().checked_sub(values_len)?;
+        (r.pos <= values_at).then_some(Layout {
+            time_at,
+            time_end: r.pos,
+            values_at,
+        })
+    }
+
+    /// The first time and the values of `bytes` when it is a row of this layout (that of
+    /// `prev`): the same bytes before and after its first time, values as long.
+    #[inline]
+    fn same_in<'a>(&self, prev: &[u8], bytes: &'a [u8]) -> Option<(i64, &'a [u8])> {
+        let head = prev.get(..self.time_at)?;
+        if bytes.get(..self.time_at)? != head {
+            return None;
+        }
+        let mut r = Reader {
+            bytes,
+            pos: self.time_at,
+        };
+        let z = r.varint().ok()?;
+        let body = prev.get(self.time_end..self.values_at)?;
+        let values_at = r.pos.checked_add(body.len())?;
+        let values_len = prev.len() - self.values_at;
+        if bytes.get(r.pos..values_at)? != body || bytes.len() - values_at != values_len {
+            return None;
+        }
+        Some((
+            ((z >> 1) as i64) ^ -((z & 1) as i64),
+            bytes.get(values_at..)?,
+        ))
+    }
+}
+
 /// A column row (RFC 0011) lent as its columns by [`lend_row`]: every stored cell, in the
 /// stored order (qualifier, then newest first), of one family and one qualifier length,
 /// qualifiers and values borrowed from the stored bytes.

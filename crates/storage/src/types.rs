@@ -39,14 +39,20 @@ pub type CellVisitor<'v> = &'v mut dyn FnMut(&[u8], LentCells<'_, '_>) -> crate:
 /// A row's cells as [`crate::Store::scan_cells`] lends them: one by one, or, for a row the
 /// store keeps as columns (the embedded store's column rows, RFC 0011) and the read keeps
 /// whole, as its columns.
+///
+/// With [`ReadOptions::series_rows`], a visit may also lend several rows of one series
+/// together ([`LentCells::Series`]), the key given being the first one's.
 #[derive(Debug, Clone, Copy)]
 pub enum LentCells<'r, 'a> {
     Cells(&'r [CellRef<'a>]),
     Columns(crate::model::ColumnCells<'a>),
+    Series(SeriesRows<'r, 'a>),
 }
 
 impl<'a> LentCells<'_, 'a> {
-    /// The cells one by one: these, or the columns' lent into `buf`.
+    /// The cells one by one: these, or the columns' lent into `buf`; for
+    /// [`LentCells::Series`], the first row's (a reader asking for series rows reads
+    /// them from the variant).
     pub fn cells<'s>(&'s self, buf: &'s mut Vec<CellRef<'a>>) -> &'s [CellRef<'a>] {
         match self {
             LentCells::Cells(cells) => cells,
@@ -54,8 +60,39 @@ impl<'a> LentCells<'_, 'a> {
                 columns.lend(buf);
                 buf
             }
+            LentCells::Series(series) => {
+                buf.clear();
+                if let Some(row) = series.rows.first() {
+                    row.cells.lend(buf);
+                }
+                buf
+            }
         }
     }
+}
+
+/// Column rows of one series, in time order, lent in one visit of
+/// [`crate::Store::scan_cells`] ([`ReadOptions::series_rows`]: the embedded store lends so
+/// the members of a group of a grouped table without codec, RFC 0012). They are the rows a
+/// visit each would lend as [`LentCells::Columns`], in the same order.
+#[derive(Debug, Clone, Copy)]
+pub struct SeriesRows<'r, 'a> {
+    /// Where the 4-byte base time sits in the row keys: each row's key is the key of the
+    /// visit (the first row's) with its own base time there.
+    pub base_at: usize,
+    pub rows: &'r [SeriesRow<'a>],
+}
+
+/// One row of [`SeriesRows`].
+#[derive(Debug, Clone, Copy)]
+pub struct SeriesRow<'a> {
+    /// The row key's base time (seconds).
+    pub base: u32,
+    pub cells: crate::model::ColumnCells<'a>,
+    /// Whether its qualifiers, cell time differences and value lengths are the row
+    /// before's, byte for byte (its family too): what a reader found of the row before
+    /// from them holds for this one.
+    pub same_layout: bool,
 }
 
 /// A group of joint members as [`crate::Store::scan_joint`] lends it, in place of the
@@ -277,6 +314,12 @@ pub struct ReadOptions {
     /// their points): the reader skips those. Such a row counts once toward a scan's limit.
     /// Other stores ignore it.
     pub joint_rows: bool,
+    /// In [`crate::Store::scan_cells`] of a grouped table without codec (RFC 0012), the
+    /// rows of a group, none in the scan shadowed by a row of the row keyspace, each a
+    /// column row the read keeps whole, may be lent in one visit ([`LentCells::Series`]).
+    /// Each row counts toward a scan's limit (a scan with a limit lends them one by one).
+    /// Other stores, and [`crate::Store::scan`], ignore it.
+    pub series_rows: bool,
     /// Cells come back with empty values (family, qualifier and timestamp kept): a scan
     /// that needs only which rows and columns exist moves no values (Bigtable: a
     /// strip-value filter).

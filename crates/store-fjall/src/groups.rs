@@ -490,6 +490,32 @@ pub(crate) fn decode_group(bytes: &[u8]) -> Result<Group<'_>> {
     Ok(Group { members, joint })
 }
 
+/// The members of a group value of format 0x01 (row values only: a table without codec)
+/// into `out` (cleared first), offsets increasing, as [`decode_group`] gives them, without
+/// a vector of its own. False for any other format, or bytes [`decode_group`] refuses
+/// (`out` then to be ignored: the caller decodes the group its usual way and meets the
+/// error there).
+pub(crate) fn row_members<'a>(bytes: &'a [u8], out: &mut Vec<(u32, &'a [u8])>) -> bool {
+    out.clear();
+    if bytes.first() != Some(&GROUP_FORMAT) {
+        return false;
+    }
+    let mut r = Reader { bytes, pos: 1 };
+    let walked = (|| -> Result<()> {
+        let n = r.varint()?;
+        if n > bytes.len() as u64 {
+            return Err(corrupt("member count past its bytes"));
+        }
+        let mut offset = 0u64;
+        for i in 0..n {
+            offset = next_offset(offset, r.varint()?, i == 0)?;
+            out.push((offset as u32, r.chunk()?));
+        }
+        Ok(())
+    })();
+    walked.is_ok() && r.pos == bytes.len()
+}
+
 impl<'a> Reader<'a> {
     /// Passes over a Rice sequence of `n` values unread: its header (center, byte length,
     /// see `hourglass_storage::rice`) and that many bytes, the length checked as

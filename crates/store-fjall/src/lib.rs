@@ -25,14 +25,15 @@ use hourglass_storage::model::{self, RowData, ScanFilter, encode_joint_row};
 use hourglass_storage::{
     Cell, CellCodec, CellForm, CellRef, CellRow, CellVisitor, Check, Error, FamilySpec,
     JointMember, JointVisitor, LentCells, LentGroup, Mutation, ReadOptions, Result, Row, RowCheck,
-    RowIter, RowMutation, ScanRequest, Scanned, SkipHint, Store, TableSpec, now_ms,
+    RowIter, RowMutation, ScanRequest, Scanned, SeriesRow, SeriesRows, SkipHint, Store, TableSpec,
+    now_ms,
 };
 use parking_lot::{Mutex, RwLock};
 
 pub use groups::Grouping;
 use groups::{
     JointScratch, Member, decode_group, decode_joint_members, encode_group, encode_rows_group,
-    group_members, member_rows, stored_members,
+    group_members, member_rows, row_members, stored_members,
 };
 
 const TABLES_KEYSPACE: &str = "_tables";
@@ -933,6 +934,24 @@ impl RawRows {
     }
 }
 
+/// An empty vector keeping `v`'s allocation, for things borrowed from another value.
+fn reuse_vec<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    #[allow(clippy::unnecessary_filter_map)]
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+/// Buffers [`GroupedScan::lend_series`] keeps from group to group.
+#[derive(Default)]
+struct SeriesScratch {
+    key: Vec<u8>,
+    bases: Vec<u32>,
+    members: Vec<(u32, &'static [u8])>,
+    stored: Vec<&'static [u8]>,
+    cells: Vec<(model::ColumnCells<'static>, bool)>,
+    rows: Vec<SeriesRow<'static>>,
+}
+
 /// An empty vector of lent cells keeping `v`'s allocation, for cells of another row.
 fn reuse<'b>(mut v: Vec<CellRef<'_>>) -> Vec<CellRef<'b>> {
     v.clear();
@@ -986,6 +1005,9 @@ struct GroupedScan {
     /// Such groups are lent (`Store::scan_joint`): queued as they are, checked and decoded
     /// when taken.
     lend_groups: bool,
+    /// A group of row values, none of its members shadowed, is queued whole to be lent as
+    /// one series' rows (`Store::scan_cells` with `ReadOptions::series_rows`, RFC 0012).
+    lend_series: bool,
     filter: ScanFilter,
     grouping: Grouping,
     start: Vec<u8>,
@@ -1031,13 +1053,19 @@ enum Pending {
         key: fjall::Slice,
         value: fjall::Slice,
     },
+    /// A group of row values of a window, none of its members shadowed, to lend as one
+    /// series' column rows (`GroupedScan::lend_series`), else as its members' rows.
+    Series {
+        key: fjall::Slice,
+        value: fjall::Slice,
+    },
 }
 
 impl Pending {
     /// A row found as stored: its key (written into `key`), its value's bytes.
     fn stored<'p>(&'p self, grouping: &Grouping, key: &mut Vec<u8>) -> Option<&'p [u8]> {
         let (value, at) = match self {
-            Pending::Row(_) | Pending::Group { .. } => return None,
+            Pending::Row(_) | Pending::Group { .. } | Pending::Series { .. } => return None,
             Pending::Stored { key: k, value, at } => {
                 key.clear();
                 key.extend_from_slice(k);
@@ -1066,8 +1094,9 @@ impl GroupedScan {
         if let Pending::Row(row) = pending {
             return Ok(Some(row));
         }
-        if matches!(pending, Pending::Group { .. }) {
-            // Queued only for `Store::scan_joint`, which takes them itself.
+        if matches!(pending, Pending::Group { .. } | Pending::Series { .. }) {
+            // Queued only for `Store::scan_joint` and `Store::scan_cells`, which take them
+            // themselves.
             self.done = true;
             self.out.clear();
             return Err(Error::Internal("a group to lend in a scan of rows".into()));
@@ -1335,6 +1364,13 @@ impl GroupedScan {
                     continue;
                 }
             }
+            if self.lend_series && own.is_empty() && self.codec.is_none() {
+                self.out.push_back(Pending::Series {
+                    key: group_key,
+                    value,
+                });
+                continue;
+            }
             self.emit_group(&group_key, &value, own)?;
         }
         for (_, (key, value)) in std::mem::take(&mut rows) {
@@ -1421,6 +1457,86 @@ impl GroupedScan {
                 Ok(false)
             }
         }
+    }
+
+    /// A group queued to be lent as one series' rows ([`Pending::Series`]): its members the
+    /// scan takes (in its key range, passing its filters), lent to `visit` together when
+    /// each is a column row the read keeps whole ([`model::lend_column_rows`]); else its
+    /// members' rows go next in the output, as [`GroupedScan::emit_members`] gives them.
+    /// How many rows were visited.
+    fn lend_series(
+        &mut self,
+        group_key: &fjall::Slice,
+        value: &fjall::Slice,
+        scratch: &mut SeriesScratch,
+        visit: CellVisitor<'_>,
+    ) -> Result<usize> {
+        let g = self.grouping;
+        let mut members = reuse_vec(std::mem::take(&mut scratch.members));
+        // Row values only (else, or bytes that do not decode: as members, below).
+        let whole = row_members(value, &mut members);
+        let period = g.base(group_key).unwrap_or(0);
+        let key = &mut scratch.key;
+        key.clear();
+        key.extend_from_slice(group_key);
+        let mut first_key: Option<Vec<u8>> = None;
+        let mut bases = std::mem::take(&mut scratch.bases);
+        bases.clear();
+        let mut stored = reuse_vec(std::mem::take(&mut scratch.stored));
+        for (offset, bytes) in members.iter().filter(|_| whole) {
+            let Some(base) = period.checked_add(*offset) else {
+                continue;
+            };
+            if g.make_member_key(key, *offset).is_none() {
+                continue;
+            }
+            if self.in_range(key) && (self.series_filter || self.filter.key_matches(key)) {
+                if first_key.is_none() {
+                    first_key = Some(key.clone());
+                }
+                bases.push(base);
+                stored.push(*bytes);
+            }
+        }
+        let mut cells = reuse_vec(std::mem::take(&mut scratch.cells));
+        let lent = whole
+            && first_key.is_some()
+            && model::lend_column_rows(stored.iter().copied(), self.filter.read(), &mut cells);
+        let mut visited = 0;
+        if lent {
+            let mut rows = reuse_vec(std::mem::take(&mut scratch.rows));
+            rows.extend(
+                bases
+                    .iter()
+                    .zip(&cells)
+                    .map(|(base, (cells, same_layout))| SeriesRow {
+                        base: *base,
+                        cells: *cells,
+                        same_layout: *same_layout,
+                    }),
+            );
+            let series = SeriesRows {
+                base_at: g.timestamp_offset,
+                rows: &rows,
+            };
+            let visited_ok = visit(
+                first_key.as_deref().unwrap_or_default(),
+                LentCells::Series(series),
+            );
+            visited = rows.len();
+            scratch.rows = reuse_vec(rows);
+            visited_ok?;
+        } else if first_key.is_some() || !whole {
+            // Its members go before what the window had queued after it.
+            let rest = std::mem::take(&mut self.out);
+            self.emit_members(group_key, value, Vec::new())?;
+            self.out.extend(rest);
+        }
+        scratch.cells = reuse_vec(cells);
+        scratch.bases = bases;
+        scratch.stored = reuse_vec(stored);
+        scratch.members = reuse_vec(members);
+        Ok(visited)
     }
 
     /// [`GroupedScan::joint_row`]'s checks on a group decoded into `scratch`: its family
@@ -1601,6 +1717,7 @@ impl FjallStore {
             keep_encoded: request.read.encoded_cells,
             joint_rows: request.read.joint_rows,
             lend_groups: false,
+            lend_series: false,
             filter,
             grouping: groups.grouping,
             start: request.start.clone(),
@@ -2558,11 +2675,18 @@ impl Store for FjallStore {
         let mut cells = Vec::new();
         if let Some(mut rows) = Self::grouped_scan(open.clone(), &t, request)? {
             let grouping = rows.grouping;
+            // Rows lent a series at a time count each toward a limit: only without one.
+            rows.lend_series = request.read.series_rows && request.limit.is_none();
+            let mut series = SeriesScratch::default();
             let mut key = Vec::new();
             while !filter.is_full(returned) {
                 let pending = match rows.next_pending() {
                     None => break,
                     Some(Err(e)) => return Err(e),
+                    Some(Ok(Pending::Series { key, value })) => {
+                        returned += rows.lend_series(&key, &value, &mut series, &mut *visit)?;
+                        continue;
+                    }
                     Some(Ok(Pending::Row(row))) => {
                         let lent: Vec<CellRef<'_>> = row.cells.iter().map(CellRef::from).collect();
                         returned += 1;

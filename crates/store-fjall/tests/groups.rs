@@ -329,6 +329,87 @@ fn lent(store: &dyn Store, request: &ScanRequest) -> Vec<Row> {
     rows
 }
 
+/// The rows `scan_cells` lends with `series_rows` asked for, a series' rows lent together
+/// given as the rows they are (their keys made from the first's and their base times), and
+/// how many visits lent a series' rows. Checks what the store says of each row's layout:
+/// a row said to have the layout of the row before has its qualifiers, value lengths and
+/// cell time differences, and is in the same series, later.
+fn lent_series(store: &dyn Store, request: &ScanRequest) -> (Vec<Row>, usize, usize) {
+    let mut rows = Vec::new();
+    let (mut series_visits, mut same_rows) = (0, 0);
+    let request = ScanRequest {
+        read: ReadOptions {
+            series_rows: true,
+            ..request.read.clone()
+        },
+        ..request.clone()
+    };
+    let row_of = |key: Vec<u8>, cells: &[hourglass_storage::CellRef<'_>]| Row {
+        key,
+        cells: cells
+            .iter()
+            .map(|c| Cell {
+                family: c.family.to_string(),
+                qualifier: c.qualifier.to_vec(),
+                timestamp: c.timestamp,
+                value: c.value.to_vec(),
+                form: c.form,
+            })
+            .collect(),
+    };
+    let mut visit = |key: &[u8], cells: hourglass_storage::LentCells<'_, '_>| {
+        let mut buf = Vec::new();
+        match cells {
+            hourglass_storage::LentCells::Series(series) => {
+                series_visits += 1;
+                assert!(!series.rows.is_empty());
+                let at = series.base_at;
+                assert_eq!(
+                    u32::from_be_bytes(key[at..at + 4].try_into().unwrap()),
+                    series.rows[0].base,
+                    "the visit's key is the first row's"
+                );
+                // The row before's base time, (qualifier, value length) a cell, time steps.
+                type Before = (u32, Vec<(Vec<u8>, usize)>, Vec<i64>);
+                let mut before: Option<Before> = None;
+                for r in series.rows {
+                    assert!(
+                        !r.same_layout || before.is_some(),
+                        "a first row of its layout"
+                    );
+                    same_rows += usize::from(r.same_layout);
+                    r.cells.lend(&mut buf);
+                    let layout: Vec<(Vec<u8>, usize)> = buf
+                        .iter()
+                        .map(|c| (c.qualifier.to_vec(), c.value.len()))
+                        .collect();
+                    let steps: Vec<i64> = buf
+                        .windows(2)
+                        .map(|w| w[1].timestamp - w[0].timestamp)
+                        .collect();
+                    if let Some((base, l, d)) = &before {
+                        assert!(r.base > *base, "rows of a series in time order");
+                        if r.same_layout {
+                            assert_eq!((&layout, &steps), (l, d), "a layout said the same");
+                        }
+                    }
+                    let mut k = key.to_vec();
+                    k[at..at + 4].copy_from_slice(&r.base.to_be_bytes());
+                    rows.push(row_of(k, &buf));
+                    before = Some((r.base, layout, steps));
+                }
+            }
+            cells => {
+                let cells = cells.cells(&mut buf);
+                rows.push(row_of(key.to_vec(), cells));
+            }
+        }
+        Ok(())
+    };
+    store.scan_cells(TABLE, &request, &mut visit).unwrap();
+    (rows, series_visits, same_rows)
+}
+
 fn check(store: &dyn Store, model: &MemoryStore) {
     let read = ReadOptions::default();
     for m in 1u8..3 {
@@ -444,6 +525,13 @@ fn check(store: &dyn Store, model: &MemoryStore) {
                 scan(store, &request),
                 "lent {request:?}"
             );
+            // A series' rows lent together are the rows lent one by one (lent so only
+            // where the read keeps each whole: never with a limit, keys only or newest only).
+            let (series, visits, _) = lent_series(store, &request);
+            assert_eq!(series, scan(store, &request), "lent series {request:?}");
+            if request.read.keys_only || request.read.latest_only {
+                assert_eq!(visits, 0);
+            }
             let limited = ScanRequest {
                 limit: Some(2),
                 ..request.clone()
@@ -453,6 +541,9 @@ fn check(store: &dyn Store, model: &MemoryStore) {
                 scan(store, &limited),
                 "lent {limited:?}"
             );
+            let (series, visits, _) = lent_series(store, &limited);
+            assert_eq!(series, scan(store, &limited), "lent series {limited:?}");
+            assert_eq!(visits, 0, "a limit lends rows one by one");
             // Groups lent as `scan` returns them as joint rows, under every read: a time
             // range or another family leaves a group to its members' rows.
             for limit in [None, Some(2)] {
@@ -858,4 +949,86 @@ fn rows_written_before_grouping_read_the_same_once_grouped() {
     );
     write(&store, &[cells(key(2, 2, 0), 2, 7)]);
     check(&store, &model);
+}
+
+/// A grouped table without codec whose rows are column rows as a computed tier writes them
+/// (the same qualifiers, values of one width, each row written at its own time): a series'
+/// rows of a group come in one visit, most of them lent as the row before's layout, and
+/// read exactly as the rows lent one by one; also with a row of another layout among them,
+/// after a late write into a group, a member deleted, and under a time range cutting rows.
+#[test]
+fn a_series_rows_lent_together_read_as_lent_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), true, false);
+    // Series 2's hour 5 has a two-byte value (its values longer), series 1's hour 3 another
+    // qualifier in place of one (all else as long).
+    let row = |hour: u32, series: u8| {
+        let mutations = (0u8..3)
+            .map(|q| {
+                let v = hour as u8 * 3 + q + series;
+                let value = if (series, hour, q) == (2, 5, 1) {
+                    vec![v, 0x80]
+                } else {
+                    vec![v]
+                };
+                let q = if (series, hour, q) == (1, 3, 2) { 4 } else { q };
+                Mutation::set_at("t", vec![q], 1_000 + i64::from(hour) * 7, value)
+            })
+            .collect();
+        RowMutation {
+            key: key(1, hour, series),
+            mutations,
+        }
+    };
+    let mut rows = Vec::new();
+    for hour in 0..8 {
+        for series in 1..3 {
+            rows.push(row(hour, series));
+        }
+    }
+    store.mutate_rows(TABLE, &rows).unwrap();
+    // Hours 0-5 close into groups of two rows; 6 and 7 stay in the row keyspace.
+    store.maintain(6 * 3_600_000).unwrap();
+    let all = ScanRequest::range(Vec::new(), None);
+    let check = |store: &dyn Store, request: &ScanRequest| {
+        let (series, visits, same) = lent_series(store, request);
+        assert_eq!(series, scan(store, request), "{request:?}");
+        assert_eq!(series, lent(store, request), "{request:?}");
+        (visits, same)
+    };
+    // 2 series x 3 groups; 4 of 6 second members of the layout of the first.
+    assert_eq!(check(&store, &all), (6, 4));
+    // A late write into a group (a cell of another qualifier: another layout), a member
+    // deleted (as retention deletes), both read the same.
+    store
+        .mutate_rows(
+            TABLE,
+            &[
+                RowMutation {
+                    key: key(1, 1, 1),
+                    mutations: vec![Mutation::set_at("t", vec![3], 5, vec![9])],
+                },
+                RowMutation {
+                    key: key(1, 2, 2),
+                    mutations: vec![Mutation::DeleteRow],
+                },
+            ],
+        )
+        .unwrap();
+    assert_eq!(check(&store, &all), (6, 2));
+    // A time range keeping some rows' cells whole and leaving others: those groups go a
+    // row at a time.
+    let cut = ScanRequest {
+        read: ReadOptions {
+            time_range: TimeRange::new(1_000, Some(1_020)),
+            ..ReadOptions::default()
+        },
+        ..all.clone()
+    };
+    let (visits, _) = check(&store, &cut);
+    assert!(visits > 0 && visits < 6, "{visits}");
+    // A key range starting within a group: its members before the start are not lent.
+    let from = ScanRequest::range(key(1, 3, 1), None);
+    let (visits, _) = check(&store, &from);
+    assert!(visits > 0);
 }

@@ -329,15 +329,24 @@ fn rollup_value(flags: u8, value: &[u8]) -> Result<f64> {
 /// One rollup row's cells as the read takes them: true when read into `cols`' columns of
 /// `avg` pairs, false when into `points` (from a row lent as columns when its qualifiers
 /// allow, else by the general reading, [`rollup_points`]).
+///
+/// `same_layout`: the row's qualifiers and value lengths are those of the row read before
+/// it (the store says so of a series' rows lent together, [`LentCells::Series`]): when
+/// that row's shape is the one kept, the row is read through it without comparing.
+#[allow(clippy::too_many_arguments)]
 fn read_row(
     read: RollupRead,
     interval: &RollupInterval,
     base: u32,
     row: LentCells<'_, '_>,
+    same_layout: bool,
     cols: &mut AvgColumns,
     cells: &mut Vec<RollupCell>,
     points: &mut RowPoints,
 ) -> Result<bool> {
+    // Whether the shape kept is the row before's: set again below when it is this row's.
+    let same = std::mem::take(&mut cols.shape_is_last) && same_layout;
+    cols.integer_counts = false;
     match (read, row) {
         (RollupRead::Avg { sum, count }, LentCells::Cells(lent)) => {
             if avg_columns((sum, count), interval, base, lent, cols)? {
@@ -345,7 +354,7 @@ fn read_row(
             }
         }
         (RollupRead::Avg { sum, count }, LentCells::Columns(c)) => {
-            if avg_from_columns((sum, count), interval, base, &c, cols)? {
+            if avg_from_columns((sum, count), interval, base, &c, same, cols)? {
                 return Ok(true);
             }
         }
@@ -356,6 +365,10 @@ fn read_row(
             }
         }
         (RollupRead::One { .. }, LentCells::Cells(_)) => {}
+        // Read a row at a time by the caller.
+        (_, LentCells::Series(_)) => {
+            return Err(Error::Internal("series rows read as one row".into()));
+        }
     }
     let mut lent = Vec::new();
     let row = row.cells(&mut lent);
@@ -377,6 +390,10 @@ struct AvgColumns {
     /// rows together); keeping four took more instructions (a row of none of them compared
     /// with each).
     shape: PairedShape,
+    /// Whether `shape` is the last row's (read through it, or kept from it).
+    shape_is_last: bool,
+    /// Whether `counts` were decoded from integers (as [`count_as_long`] leaves them).
+    integer_counts: bool,
 }
 
 /// What [`paired_columns`] found of a row as computed that depends on its qualifiers and
@@ -402,17 +419,19 @@ struct PairedShape {
 impl PairedShape {
     /// The shape's pairs of `row` into `cols` (cleared before) when `row` has the shape's
     /// qualifiers and lengths; false otherwise (`cols` untouched).
+    /// `same`: the row's qualifiers and lengths are known to be the shape's (not compared).
     fn read(
         &self,
         ids: (u8, u8),
         (base, step): (i64, i64),
         row: &ColumnCells<'_>,
+        same: bool,
         (times, sums, counts): (&mut Vec<i64>, &mut Vec<f64>, &mut Vec<f64>),
     ) -> bool {
         let (lens, values) = row.value_run(0..row.len());
         if self.read != Some((ids, step))
-            || row.qualifiers() != self.qualifiers.as_slice()
-            || lens != self.lens.as_slice()
+            || !(same
+                || (row.qualifiers() == self.qualifiers.as_slice() && lens == self.lens.as_slice()))
         {
             return false;
         }
@@ -430,7 +449,7 @@ impl PairedShape {
 
     /// Keeps the shape of `row`, just read by [`paired_columns`] (its pairs from the cells
     /// `sums` and `counts`, at `times`) in place of this one, when both runs are of one
-    /// integer width (else this one stays).
+    /// integer width (else this one stays). Whether it is kept.
     fn keep(
         &mut self,
         ids: (u8, u8),
@@ -438,7 +457,7 @@ impl PairedShape {
         row: &ColumnCells<'_>,
         (sums, counts): (std::ops::Range<usize>, std::ops::Range<usize>),
         times: &[i64],
-    ) {
+    ) -> bool {
         let (lens, _) = row.value_run(0..row.len());
         let width = |range: &std::ops::Range<usize>| {
             let run = lens.get(range.clone()).unwrap_or_default();
@@ -455,7 +474,7 @@ impl PairedShape {
         let widths = matches!(s.1, 1 | 2 | 4 | 8) && matches!(c.1, 1 | 2 | 4 | 8);
         if !(s.2 && c.2 && widths) {
             // Widths mixed: the shape kept before stays.
-            return;
+            return false;
         }
         self.qualifiers.clear();
         self.qualifiers.extend_from_slice(row.qualifiers());
@@ -467,6 +486,7 @@ impl PairedShape {
         self.sums = (s.0, s.1);
         self.counts = (c.0, c.1);
         self.read = Some((ids, step));
+        true
     }
 }
 
@@ -747,6 +767,7 @@ fn avg_from_columns(
     interval: &RollupInterval,
     base: u32,
     row: &ColumnCells<'_>,
+    same: bool,
     cols: &mut AvgColumns,
 ) -> Result<bool> {
     cols.times.clear();
@@ -763,9 +784,11 @@ fn avg_from_columns(
         return Ok(false);
     }
     let at = (i64::from(base), i64::from(interval.interval_seconds));
-    // A row shaped as the last one read as computed.
+    // A row shaped as the last one read as computed (known so when `same`).
     let out = (&mut cols.times, &mut cols.sums, &mut cols.counts);
-    if cols.shape.read((sum, count), at, row, out) {
+    if cols.shape.read((sum, count), at, row, same, out) {
+        cols.shape_is_last = true;
+        cols.integer_counts = true;
         return Ok(true);
     }
     cols.times.clear();
@@ -776,8 +799,9 @@ fn avg_from_columns(
         && paired_columns(row, qualifiers, (sums.clone(), counts.clone()), at, cols)
     {
         let mut shape = std::mem::take(&mut cols.shape);
-        shape.keep((sum, count), at, row, (sums, counts), &cols.times);
+        cols.shape_is_last = shape.keep((sum, count), at, row, (sums, counts), &cols.times);
         cols.shape = shape;
+        cols.integer_counts = true;
         return Ok(true);
     }
     cols.times.clear();
@@ -911,47 +935,93 @@ impl Scan<'_> {
                 .and_then(|b| <[u8; 4]>::try_from(b).ok())
                 .map(u32::from_be_bytes)
         };
-        for request in crate::scan::scan_requests(schema, &query) {
+        for mut request in crate::scan::scan_requests(schema, &query) {
             // Key order, or period order for a grouped tier (RFC 0012): either way a
-            // series' rows in time order.
+            // series' rows in time order; a grouped tier's rows of a series and period
+            // may come in one visit.
+            request.read.series_rows = true;
             match rollup {
                 Some((interval, read)) => {
                     // The visitor's own error, kept while the store's scan stops.
                     let mut failed: Option<Error> = None;
-                    let mut visit = |key: &[u8], row: LentCells<'_, '_>| {
-                        let Some(base) = base_of(key) else {
-                            return Ok(());
-                        };
-                        points.clear();
-                        let bytes = key.len()
-                            + match row {
-                                LentCells::Cells(cells) => cells
-                                    .iter()
-                                    .map(|c| c.qualifier.len() + c.value.len())
-                                    .sum::<usize>(),
-                                LentCells::Columns(c) => c.qualifiers().len() + c.value_bytes(),
-                            };
-                        let taken = read_row(
-                            read,
-                            interval,
-                            base,
-                            row,
-                            &mut cols,
-                            &mut cells,
-                            &mut points,
-                        )
-                        .and_then(|as_columns| {
+                    // One row: its key (for its series), base time, cells, and whether its
+                    // layout is the row before's (rows of a series lent together).
+                    let mut one_row =
+                        |key: &[u8],
+                         base: u32,
+                         row: LentCells<'_, '_>,
+                         same,
+                         slot: &mut Option<Option<usize>>| {
+                            points.clear();
+                            let bytes = key.len()
+                                + match row {
+                                    LentCells::Cells(cells) => cells
+                                        .iter()
+                                        .map(|c| c.qualifier.len() + c.value.len())
+                                        .sum::<usize>(),
+                                    LentCells::Columns(c) => c.qualifiers().len() + c.value_bytes(),
+                                    LentCells::Series(_) => 0,
+                                };
+                            // A series' next row of the layout of the one before, read
+                            // through its shape: its pairs straight into the series'.
+                            if let (
+                                true,
+                                AvgState::Pairs,
+                                RollupRead::Avg { sum, count },
+                                LentCells::Columns(c),
+                                Some(Some(i)),
+                            ) = (same && cols.shape_is_last, avg, read, row, *slot)
+                                && self.pairs_in_place(
+                                    &mut part,
+                                    i,
+                                    bytes,
+                                    (base, interval),
+                                    &c,
+                                    (sum, count),
+                                    &cols.shape,
+                                )?
+                            {
+                                return Ok(());
+                            }
+                            let as_columns = read_row(
+                                read,
+                                interval,
+                                base,
+                                row,
+                                same,
+                                &mut cols,
+                                &mut cells,
+                                &mut points,
+                            )?;
                             if matches!(read, RollupRead::One { name: "dev", .. })
                                 && !points.is_empty()
                             {
                                 return Err(Error::invalid(DEV_REFUSED));
                             }
                             if as_columns {
-                                self.take_avg_row(&mut part, key, &mut cols, bytes, avg, until_ms)
+                                self.take_avg_row(
+                                    &mut part, key, &mut cols, bytes, avg, until_ms, slot,
+                                )
                             } else {
                                 self.take_row(&mut part, key, &mut points, bytes, avg, until_ms)
                             }
-                        });
+                        };
+                    let mut visit = |key: &[u8], row: LentCells<'_, '_>| {
+                        let taken = match row {
+                            // Each row's key differs from the first's in its base time
+                            // alone: the series is the same.
+                            LentCells::Series(series) => {
+                                let mut slot = None;
+                                series.rows.iter().try_for_each(|r| {
+                                    let cells = LentCells::Columns(r.cells);
+                                    one_row(key, r.base, cells, r.same_layout, &mut slot)
+                                })
+                            }
+                            row => match base_of(key) {
+                                Some(base) => one_row(key, base, row, false, &mut None),
+                                None => Ok(()),
+                            },
+                        };
                         taken.map_err(|e| {
                             failed = Some(e);
                             hourglass_storage::Error::Unavailable("the rollup read stopped".into())
@@ -1092,7 +1162,10 @@ impl Scan<'_> {
     }
 
     /// [`Scan::take_row`] for an `avg` row read into columns by [`avg_columns`]: the same
-    /// counts and buckets, the pairs pushed a column at a time.
+    /// counts and buckets, the pairs pushed a column at a time. `slot`: the row's series'
+    /// slot when known already (`Some`), else found and kept there (rows of one series lent
+    /// together find it once).
+    #[allow(clippy::too_many_arguments)]
     fn take_avg_row(
         &self,
         part: &mut Part,
@@ -1101,6 +1174,7 @@ impl Scan<'_> {
         bytes: usize,
         avg: AvgState,
         until_ms: i64,
+        slot: &mut Option<Option<usize>>,
     ) -> Result<()> {
         let (lo, hi) = (self.window.0, self.window.1 - 1);
         let stats = &mut part.stats;
@@ -1109,8 +1183,11 @@ impl Scan<'_> {
         if cols.times.is_empty() {
             return Ok(());
         }
-        for c in &mut cols.counts {
-            *c = count_as_long(*c);
+        // Counts decoded from integers are longs already.
+        if !cols.integer_counts {
+            for c in &mut cols.counts {
+                *c = count_as_long(*c);
+            }
         }
         // Times ascend: the window keeps a run of them.
         let from = cols.times.partition_point(|t| *t < lo);
@@ -1121,7 +1198,10 @@ impl Scan<'_> {
             &cols.counts[from..to],
         );
         stats.points += times.len() as u64;
-        let slot = self.slot_of(part, key, avg, until_ms)?;
+        let slot = match *slot {
+            Some(known) => known,
+            None => *slot.insert(self.slot_of(part, key, avg, until_ms)?),
+        };
         let mut held = 0u64;
         if let Some(i) = slot {
             match &mut part.series[i].points {
@@ -1144,6 +1224,66 @@ impl Scan<'_> {
             .limits
             .check(&part.stats, part.held, self.deadline)?;
         self.memory.track(part.held)
+    }
+
+    /// A row of `avg` pairs read through `shape` (the row before's, of the same layout:
+    /// not compared) straight into the pairs its series `i` keeps, when they are kept as
+    /// read ([`RollupAvg::Pairs`]) and [`RollupAvg::push_all`] would append the row's pairs
+    /// as they are (times after the series' last, on a bucket start) and the window keeps
+    /// them all: the counts, buckets and checks of [`Scan::take_avg_row`]. False (nothing
+    /// changed) otherwise: the row is read the usual way.
+    #[allow(clippy::too_many_arguments)]
+    fn pairs_in_place(
+        &self,
+        part: &mut Part,
+        i: usize,
+        bytes: usize,
+        (base, interval): (u32, &RollupInterval),
+        row: &ColumnCells<'_>,
+        ids: (u8, u8),
+        shape: &PairedShape,
+    ) -> Result<bool> {
+        let (lo, hi) = (self.window.0, self.window.1 - 1);
+        let Some(Points::RollupAvg(avg)) = part.series.get_mut(i).map(|s| &mut s.points) else {
+            return Ok(false);
+        };
+        let RollupAvg::Pairs(p) = &mut **avg else {
+            return Ok(false);
+        };
+        let had = p.now.times.len();
+        let empty = p.len() == 0;
+        let last = p.now.times.last().copied().or_else(|| p.last_time());
+        let at = (i64::from(base), i64::from(interval.interval_seconds));
+        let now = &mut p.now;
+        let out = (&mut now.times, &mut now.sums, &mut now.counts);
+        let read = shape.read(ids, at, row, true, out);
+        let added = now.times.get(had..).unwrap_or_default();
+        let appended = match (added.first(), added.last()) {
+            (Some(&first), Some(&end)) => {
+                last.is_none_or(|last| first > last)
+                    && first.rem_euclid(p.spec.interval_ms) == 0
+                    && first >= lo
+                    && end <= hi
+            }
+            _ => false,
+        };
+        let n = added.len();
+        if !(read && appended) {
+            p.now.times.truncate(had);
+            p.now.sums.truncate(had);
+            p.now.counts.truncate(had);
+            return Ok(false);
+        }
+        let stats = &mut part.stats;
+        stats.rows += 1;
+        stats.bytes += bytes as u64;
+        stats.points += n as u64;
+        part.held += 2 * (n - usize::from(empty)) as u64;
+        self.options
+            .limits
+            .check(&part.stats, part.held, self.deadline)?;
+        self.memory.track(part.held)?;
+        Ok(true)
     }
 
     /// The state of a series whose `avg` is read from sums and counts: its pairs as read
@@ -1870,7 +2010,7 @@ mod tests {
                 let mut want_points = Vec::new();
                 let want = rollup_points(read, interval, base, &lent, &mut Vec::new(), &mut want_points);
                 let (mut cols, mut points) = (AvgColumns::default(), Vec::new());
-                let got = read_row(read, interval, base, LentCells::Columns(columns), &mut cols, &mut Vec::new(), &mut points);
+                let got = read_row(read, interval, base, LentCells::Columns(columns), false, &mut cols, &mut Vec::new(), &mut points);
                 match (want, got) {
                     (Err(w), Err(g)) => proptest::prop_assert_eq!(w.to_string(), g.to_string()),
                     (Ok(()), Ok(as_columns)) => {
@@ -1897,12 +2037,14 @@ mod tests {
     }
 
     /// One row's reading by [`read_row`] from its columns, through `cols` (holding what
-    /// the rows read before it left), against the general reading of its cells.
+    /// the rows read before it left), against the general reading of its cells;
+    /// `same_layout` as a store lending a series' rows together says it.
     fn read_as_general(
         read: RollupRead,
         interval: &RollupInterval,
         base: u32,
         bytes: &[u8],
+        same_layout: bool,
         cols: &mut AvgColumns,
     ) -> Result<Option<bool>, proptest::test_runner::TestCaseError> {
         use hourglass_storage::model::lend_row;
@@ -1927,6 +2069,7 @@ mod tests {
             interval,
             base,
             LentCells::Columns(columns),
+            same_layout,
             cols,
             &mut Vec::new(),
             &mut points,
@@ -1971,7 +2114,9 @@ mod tests {
         /// Rows read one after another through one reading state (a row as computed keeps
         /// its shape for the rows after it with the same qualifiers and lengths) read as
         /// each alone by the general reading: rows of the same shape with other values and
-        /// base times, rows whose qualifiers or lengths differ, rows not as computed.
+        /// base times, rows whose qualifiers or lengths differ, rows not as computed. Read
+        /// again as a store lends them as one series' rows (`lend_column_rows`: a row of the
+        /// layout of the row before said so), each again as the general reading reads it.
         #[test]
         fn rows_read_in_sequence_read_as_their_cells(
             offsets in proptest::collection::btree_set(0u16..24, 1..24),
@@ -1979,35 +2124,56 @@ mod tests {
                 (proptest::sample::select(vec![0u8, 1, 3, 7]), 0u32..40,
                  proptest::collection::vec(-40_000i64..40_000, 24),
                  proptest::option::of(0usize..48), proptest::prelude::any::<bool>(),
-                 proptest::prelude::any::<bool>()),
+                 proptest::prelude::any::<bool>(), proptest::prelude::any::<bool>()),
                 1..8),
             wide in proptest::prelude::any::<bool>(),
         ) {
-            use hourglass_storage::model::RowData;
+            use hourglass_storage::model::{RowData, lend_column_rows};
             let s = settings();
             let interval = s.config.interval(if wide { "1d" } else { "1h" }).unwrap();
+            // A row `like_before` takes the row before's flags, bad value and ids (its
+            // layout), with its own values and day.
+            let mut rows = rows.clone();
+            for i in 1..rows.len() {
+                if rows[i].6 {
+                    let before = rows[i - 1].clone();
+                    rows[i] = (before.0, rows[i].1, rows[i].2.clone(), before.3, before.4, before.5, true);
+                }
+            }
+            let mut stored = Vec::new();
+            for (flags, day, values, bad, drop_count, other_ids, _) in &rows {
+                let base = 1_356_998_400u32 + day * 86_400;
+                let mut cells = Vec::new();
+                for (i, offset) in offsets.iter().enumerate() {
+                    let v = values[i];
+                    for (id, flags, v) in [(0u8, *flags, v), (1, 0x0, v.rem_euclid(100))] {
+                        if id == 1 && *drop_count && i == 0 {
+                            // A sum without its count: not a row as computed.
+                            continue;
+                        }
+                        let id = if *other_ids { id + 2 } else { id };
+                        cells.push(tier_cell(id, *offset, flags, v));
+                    }
+                }
+                if let Some(i) = bad.filter(|i| *i < cells.len()) {
+                    // A value of a width its flags do not name.
+                    cells[i].value.extend_from_slice(&[1, 2, 3]);
+                }
+                stored.push((base, RowData::from_cells(cells).encode(None)));
+            }
+            let mut lent = Vec::new();
+            let all = hourglass_storage::ReadOptions::default();
+            let together = lend_column_rows(stored.iter().map(|(_, b)| b.as_slice()), &all, &mut lent);
             for read in [RollupRead::Avg { sum: 0, count: 1 }, RollupRead::Avg { sum: 1, count: 0 }] {
                 let mut cols = AvgColumns::default();
-                for (flags, day, values, bad, drop_count, other_ids) in &rows {
-                    let base = 1_356_998_400u32 + day * 86_400;
-                    let mut cells = Vec::new();
-                    for (i, offset) in offsets.iter().enumerate() {
-                        let v = values[i];
-                        for (id, flags, v) in [(0u8, *flags, v), (1, 0x0, v.rem_euclid(100))] {
-                            if id == 1 && *drop_count && i == 0 {
-                                // A sum without its count: not a row as computed.
-                                continue;
-                            }
-                            let id = if *other_ids { id + 2 } else { id };
-                            cells.push(tier_cell(id, *offset, flags, v));
-                        }
+                for (base, bytes) in &stored {
+                    read_as_general(read, interval, *base, bytes, false, &mut cols)?;
+                }
+                if together {
+                    let mut cols = AvgColumns::default();
+                    for ((base, bytes), (_, same)) in stored.iter().zip(&lent) {
+                        read_as_general(read, interval, *base, bytes, *same, &mut cols)?;
                     }
-                    if let Some(i) = bad.filter(|i| *i < cells.len()) {
-                        // A value of a width its flags do not name.
-                        cells[i].value.extend_from_slice(&[1, 2, 3]);
-                    }
-                    let bytes = RowData::from_cells(cells).encode(None);
-                    read_as_general(read, interval, base, &bytes, &mut cols)?;
                 }
             }
         }
@@ -2034,7 +2200,7 @@ mod tests {
         let mut cols = AvgColumns::default();
         let (first, second) = (row(1000), row(-2000));
         assert_eq!(
-            read_as_general(read, interval, 1_356_998_400, &first, &mut cols).unwrap(),
+            read_as_general(read, interval, 1_356_998_400, &first, false, &mut cols).unwrap(),
             Some(true)
         );
         assert_eq!(cols.shape.read, Some(((0, 1), 3600)));
@@ -2057,6 +2223,7 @@ mod tests {
             (0, 1),
             (base, 3600),
             &columns,
+            false,
             (&mut times, &mut sums, &mut counts)
         ));
         let day_ms = base * 1000;
@@ -2067,7 +2234,7 @@ mod tests {
         assert_eq!(sums, vec![-2000.0, -1995.0, -1977.0]);
         assert_eq!(counts, vec![60.0; 3]);
         assert_eq!(
-            read_as_general(read, interval, base as u32, &second, &mut cols).unwrap(),
+            read_as_general(read, interval, base as u32, &second, false, &mut cols).unwrap(),
             Some(true)
         );
         // Another ids' read, or another interval, is not the shape's.
@@ -2075,12 +2242,14 @@ mod tests {
             (1, 0),
             (base, 3600),
             &columns,
+            false,
             (&mut times, &mut sums, &mut counts)
         ));
         assert!(!cols.shape.read(
             (0, 1),
             (base, 86_400),
             &columns,
+            false,
             (&mut times, &mut sums, &mut counts)
         ));
     }
