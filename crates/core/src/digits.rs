@@ -41,7 +41,8 @@ pub(crate) fn find_byte(bytes: &[u8], byte: u8) -> Option<usize> {
 #[inline]
 fn eight_digits(w: u64) -> bool {
     // A digit is 0x30..=0x39: its high nibble is 3, and adding 6 leaves it 3.
-    ((w & 0xF0F0_F0F0_F0F0_F0F0) | ((w.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0) >> 4))
+    ((w & 0xF0F0_F0F0_F0F0_F0F0)
+        | ((w.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0) >> 4))
         == 0x3333_3333_3333_3333
 }
 
@@ -97,7 +98,10 @@ mod tests {
         // The first of several, a zero byte before it, and bytes one above and below.
         assert_eq!(find_byte(b"\x00\x1f\x21 x y", b' '), Some(3));
         assert_eq!(find_byte(b"aaaaaaaa  ", b' '), Some(8));
-        assert_eq!(find_byte(b"\xff\xff\xff\xff\xff\xff\xff\xff\xff ", b' '), Some(9));
+        assert_eq!(
+            find_byte(b"\xff\xff\xff\xff\xff\xff\xff\xff\xff ", b' '),
+            Some(9)
+        );
     }
 
     #[test]
@@ -105,7 +109,10 @@ mod tests {
         assert_eq!(digits_u64(b"0"), Some(0));
         assert_eq!(digits_u64(b"12345678"), Some(12_345_678));
         assert_eq!(digits_u64(b"1735689600"), Some(1_735_689_600));
-        assert_eq!(digits_u64(b"9999999999999999999"), Some(9_999_999_999_999_999_999));
+        assert_eq!(
+            digits_u64(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
         assert_eq!(digits_u64(b"0000000000000000001"), Some(1));
         for other in [
             &b""[..],
@@ -118,7 +125,12 @@ mod tests {
             b"123456789012345a",
             b"\xff2345678",
         ] {
-            assert_eq!(digits_u64(other), None, "{:?}", String::from_utf8_lossy(other));
+            assert_eq!(
+                digits_u64(other),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
         }
     }
 

@@ -447,7 +447,10 @@ mod tests {
         );
         assert_eq!(plain_decimal("123456789.012345"), Some(123_456_789.012_345));
         // Up to 19 digits, the longest settled by the integer check.
-        assert_eq!(plain_decimal("45.123456789012344"), Some(45.123_456_789_012_344));
+        assert_eq!(
+            plain_decimal("45.123456789012344"),
+            Some(45.123_456_789_012_344)
+        );
         assert_eq!(plain_decimal("1.0000000000000001"), Some(1.0));
         assert_eq!(
             plain_decimal("123456789.0123456789"),
@@ -498,7 +501,10 @@ mod tests {
         ] {
             let got = plain_decimal(text);
             assert_eq!(got.map(f64::to_bits), Some(want.to_bits()), "{text}");
-            assert_eq!(got.map(f64::to_bits), text.parse::<f64>().ok().map(f64::to_bits));
+            assert_eq!(
+                got.map(f64::to_bits),
+                text.parse::<f64>().ok().map(f64::to_bits)
+            );
         }
     }
 
