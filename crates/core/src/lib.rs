@@ -9,6 +9,7 @@ pub mod calendar;
 pub mod compact;
 pub mod config;
 pub mod credentials;
+mod digits;
 mod error;
 pub mod histogram;
 pub mod names;

@@ -57,6 +57,7 @@ impl Qualifier {
 
     /// The row base time (seconds) and qualifier for a timestamp, which is in milliseconds
     /// when it does not fit 32 bits, as in OpenTSDB.
+    #[inline]
     pub fn for_timestamp(timestamp: i64, flags: u8) -> Result<(u32, Qualifier)> {
         time::check_timestamp(timestamp)?;
         if time::is_millis(timestamp) {
@@ -72,6 +73,7 @@ impl Qualifier {
     }
 
     /// Rebuilds a qualifier from the `u32` form (see [`Qualifier::raw`]).
+    #[inline]
     pub fn from_raw(raw: u32) -> Result<Qualifier> {
         let q = Qualifier(raw);
         let fits = if q.is_millis() {

@@ -18,6 +18,7 @@ pub fn is_millis(timestamp: i64) -> bool {
 
 /// Refuses negative timestamps, millisecond ones beyond 13 digits, and any past the last
 /// second a 4-byte base hour can hold (2106-02-07).
+#[inline]
 pub fn check_timestamp(timestamp: i64) -> Result<()> {
     if timestamp < 0 {
         return Err(Error::invalid(format!("negative timestamp={timestamp}")));

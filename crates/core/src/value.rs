@@ -10,7 +10,7 @@
 //! big-endian); floats on 4 bytes (IEEE 754 single) when the decimal text fits a float exactly,
 //! else on 8 bytes (double).
 
-use crate::{Error, Result};
+use crate::{Error, Result, digits};
 
 pub const FLAG_FLOAT: u8 = 0x8;
 pub const LENGTH_MASK: u8 = 0x7;
@@ -136,11 +136,12 @@ pub fn decode_bits(flags: u8, bytes: &[u8]) -> Result<u64> {
 /// Malformed numbers are errors with Java's messages; `1e999` parses to infinity, which the
 /// write path then refuses (`value is NaN or Infinite`).
 pub fn parse_value(text: &str) -> Result<Value> {
-    if looks_like_integer(text) {
-        return parse_long(text).map(Value::Int);
-    }
+    // The common form first: a plain decimal is never integer-looking (it has a point).
     if let Some(d) = plain_decimal(text) {
         return Ok(float_value(d));
+    }
+    if looks_like_integer(text) {
+        return parse_long(text).map(Value::Int);
     }
     Ok(float_value(java_parse_double(text)?))
 }
@@ -189,41 +190,105 @@ fn java_parse_double(text: &str) -> Result<f64> {
     }
 }
 
-/// Powers of ten that a double holds exactly.
-const EXACT_POWERS_OF_TEN: [f64; 16] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-];
+/// Powers of ten, exact in a `u64` and (to 10^19) in a double.
+const POWERS_OF_TEN: [u64; 20] = {
+    let mut p = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        p[i] = p[i - 1] * 10;
+        i += 1;
+    }
+    p
+};
 
-/// `[-]DIGITS.DIGITS` with at most 15 digits in all, read in one pass: the digits are an
-/// integer a double holds exactly, as is the power of ten, so their quotient is the correctly
-/// rounded value, the same double a general parser gives. `None` for any other form.
+/// `[-]DIGITS.DIGITS` with at most 19 digits in all (the form collectors write), read without
+/// the general parser's set-up: the digits are an integer `m` and the decimals `k` a power of
+/// ten, and the value is `m / 10^k` correctly rounded. `None` for any other form.
+///
+/// With `m` at most 2^53 both are exact doubles and one division rounds correctly. Longer
+/// mantissas (floats written with all 17 of their digits) take the quotient of the rounded
+/// `m`, within a unit in the last place of the answer, and check it, or its neighbour, exactly
+/// in integers ([`rounds_to`]); a case the check does not settle goes to the general parser.
 fn plain_decimal(text: &str) -> Option<f64> {
     let (negative, body) = match text.as_bytes() {
         [b'-', rest @ ..] => (true, rest),
         rest => (false, rest),
     };
-    if body.len() > 16 {
+    if body.len() > 20 {
         return None;
     }
-    let (mut mantissa, mut point, mut digits) = (0u64, None, 0usize);
-    for (i, &b) in body.iter().enumerate() {
-        match b {
-            b'0'..=b'9' => {
-                mantissa = mantissa * 10 + u64::from(b - b'0');
-                digits += 1;
-            }
-            b'.' if point.is_none() => point = Some(i),
-            _ => return None,
-        }
-    }
-    let point = point?;
-    // A digit on each side of the point.
-    if point == 0 || point + 1 == body.len() {
-        return None;
-    }
-    let scale = EXACT_POWERS_OF_TEN[digits - point];
-    let d = mantissa as f64 / scale;
+    let point = digits::find_byte(body, b'.')?;
+    let (whole, fraction) = (body.get(..point)?, body.get(point + 1..)?);
+    // A digit on each side of the point (`digits_u64` takes none for an empty run).
+    let (whole, fraction_value) = (digits::digits_u64(whole)?, digits::digits_u64(fraction)?);
+    let k = fraction.len();
+    // Fewer than 20 digits in all: the mantissa holds in a u64.
+    let m = whole * POWERS_OF_TEN[k] + fraction_value;
+    let d = match decimal_quotient(m, k) {
+        Some(d) => d,
+        // The form is checked: the general parser reads it.
+        None => return text.parse::<f64>().ok(),
+    };
     Some(if negative { -d } else { d })
+}
+
+/// `m / 10^k` correctly rounded (`m` below 10^19, `k` at most 19), or `None` when the quick
+/// check does not settle it.
+fn decimal_quotient(m: u64, k: usize) -> Option<f64> {
+    let scale = POWERS_OF_TEN[k];
+    // Within a unit in the last place: `m` rounded once, the quotient once (10^k is exact).
+    let guess = m as f64 / scale as f64;
+    if m <= 1 << 53 {
+        // Both operands exact: the division is correctly rounded.
+        return Some(guess);
+    }
+    let bits = guess.to_bits();
+    match rounds_to(m, scale, bits)? {
+        std::cmp::Ordering::Equal => Some(guess),
+        std::cmp::Ordering::Less => rounds_to(m, scale, bits - 1)
+            .filter(|o| o.is_eq())
+            .map(|_| f64::from_bits(bits - 1)),
+        std::cmp::Ordering::Greater => rounds_to(m, scale, bits + 1)
+            .filter(|o| o.is_eq())
+            .map(|_| f64::from_bits(bits + 1)),
+    }
+}
+
+/// Whether the positive double of `bits` is `m / scale` correctly rounded (`Equal`), or
+/// the quotient lies below its rounding interval (`Less`) or above it (`Greater`); `None`
+/// outside what the check covers: doubles that are not normal, powers of two (whose interval
+/// is lopsided), values of 2^53 or more, and products past 128 bits.
+///
+/// For `d = M × 2^e` (`M` its 53-bit significand, `e <= 0`) the interval is `d ± 2^(e-1)`,
+/// its ends going to the even significand; scaled by `2^(1-e) × scale` that is comparing
+/// `m × 2^(1-e)` with `(2M ± 1) × scale`, all integers.
+fn rounds_to(m: u64, scale: u64, bits: u64) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering;
+    let biased = (bits >> 52) & 0x7FF;
+    let fraction = bits & ((1 << 52) - 1);
+    if biased == 0 || biased == 0x7FF || fraction == 0 {
+        return None;
+    }
+    let significand = u128::from(fraction | (1 << 52));
+    // d = significand × 2^e, e = biased - 1075; only e <= 0 is handled.
+    let shift = 1075u64.checked_sub(biased)? + 1;
+    // m below 2^64: the shifted value holds in 128 bits while the shift is below 64.
+    if shift >= 64 {
+        return None;
+    }
+    let x = u128::from(m) << shift;
+    let scale = u128::from(scale);
+    // Below 2^54 × 2^64.
+    let low = (2 * significand - 1) * scale;
+    let high = (2 * significand + 1) * scale;
+    let even = significand % 2 == 0;
+    Some(if x < low || (x == low && !even) {
+        Ordering::Less
+    } else if x > high || (x == high && !even) {
+        Ordering::Greater
+    } else {
+        Ordering::Equal
+    })
 }
 
 /// OpenTSDB's `Tags.parseLong`, with its messages.
@@ -381,22 +446,103 @@ mod tests {
             Some((-0.0f64).to_bits())
         );
         assert_eq!(plain_decimal("123456789.012345"), Some(123_456_789.012_345));
+        // Up to 19 digits, the longest settled by the integer check.
+        assert_eq!(
+            plain_decimal("45.123456789012344"),
+            Some(45.123_456_789_012_344)
+        );
+        assert_eq!(plain_decimal("1.0000000000000001"), Some(1.0));
+        assert_eq!(
+            plain_decimal("123456789.0123456789"),
+            "123456789.0123456789".parse().ok()
+        );
         for other in [
             "1.",
             ".5",
             "1e5",
             "1.2.3",
             "+1.5",
-            "1.0000000000000001",
+            "1.00000000000000000001",
             "",
             "-",
+            "-.5",
             "1,5",
+            "1.5 ",
+            " 1.5",
+            "1.5f",
+            "0x1.8",
         ] {
             assert_eq!(plain_decimal(other), None, "{other}");
         }
     }
 
+    #[test]
+    fn long_decimals_round_to_the_nearest_double_ties_to_even() {
+        // Halfway between two doubles (a unit in the last place of 1 at 2^52): to the even.
+        for (text, want) in [
+            ("4503599627370496.5", 4_503_599_627_370_496.0f64),
+            ("4503599627370497.5", 4_503_599_627_370_498.0),
+            ("4503599627370498.5", 4_503_599_627_370_498.0),
+            ("4503599627370499.5", 4_503_599_627_370_500.0),
+            // Just either side of a halfway point.
+            ("4503599627370497.49", 4_503_599_627_370_497.0),
+            ("4503599627370497.51", 4_503_599_627_370_498.0),
+            // 2^53 + 1 and a power of two's lopsided interval: the general parser's cases.
+            ("9007199254740993.0", 9_007_199_254_740_992.0),
+            ("0.9999999999999999", 0.999_999_999_999_999_9),
+            ("0.99999999999999999", 1.0),
+            ("1.0000000000000002", 1.000_000_000_000_000_2),
+            ("1.00000000000000011", 1.0),
+            ("1.00000000000000012", 1.000_000_000_000_000_2),
+            ("1.00000000000000010", 1.0),
+            ("0.000000000000000001", 1e-18),
+            ("999999999999999999.9", 1e18),
+            ("-0.000", -0.0),
+        ] {
+            let got = plain_decimal(text);
+            assert_eq!(got.map(f64::to_bits), Some(want.to_bits()), "{text}");
+            assert_eq!(
+                got.map(f64::to_bits),
+                text.parse::<f64>().ok().map(f64::to_bits)
+            );
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn long_decimals_read_as_the_general_parser_reads_them(
+            whole in "-?[0-9]{1,12}",
+            fraction in "[0-9]{1,19}",
+        ) {
+            let text = format!("{whole}.{fraction}");
+            let general = text.parse::<f64>().ok().map(f64::to_bits);
+            let fast = plain_decimal(&text).map(f64::to_bits);
+            if text.trim_start_matches('-').len() <= 20 {
+                proptest::prop_assert_eq!(fast, general, "{}", text);
+            } else {
+                proptest::prop_assert_eq!(fast, None, "{}", text);
+            }
+            let value = parse_value(&text).unwrap();
+            let d = f64::from_bits(general.unwrap());
+            proptest::prop_assert_eq!(value, float_value(d));
+        }
+
+        #[test]
+        fn printed_doubles_read_back_bit_exact(bits in proptest::prelude::any::<u64>(), digits in 1usize..18) {
+            // Every double's shortest text, and the same rounded to fewer digits (what
+            // collectors write): the fast path and the general parser agree on each.
+            let d = f64::from_bits(bits);
+            proptest::prop_assume!(d.is_finite());
+            for text in [format!("{d:?}"), format!("{d:.digits$}"), format!("{:.digits$}", d / 1e10)] {
+                if let Some(fast) = plain_decimal(&text) {
+                    proptest::prop_assert_eq!(Some(fast.to_bits()), text.parse::<f64>().ok().map(f64::to_bits), "{}", text);
+                }
+                if !text.contains('e') && text.contains('.') && text.len() <= 20 {
+                    proptest::prop_assert!(plain_decimal(&text).is_some(), "{}", text);
+                }
+            }
+        }
+
         #[test]
         fn plain_decimals_read_as_the_general_parser_reads_them(
             int in "-?[0-9]{0,9}",

@@ -118,14 +118,29 @@ impl Packing {
 /// An hour in ms: a row's span.
 pub(crate) const HOUR_MS: i64 = 3_600_000;
 
-/// A data cell's points and meta byte, when they rebuild its exact bytes and every point
-/// lies in its hour: the cells the joint form takes (the append column excepted).
-fn joint_points(qualifier: &[u8], value: &[u8]) -> Option<(Vec<Point>, Option<u8>)> {
+/// A data cell's points appended to `out`, and its meta byte, when they rebuild its exact
+/// bytes and every point lies in its hour: the cells the joint form takes (the append column
+/// excepted). Nothing is appended to `out` for a cell not taken.
+fn joint_points(qualifier: &[u8], value: &[u8], out: &mut Vec<Point>) -> Option<Option<u8>> {
+    let start = out.len();
+    let meta = joint_points_after(qualifier, value, start, out);
+    if meta.is_none() {
+        out.truncate(start);
+    }
+    meta
+}
+
+fn joint_points_after(
+    qualifier: &[u8],
+    value: &[u8],
+    start: usize,
+    out: &mut Vec<Point>,
+) -> Option<Option<u8>> {
     if !compact::is_data_qualifier(qualifier) || qualifier == compact::APPEND_QUALIFIER {
         return None;
     }
-    let mut points = Vec::with_capacity(qualifier.len() / 2);
-    compact::decode_cell(qualifier, value, &mut points).ok()?;
+    compact::decode_cell(qualifier, value, out).ok()?;
+    let points = out.get(start..)?;
     if points.is_empty() || points.len() > u32::MAX as usize {
         return None;
     }
@@ -138,27 +153,34 @@ fn joint_points(qualifier: &[u8], value: &[u8]) -> Option<(Vec<Point>, Option<u8
     if points.iter().any(|p| i64::from(p.offset_ms()) >= HOUR_MS) {
         return None;
     }
-    rebuilds_to(&points, meta, qualifier, value).then_some((points, meta))
+    rebuilds_to(points, meta, qualifier, value).then_some(meta)
 }
 
 /// Whether `points` and `meta` rebuild exactly `qualifier` and `value` (what
 /// [`rebuild_cell`] gives, compared as it is written).
 fn rebuilds_to(points: &[Point], meta: Option<u8>, qualifier: &[u8], value: &[u8]) -> bool {
     let (mut q_at, mut v_at) = (0usize, 0usize);
-    let mut piece = Vec::with_capacity(8);
     for p in points {
-        piece.clear();
-        p.qualifier.write(&mut piece);
-        if qualifier.get(q_at..q_at + piece.len()) != Some(piece.as_slice()) {
+        // Each piece as `Qualifier::write` and `write_bits` write it, compared in place.
+        let raw = p.qualifier.raw();
+        let q_bytes = raw.to_be_bytes();
+        let q_piece: &[u8] = if p.qualifier.is_millis() {
+            &q_bytes
+        } else {
+            &q_bytes[2..]
+        };
+        if qualifier.get(q_at..q_at + q_piece.len()) != Some(q_piece) {
             return false;
         }
-        q_at += piece.len();
-        piece.clear();
-        write_bits(p.bits, p.qualifier.flags(), &mut piece);
-        if value.get(v_at..v_at + piece.len()) != Some(piece.as_slice()) {
+        q_at += q_piece.len();
+        let v_bytes = p.bits.to_be_bytes();
+        let Some(v_piece) = v_bytes.get(8usize.saturating_sub(p.qualifier.value_len())..) else {
+            return false;
+        };
+        if value.get(v_at..v_at + v_piece.len()) != Some(v_piece) {
             return false;
         }
-        v_at += piece.len();
+        v_at += v_piece.len();
     }
     if let Some(m) = meta {
         if value.get(v_at) != Some(&m) {
@@ -194,20 +216,23 @@ fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
 fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointForm> {
     let mut shapes = Vec::with_capacity(cells.len());
     let mut members = Vec::with_capacity(cells.len());
-    let mut points = Vec::new();
-    let mut offsets = Vec::new();
+    // A point takes at least 2 bytes of qualifier: room for every point at once.
+    let most: usize = cells.iter().map(|c| c.qualifier.len() / 2).sum();
+    let mut points = Vec::with_capacity(most);
+    let mut offsets = Vec::with_capacity(most);
     for c in cells {
-        let Some((pts, meta)) = joint_points(c.qualifier, c.value) else {
+        let start = points.len();
+        let Some(meta) = joint_points(c.qualifier, c.value, &mut points) else {
             shapes.push(None);
             continue;
         };
+        let pts = &points[start..];
         let shape = JointShape {
             points: pts.len() as u32,
             meta,
         };
         let base = i64::from(c.offset_secs) * 1000;
         offsets.extend(pts.iter().map(|p| base + i64::from(p.offset_ms())));
-        points.extend(pts);
         shapes.push(Some(shape));
         members.push(JointMember {
             offset_secs: c.offset_secs,
@@ -908,12 +933,13 @@ fn near_scale(p: &Point) -> Option<u32> {
         round(x).is_some_and(|m| (x - m as f64).abs() <= x.abs() * tolerance)
             && decimal(p, k).is_some_and(|(_, c)| c.unsigned_abs() <= 1)
     };
-    // The scales tried end before the mantissa reaches 2^47.
-    let fits = |k: u32| {
-        let x = v * POW10[k as usize];
+    // The scales tried end before the mantissa reaches 2^47. `|v| × 10^k` grows with `k`
+    // (rounding keeps the order), so the scales that fit are a prefix, found by halving.
+    let fitting = POW10.partition_point(|scale| {
+        let x = v * scale;
         !x.is_nan() && x.abs() < NEAR_LIMIT
-    };
-    let last = (0..=MAX_DECIMALS).take_while(|k| fits(*k)).last()?;
+    });
+    let last = u32::try_from(fitting).ok()?.checked_sub(1)?;
     // A float near a decimal at a scale is near it at every larger one (the same mantissa
     // times ten rebuilds the same float), so one far at the largest is far at all: most
     // full-precision floats are settled by one test instead of one a scale.

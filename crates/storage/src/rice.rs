@@ -89,6 +89,20 @@ impl BitWriter<'_> {
         }
     }
 
+    /// [`BitWriter::put`] of a code of `n` bits (1 to 32), already within them.
+    #[inline]
+    fn put_code(&mut self, code: u64, n: u32) {
+        debug_assert!((1..=32).contains(&n) && code >> n == 0);
+        self.acc |= code << self.bits;
+        self.bits += n;
+        if self.bits >= 32 {
+            self.bytes
+                .extend_from_slice(&(self.acc as u32).to_le_bytes());
+            self.acc >>= 32;
+            self.bits -= 32;
+        }
+    }
+
     /// Any number of bits, in pieces.
     fn put_wide(&mut self, v: u64, n: u32) {
         if n > 32 {
@@ -118,6 +132,7 @@ impl BitWriter<'_> {
 }
 
 /// Bits one value of `u` costs at parameter `r`.
+#[cfg(test)]
 fn cost(u: u64, r: u32) -> u64 {
     let q = u >> r;
     if q < ESCAPE {
@@ -127,42 +142,113 @@ fn cost(u: u64, r: u32) -> u64 {
     }
 }
 
-/// The parameter for a block and the bits its values cost at it: the cheapest within one of
-/// two guesses, the bit length of the values' mean (right for evenly spread values) and their
-/// mean bit length (right when a spike would pull the mean up).
-fn parameter(us: &[u64]) -> (u64, u32) {
-    let count = us.len().max(1) as u128;
-    let mean = us.iter().map(|u| u128::from(*u)).sum::<u128>() / count;
+/// The parameter for a block and the bits its values cost at it, `None` when every value is
+/// the center (zero): the cheapest within one of two guesses, the bit length of the values'
+/// mean (right for evenly spread values) and their mean bit length (right when a spike would
+/// pull the mean up). Ties go to the smaller parameter.
+fn parameter(us: &[u64]) -> Option<(u64, u32)> {
+    let (mut sum, mut bits, mut max) = (0u128, 0u32, 0u64);
+    for &u in us {
+        sum += u128::from(u);
+        bits += 64 - u.leading_zeros();
+        max = max.max(u);
+    }
+    if sum == 0 {
+        return None;
+    }
+    let count = us.len().max(1);
+    let mean = sum / count as u128;
     let of_mean = (128 - mean.leading_zeros())
         .saturating_sub(1)
         .min(MAX_PARAMETER);
-    let bits: u32 = us.iter().map(|u| 64 - u.leading_zeros()).sum();
     let mean_bits = (bits / count as u32).saturating_sub(1).min(MAX_PARAMETER);
-    // The candidates around both guesses, each costed once (the guesses often agree).
+    // The candidates around both guesses, each costed once (the guesses often agree): at
+    // most three consecutive ones around each, costed together in one pass.
     let (low, high) = (mean_bits.min(of_mean), mean_bits.max(of_mean));
-    let around = |g: u32| g.saturating_sub(1)..=(g + 1).min(MAX_PARAMETER);
+    let first = (low.saturating_sub(1), (low + 1).min(MAX_PARAMETER));
+    let second = (
+        high.saturating_sub(1).max(first.1 + 1),
+        (high + 1).min(MAX_PARAMETER),
+    );
     let mut best = (u64::MAX, 0);
-    for r in around(low).chain(around(high).filter(|r| *r > (low + 1).min(MAX_PARAMETER))) {
-        let total = us.iter().map(|u| cost(*u, r)).sum::<u64>();
-        best = best.min((total, r));
+    for (from, to) in [first, second] {
+        if from > to {
+            continue;
+        }
+        let totals = if max >> from < ESCAPE {
+            unescaped_costs_from(us, from)
+        } else {
+            costs_from(us, from)
+        };
+        for r in from..=to {
+            best = best.min((totals[(r - from) as usize], r));
+        }
     }
-    best
+    Some(best)
+}
+
+/// The bits the values cost at parameters `r`, `r + 1` and `r + 2`, in one pass: each value's
+/// unary part at each (its escape's cost when too long), the fixed `1 + r` bits of each code
+/// added at the end (wrapping sums: the totals themselves are far below 2^64).
+fn costs_from(us: &[u64], r: u32) -> [u64; 3] {
+    let r = u64::from(r);
+    let fixed = [r + 1, r + 2, r + 3];
+    let (mut t0, mut t1, mut t2) = (0u64, 0u64, 0u64);
+    for &u in us {
+        let escaped = ESCAPE + 6 + u64::from(63 - u.leading_zeros().min(63));
+        let q0 = u >> r;
+        let (q1, q2) = (q0 >> 1, q0 >> 2);
+        t0 = t0.wrapping_add(if q0 < ESCAPE {
+            q0
+        } else {
+            escaped.wrapping_sub(fixed[0])
+        });
+        t1 = t1.wrapping_add(if q1 < ESCAPE {
+            q1
+        } else {
+            escaped.wrapping_sub(fixed[1])
+        });
+        t2 = t2.wrapping_add(if q2 < ESCAPE {
+            q2
+        } else {
+            escaped.wrapping_sub(fixed[2])
+        });
+    }
+    let n = us.len() as u64;
+    [
+        t0.wrapping_add(n * fixed[0]),
+        t1.wrapping_add(n * fixed[1]),
+        t2.wrapping_add(n * fixed[2]),
+    ]
+}
+
+/// [`costs_from`] when no value escapes at `r` (nor, then, at `r + 1` and `r + 2`): each
+/// code is the value's quotient in ones plus `1 + r` bits, a loop of shifts and sums.
+fn unescaped_costs_from(us: &[u64], r: u32) -> [u64; 3] {
+    let (mut t0, mut t1, mut t2) = (0u64, 0u64, 0u64);
+    for &u in us {
+        let q = u >> r;
+        t0 += q;
+        t1 += q >> 1;
+        t2 += q >> 2;
+    }
+    let n = us.len() as u64;
+    let r = u64::from(r);
+    [t0 + n * (r + 1), t1 + n * (r + 2), t2 + n * (r + 3)]
 }
 
 /// Appends the Rice sequence of `values` to `out`. Each block's parameter is chosen first, so
 /// the byte length is known before the bits and they go straight onto `out`.
 pub fn write(values: &[i64], out: &mut Vec<u8>) {
     let center = median(values);
+    let us: Vec<u64> = values
+        .iter()
+        .map(|v| zigzag(v.wrapping_sub(center)))
+        .collect();
     let mut params = Vec::with_capacity(values.len().div_ceil(BLOCK));
     let mut total_bits = 0u64;
-    let mut us = [0u64; BLOCK];
-    for block in values.chunks(BLOCK) {
-        let us = zigzag_block(block, center, &mut us);
-        let (cost, r) = if us.iter().all(|u| *u == 0) {
-            (0, CENTER_BLOCK)
-        } else {
-            parameter(us)
-        };
+    for block in us.chunks(BLOCK) {
+        let (cost, r) = parameter(block).unwrap_or((0, CENTER_BLOCK));
         total_bits += 6 + cost;
         params.push(r);
     }
@@ -176,22 +262,20 @@ pub fn write(values: &[i64], out: &mut Vec<u8>) {
         acc: 0,
         bits: 0,
     };
-    for (block, &r) in values.chunks(BLOCK).zip(&params) {
+    for (block, &r) in us.chunks(BLOCK).zip(&params) {
         w.put(u64::from(r), 6);
         if r == CENTER_BLOCK {
             continue;
         }
-        for &u in zigzag_block(block, center, &mut us) {
+        let low_mask = u64::MAX >> (63 - r) >> 1;
+        for &u in block {
             let q = u >> r;
             if q < ESCAPE && q as u32 + 1 + r <= 32 {
                 // The whole code in one put: q ones, a zero, the low r bits of u.
-                let n = q as u32 + 1 + r;
-                let low = if r == 0 {
-                    0
-                } else {
-                    u & (u64::MAX >> (64 - r))
-                };
-                w.put(((1u64 << q) - 1) | (low << (q + 1)), n);
+                w.put_code(
+                    ((1u64 << q) - 1) | ((u & low_mask) << (q + 1)),
+                    q as u32 + 1 + r,
+                );
             } else if q < ESCAPE {
                 w.ones(q);
                 w.put(0, 1);
@@ -206,15 +290,6 @@ pub fn write(values: &[i64], out: &mut Vec<u8>) {
     }
     w.finish();
     debug_assert_eq!((out.len() - start) as u64, len);
-}
-
-/// A block's values as zigzags of their distance from the center.
-#[inline]
-fn zigzag_block<'a>(block: &[i64], center: i64, us: &'a mut [u64; BLOCK]) -> &'a [u64] {
-    for (u, v) in us.iter_mut().zip(block) {
-        *u = zigzag(v.wrapping_sub(center));
-    }
-    &us[..block.len()]
 }
 
 /// Reads the Rice sequence of `n` values at the start of `bytes`, giving each to `f` in order;
@@ -639,6 +714,37 @@ mod tests {
                 })
                 .collect();
             round_trip(&values);
+        }
+
+        /// The parameter chosen, and its cost, are those of costing each candidate value by
+        /// value ([`cost`]): the one-pass sums change no byte written.
+        #[test]
+        fn parameters_are_those_costed_value_by_value(
+            width in 0u32..64,
+            spike in 0u32..64,
+            values in proptest::collection::vec((any::<u64>(), 0u8..8), 1..=BLOCK),
+        ) {
+            let us: Vec<u64> = values
+                .iter()
+                .map(|(u, kind)| match kind {
+                    0 => u >> (63 - spike),
+                    1 => 0,
+                    _ => u >> (63 - width),
+                })
+                .collect();
+            let count = us.len() as u128;
+            let mean = us.iter().map(|u| u128::from(*u)).sum::<u128>() / count;
+            let of_mean = (128 - mean.leading_zeros()).saturating_sub(1).min(MAX_PARAMETER);
+            let bits: u32 = us.iter().map(|u| 64 - u.leading_zeros()).sum();
+            let mean_bits = (bits / count as u32).saturating_sub(1).min(MAX_PARAMETER);
+            let (low, high) = (mean_bits.min(of_mean), mean_bits.max(of_mean));
+            let around = |g: u32| g.saturating_sub(1)..=(g + 1).min(MAX_PARAMETER);
+            let mut best = (u64::MAX, 0);
+            for r in around(low).chain(around(high).filter(|r| *r > (low + 1).min(MAX_PARAMETER))) {
+                best = best.min((us.iter().map(|u| cost(*u, r)).sum::<u64>(), r));
+            }
+            let want = us.iter().any(|u| *u != 0).then_some(best);
+            prop_assert_eq!(parameter(&us), want);
         }
 
         #[test]
