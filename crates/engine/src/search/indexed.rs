@@ -31,11 +31,7 @@ pub(super) fn lookup(
     }
     let schema = &settings.schema;
     let metric = c.metric.map(|m| m.to_bytes(schema.metric_width));
-    if !status::covers_all_hours(
-        tsdb.store().as_ref(),
-        &schema.index_table,
-        metric.as_deref(),
-    )? {
+    if !covers_all_hours(tsdb, metric.as_deref())? {
         return Ok(None);
     }
     if tsdb.buffered_points() > 0 {
@@ -628,6 +624,35 @@ fn periods(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<u32>> {
 
 /// The first byte of the key a metric's periods are kept under (not a row kind).
 const KEPT_PERIODS: u8 = 0xFC;
+
+/// [`status::covers_all_hours`] of the index table, kept between lookups as the candidates
+/// are: at the entry generation, which every write of a status row moves (the index's and
+/// each metric's, both of kind `0x00`). Kept as a list of one entry when covered, of none
+/// when not.
+fn covers_all_hours(tsdb: &Tsdb, metric: Option<&[u8]>) -> Result<bool> {
+    let kept = tsdb.kept_candidates();
+    let key = match metric {
+        Some(m) => [&[KEPT_COVERAGE, 1][..], m].concat(),
+        None => vec![KEPT_COVERAGE, 0],
+    };
+    if let Some(list) = kept.and_then(|(lists, generation)| lists.get(&key, generation)) {
+        return Ok(!list.is_empty());
+    }
+    let table = &tsdb.settings().schema.index_table;
+    let covered = status::covers_all_hours(tsdb.store().as_ref(), table, metric)?;
+    if let Some((lists, generation)) = kept {
+        let list: Vec<Vec<u8>> = if covered {
+            vec![Vec::new()]
+        } else {
+            Vec::new()
+        };
+        lists.put(key, generation, list.into());
+    }
+    Ok(covered)
+}
+
+/// The first byte of the key a lookup's coverage is kept under (not a row kind).
+const KEPT_COVERAGE: u8 = 0xFB;
 
 /// The distinct `width` bytes that follow `head` in the index's keys of `family`, ascending:
 /// one short keys-only scan each, starting past every key of the last one found.
