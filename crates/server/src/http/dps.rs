@@ -5,7 +5,7 @@
 //! after the one before changes its last two digits only), and the chunk goes to the answer
 //! every few kilobytes.
 
-use hourglass_core::value::{java_double_text, java_plain, push_java_double};
+use hourglass_core::value::{JAVA_SCIENTIFIC_MAX, java_double_text, java_plain, java_scientific};
 use hourglass_engine::num::Num;
 
 /// Bytes of the chunk points are built in before they go to the answer.
@@ -47,7 +47,6 @@ fn write_points<const MS: bool, const ARRAYS: bool>(
         len: 0,
         time: TimeText::new(ARRAYS),
         high: HighDigits::default(),
-        text: String::new(),
     };
     out.reserve(dps.len() * 24 + 2);
     w.point::<MS, ARRAYS>(first, null_for_nan);
@@ -69,8 +68,6 @@ struct Writer {
     time: TimeText,
     /// The digits of the last large integer's value above its last eight.
     high: HighDigits,
-    /// A double's text outside the plain range, built by [`push_java_double`].
-    text: String,
 }
 
 impl Writer {
@@ -112,11 +109,10 @@ impl Writer {
             // Most doubles: zmij's digits straight into the chunk.
             self.bytes(zmij::Buffer::new().format_finite(f).as_bytes());
         } else {
-            let mut text = std::mem::take(&mut self.text);
-            text.clear();
-            push_java_double(&mut text, f);
-            self.bytes(text.as_bytes());
-            self.text = text;
+            // Java's scientific form, written as bytes (no string, no UTF-8 check).
+            let mut text = [0; JAVA_SCIENTIFIC_MAX];
+            let n = java_scientific(f, &mut text);
+            self.bytes(&text[..n]);
         }
     }
 
