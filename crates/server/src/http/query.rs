@@ -808,9 +808,13 @@ pub(crate) async fn handle(
     RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
     access: Option<axum::Extension<crate::auth::Access>>,
+    pairs: Option<axum::Extension<super::front::QueryPairs>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let params = url_params(raw.as_deref());
+    let params = match pairs {
+        Some(axum::Extension(super::front::QueryPairs(pairs))) => pairs,
+        None => Arc::new(url_params(raw.as_deref())),
+    };
     // A parameter given more than once: its last value, as OpenTSDB reads it.
     let get = |k: &str| {
         params
