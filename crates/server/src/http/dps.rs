@@ -18,7 +18,7 @@ const POINT_MAX: usize = 80;
 /// seconds; NaN as `null` when `null_for_nan`, else `"NaN"`; an object of `"t":v` pairs, or
 /// an array of `[t,v]` pairs with `arrays`.
 pub(crate) fn write_dps(
-    out: &mut String,
+    out: &mut Vec<u8>,
     dps: &[(i64, Num)],
     ms: bool,
     arrays: bool,
@@ -34,12 +34,12 @@ pub(crate) fn write_dps(
 
 /// [`write_dps`] in one form, its choices known when compiled.
 fn write_points<const MS: bool, const ARRAYS: bool>(
-    out: &mut String,
+    out: &mut Vec<u8>,
     dps: &[(i64, Num)],
     null_for_nan: bool,
 ) {
     let Some((first, rest)) = dps.split_first() else {
-        out.push_str(if ARRAYS { "[]" } else { "{}" });
+        out.extend_from_slice(if ARRAYS { b"[]" } else { b"{}" });
         return;
     };
     let mut w = Writer {
@@ -59,7 +59,7 @@ fn write_points<const MS: bool, const ARRAYS: bool>(
         w.point::<MS, ARRAYS>(p, null_for_nan);
     }
     w.flush(out);
-    out.push(if ARRAYS { ']' } else { '}' });
+    out.push(if ARRAYS { b']' } else { b'}' });
 }
 
 struct Writer {
@@ -159,9 +159,9 @@ impl Writer {
         self.len += b.len();
     }
 
-    fn flush(&mut self, out: &mut String) {
-        // Only ASCII is ever written to the chunk.
-        out.push_str(std::str::from_utf8(&self.chunk[..self.len]).unwrap_or_default());
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        // Only ASCII is ever written to the chunk: the answer's bytes take it as it is.
+        out.extend_from_slice(&self.chunk[..self.len]);
         self.len = 0;
     }
 }
@@ -331,9 +331,9 @@ mod tests {
     }
 
     fn written(dps: &[(i64, Num)], ms: bool, arrays: bool, null_for_nan: bool) -> String {
-        let mut out = String::new();
+        let mut out = Vec::new();
         write_dps(&mut out, dps, ms, arrays, null_for_nan);
-        out
+        String::from_utf8(out).expect("ASCII")
     }
 
     #[test]
