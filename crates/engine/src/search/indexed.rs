@@ -727,31 +727,48 @@ fn first_rows_in<'a>(tsdb: &Tsdb, pending: &[&'a Vec<u8>], period: u32) -> Resul
             }
         }
     }
+    // The period's hours asked in rounds of doubling length (the first hour alone, the
+    // second, the next two, four, eight, then the rest), each round only of the series
+    // without a row in the hours before: a series whose first row is early in its first
+    // period (most: a series starts at the top of a period, or was there before it) costs a
+    // read or two, not one for each of the period's 24 hours.
     let hours = PERIOD_SECS / 3600;
-    let per_series = hours as usize;
-    let mut first = Vec::new();
     let read = ReadOptions {
         keys_only: true,
         ..ReadOptions::family(DATA_FAMILY)
     };
-    for chunk in posted.chunks((BATCH / per_series).max(1)) {
-        let keys: Vec<Vec<u8>> = chunk
-            .iter()
-            .flat_map(|tsuid| (0..hours).map(move |h| row_key(schema, tsuid, period + h * 3600)))
-            .collect();
-        let rows = store.get_rows(&schema.data_table, &keys, &read)?;
-        for (i, tsuid) in chunk.iter().enumerate() {
-            let range = i * per_series..(i + 1) * per_series;
-            let hit = keys[range.clone()]
+    let mut first = Vec::new();
+    let mut unseen = posted;
+    let (mut from, mut length) = (0u32, 1u32);
+    while from < hours && !unseen.is_empty() {
+        let to = (from + length).min(hours);
+        let per_series = (to - from) as usize;
+        let mut still = Vec::new();
+        for chunk in unseen.chunks((BATCH / per_series).max(1)) {
+            let keys: Vec<Vec<u8>> = chunk
                 .iter()
-                .zip(&rows[range])
-                .find(|(_, row)| row.is_some());
-            match hit {
-                Some((key, _)) => first.push((key.clone(), (*tsuid).clone())),
-                None => left.push(*tsuid),
+                .flat_map(|tsuid| {
+                    (from..to).map(move |h| row_key(schema, tsuid, period + h * 3600))
+                })
+                .collect();
+            let rows = store.get_rows(&schema.data_table, &keys, &read)?;
+            for (i, tsuid) in chunk.iter().enumerate() {
+                let range = i * per_series..(i + 1) * per_series;
+                let hit = keys[range.clone()]
+                    .iter()
+                    .zip(&rows[range])
+                    .find(|(_, row)| row.is_some());
+                match hit {
+                    Some((key, _)) => first.push((key.clone(), (*tsuid).clone())),
+                    None => still.push(*tsuid),
+                }
             }
         }
+        unseen = still;
+        from = to;
+        length = if from == 1 { 1 } else { from };
     }
+    left.extend(unseen);
     Ok((first, left))
 }
 
