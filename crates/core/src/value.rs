@@ -360,62 +360,134 @@ pub fn push_java_double(out: &mut String, d: f64) {
     } else if d.is_infinite() {
         out.push_str(if d > 0.0 { "Infinity" } else { "-Infinity" });
     } else {
-        push_scientific(out, zmij::Buffer::new().format_finite(d));
+        let mut text = [0; JAVA_SCIENTIFIC_MAX];
+        let n = java_scientific(d, &mut text);
+        // ASCII only.
+        out.push_str(std::str::from_utf8(&text[..n]).unwrap_or_default());
     }
 }
 
-/// Java's scientific form (`d.dddE±n`, at least one decimal) of the shortest digits zmij
-/// wrote, plain (`12345678.0`, `0.0001`) or with an exponent (`1e20`, `1.2345e-5`).
-/// Counters of bytes print in this form, so it takes no allocation either.
-fn push_scientific(out: &mut String, shortest: &str) {
-    let (negative, text) = match shortest.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, shortest),
+/// Room for [`java_scientific`]'s text: a sign, the point, `E`, the exponent's sign and three
+/// digits around at most 32 digits (a double's shortest digits are 17 at most).
+pub const JAVA_SCIENTIFIC_MAX: usize = 48;
+
+/// Java's scientific form (`d.dddE±n`, at least one decimal) of a finite `d`, written as
+/// ASCII bytes into `out`: their count. From the shortest digits zmij writes, plain
+/// (`12345678.0`, `0.0001`) or with an exponent (`1e20`, `1.2345e-5`). Counters of bytes and
+/// their averages print in this form, byte by byte with no allocation or UTF-8 check (an
+/// answer's writer copies them as they are).
+pub fn java_scientific(d: f64, out: &mut [u8; JAVA_SCIENTIFIC_MAX]) -> usize {
+    scientific_of_shortest(zmij::Buffer::new().format_finite(d).as_bytes(), out)
+}
+
+fn scientific_of_shortest(shortest: &[u8], out: &mut [u8; JAVA_SCIENTIFIC_MAX]) -> usize {
+    let (negative, text) = match shortest.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, shortest),
     };
-    let (mantissa, exponent) = match text.split_once('e') {
-        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
-        None => (text, 0),
-    };
-    let point = mantissa.find('.').unwrap_or(mantissa.len());
-    let mut digits = [0u8; 32];
-    let mut n = 0;
-    for b in mantissa.bytes().filter(u8::is_ascii_digit) {
-        if n < digits.len() {
-            digits[n] = b;
-            n += 1;
+    // Most numbers here (magnitudes from 10^7 to 10^16: counters and their averages) come
+    // plain, `IIIIIIII.FFF`, their digits the text's less its point: copied in two pieces.
+    if let Some(point) = text.iter().position(|&b| b == b'.')
+        && (1..20).contains(&point)
+        && text.len() <= 40
+        && text[0] != b'0'
+        && !text.contains(&b'e')
+    {
+        out[0] = b'-';
+        let at = usize::from(negative);
+        out[at] = text[0];
+        out[at + 1] = b'.';
+        let (whole, fraction) = (&text[1..point], &text[point + 1..]);
+        let first = at + 2;
+        let mut end = first + whole.len();
+        out[first..end].copy_from_slice(whole);
+        out[end..end + fraction.len()].copy_from_slice(fraction);
+        end += fraction.len();
+        // Trailing zeros say nothing; one decimal at least.
+        while end > first && out[end - 1] == b'0' {
+            end -= 1;
+        }
+        if end == first {
+            out[end] = b'0';
+            end += 1;
+        }
+        out[end] = b'E';
+        let exponent = point - 1;
+        if exponent >= 10 {
+            out[end + 1] = b'0' + (exponent / 10) as u8;
+            end += 1;
+        }
+        out[end + 1] = b'0' + (exponent % 10) as u8;
+        return end + 2;
+    }
+    // The mantissa's digits (the first 32 kept), where its point is, and the exponent.
+    let mut digits = [b'0'; 32];
+    let (mut n, mut seen, mut point, mut exponent) = (0, 0usize, None, 0i32);
+    let mut bytes = text.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'0'..=b'9' => {
+                if n < digits.len() {
+                    digits[n] = b;
+                    n += 1;
+                }
+                seen += 1;
+            }
+            b'.' => point = Some(seen),
+            b'e' | b'E' => {
+                let rest = bytes.as_slice();
+                let (minus, rest) = match rest.split_first() {
+                    Some((b'-', r)) => (true, r),
+                    Some((b'+', r)) => (false, r),
+                    _ => (false, rest),
+                };
+                let e = rest
+                    .iter()
+                    .take(4)
+                    .fold(0i32, |e, b| e * 10 + i32::from(b.wrapping_sub(b'0').min(9)));
+                exponent = if minus { -e } else { e };
+                break;
+            }
+            _ => {}
         }
     }
+    let n = n.max(1);
+    let point = point.unwrap_or(seen);
     // Leading zeros move the point left; trailing zeros say nothing.
     let leading = digits[..n].iter().take_while(|b| **b == b'0').count();
-    let digits = &digits[leading.min(n.saturating_sub(1))..n];
+    let digits = &digits[leading.min(n - 1)..n];
     let end = digits.len() - digits[1..].iter().rev().take_while(|b| **b == b'0').count();
-    let digits = &digits[..end];
     let exponent = point as i32 - leading as i32 - 1 + exponent;
+    let mut at = 0;
+    let mut put = |b: u8| {
+        out[at] = b;
+        at += 1;
+    };
     if negative {
-        out.push('-');
+        put(b'-');
     }
-    out.push(char::from(digits[0]));
-    out.push('.');
-    if digits.len() > 1 {
-        // ASCII digits only.
-        out.push_str(std::str::from_utf8(&digits[1..]).unwrap_or("0"));
+    put(digits[0]);
+    put(b'.');
+    if end > 1 {
+        digits[1..end].iter().for_each(|&b| put(b));
     } else {
-        out.push('0');
+        put(b'0');
     }
-    out.push('E');
+    put(b'E');
     // At most three digits (a double's exponent is within ±324), without the formatter.
     if exponent < 0 {
-        out.push('-');
+        put(b'-');
     }
     let e = exponent.unsigned_abs();
-    let digit = |d: u32| char::from(b'0' + (d % 10) as u8);
+    let digit = |d: u32| b'0' + (d % 10) as u8;
     if e >= 100 {
-        out.push(digit(e / 100));
+        put(digit(e / 100));
     }
     if e >= 10 {
-        out.push(digit(e / 10));
+        put(digit(e / 10));
     }
-    out.push(digit(e));
+    put(digit(e));
+    at
 }
 
 /// A finite floating point number on 4 bytes when that loses nothing, else on 8.
@@ -596,6 +668,34 @@ mod tests {
             };
             let got = java_double_text(d);
             proptest::prop_assert!(same_shortest(&got, &want, d), "{} against {}", got, want);
+        }
+    }
+
+    proptest::proptest! {
+        /// Magnitudes zmij writes plain but Java in its scientific form (counters of bytes
+        /// and their averages): whole, with a few decimals, and with all seventeen digits.
+        #[test]
+        fn large_plain_doubles_take_the_java_form(
+            mantissa in 1.0f64..10.0,
+            exponent in 7i32..17,
+            decimals in 0i32..4,
+            negative in any::<bool>(),
+        ) {
+            let d = mantissa * 10f64.powi(exponent);
+            let scale = 10f64.powi(decimals);
+            let sign = if negative { -1.0 } else { 1.0 };
+            for d in [d, d.trunc(), (d * scale).round() / scale, 10f64.powi(exponent)] {
+                let d = sign * d;
+                let sci = format!("{d:e}");
+                let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+                let want = if mantissa.contains('.') {
+                    format!("{mantissa}E{exponent}")
+                } else {
+                    format!("{mantissa}.0E{exponent}")
+                };
+                let got = java_double_text(d);
+                proptest::prop_assert!(same_shortest(&got, &want, d), "{} against {}", got, want);
+            }
         }
     }
 

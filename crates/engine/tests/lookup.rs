@@ -739,3 +739,72 @@ fn kept_lookup_candidates_follow_new_series() {
         db.close().unwrap();
     }
 }
+
+/// Whether the index covers a metric's hours is kept between lookups as their candidates
+/// are, and read again after a write of a status row: once the index's status is cleared
+/// (what `tsdb index rebuild --replace` starts with), the next lookup scans the data table
+/// and finds a series the index never listed.
+#[test]
+fn kept_lookup_coverage_follows_status_writes() {
+    use hourglass_storage::metered::Call;
+    use hourglass_storage::{Mutation, ScanRequest};
+    for (name, store) in common::backends() {
+        let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
+        let db = common::open(Arc::clone(&store), settings(&now, true));
+        let schema = db.settings().schema.clone();
+        put(&db, "sys.cpu", DAY + 3600, &[("host", "web01")]);
+        put(&db, "sys.mem", DAY + 3600, &[("host", "web02")]);
+        db.flush().unwrap();
+        let q = LookupQuery {
+            metric: Some("sys.cpu".into()),
+            tags: vec![(Some("host".into()), None)],
+            ..LookupQuery::default()
+        };
+        let ask = || {
+            let gets = db.store_stats().calls(Call::Get);
+            let found = lookup(&db, &q).unwrap().len();
+            (db.store_stats().calls(Call::Get) - gets, found)
+        };
+        let (first, found) = ask();
+        assert_eq!(found, 1, "{name}");
+        let (again, found) = ask();
+        assert_eq!(found, 1, "{name}");
+        if !store.is_shared() {
+            assert!(
+                again < first,
+                "{name}: status rows read again ({again} of {first})"
+            );
+        }
+        // sys.cpu{host=web02} written to the data table alone, as a writer without the
+        // index would: sys.cpu's row with sys.mem's tag value (UIDs in order of creation).
+        let rows: Vec<_> = store
+            .scan(&schema.data_table, &ScanRequest::default())
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!((rows.len(), schema.salt_width), (2, 0), "{name}");
+        let (cpu, mem) = (&rows[0], &rows[1]);
+        let at = cpu.key.len() - usize::from(schema.tagv_width);
+        let key = [&cpu.key[..at], &mem.key[at..]].concat();
+        let cells: Vec<Mutation> = cpu
+            .cells
+            .iter()
+            .map(|c| Mutation::set(&c.family, c.qualifier.clone(), c.value.clone()))
+            .collect();
+        db.store()
+            .mutate_row(&schema.data_table, &key, &cells)
+            .unwrap();
+        assert_eq!(
+            ask().1,
+            1,
+            "{name}: the index answers, without the new series"
+        );
+        hourglass_engine::index::status::clear(db.store().as_ref(), &schema.index_table).unwrap();
+        assert_eq!(
+            ask().1,
+            2,
+            "{name}: the status cleared, the data table is scanned"
+        );
+        db.close().unwrap();
+    }
+}

@@ -896,11 +896,61 @@ async fn filters_past_the_expansion_limit(backend: &str) {
     srv.stop().await;
 }
 
+/// The answer is built as bytes: names outside ASCII (metric, tag keys and values, in the
+/// group and in what showQuery, showTSUIDs and showStats add) come out as UTF-8 JSON, beside
+/// doubles in Java's scientific form.
+async fn answers_keep_names_outside_ascii(backend: &str) {
+    let srv = start(backend).await;
+    let lines = "put net.\u{e9} 1356998400 32118819.683333334 h\u{f4}te=w\u{e9}b01 dc=z\u{fc}rich\n\
+                 put net.\u{e9} 1356998460 1.5e-7 h\u{f4}te=w\u{e9}b01 dc=z\u{fc}rich\n";
+    assert!(common::telnet(srv.addr, lines).await.is_empty());
+    let want_tags = json!({"dc": "z\u{fc}rich", "h\u{f4}te": "w\u{e9}b01"});
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1356999000&m=sum:net.%C3%A9%7Bh%C3%B4te=w%C3%A9b01%7D",
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{backend}: {}", r.text());
+    let text = String::from_utf8(r.body.clone()).expect("UTF-8");
+    assert_eq!(
+        text,
+        format!(
+            "[{{\"metric\":\"net.\u{e9}\",\"tags\":{want_tags},\"aggregateTags\":[],\
+             \"dps\":{{\"1356998400\":3.2118819683333334E7,\"1356998460\":1.5E-7}}}}]"
+        ),
+        "{backend}"
+    );
+    let body = json!({
+        "start": 1356998400, "end": 1356999000,
+        "showQuery": true, "showStats": true, "showSummary": true, "showTSUIDs": true,
+        "queries": [{"aggregator": "sum", "metric": "net.\u{e9}",
+                     "tags": {"h\u{f4}te": "w\u{e9}b01"}}]
+    });
+    let r = post(&srv, "/api/query", body).await;
+    assert_eq!(r.status, 200, "{backend}: {}", r.text());
+    assert!(std::str::from_utf8(&r.body).is_ok(), "{backend}");
+    let v = r.json();
+    assert_eq!(v[0]["metric"], json!("net.\u{e9}"), "{backend}");
+    assert_eq!(v[0]["tags"], want_tags, "{backend}");
+    assert_eq!(v[0]["query"]["metric"], json!("net.\u{e9}"), "{backend}");
+    assert_eq!(
+        v[0]["tsuids"].as_array().map(Vec::len),
+        Some(1),
+        "{backend}"
+    );
+    assert_eq!(v[0]["stats"]["emittedDPs"], 2, "{backend}");
+    assert_eq!(v[1]["statsSummary"]["datapoints"], 2, "{backend}");
+    srv.stop().await;
+}
+
 async fn post_to(srv: &TestServer, body: &Value) -> common::Response {
     post(srv, "/api/query", body.clone()).await
 }
 
 on_every_backend!(
+    answers_keep_names_outside_ascii,
     unresolved_tag_values,
     filters_past_the_expansion_limit,
     not_key_filters,

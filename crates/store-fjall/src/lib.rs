@@ -862,8 +862,18 @@ impl Bounded {
 
 /// Keys read past toward a skip hint's target before seeking there instead.
 const READ_ON_BEFORE_SEEK: u32 = 8;
-/// The same for groups, which hold a day of a series each.
+/// The same for groups, which hold a day of a series each: a group counts once and once
+/// more for each data block its value fills ([`GROUP_BLOCK`]), so groups of a few points are
+/// read past four at a time and groups a block or more in size are sought past at once.
 const GROUPS_READ_ON_BEFORE_SEEK: u32 = 4;
+/// The bytes of a data block of the groups keyspace (lsm-tree's default, 4 KiB): reading
+/// past a group this large or larger loads a block of its own.
+const GROUP_BLOCK: usize = 4096;
+
+/// Whole data blocks a group's value fills ([`GROUP_BLOCK`]).
+fn blocks_of(value: &[u8]) -> u32 {
+    u32::try_from(value.len() / GROUP_BLOCK).unwrap_or(u32::MAX)
+}
 
 /// The keys and values of a range whose keys pass a scan's regex; follows the request's
 /// skip hint by seeking when the next possible match is further than a few keys away.
@@ -1023,8 +1033,9 @@ struct GroupedScan {
     snapshot: Snapshot,
     series_filter: bool,
     skip: Option<SkipHint>,
-    /// Where the hint says the next matching group may be, and groups read since (a seek
-    /// builds a new iterator over every table: reading on past a few groups is cheaper).
+    /// Where the hint says the next matching group may be, and what was read past since
+    /// (groups and their blocks, [`GROUPS_READ_ON_BEFORE_SEEK`]: a seek builds a new
+    /// iterator over every table, reading on past a few small groups is cheaper).
     group_target: Option<(Vec<u8>, u32)>,
     out: VecDeque<Pending>,
     done: bool,
@@ -1141,18 +1152,12 @@ impl GroupedScan {
                 continue;
             }
             // Short of the hint's target: read on, or seek there after a few groups.
-            if let Some((target, read)) = &mut self.group_target {
+            if let Some((target, passed)) = &mut self.group_target {
                 if key.as_ref() < target.as_slice() {
-                    *read += 1;
-                    if *read >= GROUPS_READ_ON_BEFORE_SEEK {
-                        let from = Bound::Included(std::mem::take(target));
-                        self.groups = range_of(
-                            &self.group_rows,
-                            Some(&self.snapshot),
-                            from,
-                            self.upper.clone(),
-                        );
-                        self.group_target = None;
+                    *passed = passed.saturating_add(1).saturating_add(blocks_of(&value));
+                    if *passed >= GROUPS_READ_ON_BEFORE_SEEK {
+                        let target = std::mem::take(target);
+                        self.seek_groups(target);
                     }
                     continue;
                 }
@@ -1162,16 +1167,35 @@ impl GroupedScan {
             // where the hint says the next matching series can be (floored to its period:
             // every group key before that is a row key the hint passes over).
             if self.series_filter && !self.filter.key_matches(&key) {
-                if let Some(skip) = &self.skip {
-                    self.group_target = (skip.0)(&key)
-                        .and_then(|t| self.group_skip_target(&key, &t))
-                        .map(|t| (t, 0));
+                if let Some(skip) = &self.skip
+                    && let Some(target) =
+                        (skip.0)(&key).and_then(|t| self.group_skip_target(&key, &t))
+                {
+                    // Groups as large as a data block are a block read each: passing even
+                    // one costs more than a seek, so the next (most often of the same
+                    // series' neighbours, alike in size) is sought at once.
+                    if blocks_of(&value) > 0 {
+                        self.seek_groups(target);
+                    } else {
+                        self.group_target = Some((target, 0));
+                    }
                 }
                 continue;
             }
             self.group_next = Some((key, value));
         }
         Ok(())
+    }
+
+    /// Reads groups on from `target` (a new iterator over the snapshot).
+    fn seek_groups(&mut self, target: Vec<u8>) {
+        self.groups = range_of(
+            &self.group_rows,
+            Some(&self.snapshot),
+            Bound::Included(target),
+            self.upper.clone(),
+        );
+        self.group_target = None;
     }
 
     /// Where to go on among groups after `group_key`, refused by a series filter whose hint

@@ -31,11 +31,7 @@ pub(super) fn lookup(
     }
     let schema = &settings.schema;
     let metric = c.metric.map(|m| m.to_bytes(schema.metric_width));
-    if !status::covers_all_hours(
-        tsdb.store().as_ref(),
-        &schema.index_table,
-        metric.as_deref(),
-    )? {
+    if !covers_all_hours(tsdb, metric.as_deref())? {
         return Ok(None);
     }
     if tsdb.buffered_points() > 0 {
@@ -629,6 +625,35 @@ fn periods(tsdb: &Tsdb, metric: &[u8]) -> Result<Vec<u32>> {
 /// The first byte of the key a metric's periods are kept under (not a row kind).
 const KEPT_PERIODS: u8 = 0xFC;
 
+/// [`status::covers_all_hours`] of the index table, kept between lookups as the candidates
+/// are: at the entry generation, which every write of a status row moves (the index's and
+/// each metric's, both of kind `0x00`). Kept as a list of one entry when covered, of none
+/// when not.
+fn covers_all_hours(tsdb: &Tsdb, metric: Option<&[u8]>) -> Result<bool> {
+    let kept = tsdb.kept_candidates();
+    let key = match metric {
+        Some(m) => [&[KEPT_COVERAGE, 1][..], m].concat(),
+        None => vec![KEPT_COVERAGE, 0],
+    };
+    if let Some(list) = kept.and_then(|(lists, generation)| lists.get(&key, generation)) {
+        return Ok(!list.is_empty());
+    }
+    let table = &tsdb.settings().schema.index_table;
+    let covered = status::covers_all_hours(tsdb.store().as_ref(), table, metric)?;
+    if let Some((lists, generation)) = kept {
+        let list: Vec<Vec<u8>> = if covered {
+            vec![Vec::new()]
+        } else {
+            Vec::new()
+        };
+        lists.put(key, generation, list.into());
+    }
+    Ok(covered)
+}
+
+/// The first byte of the key a lookup's coverage is kept under (not a row kind).
+const KEPT_COVERAGE: u8 = 0xFB;
+
 /// The distinct `width` bytes that follow `head` in the index's keys of `family`, ascending:
 /// one short keys-only scan each, starting past every key of the last one found.
 pub(super) fn distinct_after(
@@ -702,31 +727,48 @@ fn first_rows_in<'a>(tsdb: &Tsdb, pending: &[&'a Vec<u8>], period: u32) -> Resul
             }
         }
     }
+    // The period's hours asked in rounds of doubling length (the first hour alone, the
+    // second, the next two, four, eight, then the rest), each round only of the series
+    // without a row in the hours before: a series whose first row is early in its first
+    // period (most: a series starts at the top of a period, or was there before it) costs a
+    // read or two, not one for each of the period's 24 hours.
     let hours = PERIOD_SECS / 3600;
-    let per_series = hours as usize;
-    let mut first = Vec::new();
     let read = ReadOptions {
         keys_only: true,
         ..ReadOptions::family(DATA_FAMILY)
     };
-    for chunk in posted.chunks((BATCH / per_series).max(1)) {
-        let keys: Vec<Vec<u8>> = chunk
-            .iter()
-            .flat_map(|tsuid| (0..hours).map(move |h| row_key(schema, tsuid, period + h * 3600)))
-            .collect();
-        let rows = store.get_rows(&schema.data_table, &keys, &read)?;
-        for (i, tsuid) in chunk.iter().enumerate() {
-            let range = i * per_series..(i + 1) * per_series;
-            let hit = keys[range.clone()]
+    let mut first = Vec::new();
+    let mut unseen = posted;
+    let (mut from, mut length) = (0u32, 1u32);
+    while from < hours && !unseen.is_empty() {
+        let to = (from + length).min(hours);
+        let per_series = (to - from) as usize;
+        let mut still = Vec::new();
+        for chunk in unseen.chunks((BATCH / per_series).max(1)) {
+            let keys: Vec<Vec<u8>> = chunk
                 .iter()
-                .zip(&rows[range])
-                .find(|(_, row)| row.is_some());
-            match hit {
-                Some((key, _)) => first.push((key.clone(), (*tsuid).clone())),
-                None => left.push(*tsuid),
+                .flat_map(|tsuid| {
+                    (from..to).map(move |h| row_key(schema, tsuid, period + h * 3600))
+                })
+                .collect();
+            let rows = store.get_rows(&schema.data_table, &keys, &read)?;
+            for (i, tsuid) in chunk.iter().enumerate() {
+                let range = i * per_series..(i + 1) * per_series;
+                let hit = keys[range.clone()]
+                    .iter()
+                    .zip(&rows[range])
+                    .find(|(_, row)| row.is_some());
+                match hit {
+                    Some((key, _)) => first.push((key.clone(), (*tsuid).clone())),
+                    None => still.push(*tsuid),
+                }
             }
         }
+        unseen = still;
+        from = to;
+        length = if from == 1 { 1 } else { from };
     }
+    left.extend(unseen);
     Ok((first, left))
 }
 

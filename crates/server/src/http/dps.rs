@@ -5,7 +5,7 @@
 //! after the one before changes its last two digits only), and the chunk goes to the answer
 //! every few kilobytes.
 
-use hourglass_core::value::{java_double_text, java_plain, push_java_double};
+use hourglass_core::value::{JAVA_SCIENTIFIC_MAX, java_double_text, java_plain, java_scientific};
 use hourglass_engine::num::Num;
 
 /// Bytes of the chunk points are built in before they go to the answer.
@@ -18,7 +18,7 @@ const POINT_MAX: usize = 80;
 /// seconds; NaN as `null` when `null_for_nan`, else `"NaN"`; an object of `"t":v` pairs, or
 /// an array of `[t,v]` pairs with `arrays`.
 pub(crate) fn write_dps(
-    out: &mut String,
+    out: &mut Vec<u8>,
     dps: &[(i64, Num)],
     ms: bool,
     arrays: bool,
@@ -34,12 +34,12 @@ pub(crate) fn write_dps(
 
 /// [`write_dps`] in one form, its choices known when compiled.
 fn write_points<const MS: bool, const ARRAYS: bool>(
-    out: &mut String,
+    out: &mut Vec<u8>,
     dps: &[(i64, Num)],
     null_for_nan: bool,
 ) {
     let Some((first, rest)) = dps.split_first() else {
-        out.push_str(if ARRAYS { "[]" } else { "{}" });
+        out.extend_from_slice(if ARRAYS { b"[]" } else { b"{}" });
         return;
     };
     let mut w = Writer {
@@ -47,7 +47,6 @@ fn write_points<const MS: bool, const ARRAYS: bool>(
         len: 0,
         time: TimeText::new(ARRAYS),
         high: HighDigits::default(),
-        text: String::new(),
     };
     out.reserve(dps.len() * 24 + 2);
     w.point::<MS, ARRAYS>(first, null_for_nan);
@@ -60,7 +59,7 @@ fn write_points<const MS: bool, const ARRAYS: bool>(
         w.point::<MS, ARRAYS>(p, null_for_nan);
     }
     w.flush(out);
-    out.push(if ARRAYS { ']' } else { '}' });
+    out.push(if ARRAYS { b']' } else { b'}' });
 }
 
 struct Writer {
@@ -69,8 +68,6 @@ struct Writer {
     time: TimeText,
     /// The digits of the last large integer's value above its last eight.
     high: HighDigits,
-    /// A double's text outside the plain range, built by [`push_java_double`].
-    text: String,
 }
 
 impl Writer {
@@ -112,11 +109,10 @@ impl Writer {
             // Most doubles: zmij's digits straight into the chunk.
             self.bytes(zmij::Buffer::new().format_finite(f).as_bytes());
         } else {
-            let mut text = std::mem::take(&mut self.text);
-            text.clear();
-            push_java_double(&mut text, f);
-            self.bytes(text.as_bytes());
-            self.text = text;
+            // Java's scientific form, written as bytes (no string, no UTF-8 check).
+            let mut text = [0; JAVA_SCIENTIFIC_MAX];
+            let n = java_scientific(f, &mut text);
+            self.bytes(&text[..n]);
         }
     }
 
@@ -163,9 +159,9 @@ impl Writer {
         self.len += b.len();
     }
 
-    fn flush(&mut self, out: &mut String) {
-        // Only ASCII is ever written to the chunk.
-        out.push_str(std::str::from_utf8(&self.chunk[..self.len]).unwrap_or_default());
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        // Only ASCII is ever written to the chunk: the answer's bytes take it as it is.
+        out.extend_from_slice(&self.chunk[..self.len]);
         self.len = 0;
     }
 }
@@ -335,9 +331,9 @@ mod tests {
     }
 
     fn written(dps: &[(i64, Num)], ms: bool, arrays: bool, null_for_nan: bool) -> String {
-        let mut out = String::new();
+        let mut out = Vec::new();
         write_dps(&mut out, dps, ms, arrays, null_for_nan);
-        out
+        String::from_utf8(out).expect("ASCII")
     }
 
     #[test]

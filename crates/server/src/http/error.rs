@@ -88,8 +88,8 @@ impl CountedText {
     }
 
     /// Counts `text` as it is now, when it has grown a piece's worth since last counted.
-    pub(crate) fn grew(&mut self, text: &str) {
-        let points = text.len() as u64 / BYTES_A_HELD_POINT;
+    pub(crate) fn grew(&mut self, text: &(impl AsRef<[u8]> + ?Sized)) {
+        let points = text.as_ref().len() as u64 / BYTES_A_HELD_POINT;
         if points >= self.0.points() + (HeldBody::PIECE as u64 / BYTES_A_HELD_POINT) {
             self.0.set(points);
         }

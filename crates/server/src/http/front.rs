@@ -126,7 +126,13 @@ pub(crate) async fn front(
         return resp;
     }
     let api = matches!(route, Route::Api { .. });
-    let jsonp = api.then(|| jsonp_callback(req.uri())).flatten();
+    // The callback named in the query string (its last non-empty value), read from the
+    // pairs decoded above (a strict decoding that succeeded reads as the endpoints' does).
+    let jsonp = api
+        .then(|| last("jsonp").filter(|cb| !cb.is_empty()).cloned())
+        .flatten();
+    // The endpoints that read the query string take these pairs instead of decoding it again.
+    req.extensions_mut().insert(QueryPairs(Arc::new(pairs)));
     let started = Instant::now();
     let stats = &state.stats;
     stats.http_rpcs.fetch_add(1, Ordering::Relaxed);
@@ -326,13 +332,11 @@ fn route(path: &str) -> Result<Route, ApiError> {
     Ok(Route::Api { endpoint, rest })
 }
 
-/// The `jsonp` callback named in the query string, if any (the last one, as OpenTSDB reads
-/// repeated parameters).
-fn jsonp_callback(uri: &Uri) -> Option<String> {
-    super::request::Params::parse(uri.query())
-        .value("jsonp")
-        .map(String::from)
-}
+/// The query string's parameters as the front decoded them (in order, as
+/// [`super::request::url_params`] reads them), for an endpoint to read without decoding the
+/// query string again.
+#[derive(Clone)]
+pub(crate) struct QueryPairs(pub(crate) Arc<Vec<(String, String)>>);
 
 /// A JSON answer with a body becomes `cb(<body>)`.
 async fn wrap_jsonp(resp: Response, cb: &str) -> Response {

@@ -1113,10 +1113,10 @@ pub(crate) async fn handle(
             flags: &flags,
             global,
         };
-        let mut out = String::with_capacity(4096);
+        let mut out = Vec::with_capacity(4096);
         // The answer's text counts against the query memory budget until it is sent.
         let mut counted = CountedText::new(tsdb);
-        out.push('[');
+        out.push(b'[');
         let mut first = true;
         for plan in &plans {
             for s in eval(plan, &mut inputs, &mut uids) {
@@ -1134,7 +1134,7 @@ pub(crate) async fn handle(
                         .collect(),
                 };
                 if !first {
-                    out.push(',');
+                    out.push(b',');
                 }
                 first = false;
                 summary.add_emitted(group.dps.len());
@@ -1152,7 +1152,7 @@ pub(crate) async fn handle(
         if flags.show_summary {
             summary.write(&mut out, first, started);
         }
-        out.push(']');
+        out.push(b']');
         Ok((out, counted))
     })
     .await?;

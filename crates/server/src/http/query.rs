@@ -606,6 +606,17 @@ impl Flags {
     }
 }
 
+/// `value`'s JSON (compact, as `Display` writes a `serde_json::Value`) appended to an
+/// answer's bytes; writing to memory does not fail, and none of the values written here is
+/// one serde refuses (`null` if it were).
+pub(crate) fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"null");
+    }
+}
+
 /// A JSON string literal.
 pub(crate) fn push_str_json(out: &mut String, s: &str) {
     out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
@@ -750,7 +761,7 @@ impl Serialized<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn group(
         &self,
-        out: &mut String,
+        out: &mut Vec<u8>,
         q: &SubQuery,
         echo: &Echo,
         index: usize,
@@ -758,29 +769,29 @@ impl Serialized<'_> {
         g: &GroupResult,
     ) {
         let flags = self.flags;
-        out.push_str("{\"metric\":");
-        push_str_json(out, &g.metric);
-        out.push_str(",\"tags\":");
-        out.push_str(&json!(g.tags).to_string());
-        out.push_str(",\"aggregateTags\":");
-        out.push_str(&json!(g.aggregate_tags).to_string());
+        out.extend_from_slice(b"{\"metric\":");
+        push_json(out, &g.metric);
+        out.extend_from_slice(b",\"tags\":");
+        push_json(out, &g.tags);
+        out.extend_from_slice(b",\"aggregateTags\":");
+        push_json(out, &g.aggregate_tags);
         if flags.show_query {
-            out.push_str(",\"query\":");
-            out.push_str(&sub_query_json(self.tsdb, q, echo, index, o).to_string());
+            out.extend_from_slice(b",\"query\":");
+            push_json(out, &sub_query_json(self.tsdb, q, echo, index, o));
         }
         if flags.show_tsuids {
-            out.push_str(",\"tsuids\":");
-            out.push_str(&json!(g.tsuids).to_string());
+            out.extend_from_slice(b",\"tsuids\":");
+            push_json(out, &json!(g.tsuids));
         }
         if !flags.no_annotations && !g.annotations.is_empty() {
-            out.push_str(",\"annotations\":");
-            out.push_str(&annotations_json(&g.annotations).to_string());
+            out.extend_from_slice(b",\"annotations\":");
+            push_json(out, &annotations_json(&g.annotations));
         }
         if let Some(global) = &self.global {
-            out.push_str(",\"globalAnnotations\":");
-            out.push_str(&global.to_string());
+            out.extend_from_slice(b",\"globalAnnotations\":");
+            push_json(out, &global);
         }
-        out.push_str(",\"dps\":");
+        out.extend_from_slice(b",\"dps\":");
         let null_for_nan = writes_null(q);
         super::dps::write_dps(out, &g.dps, flags.ms, flags.arrays, null_for_nan);
         if flags.show_stats {
@@ -796,10 +807,10 @@ impl Serialized<'_> {
                 "rowsPreFilter": s.rows,
                 "seriesMatched": s.series,
             });
-            out.push_str(",\"stats\":");
-            out.push_str(&stats.to_string());
+            out.extend_from_slice(b",\"stats\":");
+            push_json(out, &stats);
         }
-        out.push('}');
+        out.push(b'}');
     }
 }
 
@@ -808,9 +819,13 @@ pub(crate) async fn handle(
     RawQuery(raw): RawQuery,
     Extract(state): Extract<Arc<State>>,
     access: Option<axum::Extension<crate::auth::Access>>,
+    pairs: Option<axum::Extension<super::front::QueryPairs>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let params = url_params(raw.as_deref());
+    let params = match pairs {
+        Some(axum::Extension(super::front::QueryPairs(pairs))) => pairs,
+        None => Arc::new(url_params(raw.as_deref())),
+    };
     // A parameter given more than once: its last value, as OpenTSDB reads it.
     let get = |k: &str| {
         params
@@ -984,8 +999,10 @@ pub(crate) async fn handle(
             flags: &flags,
             global,
         };
-        let mut out = String::with_capacity(4096);
-        out.push('[');
+        // The answer built as bytes: its pieces are ASCII or JSON serde wrote, no UTF-8
+        // check needed on the way.
+        let mut out = Vec::with_capacity(4096);
+        out.push(b'[');
         // The answer's text counts against the query memory budget until it is sent.
         let mut counted = CountedText::new(tsdb);
         let mut first = true;
@@ -995,7 +1012,7 @@ pub(crate) async fn handle(
             summary.add_run(&outcome);
             for g in &outcome.groups {
                 if !first {
-                    out.push(',');
+                    out.push(b',');
                 }
                 first = false;
                 summary.add_emitted(g.dps.len());
@@ -1006,7 +1023,7 @@ pub(crate) async fn handle(
         if flags.show_summary {
             summary.write(&mut out, first, started);
         }
-        out.push(']');
+        out.push(b']');
         Ok((Bytes::from(out), watch, counted))
     })
     .await?;
@@ -1123,9 +1140,9 @@ impl Summary {
     }
 
     /// The `{"statsSummary":...}` element, after the results (`first`: none were written).
-    pub(crate) fn write(&self, out: &mut String, first: bool, started: std::time::Instant) {
+    pub(crate) fn write(&self, out: &mut Vec<u8>, first: bool, started: std::time::Instant) {
         if !first {
-            out.push(',');
+            out.push(b',');
         }
         let total = millis(started.elapsed());
         // Keys in order, as OpenTSDB writes its stats (a sorted map).
@@ -1137,7 +1154,7 @@ impl Summary {
             "storageTime": self.storage,
             "timeTotal": total,
         }});
-        out.push_str(&summary.to_string());
+        push_json(out, &summary);
     }
 }
 

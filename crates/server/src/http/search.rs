@@ -102,40 +102,86 @@ pub(crate) async fn handle(
     })
     .await?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let results: Vec<Value> = found
-        .iter()
-        .map(|r| {
-            // The `HashMap` `Tags.resolveIdsAsync` fills, made for this many tags.
-            let keys: Vec<&str> = r.tags.iter().map(|(k, _)| k.as_str()).collect();
-            let tags: Map<String, Value> = super::json::java_sized_map_order(&keys, keys.len())
-                .into_iter()
-                .map(|i| (r.tags[i].0.clone(), Value::String(r.tags[i].1.clone())))
-                .collect();
-            json!({ "tsuid": hex_upper(&r.tsuid), "metric": r.metric, "tags": tags })
-        })
-        .collect();
-    let mut out = Map::new();
-    out.insert("type".into(), json!("LOOKUP"));
-    if let Some(m) = &request.metric_text {
-        out.insert("metric".into(), json!(m));
+    // Written straight as JSON, in the order and forms the object OpenTSDB's serializer
+    // writes (no `serde_json::Value` built between).
+    let answer = LookupAnswer {
+        kind: "LOOKUP",
+        metric: request.metric_text.as_deref(),
+        // Not given in a body: not echoed (Jackson leaves out null fields).
+        tags: request.tags_given.then(|| {
+            request
+                .query
+                .tags
+                .iter()
+                .map(|(key, value)| LookupPair { key, value })
+                .collect()
+        }),
+        limit: request.limit,
+        time: (elapsed_ms * 1000.0).round() / 1000.0,
+        results: found.iter().map(LookupFound).collect(),
+        start_index: request.start_index,
+        total_results: found.len(),
+    };
+    let mut out = Vec::with_capacity(256);
+    serde_json::to_writer(&mut out, &answer)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(super::error::json_text_response(StatusCode::OK, out))
+}
+
+/// A lookup's answer, as OpenTSDB writes its `SearchQuery`.
+#[derive(serde::Serialize)]
+struct LookupAnswer<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metric: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tags: Option<Vec<LookupPair<'a>>>,
+    limit: i64,
+    time: f64,
+    results: Vec<LookupFound<'a>>,
+    #[serde(rename = "startIndex")]
+    start_index: i64,
+    #[serde(rename = "totalResults")]
+    total_results: usize,
+}
+
+/// A tag pair of the request, echoed (`null` for a key or value not given).
+#[derive(serde::Serialize)]
+struct LookupPair<'a> {
+    key: &'a Option<String>,
+    value: &'a Option<String>,
+}
+
+/// A series found: its TSUID, metric and tags, the tags in the order Java iterates the
+/// `HashMap` `Tags.resolveIdsAsync` fills (made for this many tags).
+struct LookupFound<'a>(&'a hourglass_engine::search::LookupResult);
+
+impl serde::Serialize for LookupFound<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let r = self.0;
+        let mut map = s.serialize_map(Some(3))?;
+        map.serialize_entry("tsuid", &hex_upper(&r.tsuid))?;
+        map.serialize_entry("metric", &r.metric)?;
+        map.serialize_entry("tags", &JavaOrderTags(&r.tags))?;
+        map.end()
     }
-    // Not given in a body: not echoed (Jackson leaves out null fields).
-    if request.tags_given {
-        let tags: Vec<Value> = request
-            .query
-            .tags
-            .iter()
-            .map(|(k, v)| json!({ "key": k, "value": v }))
-            .collect();
-        out.insert("tags".into(), Value::Array(tags));
+}
+
+/// Tag pairs as an object in Java's `HashMap` order ([`super::json::java_sized_map_order`]).
+struct JavaOrderTags<'a>(&'a [(String, String)]);
+
+impl serde::Serialize for JavaOrderTags<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let keys: Vec<&str> = self.0.iter().map(|(k, _)| k.as_str()).collect();
+        let mut map = s.serialize_map(Some(keys.len()))?;
+        for i in super::json::java_sized_map_order(&keys, keys.len()) {
+            map.serialize_entry(&self.0[i].0, &self.0[i].1)?;
+        }
+        map.end()
     }
-    out.insert("limit".into(), json!(request.limit));
-    out.insert("time".into(), json!((elapsed_ms * 1000.0).round() / 1000.0));
-    let total = results.len();
-    out.insert("results".into(), Value::Array(results));
-    out.insert("startIndex".into(), json!(request.start_index));
-    out.insert("totalResults".into(), json!(total));
-    Ok(json_response(StatusCode::OK, &Value::Object(out)))
 }
 
 /// A search request of one of the plugin types, as OpenTSDB's `SearchQuery` reads it.
