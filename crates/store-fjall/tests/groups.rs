@@ -951,7 +951,6 @@ fn rows_written_before_grouping_read_the_same_once_grouped() {
     check(&store, &model);
 }
 
-<<<<<<< HEAD
 /// A grouped table without codec whose rows are column rows as a computed tier writes them
 /// (the same qualifiers, values of one width, each row written at its own time): a series'
 /// rows of a group come in one visit, most of them lent as the row before's layout, and
@@ -1032,7 +1031,8 @@ fn a_series_rows_lent_together_read_as_lent_one_by_one() {
     let from = ScanRequest::range(key(1, 3, 1), None);
     let (visits, _) = check(&store, &from);
     assert!(visits > 0);
-=======
+}
+
 /// Groups a data block or more in size (each passed would be a block read): a series filter
 /// seeks past a refused one at once, to the wanted series' group of the same period or to
 /// the next period. The wanted series found whatever their neighbours: a series whose key
@@ -1128,5 +1128,4 @@ fn series_filters_seek_past_large_groups_at_once() {
             );
         }
     }
->>>>>>> smallq
 }
