@@ -1508,12 +1508,16 @@ impl GroupedScan {
         bases.clear();
         let mut stored = reuse_vec(std::mem::take(&mut scratch.stored));
         for (offset, bytes) in members.iter().filter(|_| whole) {
-            let Some(base) = period.checked_add(*offset) else {
-                continue;
-            };
-            if g.make_member_key(key, *offset).is_none() {
+            // Skipped as `emit_members` skips them.
+            if period.checked_add(*offset).is_none() || g.make_member_key(key, *offset).is_none() {
                 continue;
             }
+            // The base time of the key the member is read under (its group key's period
+            // start and its offset: the group key's own base time, unless stored bytes went
+            // wrong).
+            let Some(base) = g.base(key) else {
+                continue;
+            };
             if self.in_range(key) && (self.series_filter || self.filter.key_matches(key)) {
                 if first_key.is_none() {
                     first_key = Some(key.clone());
@@ -3088,5 +3092,106 @@ mod tests {
             store.get("uid", b"p", &ReadOptions::default()).unwrap(),
             None
         );
+    }
+
+    /// A group stored under a key whose base time is not its period's start (stored bytes
+    /// gone wrong): a series' rows lent together (`ReadOptions::series_rows`) are the rows
+    /// lent one by one, each with the base time of the key it is read under (the visit's
+    /// key with that base time).
+    #[test]
+    fn a_series_rows_lent_together_have_the_base_times_of_their_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let grouping = Grouping {
+            timestamp_offset: 1,
+            period_secs: 7200,
+            grace_secs: 0,
+        };
+        let store = FjallStore::open(dir.path())
+            .unwrap()
+            .with_grouping("t", grouping);
+        store
+            .create_table(&TableSpec {
+                name: "t".into(),
+                families: vec![FamilySpec::new("t", Some(1))],
+            })
+            .unwrap();
+        let key = |hour: u32| {
+            let mut k = vec![1u8];
+            k.extend_from_slice(&(hour * 3600).to_be_bytes());
+            k.push(1);
+            k
+        };
+        let rows: Vec<RowMutation> = (0u8..2)
+            .map(|hour| RowMutation {
+                key: key(u32::from(hour)),
+                mutations: (0u8..3)
+                    .map(|q| Mutation::set_at("t", vec![q], 1_000, vec![q + hour]))
+                    .collect(),
+            })
+            .collect();
+        store.mutate_rows("t", &rows).unwrap();
+        store.maintain(4 * 3_600_000).unwrap();
+        // The group of hours 0 and 1 moved under the key of hour 1.
+        {
+            let (open, t) = store.table("t").unwrap();
+            let groups = t.groups.as_ref().unwrap();
+            let stored: Vec<_> = groups
+                .rows
+                .iter()
+                .map(|g| g.into_inner().unwrap())
+                .collect();
+            assert_eq!(stored.len(), 1);
+            assert_eq!(&*stored[0].0, key(0).as_slice());
+            let mut batch = open.db.batch();
+            batch.remove(&groups.rows, key(0));
+            batch.insert(&groups.rows, key(1), stored[0].1.to_vec());
+            batch.commit().unwrap();
+        }
+        type Lent = Vec<(Vec<u8>, Vec<(Vec<u8>, i64, Vec<u8>)>)>;
+        let read = |series_rows: bool| {
+            let (mut out, mut series_visits): (Lent, usize) = (Vec::new(), 0);
+            let request = ScanRequest {
+                read: ReadOptions {
+                    series_rows,
+                    ..ReadOptions::default()
+                },
+                ..ScanRequest::range(Vec::new(), None)
+            };
+            let mut visit = |key: &[u8], cells: LentCells<'_, '_>| {
+                let (mut rows, mut buf) = (Vec::new(), Vec::new());
+                match cells {
+                    LentCells::Series(series) => {
+                        series_visits += 1;
+                        for r in series.rows {
+                            let mut k = key.to_vec();
+                            let at = series.base_at;
+                            k[at..at + 4].copy_from_slice(&r.base.to_be_bytes());
+                            r.cells.lend(&mut buf);
+                            rows.push((k, buf.clone()));
+                        }
+                    }
+                    cells => rows.push((key.to_vec(), cells.cells(&mut buf).to_vec())),
+                }
+                for (k, cells) in rows {
+                    let cells = cells
+                        .iter()
+                        .map(|c| (c.qualifier.to_vec(), c.timestamp, c.value.to_vec()))
+                        .collect();
+                    out.push((k, cells));
+                }
+                Ok(())
+            };
+            store.scan_cells("t", &request, &mut visit).unwrap();
+            (out, series_visits)
+        };
+        let (one_by_one, _) = read(false);
+        assert_eq!(
+            one_by_one
+                .iter()
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>(),
+            vec![key(0), key(1)]
+        );
+        assert_eq!(read(true), (one_by_one, 1));
     }
 }
