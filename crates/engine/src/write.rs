@@ -1370,7 +1370,7 @@ impl Writer {
                 rows.push((key, row));
             }
         }
-        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        sort_by_key_bytes(&mut rows, at);
         Ok(rows)
     }
 
@@ -1568,6 +1568,65 @@ fn flush_chunks<'a>(
     })
 }
 
+/// Sorts a flush's rows (key, row id: series id << 32 | base time) in the keys' byte order,
+/// comparing fixed-width integers rather than byte strings. The rows of a series share their
+/// key's bytes before the base time (at `at`, 4 bytes) and after it; ranking the series'
+/// distinct heads and tails once makes each key's order that of (head rank, base time, tail
+/// rank): heads are of one width, and tails compare as byte strings do, shorter first.
+fn sort_by_key_bytes(rows: &mut Vec<(Vec<u8>, u64)>, at: usize) {
+    let byte_order = |rows: &mut Vec<(Vec<u8>, u64)>| rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if u32::try_from(rows.len()).is_err() || rows.iter().any(|(k, _)| k.len() < at + 4) {
+        return byte_order(rows);
+    }
+    // Each series' first row, and each row's series (as an index into `firsts`).
+    let mut seen: HashMap<u32, u32, foldhash::fast::RandomState> = HashMap::default();
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut series_of: Vec<u32> = Vec::with_capacity(rows.len());
+    for (i, (_, row)) in rows.iter().enumerate() {
+        let next = firsts.len() as u32;
+        let s = *seen.entry((row >> 32) as u32).or_insert_with(|| {
+            firsts.push(i);
+            next
+        });
+        series_of.push(s);
+    }
+    let rank = |part: &dyn Fn(&[u8]) -> &[u8]| -> Vec<u32> {
+        let part_of = |s: u32| part(&rows[firsts[s as usize]].0);
+        let mut order: Vec<u32> = (0..firsts.len() as u32).collect();
+        order.sort_unstable_by(|a, b| part_of(*a).cmp(part_of(*b)));
+        let mut ranks = vec![0u32; firsts.len()];
+        let mut r = 0u32;
+        for (j, s) in order.iter().enumerate() {
+            if j > 0 && part_of(order[j - 1]) != part_of(*s) {
+                r += 1;
+            }
+            ranks[*s as usize] = r;
+        }
+        ranks
+    };
+    let heads = rank(&|k: &[u8]| &k[..at]);
+    let tails = rank(&|k: &[u8]| &k[at + 4..]);
+    let mut order: Vec<u128> = rows
+        .iter()
+        .zip(&series_of)
+        .enumerate()
+        .map(|(i, ((key, _), s))| {
+            let mut time = [0u8; 4];
+            time.copy_from_slice(&key[at..at + 4]);
+            (u128::from(heads[*s as usize]) << 96)
+                | (u128::from(u32::from_be_bytes(time)) << 64)
+                | (u128::from(tails[*s as usize]) << 32)
+                | i as u128
+        })
+        .collect();
+    order.sort_unstable();
+    let mut taken = std::mem::take(rows);
+    rows.extend(order.iter().map(|o| {
+        let (key, row) = &mut taken[(*o as u32) as usize];
+        (std::mem::take(key), *row)
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1581,6 +1640,61 @@ mod tests {
             }
         }
         vec![Arc::new(buffer)]
+    }
+
+    /// A flush's rows sorted through fixed-width integers come in the keys' byte order, as a
+    /// sort of the keys themselves puts them: keys under different salt bytes, sharing
+    /// heads or tails, with tails of different lengths (one a prefix of another), base
+    /// times differing in any byte.
+    #[test]
+    fn flush_rows_are_sorted_in_key_byte_order() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let at = 4; // one salt byte, a three-byte metric id
+        for round in 0..20 {
+            let templates: Vec<Vec<u8>> = (0..1 + next() % 60)
+                .map(|_| {
+                    let mut t = vec![
+                        (next() % 3) as u8,
+                        0,
+                        (next() % 2) as u8,
+                        (next() % 3) as u8,
+                    ];
+                    t.extend_from_slice(&[0; 4]);
+                    let tail = (next() % 8) as usize;
+                    t.extend((0..tail).map(|_| (next() % 3) as u8));
+                    t
+                })
+                .collect::<std::collections::BTreeSet<_>>() // series' keys differ
+                .into_iter()
+                .collect();
+            let mut ids = HashSet::new();
+            let mut rows = Vec::new();
+            for _ in 0..next() % 400 {
+                let series = next() % templates.len() as u64;
+                let time = match next() % 3 {
+                    0 => (next() % 8) as u32 * 3600,
+                    1 => 1_700_000_000 + (next() % 8) as u32 * 3600,
+                    _ => next() as u32,
+                };
+                let row = series << 32 | u64::from(time);
+                if !ids.insert(row) {
+                    continue;
+                }
+                let mut key = templates[series as usize].clone();
+                key[at..at + 4].copy_from_slice(&time.to_be_bytes());
+                rows.push((key, row));
+            }
+            let mut expected = rows.clone();
+            expected.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            sort_by_key_bytes(&mut rows, at);
+            assert_eq!(rows, expected, "round {round}");
+        }
     }
 
     /// A TSD receiving nothing runs the store's upkeep once no flush has for
@@ -1610,6 +1724,40 @@ mod tests {
         now.store(1_000_000 + IDLE_UPKEEP_MS, Ordering::SeqCst);
         writer.idle_upkeep();
         assert_eq!(ran(), 1_000_000 + IDLE_UPKEEP_MS);
+    }
+
+    /// Compacting a row nothing is stored under: points in time order become one cell as
+    /// they are; points out of order are sorted first.
+    #[test]
+    fn a_row_with_nothing_stored_compacts_to_its_points_in_time_order() {
+        let db = crate::Tsdb::open(
+            Arc::new(hourglass_storage::memory::MemoryStore::new()),
+            crate::Settings::default(),
+        )
+        .unwrap();
+        let writer = db.writer();
+        let point = |s: u32, v: u64| Point::new(Qualifier::seconds(s, 0).unwrap(), v);
+        let cell = |m: &[Mutation]| match m {
+            [
+                Mutation::SetCell {
+                    qualifier, value, ..
+                },
+            ] => (qualifier.clone(), value.clone()),
+            other => panic!("{other:?}"),
+        };
+        let ordered = [point(0, 1), point(300, 2), point(600, 3)];
+        let mutations = writer
+            .compaction_mutations(b"k", None, &ordered)
+            .unwrap()
+            .unwrap();
+        assert_eq!(cell(&mutations), compact::encode_cell(&ordered));
+        let unordered = [point(600, 3), point(0, 1), point(300, 2)];
+        let mutations = writer
+            .compaction_mutations(b"k", None, &unordered)
+            .unwrap()
+            .unwrap();
+        assert_eq!(cell(&mutations), compact::encode_cell(&ordered));
+        assert_eq!(writer.compaction_mutations(b"k", None, &[]).unwrap(), None);
     }
 
     #[test]

@@ -144,6 +144,25 @@ impl Writer {
         row: Option<&hourglass_storage::Row>,
         new_points: &[Point],
     ) -> Result<Option<Vec<Mutation>>> {
+        // No stored row and new points in time order with no repeated time (as a flush
+        // passes them): they are the row's one cell, with nothing to decode or sort.
+        if row.is_none()
+            && new_points
+                .windows(2)
+                .all(|w| w[0].offset_ms() < w[1].offset_ms())
+        {
+            if new_points.is_empty() {
+                return Ok(None);
+            }
+            let (q, v) = compact::encode_cell(new_points);
+            self.stats.rows_compacted.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(vec![Mutation::set_at(
+                DATA_FAMILY,
+                q,
+                self.cell_timestamp(),
+                v,
+            )]));
+        }
         let decoded = rows::decode_row(row, new_points)?;
         if let Some(d) = &decoded.duplicate {
             if !self.settings.fix_duplicates {
