@@ -653,19 +653,24 @@ mod tests {
         }
     }
 
+    /// The shortest digits as the standard library writes them ("1.2345e-5", "1e7") in
+    /// Java's scientific form ("1.2345E-5", "1.0E7").
+    fn java_form_of_shortest(d: f64) -> String {
+        let sci = format!("{d:e}");
+        let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
+        if mantissa.contains('.') {
+            format!("{mantissa}E{exponent}")
+        } else {
+            format!("{mantissa}.0E{exponent}")
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn scientific_doubles_are_the_shortest_digits_in_java_form(bits in any::<u64>()) {
             let d = f64::from_bits(bits);
             proptest::prop_assume!(d.is_finite() && d != 0.0 && !(1e-3..1e7).contains(&d.abs()));
-            // The shortest digits as the standard library writes them: "1.2345e-5", "1e7".
-            let sci = format!("{d:e}");
-            let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-            let want = if mantissa.contains('.') {
-                format!("{mantissa}E{exponent}")
-            } else {
-                format!("{mantissa}.0E{exponent}")
-            };
+            let want = java_form_of_shortest(d);
             let got = java_double_text(d);
             proptest::prop_assert!(same_shortest(&got, &want, d), "{} against {}", got, want);
         }
@@ -686,13 +691,7 @@ mod tests {
             let sign = if negative { -1.0 } else { 1.0 };
             for d in [d, d.trunc(), (d * scale).round() / scale, 10f64.powi(exponent)] {
                 let d = sign * d;
-                let sci = format!("{d:e}");
-                let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-                let want = if mantissa.contains('.') {
-                    format!("{mantissa}E{exponent}")
-                } else {
-                    format!("{mantissa}.0E{exponent}")
-                };
+                let want = java_form_of_shortest(d);
                 let got = java_double_text(d);
                 proptest::prop_assert!(same_shortest(&got, &want, d), "{} against {}", got, want);
             }

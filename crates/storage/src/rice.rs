@@ -79,14 +79,7 @@ impl BitWriter<'_> {
         if n == 0 {
             return;
         }
-        self.acc |= (v & (u64::MAX >> (64 - n))) << self.bits;
-        self.bits += n;
-        if self.bits >= 32 {
-            self.bytes
-                .extend_from_slice(&(self.acc as u32).to_le_bytes());
-            self.acc >>= 32;
-            self.bits -= 32;
-        }
+        self.put_code(v & (u64::MAX >> (64 - n)), n);
     }
 
     /// [`BitWriter::put`] of a code of `n` bits (1 to 32), already within them.
