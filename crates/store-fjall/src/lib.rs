@@ -947,6 +947,8 @@ impl RawRows {
 /// An empty vector keeping `v`'s allocation, for things borrowed from another value.
 fn reuse_vec<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
+    // Collecting a vector's own iterator into a vector of the same layout reuses its buffer;
+    // the filter changes the element type (or only its lifetime), which `filter` cannot.
     #[allow(clippy::unnecessary_filter_map)]
     v.into_iter().filter_map(|_| None).collect()
 }
@@ -960,15 +962,6 @@ struct SeriesScratch {
     stored: Vec<&'static [u8]>,
     cells: Vec<(model::ColumnCells<'static>, bool)>,
     rows: Vec<SeriesRow<'static>>,
-}
-
-/// An empty vector of lent cells keeping `v`'s allocation, for cells of another row.
-fn reuse<'b>(mut v: Vec<CellRef<'_>>) -> Vec<CellRef<'b>> {
-    v.clear();
-    // Collecting a vector's own iterator into a vector of the same layout reuses its buffer;
-    // the filter changes the cells' lifetime, which `filter` cannot.
-    #[allow(clippy::unnecessary_filter_map)]
-    v.into_iter().filter_map(|_| None).collect()
 }
 
 /// A range scan over one table.
@@ -1503,7 +1496,8 @@ impl GroupedScan {
         let key = &mut scratch.key;
         key.clear();
         key.extend_from_slice(group_key);
-        let mut first_key: Option<Vec<u8>> = None;
+        // The first member taken: the visit's key is its key.
+        let mut first: Option<u32> = None;
         let mut bases = std::mem::take(&mut scratch.bases);
         bases.clear();
         let mut stored = reuse_vec(std::mem::take(&mut scratch.stored));
@@ -1519,16 +1513,14 @@ impl GroupedScan {
                 continue;
             };
             if self.in_range(key) && (self.series_filter || self.filter.key_matches(key)) {
-                if first_key.is_none() {
-                    first_key = Some(key.clone());
-                }
+                first.get_or_insert(*offset);
                 bases.push(base);
                 stored.push(*bytes);
             }
         }
         let mut cells = reuse_vec(std::mem::take(&mut scratch.cells));
         let lent = whole
-            && first_key.is_some()
+            && first.is_some_and(|offset| g.make_member_key(key, offset).is_some())
             && model::lend_column_rows(stored.iter().copied(), self.filter.read(), &mut cells);
         let mut visited = 0;
         if lent {
@@ -1547,14 +1539,11 @@ impl GroupedScan {
                 base_at: g.timestamp_offset,
                 rows: &rows,
             };
-            let visited_ok = visit(
-                first_key.as_deref().unwrap_or_default(),
-                LentCells::Series(series),
-            );
+            let visited_ok = visit(key, LentCells::Series(series));
             visited = rows.len();
             scratch.rows = reuse_vec(rows);
             visited_ok?;
-        } else if first_key.is_some() || !whole {
+        } else if first.is_some() || !whole {
             // Its members go before what the window had queued after it.
             let rest = std::mem::take(&mut self.out);
             self.emit_members(group_key, value, Vec::new())?;
@@ -2700,7 +2689,7 @@ impl Store for FjallStore {
         }
         let filter = ScanFilter::new(request)?;
         let mut returned = 0;
-        let mut cells = Vec::new();
+        let mut cells: Vec<CellRef<'_>> = Vec::new();
         if let Some(mut rows) = Self::grouped_scan(open.clone(), &t, request)? {
             let grouping = rows.grouping;
             // Rows lent a series at a time count each toward a limit: only without one.
@@ -2726,11 +2715,11 @@ impl Store for FjallStore {
                 let Some(bytes) = pending.stored(&grouping, &mut key) else {
                     continue;
                 };
-                let mut lent = reuse(std::mem::take(&mut cells));
+                let mut lent = reuse_vec(std::mem::take(&mut cells));
                 if lend_one(&key, bytes, filter.read(), &mut lent, &mut *visit)? {
                     returned += 1;
                 }
-                cells = reuse(lent);
+                cells = reuse_vec(lent);
             }
             return Ok(());
         }
@@ -2751,11 +2740,11 @@ impl Store for FjallStore {
             };
             let (key, value) = item?;
             // `RawRows` passed the key through the regex already.
-            let mut lent = reuse(std::mem::take(&mut cells));
+            let mut lent = reuse_vec(std::mem::take(&mut cells));
             if lend_one(&key, &value, filter.read(), &mut lent, &mut *visit)? {
                 returned += 1;
             }
-            cells = reuse(lent);
+            cells = reuse_vec(lent);
         }
         drop(open);
         Ok(())
