@@ -615,6 +615,63 @@ mod tests {
             }
         }
 
+        /// Decimals of 17 to 20 digits at the point halfway between two doubles of 2^49 to
+        /// 2^53 (the only ones whose halfway points have so few digits), a unit of their last
+        /// digit either side of it, and the same with a zero more: where the exact check
+        /// settles the rounding (ties to the even significand). The fast path, when it reads
+        /// the text, gives the general parser's double.
+        #[test]
+        fn decimals_at_and_beside_halfway_points_read_as_the_general_parser_reads_them(
+            k in 49u32..53,
+            fraction in 0u64..(1 << 52),
+            negative in proptest::prelude::any::<bool>(),
+        ) {
+            // d = M x 2^(k-52) with M of 53 bits; halfway to the next double is
+            // (2M + 1) / 2^e with e = 53 - k, that is (2M + 1) x 5^e / 10^e.
+            let m = u128::from(fraction | (1 << 52));
+            let e = (53 - k) as usize;
+            let halfway = (2 * m + 1) * 5u128.pow(e as u32);
+            let text_of = |n: u128, decimals: usize| {
+                let digits = format!("{n:0>width$}", width = decimals + 1);
+                let (whole, fraction) = digits.split_at(digits.len() - decimals);
+                format!("{}{whole}.{fraction}", if negative { "-" } else { "" })
+            };
+            for (n, decimals) in [
+                (halfway, e),
+                (halfway - 1, e),
+                (halfway + 1, e),
+                (halfway * 10, e + 1),
+                (halfway * 10 - 1, e + 1),
+                (halfway * 10 + 1, e + 1),
+            ] {
+                let text = text_of(n, decimals);
+                let general = text.parse::<f64>().ok().map(f64::to_bits);
+                let fast = plain_decimal(&text).map(f64::to_bits);
+                if text.trim_start_matches('-').len() <= 20 {
+                    proptest::prop_assert_eq!(fast, general, "{}", text);
+                } else {
+                    proptest::prop_assert_eq!(fast, None, "{}", text);
+                }
+                let d = f64::from_bits(general.unwrap_or_default());
+                proptest::prop_assert_eq!(parse_value(&text), Ok(float_value(d)), "{}", text);
+            }
+        }
+
+        /// Any word of a put's value read as OpenTSDB's rules read it, fast paths aside: an
+        /// integer (`Tags.parseLong`) when it has no `.`, `e` or `E`, else Java's
+        /// `Double.parseDouble`; the same value or the same refusal.
+        #[test]
+        fn values_read_as_the_rules_without_the_fast_path_read_them(
+            word in "[-+]?[0-9]{0,21}(\\.[0-9]{0,21})?([eE][-+]?[0-9]{0,3})?[fFdD]?|[-+0-9.eEx ]{0,24}",
+        ) {
+            let rules = if looks_like_integer(&word) {
+                parse_long(&word).map(Value::Int)
+            } else {
+                java_parse_double(&word).map(float_value)
+            };
+            proptest::prop_assert_eq!(parse_value(&word), rules, "{:?}", word);
+        }
+
         #[test]
         fn plain_decimals_read_as_the_general_parser_reads_them(
             int in "-?[0-9]{0,9}",
