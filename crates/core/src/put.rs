@@ -547,6 +547,24 @@ mod tests {
             }
         }
 
+        /// Lines with long words (past the eight bytes a scan reads at a time): timestamps and
+        /// values of up to 24 digits, points, signs and exponents, words of any length around
+        /// them. They parse exactly as the reference parses them.
+        #[test]
+        fn long_words_parse_as_the_reference_parser(
+            metric in "[a-c.]{0,20}",
+            ts in "[+-]?[0-9]{0,21}(\\.[0-9]{0,4})?",
+            v in "[+-]?[0-9]{0,21}(\\.[0-9]{0,21})?([eE][-+]?[0-9]{1,3})?|[0-9.eE+-]{0,24}",
+            tags in "( {1,2}[a-c]{0,9}=[a-c]{0,9}){0,3} ?",
+        ) {
+            let line = format!("{metric} {ts} {v}{tags}");
+            let (mut got_tags, mut want_tags) = (Vec::new(), Vec::new());
+            let got = parse_put(&line, &mut got_tags);
+            let want = reference::parse_put(&line, &mut want_tags);
+            prop_assert_eq!(got, want, "{:?}", line);
+            prop_assert_eq!(got_tags, want_tags);
+        }
+
         #[test]
         fn never_panics(line in "\\PC{0,80}") {
             let mut tags = Vec::new();

@@ -333,7 +333,11 @@ pub fn parse_long(text: &str) -> Result<i64> {
 
 /// Java's `Double.toString`: the shortest digits that read back as `d`, in plain notation
 /// (`0.001`, `42.5`, `1234567.0`) for magnitudes in [10^-3, 10^7), otherwise as
-/// `d.dddE±n` (`1.0E7`, `1.2345E-5`); `NaN`, `Infinity`, `-Infinity`.
+/// `d.dddE±n` (`1.0E7`, `1.2345E-5`); `NaN`, `Infinity`, `-Infinity`. Whole numbers from
+/// 2^53 to 2^63 are written with their own digits as JDK 8's `FloatingDecimal` writes
+/// them, not the shortest (`2.64101693081971648E17`, [`java_scientific`]). Beyond 2^63 the
+/// shortest digits are written, which JDK 8 writes differently for a few doubles in ten
+/// thousand (its general conversion is not always the shortest).
 pub fn java_double_text(d: f64) -> String {
     let mut out = String::new();
     push_java_double(&mut out, d);
@@ -377,7 +381,74 @@ pub const JAVA_SCIENTIFIC_MAX: usize = 48;
 /// their averages print in this form, byte by byte with no allocation or UTF-8 check (an
 /// answer's writer copies them as they are).
 pub fn java_scientific(d: f64, out: &mut [u8; JAVA_SCIENTIFIC_MAX]) -> usize {
+    if let Some(n) = java_whole_number(d, out) {
+        return n;
+    }
     scientific_of_shortest(zmij::Buffer::new().format_finite(d).as_bytes(), out)
+}
+
+/// Java's `Double.toString` (JDK 8, `FloatingDecimal`) of a double of magnitude in
+/// [2^53, 2^63), every one a whole number, which it writes not as the shortest digits but
+/// as the whole number's (`developLongDigits`), its last digits rounded away half up past
+/// 2^58 (`insignificantDigitsForPow2`): `2.64101693081971648E17` where the shortest digits
+/// are `2.6410169308197165E17`. `None` for other doubles.
+fn java_whole_number(d: f64, out: &mut [u8; JAVA_SCIENTIFIC_MAX]) -> Option<usize> {
+    const TWO_53: f64 = 9_007_199_254_740_992.0;
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    let magnitude = d.abs();
+    if !(TWO_53..TWO_63).contains(&magnitude) {
+        return None;
+    }
+    // The binary exponent, 53 to 62; the digits dropped for 2^(exponent - 54) (Java's
+    // `insignificantDigitsNumber`, read only past index 1).
+    let exponent = ((magnitude.to_bits() >> 52) & 0x7FF) as usize - 1023;
+    const INSIGNIFICANT: [u32; 9] = [0, 0, 0, 0, 1, 1, 1, 2, 2];
+    let dropped = exponent
+        .checked_sub(54)
+        .and_then(|p| INSIGNIFICANT.get(p))
+        .copied()
+        .unwrap_or(0);
+    // Whole below 2^63: exact in a u64.
+    let mut v = magnitude as u64;
+    if dropped > 0 {
+        let scale = 10u64.pow(dropped);
+        let residue = v % scale;
+        v /= scale;
+        if residue >= scale / 2 {
+            v += 1;
+        }
+    }
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    while v > 0 || n == 0 {
+        digits[digits.len() - 1 - n] = b'0' + (v % 10) as u8;
+        v /= 10;
+        n += 1;
+    }
+    let digits = &digits[digits.len() - n..];
+    let decimal_exponent = n - 1 + dropped as usize;
+    // Trailing zeros say nothing; one decimal at least.
+    let end = digits.len() - digits[1..].iter().rev().take_while(|b| **b == b'0').count();
+    let mut at = 0;
+    let mut put = |b: u8| {
+        out[at] = b;
+        at += 1;
+    };
+    if d < 0.0 {
+        put(b'-');
+    }
+    put(digits[0]);
+    put(b'.');
+    if end > 1 {
+        digits[1..end].iter().for_each(|&b| put(b));
+    } else {
+        put(b'0');
+    }
+    put(b'E');
+    // 15 to 18.
+    put(b'0' + (decimal_exponent / 10) as u8);
+    put(b'0' + (decimal_exponent % 10) as u8);
+    Some(at)
 }
 
 fn scientific_of_shortest(shortest: &[u8], out: &mut [u8; JAVA_SCIENTIFIC_MAX]) -> usize {
@@ -615,6 +686,63 @@ mod tests {
             }
         }
 
+        /// Decimals of 17 to 20 digits at the point halfway between two doubles of 2^49 to
+        /// 2^53 (the only ones whose halfway points have so few digits), a unit of their last
+        /// digit either side of it, and the same with a zero more: where the exact check
+        /// settles the rounding (ties to the even significand). The fast path, when it reads
+        /// the text, gives the general parser's double.
+        #[test]
+        fn decimals_at_and_beside_halfway_points_read_as_the_general_parser_reads_them(
+            k in 49u32..53,
+            fraction in 0u64..(1 << 52),
+            negative in proptest::prelude::any::<bool>(),
+        ) {
+            // d = M x 2^(k-52) with M of 53 bits; halfway to the next double is
+            // (2M + 1) / 2^e with e = 53 - k, that is (2M + 1) x 5^e / 10^e.
+            let m = u128::from(fraction | (1 << 52));
+            let e = (53 - k) as usize;
+            let halfway = (2 * m + 1) * 5u128.pow(e as u32);
+            let text_of = |n: u128, decimals: usize| {
+                let digits = format!("{n:0>width$}", width = decimals + 1);
+                let (whole, fraction) = digits.split_at(digits.len() - decimals);
+                format!("{}{whole}.{fraction}", if negative { "-" } else { "" })
+            };
+            for (n, decimals) in [
+                (halfway, e),
+                (halfway - 1, e),
+                (halfway + 1, e),
+                (halfway * 10, e + 1),
+                (halfway * 10 - 1, e + 1),
+                (halfway * 10 + 1, e + 1),
+            ] {
+                let text = text_of(n, decimals);
+                let general = text.parse::<f64>().ok().map(f64::to_bits);
+                let fast = plain_decimal(&text).map(f64::to_bits);
+                if text.trim_start_matches('-').len() <= 20 {
+                    proptest::prop_assert_eq!(fast, general, "{}", text);
+                } else {
+                    proptest::prop_assert_eq!(fast, None, "{}", text);
+                }
+                let d = f64::from_bits(general.unwrap_or_default());
+                proptest::prop_assert_eq!(parse_value(&text), Ok(float_value(d)), "{}", text);
+            }
+        }
+
+        /// Any word of a put's value read as OpenTSDB's rules read it, fast paths aside: an
+        /// integer (`Tags.parseLong`) when it has no `.`, `e` or `E`, else Java's
+        /// `Double.parseDouble`; the same value or the same refusal.
+        #[test]
+        fn values_read_as_the_rules_without_the_fast_path_read_them(
+            word in "[-+]?[0-9]{0,21}(\\.[0-9]{0,21})?([eE][-+]?[0-9]{0,3})?[fFdD]?|[-+0-9.eEx ]{0,24}",
+        ) {
+            let rules = if looks_like_integer(&word) {
+                parse_long(&word).map(Value::Int)
+            } else {
+                java_parse_double(&word).map(float_value)
+            };
+            proptest::prop_assert_eq!(parse_value(&word), rules, "{:?}", word);
+        }
+
         #[test]
         fn plain_decimals_read_as_the_general_parser_reads_them(
             int in "-?[0-9]{0,9}",
@@ -670,6 +798,8 @@ mod tests {
         fn scientific_doubles_are_the_shortest_digits_in_java_form(bits in any::<u64>()) {
             let d = f64::from_bits(bits);
             proptest::prop_assume!(d.is_finite() && d != 0.0 && !(1e-3..1e7).contains(&d.abs()));
+            // Whole numbers from 2^53 to 2^63 print their own digits (below).
+            proptest::prop_assume!(!(TWO_53..TWO_63).contains(&d.abs()));
             let want = java_form_of_shortest(d);
             let got = java_double_text(d);
             proptest::prop_assert!(same_shortest(&got, &want, d), "{} against {}", got, want);
@@ -691,10 +821,71 @@ mod tests {
             let sign = if negative { -1.0 } else { 1.0 };
             for d in [d, d.trunc(), (d * scale).round() / scale, 10f64.powi(exponent)] {
                 let d = sign * d;
+                if d.abs() >= TWO_53 {
+                    continue; // whole numbers' own digits (below)
+                }
                 let want = java_form_of_shortest(d);
                 let got = java_double_text(d);
                 proptest::prop_assert!(same_shortest(&got, &want, d), "{} against {}", got, want);
             }
+        }
+    }
+
+    const TWO_53: f64 = 9_007_199_254_740_992.0;
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+
+    /// Doubles from 2^53 to 2^63 as Java's `Double.toString` writes them (JDK 8 to 18, whose
+    /// `FloatingDecimal` these are taken from): the whole number's digits, not the shortest
+    /// (given after each), the last one or two rounded away half up from 2^58.
+    #[test]
+    fn whole_doubles_from_2_53_to_2_63_print_their_digits_as_java_does() {
+        for (bits, want) in [
+            (4_845_873_199_050_653_696u64, "9.007199254740992E15"),
+            (14_069_245_235_905_429_505, "-9.007199254740994E15"),
+            (4_846_369_599_423_283_200, "1.0E16"),
+            (4_851_920_892_034_285_568, "2.4190771934527488E16"), // 2.419077193452749E16
+            (4_856_507_338_209_292_994, "4.9044316250150416E16"), // 4.904431625015042E16
+            (14_077_123_180_883_869_696, "-3.1511779913760768E16"), // -3.151177991376077E16
+            (4_859_881_673_171_525_624, "8.0020397858094976E16"), // 8.002039785809498E16
+            (4_861_130_398_305_394_688, "1.0E17"),
+            (4_867_637_175_841_576_798, "2.64101693081971648E17"), // 2.6410169308197165E17
+            (4_868_413_621_426_185_874, "2.8966552742721242E17"),  // 2.896655274272124E17
+            (4_875_519_890_381_343_239, "9.1247272881114406E17"),  // 9.124727288111441E17
+            (4_876_203_697_187_506_175, "9.9999999999999987E17"),  // 9.999999999999999E17
+            (4_876_203_697_187_506_176, "1.0E18"),
+            (4_877_913_822_045_667_328, "1.28487045908240794E18"), // 1.284870459082408E18
+            (14_104_047_984_043_884_544, "-1.99197449580340838E18"), // -1.9919744958034084E18
+            (14_106_363_076_643_127_296, "-2.8634333932054118E18"), // -2.863433393205412E18
+            (4_885_366_498_689_810_432, "4.0796683507523912E18"),  // 4.079668350752391E18
+            (4_886_405_595_696_988_160, "4.6116860184273879E18"),  // 4.611686018427388E18
+            (14_111_822_993_151_754_240, "-6.7061352728174264E18"), // -6.706135272817426E18
+            (14_112_756_389_940_035_584, "-7.6619335840175227E18"), // -7.661933584017523E18
+            (4_890_909_195_324_358_655, "9.2233720368547748E18"),  // 9.223372036854775E18
+        ] {
+            let d = f64::from_bits(bits);
+            assert_eq!(java_double_text(d), want, "{d:e}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whole doubles from 2^53 to 2^63: their own digits, the last ones rounded away
+        /// half up past 2^58 (reading back as the double all the same).
+        #[test]
+        fn whole_doubles_from_2_53_to_2_63_read_back(exponent in 53u64..63, fraction in 0u64..(1 << 52), negative in any::<bool>()) {
+            let d = f64::from_bits((u64::from(negative) << 63) | ((1023 + exponent) << 52) | fraction);
+            let text = java_double_text(d);
+            proptest::prop_assert_eq!(text.parse::<f64>().ok().map(f64::to_bits), Some(d.to_bits()), "{}", text);
+            let dropped = [0, 0, 0, 0, 0, 1, 1, 1, 2, 2][(exponent - 53) as usize];
+            let scale = 10u64.pow(dropped);
+            let whole = d.abs() as u64;
+            let rounded = if dropped == 0 {
+                whole
+            } else {
+                (whole / scale + u64::from(whole % scale >= scale / 2)) * scale
+            };
+            let written = significant(&text);
+            let want = rounded.to_string();
+            proptest::prop_assert_eq!(written.as_str(), want.trim_end_matches('0'), "{}", text);
         }
     }
 

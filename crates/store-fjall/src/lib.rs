@@ -1412,7 +1412,9 @@ impl GroupedScan {
             return self.emit_members(group_key, value, own);
         }
         let members = member_rows(value, self.codec.as_deref(), self.keep_encoded)?;
-        let period = g.base(group_key).unwrap_or(0);
+        // Members are read under the period's start plus their offsets (`make_member_key`),
+        // whatever base time the group's key holds: rows of the row keyspace are matched so.
+        let period = g.window(group_key).map_or(0, |(_, start)| start);
         let mut own = own.into_iter().peekable();
         for (offset, row) in members {
             let Some(base) = period.checked_add(offset) else {
@@ -1492,7 +1494,9 @@ impl GroupedScan {
         let mut members = reuse_vec(std::mem::take(&mut scratch.members));
         // Row values only (else, or bytes that do not decode: as members, below).
         let whole = row_members(value, &mut members);
-        let period = g.base(group_key).unwrap_or(0);
+        // Members are read under the period's start plus their offsets (`make_member_key`),
+        // whatever base time the group's key holds: rows of the row keyspace are matched so.
+        let period = g.window(group_key).map_or(0, |(_, start)| start);
         let key = &mut scratch.key;
         key.clear();
         key.extend_from_slice(group_key);
@@ -1628,7 +1632,9 @@ impl GroupedScan {
                 "cell was stored with a codec this store was not given".into(),
             ));
         }
-        let period = g.base(group_key).unwrap_or(0);
+        // Members are read under the period's start plus their offsets (`make_member_key`),
+        // whatever base time the group's key holds: rows of the row keyspace are matched so.
+        let period = g.window(group_key).map_or(0, |(_, start)| start);
         let start = value.as_ptr() as usize;
         let shared: Arc<[u8]> = Arc::from(group_key);
         let mut key = group_key.to_vec();
@@ -3182,5 +3188,135 @@ mod tests {
             vec![key(0), key(1)]
         );
         assert_eq!(read(true), (one_by_one, 1));
+    }
+
+    /// A group stored under a key whose base time is not its period's start (stored bytes
+    /// gone wrong), with a row written since in the row keyspace at one of its members' keys:
+    /// the row replaces that member, the member read under the key the row replaces, and no
+    /// other; every other member reads as before. Members are read under the period's start
+    /// plus their offsets, so that is what a row of the row keyspace is matched against.
+    #[test]
+    fn a_row_shadows_the_member_read_under_its_key_in_a_misplaced_group() {
+        for codec in [false, true] {
+            a_row_shadows_the_member_read_under_its_key_in_a_misplaced_group_with(codec);
+        }
+    }
+
+    /// A codec that keeps every cell as written: a table with it reads its groups through
+    /// the codec's path.
+    #[derive(Debug)]
+    struct Plain;
+
+    impl CellCodec for Plain {
+        fn encode(&self, _family: &str, _qualifier: &[u8], _value: &[u8]) -> Option<Vec<u8>> {
+            None
+        }
+
+        fn decode(&self, _family: &str, _encoded: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+            Err(Error::Corrupt("no blobs".into()))
+        }
+    }
+
+    fn a_row_shadows_the_member_read_under_its_key_in_a_misplaced_group_with(codec: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let grouping = Grouping {
+            timestamp_offset: 1,
+            period_secs: 7200,
+            grace_secs: 0,
+        };
+        let store = FjallStore::open(dir.path()).unwrap();
+        let store = if codec {
+            store.with_cell_codec("t", Arc::new(Plain))
+        } else {
+            store
+        };
+        let store = store.with_grouping("t", grouping);
+        store
+            .create_table(&TableSpec {
+                name: "t".into(),
+                families: vec![FamilySpec::new("t", Some(1))],
+            })
+            .unwrap();
+        let key = |hour: u32| {
+            let mut k = vec![1u8];
+            k.extend_from_slice(&(hour * 3600).to_be_bytes());
+            k.push(1);
+            k
+        };
+        let row = |hour: u32, value: u8| RowMutation {
+            key: key(hour),
+            mutations: (0u8..3)
+                .map(|q| Mutation::set_at("t", vec![q], 1_000, vec![q + value]))
+                .collect(),
+        };
+        // Hour 1's row as the row keyspace holds it, then the rows grouped.
+        store.mutate_rows("t", &[row(1, 20)]).unwrap();
+        let late = {
+            let (_open, t) = store.table("t").unwrap();
+            t.rows.get(key(1)).unwrap().unwrap()
+        };
+        store.mutate_rows("t", &[row(0, 0), row(1, 10)]).unwrap();
+        store.maintain(4 * 3_600_000).unwrap();
+        // The group of hours 0 and 1 moved under the key of hour 1, and hour 1's row of
+        // value 20 in the row keyspace over its member (as a write since the grouping pass).
+        {
+            let (open, t) = store.table("t").unwrap();
+            let groups = t.groups.as_ref().unwrap();
+            let stored: Vec<_> = groups
+                .rows
+                .iter()
+                .map(|g| g.into_inner().unwrap())
+                .collect();
+            assert_eq!(stored.len(), 1);
+            let mut batch = open.db.batch();
+            batch.remove(&groups.rows, key(0));
+            batch.insert(&groups.rows, key(1), stored[0].1.to_vec());
+            batch.insert(&t.rows, key(1), late.to_vec());
+            batch.commit().unwrap();
+        }
+        let values = |read: ReadOptions| {
+            let request = ScanRequest {
+                read,
+                ..ScanRequest::range(Vec::new(), None)
+            };
+            let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            for r in store.scan("t", &request).unwrap() {
+                let r = r.unwrap();
+                rows.push((r.key, r.cells.iter().map(|c| c.value[0]).collect()));
+            }
+            let mut lent: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut visit = |k: &[u8], cells: LentCells<'_, '_>| {
+                let mut buf = Vec::new();
+                match cells {
+                    LentCells::Series(series) => {
+                        for r in series.rows {
+                            let mut k = k.to_vec();
+                            let at = series.base_at;
+                            k[at..at + 4].copy_from_slice(&r.base.to_be_bytes());
+                            r.cells.lend(&mut buf);
+                            lent.push((k, buf.iter().map(|c| c.value[0]).collect()));
+                        }
+                    }
+                    cells => lent.push((
+                        k.to_vec(),
+                        cells.cells(&mut buf).iter().map(|c| c.value[0]).collect(),
+                    )),
+                }
+                Ok(())
+            };
+            store.scan_cells("t", &request, &mut visit).unwrap();
+            assert_eq!(lent, rows, "lent as scanned, codec {codec}");
+            rows
+        };
+        let want = vec![(key(0), vec![0, 1, 2]), (key(1), vec![20, 21, 22])];
+        assert_eq!(values(ReadOptions::default()), want, "codec {codec}");
+        assert_eq!(
+            values(ReadOptions {
+                series_rows: true,
+                ..ReadOptions::default()
+            }),
+            want,
+            "codec {codec}"
+        );
     }
 }

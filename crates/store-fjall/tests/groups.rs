@@ -124,6 +124,9 @@ fn key(metric: u8, hour: u32, series: u8) -> Vec<u8> {
 #[derive(Debug, Clone)]
 enum Op {
     Put(Vec<u8>, u8, u8),
+    /// A cell of 2,500 bytes: a group of two such members fills a data block, which a
+    /// series filter refusing it seeks past at once.
+    PutLarge(Vec<u8>, u8, u8),
     DeleteCell(Vec<u8>, u8),
     DeleteRow(Vec<u8>),
     /// Several rows in one call (a flush), a key possibly twice.
@@ -140,6 +143,7 @@ fn any_key() -> impl Strategy<Value = Vec<u8>> {
 fn any_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (any_key(), 0u8..3, any::<u8>()).prop_map(|(k, q, v)| Op::Put(k, q, v)),
+        2 => (any_key(), 0u8..3, any::<u8>()).prop_map(|(k, q, v)| Op::PutLarge(k, q, v)),
         1 => (any_key(), 0u8..3).prop_map(|(k, q)| Op::DeleteCell(k, q)),
         1 => any_key().prop_map(Op::DeleteRow),
         2 => prop::collection::vec((any_key(), 0u8..3, any::<u8>()), 1..12).prop_map(Op::Batch),
@@ -155,6 +159,10 @@ fn mutations(op: &Op) -> Vec<RowMutation> {
     };
     match op {
         Op::Put(k, q, v) => vec![set(k, *q, *v)],
+        Op::PutLarge(k, q, v) => vec![RowMutation {
+            key: k.clone(),
+            mutations: vec![Mutation::set_at("t", vec![*q], 1, vec![*v; 2500])],
+        }],
         Op::DeleteCell(k, q) => vec![RowMutation {
             key: k.clone(),
             mutations: vec![Mutation::DeleteCells {
