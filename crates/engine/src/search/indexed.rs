@@ -742,14 +742,21 @@ fn first_rows_in<'a>(
     // second, the next two, four, eight, then the rest), each round only of the series
     // without a row in the hours before: a series whose first row is early in its first
     // period (most: a series starts at the top of a period, or was there before it) costs a
-    // read or two, not one for each of the period's 24 hours.
+    // read or two, not one for each of the period's 24 hours. On a shared store (Bigtable)
+    // each read is a round trip, which weighs more than the keys it asks: there the hours
+    // after the first are asked in one round.
     let hours = PERIOD_SECS / 3600;
-    let mut length = 1u32;
+    let fold = tsdb.store().is_shared();
+    let length = |from: u32| match from {
+        0 => 1,
+        _ if fold => hours - from,
+        1 => 1,
+        _ => from,
+    };
     while from < hours && !unseen.is_empty() {
-        let to = (from + length).min(hours);
+        let to = (from + length(from)).min(hours);
         unseen = first_row_in_hours(tsdb, unseen, period, from..to, &mut first)?;
         from = to;
-        length = if from == 1 { 1 } else { from };
     }
     left.extend(unseen);
     Ok((first, left))
