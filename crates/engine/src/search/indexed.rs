@@ -2,8 +2,9 @@
 //! all-time postings (`0x02`; without a metric, those of each metric the value's `0x03`
 //! rows list) or the catalog (`0x01`), checked
 //! on their tag bytes, then placed as the table scan meets them. The data table's order is
-//! each series' first row key, found from its first period's postings (`0x11`) and a read of
-//! that period's hours; the meta table's is the TSUID's, the candidates read back from it.
+//! each series' first row key, found by reading its hours period by period (its postings,
+//! `0x11`, read only where they save reads: [`first_rows_in`]); the meta table's is the
+//! TSUID's, the candidates read back from it.
 //! Reading the rows back also drops series the index lists but whose rows are gone, so the
 //! answer is the scan's exactly.
 
