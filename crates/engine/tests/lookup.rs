@@ -385,12 +385,27 @@ fn a_limited_meta_lookup_stops_reading_at_its_limit() {
     db.close().unwrap();
 }
 
-/// A store counting the rows scans of the index table, and of the data table, hand out.
+/// A store counting the rows scans of the index table, and of the data table, hand out, and
+/// the reads (`get`, `get_rows`: one round trip each on Bigtable) made of each.
 #[derive(Debug)]
 struct CountingScans {
     inner: Arc<dyn Store>,
     index_rows: Arc<std::sync::atomic::AtomicUsize>,
     data_rows: Arc<std::sync::atomic::AtomicUsize>,
+    index_gets: Arc<std::sync::atomic::AtomicUsize>,
+    data_gets: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingScans {
+    fn over(inner: Arc<dyn Store>) -> CountingScans {
+        CountingScans {
+            inner,
+            index_rows: Arc::default(),
+            data_rows: Arc::default(),
+            index_gets: Arc::default(),
+            data_gets: Arc::default(),
+        }
+    }
 }
 
 impl Store for CountingScans {
@@ -409,6 +424,11 @@ impl Store for CountingScans {
         key: &[u8],
         read: &hourglass_storage::ReadOptions,
     ) -> hourglass_storage::Result<Option<hourglass_storage::Row>> {
+        match table {
+            "tsdb-index" => self.index_gets.fetch_add(1, Ordering::SeqCst),
+            "tsdb" => self.data_gets.fetch_add(1, Ordering::SeqCst),
+            _ => 0,
+        };
         self.inner.get(table, key, read)
     }
     fn get_rows(
@@ -417,6 +437,11 @@ impl Store for CountingScans {
         keys: &[Vec<u8>],
         read: &hourglass_storage::ReadOptions,
     ) -> hourglass_storage::Result<Vec<Option<hourglass_storage::Row>>> {
+        match table {
+            "tsdb-index" => self.index_gets.fetch_add(1, Ordering::SeqCst),
+            "tsdb" => self.data_gets.fetch_add(1, Ordering::SeqCst),
+            _ => 0,
+        };
         self.inner.get_rows(table, keys, read)
     }
     fn mutate_row(
@@ -552,9 +577,8 @@ impl Store for CountingScans {
 fn a_limited_whole_metric_meta_lookup_stops_reading_the_catalog() {
     let index_rows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let store: Arc<dyn Store> = Arc::new(CountingScans {
-        inner: Arc::new(hourglass_storage::memory::MemoryStore::new()),
         index_rows: Arc::clone(&index_rows),
-        data_rows: Arc::default(),
+        ..CountingScans::over(Arc::new(hourglass_storage::memory::MemoryStore::new()))
     });
     let now = Arc::new(AtomicI64::new(DAY + 12 * 3600));
     let db = common::open(Arc::clone(&store), settings(&now, true));
@@ -612,6 +636,7 @@ fn a_limited_whole_metric_data_lookup_stops_at_its_limit() {
         inner: Arc::new(hourglass_storage::memory::MemoryStore::new()),
         index_rows: Arc::clone(&index_rows),
         data_rows: Arc::clone(&data_rows),
+        ..CountingScans::over(Arc::new(hourglass_storage::memory::MemoryStore::new()))
     });
     let now = Arc::new(AtomicI64::new(DAY + 3 * 86_400));
     let db = common::open(Arc::clone(&store), settings(&now, true));
@@ -805,6 +830,77 @@ fn kept_lookup_coverage_follows_status_writes() {
             2,
             "{name}: the status cleared, the data table is scanned"
         );
+        db.close().unwrap();
+    }
+}
+
+/// A data-table lookup finds each series' first row with few reads (`get_rows` calls, one
+/// round trip each on Bigtable): in the metric's first period of several, the first hour
+/// read before the postings (a series there from the start costs one read); in its last
+/// period, or its only one, no postings read at all (no row of the metric lies outside its
+/// periods). The answers are the scan's, on every backend.
+#[test]
+fn a_data_lookup_finds_first_rows_in_few_reads() {
+    for (name, inner) in common::backends() {
+        let counting = Arc::new(CountingScans::over(inner));
+        let (index_gets, data_gets) = (
+            Arc::clone(&counting.index_gets),
+            Arc::clone(&counting.data_gets),
+        );
+        let now = Arc::new(AtomicI64::new(DAY + 3 * 86_400));
+        let db = common::open(counting, settings(&now, true));
+        let one = |host: &str, at: i64| put(&db, "sys.one", DAY + at, &[("host", host)]);
+        one("top", 0);
+        one("late", 23 * 3600 + 5);
+        let days = |host: &str, at: i64| put(&db, "sys.days", DAY + at, &[("host", host)]);
+        for day in 0..3 {
+            days("always", day * 86_400);
+        }
+        days("second", 86_400 + 5 * 3600);
+        days("second", 2 * 86_400);
+        days("third", 2 * 86_400);
+        db.flush().unwrap();
+        // Rounds of the hours after the first: 1, 2, 4, 8, the rest; on a shared store
+        // (Bigtable, a round trip a read) one.
+        let shared = db.store().is_shared();
+        let rounds = |n: usize| if shared { 1 } else { n };
+        // The index's status rows, read at each lookup where the coverage is not kept (a
+        // shared store): one read for both.
+        let status = usize::from(shared);
+        // (metric, host, reads of the index's postings, reads of data rows)
+        let cases = [
+            ("sys.one", "top", 0, 1),
+            ("sys.one", "late", 0, 1 + rounds(5)),
+            ("sys.days", "always", 0, 1),
+            // Day 0: its first hour, then its posting; day 1: its posting, hours 0 to 7 in
+            // four rounds.
+            ("sys.days", "second", 2, 2 + rounds(3)),
+            // Days 0 and 1 as above (no posting on day 1); day 2 (the last): its first hour.
+            ("sys.days", "third", 2, 2),
+        ];
+        for (metric, host, postings, data_reads) in cases {
+            let index_reads = status + postings;
+            let q = LookupQuery {
+                metric: Some(metric.into()),
+                tags: vec![(Some("host".into()), Some(host.into()))],
+                use_meta: false,
+                limit: 0,
+            };
+            let by_scan = lookup_by_scan(&db, &q).unwrap();
+            assert_eq!(by_scan.len(), 1, "{name} {q:?}");
+            // The first lookup may read what later ones keep (candidates, coverage).
+            assert_eq!(lookup(&db, &q).unwrap(), by_scan, "{name} {q:?}");
+            let before = (
+                index_gets.load(Ordering::SeqCst),
+                data_gets.load(Ordering::SeqCst),
+            );
+            assert_eq!(lookup(&db, &q).unwrap(), by_scan, "{name} {q:?}");
+            let reads = (
+                index_gets.load(Ordering::SeqCst) - before.0,
+                data_gets.load(Ordering::SeqCst) - before.1,
+            );
+            assert_eq!(reads, (index_reads, data_reads), "{name} {metric} {host}");
+        }
         db.close().unwrap();
     }
 }

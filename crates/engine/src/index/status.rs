@@ -9,7 +9,7 @@
 //! [`Status::notes_from`]).
 
 use hourglass_core::schema::Schema;
-use hourglass_storage::{Check, Mutation, ReadOptions, ScanRequest, Store};
+use hourglass_storage::{Check, Mutation, ReadOptions, Row, ScanRequest, Store};
 
 use super::{GLOBAL_FAMILY, PERIOD_SECS, metric_status_key, status_key};
 use crate::{Error, Result};
@@ -85,7 +85,13 @@ fn other_format(table: &str, format: &[u8]) -> Error {
 /// The status row, `None` when there is none yet. A format or period this binary does not
 /// know is an error: the index is not to be written or trusted then.
 pub fn read(store: &dyn Store, table: &str) -> Result<Option<Status>> {
-    let Some(row) = store.get(table, &status_key(), &ReadOptions::latest())? else {
+    let row = store.get(table, &status_key(), &ReadOptions::latest())?;
+    status_of(table, row.as_ref())
+}
+
+/// [`read`]'s answer from the status row as read.
+fn status_of(table: &str, row: Option<&Row>) -> Result<Option<Status>> {
+    let Some(row) = row else {
         return Ok(None);
     };
     let cell = |q: &[u8]| row.value(GLOBAL_FAMILY, q);
@@ -294,17 +300,21 @@ pub fn set_verified(store: &dyn Store, table: &str, metric: &[u8], hour: u32) ->
 /// (`verified(m) >= live_from(m)`). `None` asks about every metric at once, which only an
 /// index maintained from the start (`live_from` 0) answers yes to.
 pub fn covers_all_hours(store: &dyn Store, table: &str, metric: Option<&[u8]>) -> Result<bool> {
-    let Some(status) = read(store, table)? else {
+    // Both status rows in one read (one round trip on Bigtable).
+    let mut keys = vec![status_key()];
+    keys.extend(metric.map(metric_status_key));
+    let rows = store.get_rows(table, &keys, &ReadOptions::latest())?;
+    let Some(status) = status_of(table, rows.first().and_then(Option::as_ref))? else {
         return Ok(false);
     };
     if status.live_from == NOT_MAINTAINED || status.writers != WRITERS_HOURGLASS {
         return Ok(false);
     }
-    let Some(metric) = metric else {
+    if metric.is_none() {
         return Ok(status.live_from == 0);
-    };
-    let row = store.get(table, &metric_status_key(metric), &ReadOptions::latest())?;
-    let cell = |q: &[u8]| row.as_ref().and_then(|r| r.value(GLOBAL_FAMILY, q));
+    }
+    let row = rows.get(1).and_then(Option::as_ref);
+    let cell = |q: &[u8]| row.and_then(|r| r.value(GLOBAL_FAMILY, q));
     let live_from = match cell(LIVE_FROM_QUALIFIER) {
         Some(v) => be_u32(table, "live_from", v)?.max(status.live_from),
         None => status.live_from,

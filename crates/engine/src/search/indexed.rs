@@ -2,8 +2,9 @@
 //! all-time postings (`0x02`; without a metric, those of each metric the value's `0x03`
 //! rows list) or the catalog (`0x01`), checked
 //! on their tag bytes, then placed as the table scan meets them. The data table's order is
-//! each series' first row key, found from its first period's postings (`0x11`) and a read of
-//! that period's hours; the meta table's is the TSUID's, the candidates read back from it.
+//! each series' first row key, found by reading its hours period by period (its postings,
+//! `0x11`, read only where they save reads: [`first_rows_in`]); the meta table's is the
+//! TSUID's, the candidates read back from it.
 //! Reading the rows back also drops series the index lists but whose rows are gone, so the
 //! answer is the scan's exactly.
 
@@ -383,11 +384,21 @@ fn by_first_row(tsdb: &Tsdb, found: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
             continue;
         };
         let mut pending: Vec<&Vec<u8>> = group.iter().collect();
-        for period in periods(tsdb, metric)? {
+        let periods = periods(tsdb, metric)?;
+        let last = periods.len().saturating_sub(1);
+        for (i, &period) in periods.iter().enumerate() {
             if pending.is_empty() {
                 break;
             }
-            let (first, left) = first_rows_in(tsdb, &pending, period)?;
+            // No row of the metric lies outside its periods (the index never lacks the
+            // entries of a stored row): a series still pending in the last one has its
+            // first row there or none, whatever its postings say.
+            let postings = match i {
+                _ if i == last => Postings::Unread,
+                0 => Postings::AfterFirstHour,
+                _ => Postings::Probed,
+            };
+            let (first, left) = first_rows_in(tsdb, &pending, period, postings)?;
             placed.extend(first);
             pending = left;
         }
@@ -426,7 +437,8 @@ fn first_in_data_table(
             let fresh = posted_in(tsdb, c, metric, period, &salt, &met, room + 1)?;
             if fresh.len() <= room {
                 let pending: Vec<&Vec<u8>> = fresh.iter().collect();
-                let (first, _) = first_rows_in(tsdb, &pending, period)?;
+                // Listed from the period's postings: posted there.
+                let (first, _) = first_rows_in(tsdb, &pending, period, Postings::Unread)?;
                 for (key, tsuid) in first {
                     met.insert(tsuid.clone());
                     placed.push((key, tsuid));
@@ -693,15 +705,74 @@ pub(super) fn distinct_after(
 
 type FirstRows<'a> = (Vec<(Vec<u8>, Vec<u8>)>, Vec<&'a Vec<u8>>);
 
+/// How [`first_rows_in`] uses the pending series' postings (`0x11`) of the period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Postings {
+    /// Each series' posting read first; the hours read only of the series posted.
+    Probed,
+    /// The period's first hour read of every series first, then the postings of the series
+    /// without a row there: the metric's first period of several, where a series present
+    /// from the start has its first row in that hour (one read, not two).
+    AfterFirstHour,
+    /// Not read: the series are known posted in the period (listed from its postings), or
+    /// it is the metric's last period (a series without rows there has none at all).
+    Unread,
+}
+
 /// Of the pending series, those with rows in `period`: (first row key, TSUID); and the rest.
 /// A series posted in a period it has no rows in (announced ahead, or its rows deleted)
 /// stays pending.
-fn first_rows_in<'a>(tsdb: &Tsdb, pending: &[&'a Vec<u8>], period: u32) -> Result<FirstRows<'a>> {
+fn first_rows_in<'a>(
+    tsdb: &Tsdb,
+    pending: &[&'a Vec<u8>],
+    period: u32,
+    postings: Postings,
+) -> Result<FirstRows<'a>> {
+    let mut first = Vec::new();
+    let mut unseen = pending.to_vec();
+    let mut from = 0;
+    if postings == Postings::AfterFirstHour {
+        unseen = first_row_in_hours(tsdb, unseen, period, 0..1, &mut first)?;
+        from = 1;
+    }
+    let mut left = Vec::new();
+    if postings != Postings::Unread {
+        (unseen, left) = posted_of(tsdb, &unseen, period)?;
+    }
+    // The period's hours asked in rounds of doubling length (the first hour alone, the
+    // second, the next two, four, eight, then the rest), each round only of the series
+    // without a row in the hours before: a series whose first row is early in its first
+    // period (most: a series starts at the top of a period, or was there before it) costs a
+    // read or two, not one for each of the period's 24 hours. On a shared store (Bigtable)
+    // each read is a round trip, which weighs more than the keys it asks: there the hours
+    // after the first are asked in one round.
+    let hours = PERIOD_SECS / 3600;
+    let fold = tsdb.store().is_shared();
+    let length = |from: u32| match from {
+        0 => 1,
+        _ if fold => hours - from,
+        1 => 1,
+        _ => from,
+    };
+    while from < hours && !unseen.is_empty() {
+        let to = (from + length(from)).min(hours);
+        unseen = first_row_in_hours(tsdb, unseen, period, from..to, &mut first)?;
+        from = to;
+    }
+    left.extend(unseen);
+    Ok((first, left))
+}
+
+/// Of `series`, those posted in `period` (`0x11`, under the first tag pair); and the rest.
+fn posted_of<'a>(tsdb: &Tsdb, series: &[&'a Vec<u8>], period: u32) -> Result<Split<'a>> {
     let schema = &tsdb.settings().schema;
-    let store = tsdb.store();
+    let read = ReadOptions {
+        keys_only: true,
+        ..ReadOptions::family(PERIOD_FAMILY)
+    };
     let mut posted = Vec::new();
     let mut left = Vec::new();
-    for chunk in pending.chunks(BATCH) {
+    for chunk in series.chunks(BATCH) {
         let keys: Vec<Vec<u8>> = chunk
             .iter()
             .filter_map(|tsuid| {
@@ -714,11 +785,7 @@ fn first_rows_in<'a>(tsdb: &Tsdb, pending: &[&'a Vec<u8>], period: u32) -> Resul
             left.extend(chunk.iter().copied());
             continue;
         }
-        let read = ReadOptions {
-            keys_only: true,
-            ..ReadOptions::family(PERIOD_FAMILY)
-        };
-        let rows = store.get_rows(&schema.index_table, &keys, &read)?;
+        let rows = tsdb.store().get_rows(&schema.index_table, &keys, &read)?;
         for (tsuid, row) in chunk.iter().zip(rows) {
             if row.is_some() {
                 posted.push(*tsuid);
@@ -727,51 +794,57 @@ fn first_rows_in<'a>(tsdb: &Tsdb, pending: &[&'a Vec<u8>], period: u32) -> Resul
             }
         }
     }
-    // The period's hours asked in rounds of doubling length (the first hour alone, the
-    // second, the next two, four, eight, then the rest), each round only of the series
-    // without a row in the hours before: a series whose first row is early in its first
-    // period (most: a series starts at the top of a period, or was there before it) costs a
-    // read or two, not one for each of the period's 24 hours.
-    let hours = PERIOD_SECS / 3600;
+    Ok((posted, left))
+}
+
+type Split<'a> = (Vec<&'a Vec<u8>>, Vec<&'a Vec<u8>>);
+
+/// Reads the `hours` of `period` (offsets from its start) of each series, pushing onto
+/// `first` each one's first row found, with one `get_rows` per 1,000 keys; the series
+/// without a row in those hours are returned.
+fn first_row_in_hours<'a>(
+    tsdb: &Tsdb,
+    series: Vec<&'a Vec<u8>>,
+    period: u32,
+    hours: std::ops::Range<u32>,
+    first: &mut Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<Vec<&'a Vec<u8>>> {
+    let schema = &tsdb.settings().schema;
     let read = ReadOptions {
         keys_only: true,
         ..ReadOptions::family(DATA_FAMILY)
     };
-    let mut first = Vec::new();
-    let mut unseen = posted;
-    let (mut from, mut length) = (0u32, 1u32);
-    while from < hours && !unseen.is_empty() {
-        let to = (from + length).min(hours);
-        let per_series = (to - from) as usize;
-        let mut still = Vec::new();
-        for chunk in unseen.chunks((BATCH / per_series).max(1)) {
-            let keys: Vec<Vec<u8>> = chunk
-                .iter()
-                .flat_map(|tsuid| {
-                    (from..to).map(move |h| row_key(schema, tsuid, period + h * 3600))
-                })
-                .collect();
-            let rows = store.get_rows(&schema.data_table, &keys, &read)?;
-            for (i, tsuid) in chunk.iter().enumerate() {
-                let range = i * per_series..(i + 1) * per_series;
-                let hit = keys[range.clone()]
-                    .iter()
-                    .zip(&rows[range])
-                    .find(|(_, row)| row.is_some());
-                match hit {
-                    Some((key, _)) => first.push((key.clone(), (*tsuid).clone())),
-                    None => still.push(*tsuid),
+    let per_series = hours.len();
+    if per_series == 0 {
+        return Ok(series);
+    }
+    let mut still = Vec::new();
+    for chunk in series.chunks((BATCH / per_series).max(1)) {
+        let keys: Vec<Vec<u8>> = chunk
+            .iter()
+            .flat_map(|tsuid| {
+                hours
+                    .clone()
+                    .map(move |h| row_key(schema, tsuid, period + h * 3600))
+            })
+            .collect();
+        let rows = tsdb.store().get_rows(&schema.data_table, &keys, &read)?;
+        let mut found = keys.into_iter().zip(rows);
+        for tsuid in chunk {
+            let mut hit = None;
+            for (key, row) in found.by_ref().take(per_series) {
+                if hit.is_none() && row.is_some() {
+                    hit = Some(key);
                 }
             }
+            match hit {
+                Some(key) => first.push((key, (*tsuid).clone())),
+                None => still.push(*tsuid),
+            }
         }
-        unseen = still;
-        from = to;
-        length = if from == 1 { 1 } else { from };
     }
-    left.extend(unseen);
-    Ok((first, left))
+    Ok(still)
 }
-
 /// A series' data row key for an hour, salted as the table has it.
 fn row_key(schema: &Schema, tsuid: &[u8], hour: u32) -> Vec<u8> {
     let metric_width = usize::from(schema.metric_width);
