@@ -3232,7 +3232,8 @@ mod tests {
     /// starts at the hint's target in the first period, goes from each period's group of the
     /// series straight to its group of the next period, and builds none past the scan's end.
     /// Groups a block or more in size (two 2,500-byte members), so that none is read past;
-    /// twelve series over four periods of two hours; the rows are those of the model.
+    /// twelve series over four periods of two hours, one hour of each rewritten since the
+    /// grouping pass; the rows are those of the model.
     #[test]
     fn a_series_filter_builds_one_group_iterator_a_period() {
         let dir = tempfile::tempdir().unwrap();
@@ -3268,6 +3269,16 @@ mod tests {
         store.mutate_rows("t", &rows).unwrap();
         model.mutate_rows("t", &rows).unwrap();
         store.maintain(9 * 3_600_000).unwrap();
+        // Since the pass: every series' member of hour 1 replaced (rows of the row
+        // keyspace, read from the hint's target too).
+        let late: Vec<RowMutation> = (0..12u8)
+            .map(|s| RowMutation {
+                key: key(1, s),
+                mutations: vec![Mutation::set_at("t", vec![0], 2, vec![s ^ 0x80; 10])],
+            })
+            .collect();
+        store.mutate_rows("t", &late).unwrap();
+        model.mutate_rows("t", &late).unwrap();
         for wanted in [0u8, 5, 11] {
             let hint = SkipHint(Arc::new(move |k: &[u8]| {
                 let hour = u32::from_be_bytes(k.get(1..5)?.try_into().ok()?);
