@@ -236,13 +236,23 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
 const MAX_CANDIDATE_REGEX: usize = 16 * 1024;
 
 /// Where, after `key` (whose tags are no candidate's), the next candidate's row can be:
-/// the next candidate's tags in the same hour, else the next hour.
+/// the next candidate's tags in the same hour, else the first candidate's in the next hour.
 fn next_listed(tags_at: usize, candidates: &[Vec<u8>], key: &[u8]) -> Option<Vec<u8>> {
     let (head, tags) = (key.get(..tags_at)?, key.get(tags_at..)?);
     let next = candidates.partition_point(|c| c.as_slice() <= tags);
     match candidates.get(next) {
         Some(c) => Some([head, c.as_slice()].concat()),
-        None => successor(head),
+        // Past the hour's last: the next hour's first (every key before it in that hour is
+        // no candidate's).
+        None => {
+            let mut next = successor(head)?;
+            if next.len() == head.len()
+                && let Some(first) = candidates.first()
+            {
+                next.extend_from_slice(first);
+            }
+            Some(next)
+        }
     }
 }
 
@@ -470,6 +480,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_candidate_hint_goes_on_at_the_next_hours_first_candidate() {
+        let tags_at = 4;
+        let candidates = vec![vec![2u8], vec![5]];
+        let key = |secs: u32, tags: &[u8]| [&secs.to_be_bytes()[..], tags].concat();
+        assert_eq!(
+            next_listed(tags_at, &candidates, &key(3600, &[1])),
+            Some(key(3600, &[2]))
+        );
+        assert_eq!(
+            next_listed(tags_at, &candidates, &key(3600, &[3])),
+            Some(key(3600, &[5]))
+        );
+        assert_eq!(
+            next_listed(tags_at, &candidates, &key(3600, &[6])),
+            Some(key(3601, &[2]))
+        );
+        // A base time that cannot grow in place: the successor as it is.
+        assert_eq!(
+            next_listed(tags_at, &candidates, &[0, 0, 0, 0xFF, 6]),
+            Some(vec![0, 0, 1])
+        );
     }
 
     #[test]
