@@ -78,6 +78,42 @@ pub fn tag_regex_at(schema: &Schema, tags_at: usize, tags: &[(Uid, Uid)]) -> Opt
     Some(re)
 }
 
+/// The least tag key UID: UIDs are assigned from MAXID counting up from 0 (as OpenTSDB
+/// does), so none is 0.
+const LEAST_UID: u64 = 1;
+
+/// The first wanted pair (tag key and its least value) when the least filtered tag key is
+/// the least UID: no pair can come before it in a matching key, so every tag list below it
+/// is refused.
+fn least_first_pair(kw: usize, filters: &[(Vec<u8>, Vec<Vec<u8>>)]) -> Option<Vec<u8>> {
+    let (k, values) = filters.first()?;
+    let least = LEAST_UID.to_be_bytes();
+    if k.len() != kw || kw > least.len() || k.as_slice() != &least[least.len() - kw..] {
+        return None;
+    }
+    Some([k.as_slice(), values.first()?.as_slice()].concat())
+}
+
+/// Where to go from `key`, whose pair at `at` rules out every key sharing the pairs
+/// before it: past them; when that is past the whole hour (the first pair), the next
+/// hour's first wanted pair if no tag key can come before it ([`least_first_pair`]).
+fn past(
+    tags_at: usize,
+    kw: usize,
+    filters: &[(Vec<u8>, Vec<Vec<u8>>)],
+    key: &[u8],
+    at: usize,
+) -> Option<Vec<u8>> {
+    let mut next = successor(&key[..at])?;
+    if at == tags_at
+        && next.len() == tags_at
+        && let Some(first) = least_first_pair(kw, filters)
+    {
+        next.extend_from_slice(&first);
+    }
+    Some(next)
+}
+
 /// The smallest key above every key starting with `prefix` (`None`: none is).
 fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let keep = prefix.iter().rposition(|b| *b != 0xFF)?;
@@ -102,6 +138,10 @@ fn next_candidate(
     if !pairs.len().is_multiple_of(kw + vw) {
         return None;
     }
+    if pairs.is_empty() {
+        // No tags yet: the first wanted pair, when no tag key can come before it.
+        return least_first_pair(kw, filters).map(|first| [key, first.as_slice()].concat());
+    }
     let mut wanted = filters.iter().peekable();
     for (i, pair) in pairs.chunks_exact(kw + vw).enumerate() {
         let Some((k, values)) = wanted.peek() else {
@@ -111,7 +151,7 @@ fn next_candidate(
         let (tagk, tagv) = pair.split_at(kw);
         match tagk.cmp(k.as_slice()) {
             std::cmp::Ordering::Less => continue,
-            std::cmp::Ordering::Greater => return successor(&key[..at]),
+            std::cmp::Ordering::Greater => return past(tags_at, kw, filters, key, at),
             std::cmp::Ordering::Equal => {}
         }
         match values.iter().find(|v| v.as_slice() >= tagv) {
@@ -123,7 +163,7 @@ fn next_candidate(
                 next.extend_from_slice(v);
                 return Some(next);
             }
-            None => return successor(&key[..at]),
+            None => return past(tags_at, kw, filters, key, at),
         }
     }
     // Pairs ran out before a wanted key: longer keys after this one may still match.
@@ -196,13 +236,23 @@ pub fn scan_requests(schema: &Schema, query: &RowQuery) -> Vec<ScanRequest> {
 const MAX_CANDIDATE_REGEX: usize = 16 * 1024;
 
 /// Where, after `key` (whose tags are no candidate's), the next candidate's row can be:
-/// the next candidate's tags in the same hour, else the next hour.
+/// the next candidate's tags in the same hour, else the first candidate's in the next hour.
 fn next_listed(tags_at: usize, candidates: &[Vec<u8>], key: &[u8]) -> Option<Vec<u8>> {
     let (head, tags) = (key.get(..tags_at)?, key.get(tags_at..)?);
     let next = candidates.partition_point(|c| c.as_slice() <= tags);
     match candidates.get(next) {
         Some(c) => Some([head, c.as_slice()].concat()),
-        None => successor(head),
+        // Past the hour's last: the next hour's first (every key before it in that hour is
+        // no candidate's).
+        None => {
+            let mut next = successor(head)?;
+            if next.len() == head.len()
+                && let Some(first) = candidates.first()
+            {
+                next.extend_from_slice(first);
+            }
+            Some(next)
+        }
     }
 }
 
@@ -433,6 +483,30 @@ mod tests {
     }
 
     #[test]
+    fn a_candidate_hint_goes_on_at_the_next_hours_first_candidate() {
+        let tags_at = 4;
+        let candidates = vec![vec![2u8], vec![5]];
+        let key = |secs: u32, tags: &[u8]| [&secs.to_be_bytes()[..], tags].concat();
+        assert_eq!(
+            next_listed(tags_at, &candidates, &key(3600, &[1])),
+            Some(key(3600, &[2]))
+        );
+        assert_eq!(
+            next_listed(tags_at, &candidates, &key(3600, &[3])),
+            Some(key(3600, &[5]))
+        );
+        assert_eq!(
+            next_listed(tags_at, &candidates, &key(3600, &[6])),
+            Some(key(3601, &[2]))
+        );
+        // A base time that cannot grow in place: the successor as it is.
+        assert_eq!(
+            next_listed(tags_at, &candidates, &[0, 0, 0, 0xFF, 6]),
+            Some(vec![0, 0, 1])
+        );
+    }
+
+    #[test]
     fn skip_hint_jumps_to_the_wanted_value_or_past_the_hour() {
         let schema = Schema::default();
         let key = |h: u32, tags: Vec<(u64, u64)>| {
@@ -452,15 +526,31 @@ mod tests {
             hint(&key(3600, vec![(1, 2), (2, 9)])),
             Some(key(3600, vec![(1, 5)]))
         );
-        // Past the value, or past the tag key: the next hour.
+        // Past the value, or past the tag key: the next hour, at the wanted pair (tag key 1
+        // is the least UID: no pair comes before it in a matching key).
         // (The first key after every key of this hour; the next hour's sort after it.)
         let mut next_hour = key(3600, vec![]);
         next_hour[6] += 1;
+        let mut next_hour_wanted = next_hour.clone();
+        next_hour_wanted.extend_from_slice(&key(0, vec![(1, 5)])[7..]);
         assert_eq!(
             hint(&key(3600, vec![(1, 6), (2, 1)])),
+            Some(next_hour_wanted.clone())
+        );
+        assert_eq!(
+            hint(&key(3600, vec![(2, 6)])),
+            Some(next_hour_wanted.clone())
+        );
+        // No tags yet: the wanted pair.
+        assert_eq!(hint(&key(3600, vec![])), Some(key(3600, vec![(1, 5)])));
+        // A wanted tag key above the least UID: a smaller one may come first, so the next
+        // hour with no tags, and no hint from a key without tags.
+        let skip_k2 = tag_skip(&schema, &[(Uid(2), Uid(5))]).unwrap();
+        assert_eq!(
+            (skip_k2.0)(&key(3600, vec![(2, 6)])),
             Some(next_hour.clone())
         );
-        assert_eq!(hint(&key(3600, vec![(2, 6)])), Some(next_hour));
+        assert_eq!((skip_k2.0)(&key(3600, vec![])), None);
         // A smaller tag key first: the pairs after it are what can still change.
         let skip2 = tag_skip(&schema, &[(Uid(3), Uid(5))]).unwrap();
         let mut inside = key(3600, vec![(1, 1)]);

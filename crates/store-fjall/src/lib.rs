@@ -847,16 +847,20 @@ impl Bounded {
             Ok(kv) => kv,
             Err(e) => return Some(Err(io_err("scan failed", e))),
         };
-        let past = match &self.upper {
-            Bound::Excluded(end) => key.as_ref() >= end.as_slice(),
-            Bound::Included(end) => key.as_ref() > end.as_slice(),
-            Bound::Unbounded => false,
-        };
-        if past {
+        if past_end(&self.upper, &key) {
             self.done = true;
             return None;
         }
         Some(Ok((key, value)))
+    }
+}
+
+/// `key` is past a range's end.
+fn past_end(upper: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    match upper {
+        Bound::Excluded(end) => key >= end.as_slice(),
+        Bound::Included(end) => key > end.as_slice(),
+        Bound::Unbounded => false,
     }
 }
 
@@ -922,10 +926,16 @@ impl RawRows {
                 if key.as_ref() < target.as_slice() {
                     *read += 1;
                     if *read >= READ_ON_BEFORE_SEEK {
-                        let from = Bound::Included(std::mem::take(target));
+                        let target = std::mem::take(target);
+                        self.target = None;
+                        // Past the end: nothing left, no iterator built to find nothing.
+                        if past_end(&self.upper, &target) {
+                            self.iter.done = true;
+                            return None;
+                        }
+                        let from = Bound::Included(target);
                         self.iter =
                             range_of(&self.rows, self.snapshot.as_ref(), from, self.upper.clone());
-                        self.target = None;
                     }
                     continue;
                 }
@@ -1030,6 +1040,9 @@ struct GroupedScan {
     /// (groups and their blocks, [`GROUPS_READ_ON_BEFORE_SEEK`]: a seek builds a new
     /// iterator over every table, reading on past a few small groups is cheaper).
     group_target: Option<(Vec<u8>, u32)>,
+    /// Iterators built over the groups keyspace, the first included (each a search of every
+    /// table's index).
+    group_iters: u32,
     out: VecDeque<Pending>,
     done: bool,
 }
@@ -1162,7 +1175,7 @@ impl GroupedScan {
             if self.series_filter && !self.filter.key_matches(&key) {
                 if let Some(skip) = &self.skip
                     && let Some(target) =
-                        (skip.0)(&key).and_then(|t| self.group_skip_target(&key, &t))
+                        (skip.0)(&key).and_then(|t| Self::skip_target(self.grouping, &key, &t))
                 {
                     // Groups as large as a data block are a block read each: passing even
                     // one costs more than a seek, so the next (most often of the same
@@ -1182,13 +1195,20 @@ impl GroupedScan {
 
     /// Reads groups on from `target` (a new iterator over the snapshot).
     fn seek_groups(&mut self, target: Vec<u8>) {
+        self.group_target = None;
+        // Past the scan's end (most often the next period of a series filter's last one):
+        // no group is left to read, and no iterator is built to find none.
+        if past_end(&self.upper, &target) {
+            self.groups.done = true;
+            return;
+        }
         self.groups = range_of(
             &self.group_rows,
             Some(&self.snapshot),
             Bound::Included(target),
             self.upper.clone(),
         );
-        self.group_target = None;
+        self.group_iters = self.group_iters.saturating_add(1);
     }
 
     /// Where to go on among groups after `group_key`, refused by a series filter whose hint
@@ -1196,10 +1216,11 @@ impl GroupedScan {
     /// period when that is past the group. Else the target is in the group's period at a
     /// later hour (the hint moved past the group's tags), which rules out every later group
     /// of this period: a later group's series has a row key at the period's start between
-    /// the two, which the filter refuses by its tags alone, and refuses at every hour; so
-    /// the next period's first group.
-    fn group_skip_target(&self, group_key: &[u8], row_target: &[u8]) -> Option<Vec<u8>> {
-        let g = self.grouping;
+    /// the two, which the filter refuses by its tags alone, and refuses at every hour. It
+    /// rules out as well every series whose tags sort before the target's: such a series has
+    /// a row key at the target's hour between the two. So the target's series' group of the
+    /// next period, sought at once (not the next period's first group, then the series').
+    fn skip_target(g: Grouping, group_key: &[u8], row_target: &[u8]) -> Option<Vec<u8>> {
         let floored = g.floor_key(row_target);
         if floored.as_slice() > group_key {
             return Some(floored);
@@ -1207,9 +1228,14 @@ impl GroupedScan {
         if !g.same_window(group_key, row_target) {
             return None;
         }
-        let (prefix, start) = g.window(group_key)?;
+        let (_, start) = g.window(group_key)?;
         let next = start.checked_add(g.period_secs)?;
-        Some([prefix, &next.to_be_bytes()[..]].concat())
+        let mut target = row_target.to_vec();
+        let at = g.timestamp_offset;
+        target
+            .get_mut(at..at + 4)?
+            .copy_from_slice(&next.to_be_bytes());
+        Some(target)
     }
 
     /// One stored row value (`value[at]`), whose key passed the regex, into the output:
@@ -1727,14 +1753,31 @@ impl FjallStore {
             None => Bound::Unbounded,
         };
         let snapshot = open.db.snapshot();
+        let grouping = groups.grouping;
+        let mut from = grouping.group_scan_start(&request.start);
+        let mut rows_from = request.start.clone();
+        // A series filter refusing the start's group key (most often a metric's period start,
+        // without tags) with a hint: both keyspaces read from where it points, not from the
+        // period's first group and row (a seek in each saved).
+        if request.series_filter
+            && let Some(skip) = &request.skip
+            && !filter.key_matches(&from)
+            && let Some(target) = (skip.0)(&from).filter(|t| t.as_slice() > from.as_slice())
+        {
+            if let Some(groups_from) = GroupedScan::skip_target(grouping, &from, &target) {
+                from = groups_from;
+            }
+            if target > rows_from {
+                rows_from = target;
+            }
+        }
         let raw = RawRows::new(
             t.rows.clone(),
             Some(snapshot.clone()),
-            request.start.clone(),
+            rows_from,
             upper.clone(),
             request.skip.clone(),
         );
-        let from = groups.grouping.group_scan_start(&request.start);
         Ok(Some(GroupedScan {
             codec: t.codec.clone(),
             keep_encoded: request.read.encoded_cells,
@@ -1742,7 +1785,7 @@ impl FjallStore {
             lend_groups: false,
             lend_series: false,
             filter,
-            grouping: groups.grouping,
+            grouping,
             start: request.start.clone(),
             upper: upper.clone(),
             rows: raw,
@@ -1754,6 +1797,7 @@ impl FjallStore {
             series_filter: request.series_filter,
             skip: request.skip.clone(),
             group_target: None,
+            group_iters: 1,
             out: VecDeque::new(),
             done: false,
             _open: open,
@@ -3318,5 +3362,86 @@ mod tests {
             want,
             "codec {codec}"
         );
+    }
+
+    /// A series filter's scan builds one iterator over the groups keyspace a period: it
+    /// starts at the hint's target in the first period, goes from each period's group of the
+    /// series straight to its group of the next period, and builds none past the scan's end.
+    /// Groups a block or more in size (two 2,500-byte members), so that none is read past;
+    /// twelve series over four periods of two hours, one hour of each rewritten since the
+    /// grouping pass; the rows are those of the model.
+    #[test]
+    fn a_series_filter_builds_one_group_iterator_a_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let grouping = Grouping {
+            timestamp_offset: 1,
+            period_secs: 7200,
+            grace_secs: 0,
+        };
+        let spec = TableSpec {
+            name: "t".into(),
+            families: vec![FamilySpec::new("t", Some(1))],
+        };
+        let store = FjallStore::open(dir.path())
+            .unwrap()
+            .with_grouping("t", grouping);
+        store.create_table(&spec).unwrap();
+        let model = hourglass_storage::memory::MemoryStore::new();
+        model.create_table(&spec).unwrap();
+        let key = |hour: u32, series: u8| {
+            let mut k = vec![1u8];
+            k.extend_from_slice(&(hour * 3600).to_be_bytes());
+            k.push(series);
+            k
+        };
+        let rows: Vec<RowMutation> = (0..8u32)
+            .flat_map(|hour| {
+                (0..12u8).map(move |s| RowMutation {
+                    key: key(hour, s),
+                    mutations: vec![Mutation::set_at("t", vec![0], 1, vec![s; 2500])],
+                })
+            })
+            .collect();
+        store.mutate_rows("t", &rows).unwrap();
+        model.mutate_rows("t", &rows).unwrap();
+        store.maintain(9 * 3_600_000).unwrap();
+        // Since the pass: every series' member of hour 1 replaced (rows of the row
+        // keyspace, read from the hint's target too).
+        let late: Vec<RowMutation> = (0..12u8)
+            .map(|s| RowMutation {
+                key: key(1, s),
+                mutations: vec![Mutation::set_at("t", vec![0], 2, vec![s ^ 0x80; 10])],
+            })
+            .collect();
+        store.mutate_rows("t", &late).unwrap();
+        model.mutate_rows("t", &late).unwrap();
+        for wanted in [0u8, 5, 11] {
+            let hint = SkipHint(Arc::new(move |k: &[u8]| {
+                let hour = u32::from_be_bytes(k.get(1..5)?.try_into().ok()?);
+                match k.get(5) {
+                    Some(s) if *s >= wanted => Some(key(hour / 3600 + 1, wanted)),
+                    _ => Some(key(hour / 3600, wanted)),
+                }
+            }));
+            let request = ScanRequest {
+                key_regex: Some(format!("(?s)^.{{5}}\\x{wanted:02x}$")),
+                skip: Some(hint),
+                series_filter: true,
+                ..ScanRequest::range(key(0, 0)[..5].to_vec(), Some(key(8, 0)[..5].to_vec()))
+            };
+            let (open, t) = store.table_for_read("t").unwrap();
+            let mut scan = FjallStore::grouped_scan(open, &t, &request)
+                .unwrap()
+                .unwrap();
+            let got: Vec<Row> = scan.by_ref().map(|r| r.unwrap()).collect();
+            let expected: Vec<Row> = model
+                .scan("t", &request)
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect();
+            assert_eq!(got.len(), 8, "series {wanted}");
+            assert_eq!(got, expected, "series {wanted}");
+            assert_eq!(scan.group_iters, 4, "series {wanted}");
+        }
     }
 }
