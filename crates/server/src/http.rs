@@ -161,15 +161,32 @@ async fn endpoint(state: &Arc<State>, router: Router, mut req: Request) -> Respo
 /// The body read whole under the server's budget, then the endpoint run on it; what the
 /// body held is given back once the endpoint has answered.
 async fn held(state: &State, mut router: Router, req: Request) -> Response {
+    let head = req.method() == axum::http::Method::HEAD;
     let (req, permits) = match body::hold(state, req).await {
         Ok(held) => held,
-        Err(refused) => return refused,
+        Err(refused) => return finished(refused, head),
     };
     let resp = match router.call(req).await {
         Ok(resp) => resp,
         Err(never) => match never {},
     };
     drop(permits);
+    resp
+}
+
+/// An answer given before the router, finished as the router finishes its own: its length
+/// set when known (so it is listed before what compression adds), no body for `HEAD`.
+fn finished(mut resp: Response, head: bool) -> Response {
+    use axum::http::{HeaderValue, header::CONTENT_LENGTH};
+    if !resp.headers().contains_key(CONTENT_LENGTH)
+        && let Some(len) = hyper::body::Body::size_hint(resp.body()).exact()
+    {
+        resp.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    if head {
+        *resp.body_mut() = Body::empty();
+    }
     resp
 }
 
