@@ -144,7 +144,10 @@ fn content_encoding(req: &mut Request) -> bool {
 /// the header) and held ([`body::hold`]), under `tsd.http.request.max_body` (also the limit
 /// of the endpoints' body extractors), then the endpoint the router picks.
 async fn endpoint(state: &Arc<State>, router: Router, mut req: Request) -> Response {
-    DefaultBodyLimit::max(state.settings.max_body_bytes).apply(&mut req);
+    // Read by the endpoints' body extractors; a request without a body has nothing to limit.
+    if !hyper::body::Body::is_end_stream(req.body()) {
+        DefaultBodyLimit::max(state.settings.max_body_bytes).apply(&mut req);
+    }
     if !content_encoding(&mut req) {
         return held(state, router, req).await;
     }
