@@ -145,7 +145,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     if sniff(first) == FirstByte::Http {
-        http::serve(stream, router, stop, peer).await
+        http::serve(stream, state, router, stop, peer).await
     } else {
         telnet::serve(stream, state, stop, activity, peer).await
     }

@@ -397,6 +397,8 @@ pub struct State {
     pub(crate) put_jobs: Arc<tokio::sync::Semaphore>,
     /// The bytes request bodies held at once may take ([`crate::http::body`]).
     pub(crate) body_budget: crate::http::body::BodyBudget,
+    /// `/api/version`'s answer, written once (nothing in it changes while the TSD runs).
+    pub(crate) version_answer: std::sync::OnceLock<axum::body::Bytes>,
 }
 
 impl State {
@@ -430,6 +432,7 @@ impl State {
             query_cache,
             inline_running: std::sync::atomic::AtomicUsize::new(0),
             body_budget,
+            version_answer: std::sync::OnceLock::new(),
             put_jobs: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
             )),

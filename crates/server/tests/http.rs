@@ -706,6 +706,14 @@ async fn bodies_held_at_once_stay_within_their_budget() {
         r.json()["error"]["message"],
         format!("The request body is larger than tsd.http.request.max_body ({MAX} bytes)")
     );
+    // Its headers as every endpoint's answer has them: the length set before the mark of
+    // compression.
+    let names: Vec<&str> = r.headers.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["content-type", "content-length", "vary", "date"]);
+    assert_eq!(
+        r.header("content-length"),
+        Some(r.body.len().to_string().as_str())
+    );
     srv.stop().await;
 }
 

@@ -120,9 +120,67 @@ async fn answers_are_compressed_when_the_client_accepts_it() {
         .unwrap();
     let list: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(list.as_array().unwrap().contains(&json!("sum")));
+    assert_eq!(r.header("vary"), Some("accept-encoding"));
+    assert_eq!(r.header("content-length"), None);
     let plain = conn.request("GET", "/api/aggregators", "", b"").await;
     assert_eq!(plain.header("content-encoding"), None);
+    // Marked as varying by the client's encoding even when it accepts none.
+    assert_eq!(plain.header("vary"), Some("accept-encoding"));
     assert_eq!(plain.json(), list);
+    // Deflate (zlib) when that is what the client takes.
+    let r = conn
+        .request(
+            "GET",
+            "/api/aggregators",
+            "Accept-Encoding: deflate\r\n",
+            b"",
+        )
+        .await;
+    assert_eq!(r.header("content-encoding"), Some("deflate"));
+    let mut text = String::new();
+    flate2::read::ZlibDecoder::new(&r.body[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        list
+    );
+    // An answer under 32 bytes is sent as it is, unmarked.
+    let r = conn
+        .request("GET", "/api/health", "Accept-Encoding: gzip\r\n", b"")
+        .await;
+    assert_eq!(r.text(), r#"{"status":"ok"}"#);
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.header("vary"), None);
+    srv.stop().await;
+}
+
+/// `/api/version`'s answer is written once and sent as it is after: the same bytes and
+/// headers each time, on one connection and on another.
+#[tokio::test]
+async fn the_version_answer_is_the_same_every_time() {
+    let srv = start_with("memory", config(&[])).await;
+    let mut conn = HttpConn::open(srv.addr).await;
+    let first = conn.request("GET", "/api/version", "", b"").await;
+    assert_eq!(first.status, 200);
+    let names: Vec<&str> = first.headers.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["content-type", "content-length", "vary", "date"]);
+    assert_eq!(
+        first.header("content-type"),
+        Some("application/json; charset=UTF-8")
+    );
+    assert_eq!(
+        first.header("content-length"),
+        Some(first.body.len().to_string().as_str())
+    );
+    assert_eq!(first.json()["version"], "2.4.1");
+    let again = conn.request("POST", "/api/v1/version", "", b"").await;
+    let elsewhere = http(srv.addr, "GET", "/api/version", "").await;
+    for r in [&again, &elsewhere] {
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, first.body);
+        assert_eq!(r.header("content-length"), first.header("content-length"));
+    }
     srv.stop().await;
 }
 

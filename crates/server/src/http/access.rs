@@ -172,6 +172,7 @@ pub(crate) async fn authorize(
     state: &Arc<State>,
     route: &str,
     req: &mut Request,
+    peer: Option<std::net::SocketAddr>,
 ) -> Result<(), Response> {
     let Some(auth) = state.settings.auth.as_ref().map(|file| file.current()) else {
         req.extensions_mut().insert(Access::Open);
@@ -191,11 +192,7 @@ pub(crate) async fn authorize(
     if found.is_none() {
         return Err(unauthorized("Authentication required"));
     }
-    let ip = req
-        .extensions()
-        .get::<super::Peer>()
-        .and_then(|p| p.0)
-        .map(|a| a.ip());
+    let ip = peer.map(|a| a.ip());
     if !state.auth_throttle.allows(ip, Instant::now()) {
         state.stats.auth_throttled.fetch_add(1, Ordering::Relaxed);
         return Err(throttled());

@@ -8,9 +8,8 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State as Extract};
+use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper::body::Body as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -47,16 +46,17 @@ impl BodyBudget {
     }
 }
 
-/// Reads a request's body under the budget, then runs its endpoint on the bytes read.
-pub(crate) async fn hold(
-    Extract(state): Extract<Arc<State>>,
-    req: Request,
-    next: Next,
-) -> Response {
+/// A request read whole, and the part of the budget its body holds (`None` for none): to be
+/// dropped once its endpoint has answered.
+pub(crate) type Held = (Request, Option<OwnedSemaphorePermit>);
+
+/// Reads a request's body under the budget, as the request its endpoint is to run on; `Err`
+/// is the answer instead.
+pub(crate) async fn hold(state: &State, req: Request) -> Result<Held, Response> {
     let max = state.settings.max_body_bytes;
     let (parts, mut body) = req.into_parts();
     if body.is_end_stream() {
-        return next.run(Request::from_parts(parts, body)).await;
+        return Ok((Request::from_parts(parts, body), None));
     }
     let budget = &state.body_budget;
     // Kept as read (most bodies come in one piece), joined once at the end.
@@ -69,9 +69,9 @@ pub(crate) async fn hold(
         let data = match frame {
             None => break,
             Some(Err(e)) => {
-                return ApiError::bad_request("Unable to read the request body")
+                return Err(ApiError::bad_request("Unable to read the request body")
                     .with_details(e.to_string())
-                    .into_response();
+                    .into_response());
             }
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => data,
@@ -80,19 +80,20 @@ pub(crate) async fn hold(
             },
         };
         if len + data.len() > max {
-            return ApiError::new(
+            return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("The request body is larger than tsd.http.request.max_body ({max} bytes)"),
             )
-            .into_response();
+            .into_response());
         }
         len += data.len();
         let want = len.div_ceil(UNIT).min(budget.max_units);
         if want > units {
             let more = u32::try_from(want - units).unwrap_or(u32::MAX);
             let Ok(permit) = Arc::clone(&budget.units).acquire_many_owned(more).await else {
-                return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
-                    .into_response();
+                return Err(
+                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response(),
+                );
             };
             match &mut permits {
                 Some(p) => p.merge(permit),
@@ -113,9 +114,5 @@ pub(crate) async fn hold(
         }
     };
     drop(chunks);
-    let response = next
-        .run(Request::from_parts(parts, Body::from(whole)))
-        .await;
-    drop(permits);
-    response
+    Ok((Request::from_parts(parts, Body::from(whole)), permits))
 }

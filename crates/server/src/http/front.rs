@@ -4,14 +4,14 @@
 //! refused), endpoints the mode or `tsd.core.enable_*` switch off are not found, CORS is
 //! applied before the endpoint, and a JSON answer is wrapped in the `jsonp` callback.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Request, State as Extract};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
@@ -60,10 +60,12 @@ const UI_READ_ROUTES: &[&str] = &[
     "suggest",
 ];
 
+/// A request from `peer` through the front, then (when served) [`super::endpoint`].
 pub(crate) async fn front(
-    Extract(state): Extract<Arc<State>>,
+    state: Arc<State>,
+    router: axum::Router,
+    peer: Option<SocketAddr>,
     mut req: Request,
-    next: Next,
 ) -> Response {
     let settings = &state.settings;
     let route = match route(req.uri().path()) {
@@ -141,7 +143,7 @@ pub(crate) async fn front(
     // Credentials are checked before anything else is revealed (even which endpoints the
     // mode serves).
     let authorized = if state.settings.auth.is_some() {
-        super::access::authorize(&state, &route.access_key(), &mut req).await
+        super::access::authorize(&state, &route.access_key(), &mut req, peer).await
     } else {
         req.extensions_mut().insert(crate::auth::Access::Open);
         Ok(())
@@ -160,11 +162,11 @@ pub(crate) async fn front(
             *req.uri_mut() = uri;
         }
         if is_query {
-            let (id, rebuilt) = start_query(&state, req).await;
+            let (id, rebuilt) = start_query(&state, req, peer).await;
             query_id = Some(id);
             req = rebuilt;
         }
-        next.run(req).await
+        super::endpoint(&state, router, req).await
     };
     let status = resp.status();
     let ms = started.elapsed().as_millis() as u64;
@@ -195,12 +197,8 @@ pub(crate) async fn front(
 }
 
 /// Notes a query in the running ones: its JSON body, or its URL parameters.
-async fn start_query(state: &State, req: Request) -> (u64, Request) {
-    let remote = req
-        .extensions()
-        .get::<super::Peer>()
-        .and_then(|p| p.0)
-        .map_or_else(String::new, |a| a.to_string());
+async fn start_query(state: &State, req: Request, peer: Option<SocketAddr>) -> (u64, Request) {
+    let remote = peer.map_or_else(String::new, |a| a.to_string());
     let (parts, body) = req.into_parts();
     let (query, body) = if parts.method == Method::GET {
         (
@@ -251,8 +249,45 @@ impl Route {
         }
     }
 
+    /// Whether `path` is already the one the router sees (checked without writing it).
+    fn is_path(&self, path: &str) -> bool {
+        match self {
+            Route::Api { endpoint, rest } => {
+                let Some(mut left) = path
+                    .strip_prefix("/api/")
+                    .and_then(|p| p.strip_prefix(endpoint.as_str()))
+                else {
+                    return false;
+                };
+                for r in rest {
+                    match left
+                        .strip_prefix('/')
+                        .and_then(|p| p.strip_prefix(r.as_str()))
+                    {
+                        Some(p) => left = p,
+                        None => return false,
+                    }
+                }
+                left.is_empty()
+            }
+            Route::Other { first, rest } => {
+                match path
+                    .strip_prefix('/')
+                    .and_then(|p| p.strip_prefix(first.as_str()))
+                {
+                    Some("") => rest.is_empty(),
+                    Some(left) => !rest.is_empty() && left.strip_prefix('/') == Some(rest),
+                    None => false,
+                }
+            }
+        }
+    }
+
     /// The path the router sees, when it differs from the one sent.
     fn rewritten(&self, uri: &Uri) -> Option<Uri> {
+        if self.is_path(uri.path()) {
+            return None;
+        }
         let path = match self {
             Route::Api { endpoint, rest } => {
                 let mut p = format!("/api/{endpoint}");
@@ -472,10 +507,68 @@ mod tests {
         );
     }
 
+    /// The path as the router sees it, written out (what [`Route::is_path`] checks).
+    fn written(route: &Route) -> String {
+        match route {
+            Route::Api { endpoint, rest } => {
+                let mut p = format!("/api/{endpoint}");
+                for r in rest {
+                    p.push('/');
+                    p.push_str(r);
+                }
+                p
+            }
+            Route::Other { first, rest } if rest.is_empty() => format!("/{first}"),
+            Route::Other { first, rest } => format!("/{first}/{rest}"),
+        }
+    }
+
+    #[test]
+    fn paths_are_rewritten_only_when_they_differ() {
+        for path in [
+            "/api/version",
+            "/api/version/",
+            "/api/v1/version",
+            "/API/Version",
+            "/api/query/last",
+            "/api/query/last/x",
+            "/api/uid/tsmeta",
+            "/api/search/lookup",
+            "/api/versionx",
+            "/api/",
+            "/api",
+            "/",
+            "/q",
+            "/q/",
+            "/Q",
+            "/s/app.js",
+            "/s//app.js",
+            "/index.html",
+        ] {
+            let r = route(path).unwrap();
+            let uri: Uri = format!("{path}?a=1").parse().unwrap();
+            assert_eq!(r.is_path(path), written(&r) == path, "{path}");
+            match r.rewritten(&uri) {
+                None => assert_eq!(written(&r), path),
+                Some(to) => {
+                    assert_eq!(to.path(), written(&r), "{path}");
+                    assert_eq!(to.query(), Some("a=1"));
+                }
+            }
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn routing_never_panics(path in "/\\PC{0,40}") {
             let _ = route(&path);
+        }
+
+        #[test]
+        fn a_path_is_the_routers_when_written_the_same(path in "(/(api|API)(/v1)?)?/(query|uid|search|q|s)?[a-zA-Z0-9/]{0,20}") {
+            if let Ok(r) = route(&path) {
+                proptest::prop_assert_eq!(r.is_path(&path), written(&r) == path);
+            }
         }
     }
 }

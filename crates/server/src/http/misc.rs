@@ -49,7 +49,10 @@ pub(crate) async fn health(
 /// seconds as a string, as OpenTSDB's `BuildData.timestamp`), keys in the order OpenTSDB's
 /// hash map gives them; then Hourglass's own version.
 pub(crate) fn version_json(state: &State) -> Response {
-    json_response(StatusCode::OK, &version_map(state))
+    let text = state
+        .version_answer
+        .get_or_init(|| version_map(state).to_string().into());
+    super::error::json_text_response(StatusCode::OK, text.clone())
 }
 
 /// The map [`version_json`] answers.
