@@ -787,16 +787,22 @@ fn divide_all(deltas: &mut [i64], divisor: u64) {
 ///
 /// With Rice packing, the quotients are a Rice sequence instead.
 fn pack_sequence(values: &[i64], packing: Packing, out: &mut Vec<u8>) {
-    let first = values.first().copied().unwrap_or(0);
+    let (first, divisor, quotients) = sequence_parts(values);
     put_varint(out, zigzag(first));
-    let mut quotients: Vec<i64> = values.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
-    let divisor = common_divisor(&quotients);
     put_varint(out, divisor);
-    divide_all(&mut quotients, divisor);
     match packing {
         Packing::Frame => pack_above_floor(&quotients, out),
         Packing::Rice => rice::write(&quotients, out),
     }
+}
+
+/// A packed sequence's first value, the divisor of its deltas and their quotients.
+fn sequence_parts(values: &[i64]) -> (i64, u64, Vec<i64>) {
+    let first = values.first().copied().unwrap_or(0);
+    let mut quotients: Vec<i64> = values.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    let divisor = common_divisor(&quotients);
+    divide_all(&mut quotients, divisor);
+    (first, divisor, quotients)
 }
 
 fn pack(values: &[u64], out: &mut Vec<u8>) {
@@ -958,14 +964,15 @@ const NEAR_LIMIT: f64 = 140_737_488_355_328.0;
 /// The shortest float section among raw bytes and the decimal scales worth trying: 0, each
 /// float's smallest scale within one unit in the last place, and version 1's scale. Larger
 /// scales go first; a scale is dropped as soon as its corrections need more than 32 bits (its
-/// values are not near decimals) or alone would take the best section's size.
+/// values are not near decimals) or alone would take the best section's size. With Rice
+/// packing each scale's section is costed without writing its bits ([`PlannedDecimal`]) and
+/// only the shortest is written; frame-packed sections are written to be measured.
 fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
     // The raw section's length; its bytes are written only if no scale beats it.
     let raw_len = 1 + floats
         .iter()
         .map(|p| p.qualifier.value_len())
         .sum::<usize>();
-    let mut best: Vec<u8> = Vec::new();
     let mut candidates = 1u32;
     for p in floats {
         if let Some(k) = near_scale(p) {
@@ -975,27 +982,46 @@ fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
     if let Some((k, _)) = decimal_scale(floats) {
         candidates |= 1 << k;
     }
-    let mut section = Vec::new();
-    for k in (0..=MAX_DECIMALS)
+    let scales = (0..=MAX_DECIMALS)
         .rev()
-        .filter(|k| candidates & (1 << k) != 0)
-    {
-        let best_len = if best.is_empty() { raw_len } else { best.len() };
-        section.clear();
-        if decimal_section(floats, k, Some(best_len), packing, &mut section)
-            && section.len() < best_len
-        {
-            std::mem::swap(&mut best, &mut section);
+        .filter(|k| candidates & (1 << k) != 0);
+    match packing {
+        Packing::Rice => {
+            let mut best: Option<PlannedDecimal> = None;
+            for k in scales {
+                let best_len = best.as_ref().map_or(raw_len, |b| b.len);
+                if let Some(planned) = PlannedDecimal::new(floats, k, best_len)
+                    && planned.len < best_len
+                {
+                    best = Some(planned);
+                }
+            }
+            if let Some(best) = best {
+                best.write(out);
+                return;
+            }
+        }
+        Packing::Frame => {
+            let (mut best, mut section) = (Vec::new(), Vec::new());
+            for k in scales {
+                let best_len = if best.is_empty() { raw_len } else { best.len() };
+                section.clear();
+                if decimal_section(floats, k, Some(best_len), packing, &mut section)
+                    && section.len() < best_len
+                {
+                    std::mem::swap(&mut best, &mut section);
+                }
+            }
+            if !best.is_empty() {
+                out.extend_from_slice(&best);
+                return;
+            }
         }
     }
-    if best.is_empty() {
-        out.reserve(raw_len);
-        out.push(1);
-        for p in floats {
-            write_bits(p.bits, p.qualifier.flags(), out);
-        }
-    } else {
-        out.extend_from_slice(&best);
+    out.reserve(raw_len);
+    out.push(1);
+    for p in floats {
+        write_bits(p.bits, p.qualifier.flags(), out);
     }
 }
 
@@ -1009,6 +1035,26 @@ fn decimal_section(
     packing: Packing,
     out: &mut Vec<u8>,
 ) -> bool {
+    let Some((mantissas, corrections)) = decimal_values(floats, k, limit) else {
+        return false;
+    };
+    let exact = corrections.iter().all(|c| *c == 0);
+    out.push(if exact { 0 } else { 2 });
+    out.push(k as u8);
+    pack_sequence(&mantissas, packing, out);
+    if !exact {
+        match packing {
+            Packing::Frame => pack_above_floor(&corrections, out),
+            Packing::Rice => rice::write(&corrections, out),
+        }
+    }
+    true
+}
+
+/// Each float's mantissa at decimal scale `k` and its correction. With a `limit`, `None` once
+/// the corrections need more than 32 bits or, frame-packed, alone would take `limit` bytes or
+/// more.
+fn decimal_values(floats: &[&Point], k: u32, limit: Option<usize>) -> Option<(Vec<i64>, Vec<i64>)> {
     let mut mantissas = Vec::with_capacity(floats.len());
     let mut corrections = Vec::with_capacity(floats.len());
     let (mut previous, mut low, mut high) = (0, i64::MAX, i64::MIN);
@@ -1023,21 +1069,64 @@ fn decimal_section(
             let width = 64 - (high.wrapping_sub(low) as u64).leading_zeros() as usize;
             let bytes = 2 + (floats.len() * width).div_ceil(8);
             if limit.is_some_and(|limit| width > 32 || bytes >= limit) {
-                return false;
+                return None;
             }
         }
     }
-    let exact = corrections.iter().all(|c| *c == 0);
-    out.push(if exact { 0 } else { 2 });
-    out.push(k as u8);
-    pack_sequence(&mantissas, packing, out);
-    if !exact {
-        match packing {
-            Packing::Frame => pack_above_floor(&corrections, out),
-            Packing::Rice => rice::write(&corrections, out),
-        }
+    Some((mantissas, corrections))
+}
+
+/// A version 2 float section at a decimal scale with Rice packing, costed and not yet
+/// written: the bytes [`decimal_section`] would write, in [`PlannedDecimal::write`].
+#[derive(Debug)]
+struct PlannedDecimal {
+    k: u32,
+    first: i64,
+    divisor: u64,
+    quotients: rice::Planned,
+    /// `None` when every correction is zero (mode 0x00).
+    corrections: Option<rice::Planned>,
+    /// The section's bytes.
+    len: usize,
+}
+
+impl PlannedDecimal {
+    /// The section at scale `k`, `None` where [`decimal_values`] gives up under `limit`.
+    fn new(floats: &[&Point], k: u32, limit: usize) -> Option<Self> {
+        let (mantissas, corrections) = decimal_values(floats, k, Some(limit))?;
+        let (first, divisor, quotients) = sequence_parts(&mantissas);
+        let quotients = rice::Planned::new(&quotients);
+        let corrections = corrections
+            .iter()
+            .any(|c| *c != 0)
+            .then(|| rice::Planned::new(&corrections));
+        let len = 2
+            + rice::varint_len(zigzag(first))
+            + rice::varint_len(divisor)
+            + quotients.encoded_len()
+            + corrections.as_ref().map_or(0, rice::Planned::encoded_len);
+        Some(Self {
+            k,
+            first,
+            divisor,
+            quotients,
+            corrections,
+            len,
+        })
     }
-    true
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.push(if self.corrections.is_some() { 2 } else { 0 });
+        out.push(self.k as u8);
+        put_varint(out, zigzag(self.first));
+        put_varint(out, self.divisor);
+        self.quotients.write(out);
+        if let Some(corrections) = &self.corrections {
+            corrections.write(out);
+        }
+        debug_assert_eq!(out.len() - start, self.len);
+    }
 }
 
 /// Everything before the value sections, the same in both versions.

@@ -230,59 +230,98 @@ fn unescaped_costs_from(us: &[u64], r: u32) -> [u64; 3] {
     [t0 + n * (r + 1), t1 + n * (r + 2), t2 + n * (r + 3)]
 }
 
-/// Appends the Rice sequence of `values` to `out`. Each block's parameter is chosen first, so
-/// the byte length is known before the bits and they go straight onto `out`.
+/// Appends the Rice sequence of `values` to `out`: [`Planned::new`] then [`Planned::write`].
 pub fn write(values: &[i64], out: &mut Vec<u8>) {
-    let center = median(values);
-    let us: Vec<u64> = values
-        .iter()
-        .map(|v| zigzag(v.wrapping_sub(center)))
-        .collect();
-    let mut params = Vec::with_capacity(values.len().div_ceil(BLOCK));
-    let mut total_bits = 0u64;
-    for block in us.chunks(BLOCK) {
-        let (cost, r) = parameter(block).unwrap_or((0, CENTER_BLOCK));
-        total_bits += 6 + cost;
-        params.push(r);
-    }
-    put_varint(out, zigzag(center));
-    let len = total_bits.div_ceil(8);
-    put_varint(out, len);
-    let start = out.len();
-    out.reserve(len as usize + 4);
-    let mut w = BitWriter {
-        bytes: out,
-        acc: 0,
-        bits: 0,
-    };
-    for (block, &r) in us.chunks(BLOCK).zip(&params) {
-        w.put(u64::from(r), 6);
-        if r == CENTER_BLOCK {
-            continue;
+    Planned::new(values).write(out);
+}
+
+/// A Rice sequence costed and not yet written: its center, its values' zigzags around it,
+/// each block's parameter and the byte length of its bits. A writer choosing among several
+/// encodings plans each, compares their [`Planned::encoded_len`]s and writes only the one
+/// it keeps: the losers' bits are never written.
+#[derive(Debug, Clone, Default)]
+pub struct Planned {
+    center: i64,
+    us: Vec<u64>,
+    params: Vec<u32>,
+    /// Bytes of the bits.
+    len: u64,
+}
+
+impl Planned {
+    /// Each block's parameter is chosen first, so the byte length is known before the bits.
+    pub fn new(values: &[i64]) -> Self {
+        let center = median(values);
+        let us: Vec<u64> = values
+            .iter()
+            .map(|v| zigzag(v.wrapping_sub(center)))
+            .collect();
+        let mut params = Vec::with_capacity(values.len().div_ceil(BLOCK));
+        let mut total_bits = 0u64;
+        for block in us.chunks(BLOCK) {
+            let (cost, r) = parameter(block).unwrap_or((0, CENTER_BLOCK));
+            total_bits += 6 + cost;
+            params.push(r);
         }
-        let low_mask = u64::MAX >> (63 - r) >> 1;
-        for &u in block {
-            let q = u >> r;
-            if q < ESCAPE && q as u32 + 1 + r <= 32 {
-                // The whole code in one put: q ones, a zero, the low r bits of u.
-                w.put_code(
-                    ((1u64 << q) - 1) | ((u & low_mask) << (q + 1)),
-                    q as u32 + 1 + r,
-                );
-            } else if q < ESCAPE {
-                w.ones(q);
-                w.put(0, 1);
-                w.put_wide(u, r);
-            } else {
-                let width = 64 - u.leading_zeros();
-                w.ones(ESCAPE);
-                w.put(u64::from(width - 1), 6);
-                w.put_wide(u, width - 1);
+        Self {
+            center,
+            us,
+            params,
+            len: total_bits.div_ceil(8),
+        }
+    }
+
+    /// The bytes [`Planned::write`] appends: the center's and the length's varints and the
+    /// bits.
+    pub fn encoded_len(&self) -> usize {
+        varint_len(zigzag(self.center)) + varint_len(self.len) + self.len as usize
+    }
+
+    /// Appends the sequence to `out`, its bits straight onto it.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        put_varint(out, zigzag(self.center));
+        put_varint(out, self.len);
+        let start = out.len();
+        out.reserve(self.len as usize + 4);
+        let mut w = BitWriter {
+            bytes: out,
+            acc: 0,
+            bits: 0,
+        };
+        for (block, &r) in self.us.chunks(BLOCK).zip(&self.params) {
+            w.put(u64::from(r), 6);
+            if r == CENTER_BLOCK {
+                continue;
+            }
+            let low_mask = u64::MAX >> (63 - r) >> 1;
+            for &u in block {
+                let q = u >> r;
+                if q < ESCAPE && q as u32 + 1 + r <= 32 {
+                    // The whole code in one put: q ones, a zero, the low r bits of u.
+                    w.put_code(
+                        ((1u64 << q) - 1) | ((u & low_mask) << (q + 1)),
+                        q as u32 + 1 + r,
+                    );
+                } else if q < ESCAPE {
+                    w.ones(q);
+                    w.put(0, 1);
+                    w.put_wide(u, r);
+                } else {
+                    let width = 64 - u.leading_zeros();
+                    w.ones(ESCAPE);
+                    w.put(u64::from(width - 1), 6);
+                    w.put_wide(u, width - 1);
+                }
             }
         }
+        w.finish();
+        debug_assert_eq!((out.len() - start) as u64, self.len);
     }
-    w.finish();
-    debug_assert_eq!((out.len() - start) as u64, len);
+}
+
+/// The bytes [`put_varint`] writes for `v`.
+pub fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Reads the Rice sequence of `n` values at the start of `bytes`, giving each to `f` in order;
@@ -738,6 +777,41 @@ mod tests {
             }
             let want = us.iter().any(|u| *u != 0).then_some(best);
             prop_assert_eq!(parameter(&us), want);
+        }
+
+        /// A planned sequence's length is the bytes it writes, for any values and
+        /// real-shaped walks (the float sections choose their encoding by these lengths).
+        #[test]
+        fn planned_length_is_the_bytes_written(
+            width in 0u32..64,
+            steps in proptest::collection::vec((any::<i64>(), 0u8..10), 0..400),
+        ) {
+            let mut v = 0i64;
+            let values: Vec<i64> = steps
+                .iter()
+                .map(|(step, kind)| {
+                    v = v.wrapping_add(match kind {
+                        0 => *step,
+                        1 => 0,
+                        _ => step >> (63 - width),
+                    });
+                    v
+                })
+                .collect();
+            let planned = Planned::new(&values);
+            let mut out = vec![7u8];
+            planned.write(&mut out);
+            prop_assert_eq!(out.len() - 1, planned.encoded_len());
+            prop_assert_eq!(&out[1..], &round_trip(&values)[..]);
+        }
+
+        #[test]
+        fn varint_len_is_the_bytes_put(v in any::<u64>(), shift in 0u32..64) {
+            for v in [v, v >> shift, 0, 127, 128] {
+                let mut out = Vec::new();
+                put_varint(&mut out, v);
+                prop_assert_eq!(out.len(), varint_len(v));
+            }
         }
 
         #[test]

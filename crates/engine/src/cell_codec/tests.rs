@@ -1535,3 +1535,102 @@ fn joint_sections_split_the_stream() {
     // A stream cut short is refused, as every reader refuses it.
     assert!(joint_sections(&stream[..stream.len() - 1], &joint).is_err());
 }
+
+/// The float section as it was written before sections were planned: every candidate scale's
+/// section written in full, the shortest kept.
+fn encode_floats_each_written(floats: &[&Point], out: &mut Vec<u8>) {
+    let raw_len = 1 + floats
+        .iter()
+        .map(|p| p.qualifier.value_len())
+        .sum::<usize>();
+    let mut candidates = 1u32;
+    for p in floats {
+        if let Some(k) = near_scale(p) {
+            candidates |= 1 << k;
+        }
+    }
+    if let Some((k, _)) = decimal_scale(floats) {
+        candidates |= 1 << k;
+    }
+    let (mut best, mut section) = (Vec::new(), Vec::new());
+    for k in (0..=MAX_DECIMALS)
+        .rev()
+        .filter(|k| candidates & (1 << k) != 0)
+    {
+        let best_len = if best.is_empty() { raw_len } else { best.len() };
+        section.clear();
+        if decimal_section(floats, k, Some(best_len), Packing::Rice, &mut section)
+            && section.len() < best_len
+        {
+            std::mem::swap(&mut best, &mut section);
+        }
+    }
+    if best.is_empty() {
+        out.push(1);
+        for p in floats {
+            write_bits(p.bits, p.qualifier.flags(), out);
+        }
+    } else {
+        out.extend_from_slice(&best);
+    }
+}
+
+/// Floats as the generated stream and real metrics carry them: two-decimal walks, counters
+/// divided down to full-precision doubles, a level with spikes, and whole numbers.
+fn real_shaped_floats(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Value>> {
+    (0u8..4, prop::collection::vec((-10i64..=10, 0u8..40), len)).prop_map(|(shape, steps)| {
+        let mut level = 500i64;
+        steps
+            .into_iter()
+            .enumerate()
+            .map(|(i, (step, spike))| {
+                level = (level + step).max(0);
+                Value::Double(match shape {
+                    0 => (level as f64) / 100.0,
+                    1 => level as f64 / 3.0 + i as f64 * 0.1,
+                    2 if spike == 0 => level as f64 * 1e6,
+                    2 => level as f64 / 100.0,
+                    _ => level as f64,
+                })
+            })
+            .collect()
+    })
+}
+
+/// The float section a planned Rice section writes, byte for byte the one writing every
+/// candidate in full kept: over any floats, noisy decimals and real-shaped values.
+fn assert_floats_as_each_written(values: &[Value]) -> Result<(), TestCaseError> {
+    let pts = points_of(&every(10, values));
+    let floats: Vec<&Point> = pts.iter().filter(|p| is_float(p)).collect();
+    let (mut planned, mut written) = (vec![9u8], vec![9u8]);
+    encode_floats(&floats, Packing::Rice, &mut planned);
+    encode_floats_each_written(&floats, &mut written);
+    prop_assert_eq!(planned, written);
+    Ok(())
+}
+
+#[test]
+fn generated_stream_floats_as_each_written() {
+    // The ingest bench's two-decimal walk, and full-precision doubles near it.
+    let walk: Vec<Value> = (0..360)
+        .map(|i: i64| Value::Double(((i * 37) % 1000) as f64 / 100.0))
+        .collect();
+    assert_floats_as_each_written(&walk).unwrap();
+    let full: Vec<Value> = (0..360)
+        .map(|i: i64| Value::Double(i as f64 / 7.0 + 8_953_352.731_831_899))
+        .collect();
+    assert_floats_as_each_written(&full).unwrap();
+}
+
+proptest! {
+    #[test]
+    fn planned_float_sections_as_each_written(
+        values in prop_oneof![
+            prop::collection::vec(value_strategy(), 1..200),
+            noisy_decimals(1..200),
+            real_shaped_floats(1..300),
+        ],
+    ) {
+        assert_floats_as_each_written(&values)?;
+    }
+}
