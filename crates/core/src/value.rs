@@ -427,28 +427,12 @@ fn java_whole_number(d: f64, out: &mut [u8; JAVA_SCIENTIFIC_MAX]) -> Option<usiz
     }
     let digits = &digits[digits.len() - n..];
     let decimal_exponent = n - 1 + dropped as usize;
-    // Trailing zeros say nothing; one decimal at least.
-    let end = digits.len() - digits[1..].iter().rev().take_while(|b| **b == b'0').count();
-    let mut at = 0;
-    let mut put = |b: u8| {
-        out[at] = b;
-        at += 1;
-    };
-    if d < 0.0 {
-        put(b'-');
-    }
-    put(digits[0]);
-    put(b'.');
-    if end > 1 {
-        digits[1..end].iter().for_each(|&b| put(b));
-    } else {
-        put(b'0');
-    }
-    put(b'E');
-    // 15 to 18.
-    put(b'0' + (decimal_exponent / 10) as u8);
-    put(b'0' + (decimal_exponent % 10) as u8);
-    Some(at)
+    Some(put_scientific(
+        d < 0.0,
+        digits,
+        decimal_exponent as i32,
+        out,
+    ))
 }
 
 fn scientific_of_shortest(shortest: &[u8], out: &mut [u8; JAVA_SCIENTIFIC_MAX]) -> usize {
@@ -527,8 +511,21 @@ fn scientific_of_shortest(shortest: &[u8], out: &mut [u8; JAVA_SCIENTIFIC_MAX]) 
     // Leading zeros move the point left; trailing zeros say nothing.
     let leading = digits[..n].iter().take_while(|b| **b == b'0').count();
     let digits = &digits[leading.min(n - 1)..n];
-    let end = digits.len() - digits[1..].iter().rev().take_while(|b| **b == b'0').count();
     let exponent = point as i32 - leading as i32 - 1 + exponent;
+    put_scientific(negative, digits, exponent, out)
+}
+
+/// Java's scientific form of `digits` (the first not 0 unless all are) times
+/// 10^`exponent`: `D.DDDE[-]X`, trailing zeros left out, one decimal at least, the exponent
+/// in at most three digits (a double's is within ±324), without the formatter. Returns the
+/// length written.
+fn put_scientific(
+    negative: bool,
+    digits: &[u8],
+    exponent: i32,
+    out: &mut [u8; JAVA_SCIENTIFIC_MAX],
+) -> usize {
+    let end = digits.len() - digits[1..].iter().rev().take_while(|b| **b == b'0').count();
     let mut at = 0;
     let mut put = |b: u8| {
         out[at] = b;
@@ -545,7 +542,6 @@ fn scientific_of_shortest(shortest: &[u8], out: &mut [u8; JAVA_SCIENTIFIC_MAX]) 
         put(b'0');
     }
     put(b'E');
-    // At most three digits (a double's exponent is within ±324), without the formatter.
     if exponent < 0 {
         put(b'-');
     }

@@ -961,14 +961,10 @@ const NEAR_F32: f64 = 1.0 / 524_288.0;
 /// 2^47.
 const NEAR_LIMIT: f64 = 140_737_488_355_328.0;
 
-/// The shortest float section among raw bytes and the decimal scales worth trying: 0, each
-/// float's smallest scale within one unit in the last place, and version 1's scale. Larger
-/// scales go first; a scale is dropped as soon as its corrections need more than 32 bits (its
-/// values are not near decimals) or alone would take the best section's size. With Rice
-/// packing each scale's section is costed without writing its bits ([`PlannedDecimal`]) and
-/// only the shortest is written; frame-packed sections are written to be measured.
-fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
-    // The raw section's length; its bytes are written only if no scale beats it.
+/// A float section's raw length (its bytes written as they are) and its candidate decimal
+/// scales, a bit each: 0 always, each float's smallest scale within one unit in the last
+/// place, and version 1's scale.
+fn float_candidates(floats: &[&Point]) -> (usize, u32) {
     let raw_len = 1 + floats
         .iter()
         .map(|p| p.qualifier.value_len())
@@ -982,6 +978,18 @@ fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
     if let Some((k, _)) = decimal_scale(floats) {
         candidates |= 1 << k;
     }
+    (raw_len, candidates)
+}
+
+/// The shortest float section among raw bytes and the decimal scales worth trying: 0, each
+/// float's smallest scale within one unit in the last place, and version 1's scale. Larger
+/// scales go first; a scale is dropped as soon as its corrections need more than 32 bits (its
+/// values are not near decimals) or alone would take the best section's size. With Rice
+/// packing each scale's section is costed without writing its bits ([`PlannedDecimal`]) and
+/// only the shortest is written; frame-packed sections are written to be measured.
+fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
+    // The raw section's length; its bytes are written only if no scale beats it.
+    let (raw_len, candidates) = float_candidates(floats);
     let scales = (0..=MAX_DECIMALS)
         .rev()
         .filter(|k| candidates & (1 << k) != 0);

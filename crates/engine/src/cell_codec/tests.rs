@@ -1539,19 +1539,7 @@ fn joint_sections_split_the_stream() {
 /// The float section as it was written before sections were planned: every candidate scale's
 /// section written in full, the shortest kept.
 fn encode_floats_each_written(floats: &[&Point], out: &mut Vec<u8>) {
-    let raw_len = 1 + floats
-        .iter()
-        .map(|p| p.qualifier.value_len())
-        .sum::<usize>();
-    let mut candidates = 1u32;
-    for p in floats {
-        if let Some(k) = near_scale(p) {
-            candidates |= 1 << k;
-        }
-    }
-    if let Some((k, _)) = decimal_scale(floats) {
-        candidates |= 1 << k;
-    }
+    let (raw_len, candidates) = float_candidates(floats);
     let (mut best, mut section) = (Vec::new(), Vec::new());
     for k in (0..=MAX_DECIMALS)
         .rev()
