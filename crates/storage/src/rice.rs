@@ -319,7 +319,7 @@ impl Planned {
     }
 }
 
-/// The bytes [`put_varint`] writes for `v`.
+/// The bytes `put_varint` writes for `v`.
 pub fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
