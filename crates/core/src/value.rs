@@ -647,6 +647,20 @@ mod tests {
         }
     }
 
+    /// `text` through the fast decimal path: the general parser's bits when the text has at
+    /// most 20 characters past its sign, else refused (left to the general parser). Returns
+    /// the general parser's bits.
+    fn plain_as_general(text: &str) -> Result<Option<u64>, proptest::test_runner::TestCaseError> {
+        let general = text.parse::<f64>().ok().map(f64::to_bits);
+        let fast = plain_decimal(text).map(f64::to_bits);
+        if text.trim_start_matches('-').len() <= 20 {
+            proptest::prop_assert_eq!(fast, general, "{}", text);
+        } else {
+            proptest::prop_assert_eq!(fast, None, "{}", text);
+        }
+        Ok(general)
+    }
+
     proptest::proptest! {
         #[test]
         fn long_decimals_read_as_the_general_parser_reads_them(
@@ -654,13 +668,7 @@ mod tests {
             fraction in "[0-9]{1,19}",
         ) {
             let text = format!("{whole}.{fraction}");
-            let general = text.parse::<f64>().ok().map(f64::to_bits);
-            let fast = plain_decimal(&text).map(f64::to_bits);
-            if text.trim_start_matches('-').len() <= 20 {
-                proptest::prop_assert_eq!(fast, general, "{}", text);
-            } else {
-                proptest::prop_assert_eq!(fast, None, "{}", text);
-            }
+            let general = plain_as_general(&text)?;
             let value = parse_value(&text).unwrap();
             let d = f64::from_bits(general.unwrap());
             proptest::prop_assert_eq!(value, float_value(d));
@@ -712,13 +720,7 @@ mod tests {
                 (halfway * 10 + 1, e + 1),
             ] {
                 let text = text_of(n, decimals);
-                let general = text.parse::<f64>().ok().map(f64::to_bits);
-                let fast = plain_decimal(&text).map(f64::to_bits);
-                if text.trim_start_matches('-').len() <= 20 {
-                    proptest::prop_assert_eq!(fast, general, "{}", text);
-                } else {
-                    proptest::prop_assert_eq!(fast, None, "{}", text);
-                }
+                let general = plain_as_general(&text)?;
                 let d = f64::from_bits(general.unwrap_or_default());
                 proptest::prop_assert_eq!(parse_value(&text), Ok(float_value(d)), "{}", text);
             }
