@@ -152,17 +152,39 @@ pub(crate) fn query_agent() -> ureq::Agent {
 
 /// One GET: the seconds until its whole answer was read, and the answer (an error unless 200).
 pub(crate) fn get_timed(agent: &ureq::Agent, url: &str) -> anyhow::Result<(f64, String)> {
+    get_timed_as(agent, url, false)
+}
+
+/// [`get_timed`], asking for the answer gzip-compressed when `gzip` is set: the time is
+/// until its compressed bytes were read; the answer is then decompressed (untimed).
+pub(crate) fn get_timed_as(
+    agent: &ureq::Agent,
+    url: &str,
+    gzip: bool,
+) -> anyhow::Result<(f64, String)> {
     let started = Instant::now();
-    let mut resp = agent
-        .get(url)
-        .call()
-        .with_context(|| format!("GET {url}"))?;
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_string()?;
+    let mut req = agent.get(url);
+    if gzip {
+        req = req.header("Accept-Encoding", "gzip");
+    }
+    let mut resp = req.call().with_context(|| format!("GET {url}"))?;
+    let bytes = resp.body_mut().with_config().limit(1 << 30).read_to_vec()?;
     let secs = started.elapsed().as_secs_f64();
+    let encoded = resp
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    if gzip && !encoded && resp.status() == 200 {
+        bail!("{url}: asked for gzip, answered as it is");
+    }
+    let body = if encoded {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+            .with_context(|| format!("{url}: bad gzip answer"))?;
+        text
+    } else {
+        String::from_utf8(bytes).with_context(|| format!("{url}: answer not UTF-8"))?
+    };
     if resp.status() != 200 {
         bail!("{url}: {} {body}", resp.status());
     }

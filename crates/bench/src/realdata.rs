@@ -17,7 +17,7 @@ use anyhow::bail;
 
 use crate::load::{self, Loaded};
 use crate::proc;
-use crate::querybench::{encode, get_timed, median, query_agent};
+use crate::querybench::{encode, get_timed_as, median, query_agent};
 use crate::targets::{self, Server, Target};
 use series::Series;
 
@@ -104,29 +104,38 @@ struct Query {
     /// Asked as is, so a repeat may be answered from a kept answer (both targets keep
     /// query answers); else with `nocache=1`, which both read as "compute it".
     kept: bool,
+    /// Asked with `Accept-Encoding: gzip`, as Grafana's server and browsers ask: the time
+    /// includes compressing the answer, and receiving it compressed.
+    gzip: bool,
 }
 
 impl Query {
     fn label(&self) -> String {
+        let mut label = self.name.to_string();
         if self.kept {
-            format!("{}, repeated (kept answers)", self.name)
-        } else {
-            self.name.to_string()
+            label.push_str(", repeated (kept answers)");
         }
+        if self.gzip {
+            label.push_str(", gzip");
+        }
+        label
     }
 }
 
 /// The queries computed (`nocache=1`), then the same asked as is, where both targets may
-/// answer a repeat from the answer they kept.
+/// answer a repeat from the answer they kept, then computed again with the answers asked
+/// compressed.
 fn with_kept(computed: Vec<Query>) -> Vec<Query> {
-    let kept: Vec<Query> = computed
-        .iter()
-        .map(|q| Query {
-            kept: true,
-            ..q.clone()
-        })
-        .collect();
-    computed.into_iter().chain(kept).collect()
+    let kept = computed.iter().map(|q| Query {
+        kept: true,
+        ..q.clone()
+    });
+    let gzip = computed.iter().map(|q| Query {
+        gzip: true,
+        ..q.clone()
+    });
+    let variants: Vec<Query> = kept.chain(gzip).collect();
+    computed.into_iter().chain(variants).collect()
 }
 
 /// `{__name__="metric",tagk="tagv"...}`.
@@ -201,6 +210,7 @@ fn queries(series: &[Series]) -> anyhow::Result<Vec<Query>> {
             ),
             expect: Some(one.points.len()),
             kept: false,
+            gzip: false,
         },
         Query {
             name: "one series 1h-avg, whole range",
@@ -218,6 +228,7 @@ fn queries(series: &[Series]) -> anyhow::Result<Vec<Query>> {
             ),
             expect: None,
             kept: false,
+            gzip: false,
         },
         Query {
             name: "sum of one metric's series 1h-avg, whole range",
@@ -242,6 +253,7 @@ fn queries(series: &[Series]) -> anyhow::Result<Vec<Query>> {
             ),
             expect: None,
             kept: false,
+            gzip: false,
         },
     ])
 }
@@ -340,7 +352,7 @@ fn measure(
         // Run 0 warms up and is counted; the others are timed.
         for run in 0..=runs {
             for (i, target) in targets.iter().enumerate() {
-                let (secs, body) = get_timed(&agent, &urls[i])?;
+                let (secs, body) = get_timed_as(&agent, &urls[i], q.gzip)?;
                 if run == 0 {
                     counts[i] = count_points(target, &body)?;
                 } else {
@@ -554,10 +566,13 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
             .iter()
             .map(|r| format!("{} {}", r.name, r.queries[i].2))
             .collect();
-        // A kept answer must hold what the computed one held, target by target (the
-        // computed queries come first, in the same order). VictoriaMetrics's kept range
-        // answers may leave out their newest step; that is noted, not an error.
-        let computed = i.checked_sub(queries.len() / 2).filter(|_| q.kept);
+        // A kept answer must hold what the computed one held, target by target.
+        // VictoriaMetrics's kept range answers may leave out their newest step; that is
+        // noted, not an error.
+        let computed = queries
+            .iter()
+            .position(|c| !c.kept && !c.gzip && c.name == q.name)
+            .filter(|_| q.kept);
         let agree = match computed {
             Some(c) => results.iter().all(|r| {
                 let same = r.queries[i].2 == r.queries[c].2;

@@ -6,6 +6,7 @@ mod annotation;
 pub(crate) mod body;
 mod deprecated;
 mod dps;
+mod encode;
 mod error;
 mod exp;
 mod front;
@@ -37,7 +38,6 @@ use axum::routing::any;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
-use tower_http::compression::Compression;
 use tower_http::compression::predicate::{Predicate, SizeAbove};
 use tower_http::decompression::RequestDecompression;
 use tower_service::Service;
@@ -247,7 +247,7 @@ impl Predicate for Compressible {
 }
 
 /// A connection's service: each request through [`front::front`], its answer compressed
-/// (gzip or deflate) when the client accepts it.
+/// (gzip or deflate) when the client accepts it ([`encode`]).
 #[derive(Clone)]
 struct Tsd {
     state: Arc<State>,
@@ -268,7 +268,11 @@ impl Service<hyper::Request<hyper::body::Incoming>> for Tsd {
         let state = Arc::clone(&self.state);
         let router = self.router.clone();
         let peer = self.peer;
-        Box::pin(async move { Ok(front::front(state, router, peer, req.map(Body::new)).await) })
+        let coding = encode::chosen(req.headers());
+        Box::pin(async move {
+            let resp = front::front(state, router, peer, req.map(Body::new)).await;
+            Ok(encode::encoded(coding, resp).await)
+        })
     }
 }
 
@@ -288,16 +292,11 @@ pub(crate) async fn serve<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = TowerToHyperService::new(
-        Compression::new(Tsd {
-            state: Arc::clone(state),
-            router,
-            peer,
-        })
-        .gzip(true)
-        .deflate(true)
-        .compress_when(Compressible),
-    );
+    let service = TowerToHyperService::new(Tsd {
+        state: Arc::clone(state),
+        router,
+        peer,
+    });
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .timer(hyper_util::rt::TokioTimer::new())

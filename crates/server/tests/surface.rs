@@ -121,7 +121,11 @@ async fn answers_are_compressed_when_the_client_accepts_it() {
     let list: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(list.as_array().unwrap().contains(&json!("sum")));
     assert_eq!(r.header("vary"), Some("accept-encoding"));
-    assert_eq!(r.header("content-length"), None);
+    // Compressed whole, sent with its length.
+    assert_eq!(
+        r.header("content-length"),
+        Some(r.body.len().to_string().as_str())
+    );
     let plain = conn.request("GET", "/api/aggregators", "", b"").await;
     assert_eq!(plain.header("content-encoding"), None);
     // Marked as varying by the client's encoding even when it accepts none.
@@ -152,6 +156,62 @@ async fn answers_are_compressed_when_the_client_accepts_it() {
     assert_eq!(r.text(), r#"{"status":"ok"}"#);
     assert_eq!(r.header("content-encoding"), None);
     assert_eq!(r.header("vary"), None);
+    srv.stop().await;
+}
+
+/// A large answer (compressed off the connection's thread) reads back as the plain one,
+/// in the coding Netty's rule picks from the client's qualities.
+#[tokio::test]
+async fn large_answers_are_compressed_whole_in_the_coding_chosen() {
+    let srv = start_with("memory", config(&[])).await;
+    let points: Vec<serde_json::Value> = (0..6000)
+        .map(|i| {
+            json!({"metric": "sys.big", "timestamp": 1_700_000_000 + i * 7,
+                   "value": i * 31 % 1000, "tags": {"host": "a"}})
+        })
+        .collect();
+    let body = serde_json::to_string(&points).unwrap();
+    let r = http(srv.addr, "POST", "/api/put", &body).await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    let path = "/api/query?start=1699999999&m=sum:sys.big%7Bhost=a%7D";
+    let mut conn = HttpConn::open(srv.addr).await;
+    let plain = conn.request("GET", path, "", b"").await;
+    assert_eq!(plain.status, 200);
+    assert!(plain.body.len() > 64 * 1024, "{}", plain.body.len());
+    let r = conn
+        .request(
+            "GET",
+            path,
+            "Accept-Encoding: gzip;q=0.5, deflate;q=0.9\r\n",
+            b"",
+        )
+        .await;
+    assert_eq!(r.header("content-encoding"), Some("deflate"));
+    assert_eq!(
+        r.header("content-length"),
+        Some(r.body.len().to_string().as_str())
+    );
+    assert!(r.body.len() < plain.body.len() / 2);
+    let mut text = Vec::new();
+    flate2::read::ZlibDecoder::new(&r.body[..])
+        .read_to_end(&mut text)
+        .unwrap();
+    assert_eq!(text, plain.body);
+    let r = conn
+        .request("GET", path, "Accept-Encoding: *\r\n", b"")
+        .await;
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&r.body[..])
+        .read_to_end(&mut text)
+        .unwrap();
+    assert_eq!(text, plain.body);
+    // Refused codings leave the answer as it is.
+    let r = conn
+        .request("GET", path, "Accept-Encoding: gzip;q=0, br\r\n", b"")
+        .await;
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.body, plain.body);
     srv.stop().await;
 }
 
