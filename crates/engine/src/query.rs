@@ -9,7 +9,7 @@ pub(crate) mod fold;
 pub mod memory;
 pub mod plan;
 pub mod rate;
-pub(crate) mod threads;
+pub mod threads;
 
 /// Whether this machine has more than one core to give a query's second thread. Asked once:
 /// the standard library reads the cgroup's CPU quota from files at every call.

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 ///
 /// The first call starts the threads; should that fail, `there` runs on a thread of its own
 /// as it did before they were kept.
-pub(crate) fn both<A, B: Send>(
+pub fn both<A, B: Send>(
     here: impl FnOnce() -> A,
     there: impl FnOnce() -> B + Send,
 ) -> (A, std::thread::Result<B>) {
