@@ -206,6 +206,8 @@ fn unknown_command(args: &[std::ffi::OsString]) -> Option<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread is started (see the crate's text).
+    let allocator = hourglass_alloc::tune();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = unknown_command(&args) {
         return code;
@@ -247,6 +249,7 @@ fn main() -> ExitCode {
         // Also kept in memory for the TSD's `/logs` page.
         .with(recent_logs::RecentEvents)
         .init();
+    tracing::debug!(?allocator, "the C library's allocator");
     let result = match cli.command {
         Command::Tsd(a) => cmd::tsd::run(&a),
         Command::Import(a) => cmd::import::run(&a),
