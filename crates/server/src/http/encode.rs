@@ -142,7 +142,7 @@ pub(crate) async fn encoded(coding: Option<Coding>, mut resp: Response) -> Respo
 /// deflate stream of its own, the first ended by a sync flush (byte-aligned, not final), so
 /// the two joined are one stream (the second half's matches do not reach into the first,
 /// a cost of about 1% in size). Compression is most of such an answer's time.
-const SPLIT_BYTES: usize = 32 * 1024;
+const SPLIT_BYTES: usize = 128 * 1024;
 
 /// `text` compressed whole at the fastest level, by the kept compressors of this thread
 /// (and of a kept query thread for a long gzip answer's second half: [`SPLIT_BYTES`]).
