@@ -125,7 +125,7 @@ impl Query {
 /// The queries computed (`nocache=1`), then the same asked as is, where both targets may
 /// answer a repeat from the answer they kept, then computed again with the answers asked
 /// compressed.
-fn with_kept(computed: Vec<Query>) -> Vec<Query> {
+fn with_variants(computed: Vec<Query>) -> Vec<Query> {
     let kept = computed.iter().map(|q| Query {
         kept: true,
         ..q.clone()
@@ -542,7 +542,7 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
     for q in &queries {
         println!("{}: {}", q.name, q.detail);
     }
-    let queries = with_kept(queries);
+    let queries = with_variants(queries);
     let mut targets = Vec::new();
     for name in &args.targets {
         let target = Target::parse(name, &tsdb)?;

@@ -34,6 +34,33 @@ pub fn both<A, B: Send>(
     (ours, theirs)
 }
 
+/// Appends to `out` what `here` writes into it, then what `there` wrote meanwhile on one of
+/// the kept threads into a buffer of its own (allocated with `capacity`): two halves of a
+/// text written at once and joined. `here`'s error first, then `there`'s; a panic in
+/// `there` unwinds the caller, as it would have had `here` written both.
+pub fn both_written<E: Send>(
+    out: &mut Vec<u8>,
+    capacity: usize,
+    here: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    there: impl FnOnce(&mut Vec<u8>) -> Result<(), E> + Send,
+) -> Result<(), E> {
+    let (done, later) = both(
+        || here(out),
+        || {
+            let mut part = Vec::with_capacity(capacity);
+            there(&mut part).map(|()| part)
+        },
+    );
+    done?;
+    match later {
+        Ok(part) => {
+            out.extend_from_slice(&part?);
+            Ok(())
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 /// The kept threads: as many as the machine has cores, so each split query being read at
 /// once has its second thread (no fewer than two: a query waiting for a kept thread waits
 /// for another query's share to end).
@@ -54,6 +81,28 @@ fn pool() -> Option<&'static rayon_core::ThreadPool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_written_joins_the_halves_in_order() {
+        let mut out = b"<".to_vec();
+        let done: Result<(), ()> = both_written(
+            &mut out,
+            4,
+            |o| {
+                o.extend_from_slice(b"ab");
+                Ok(())
+            },
+            |o| {
+                o.extend_from_slice(b"cd");
+                Ok(())
+            },
+        );
+        assert_eq!((done, out.as_slice()), (Ok(()), &b"<abcd"[..]));
+        let failed = both_written(&mut Vec::new(), 0, |_| Ok(()), |_| Err("theirs"));
+        assert_eq!(failed, Err("theirs"));
+        let failed = both_written(&mut Vec::new(), 0, |_| Err("ours"), |_| Err("theirs"));
+        assert_eq!(failed, Err("ours"));
+    }
 
     #[test]
     fn both_answers_come_back_and_the_second_runs_elsewhere() {

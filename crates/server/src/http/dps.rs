@@ -44,18 +44,18 @@ pub(crate) fn write_dps(
         run(out, dps, null_for_nan, Some(open));
     } else {
         let (first, second) = dps.split_at(dps.len() / 2);
-        let (_, later) = hourglass_engine::query::threads::both(
-            || run(out, first, null_for_nan, Some(open)),
-            || {
-                let mut text = Vec::new();
-                run(&mut text, second, null_for_nan, None);
-                text
+        let Ok(()) = hourglass_engine::query::threads::both_written::<std::convert::Infallible>(
+            out,
+            second.len() * 24,
+            |out| {
+                run(out, first, null_for_nan, Some(open));
+                Ok(())
+            },
+            |part| {
+                run(part, second, null_for_nan, None);
+                Ok(())
             },
         );
-        match later {
-            Ok(text) => out.extend_from_slice(&text),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
     }
     out.push(close);
 }

@@ -159,18 +159,12 @@ fn compress(coding: Coding, text: &[u8]) -> Result<Vec<u8>, flate2::CompressErro
         kept_deflate(false, text, &mut out, true)?;
     } else {
         let (first, second) = text.split_at(text.len() / 2);
-        let (done, later) = hourglass_engine::query::threads::both(
-            || kept_deflate(false, first, &mut out, false),
-            || {
-                let mut part = Vec::with_capacity(second.len() / 3 + 64);
-                kept_deflate(false, second, &mut part, true).map(|()| part)
-            },
-        );
-        done?;
-        match later {
-            Ok(part) => out.extend_from_slice(&part?),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        hourglass_engine::query::threads::both_written(
+            &mut out,
+            second.len() / 3 + 64,
+            |out| kept_deflate(false, first, out, false),
+            |part| kept_deflate(false, second, part, true),
+        )?;
     }
     out.extend_from_slice(&crc32fast::hash(text).to_le_bytes());
     // The text's length modulo 2^32, as the format keeps it.
