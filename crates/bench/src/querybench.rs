@@ -302,6 +302,9 @@ pub(crate) fn run(args: &QueryArgs) -> anyhow::Result<()> {
             timings.push((secs, scanned));
         }
         server.stop(Duration::from_secs(600))?;
+        if std::env::var_os("HOURGLASS_BENCH_KEEP").is_some() {
+            println!("({name} data kept in {})", dir.keep().display());
+        }
         results.push((name.to_string(), timings));
     }
     println!(

@@ -292,23 +292,40 @@ impl Downsampler {
                 .sum();
         }
         let first_row = self.out.capacity() == 0 && self.bucket.is_none();
+        if first_row && self.spec.calendar.is_none() {
+            // Fixed buckets: the row's own buckets are at most its points and its span's
+            // intervals, known before its buckets close (sized after, they would be
+            // regrown from nothing as they close).
+            if let (Some(first), Some(last)) = (times.first(), times.last()) {
+                let spanned = (last - first).max(0) / self.spec.interval_ms + 1;
+                self.reserve_for(*first, spanned.min(times.len() as i64));
+            }
+        }
         let (closed, opened) = match self.spec.calendar {
             None => with_fold!(self.current.running, F => self.push_fixed::<F, V>(times, values),
                 _ => self.push_each(times, values)),
             Some(_) => self.push_each(times, values),
         };
-        if let (true, Some(until), Some(first)) = (first_row, self.until, times.first()) {
-            // As many buckets per hour as this row had, for the hours left; never more
-            // than fixed buckets could be.
-            let hours = (until - first).max(0) / 3_600_000 + 1;
-            let mut expected = (opened as i64).saturating_mul(hours);
-            if self.spec.calendar.is_none() {
-                expected = expected.min((until - first).max(0) / self.spec.interval_ms + 2);
-            }
-            self.out
-                .reserve(usize::try_from(expected).unwrap_or(0).min(1 << 24));
+        if let (true, Some(first)) = (first_row && self.spec.calendar.is_some(), times.first()) {
+            self.reserve_for(*first, opened as i64);
         }
         closed
+    }
+
+    /// Room in the output for the buckets of the hours from `first` (ms) to
+    /// [`Downsampler::expect_until`]'s end, at `per_row` buckets an hour (a first row's):
+    /// never more than fixed buckets could be.
+    fn reserve_for(&mut self, first: i64, per_row: i64) {
+        let Some(until) = self.until else {
+            return;
+        };
+        let hours = (until - first).max(0) / 3_600_000 + 1;
+        let mut expected = per_row.saturating_mul(hours);
+        if self.spec.calendar.is_none() {
+            expected = expected.min((until - first).max(0) / self.spec.interval_ms + 2);
+        }
+        let expected = usize::try_from(expected).unwrap_or(0).min(1 << 24);
+        self.out.reserve(expected.saturating_sub(self.out.len()));
     }
 
     /// Whether [`Downsampler::push_summaries`] can stand for pushing the points of one hour:
@@ -648,6 +665,31 @@ mod tests {
         assert_eq!(err("m-avg"), "Invalid duration (number): m");
         assert_eq!(err("0m-avg"), "Zero or negative duration: 0m");
         assert_eq!(err("1q-avg"), "Invalid duration (suffix): 1q");
+    }
+
+    /// A first row's fixed buckets are sized before any closes, to the hours left until
+    /// `expect_until` (never past it): sized after the row, they grew from nothing as they
+    /// closed, and a piece of a split query reserved every bucket up to the query's end.
+    #[test]
+    fn a_first_rows_buckets_are_sized_before_they_close() {
+        let spec = DownsampleSpec::parse("1m-avg").unwrap();
+        let hour = 1_356_998_400_000i64;
+        // Points every 10 s over the hour: 60 one-minute buckets, 59 closed by the row.
+        let times: Vec<i64> = (0..360).map(|i| hour + i * 10_000).collect();
+        let values = vec![1.0f64; times.len()];
+        for (until, room) in [(hour + 3_600_000, 61), (hour + 3 * 3_600_000, 181)] {
+            let mut d = Downsampler::new(spec, (hour, until)).expect_until(until);
+            assert_eq!(d.push_all(&times, &values), 59);
+            // The span's minutes to `until`, plus the bucket holding it and one more.
+            assert_eq!(d.out.capacity(), room + 1, "until {until}");
+        }
+        // Sparse points: no more buckets an hour than the row had points, for the 11 hours
+        // from the first point's to `until`'s.
+        let sparse = [hour, hour + 1_800_000];
+        let until = hour + 10 * 3_600_000;
+        let mut d = Downsampler::new(spec, (hour, until)).expect_until(until);
+        d.push_all(&sparse, &[1.0f64, 2.0]);
+        assert_eq!(d.out.capacity(), 2 * 11);
     }
 
     #[test]
