@@ -562,23 +562,25 @@ impl Downsampler {
                 .collect());
         }
         self.close();
-        if self.spec.fill == FillPolicy::None && self.earlier.is_empty() {
-            return Ok(self.out);
-        }
-        let count = self.buckets();
-        let buckets = self.earlier.iter().flatten().chain(&self.out).copied();
-        let fill = match self.spec.fill {
-            FillPolicy::None => {
-                let mut out = Vec::with_capacity(count);
-                out.extend(buckets);
-                return Ok(out);
+        if !self.earlier.is_empty() {
+            // The pieces of a split read put together, a copy each (an iterator chaining
+            // them cost about 40 instructions a bucket).
+            let mut joined = Vec::with_capacity(self.buckets());
+            for piece in &self.earlier {
+                joined.extend_from_slice(piece);
             }
+            joined.extend_from_slice(&self.out);
+            self.earlier = Vec::new();
+            self.out = joined;
+        }
+        let fill = match self.spec.fill {
+            FillPolicy::None => return Ok(self.out),
             FillPolicy::Zero => 0.0,
             FillPolicy::Nan | FillPolicy::Null => f64::NAN,
             FillPolicy::Scalar => f64::NAN,
         };
-        let mut filled = Vec::with_capacity(count);
-        let mut have = buckets.peekable();
+        let mut filled = Vec::with_capacity(self.out.len());
+        let mut have = self.out.iter().copied().peekable();
         // The scan's end, and at least past the bucket holding the query's end: OpenTSDB
         // stops at the calendar bucket holding its scan's end, which drops the end's own
         // bucket in some zones (README, "Differences from OpenTSDB 2.4").
