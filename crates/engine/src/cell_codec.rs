@@ -650,7 +650,7 @@ fn joint_columns<V: Sample>(
         .unwrap_or(0);
     let start = times.len();
     // Seconds points are checked whole from the period's start: so are the members'.
-    decode_body_columns(r, version, n, period_ms, limit, times, values)?;
+    let all_increasing = decode_body_columns(r, version, n, period_ms, limit, times, values)?;
     // Each member's points in its hour; whether each member's times strictly increase.
     let mut increasing = true;
     let mut at = start;
@@ -658,6 +658,17 @@ fn joint_columns<V: Sample>(
         let low = period_ms.wrapping_add(i64::from(m.offset_secs) * 1000);
         let end = at + m.shape.points as usize;
         let own = times.get(at..end).ok_or("stream lengths differ")?;
+        if all_increasing {
+            // The whole stream's times strictly increase: a member's first and last are its
+            // least and greatest, so they alone say whether all of its points are in its hour.
+            let in_hour =
+                |t: Option<&i64>| t.is_none_or(|t| (0..HOUR_MS).contains(&t.wrapping_sub(low)));
+            if !in_hour(own.first()) || !in_hour(own.last()) {
+                return Err("offset out of range");
+            }
+            at = end;
+            continue;
+        }
         for (i, t) in own.iter().enumerate() {
             let off = t.wrapping_sub(low);
             if !(0..HOUR_MS).contains(&off) {
