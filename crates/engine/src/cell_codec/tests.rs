@@ -1075,6 +1075,60 @@ fn joint_stream_example() {
     );
 }
 
+/// Integer members in one run of flags (every value of one width), as a counter's or a
+/// gauge's day is: their Rice sequence gives every point in the columns, the steps' common
+/// divisor and the width's sign included.
+#[test]
+fn integer_members_in_one_run_give_every_point() {
+    // (first value, step multiplier, steps cycle): 4-byte counter steps of 100, 1-byte
+    // negative gauge steps of 3, a constant.
+    for (first, unit, cycle) in [(100_000i64, 100i64, 5i64), (-100, 3, 7), (42, 0, 1)] {
+        let mut value = first;
+        let members: Vec<(u32, Rebuilt)> = (0..3u32)
+            .map(|h| {
+                let pts: Vec<(bool, u32, Value)> = (0..360u32)
+                    .map(|i| {
+                        let step = (i64::from(h * 360 + i) % cycle) * unit;
+                        // A gauge goes up and back down within its width.
+                        value += if unit == 3 && (h * 360 + i) % 2 == 1 {
+                            -step
+                        } else {
+                            step
+                        };
+                        (false, i * 10_000, Value::Int(value))
+                    })
+                    .collect();
+                (h * 3600, cell(&pts))
+            })
+            .collect();
+        let (shapes, stream) = encode_joint_as(&joint_cells(&members), Packing::Rice).unwrap();
+        let joint: Vec<JointMember> = members
+            .iter()
+            .zip(&shapes)
+            .map(|((o, _), s)| JointMember {
+                offset_secs: *o,
+                shape: s.unwrap(),
+            })
+            .collect();
+        let (want_times, want_bits) = joint_expected(&members);
+        let (mut times, mut ints) = (Vec::new(), Vec::<Num>::new());
+        assert!(decode_joint_columns(&stream, &joint, 0, &mut times, &mut ints).unwrap());
+        assert_eq!(times, want_times, "first {first}");
+        let got: Vec<u64> = ints
+            .iter()
+            .map(|v| match v {
+                Num::Int(i) => *i as u64,
+                Num::Float(f) => f.to_bits(),
+            })
+            .collect();
+        assert_eq!(got, want_bits, "first {first}");
+        let mut doubles = Vec::<f64>::new();
+        decode_joint_columns(&stream, &joint, 0, &mut Vec::new(), &mut doubles).unwrap();
+        let want: Vec<f64> = want_bits.iter().map(|b| *b as i64 as f64).collect();
+        assert_eq!(doubles, want, "first {first}");
+    }
+}
+
 /// Members of one period: hours (or any second offsets) with cells of any points.
 fn joint_members() -> impl Strategy<Value = Vec<(u32, Rebuilt)>> {
     prop::collection::btree_map(
