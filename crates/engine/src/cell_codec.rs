@@ -2009,8 +2009,14 @@ fn decode_body_columns<V: Sample>(
         let last = i64::try_from(last).map_err(|_| "offset overflow")?;
         whole_seconds &= d % 1000 == 0;
         increasing &= d > 0;
-        let base = base_ms.wrapping_add(at);
-        times.extend((1..=len as i64).map(|k| base.wrapping_add(k.wrapping_mul(d))));
+        // base + k × d for k in 1..=len, by one addition each.
+        let mut t = base_ms.wrapping_add(at);
+        let from = times.len();
+        times.resize(from + len, 0);
+        for slot in &mut times[from..] {
+            t = t.wrapping_add(d);
+            *slot = t;
+        }
         (low, high, at) = (low.min(last), high.max(last), last);
     }
     if low < 0 || high >= limit_ms {

@@ -447,11 +447,9 @@ impl Downsampler {
             let run = if times[n - 1] < end {
                 n
             } else {
-                i + times[i..n].iter().position(|t| *t >= end).unwrap_or(n - i)
+                i + run_end(&times[i..n], end)
             };
-            for v in &values[i..run] {
-                F::add(&mut acc, &mut finite, v.as_f64());
-            }
+            F::add_run(&mut acc, &mut finite, &values[i..run]);
             seen += (run - i) as u64;
             i = run;
         }
@@ -618,6 +616,30 @@ impl Downsampler {
     }
 }
 
+/// The index of the first of `times` at or past `end`, `times` not going back (the length
+/// when none is): guessed from their first step, as regular times fall, and taken when its
+/// neighbours bear it out (a time under `end` has only times under it before it, one at or
+/// past it only such times after it), else found by looking at each time.
+fn run_end(times: &[i64], end: i64) -> usize {
+    if let [t0, t1, ..] = times
+        && t1 > t0
+        && *t0 < end
+        && let Some(step) = t1.checked_sub(*t0)
+    {
+        let gap = end.saturating_sub(*t0);
+        let guess = gap / step + i64::from(gap % step != 0);
+        if let Ok(k) = usize::try_from(guess)
+            && k >= 1
+            && k < times.len()
+            && times[k - 1] < end
+            && times[k] >= end
+        {
+            return k;
+        }
+    }
+    times.iter().position(|t| *t >= end).unwrap_or(times.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,6 +689,28 @@ mod tests {
         assert_eq!(err("m-avg"), "Invalid duration (number): m");
         assert_eq!(err("0m-avg"), "Zero or negative duration: 0m");
         assert_eq!(err("1q-avg"), "Invalid duration (suffix): 1q");
+    }
+
+    /// The first time at or past a bucket's end: guessed from the first step and taken only
+    /// when its neighbours bear it out.
+    #[test]
+    fn a_runs_end_is_the_first_time_at_or_past_the_end() {
+        let regular: Vec<i64> = (0..100).map(|i| i * 10).collect();
+        for end in [1, 10, 11, 59, 60, 61, 990, 991, 5_000] {
+            let want = regular
+                .iter()
+                .position(|t| *t >= end)
+                .unwrap_or(regular.len());
+            assert_eq!(run_end(&regular, end), want, "end {end}");
+        }
+        // The first step's guess (index 2) wrong: a slower step after it, equal times.
+        assert_eq!(run_end(&[0, 10, 11, 12, 50], 12), 3);
+        assert_eq!(run_end(&[0, 10, 10, 10, 40], 20), 4);
+        assert_eq!(run_end(&[0, 10, 30, 30, 40], 20), 2);
+        // No second time, no step, or every time before the end.
+        assert_eq!(run_end(&[5], 6), 1);
+        assert_eq!(run_end(&[5, 5, 9], 6), 2);
+        assert_eq!(run_end(&[i64::MIN, i64::MAX], i64::MAX), 1);
     }
 
     /// A first row's fixed buckets are sized before any closes, to the hours left until

@@ -7,12 +7,40 @@
 //! order, instead of gathering every time's values across all series).
 
 use super::aggregator::Aggregator;
+use crate::num::Sample;
 
 /// A reduction over a running `(accumulator, non-NaN count)` pair.
 pub(crate) trait Fold {
     const START: f64;
     fn add(acc: &mut f64, finite: &mut u64, v: f64);
     fn value(acc: f64, finite: u64) -> f64;
+
+    /// [`Fold::add`] of each of `values`, in order.
+    #[inline(always)]
+    fn add_run<V: Sample>(acc: &mut f64, finite: &mut u64, values: &[V]) {
+        for v in values {
+            Self::add(acc, finite, v.as_f64());
+        }
+    }
+}
+
+/// [`Sum::add`] of each of `values`: added without a test each, then added again one by
+/// one only when the total is NaN. Without a NaN value the additions are the same ones in
+/// the same order, and any NaN value makes the total NaN.
+#[inline(always)]
+fn sum_run<V: Sample>(acc: &mut f64, finite: &mut u64, values: &[V]) {
+    let mut total = *acc;
+    for v in values {
+        total += v.as_f64();
+    }
+    if total.is_nan() {
+        for v in values {
+            Sum::add(acc, finite, v.as_f64());
+        }
+    } else {
+        *acc = total;
+        *finite += values.len() as u64;
+    }
 }
 
 pub(crate) struct Sum;
@@ -34,6 +62,10 @@ impl Fold for Sum {
     #[inline(always)]
     fn value(acc: f64, finite: u64) -> f64 {
         if finite == 0 { f64::NAN } else { acc }
+    }
+    #[inline(always)]
+    fn add_run<V: Sample>(acc: &mut f64, finite: &mut u64, values: &[V]) {
+        sum_run(acc, finite, values);
     }
 }
 
@@ -57,6 +89,10 @@ impl Fold for Avg {
     #[inline(always)]
     fn add(acc: &mut f64, finite: &mut u64, v: f64) {
         Sum::add(acc, finite, v);
+    }
+    #[inline(always)]
+    fn add_run<V: Sample>(acc: &mut f64, finite: &mut u64, values: &[V]) {
+        sum_run(acc, finite, values);
     }
     #[inline(always)]
     fn value(acc: f64, finite: u64) -> f64 {
@@ -288,6 +324,29 @@ mod tests {
             }
             prop_assert_eq!(a.take(function).map(f64::to_bits), Some(function.run_double(&values).to_bits()));
             prop_assert_eq!(a.take(function), None, "a fresh start");
+        }
+
+        /// A run of values added at once leaves the sum and its count as adding them one by
+        /// one does, whatever NaNs and infinities are among them or in the sum before.
+        #[test]
+        fn a_run_adds_as_its_values_one_by_one(
+            before in prop::collection::vec(value(), 0..4),
+            values in prop::collection::vec(
+                prop_oneof![9 => value(), 1 => Just(f64::NEG_INFINITY)],
+                0..20,
+            ),
+        ) {
+            let (mut acc, mut finite) = (Sum::START, 0u64);
+            for v in &before {
+                Sum::add(&mut acc, &mut finite, *v);
+            }
+            let (mut one, mut one_finite) = (acc, finite);
+            for v in &values {
+                Sum::add(&mut one, &mut one_finite, *v);
+            }
+            Sum::add_run(&mut acc, &mut finite, &values);
+            prop_assert_eq!(acc.to_bits(), one.to_bits());
+            prop_assert_eq!(finite, one_finite);
         }
     }
 }
