@@ -930,6 +930,19 @@ fn joint_cells(members: &[(u32, Rebuilt)]) -> Vec<JointCell<'_>> {
 }
 
 /// Each member's points as times from the period start and values, member after member.
+/// The joint members of `members` with the shapes their encoding gave each (every one
+/// taken jointly).
+fn joint_of(members: &[(u32, Rebuilt)], shapes: &[Option<JointShape>]) -> Vec<JointMember> {
+    members
+        .iter()
+        .zip(shapes)
+        .map(|((o, _), s)| JointMember {
+            offset_secs: *o,
+            shape: s.unwrap(),
+        })
+        .collect()
+}
+
 fn joint_expected(members: &[(u32, Rebuilt)]) -> (Vec<i64>, Vec<u64>) {
     let (mut times, mut bits) = (Vec::new(), Vec::new());
     for (o, (q, v)) in members {
@@ -1102,14 +1115,7 @@ fn integer_members_in_one_run_give_every_point() {
             })
             .collect();
         let (shapes, stream) = encode_joint_as(&joint_cells(&members), Packing::Rice).unwrap();
-        let joint: Vec<JointMember> = members
-            .iter()
-            .zip(&shapes)
-            .map(|((o, _), s)| JointMember {
-                offset_secs: *o,
-                shape: s.unwrap(),
-            })
-            .collect();
+        let joint = joint_of(&members, &shapes);
         let (want_times, want_bits) = joint_expected(&members);
         let (mut times, mut ints) = (Vec::new(), Vec::<Num>::new());
         assert!(decode_joint_columns(&stream, &joint, 0, &mut times, &mut ints).unwrap());
@@ -1166,11 +1172,7 @@ proptest! {
         let (shapes, stream) = encode_joint_as(&joint_cells(&members), packing).unwrap();
         prop_assert_eq!(stream[0], if rice { JOINT_VERSION } else { JOINT_VERSION_1 });
         prop_assert!(shapes.iter().all(Option::is_some));
-        let joint: Vec<JointMember> = members
-            .iter()
-            .zip(&shapes)
-            .map(|((o, _), s)| JointMember { offset_secs: *o, shape: s.unwrap() })
-            .collect();
+        let joint = joint_of(&members, &shapes);
         let cells: Vec<(Vec<u8>, Vec<u8>)> = members.iter().map(|(_, c)| c.clone()).collect();
         prop_assert_eq!(DataCellCodec.decode_joint("t", &stream, &joint).unwrap(), cells);
         let (mut times, mut values) = (Vec::new(), Vec::<Num>::new());
@@ -1297,14 +1299,7 @@ fn joint_version_2_packs_real_shapes() {
         let v2 = encode_joint_as(&cells, Packing::Rice).unwrap().1;
         // Both decode to the same cells.
         let shapes = DataCellCodec.encode_joint("t", &cells).unwrap().0;
-        let joint: Vec<JointMember> = members
-            .iter()
-            .zip(&shapes)
-            .map(|((o, _), s)| JointMember {
-                offset_secs: *o,
-                shape: s.unwrap(),
-            })
-            .collect();
+        let joint = joint_of(&members, &shapes);
         let want: Vec<Rebuilt> = members.iter().map(|(_, c)| c.clone()).collect();
         assert_eq!(DataCellCodec.decode_joint("t", &v1, &joint).unwrap(), want);
         assert_eq!(DataCellCodec.decode_joint("t", &v2, &joint).unwrap(), want);
@@ -1381,11 +1376,7 @@ proptest! {
             })
             .collect();
         let (shapes, stream) = encode_joint(&joint_cells(&members)).unwrap();
-        let joint: Vec<JointMember> = members
-            .iter()
-            .zip(&shapes)
-            .map(|((o, _), s)| JointMember { offset_secs: *o, shape: s.unwrap() })
-            .collect();
+        let joint = joint_of(&members, &shapes);
         let summaries = joint_summaries(&stream, &joint).unwrap().unwrap();
         let total: u32 = counts.iter().sum();
         let dense = total as usize >= SUMMARY_MIN_POINTS * counts.len();
@@ -1488,14 +1479,7 @@ fn summary_section_has_its_documented_bytes() {
 fn bad_summary_sections_are_refused() {
     let members = dense_members(2, 130, |h, i| Value::Int(i64::from(h * 1000 + i)));
     let (shapes, stream) = encode_joint(&joint_cells(&members)).unwrap();
-    let joint: Vec<JointMember> = members
-        .iter()
-        .zip(&shapes)
-        .map(|((o, _), s)| JointMember {
-            offset_secs: *o,
-            shape: s.unwrap(),
-        })
-        .collect();
+    let joint = joint_of(&members, &shapes);
     assert!(
         joint_summaries(&stream, &joint)
             .unwrap()
