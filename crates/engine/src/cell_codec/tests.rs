@@ -1299,7 +1299,7 @@ fn joint_version_2_packs_real_shapes() {
         let v2 = encode_joint_as(&cells, Packing::Rice).unwrap().1;
         // Both decode to the same cells.
         let shapes = DataCellCodec.encode_joint("t", &cells).unwrap().0;
-        let joint = joint_of(&members, &shapes);
+        let joint = joint_of(members, &shapes);
         let want: Vec<Rebuilt> = members.iter().map(|(_, c)| c.clone()).collect();
         assert_eq!(DataCellCodec.decode_joint("t", &v1, &joint).unwrap(), want);
         assert_eq!(DataCellCodec.decode_joint("t", &v2, &joint).unwrap(), want);
