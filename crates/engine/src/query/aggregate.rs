@@ -112,10 +112,10 @@ pub fn aggregate_floats(series: &[Vec<(i64, f64)>], agg: Aggregator) -> Result<V
         // there are many (a week of one-minute buckets of 1,000 series: 161 MB read).
         let indexes: Vec<usize> = (0..first.len()).collect();
         let halves = in_two_halves(&indexes, series.len(), |part| {
-            let (lo, hi) = (part.first().copied().unwrap_or(0), part.len());
-            let first = &first[lo..lo + hi];
+            let (lo, len) = (part.first().copied().unwrap_or(0), part.len());
+            let first = &first[lo..lo + len];
             Ok(vec![rest.iter().all(|s| {
-                s[lo..lo + hi].iter().zip(first).all(|(a, b)| a.0 == b.0)
+                s[lo..lo + len].iter().zip(first).all(|(a, b)| a.0 == b.0)
             })])
         });
         halves.is_ok_and(|same| same.iter().all(|s| *s))
