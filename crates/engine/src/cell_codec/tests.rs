@@ -943,6 +943,18 @@ fn joint_of(members: &[(u32, Rebuilt)], shapes: &[Option<JointShape>]) -> Vec<Jo
         .collect()
 }
 
+/// Each value's bits as [`joint_expected`] gives them: an integer's two's complement, a
+/// float's bits.
+fn bits_of(values: &[Num]) -> Vec<u64> {
+    values
+        .iter()
+        .map(|v| match v {
+            Num::Int(i) => *i as u64,
+            Num::Float(f) => f.to_bits(),
+        })
+        .collect()
+}
+
 fn joint_expected(members: &[(u32, Rebuilt)]) -> (Vec<i64>, Vec<u64>) {
     let (mut times, mut bits) = (Vec::new(), Vec::new());
     for (o, (q, v)) in members {
@@ -1120,14 +1132,7 @@ fn integer_members_in_one_run_give_every_point() {
         let (mut times, mut ints) = (Vec::new(), Vec::<Num>::new());
         assert!(decode_joint_columns(&stream, &joint, 0, &mut times, &mut ints).unwrap());
         assert_eq!(times, want_times, "first {first}");
-        let got: Vec<u64> = ints
-            .iter()
-            .map(|v| match v {
-                Num::Int(i) => *i as u64,
-                Num::Float(f) => f.to_bits(),
-            })
-            .collect();
-        assert_eq!(got, want_bits, "first {first}");
+        assert_eq!(bits_of(&ints), want_bits, "first {first}");
         let mut doubles = Vec::<f64>::new();
         decode_joint_columns(&stream, &joint, 0, &mut Vec::new(), &mut doubles).unwrap();
         let want: Vec<f64> = want_bits.iter().map(|b| *b as i64 as f64).collect();
@@ -1186,14 +1191,7 @@ proptest! {
         let (want_times, want_bits) = joint_expected(&members);
         let want_times: Vec<i64> = want_times.into_iter().map(|t| t + period).collect();
         prop_assert_eq!(times, want_times);
-        let bits: Vec<u64> = values
-            .iter()
-            .map(|v| match v {
-                Num::Int(i) => *i as u64,
-                Num::Float(f) => f.to_bits(),
-            })
-            .collect();
-        prop_assert_eq!(bits, want_bits);
+        prop_assert_eq!(bits_of(&values), want_bits);
     }
 
     /// The columns decoder fails on exactly the joint streams the cell decoder fails on,

@@ -43,6 +43,8 @@ pub(crate) fn write_dps(
     if dps.len() < SPLIT_POINTS {
         run(out, dps, null_for_nan, Some(open));
     } else {
+        // Room for both halves, so joining the second does not move the first.
+        out.reserve(dps.len() * 24 + 2);
         let (first, second) = dps.split_at(dps.len() / 2);
         let Ok(()) = hourglass_engine::query::threads::both_written::<std::convert::Infallible>(
             out,
