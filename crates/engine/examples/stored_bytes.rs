@@ -1,7 +1,8 @@
 //! Where an embedded data dir's bytes go. Per metric of the data table's groups (RFC 0006):
 //! the joint streams' sections (timestamps, integer values, decimal mantissas and
 //! corrections, raw floats, hour summaries of RFC 0009, runs and version bytes), the rest of
-//! each group value (member fields, family) and its key; then, per keyspace, what the store
+//! each group value (member fields, family) and its key; the same sections of the encoded
+//! cells of rows not in groups (RFC 0005), with what their rows hold besides; then, per keyspace, what the store
 //! holds against the bytes of its files (blocks and their compression, indexes, filters), and
 //! the data dir's other files.
 //!
@@ -20,8 +21,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hourglass_engine::cell_codec::{DataCellCodec, JointSections, joint_sections};
-use hourglass_storage::{ReadOptions, ScanRequest, Store};
+use hourglass_engine::cell_codec::{DataCellCodec, JointSections, cell_sections, joint_sections};
+use hourglass_storage::{CellForm, ReadOptions, ScanRequest, Store};
 use hourglass_store_fjall::FjallStore;
 
 const DATA_TABLE: &str = "tsdb";
@@ -45,6 +46,7 @@ fn add(into: &mut JointSections, s: &JointSections) {
     into.version += s.version;
     into.summaries += s.summaries;
     into.runs += s.runs;
+    into.flags += s.flags;
     into.offsets += s.offsets;
     into.integers += s.integers;
     into.float_head += s.float_head;
@@ -158,7 +160,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let s = &t.sections;
         let n = points_of(s).max(1) as f64;
         let fields = t.value_bytes - t.stream_bytes;
-        let heads = s.version + s.runs + s.float_head;
+        let heads = s.version + s.runs + s.flags + s.float_head;
         let all = t.value_bytes + t.key_bytes;
         println!(
             "| {metric} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
@@ -186,7 +188,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         add(&mut total.sections, s);
     }
     let s = &total.sections;
-    let heads = s.version + s.runs + s.float_head;
+    let heads = s.version + s.runs + s.flags + s.float_head;
     let fields = total.value_bytes - total.stream_bytes;
     println!(
         "| all | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
@@ -205,6 +207,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (total.value_bytes + total.key_bytes) as f64 / per,
         (total.value_bytes + total.key_bytes) as f64 / per,
     );
+    rows_report(&store, &names, per)?;
     println!("\nKeyspaces: what they hold against their files (bytes a point of the load)\n");
     println!("| keyspace | entries | keys | values | files | files / (keys + values) |");
     println!("|---|---|---|---|---|---|");
@@ -240,4 +243,122 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("| all | {all_files} | {:.3} |", all_files as f64 / per);
     Ok(())
+}
+
+/// One metric's rows outside groups: their encoded cells' sections.
+#[derive(Debug, Default)]
+struct RowTally {
+    rows: usize,
+    cells: usize,
+    key_bytes: usize,
+    blob_bytes: usize,
+    /// The bytes of the cells the rows hold besides the blobs: family, timestamp, lengths.
+    cell_bytes: usize,
+    sections: JointSections,
+}
+
+/// Per metric, the encoded cells of the data table's rows a scan returns in their stored form
+/// (rows not in groups; a group's members come back plain and are left out), by section.
+fn rows_report(
+    store: &FjallStore,
+    names: &BTreeMap<Vec<u8>, String>,
+    per: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let request = ScanRequest {
+        start: Vec::new(),
+        end: None,
+        key_regex: None,
+        read: ReadOptions {
+            encoded_cells: true,
+            ..ReadOptions::default()
+        },
+        limit: None,
+        skip: None,
+        series_filter: false,
+    };
+    let mut tallies: BTreeMap<String, RowTally> = BTreeMap::new();
+    for row in store.scan(DATA_TABLE, &request)? {
+        let row = row?;
+        let blobs: Vec<_> = row
+            .cells
+            .iter()
+            .filter(|c| c.form == CellForm::Encoded)
+            .collect();
+        if blobs.is_empty() {
+            continue;
+        }
+        let metric = row
+            .key
+            .get(..METRIC_WIDTH)
+            .and_then(|uid| names.get(uid))
+            .cloned()
+            .unwrap_or_else(|| "?".to_string());
+        let t = tallies.entry(metric).or_default();
+        t.rows += 1;
+        t.key_bytes += row.key.len();
+        for c in blobs {
+            t.cells += 1;
+            t.blob_bytes += c.value.len();
+            // As RFC 0002 writes a coded cell: coded byte, family, timestamp, blob length.
+            t.cell_bytes += 1
+                + varint_len(c.family.len() as u64)
+                + c.family.len()
+                + varint_len(((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64)
+                + varint_len(c.value.len() as u64);
+            add(&mut t.sections, &cell_sections(&c.value)?);
+        }
+    }
+    println!(
+        "\nRows not in groups: their encoded cells by section, bytes a point of each metric\n"
+    );
+    println!(
+        "| metric | points | rows | cells | times | integers | mantissas | corrections | raw floats | flag runs | other heads | cell fields | keys | all | of the load |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut total = RowTally::default();
+    for (metric, t) in &tallies {
+        row_line(metric, t, Some(per));
+        total.rows += t.rows;
+        total.cells += t.cells;
+        total.key_bytes += t.key_bytes;
+        total.blob_bytes += t.blob_bytes;
+        total.cell_bytes += t.cell_bytes;
+        add(&mut total.sections, &t.sections);
+    }
+    row_line("all", &total, Some(per));
+    Ok(())
+}
+
+fn row_line(metric: &str, t: &RowTally, per: Option<f64>) {
+    let s = &t.sections;
+    let points = s.integer_points + s.float_points;
+    let n = points.max(1) as f64;
+    // The row's own header (format, cell count) is not in the scan; two bytes a row.
+    let fields = t.cell_bytes + 2 * t.rows;
+    let all = t.key_bytes + t.blob_bytes + fields;
+    let of_load = per.map_or(String::new(), |p| format!("{:.3}", all as f64 / p));
+    println!(
+        "| {metric} | {points} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {of_load} |",
+        t.rows,
+        t.cells,
+        s.offsets as f64 / n,
+        s.integers as f64 / n,
+        s.mantissas as f64 / n,
+        s.corrections as f64 / n,
+        s.raw_floats as f64 / n,
+        s.flags as f64 / n,
+        (s.version + s.runs + s.float_head) as f64 / n,
+        fields as f64 / n,
+        t.key_bytes as f64 / n,
+        all as f64 / n,
+    );
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
 }

@@ -1457,8 +1457,10 @@ pub struct JointSections {
     pub version: usize,
     /// The hour summaries (version 0x03): the bitmap and each summary.
     pub summaries: usize,
-    /// The resolution and flag runs.
+    /// The resolution runs.
     pub runs: usize,
+    /// The flag runs.
+    pub flags: usize,
     /// The points' offsets: their times.
     pub offsets: usize,
     /// The integer points' values.
@@ -1502,6 +1504,22 @@ pub fn joint_sections(stream: &[u8], members: &[JointMember]) -> Result<JointSec
     };
     decode_body(&mut r, version, n, Some(&mut sections)).map_err(corrupt)?;
     if r.pos != stream.len() {
+        return Err(corrupt("trailing bytes"));
+    }
+    Ok(sections)
+}
+
+/// The bytes of each section of an encoded data cell (a blob, RFC 0003 and RFC 0005), its
+/// head (version, point count, meta byte) counted as the version.
+pub fn cell_sections(blob: &[u8]) -> Result<JointSections> {
+    let corrupt = |e: &str| Error::Corrupt(format!("bad encoded data cell: {e}"));
+    let (mut r, version, n, _) = Reader::header(blob).map_err(corrupt)?;
+    let mut sections = JointSections {
+        version: r.pos,
+        ..JointSections::default()
+    };
+    decode_body(&mut r, version, n, Some(&mut sections)).map_err(corrupt)?;
+    if r.pos != blob.len() {
         return Err(corrupt("trailing bytes"));
     }
     Ok(sections)
@@ -1565,7 +1583,7 @@ fn decode_body(
     if resolution.len() != n || offsets.len() != n || flags.len() != n {
         return Err("stream lengths differ");
     }
-    add_section(&mut sections, &mut mark, r.pos, |s| &mut s.runs);
+    add_section(&mut sections, &mut mark, r.pos, |s| &mut s.flags);
     let float_count = flags.iter().filter(|f| *f & FLAG_FLOAT != 0).count();
     let ints = if has_section(version, n - float_count) {
         r.unpack_deltas(n - float_count, Packing::of(version))?

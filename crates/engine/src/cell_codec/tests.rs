@@ -1534,7 +1534,8 @@ fn joint_sections_split_the_stream() {
         JointSections {
             version: 1,
             summaries: 1,
-            runs: 8,
+            runs: 3,
+            flags: 5,
             offsets: 10,
             integers: 5,
             float_head: 1,
@@ -1561,6 +1562,7 @@ fn joint_sections_split_the_stream() {
     let all = s.version
         + s.summaries
         + s.runs
+        + s.flags
         + s.offsets
         + s.integers
         + s.float_head
@@ -1657,4 +1659,31 @@ proptest! {
     ) {
         assert_floats_as_each_written(&values)?;
     }
+}
+
+#[test]
+fn cell_sections_split_the_blob() {
+    // 20 integers a minute apart, then a 4-byte and an 8-byte float: head (version,
+    // count, the meta flag and byte), resolution runs (count, first, one length), offset runs (first, one
+    // delta run), flag runs (three: 1-byte int, 4-byte float, 8-byte float), the integers
+    // (first, divisor, floor, width), the floats at scale 1.
+    let mut values: Vec<Value> = (5..25).map(Value::Int).collect();
+    values.extend([Value::Float(1.5), Value::Double(2.1)]);
+    let (q, v) = cell(&every(60, &values));
+    let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+    let s = cell_sections(&blob).unwrap();
+    assert_eq!((s.version, s.runs, s.flags), (4, 3, 7), "{s:?}");
+    assert_eq!((s.integer_points, s.float_points), (20, 2));
+    assert_eq!(s.scale, Some(1));
+    let parts = s.version
+        + s.runs
+        + s.offsets
+        + s.flags
+        + s.integers
+        + s.float_head
+        + s.mantissas
+        + s.corrections
+        + s.raw_floats;
+    assert_eq!(parts, blob.len());
+    assert!(cell_sections(&blob[..blob.len() - 1]).is_err());
 }
