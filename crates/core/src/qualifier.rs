@@ -133,6 +133,11 @@ impl Qualifier {
         (self.0 & u32::from(FLAGS_MASK)) as u8
     }
 
+    /// The same qualifier with `flags` (their low four bits) in place of its own.
+    pub fn with_flags(self, flags: u8) -> Qualifier {
+        Qualifier((self.0 & !u32::from(FLAGS_MASK)) | u32::from(flags & FLAGS_MASK))
+    }
+
     pub fn is_float(self) -> bool {
         self.flags() & FLAG_FLOAT != 0
     }

@@ -1,13 +1,17 @@
 //! A compact stored form for compacted data cells, used by the embedded backend. It is an
 //! encoding of the same bytes, not a new format: every read gives back OpenTSDB's exact
 //! qualifier and value, and a cell whose round trip is not exact is stored as it is.
-//! Version 2 (docs/rfcs/0005-cell-codec-v2.md) is written; version 1 (RFC 0003) is still read.
+//! Version 3 (docs/rfcs/0013-value-widths-from-values.md) is written: version 2
+//! (docs/rfcs/0005-cell-codec-v2.md) with its flag runs after a mode byte, and left out where
+//! each point's width is the one its value gives; versions 2 and 1 (RFC 0003) are still read.
 //!
 //! ```text
-//! | 0x02 | point count (varint) | has meta (1) | [meta byte] |
+//! | 0x03 | point count (varint) | has meta (1) | [meta byte] |
 //! | resolution runs: count (varint), first is-ms (1), run lengths (varint)... |
 //! | first offset ms (varint) | offset delta runs: count (varint), (zigzag delta, length)... |
-//! | flag runs: count (varint), (flags (1), length (varint))... |
+//! | flag mode (1): 0x00 then flag runs: count (varint), (flags (1), length (varint))... |
+//! |   or 0x01 (every point an integer) or 0x02 (every point a float), widths their values' |
+//! |   or 0x03 then kind runs: count (varint), first is float (1), run lengths (varint)... |
 //! | integers, when some point is one: first (zigzag varint), gcd of the deltas (varint), |
 //! |           least delta / gcd (zigzag varint), then each delta / gcd minus that least, |
 //! |           bit-packed (width (1), bits) |
@@ -27,7 +31,7 @@
 use hourglass_core::compact::{self, Point};
 use hourglass_core::qualifier::Qualifier;
 use hourglass_core::schema::DATA_FAMILY;
-use hourglass_core::value::{FLAG_FLOAT, FLAGS_MASK, Value, write_bits};
+use hourglass_core::value::{FLAG_FLOAT, FLAGS_MASK, Value, float_value, write_bits};
 
 #[cfg(test)]
 use crate::num::Num;
@@ -35,8 +39,10 @@ use crate::num::Sample;
 use hourglass_storage::rice;
 use hourglass_storage::{CellCodec, Error, JointCell, JointForm, JointMember, JointShape, Result};
 
-/// The version encode writes (RFC 0005).
-const VERSION: u8 = 2;
+/// The version encode writes (RFC 0013): version 2 with a flag mode.
+const VERSION: u8 = 3;
+/// RFC 0005's version, still decoded.
+const VERSION_2: u8 = 2;
 /// RFC 0003's version, still decoded.
 const VERSION_1: u8 = 1;
 /// The largest decimal scale of version 1.
@@ -85,16 +91,26 @@ impl CellCodec for DataCellCodec {
 }
 
 /// The version of the joint stream written (RFC 0006, group formats 0x02 and 0x03): a
-/// summary section (RFC 0009), then version 0x02's body.
-const JOINT_VERSION: u8 = 3;
+/// summary section (RFC 0009), then version 0x02's body with a flag mode (RFC 0013).
+const JOINT_VERSION: u8 = 4;
+/// Version 0x03: a summary section, then version 0x02's body; still decoded.
+const JOINT_VERSION_3: u8 = 3;
 /// Version 0x02: version 0x01's sections, with Rice sequences for the values and a second way
 /// to write the offsets; still decoded.
 const JOINT_VERSION_2: u8 = 2;
 /// The first joint stream version (a version-2 blob's sections), still decoded.
 const JOINT_VERSION_1: u8 = 1;
-/// The body of a joint stream of version 0x02, as the body decoders take a version; no blob
-/// has it.
-const BODY_RICE: u8 = 3;
+/// The body of a joint stream of version 0x02 or 0x03, as the body decoders take a version;
+/// no blob has it.
+const BODY_RICE: u8 = 0x82;
+/// The body of a joint stream of version 0x04: version 0x02's with a flag mode; no blob has
+/// it.
+const BODY_RICE_WIDTHS: u8 = 0x84;
+
+/// Whether a body of `version` has a flag mode before its flags (RFC 0013).
+fn has_flag_mode(version: u8) -> bool {
+    version == VERSION || version == BODY_RICE_WIDTHS
+}
 
 /// How a body's integer sequences are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +124,7 @@ enum Packing {
 
 impl Packing {
     fn of(body_version: u8) -> Packing {
-        if body_version == BODY_RICE {
+        if body_version == BODY_RICE || body_version == BODY_RICE_WIDTHS {
             Packing::Rice
         } else {
             Packing::Frame
@@ -246,14 +262,25 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
     match packing {
         Packing::Frame => {
             stream.push(JOINT_VERSION_1);
-            encode_runs(&points, &offsets, packing, &mut stream);
-            encode_values(&points, packing, &mut stream);
+            encode_runs(&points, &offsets, packing, Widths::Runs, &mut stream);
+            encode_values(&points, packing, Widths::Runs, &mut stream);
         }
         Packing::Rice => {
             stream.push(JOINT_VERSION);
-            let mut body = Vec::with_capacity(points.len() * 2 + 16);
-            encode_runs(&points, &offsets, packing, &mut body);
-            encode_values(&points, packing, &mut body);
+            let body_with = |widths: Widths| {
+                let mut body = Vec::with_capacity(points.len() * 2 + 16);
+                encode_runs(&points, &offsets, packing, widths, &mut body);
+                encode_values(&points, packing, widths, &mut body);
+                body
+            };
+            let widths = Widths::of(&points);
+            let mut body = body_with(widths);
+            if widths == Widths::FromValues && has_4_byte_float(&points) {
+                let listed = body_with(Widths::RunsAfterMode);
+                if listed.len() < body.len() {
+                    body = listed;
+                }
+            }
             // A dense stream summarizes every member it can, the sparse hours of a series'
             // start, end or gaps too: one of them left out would have a query decode the
             // whole stream. A sparser one summarizes sums only, when they cost at most half
@@ -302,11 +329,15 @@ fn joint_reader<'a>(
         pos: 0,
     };
     let body = match r.byte()? {
-        JOINT_VERSION_1 => VERSION,
+        JOINT_VERSION_1 => VERSION_2,
         JOINT_VERSION_2 => BODY_RICE,
-        JOINT_VERSION => {
+        JOINT_VERSION_3 => {
             read_summaries(&mut r, members.len(), |_| {})?;
             BODY_RICE
+        }
+        JOINT_VERSION => {
+            read_summaries(&mut r, members.len(), |_| {})?;
+            BODY_RICE_WIDTHS
         }
         _ => return Err("unknown version"),
     };
@@ -510,7 +541,7 @@ pub fn for_each_summary<E: From<Error>>(
     members: &[JointMember],
     mut take: impl FnMut(usize, MemberSummary) -> std::result::Result<(), E>,
 ) -> std::result::Result<bool, E> {
-    if stream.first() != Some(&JOINT_VERSION) {
+    if !matches!(stream.first(), Some(&(JOINT_VERSION | JOINT_VERSION_3))) {
         return Ok(false);
     }
     let mut r = Reader {
@@ -1148,8 +1179,84 @@ impl PlannedDecimal {
     }
 }
 
-/// Everything before the value sections, the same in both versions.
+/// How a body writes its points' widths (RFC 0013).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Widths {
+    /// Flag runs, without a mode byte (blob versions 1 and 2, joint streams 0x01 to 0x03).
+    Runs,
+    /// Flag mode 0x00, then flag runs.
+    RunsAfterMode,
+    /// Flag modes 0x01 to 0x03: each point's width the one its value gives, floats written
+    /// as doubles.
+    FromValues,
+}
+
+impl Widths {
+    /// The widths a body with a flag mode writes for `points`: from their values when each
+    /// point's are the ones its value gives ([`width_from_value`]).
+    fn of(points: &[Point]) -> Widths {
+        if points
+            .iter()
+            .all(|p| width_from_value(p) == Some(p.qualifier.flags()))
+        {
+            Widths::FromValues
+        } else {
+            Widths::RunsAfterMode
+        }
+    }
+}
+
+/// The flags a point's value gives it (RFC 0013): an integer on the fewest of 1, 2, 4 or 8
+/// bytes that hold it, as OpenTSDB writes integers; a float on 4 bytes when its value as a
+/// double is exactly a float, as OpenTSDB's `put` chooses (NaN never is), else on 8. `None`
+/// for flags no value gives (lengths other than those) and for a 4-byte float the double
+/// does not give back bit for bit (a signalling NaN).
+fn width_from_value(p: &Point) -> Option<u8> {
+    if !is_float(p) {
+        let shift = 64 - 8 * p.qualifier.value_len() as u32;
+        return Some(Value::Int(((p.bits << shift) as i64) >> shift).flags());
+    }
+    let double = match p.qualifier.value_len() {
+        4 => {
+            let d = f64::from(f32::from_bits(p.bits as u32));
+            ((d as f32).to_bits() == p.bits as u32).then_some(d)?
+        }
+        8 => f64::from_bits(p.bits),
+        _ => return None,
+    };
+    Some(float_value(double).flags())
+}
+
+/// A point's value written as a double, for a float section of widths from values: a 4-byte
+/// float's value as the double it is exactly.
+fn as_double(p: &Point) -> Point {
+    if p.qualifier.value_len() == 4 && is_float(p) {
+        let d = f64::from(f32::from_bits(p.bits as u32));
+        Point::new(p.qualifier.with_flags(FLAG_FLOAT | 7), d.to_bits())
+    } else {
+        *p
+    }
+}
+
+/// Everything before the value sections, flags as runs (after mode 0x00 where the version has
+/// a flag mode).
+#[cfg(test)]
 fn encode_head(points: &[Point], meta: Option<u8>, version: u8, out: &mut Vec<u8>) {
+    let widths = if has_flag_mode(version) {
+        Widths::RunsAfterMode
+    } else {
+        Widths::Runs
+    };
+    encode_head_with(points, meta, version, widths, out);
+}
+
+fn encode_head_with(
+    points: &[Point],
+    meta: Option<u8>,
+    version: u8,
+    widths: Widths,
+    out: &mut Vec<u8>,
+) {
     out.push(version);
     put_varint(out, points.len() as u64);
     out.push(u8::from(meta.is_some()));
@@ -1157,13 +1264,20 @@ fn encode_head(points: &[Point], meta: Option<u8>, version: u8, out: &mut Vec<u8
         out.push(m);
     }
     let offsets: Vec<i64> = points.iter().map(|p| i64::from(p.offset_ms())).collect();
-    encode_runs(points, &offsets, Packing::Frame, out);
+    encode_runs(points, &offsets, Packing::Frame, widths, out);
 }
 
 /// The resolution, offset and flag runs of `points`, at `offsets` (ms: from the hour in a
 /// blob, from the period in a joint stream). With Rice packing, the offsets are a mode byte
-/// then their runs (0x00) or a Rice sequence (0x01), whichever is shorter.
-fn encode_runs(points: &[Point], offsets: &[i64], packing: Packing, out: &mut Vec<u8>) {
+/// then their runs (0x00) or a Rice sequence (0x01), whichever is shorter. The flags as
+/// `widths` says.
+fn encode_runs(
+    points: &[Point],
+    offsets: &[i64],
+    packing: Packing,
+    widths: Widths,
+    out: &mut Vec<u8>,
+) {
     let resolution = runs(points.iter().map(|p| p.qualifier.is_millis()));
     put_varint(out, resolution.len() as u64);
     out.push(u8::from(resolution.first().is_some_and(|r| r.0)));
@@ -1184,6 +1298,26 @@ fn encode_runs(points: &[Point], offsets: &[i64], packing: Packing, out: &mut Ve
             });
         }
     }
+    match widths {
+        Widths::FromValues => {
+            let kinds = runs(points.iter().map(is_float));
+            match kinds.as_slice() {
+                [(false, _)] => out.push(FLAG_MODE_INTEGERS),
+                [(true, _)] => out.push(FLAG_MODE_FLOATS),
+                _ => {
+                    out.push(FLAG_MODE_KINDS);
+                    put_varint(out, kinds.len() as u64);
+                    out.push(u8::from(kinds.first().is_some_and(|k| k.0)));
+                    for (_, n) in &kinds {
+                        put_varint(out, *n);
+                    }
+                }
+            }
+            return;
+        }
+        Widths::RunsAfterMode => out.push(FLAG_MODE_RUNS),
+        Widths::Runs => {}
+    }
     let flags = runs(points.iter().map(|p| p.qualifier.flags()));
     put_varint(out, flags.len() as u64);
     for (f, n) in &flags {
@@ -1191,6 +1325,15 @@ fn encode_runs(points: &[Point], offsets: &[i64], packing: Packing, out: &mut Ve
         put_varint(out, *n);
     }
 }
+
+/// Flag modes (RFC 0013): flag runs follow.
+const FLAG_MODE_RUNS: u8 = 0;
+/// Every point an integer, on the width its value gives.
+const FLAG_MODE_INTEGERS: u8 = 1;
+/// Every point a float, on the width its value gives.
+const FLAG_MODE_FLOATS: u8 = 2;
+/// Runs of integers and floats follow, each on the width its value gives.
+const FLAG_MODE_KINDS: u8 = 3;
 
 /// The first offset, then runs of equal deltas.
 fn offset_runs(offsets: &[i64], out: &mut Vec<u8>) {
@@ -1232,21 +1375,51 @@ fn int_values(points: &[Point]) -> Vec<i64> {
         .collect()
 }
 
-/// A version 2 blob.
+/// A version 3 blob: widths from values where the points allow it and that is not longer
+/// (4-byte floats written as doubles may take more bits than as floats).
 fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
+    let widths = Widths::of(points);
+    let blob = encode_blob(points, meta, widths);
+    if widths == Widths::FromValues && has_4_byte_float(points) {
+        let listed = encode_blob(points, meta, Widths::RunsAfterMode);
+        if listed.len() < blob.len() {
+            return listed;
+        }
+    }
+    blob
+}
+
+fn encode_blob(points: &[Point], meta: Option<u8>, widths: Widths) -> Vec<u8> {
     let mut out = Vec::with_capacity(points.len() + 16);
-    encode_head(points, meta, VERSION, &mut out);
-    encode_values(points, Packing::Frame, &mut out);
+    encode_head_with(points, meta, VERSION, widths, &mut out);
+    encode_values(points, Packing::Frame, widths, &mut out);
     out
 }
 
-/// Version 2's integer and float sections, each present only when some point needs it.
-fn encode_values(points: &[Point], packing: Packing, out: &mut Vec<u8>) {
+fn has_4_byte_float(points: &[Point]) -> bool {
+    points
+        .iter()
+        .any(|p| is_float(p) && p.qualifier.value_len() == 4)
+}
+
+/// Version 2's integer and float sections, each present only when some point needs it; with
+/// widths from values, every float as a double.
+fn encode_values(points: &[Point], packing: Packing, widths: Widths, out: &mut Vec<u8>) {
     let ints = int_values(points);
     if !ints.is_empty() {
         pack_sequence(&ints, packing, out);
     }
-    let floats: Vec<&Point> = points.iter().filter(|p| is_float(p)).collect();
+    let doubles: Vec<Point>;
+    let floats: Vec<&Point> = if widths == Widths::FromValues && has_4_byte_float(points) {
+        doubles = points
+            .iter()
+            .filter(|p| is_float(p))
+            .map(as_double)
+            .collect();
+        doubles.iter().collect()
+    } else {
+        points.iter().filter(|p| is_float(p)).collect()
+    };
     if !floats.is_empty() {
         encode_floats(&floats, packing, out);
     }
@@ -1337,9 +1510,48 @@ impl Reader<'_> {
         Ok(out)
     }
 
+    /// A flag mode byte (RFC 0013).
+    fn flag_mode(&mut self) -> Result<u8, &'static str> {
+        match self.byte()? {
+            m @ (FLAG_MODE_RUNS | FLAG_MODE_INTEGERS | FLAG_MODE_FLOATS | FLAG_MODE_KINDS) => Ok(m),
+            _ => Err("bad flag mode"),
+        }
+    }
+
+    /// The kinds of `n` points after a flag mode other than runs (the mode byte read just
+    /// before): runs of (is float, length), their lengths adding up to `n`.
+    fn kind_runs(&mut self, n: usize) -> Result<Vec<(bool, usize)>, &'static str> {
+        match self.bytes[self.pos - 1] {
+            FLAG_MODE_INTEGERS => return Ok(vec![(false, n)]),
+            FLAG_MODE_FLOATS => return Ok(vec![(true, n)]),
+            _ => {}
+        }
+        let count = self.varint()? as usize;
+        let mut float = match self.byte()? {
+            0 => false,
+            1 => true,
+            _ => return Err("bad kind run"),
+        };
+        let mut out = Vec::with_capacity(count.min(n));
+        let mut total = 0usize;
+        for _ in 0..count {
+            let len = self.varint()? as usize;
+            total = total
+                .checked_add(len)
+                .filter(|t| *t <= n)
+                .ok_or("kind runs overflow")?;
+            out.push((float, len));
+            float = !float;
+        }
+        if total != n {
+            return Err("stream lengths differ");
+        }
+        Ok(out)
+    }
+
     /// A Rice body's offset mode: whether its offsets are a Rice sequence (else runs).
     fn offset_mode(&mut self, version: u8) -> Result<bool, &'static str> {
-        if version != BODY_RICE {
+        if Packing::of(version) != Packing::Rice {
             return Ok(false);
         }
         match self.byte()? {
@@ -1570,15 +1782,27 @@ fn decode_body(
         }
     }
     add_section(&mut sections, &mut mark, r.pos, |s| &mut s.offsets);
-    let flag_runs = r.varint()? as usize;
+    // With widths from values, `flags` holds only each point's float bit until the values
+    // are read.
+    let from_values = has_flag_mode(version) && r.flag_mode()? != FLAG_MODE_RUNS;
     let mut flags = Vec::with_capacity(n);
-    for _ in 0..flag_runs {
-        let f = r.byte()?;
-        let len = r.varint()? as usize;
-        if flags.len() + len > n {
-            return Err("flag runs overflow");
+    if from_values {
+        for (float, len) in r.kind_runs(n)? {
+            flags.extend(std::iter::repeat_n(
+                if float { FLAG_FLOAT | 7 } else { 0 },
+                len,
+            ));
         }
-        flags.extend(std::iter::repeat_n(f, len));
+    } else {
+        let flag_runs = r.varint()? as usize;
+        for _ in 0..flag_runs {
+            let f = r.byte()?;
+            let len = r.varint()? as usize;
+            if flags.len() + len > n {
+                return Err("flag runs overflow");
+            }
+            flags.extend(std::iter::repeat_n(f, len));
+        }
     }
     if resolution.len() != n || offsets.len() != n || flags.len() != n {
         return Err("stream lengths differ");
@@ -1604,7 +1828,7 @@ fn decode_body(
                 add_section(&mut sections, &mut mark, r.pos, |s| &mut s.float_head);
                 let mantissas = r.unpack_deltas(float_count, Packing::of(version))?;
                 add_section(&mut sections, &mut mark, r.pos, |s| &mut s.mantissas);
-                let corrections = if corrected && version == BODY_RICE {
+                let corrections = if corrected && Packing::of(version) == Packing::Rice {
                     r.rice(float_count)?.into_iter().map(|c| c as u64).collect()
                 } else if corrected {
                     let floor = unzigzag(r.varint()?);
@@ -1640,18 +1864,28 @@ fn decode_body(
     }
     let mut bits = Vec::with_capacity(n);
     let (mut ii, mut fi) = (0usize, 0usize);
-    for f in &flags {
-        let b = if f & FLAG_FLOAT != 0 {
+    for f in &mut flags {
+        let b = if *f & FLAG_FLOAT != 0 {
             let b = *float_bits_out.get(fi).ok_or("missing float")?;
             fi += 1;
-            b
+            if from_values {
+                // A double; on 4 bytes when it is exactly a float.
+                let v = float_value(f64::from_bits(b));
+                *f = v.flags();
+                v.to_bits()
+            } else {
+                b
+            }
         } else {
             let v = *ints.get(ii).ok_or("missing integer")?;
             ii += 1;
+            if from_values {
+                *f = Value::Int(v).flags();
+            }
             v as u64
         };
         // As read from the value bytes: the low `len` bytes, zero-extended.
-        let len = usize::from(f & 7) + 1;
+        let len = usize::from(*f & 7) + 1;
         bits.push(if len >= 8 {
             b
         } else {
@@ -1815,7 +2049,7 @@ impl<'a> Reader<'a> {
         // Version 2 also allows a whole hour of seconds, however regular.
         let limit = match version {
             VERSION_1 => blob.len() * 64,
-            VERSION => blob.len() * 64 + 3600,
+            VERSION_2 | VERSION => blob.len() * 64 + 3600,
             _ => return Err("unknown version"),
         };
         let n = r.varint()?;
@@ -2040,14 +2274,26 @@ fn decode_body_columns<V: Sample>(
     if low < 0 || high >= limit_ms {
         return Err("offset out of range");
     }
-    // Flag runs.
-    let flag_runs = r.varint()? as usize;
-    let flags_at = r.pos;
+    // Flag runs; with widths from values, the kind runs as the flags of 8-byte values (an
+    // integer's value is the same on any width that holds it, a float's as a double).
+    let flag_runs: Vec<(u8, usize)> = if has_flag_mode(version) && r.flag_mode()? != FLAG_MODE_RUNS
+    {
+        r.kind_runs(n)?
+            .into_iter()
+            .map(|(float, len)| (if float { FLAG_FLOAT | 7 } else { 7 }, len))
+            .collect()
+    } else {
+        let count = r.varint()? as usize;
+        let mut runs = Vec::with_capacity(count.min(n));
+        for _ in 0..count {
+            let f = r.byte()?;
+            runs.push((f, r.varint()? as usize));
+        }
+        runs
+    };
     let mut float_count = 0usize;
     let mut flag_total = 0usize;
-    for _ in 0..flag_runs {
-        let f = r.byte()?;
-        let len = r.varint()? as usize;
+    for &(f, len) in &flag_runs {
         flag_total = flag_total
             .checked_add(len)
             .filter(|t| *t <= n)
@@ -2085,7 +2331,7 @@ fn decode_body_columns<V: Sample>(
             FloatMode::Decimal { corrected } => {
                 let scale = r.scale(version)?;
                 let mantissas = r.deltas(float_count, Packing::of(version))?;
-                let corrections = if corrected && version == BODY_RICE {
+                let corrections = if corrected && Packing::of(version) == Packing::Rice {
                     Some(Corrections::Listed(r.rice(float_count)?.into_iter()))
                 } else if corrected {
                     let floor = unzigzag(r.varint()?);
@@ -2105,13 +2351,7 @@ fn decode_body_columns<V: Sample>(
                     pos: r.pos,
                 };
                 // Skip the floats' bytes: their lengths come from the flags.
-                let mut flags = Reader {
-                    bytes: blob,
-                    pos: flags_at,
-                };
-                for _ in 0..flag_runs {
-                    let f = flags.byte()?;
-                    let len = flags.varint()? as usize;
+                for &(f, len) in &flag_runs {
                     if f & FLAG_FLOAT != 0 {
                         let bytes = len * (usize::from(f & 7) + 1);
                         r.pos = r.pos.checked_add(bytes).ok_or("truncated")?;
@@ -2128,13 +2368,7 @@ fn decode_body_columns<V: Sample>(
     }
     // Values, run by run of equal flags.
     values.reserve(n);
-    let mut flags = Reader {
-        bytes: blob,
-        pos: flags_at,
-    };
-    for _ in 0..flag_runs {
-        let f = flags.byte()?;
-        let len = flags.varint()? as usize;
+    for &(f, len) in &flag_runs {
         let value_len = u32::from(f & 7) + 1;
         if f & FLAG_FLOAT == 0 {
             ints.ints_into(len, value_len, values);

@@ -63,10 +63,9 @@ fn nudge32(f: f32, ulps: i32) -> f32 {
 }
 
 /// A float-only blob's float mode (the byte after the head).
-fn float_mode_of(blob: &[u8], points: &[Point]) -> u8 {
-    let mut head = Vec::new();
-    encode_head(points, Some(0), VERSION, &mut head);
-    blob[head.len()]
+fn float_mode_of(blob: &[u8]) -> u8 {
+    let s = cell_sections(blob).unwrap();
+    blob[s.version + s.runs + s.offsets + s.flags + s.integers]
 }
 
 /// Both decoders agree with the cell's own points (NaN payloads compared by bits).
@@ -185,8 +184,8 @@ fn leaves_other_cells_alone() {
     );
 }
 
-/// A blob of `n` zero integers: one resolution run, the given offset runs; version 1 writes
-/// an empty float section, version 2 none.
+/// A blob of `n` zero integers: one resolution run, the given offset runs, flags as runs;
+/// version 1 writes an empty float section, versions 2 and 3 none.
 fn blob_with_offsets(version: u8, ms: bool, first: u64, runs: &[(i64, u64)]) -> Vec<u8> {
     let n = 1 + runs.iter().map(|r| r.1).sum::<u64>();
     let mut b = vec![version];
@@ -198,6 +197,9 @@ fn blob_with_offsets(version: u8, ms: bool, first: u64, runs: &[(i64, u64)]) -> 
     for (d, len) in runs {
         put_varint(&mut b, zigzag(*d));
         put_varint(&mut b, *len);
+    }
+    if has_flag_mode(version) {
+        b.push(FLAG_MODE_RUNS);
     }
     b.extend([1, 0]);
     put_varint(&mut b, n);
@@ -213,7 +215,7 @@ fn blob_with_offsets(version: u8, ms: bool, first: u64, runs: &[(i64, u64)]) -> 
 fn columns_refuse_what_points_refuse() {
     let columns = |b: &[u8]| decode_columns::<Num>(b, 0, &mut Vec::new(), &mut Vec::new());
     let points = |b: &[u8]| decode_points(b, &mut Vec::new());
-    for version in [VERSION_1, VERSION] {
+    for version in [VERSION_1, VERSION_2, VERSION] {
         let ok = blob_with_offsets(version, false, 0, &[(10_000, 359)]);
         let mut times = Vec::new();
         decode_columns::<f64>(&ok, 5_000, &mut times, &mut Vec::new()).unwrap();
@@ -278,11 +280,18 @@ fn hex(bytes: &str) -> Vec<u8> {
 
 #[test]
 fn rfc_0005_examples() {
+    // Version 2's bytes, as RFC 0005 gives them, still decode; version 3 writes the same
+    // sections with the flag runs `01 00 3C` as flag mode 0x01 (RFC 0013).
     let (q, v) = cell(&rfc_integer_example());
+    let v2 = hex("02 3C 01 00  01 00 3C  00 01 C0 A9 07 3B  01 00 3C  0A 01 00 00");
+    assert_eq!(
+        DataCellCodec.decode("t", &v2).unwrap(),
+        (q.clone(), v.clone())
+    );
     let blob = DataCellCodec.encode("t", &q, &v).unwrap();
     assert_eq!(
         blob,
-        hex("02 3C 01 00  01 00 3C  00 01 C0 A9 07 3B  01 00 3C  0A 01 00 00")
+        hex("03 3C 01 00  01 00 3C  00 01 C0 A9 07 3B  01  0A 01 00 00")
     );
     assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
 
@@ -305,10 +314,17 @@ fn rfc_0005_examples() {
     assert_eq!((q.len(), v.len()), (12, 49));
     assert_eq!(encode_v1(&q, &v), None, "version 1 stores it as it is");
     assert_eq!(encode_points_v1(&points_of(&example), Some(0)).len(), 69);
+    let v2 = hex("02 06 01 00  01 00 06  00 01 C0 CF 24 05  01 0F 06  02 03 \
+         E8 ED 02 01 DD 01 09  D9 00 EC D4 F2 0D  01 02 59 04");
+    assert_eq!(
+        DataCellCodec.decode("t", &v2).unwrap(),
+        (q.clone(), v.clone())
+    );
+    assert_decoders_agree(&v2, &points_of(&example));
     let blob = DataCellCodec.encode("t", &q, &v).unwrap();
     assert_eq!(
         blob,
-        hex("02 06 01 00  01 00 06  00 01 C0 CF 24 05  01 0F 06  02 03 \
+        hex("03 06 01 00  01 00 06  00 01 C0 CF 24 05  02  02 03 \
              E8 ED 02 01 DD 01 09  D9 00 EC D4 F2 0D  01 02 59 04")
     );
     assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
@@ -333,17 +349,19 @@ fn float_artifacts_cost_little() {
         .zip(ulps)
         .map(|(d, u)| Value::Float(nudge32(*d as f32, u as i32)))
         .collect();
-    // (values, version 1's blob, version 2's bound: 16 bytes of head, then mode, k, 20 bytes
-    // of 9-bit mantissa deltas and 5 of 2-bit corrections). Version 1 writes the doubles raw,
-    // and the floats at a scale where every one is exact (9 digits), with wide deltas.
-    for (values, v1_len, v2_max) in [(doubles, 117, 43), (floats, 58, 43)] {
+    // (values, version 1's blob, version 3's bound: 16 bytes of head, then mode, k, 20 bytes
+    // of 9-bit mantissa deltas and 5 of 2-bit corrections; the doubles' widths from their
+    // values, one byte for three of flag runs; the floats' flag runs after a mode byte, as
+    // doubles their corrections would be wide). Version 1 writes the doubles raw, and the
+    // floats at a scale where every one is exact (9 digits), with wide deltas.
+    for (values, v1_len, v2_max) in [(doubles, 117, 41), (floats, 58, 44)] {
         let points = every(300, &values);
         let (q, v) = cell(&points);
         let v1 = encode_v1(&q, &v).unwrap();
         let blob = DataCellCodec.encode("t", &q, &v).unwrap();
         assert_eq!(v1.len(), v1_len, "version 1");
         assert!(blob.len() <= v2_max, "{} > {v2_max}", blob.len());
-        assert_eq!(float_mode_of(&blob, &points_of(&points)), 2);
+        assert_eq!(float_mode_of(&blob), 2);
         assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
         assert_decoders_agree(&blob, &points_of(&points));
         assert_decoders_agree(&v1, &points_of(&points));
@@ -419,6 +437,10 @@ fn special_floats_round_trip() {
             assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v), "{row:?}");
             assert_decoders_agree(&blob, &pts);
         }
+        // With widths from values where the points allow them, however long.
+        if Widths::of(&pts) == Widths::FromValues {
+            assert_decoders_agree(&encode_blob(&pts, None, Widths::FromValues), &pts);
+        }
         // Mode 0x02 takes any value at any scale, whatever it costs.
         let floats: Vec<&Point> = pts.iter().collect();
         for k in 0..=MAX_DECIMALS {
@@ -442,12 +464,14 @@ fn sections_left_out() {
     ] {
         let pts = points_of(&points);
         let (q, v) = cell(&points);
-        let blob = encode_points(&pts, Some(0));
+        let blob = encode_blob(&pts, Some(0), Widths::RunsAfterMode);
         assert_eq!(decode_blob(&blob).unwrap(), (q, v));
         let v1 = encode_points_v1(&pts, Some(0));
-        assert_eq!(blob.len() + absent_len, v1.len());
+        // Version 3's flag mode byte is all it adds to version 2.
+        assert_eq!(blob.len() + absent_len, v1.len() + 1);
         assert_decoders_agree(&blob, &pts);
-        // The empty section written anyway is refused in version 2.
+        assert!(encode_points(&pts, Some(0)).len() <= blob.len());
+        // The empty section written anyway is refused in versions 2 and 3.
         let mut head = Vec::new();
         encode_head(&pts, Some(0), VERSION, &mut head);
         let at = if absent_len == 6 {
@@ -549,12 +573,17 @@ fn never_longer_than_version_1() {
     assert!(decimal_section(&floats, 9, None, Packing::Frame, &mut at_9));
     assert_eq!((at_7[0], at_9[0]), (2, 0));
     assert!(at_7.len() > at_9.len(), "{at_7:?} {at_9:?}");
-    let (v2, v1) = (
-        encode_points(&pts, Some(0)),
+    // With flag runs, as long as version 1's but for version 3's flag mode byte; with
+    // widths from values, shorter.
+    let (runs, v1) = (
+        encode_blob(&pts, Some(0), Widths::RunsAfterMode),
         encode_points_v1(&pts, Some(0)),
     );
-    assert_eq!(v2.len(), v1.len(), "{v2:02X?}");
-    assert_decoders_agree(&v2, &pts);
+    assert_eq!(runs.len(), v1.len() + 1, "{runs:02X?}");
+    assert_decoders_agree(&runs, &pts);
+    let v3 = encode_points(&pts, Some(0));
+    assert_eq!(v3.len(), v1.len() - 1, "{v3:02X?}");
+    assert_decoders_agree(&v3, &pts);
 }
 
 #[test]
@@ -801,12 +830,19 @@ proptest! {
             prop_assert_eq!(blob[0], VERSION);
             prop_assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q.clone(), v.clone()));
         }
-        // Never longer than version 1.
+        // Never longer than version 1 but for version 3's flag mode byte.
         let pts = points_of(&dedup);
-        prop_assert!(encode_points(&pts, Some(0)).len() <= encode_points_v1(&pts, Some(0)).len());
+        prop_assert!(
+            encode_points(&pts, Some(0)).len() <= encode_points_v1(&pts, Some(0)).len() + 1
+        );
         if let Some(v1) = encode_v1(&q, &v) {
-            let v2 = DataCellCodec.encode("t", &q, &v);
-            prop_assert!(v2.as_ref().is_some_and(|b| b.len() <= v1.len()), "{v2:?} vs {v1:?}");
+            // Declined only where the mode byte takes it to the cell's own length.
+            let v3 = DataCellCodec.encode("t", &q, &v);
+            let cell_len = q.len() + v.len();
+            prop_assert!(
+                v3.as_ref().map_or(v1.len() + 1 >= cell_len, |b| b.len() <= v1.len() + 1),
+                "{v3:?} vs {v1:?}"
+            );
         }
     }
 
@@ -823,7 +859,7 @@ proptest! {
         decode_points(&blob, &mut direct).unwrap();
         prop_assert_eq!(&direct, &pts);
         if values.len() >= 16 {
-            let mode = float_mode_of(&blob, &pts);
+            let mode = float_mode_of(&blob);
             prop_assert!(mode == 0 || mode == 2, "mode {mode}");
         }
         if let Some(encoded) = DataCellCodec.encode("t", &q, &v) {
@@ -1003,20 +1039,27 @@ fn joint_stream_example() {
     assert_eq!(
         stream,
         hex(concat!(
-            "03 ",             // joint stream version 3
+            "04 ",             // joint stream version 4
             "00 ",             // no member summarized (fewer points than SUMMARY_MIN_POINTS)
             "01 00 04 ",       // one resolution run: seconds, 4 points
             "01 00 E0 A7 12 ", // offsets as a Rice sequence: first 0, divisor 300000 ms,
             "02 03 02 F4 00 ", //   quotient changes 1, 0, 9 around their median 1, 3 bytes:
             //                    r = 2 ("010000"), -1: "0 10", 0: "0 00", 8: "11110 00"
-            "02 00 03 0B 01 ", // flags: 0x0 (1-byte integer) x 3, 0xB (float) x 1
+            "03 02 00 03 01 ", // flag mode 0x03: 2 kind runs from integers, 3 then 1 float
             "0A 01 ",          // integers: 5, g = 1,
             "02 01 3F ",       //   quotients 1, 1 all at their median 1: one block "111111"
-            "01 3F C0 00 00",  // floats raw: 1.5
+            "00 01 1E 01 00 00", // floats as doubles at scale 1: 15, g = 1, no quotients
         ))
     );
+    // Version 3 of the same stream (flag runs, no flag mode) still decodes.
+    let version_3 = hex(concat!(
+        "03 00 01 00 04 01 00 E0 A7 12 02 03 02 F4 00 ",
+        "02 00 03 0B 01 ", // flags: 0x0 (1-byte integer) x 3, 0xB (float) x 1
+        "0A 01 02 01 3F ",
+        "01 3F C0 00 00", // floats raw: 1.5
+    ));
     // Version 2 of the same stream (no summary section) still decodes.
-    let mut version_2 = stream.clone();
+    let mut version_2 = version_3.clone();
     version_2.remove(1);
     version_2[0] = 2;
     // Version 1 of the same stream (runs, bit-packed sequences) still decodes.
@@ -1036,7 +1079,7 @@ fn joint_stream_example() {
         })
         .collect();
     let cells: Vec<(Vec<u8>, Vec<u8>)> = members.iter().map(|(_, c)| c.clone()).collect();
-    for stream in [&stream, &version_2, &version_1] {
+    for stream in [&stream, &version_3, &version_2, &version_1] {
         assert_eq!(
             DataCellCodec.decode_joint("t", stream, &joint).unwrap(),
             cells
@@ -1087,10 +1130,10 @@ fn joint_stream_example() {
         .collect();
     assert!(DataCellCodec.decode_joint("t", &stream, &shifted).is_err());
     // An unknown version, a member count not matching the stream.
-    let mut v4 = stream.clone();
-    v4[0] = 4;
+    let mut v5 = stream.clone();
+    v5[0] = 5;
     assert_eq!(
-        DataCellCodec.decode_joint("t", &v4, &joint),
+        DataCellCodec.decode_joint("t", &v5, &joint),
         Err(Error::Corrupt("bad joint stream: unknown version".into()))
     );
     assert!(
@@ -1427,14 +1470,14 @@ fn summary_section_has_its_documented_bytes() {
     let mut members = dense_members(1, 240, |_, i| Value::Int(i64::from(i)));
     members.push((3600, cell(&every(10, &[Value::Int(1); 3]))));
     let (_, stream) = encode_joint(&joint_cells(&members)).unwrap();
-    // version 3, both members summarized; kind 0x01: sum 28680, min 0, max 239 as zigzag
+    // version 4, both members summarized; kind 0x01: sum 28680, min 0, max 239 as zigzag
     // varints; kind 0x01: 3, 1, 1
-    let want = hex("03 03 01 90 C0 03 00 DE 03 01 06 02 02");
+    let want = hex("04 03 01 90 C0 03 00 DE 03 01 06 02 02");
     assert_eq!(&stream[..want.len()], want.as_slice());
     // Doubles go as their 8 bytes.
     let members = dense_members(1, 120, |_, i| Value::Double(f64::from(i) + 0.5));
     let (_, stream) = encode_joint(&joint_cells(&members)).unwrap();
-    assert_eq!(&stream[..2], &[0x03, 0x01]);
+    assert_eq!(&stream[..2], &[0x04, 0x01]);
     assert_eq!(stream[2], 0x00);
     assert_eq!(stream[3..11], 7200.0f64.to_le_bytes());
     assert_eq!(stream[11..19], 0.5f64.to_le_bytes());
@@ -1450,25 +1493,25 @@ fn summary_section_has_its_documented_bytes() {
             .collect::<Vec<_>>()
     };
     let (_, stream) = encode_joint(&joint_cells(&twelve(|i| Value::Int(i64::from(i))))).unwrap();
-    assert_eq!(stream[..8], hex("03 03 03 84 01 03 84 01"));
+    assert_eq!(stream[..8], hex("04 03 03 84 01 03 84 01"));
     let (_, stream) = encode_joint(&joint_cells(&twelve(|i| {
         Value::Double(f64::from(i).sin() / 3.0)
     })))
     .unwrap();
     let sum = (0..12).fold(-0.0f64, |s, i| s + f64::from(i).sin() / 3.0);
-    assert_eq!(&stream[..3], &[0x03, 0x03, 0x02]);
+    assert_eq!(&stream[..3], &[0x04, 0x03, 0x02]);
     assert_eq!(stream[3..11], sum.to_le_bytes());
     assert_eq!(stream[11], 0x02);
     // Sums costing more than half the points' bytes are left out: a constant's points take
     // a few bits a block.
     let (_, stream) = encode_joint(&joint_cells(&twelve(|_| Value::Double(0.37)))).unwrap();
-    assert_eq!(&stream[..2], &[0x03, 0x00]);
+    assert_eq!(&stream[..2], &[0x04, 0x00]);
     // Nine points an hour: no summary.
     let nine: Vec<_> = (0..2u32)
         .map(|h| (h * 3600, cell(&every(400, &[Value::Int(1); 9]))))
         .collect();
     let (_, stream) = encode_joint(&joint_cells(&nine)).unwrap();
-    assert_eq!(&stream[..2], &[0x03, 0x00]);
+    assert_eq!(&stream[..2], &[0x04, 0x00]);
 }
 
 /// A summary section cut short or naming a member that is not there is refused by every
@@ -1514,9 +1557,9 @@ fn members_of(members: &[(u32, Rebuilt)], shapes: &[Option<JointShape>]) -> Vec<
 
 #[test]
 fn joint_sections_split_the_stream() {
-    // `joint_stream_example`'s stream: version, an empty bitmap, runs (3 resolution, 5
-    // flags), offsets (mode, first, divisor, a 5-byte Rice sequence), integers, and one raw
-    // float after its mode byte.
+    // `joint_stream_example`'s stream: version, an empty bitmap, runs (3 resolution, 5 of
+    // flag mode and kind runs), offsets (mode, first, divisor, a 5-byte Rice sequence),
+    // integers, and one float as a double at scale 1 (mode, scale, then its mantissa).
     let members = vec![
         (
             0,
@@ -1538,13 +1581,13 @@ fn joint_sections_split_the_stream() {
             flags: 5,
             offsets: 10,
             integers: 5,
-            float_head: 1,
-            mantissas: 0,
+            float_head: 2,
+            mantissas: 4,
             corrections: 0,
-            raw_floats: 4,
+            raw_floats: 0,
             integer_points: 3,
             float_points: 1,
-            scale: None,
+            scale: Some(1),
         }
     );
     // Two hours of doubles a tenth apart, multiplied in floating point (some a unit in the
@@ -1663,16 +1706,17 @@ proptest! {
 
 #[test]
 fn cell_sections_split_the_blob() {
-    // 20 integers a minute apart, then a 4-byte and an 8-byte float: head (version,
-    // count, the meta flag and byte), resolution runs (count, first, one length), offset runs (first, one
-    // delta run), flag runs (three: 1-byte int, 4-byte float, 8-byte float), the integers
-    // (first, divisor, floor, width), the floats at scale 1.
+    // 20 integers a minute apart, then a 4-byte and an 8-byte float, each on the width its
+    // value gives: head (version, count, the meta flag and byte), resolution runs (count,
+    // first, one length), offset runs (first, one delta run), flag mode 0x03 and two kind
+    // runs (count, first, two lengths), the integers (first, divisor, floor, width), the
+    // floats as doubles at scale 1.
     let mut values: Vec<Value> = (5..25).map(Value::Int).collect();
     values.extend([Value::Float(1.5), Value::Double(2.1)]);
     let (q, v) = cell(&every(60, &values));
     let blob = DataCellCodec.encode("t", &q, &v).unwrap();
     let s = cell_sections(&blob).unwrap();
-    assert_eq!((s.version, s.runs, s.flags), (4, 3, 7), "{s:?}");
+    assert_eq!((s.version, s.runs, s.flags), (4, 3, 5), "{s:?}");
     assert_eq!((s.integer_points, s.float_points), (20, 2));
     assert_eq!(s.scale, Some(1));
     let parts = s.version
@@ -1686,4 +1730,123 @@ fn cell_sections_split_the_blob() {
         + s.raw_floats;
     assert_eq!(parts, blob.len());
     assert!(cell_sections(&blob[..blob.len() - 1]).is_err());
+}
+
+/// A blob's flag mode byte (version 3).
+fn flag_mode_of(blob: &[u8]) -> u8 {
+    let s = cell_sections(blob).unwrap();
+    blob[s.version + s.runs + s.offsets]
+}
+
+/// Values as OpenTSDB's `put` types them: integers, and floats on 4 bytes exactly when their
+/// value as a double is a float; so every point's width is the one its value gives.
+fn put_typed() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => (-1_000_000i64..1_000_000).prop_map(Value::Int),
+        1 => any::<i64>().prop_map(Value::Int),
+        3 => (-100_000_000i64..100_000_000, 0i32..7)
+            .prop_map(|(m, k)| float_value(m as f64 / 10f64.powi(k))),
+        1 => (-4096i64..4096).prop_map(|m| float_value(m as f64 / 4.0)),
+        1 => any::<f64>().prop_map(float_value),
+    ]
+}
+
+proptest! {
+    /// Points typed as `put` types them are written with their widths from their values
+    /// (flag modes 0x01 to 0x03), unless their 4-byte floats as doubles take more than flag
+    /// runs, and come back exactly from every decoder, in a blob and in a joint stream.
+    #[test]
+    fn widths_from_values_round_trip(values in prop::collection::vec(put_typed(), 2..300)) {
+        let points = every(10, &values);
+        let pts = points_of(&points);
+        prop_assert_eq!(Widths::of(&pts), Widths::FromValues);
+        let blob = encode_blob(&pts, Some(0), Widths::FromValues);
+        let mode = flag_mode_of(&blob);
+        prop_assert!((FLAG_MODE_INTEGERS..=FLAG_MODE_KINDS).contains(&mode), "mode {mode}");
+        assert_decoders_agree(&blob, &pts);
+        prop_assert_eq!(decode_blob(&blob).unwrap(), cell(&points));
+        let chosen = encode_points(&pts, Some(0));
+        prop_assert!(chosen.len() <= blob.len());
+        if !has_4_byte_float(&pts) {
+            prop_assert_eq!(&chosen, &blob);
+        }
+        let members = vec![(0, cell(&points)), (3600, cell(&points))];
+        let (shapes, stream) = encode_joint(&joint_cells(&members)).unwrap();
+        let joint = members_of(&members, &shapes);
+        prop_assert_eq!(joint.len(), 2);
+        prop_assert_eq!(
+            DataCellCodec.decode_joint("t", &stream, &joint).unwrap(),
+            vec![cell(&points), cell(&points)]
+        );
+        let (mut times, mut got) = (Vec::new(), Vec::<f64>::new());
+        decode_joint_columns(&stream, &joint, 0, &mut times, &mut got).unwrap();
+        let want: Vec<u64> = pts
+            .iter()
+            .chain(&pts)
+            .map(|p| p.value().as_f64().to_bits())
+            .collect();
+        prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+    }
+}
+
+#[test]
+fn widths_not_from_values_are_listed() {
+    // Each of these points has a width its value does not give: an integer on more bytes
+    // than it needs, a double that is exactly a float, a 4-byte NaN (NaN is never a float's
+    // width). Among put-typed points, each takes flag runs back, and comes back exactly.
+    let wide_int = Point::new(Qualifier::seconds(20, 7).unwrap(), 5);
+    let odd = [
+        wide_int,
+        points_of(&[(false, 20_000, Value::Double(12.5))])[0],
+        points_of(&[(false, 20_000, Value::Float(f32::NAN))])[0],
+    ];
+    for p in odd {
+        assert_ne!(width_from_value(&p), Some(p.qualifier.flags()), "{p:?}");
+        let mut pts = points_of(&every(10, &[Value::Int(3), Value::Float(1.5)]));
+        pts.push(p);
+        pts.extend(points_of(&[(false, 30_000, Value::Double(2.1))]));
+        assert_eq!(Widths::of(&pts), Widths::RunsAfterMode);
+        let blob = encode_points(&pts, Some(0));
+        assert_eq!(flag_mode_of(&blob), FLAG_MODE_RUNS);
+        assert_decoders_agree(&blob, &pts);
+    }
+}
+
+#[test]
+fn flag_modes_are_checked() {
+    let values: Vec<Value> = (0..20).map(Value::Int).collect();
+    let pts = points_of(&every(10, &values));
+    let blob = encode_points(&pts, None);
+    let s = cell_sections(&blob).unwrap();
+    let at = s.version + s.runs + s.offsets;
+    assert_eq!(blob[at], FLAG_MODE_INTEGERS);
+    // Refused alike by the point and the column decoders.
+    let refused = |b: &[u8]| {
+        let points = decode_points(b, &mut Vec::new()).is_err();
+        let columns = decode_columns::<Num>(b, 0, &mut Vec::new(), &mut Vec::new()).is_err();
+        assert_eq!(points, columns, "{b:02X?}");
+        points
+    };
+    let with = |flags: &[u8]| {
+        let mut b = blob.clone();
+        b.splice(at..=at, flags.iter().copied());
+        b
+    };
+    // The same points as kind runs are read; flag runs after mode 0x00 too.
+    assert_decoders_agree(&with(&[3, 1, 0, 20]), &pts);
+    assert_decoders_agree(&with(&[0, 1, 0, 20]), &pts);
+    for bad in [
+        [4].as_slice(),     // an unknown mode
+        &[3, 1, 0, 21],     // kind runs past the points
+        &[3, 1, 0, 19],     // short of them
+        &[3, 1, 2, 20],     // a first kind neither integer nor float
+        &[3, 2, 0, 10, 11], // past them over two runs
+        &[3, 1],            // cut short
+    ] {
+        assert!(refused(&with(bad)), "{bad:?}");
+    }
+    // A version-2 blob has no mode byte: the same bytes there are flag runs.
+    let mut v2 = with(&[1, 0, 20]);
+    v2[0] = VERSION_2;
+    assert_decoders_agree(&v2, &pts);
 }
