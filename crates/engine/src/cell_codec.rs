@@ -120,16 +120,76 @@ enum Packing {
     /// Rice sequences (`rice`), and offsets as runs or as a Rice sequence (joint streams
     /// 0x02 and 0x03).
     Rice,
+    /// As `Rice`, but the integers' and mantissas' quotients after a mode byte: a Rice
+    /// sequence (0x00) or a frame (0x01), whichever is shorter (joint stream 0x04, RFC 0013).
+    Chosen,
 }
 
 impl Packing {
     fn of(body_version: u8) -> Packing {
-        if body_version == BODY_RICE || body_version == BODY_RICE_WIDTHS {
-            Packing::Rice
-        } else {
-            Packing::Frame
+        match body_version {
+            BODY_RICE => Packing::Rice,
+            BODY_RICE_WIDTHS => Packing::Chosen,
+            _ => Packing::Frame,
         }
     }
+}
+
+/// A quotient sequence's mode under chosen packing: a Rice sequence follows.
+const QUOTIENTS_RICE: u8 = 0;
+/// A quotient sequence's mode under chosen packing: a frame follows (least value, width,
+/// bits).
+const QUOTIENTS_FRAME: u8 = 1;
+
+/// A sequence's quotients costed and not yet written, as [`rice::Planned`] is: a Rice
+/// sequence, or under chosen packing a mode byte then the shorter of a Rice sequence and a
+/// frame.
+#[derive(Debug)]
+struct PlannedQuotients {
+    rice: rice::Planned,
+    /// Under chosen packing, whether a mode byte goes first.
+    moded: bool,
+    /// The quotients and their frame's length, when the frame is the shorter.
+    frame: Option<(Vec<i64>, usize)>,
+}
+
+impl PlannedQuotients {
+    fn new(quotients: Vec<i64>, packing: Packing) -> Self {
+        let rice = rice::Planned::new(&quotients);
+        let moded = packing == Packing::Chosen;
+        let frame = moded
+            .then(|| frame_len(&quotients))
+            .filter(|len| *len < rice.encoded_len())
+            .map(|len| (quotients, len));
+        Self { rice, moded, frame }
+    }
+
+    fn encoded_len(&self) -> usize {
+        usize::from(self.moded) + self.frame.as_ref().map_or(self.rice.encoded_len(), |f| f.1)
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        match &self.frame {
+            Some((quotients, _)) => {
+                out.push(QUOTIENTS_FRAME);
+                pack_above_floor(quotients, out);
+            }
+            None => {
+                if self.moded {
+                    out.push(QUOTIENTS_RICE);
+                }
+                self.rice.write(out);
+            }
+        }
+    }
+}
+
+/// The bytes [`pack_above_floor`] writes for `values`.
+fn frame_len(values: &[i64]) -> usize {
+    let floor = values.iter().copied().min().unwrap_or(0);
+    let top = values.iter().copied().max().unwrap_or(0);
+    let width = 64 - (top.wrapping_sub(floor) as u64).leading_zeros() as usize;
+    rice::varint_len(zigzag(floor)) + 1 + (values.len() * width).div_ceil(8)
 }
 /// An hour in ms: a row's span.
 pub(crate) const HOUR_MS: i64 = 3_600_000;
@@ -225,10 +285,10 @@ fn rebuild_cell(points: &[Point], meta: Option<u8>) -> (Vec<u8>, Vec<u8>) {
 /// sections over all their points, offsets from the period start. Checked back against every
 /// cell taken; `None` when it takes none or the check fails.
 fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
-    encode_joint_as(cells, Packing::Rice)
+    encode_joint_as(cells, Packing::Chosen)
 }
 
-/// A joint stream of version 0x02 (Rice packing) or 0x01 (frame packing: tests only).
+/// A joint stream of version 0x04 (chosen packing) or 0x01 (frame packing: tests only).
 fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointForm> {
     let mut shapes = Vec::with_capacity(cells.len());
     let mut members = Vec::with_capacity(cells.len());
@@ -265,7 +325,8 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
             encode_runs(&points, &offsets, packing, Widths::Runs, &mut stream);
             encode_values(&points, packing, Widths::Runs, &mut stream);
         }
-        Packing::Rice => {
+        Packing::Rice | Packing::Chosen => {
+            let packing = Packing::Chosen;
             stream.push(JOINT_VERSION);
             let body_with = |widths: Widths| {
                 let mut body = Vec::with_capacity(points.len() * 2 + 16);
@@ -835,6 +896,7 @@ fn pack_sequence(values: &[i64], packing: Packing, out: &mut Vec<u8>) {
     match packing {
         Packing::Frame => pack_above_floor(&quotients, out),
         Packing::Rice => rice::write(&quotients, out),
+        Packing::Chosen => PlannedQuotients::new(quotients, packing).write(out),
     }
 }
 
@@ -1036,11 +1098,11 @@ fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
         .rev()
         .filter(|k| candidates & (1 << k) != 0);
     match packing {
-        Packing::Rice => {
+        Packing::Rice | Packing::Chosen => {
             let mut best: Option<PlannedDecimal> = None;
             for k in scales {
                 let best_len = best.as_ref().map_or(raw_len, |b| b.len);
-                if let Some(planned) = PlannedDecimal::new(floats, k, best_len)
+                if let Some(planned) = PlannedDecimal::new(floats, k, best_len, packing)
                     && planned.len < best_len
                 {
                     best = Some(planned);
@@ -1095,7 +1157,7 @@ fn decimal_section(
     if !exact {
         match packing {
             Packing::Frame => pack_above_floor(&corrections, out),
-            Packing::Rice => rice::write(&corrections, out),
+            Packing::Rice | Packing::Chosen => rice::write(&corrections, out),
         }
     }
     true
@@ -1133,7 +1195,7 @@ struct PlannedDecimal {
     k: u32,
     first: i64,
     divisor: u64,
-    quotients: rice::Planned,
+    quotients: PlannedQuotients,
     /// `None` when every correction is zero (mode 0x00).
     corrections: Option<rice::Planned>,
     /// The section's bytes.
@@ -1142,10 +1204,10 @@ struct PlannedDecimal {
 
 impl PlannedDecimal {
     /// The section at scale `k`, `None` where [`decimal_values`] gives up under `limit`.
-    fn new(floats: &[&Point], k: u32, limit: usize) -> Option<Self> {
+    fn new(floats: &[&Point], k: u32, limit: usize, packing: Packing) -> Option<Self> {
         let (mantissas, corrections) = decimal_values(floats, k, Some(limit))?;
         let (first, divisor, quotients) = sequence_parts(&mantissas);
-        let quotients = rice::Planned::new(&quotients);
+        let quotients = PlannedQuotients::new(quotients, packing);
         let corrections = corrections
             .iter()
             .any(|c| *c != 0)
@@ -1286,7 +1348,7 @@ fn encode_runs(
     }
     match packing {
         Packing::Frame => offset_runs(offsets, out),
-        Packing::Rice => {
+        Packing::Rice | Packing::Chosen => {
             let mut as_runs = vec![0u8];
             offset_runs(offsets, &mut as_runs);
             let mut as_rice = vec![1u8];
@@ -1461,19 +1523,31 @@ impl Reader<'_> {
             v = v.wrapping_add(q.wrapping_mul(divisor));
             out.push(v);
         };
-        match packing {
+        match self.quotients_packing(packing)? {
             Packing::Frame => {
                 let floor = unzigzag(self.varint()?);
                 for d in self.unpack(n.saturating_sub(1))? {
                     push((d as i64).wrapping_add(floor));
                 }
             }
-            Packing::Rice => self.rice_each(n.saturating_sub(1), |q| {
+            _ => self.rice_each(n.saturating_sub(1), |q| {
                 push(q);
                 Ok(())
             })?,
         }
         Ok(out)
+    }
+
+    /// How a sequence's quotients are written: under chosen packing, its mode byte read.
+    fn quotients_packing(&mut self, packing: Packing) -> Result<Packing, &'static str> {
+        if packing != Packing::Chosen {
+            return Ok(packing);
+        }
+        match self.byte()? {
+            QUOTIENTS_RICE => Ok(Packing::Rice),
+            QUOTIENTS_FRAME => Ok(Packing::Frame),
+            _ => Err("bad sequence mode"),
+        }
     }
 
     /// A Rice sequence of `n` values: its center, byte length, then its bits.
@@ -1551,7 +1625,7 @@ impl Reader<'_> {
 
     /// A Rice body's offset mode: whether its offsets are a Rice sequence (else runs).
     fn offset_mode(&mut self, version: u8) -> Result<bool, &'static str> {
-        if Packing::of(version) != Packing::Rice {
+        if Packing::of(version) == Packing::Frame {
             return Ok(false);
         }
         match self.byte()? {
@@ -1828,7 +1902,7 @@ fn decode_body(
                 add_section(&mut sections, &mut mark, r.pos, |s| &mut s.float_head);
                 let mantissas = r.unpack_deltas(float_count, Packing::of(version))?;
                 add_section(&mut sections, &mut mark, r.pos, |s| &mut s.mantissas);
-                let corrections = if corrected && Packing::of(version) == Packing::Rice {
+                let corrections = if corrected && Packing::of(version) != Packing::Frame {
                     r.rice(float_count)?.into_iter().map(|c| c as u64).collect()
                 } else if corrected {
                     let floor = unzigzag(r.varint()?);
@@ -2082,11 +2156,13 @@ impl<'a> Reader<'a> {
     /// Skips a `pack_sequence` stream of `n` values, returning a reader over them (a Rice
     /// sequence is decoded here, whole).
     fn deltas(&mut self, n: usize, packing: Packing) -> Result<Deltas<'a>, &'static str> {
-        if packing == Packing::Rice {
-            return Ok(Deltas::listed(self.unpack_deltas(n, packing)?));
-        }
+        let at = self.pos;
         let first = unzigzag(self.varint()?);
         let divisor = self.varint()? as i64;
+        if self.quotients_packing(packing)? != Packing::Frame {
+            self.pos = at;
+            return Ok(Deltas::listed(self.unpack_deltas(n, packing)?));
+        }
         let floor = unzigzag(self.varint()?);
         let bits = self.packed(n.saturating_sub(1))?;
         Ok(Deltas {
@@ -2331,7 +2407,7 @@ fn decode_body_columns<V: Sample>(
             FloatMode::Decimal { corrected } => {
                 let scale = r.scale(version)?;
                 let mantissas = r.deltas(float_count, Packing::of(version))?;
-                let corrections = if corrected && Packing::of(version) == Packing::Rice {
+                let corrections = if corrected && Packing::of(version) != Packing::Frame {
                     Some(Corrections::Listed(r.rice(float_count)?.into_iter()))
                 } else if corrected {
                     let floor = unzigzag(r.varint()?);

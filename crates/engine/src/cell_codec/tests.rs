@@ -1045,10 +1045,11 @@ fn joint_stream_example() {
             "01 00 E0 A7 12 ", // offsets as a Rice sequence: first 0, divisor 300000 ms,
             "02 03 02 F4 00 ", //   quotient changes 1, 0, 9 around their median 1, 3 bytes:
             //                    r = 2 ("010000"), -1: "0 10", 0: "0 00", 8: "11110 00"
-            "03 02 00 03 01 ", // flag mode 0x03: 2 kind runs from integers, 3 then 1 float
+            "00 ",             // flag mode 0x00: the float as a double would cost more
+            "02 00 03 0B 01 ", // flags: 0x0 (1-byte integer) x 3, 0xB (float) x 1
             "0A 01 ",          // integers: 5, g = 1,
-            "02 01 3F ",       //   quotients 1, 1 all at their median 1: one block "111111"
-            "00 01 1E 01 00 00", // floats as doubles at scale 1: 15, g = 1, no quotients
+            "01 02 00 ",       //   quotients 1, 1 as a frame: least 1, width 0
+            "01 3F C0 00 00",  // floats raw: 1.5
         ))
     );
     // Version 3 of the same stream (flag runs, no flag mode) still decodes.
@@ -1557,9 +1558,9 @@ fn members_of(members: &[(u32, Rebuilt)], shapes: &[Option<JointShape>]) -> Vec<
 
 #[test]
 fn joint_sections_split_the_stream() {
-    // `joint_stream_example`'s stream: version, an empty bitmap, runs (3 resolution, 5 of
-    // flag mode and kind runs), offsets (mode, first, divisor, a 5-byte Rice sequence),
-    // integers, and one float as a double at scale 1 (mode, scale, then its mantissa).
+    // `joint_stream_example`'s stream: version, an empty bitmap, runs (3 resolution, 6 of
+    // flag mode and flag runs), offsets (mode, first, divisor, a 5-byte Rice sequence),
+    // integers, and one raw float after its mode byte.
     let members = vec![
         (
             0,
@@ -1578,16 +1579,16 @@ fn joint_sections_split_the_stream() {
             version: 1,
             summaries: 1,
             runs: 3,
-            flags: 5,
+            flags: 6,
             offsets: 10,
             integers: 5,
-            float_head: 2,
-            mantissas: 4,
+            float_head: 1,
+            mantissas: 0,
             corrections: 0,
-            raw_floats: 0,
+            raw_floats: 4,
             integer_points: 3,
             float_points: 1,
-            scale: Some(1),
+            scale: None,
         }
     );
     // Two hours of doubles a tenth apart, multiplied in floating point (some a unit in the
@@ -1849,4 +1850,79 @@ fn flag_modes_are_checked() {
     let mut v2 = with(&[1, 0, 20]);
     v2[0] = VERSION_2;
     assert_decoders_agree(&v2, &pts);
+}
+
+/// Where a joint stream's integer quotients' mode byte is (after the integers' first value
+/// and divisor).
+fn integer_mode_at(stream: &[u8], members: &[JointMember]) -> usize {
+    let s = joint_sections(stream, members).unwrap();
+    let mut r = Reader {
+        bytes: stream,
+        pos: s.version + s.summaries + s.runs + s.flags + s.offsets,
+    };
+    r.varint().unwrap();
+    r.varint().unwrap();
+    r.pos
+}
+
+#[test]
+fn quotients_take_the_shorter_of_rice_and_a_frame() {
+    // A counter stepping by 0..99 at random (every step as likely: a frame of 7 bits is
+    // shorter than Rice codes), then a gauge mostly still with rare spikes (Rice codes of a
+    // bit or two are shorter than a frame as wide as the spikes).
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let mut counter = 0i64;
+    let counts: Vec<i64> = (0..24 * 360)
+        .map(|_| {
+            counter += (next() % 100) as i64;
+            counter
+        })
+        .collect();
+    let uniform = dense_members(24, 360, |h, i| Value::Int(counts[(h * 360 + i) as usize]));
+    let spiky = dense_members(24, 360, |h, i| {
+        Value::Int(if (h * 360 + i) % 97 == 0 { 1 << 20 } else { 7 })
+    });
+    for (members, mode) in [(uniform, QUOTIENTS_FRAME), (spiky, QUOTIENTS_RICE)] {
+        let cells = joint_cells(&members);
+        let (shapes, stream) = encode_joint(&cells).unwrap();
+        let joint = members_of(&members, &shapes);
+        let at = integer_mode_at(&stream, &joint);
+        assert_eq!(stream[at], mode);
+        // The mode taken is the shorter.
+        let mut points = Vec::new();
+        for (_, (q, v)) in &members {
+            compact::decode_cell(q, v, &mut points).unwrap();
+        }
+        let (_, _, quotients) = sequence_parts(&int_values(&points));
+        let (rice_len, frame) = (
+            rice::Planned::new(&quotients).encoded_len(),
+            frame_len(&quotients),
+        );
+        assert_eq!(
+            mode == QUOTIENTS_FRAME,
+            frame < rice_len,
+            "{frame} {rice_len}"
+        );
+        let expected: Vec<Rebuilt> = members.iter().map(|(_, c)| c.clone()).collect();
+        assert_eq!(
+            DataCellCodec.decode_joint("t", &stream, &joint).unwrap(),
+            expected
+        );
+        let (mut times, mut values) = (Vec::new(), Vec::<f64>::new());
+        decode_joint_columns(&stream, &joint, 0, &mut times, &mut values).unwrap();
+        assert_eq!(values.len(), 24 * 360);
+        // An unknown mode is refused by both decoders.
+        let mut bad = stream.clone();
+        bad[at] = 2;
+        assert!(DataCellCodec.decode_joint("t", &bad, &joint).is_err());
+        assert!(
+            decode_joint_columns(&bad, &joint, 0, &mut Vec::new(), &mut Vec::<f64>::new()).is_err()
+        );
+    }
 }
