@@ -429,6 +429,7 @@ impl Downsampler {
         let c = &mut self.current;
         let (mut acc, mut finite, mut seen) = (c.acc, c.finite, c.seen);
         let (mut closed, mut opened) = (0, 0);
+        let mut have_bucket = self.bucket.is_some();
         let n = times.len().min(values.len());
         let mut i = 0;
         while i < n {
@@ -438,7 +439,14 @@ impl Downsampler {
                     self.out.push((start, F::value(acc, finite)));
                     closed += 1;
                 }
-                start = t - t.rem_euclid(interval);
+                // The next bucket is most often the one after: its start is the last one's
+                // end (buckets start at multiples of the interval), without a division.
+                start = if have_bucket && t.checked_sub(end).is_some_and(|d| d < interval) {
+                    end
+                } else {
+                    t - t.rem_euclid(interval)
+                };
+                have_bucket = true;
                 end = start + interval;
                 (acc, finite, seen) = (F::START, 0, 0);
                 opened += 1;
