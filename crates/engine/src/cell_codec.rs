@@ -288,7 +288,8 @@ fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
     encode_joint_as(cells, Packing::Chosen)
 }
 
-/// A joint stream of version 0x04 (chosen packing) or 0x01 (frame packing: tests only).
+/// A joint stream of version 0x01 (frame packing: tests only) or else of version 0x04
+/// (chosen packing).
 fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointForm> {
     let mut shapes = Vec::with_capacity(cells.len());
     let mut members = Vec::with_capacity(cells.len());
@@ -326,6 +327,7 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
             encode_values(&points, packing, Widths::Runs, &mut stream);
         }
         Packing::Rice | Packing::Chosen => {
+            // No stream is written with Rice packing alone any more (version 0x03).
             let packing = Packing::Chosen;
             stream.push(JOINT_VERSION);
             let body_with = |widths: Widths| {
