@@ -57,6 +57,14 @@ fn add(into: &mut JointSections, s: &JointSections) {
     into.float_points += s.float_points;
 }
 
+/// The name of a row or group key's metric ("?" when its UID has none).
+fn metric_of(key: &[u8], names: &BTreeMap<Vec<u8>, String>) -> String {
+    key.get(..METRIC_WIDTH)
+        .and_then(|uid| names.get(uid))
+        .cloned()
+        .unwrap_or_else(|| "?".to_string())
+}
+
 /// Metric UIDs to names, from the UID table's `name:metrics` cells.
 fn metric_names(
     store: &FjallStore,
@@ -119,12 +127,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let mut failure = None;
     store.visit_groups(DATA_TABLE, &mut |g| {
-        let metric = g
-            .key
-            .get(..METRIC_WIDTH)
-            .and_then(|uid| names.get(uid))
-            .cloned()
-            .unwrap_or_else(|| "?".to_string());
+        let metric = metric_of(g.key, &names);
         let t = tallies.entry(metric).or_default();
         t.groups += 1;
         t.key_bytes += g.key.len();
@@ -151,34 +154,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "\nBytes a point of each metric (last column: bytes a point of the whole load, {per:.0} points)\n"
     );
-    println!(
-        "| metric | points | groups | members | times | integers | mantissas | corrections | raw floats | summaries | runs, heads | group fields | keys | all | of the load |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    table_head(&[
+        "metric",
+        "points",
+        "groups",
+        "members",
+        "times",
+        "integers",
+        "mantissas",
+        "corrections",
+        "raw floats",
+        "summaries",
+        "runs, heads",
+        "group fields",
+        "keys",
+        "all",
+        "of the load",
+    ]);
     let mut total = Tally::default();
     for (metric, t) in &tallies {
         let s = &t.sections;
         let n = points_of(s).max(1) as f64;
-        let fields = t.value_bytes - t.stream_bytes;
-        let heads = s.version + s.runs + s.flags + s.float_head;
-        let all = t.value_bytes + t.key_bytes;
-        println!(
-            "| {metric} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
-            points_of(s),
-            t.groups,
-            t.members,
-            s.offsets as f64 / n,
-            s.integers as f64 / n,
-            s.mantissas as f64 / n,
-            s.corrections as f64 / n,
-            s.raw_floats as f64 / n,
-            s.summaries as f64 / n,
-            heads as f64 / n,
-            fields as f64 / n,
-            t.key_bytes as f64 / n,
-            all as f64 / n,
-            all as f64 / per
-        );
+        group_line(metric, t, n, per);
         println!("|   scales (groups) | {:?} |", t.scales);
         total.groups += t.groups;
         total.members += t.members;
@@ -187,26 +184,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         total.stream_bytes += t.stream_bytes;
         add(&mut total.sections, s);
     }
-    let s = &total.sections;
-    let heads = s.version + s.runs + s.flags + s.float_head;
-    let fields = total.value_bytes - total.stream_bytes;
-    println!(
-        "| all | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
-        points_of(s),
-        total.groups,
-        total.members,
-        s.offsets as f64 / per,
-        s.integers as f64 / per,
-        s.mantissas as f64 / per,
-        s.corrections as f64 / per,
-        s.raw_floats as f64 / per,
-        s.summaries as f64 / per,
-        heads as f64 / per,
-        fields as f64 / per,
-        total.key_bytes as f64 / per,
-        (total.value_bytes + total.key_bytes) as f64 / per,
-        (total.value_bytes + total.key_bytes) as f64 / per,
-    );
+    group_line("all", &total, per, per);
     rows_report(&store, &names, per)?;
     println!("\nKeyspaces: what they hold against their files (bytes a point of the load)\n");
     println!("| keyspace | entries | keys | values | files | files / (keys + values) |");
@@ -287,12 +265,7 @@ fn rows_report(
         if blobs.is_empty() {
             continue;
         }
-        let metric = row
-            .key
-            .get(..METRIC_WIDTH)
-            .and_then(|uid| names.get(uid))
-            .cloned()
-            .unwrap_or_else(|| "?".to_string());
+        let metric = metric_of(&row.key, names);
         let t = tallies.entry(metric).or_default();
         t.rows += 1;
         t.key_bytes += row.key.len();
@@ -311,13 +284,26 @@ fn rows_report(
     println!(
         "\nRows not in groups: their encoded cells by section, bytes a point of each metric\n"
     );
-    println!(
-        "| metric | points | rows | cells | times | integers | mantissas | corrections | raw floats | flag runs | other heads | cell fields | keys | all | of the load |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    table_head(&[
+        "metric",
+        "points",
+        "rows",
+        "cells",
+        "times",
+        "integers",
+        "mantissas",
+        "corrections",
+        "raw floats",
+        "flag runs",
+        "other heads",
+        "cell fields",
+        "keys",
+        "all",
+        "of the load",
+    ]);
     let mut total = RowTally::default();
     for (metric, t) in &tallies {
-        row_line(metric, t, Some(per));
+        row_line(metric, t, per);
         total.rows += t.rows;
         total.cells += t.cells;
         total.key_bytes += t.key_bytes;
@@ -325,33 +311,83 @@ fn rows_report(
         total.cell_bytes += t.cell_bytes;
         add(&mut total.sections, &t.sections);
     }
-    row_line("all", &total, Some(per));
+    row_line("all", &total, per);
     Ok(())
 }
 
-fn row_line(metric: &str, t: &RowTally, per: Option<f64>) {
+/// A line of the groups' table: `t`'s bytes a point of `n` points.
+fn group_line(metric: &str, t: &Tally, n: f64, per: f64) {
+    let s = &t.sections;
+    table_line(
+        &[
+            metric.to_string(),
+            (s.integer_points + s.float_points).to_string(),
+            t.groups.to_string(),
+            t.members.to_string(),
+        ],
+        s,
+        &[
+            s.summaries,
+            s.version + s.runs + s.flags + s.float_head,
+            t.value_bytes - t.stream_bytes,
+            t.key_bytes,
+            t.value_bytes + t.key_bytes,
+        ],
+        n,
+        per,
+    );
+}
+
+/// A Markdown table's header row and the line under it.
+fn table_head(columns: &[&str]) {
+    println!("| {} |", columns.join(" | "));
+    println!("|{}", "---|".repeat(columns.len()));
+}
+
+fn row_line(metric: &str, t: &RowTally, per: f64) {
     let s = &t.sections;
     let points = s.integer_points + s.float_points;
     let n = points.max(1) as f64;
     // The row's own header (format, cell count) is not in the scan; two bytes a row.
     let fields = t.cell_bytes + 2 * t.rows;
     let all = t.key_bytes + t.blob_bytes + fields;
-    let of_load = per.map_or(String::new(), |p| format!("{:.3}", all as f64 / p));
-    println!(
-        "| {metric} | {points} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {of_load} |",
-        t.rows,
-        t.cells,
-        s.offsets as f64 / n,
-        s.integers as f64 / n,
-        s.mantissas as f64 / n,
-        s.corrections as f64 / n,
-        s.raw_floats as f64 / n,
-        s.flags as f64 / n,
-        (s.version + s.runs + s.float_head) as f64 / n,
-        fields as f64 / n,
-        t.key_bytes as f64 / n,
-        all as f64 / n,
+    table_line(
+        &[
+            metric.to_string(),
+            points.to_string(),
+            t.rows.to_string(),
+            t.cells.to_string(),
+        ],
+        s,
+        &[
+            s.flags,
+            s.version + s.runs + s.float_head,
+            fields,
+            t.key_bytes,
+            all,
+        ],
+        n,
+        per,
     );
+}
+
+/// A table line: its first columns as they are, then the bytes of the values' sections of
+/// `s` and each of `bytes` a point (of `n` points), then the last of `bytes` a point of the
+/// whole load (`per`).
+fn table_line(first: &[String], s: &JointSections, bytes: &[usize], n: f64, per: f64) {
+    let mut line = format!("| {} |", first.join(" | "));
+    let sections = [
+        s.offsets,
+        s.integers,
+        s.mantissas,
+        s.corrections,
+        s.raw_floats,
+    ];
+    for b in sections.iter().chain(bytes) {
+        line.push_str(&format!(" {:.3} |", *b as f64 / n));
+    }
+    let load = bytes.last().copied().unwrap_or(0);
+    println!("{line} {:.3} |", load as f64 / per);
 }
 
 fn varint_len(mut v: u64) -> usize {

@@ -1612,10 +1612,7 @@ impl Reader<'_> {
         let mut total = 0usize;
         for _ in 0..count {
             let len = self.varint()? as usize;
-            total = total
-                .checked_add(len)
-                .filter(|t| *t <= n)
-                .ok_or("kind runs overflow")?;
+            total = run_total(total, len, n).ok_or("kind runs overflow")?;
             out.push((float, len));
             float = !float;
         }
@@ -1670,6 +1667,11 @@ impl Reader<'_> {
         }
         Ok(out)
     }
+}
+
+/// A run's length added to the lengths before it, when the sum stays within `limit`.
+fn run_total(total: usize, len: usize, limit: usize) -> Option<usize> {
+    total.checked_add(len).filter(|t| *t <= limit)
 }
 
 /// Whether a blob of `version` holds the integer or float section of `count` values: version 1
@@ -2212,10 +2214,7 @@ impl<'a> Reader<'a> {
         let mut total = 0usize;
         for _ in 0..count {
             let len = self.varint()? as usize;
-            total = total
-                .checked_add(len)
-                .filter(|t| *t <= limit)
-                .ok_or("runs overflow")?;
+            total = run_total(total, len, limit).ok_or("runs overflow")?;
         }
         Ok((at, total))
     }
@@ -2372,10 +2371,7 @@ fn decode_body_columns<V: Sample>(
     let mut float_count = 0usize;
     let mut flag_total = 0usize;
     for &(f, len) in &flag_runs {
-        flag_total = flag_total
-            .checked_add(len)
-            .filter(|t| *t <= n)
-            .ok_or("flag runs overflow")?;
+        flag_total = run_total(flag_total, len, n).ok_or("flag runs overflow")?;
         if f & FLAG_FLOAT != 0 {
             float_count += len;
         }
