@@ -288,8 +288,8 @@ fn encode_joint(cells: &[JointCell<'_>]) -> Option<JointForm> {
     encode_joint_as(cells, Packing::Chosen)
 }
 
-/// A joint stream of version 0x01 (frame packing: tests only) or else of version 0x04
-/// (chosen packing).
+/// A joint stream of version 0x04 (chosen packing), or, for tests, of the versions written
+/// before: 0x03 (Rice packing) and 0x01 (frame packing).
 fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointForm> {
     let mut shapes = Vec::with_capacity(cells.len());
     let mut members = Vec::with_capacity(cells.len());
@@ -327,16 +327,23 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
             encode_values(&points, packing, Widths::Runs, &mut stream);
         }
         Packing::Rice | Packing::Chosen => {
-            // No stream is written with Rice packing alone any more (version 0x03).
-            let packing = Packing::Chosen;
-            stream.push(JOINT_VERSION);
+            let chosen = packing == Packing::Chosen;
+            stream.push(if chosen {
+                JOINT_VERSION
+            } else {
+                JOINT_VERSION_3
+            });
             let body_with = |widths: Widths| {
                 let mut body = Vec::with_capacity(points.len() * 2 + 16);
                 encode_runs(&points, &offsets, packing, widths, &mut body);
                 encode_values(&points, packing, widths, &mut body);
                 body
             };
-            let widths = Widths::of(&points);
+            let widths = if chosen {
+                Widths::of(&points)
+            } else {
+                Widths::Runs
+            };
             let mut body = body_with(widths);
             if widths == Widths::FromValues && has_4_byte_float(&points) {
                 let listed = body_with(Widths::RunsAfterMode);

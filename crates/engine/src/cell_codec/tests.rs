@@ -26,6 +26,14 @@ fn encode_points_v1(points: &[Point], meta: Option<u8>) -> Vec<u8> {
 }
 
 /// What `DataCellCodec::encode` returned before version 2.
+/// A version 2 blob (RFC 0005), as the encoder wrote them before RFC 0013.
+fn encode_points_v2(points: &[Point], meta: Option<u8>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_head_with(points, meta, VERSION_2, Widths::Runs, &mut out);
+    encode_values(points, Packing::Frame, Widths::Runs, &mut out);
+    out
+}
+
 fn encode_v1(q: &[u8], v: &[u8]) -> Option<Vec<u8>> {
     encode_cell(q, v, encode_points_v1)
 }
@@ -288,6 +296,10 @@ fn rfc_0005_examples() {
         DataCellCodec.decode("t", &v2).unwrap(),
         (q.clone(), v.clone())
     );
+    assert_eq!(
+        encode_points_v2(&points_of(&rfc_integer_example()), Some(0)),
+        v2
+    );
     let blob = DataCellCodec.encode("t", &q, &v).unwrap();
     assert_eq!(
         blob,
@@ -321,6 +333,7 @@ fn rfc_0005_examples() {
         (q.clone(), v.clone())
     );
     assert_decoders_agree(&v2, &points_of(&example));
+    assert_eq!(encode_points_v2(&points_of(&example), Some(0)), v2);
     let blob = DataCellCodec.encode("t", &q, &v).unwrap();
     assert_eq!(
         blob,
@@ -832,6 +845,8 @@ proptest! {
         }
         // Never longer than version 1 but for version 3's flag mode byte.
         let pts = points_of(&dedup);
+        // Version 2's blob, as written before RFC 0013, still reads as the points.
+        assert_decoders_agree(&encode_points_v2(&pts, Some(0)), &pts);
         prop_assert!(
             encode_points(&pts, Some(0)).len() <= encode_points_v1(&pts, Some(0)).len() + 1
         );
@@ -1208,6 +1223,23 @@ fn joint_members() -> impl Strategy<Value = Vec<(u32, Rebuilt)>> {
     })
 }
 
+/// The packings of the joint stream versions: 0x01 (frame), 0x03 (Rice) and 0x04 (chosen).
+fn packings() -> impl Strategy<Value = Packing> {
+    prop_oneof![
+        Just(Packing::Frame),
+        Just(Packing::Rice),
+        Just(Packing::Chosen)
+    ]
+}
+
+fn version_of(packing: Packing) -> u8 {
+    match packing {
+        Packing::Frame => JOINT_VERSION_1,
+        Packing::Rice => JOINT_VERSION_3,
+        Packing::Chosen => JOINT_VERSION,
+    }
+}
+
 proptest! {
     /// Every cell the write path makes is taken jointly and comes back byte for byte; the
     /// columns decoder gives each member's points, member after member.
@@ -1215,11 +1247,11 @@ proptest! {
     fn joint_streams_round_trip(
         members in joint_members(),
         period in 0i64..1 << 40,
-        rice in any::<bool>(),
+        packing in packings(),
     ) {
-        let packing = if rice { Packing::Rice } else { Packing::Frame };
+        // The version written, and those written before (still read).
         let (shapes, stream) = encode_joint_as(&joint_cells(&members), packing).unwrap();
-        prop_assert_eq!(stream[0], if rice { JOINT_VERSION } else { JOINT_VERSION_1 });
+        prop_assert_eq!(stream[0], version_of(packing));
         prop_assert!(shapes.iter().all(Option::is_some));
         let joint = joint_of(&members, &shapes);
         let cells: Vec<(Vec<u8>, Vec<u8>)> = members.iter().map(|(_, c)| c.clone()).collect();
@@ -1245,9 +1277,8 @@ proptest! {
         members in joint_members(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
         shift in prop_oneof![3 => Just(0u32), 1 => 1u32..4000],
-        rice in any::<bool>(),
+        packing in packings(),
     ) {
-        let packing = if rice { Packing::Rice } else { Packing::Frame };
         let (shapes, mut stream) = encode_joint_as(&joint_cells(&members), packing).unwrap();
         for (at, b) in flips {
             let i = at.index(stream.len());
@@ -1270,7 +1301,12 @@ proptest! {
     #[test]
     fn joint_decode_never_panics(
         bytes in prop::collection::vec(any::<u8>(), 0..120),
-        version in prop::option::of(prop_oneof![Just(JOINT_VERSION_1), Just(JOINT_VERSION)]),
+        version in prop::option::of(prop_oneof![
+            Just(JOINT_VERSION_1),
+            Just(JOINT_VERSION_2),
+            Just(JOINT_VERSION_3),
+            Just(JOINT_VERSION),
+        ]),
         members in prop::collection::vec((0u32..200_000, 0u32..50, prop::option::of(any::<u8>())), 0..6),
     ) {
         let stream: Vec<u8> = version.into_iter().chain(bytes).collect();
@@ -1308,7 +1344,7 @@ fn offset_mode(stream: &[u8]) -> u8 {
         bytes: stream,
         pos: 1,
     };
-    if stream[0] == JOINT_VERSION {
+    if matches!(stream[0], JOINT_VERSION | JOINT_VERSION_3) {
         read_summaries(&mut r, 24, |_| {}).unwrap();
     }
     assert_eq!(r.varint().unwrap(), 1, "one resolution run");
