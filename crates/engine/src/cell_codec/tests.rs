@@ -885,7 +885,7 @@ proptest! {
 
     #[test]
     fn decode_never_panics(
-        version in prop_oneof![Just(None), (1u8..=2).prop_map(Some)],
+        version in prop_oneof![Just(None), (1u8..=3).prop_map(Some)],
         bytes in prop::collection::vec(any::<u8>(), 0..120),
     ) {
         let blob: Vec<u8> = version.into_iter().chain(bytes).collect();
