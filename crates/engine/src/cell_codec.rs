@@ -339,18 +339,11 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
                 encode_values(&points, packing, widths, &mut body);
                 body
             };
-            let widths = if chosen {
-                Widths::of(&points)
+            let body = if chosen {
+                with_shorter_widths(&points, body_with)
             } else {
-                Widths::Runs
+                body_with(Widths::Runs)
             };
-            let mut body = body_with(widths);
-            if widths == Widths::FromValues && has_4_byte_float(&points) {
-                let listed = body_with(Widths::RunsAfterMode);
-                if listed.len() < body.len() {
-                    body = listed;
-                }
-            }
             // A dense stream summarizes every member it can, the sparse hours of a series'
             // start, end or gaps too: one of them left out would have a query decode the
             // whole stream. A sparser one summarizes sums only, when they cost at most half
@@ -1287,14 +1280,14 @@ fn width_from_value(p: &Point) -> Option<u8> {
         let shift = 64 - 8 * p.qualifier.value_len() as u32;
         return Some(Value::Int(((p.bits << shift) as i64) >> shift).flags());
     }
-    let double = match p.qualifier.value_len() {
-        4 => {
-            let d = f64::from(f32::from_bits(p.bits as u32));
-            ((d as f32).to_bits() == p.bits as u32).then_some(d)?
-        }
-        8 => f64::from_bits(p.bits),
-        _ => return None,
+    let double = float_f64(p);
+    let exact = match p.qualifier.value_len() {
+        4 => (double as f32).to_bits() == p.bits as u32,
+        len => len == 8,
     };
+    if !exact {
+        return None;
+    }
     Some(float_value(double).flags())
 }
 
@@ -1302,8 +1295,10 @@ fn width_from_value(p: &Point) -> Option<u8> {
 /// float's value as the double it is exactly.
 fn as_double(p: &Point) -> Point {
     if p.qualifier.value_len() == 4 && is_float(p) {
-        let d = f64::from(f32::from_bits(p.bits as u32));
-        Point::new(p.qualifier.with_flags(FLAG_FLOAT | 7), d.to_bits())
+        Point::new(
+            p.qualifier.with_flags(FLAG_FLOAT | 7),
+            float_f64(p).to_bits(),
+        )
     } else {
         *p
     }
@@ -1449,15 +1444,22 @@ fn int_values(points: &[Point]) -> Vec<i64> {
 /// A version 3 blob: widths from values where the points allow it and that is not longer
 /// (4-byte floats written as doubles may take more bits than as floats).
 fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
+    with_shorter_widths(points, |widths| encode_blob(points, meta, widths))
+}
+
+/// What `encode` writes for `points` with the widths a flag mode allows ([`Widths::of`]);
+/// where those are from values and some float is on 4 bytes, with flag runs too, the
+/// shorter kept (a 4-byte float as a double may take more bits).
+fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> Vec<u8> {
     let widths = Widths::of(points);
-    let blob = encode_blob(points, meta, widths);
+    let bytes = encode(widths);
     if widths == Widths::FromValues && has_4_byte_float(points) {
-        let listed = encode_blob(points, meta, Widths::RunsAfterMode);
-        if listed.len() < blob.len() {
+        let listed = encode(Widths::RunsAfterMode);
+        if listed.len() < bytes.len() {
             return listed;
         }
     }
-    blob
+    bytes
 }
 
 fn encode_blob(points: &[Point], meta: Option<u8>, widths: Widths) -> Vec<u8> {
@@ -1593,21 +1595,19 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    /// A flag mode byte (RFC 0013).
-    fn flag_mode(&mut self) -> Result<u8, &'static str> {
-        match self.byte()? {
-            m @ (FLAG_MODE_RUNS | FLAG_MODE_INTEGERS | FLAG_MODE_FLOATS | FLAG_MODE_KINDS) => Ok(m),
-            _ => Err("bad flag mode"),
+    /// A body's flag mode (RFC 0013) and what follows it when not flag runs: the kinds of its
+    /// `n` points, runs of (is float, length) adding up to `n`. `None`, nothing read, for a
+    /// version without a flag mode; `None` after mode 0x00, the flag runs next.
+    fn kinds(&mut self, version: u8, n: usize) -> Result<Option<Vec<(bool, usize)>>, &'static str> {
+        if !has_flag_mode(version) {
+            return Ok(None);
         }
-    }
-
-    /// The kinds of `n` points after a flag mode other than runs (the mode byte read just
-    /// before): runs of (is float, length), their lengths adding up to `n`.
-    fn kind_runs(&mut self, n: usize) -> Result<Vec<(bool, usize)>, &'static str> {
-        match self.bytes[self.pos - 1] {
-            FLAG_MODE_INTEGERS => return Ok(vec![(false, n)]),
-            FLAG_MODE_FLOATS => return Ok(vec![(true, n)]),
-            _ => {}
+        match self.byte()? {
+            FLAG_MODE_RUNS => return Ok(None),
+            FLAG_MODE_INTEGERS => return Ok(Some(vec![(false, n)])),
+            FLAG_MODE_FLOATS => return Ok(Some(vec![(true, n)])),
+            FLAG_MODE_KINDS => {}
+            _ => return Err("bad flag mode"),
         }
         let count = self.varint()? as usize;
         let mut float = match self.byte()? {
@@ -1626,7 +1626,7 @@ impl Reader<'_> {
         if total != n {
             return Err("stream lengths differ");
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// A Rice body's offset mode: whether its offsets are a Rice sequence (else runs).
@@ -1869,10 +1869,11 @@ fn decode_body(
     add_section(&mut sections, &mut mark, r.pos, |s| &mut s.offsets);
     // With widths from values, `flags` holds only each point's float bit until the values
     // are read.
-    let from_values = has_flag_mode(version) && r.flag_mode()? != FLAG_MODE_RUNS;
+    let kinds = r.kinds(version, n)?;
+    let from_values = kinds.is_some();
     let mut flags = Vec::with_capacity(n);
-    if from_values {
-        for (float, len) in r.kind_runs(n)? {
+    if let Some(kinds) = kinds {
+        for (float, len) in kinds {
             flags.extend(std::iter::repeat_n(
                 if float { FLAG_FLOAT | 7 } else { 0 },
                 len,
@@ -2360,9 +2361,8 @@ fn decode_body_columns<V: Sample>(
     }
     // Flag runs; with widths from values, the kind runs as the flags of 8-byte values (an
     // integer's value is the same on any width that holds it, a float's as a double).
-    let flag_runs: Vec<(u8, usize)> = if has_flag_mode(version) && r.flag_mode()? != FLAG_MODE_RUNS
-    {
-        r.kind_runs(n)?
+    let flag_runs: Vec<(u8, usize)> = if let Some(kinds) = r.kinds(version, n)? {
+        kinds
             .into_iter()
             .map(|(float, len)| (if float { FLAG_FLOAT | 7 } else { 7 }, len))
             .collect()
