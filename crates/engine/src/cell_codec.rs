@@ -2101,26 +2101,76 @@ impl Deltas<'_> {
             let width = bits.width as usize;
             let words = (bits.data.len().saturating_sub(8) * 8).saturating_sub(bits.bit) / width;
             let fast = words.min(left);
-            let (data, mask) = (bits.data, bits.mask);
-            let mut bit = bits.bit;
+            let unpack = Unpack {
+                data: bits.data,
+                mask: bits.mask,
+                width,
+                floor,
+                divisor,
+            };
             // Slots first, then a loop whose state stays in registers.
             let from = out.len();
             out.resize(from + fast, V::from_int(0));
-            for slot in &mut out[from..] {
-                let at = bit / 8;
-                let word = data
-                    .get(at..at + 8)
-                    .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
-                let d = ((word >> (bit % 8)) & mask) as i64;
-                bit += width;
-                *slot = V::from_int((v << shift) >> shift);
-                v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
-            }
-            bits.bit = bit;
+            let slots = &mut out[from..];
+            // The usual widths' sign extension by a constant shift (no shift for 8 bytes).
+            (bits.bit, v) = match shift {
+                0 => unpack.ints::<V, 0>(slots, bits.bit, v, shift),
+                32 => unpack.ints::<V, 32>(slots, bits.bit, v, shift),
+                48 => unpack.ints::<V, 48>(slots, bits.bit, v, shift),
+                56 => unpack.ints::<V, 56>(slots, bits.bit, v, shift),
+                _ => unpack.ints::<V, 64>(slots, bits.bit, v, shift),
+            };
             left -= fast;
         }
         self.value = v;
         out.extend((0..left).map(|_| V::from_int(sign_extend(self.next(), len))));
+    }
+}
+
+/// A frame's values read a word each (see [`Deltas::ints_into`]).
+struct Unpack<'a> {
+    data: &'a [u8],
+    mask: u64,
+    width: usize,
+    floor: i64,
+    divisor: i64,
+}
+
+impl Unpack<'_> {
+    /// Fills `slots` with the integers from bit `bit` on, the first being `v`, each sign
+    /// extended from its length by `SHIFT` bits (64: by `shift`, read at run time). Returns
+    /// the bit and the value after them.
+    #[inline(always)]
+    fn ints<V: Sample, const SHIFT: u32>(
+        &self,
+        slots: &mut [V],
+        mut bit: usize,
+        mut v: i64,
+        shift: u32,
+    ) -> (usize, i64) {
+        let Unpack {
+            data,
+            mask,
+            width,
+            floor,
+            divisor,
+        } = *self;
+        for slot in slots {
+            let at = bit / 8;
+            let word = data
+                .get(at..at + 8)
+                .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
+            let d = ((word >> (bit % 8)) & mask) as i64;
+            bit += width;
+            let value = if SHIFT == 64 {
+                (v << shift) >> shift
+            } else {
+                (v << SHIFT) >> SHIFT
+            };
+            *slot = V::from_int(value);
+            v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
+        }
+        (bit, v)
     }
 }
 

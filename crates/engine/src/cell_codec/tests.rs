@@ -1962,3 +1962,52 @@ fn quotients_take_the_shorter_of_rice_and_a_frame() {
         );
     }
 }
+
+/// Integers of each stored length (1, 2, 4 and 8 bytes), negative ones among them, packed as
+/// frames wide enough that the column decoders read them a word at a time: both decoders,
+/// cell and joint stream, give each integer back, sign extended from its own length.
+#[test]
+fn frame_integers_of_every_length_decode_alike() {
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        rng.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    };
+    for (bits, len) in [(7u32, 1u8), (15, 2), (31, 4), (44, 8)] {
+        let spread = 1i64 << bits;
+        let values: Vec<i64> = (0..24 * 360)
+            .map(|_| (next() % (2 * spread as u64)) as i64 - spread)
+            .collect();
+        let members = dense_members(24, 360, |h, i| Value::Int(values[(h * 360 + i) as usize]));
+        // The lengths the test means to cover are there.
+        let mut points = Vec::new();
+        for (_, (q, v)) in &members {
+            compact::decode_cell(q, v, &mut points).unwrap();
+        }
+        assert!(
+            points
+                .iter()
+                .any(|p| p.qualifier.value_len() == usize::from(len))
+        );
+        for (_, (q, v)) in &members {
+            let blob = DataCellCodec.encode("t", q, v).unwrap();
+            let mut want = Vec::new();
+            compact::decode_cell(q, v, &mut want).unwrap();
+            assert_decoders_agree(&blob, &want);
+        }
+        let cells = joint_cells(&members);
+        let (shapes, stream) = encode_joint(&cells).unwrap();
+        let joint = members_of(&members, &shapes);
+        assert_eq!(stream[integer_mode_at(&stream, &joint)], QUOTIENTS_FRAME);
+        let (mut times, mut ints) = (Vec::new(), Vec::<Num>::new());
+        decode_joint_columns(&stream, &joint, 0, &mut times, &mut ints).unwrap();
+        let got: Vec<i64> = ints.iter().map(|v| v.as_f64() as i64).collect();
+        assert_eq!(got, values, "{len}-byte integers as stored values");
+        let mut doubles = Vec::<f64>::new();
+        decode_joint_columns(&stream, &joint, 0, &mut Vec::new(), &mut doubles).unwrap();
+        let want: Vec<f64> = values.iter().map(|v| *v as f64).collect();
+        assert_eq!(doubles, want, "{len}-byte integers as doubles");
+    }
+}
