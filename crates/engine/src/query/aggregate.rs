@@ -104,7 +104,54 @@ pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64
 
 /// [`aggregate`] for series of doubles (downsampled ones), without making them values.
 pub fn aggregate_floats(series: &[Vec<(i64, f64)>], agg: Aggregator) -> Result<Vec<(i64, f64)>> {
-    let same_times = series.split_first().is_some_and(|(first, rest)| {
+    let slices: Vec<&[(i64, f64)]> = series.iter().map(Vec::as_slice).collect();
+    if !share_times(&slices) {
+        let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
+        return in_two_halves(&times, series.len(), |part| {
+            aggregate_floats_at(series, agg, part)
+        });
+    }
+    aggregate_shared_times(&slices, agg)
+}
+
+/// [`aggregate_floats`] of series each read in pieces, a piece after another (the buckets
+/// of a read split by hours, see `Downsampler::finish_pieces`). Where every series has as
+/// many pieces, and each piece the same times in every series, the pieces are aggregated
+/// where they lie, one after another: each time's answer is its own series' values at
+/// that time either way. Else each series is put together first.
+pub fn aggregate_float_pieces(
+    series: Vec<Vec<Vec<(i64, f64)>>>,
+    agg: Aggregator,
+) -> Result<Vec<(i64, f64)>> {
+    let pieces = series.first().map_or(0, Vec::len);
+    let aligned = pieces > 1
+        && series.iter().all(|s| {
+            s.len() == pieces && s.iter().zip(&series[0]).all(|(a, b)| a.len() == b.len())
+        });
+    if aligned {
+        let at =
+            |p: usize| -> Vec<&[(i64, f64)]> { series.iter().map(|s| s[p].as_slice()).collect() };
+        if (0..pieces).all(|p| share_times(&at(p))) {
+            let mut out = Vec::with_capacity(series[0].iter().map(Vec::len).sum());
+            for p in 0..pieces {
+                out.extend(aggregate_shared_times(&at(p), agg)?);
+            }
+            return Ok(out);
+        }
+    }
+    let joined: Vec<Vec<(i64, f64)>> = series
+        .into_iter()
+        .map(|mut s| match s.len() {
+            1 => s.pop().unwrap_or_default(),
+            _ => s.concat(),
+        })
+        .collect();
+    aggregate_floats(&joined, agg)
+}
+
+/// Whether every series has its points at the same times as the first.
+fn share_times(series: &[&[(i64, f64)]]) -> bool {
+    series.split_first().is_some_and(|(first, rest)| {
         if rest.iter().any(|s| s.len() != first.len()) {
             return false;
         }
@@ -119,15 +166,7 @@ pub fn aggregate_floats(series: &[Vec<(i64, f64)>], agg: Aggregator) -> Result<V
             })])
         });
         halves.is_ok_and(|same| same.iter().all(|s| *s))
-    });
-    if !same_times {
-        let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
-        return in_two_halves(&times, series.len(), |part| {
-            aggregate_floats_at(series, agg, part)
-        });
-    }
-    let slices: Vec<&[(i64, f64)]> = series.iter().map(Vec::as_slice).collect();
-    aggregate_shared_times(&slices, agg)
+    })
 }
 
 /// Aggregates series of doubles that all have points at the same times.
@@ -969,6 +1008,57 @@ mod properties {
             }
             let got: Vec<(i64, i64)> = out.iter().map(|(t, v)| (*t, match v { Num::Int(i) => *i, Num::Float(f) => *f as i64 })).collect();
             prop_assert_eq!(got, naive.into_iter().collect::<Vec<_>>());
+        }
+
+        /// Series in pieces aggregate as the series put together do, bit for bit and in
+        /// their errors: the pieces alike in every series (aggregated where they lie), or
+        /// not (a series with a piece fewer, one time off).
+        #[test]
+        fn pieces_aggregate_as_the_series_joined(
+            n in 1usize..6,
+            len in 0usize..40,
+            cuts in prop::collection::vec(0usize..40, 0..3),
+            values in prop::collection::vec(prop_oneof![
+                8 => (-1e6f64..1e6).boxed(),
+                1 => Just(f64::NAN).boxed(),
+                1 => Just(f64::MAX).boxed(),
+            ], 240),
+            skew in prop_oneof![Just(None), (0usize..6, 0usize..40).prop_map(Some)],
+            fewer in prop_oneof![3 => Just(false), 1 => Just(true)],
+            name in prop::sample::select(vec![
+                "sum", "avg", "min", "max", "count", "p90", "dev", "zimsum", "squareSum", "first",
+            ]),
+        ) {
+            let agg = Aggregator::parse(name).unwrap();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(len)).collect();
+            cuts.sort_unstable();
+            let mut series: Vec<Vec<(i64, f64)>> = (0..n)
+                .map(|s| (0..len).map(|i| (i as i64 * 60_000, values[(s * 40 + i) % 240])).collect())
+                .collect();
+            if let Some((s, i)) = skew
+                && let Some(p) = series.get_mut(s).and_then(|s| s.get_mut(i))
+            {
+                p.0 += 1;
+            }
+            let split = |s: &Vec<(i64, f64)>, cuts: &[usize]| -> Vec<Vec<(i64, f64)>> {
+                let mut pieces = Vec::new();
+                let mut from = 0;
+                for c in cuts {
+                    pieces.push(s[from..*c].to_vec());
+                    from = *c;
+                }
+                pieces.push(s[from..].to_vec());
+                pieces
+            };
+            let pieces: Vec<Vec<Vec<(i64, f64)>>> = series
+                .iter()
+                .enumerate()
+                .map(|(i, s)| split(s, if fewer && i == 0 { &cuts[cuts.len().min(1)..] } else { &cuts }))
+                .collect();
+            let want = aggregate_floats(&series, agg);
+            let got = aggregate_float_pieces(pieces, agg);
+            let bits = |r: Result<Vec<(i64, f64)>>| r.map(|o| o.into_iter().map(|(t, v)| (t, v.to_bits())).collect::<Vec<_>>()).map_err(|e| e.to_string());
+            prop_assert_eq!(bits(got), bits(want));
         }
 
         /// Series of doubles at their own times (sparse series starting and ending apart,

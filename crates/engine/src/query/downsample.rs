@@ -568,16 +568,29 @@ impl Downsampler {
     pub fn append(&mut self, mut later: Downsampler) {
         self.close();
         later.close();
-        if later.earlier.is_empty() && self.out.capacity() - self.out.len() >= later.out.len() {
-            // Room was kept for them (see `expect_until`).
-            self.out.append(&mut later.out);
-        } else {
-            // Kept as parts, joined once when finished.
-            self.earlier.push(std::mem::take(&mut self.out));
-            self.earlier.append(&mut later.earlier);
-            self.out = later.out;
-        }
+        // Kept as pieces: joined once when finished, or aggregated where they lie (see
+        // `Downsampler::finish_pieces`).
+        self.earlier.push(std::mem::take(&mut self.out));
+        self.earlier.append(&mut later.earlier);
+        self.out = later.out;
         self.bucket = later.bucket;
+    }
+
+    /// [`Downsampler::finish`] in the pieces the buckets were read in (one piece for each
+    /// [`Downsampler::append`], in time order), not joined where there is no fill policy;
+    /// else the one piece `finish` gives.
+    pub fn finish_pieces(
+        mut self,
+        window: (i64, i64),
+        max_buckets: u64,
+    ) -> Result<Vec<Vec<(i64, f64)>>> {
+        if self.spec.interval_ms == 0 || self.spec.fill != FillPolicy::None {
+            return Ok(vec![self.finish(window, max_buckets)?]);
+        }
+        self.close();
+        let mut pieces = std::mem::take(&mut self.earlier);
+        pieces.push(std::mem::take(&mut self.out));
+        Ok(pieces)
     }
 
     /// The buckets. With a fill policy every bucket of the scan `window` `[start, end)` is

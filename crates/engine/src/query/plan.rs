@@ -16,7 +16,7 @@ use hourglass_core::schema::DATA_FAMILY;
 use hourglass_core::uid::{Uid, UidKind, hex_upper, parse_hex};
 use hourglass_storage::{Mutation, ReadOptions, RowMutation};
 
-use super::aggregate::{aggregate_floats, aggregate_owned, aggregate_rates};
+use super::aggregate::{aggregate_float_pieces, aggregate_owned, aggregate_rates};
 use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
@@ -910,7 +910,7 @@ fn finish_groups(
                     .into_iter()
                     .map(|(t, v)| (t, Num::Float(v)))
                     .collect(),
-                Finished::Downsampled(series) => aggregate_floats(&series, q.aggregator)?
+                Finished::Downsampled(series) => aggregate_float_pieces(series, q.aggregator)?
                     .into_iter()
                     .map(|(t, v)| (t, Num::Float(v)))
                     .collect(),
@@ -971,7 +971,8 @@ fn finish_groups(
 enum Finished {
     /// Neither downsampled nor rates: the stored values.
     Raw(Vec<Series>),
-    Downsampled(Vec<Vec<(i64, f64)>>),
+    /// Each series' buckets in the pieces they were read in.
+    Downsampled(Vec<Vec<Vec<(i64, f64)>>>),
     /// Each series' rates with its hidden first rate.
     Rates(Vec<(f64, Vec<(i64, f64)>)>),
 }
@@ -1048,10 +1049,10 @@ fn finish_series_here(
             }
             (Finished::Raw(r), Points::Raw(p)) => r.push(p),
             (Finished::Downsampled(r), Points::Downsampled(d)) => {
-                r.push(d.finish(window, budget)?);
+                r.push(d.finish_pieces(window, budget)?);
             }
             (Finished::Downsampled(r), Points::RollupAvg(avg)) => {
-                r.push(finish_avg(*avg, q, window, budget)?);
+                r.push(vec![finish_avg(*avg, q, window, budget)?]);
             }
             (Finished::Rates(r), Points::RollupAvg(avg)) => {
                 let avg = finish_avg(*avg, q, window, budget)?;

@@ -2387,7 +2387,7 @@ mod tests {
                     _ => unreachable!(),
                 })
                 .collect();
-            let want = super::super::aggregate_floats(&finished, q.aggregator);
+            let want = crate::query::aggregate::aggregate_floats(&finished, q.aggregator);
             proptest::prop_assert_eq!(bits(got), bits(want));
         }
     }
