@@ -105,13 +105,48 @@ pub fn aggregate(series: &[Vec<(i64, Num)>], agg: Aggregator) -> Result<Vec<(i64
 /// [`aggregate`] for series of doubles (downsampled ones), without making them values.
 pub fn aggregate_floats(series: &[Vec<(i64, f64)>], agg: Aggregator) -> Result<Vec<(i64, f64)>> {
     let slices: Vec<&[(i64, f64)]> = series.iter().map(Vec::as_slice).collect();
-    if !share_times(&slices) {
-        let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
-        return in_two_halves(&times, series.len(), |part| {
-            aggregate_floats_at(series, agg, part)
-        });
+    if let Some(out) = aggregate_if_shared(&slices, agg)? {
+        return Ok(out);
     }
-    aggregate_shared_times(&slices, agg)
+    let times = union_of_times(series.iter().map(|s| s.iter().map(|p| p.0)));
+    in_two_halves(&times, series.len(), |part| {
+        aggregate_floats_at(series, agg, part)
+    })
+}
+
+/// [`aggregate_shared_times`] where the series have their points at the same times, None
+/// where they do not (a fold checks the times as it reads the values).
+fn aggregate_if_shared(
+    series: &[&[(i64, f64)]],
+    agg: Aggregator,
+) -> Result<Option<Vec<(i64, f64)>>> {
+    let Some((first, rest)) = series.split_first() else {
+        return Ok(None);
+    };
+    if rest.iter().any(|s| s.len() != first.len()) {
+        return Ok(None);
+    }
+    if !with_fold!(Running::of(agg), _F => true, _ => false) {
+        return Ok(share_times(series)
+            .then(|| aggregate_shared_times(series, agg))
+            .transpose()?);
+    }
+    let differ = std::sync::atomic::AtomicBool::new(false);
+    let indexes: Vec<usize> = (0..first.len()).collect();
+    let out = in_two_halves(&indexes, series.len(), |part| {
+        let folded = with_fold!(Running::of(agg),
+            F => fold_columns_checked::<F, _, true>(series, part, |p| p.0, |p| p.1),
+            _ => Ok(None));
+        Ok(folded?.unwrap_or_else(|| {
+            differ.store(true, std::sync::atomic::Ordering::Relaxed);
+            Vec::new()
+        }))
+    });
+    // Times that differ anywhere outrank what either half found.
+    if differ.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(None);
+    }
+    out.map(Some)
 }
 
 /// [`aggregate_floats`] of series each read in pieces, a piece after another (the buckets
@@ -131,11 +166,18 @@ pub fn aggregate_float_pieces(
     if aligned {
         let at =
             |p: usize| -> Vec<&[(i64, f64)]> { series.iter().map(|s| s[p].as_slice()).collect() };
-        if (0..pieces).all(|p| share_times(&at(p))) {
-            let mut out = Vec::with_capacity(series[0].iter().map(Vec::len).sum());
-            for p in 0..pieces {
-                out.extend(aggregate_shared_times(&at(p), agg)?);
+        let mut out = Vec::with_capacity(series[0].iter().map(Vec::len).sum());
+        let mut shared = true;
+        for p in 0..pieces {
+            match aggregate_if_shared(&at(p), agg)? {
+                Some(piece) => out.extend(piece),
+                None => {
+                    shared = false;
+                    break;
+                }
             }
+        }
+        if shared {
             return Ok(out);
         }
     }
@@ -314,22 +356,49 @@ fn fold_columns<F: Fold, T>(
     time: impl Fn(&T) -> i64,
     value: impl Fn(&T) -> f64,
 ) -> Result<Vec<(i64, f64)>> {
+    fold_columns_checked::<F, T, false>(series, indexes, time, value).map(Option::unwrap_or_default)
+}
+
+/// [`fold_columns`], each point's time checked against the first series' at the same
+/// index as it is read when `CHECK`: None when one differs (the series do not share their
+/// times), without a pass of its own over them.
+fn fold_columns_checked<F: Fold, T, const CHECK: bool>(
+    series: &[&[T]],
+    indexes: &[usize],
+    time: impl Fn(&T) -> i64,
+    value: impl Fn(&T) -> f64,
+) -> Result<Option<Vec<(i64, f64)>>> {
     let (Some(&from), Some(&last)) = (indexes.first(), indexes.last()) else {
-        return Ok(Vec::new());
+        return Ok(Some(Vec::new()));
     };
     let range = from..last + 1;
     let mut acc = vec![F::START; range.len()];
     let mut finite = vec![0u64; range.len()];
-    for s in series {
-        let points = s.get(range.clone()).unwrap_or_default();
-        for ((a, n), p) in acc.iter_mut().zip(finite.iter_mut()).zip(points) {
-            F::add(a, n, value(p));
-        }
-    }
     let times = series
         .first()
-        .and_then(|s| s.get(range))
+        .and_then(|s| s.get(range.clone()))
         .unwrap_or_default();
+    for s in series {
+        let points = s.get(range.clone()).unwrap_or_default();
+        if CHECK {
+            if points.len() != times.len() {
+                return Ok(None);
+            }
+            let mut same = true;
+            for (((a, n), p), first) in acc.iter_mut().zip(finite.iter_mut()).zip(points).zip(times)
+            {
+                same &= time(p) == time(first);
+                F::add(a, n, value(p));
+            }
+            if !same {
+                return Ok(None);
+            }
+        } else {
+            for ((a, n), p) in acc.iter_mut().zip(finite.iter_mut()).zip(points) {
+                F::add(a, n, value(p));
+            }
+        }
+    }
     let mut out = Vec::with_capacity(times.len());
     for ((p, a), n) in times.iter().zip(acc).zip(finite) {
         let x = time(p);
@@ -339,7 +408,7 @@ fn fold_columns<F: Fold, T>(
         }
         out.push((x, v));
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// The sorted, distinct times of several time-ordered series, merged one series at a time
