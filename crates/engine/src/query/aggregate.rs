@@ -666,13 +666,9 @@ pub fn aggregate_rates(
     agg: Aggregator,
 ) -> Result<Vec<(i64, f64)>> {
     // Series sharing their times: each contributes its own rate at every time.
-    let same_times = series.split_first().is_some_and(|((_, first), rest)| {
-        rest.iter()
-            .all(|(_, r)| r.len() == first.len() && r.iter().zip(first).all(|(a, b)| a.0 == b.0))
-    });
-    if same_times {
-        let slices: Vec<&[(i64, f64)]> = series.iter().map(|s| s.1.as_slice()).collect();
-        return aggregate_shared_times(&slices, agg);
+    let slices: Vec<&[(i64, f64)]> = series.iter().map(|s| s.1.as_slice()).collect();
+    if let Some(out) = aggregate_if_shared(&slices, agg)? {
+        return Ok(out);
     }
     let times = union_of_times(series.iter().map(|(_, r)| r.iter().map(|p| p.0)));
     in_two_halves(&times, series.len(), |part| {

@@ -21,7 +21,7 @@ use super::aggregator::Aggregator;
 use super::downsample::{DownsampleSpec, Downsampler, FillPolicy};
 use super::filter::TagFilter;
 use super::memory::Reservation;
-use super::rate::{RateOptions, rate_between, rates};
+use super::rate::{RateOptions, rate_between, rates_in};
 use crate::index::select::SeriesSelector;
 use crate::num::{Num, Sample};
 use crate::scan::RowQuery;
@@ -1041,11 +1041,9 @@ fn finish_series_here(
                 r.extend(rate_of(&p, &q.rate_options, rates_from));
             }
             (Finished::Rates(r), Points::Downsampled(d)) => {
-                r.extend(rate_of(
-                    &d.finish(window, budget)?,
-                    &q.rate_options,
-                    rates_from,
-                ));
+                let pieces = d.finish_pieces(window, budget)?;
+                let pieces: Vec<&[(i64, f64)]> = pieces.iter().map(Vec::as_slice).collect();
+                r.extend(rate_in(&pieces, &q.rate_options, rates_from));
             }
             (Finished::Raw(r), Points::Raw(p)) => r.push(p),
             (Finished::Downsampled(r), Points::Downsampled(d)) => {
@@ -1094,10 +1092,21 @@ fn rate_of<V: Sample>(
     options: &RateOptions,
     from: i64,
 ) -> Option<(f64, Vec<(i64, f64)>)> {
-    let &[(t0, v0), _, ..] = points else {
+    rate_in(&[points], options, from)
+}
+
+/// [`rate_of`] of a series read in pieces (see `Downsampler::finish_pieces`), as if put
+/// together.
+fn rate_in<V: Sample>(
+    pieces: &[&[(i64, V)]],
+    options: &RateOptions,
+    from: i64,
+) -> Option<(f64, Vec<(i64, f64)>)> {
+    let mut points = pieces.iter().copied().flatten();
+    let (Some(&(t0, v0)), Some(_)) = (points.next(), points.next()) else {
         return None;
     };
-    let mut all = rates(points, options);
+    let mut all = rates_in(pieces, options);
     let hidden = if t0 > 0 {
         rate_between((0, V::from_int(0)), (t0, v0), options)
     } else {
@@ -1618,6 +1627,35 @@ mod tests {
     /// Two threads split a query at a UTC day's start when one lies in the middle half of
     /// its hours (a grouped day is then decoded once), else at the hour nearest the middle
     /// that starts a bucket.
+    /// A series' rate read in pieces is its rate read whole: its hidden first rate, the
+    /// rates skipped before the scan start, none when too few are left.
+    #[test]
+    fn a_rate_in_pieces_is_the_rate_of_the_pieces_joined() {
+        let points: Vec<(i64, f64)> = (0..12)
+            .map(|i| (1_000 + i * 60_000, (i * i) as f64))
+            .collect();
+        let options = RateOptions::default();
+        for from in [0, 1_000, 61_000, 200_000, 601_000, 661_000, 700_000] {
+            for cut in 0..=points.len() {
+                let (a, b) = points.split_at(cut);
+                let got = rate_in(&[a, b, &[]], &options, from);
+                let want = rate_of(&points, &options, from);
+                let bits = |r: Option<(f64, Vec<(i64, f64)>)>| {
+                    r.map(|(h, all)| {
+                        (
+                            h.to_bits(),
+                            all.iter()
+                                .map(|(t, v)| (*t, v.to_bits()))
+                                .collect::<Vec<_>>(),
+                        )
+                    })
+                };
+                assert_eq!(bits(got), bits(want), "from {from} cut {cut}");
+            }
+        }
+        assert!(rate_in::<f64>(&[&[], &[(5, 1.0)]], &options, 0).is_none());
+    }
+
     #[test]
     fn splits_fall_on_days_where_they_can() {
         if !super::super::two_cores() {

@@ -74,19 +74,28 @@ impl RateOptions {
 /// Per-second rates of one series' points (time-ordered, ms). Each rate carries the later
 /// point's time; the first point yields none (OpenTSDB computes a hidden one against (0, 0)).
 pub fn rates<V: Sample>(points: &[(i64, V)], options: &RateOptions) -> Vec<(i64, f64)> {
-    let mut out = Vec::with_capacity(points.len().saturating_sub(1));
+    rates_in(&[points], options)
+}
+
+/// [`rates`] of the points of `pieces`, one piece after another, as if put together.
+pub fn rates_in<V: Sample>(pieces: &[&[(i64, V)]], options: &RateOptions) -> Vec<(i64, f64)> {
+    let points: usize = pieces.iter().map(|p| p.len()).sum();
+    let mut out = Vec::with_capacity(points.saturating_sub(1));
     let mut prev: Option<(i64, V)> = None;
-    for &(t1, v1) in points {
-        let Some((t0, v0)) = prev else {
+    // A loop a piece (a chained iterator costs more a point).
+    for piece in pieces {
+        for &(t1, v1) in *piece {
+            let Some((t0, v0)) = prev else {
+                prev = Some((t1, v1));
+                continue;
+            };
             prev = Some((t1, v1));
-            continue;
-        };
-        prev = Some((t1, v1));
-        if t1 <= t0 {
-            continue; // not strictly increasing: no rate (OpenTSDB fails the query)
-        }
-        if let Some(rate) = rate_between((t0, v0), (t1, v1), options) {
-            out.push((t1, rate));
+            if t1 <= t0 {
+                continue; // not strictly increasing: no rate (OpenTSDB fails the query)
+            }
+            if let Some(rate) = rate_between((t0, v0), (t1, v1), options) {
+                out.push((t1, rate));
+            }
         }
     }
     out
@@ -210,5 +219,37 @@ mod tests {
                 .counter_max,
             5
         );
+    }
+
+    proptest::proptest! {
+        /// Rates of a series in pieces are the rates of the pieces put together: the first
+        /// point of a piece is rated against the last of the piece before.
+        #[test]
+        fn rates_in_pieces_are_the_rates_joined(
+            points in proptest::collection::vec((0i64..5_000, -1_000i64..1_000), 0..60),
+            cuts in proptest::collection::vec(0usize..60, 0..4),
+            counter in proptest::bool::ANY,
+            drop_resets in proptest::bool::ANY,
+        ) {
+            let mut t = 0;
+            let points: Vec<(i64, f64)> = points
+                .into_iter()
+                .map(|(dt, v)| {
+                    t += dt;
+                    (t, v as f64 / 4.0)
+                })
+                .collect();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(points.len())).collect();
+            cuts.sort_unstable();
+            let mut pieces: Vec<&[(i64, f64)]> = Vec::new();
+            let mut from = 0;
+            for c in cuts.into_iter().chain([points.len()]) {
+                pieces.push(&points[from..c]);
+                from = c;
+            }
+            let options = RateOptions { counter, drop_resets, counter_max: 1_000, ..Default::default() };
+            let bits = |r: Vec<(i64, f64)>| r.into_iter().map(|(t, v)| (t, v.to_bits())).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(bits(rates_in(&pieces, &options)), bits(rates(&points, &options)));
+        }
     }
 }
