@@ -127,9 +127,9 @@ fn aggregate_if_shared(
         return Ok(None);
     }
     if !with_fold!(Running::of(agg), _F => true, _ => false) {
-        return Ok(share_times(series)
+        return share_times(series)
             .then(|| aggregate_shared_times(series, agg))
-            .transpose()?);
+            .transpose();
     }
     let differ = std::sync::atomic::AtomicBool::new(false);
     let indexes: Vec<usize> = (0..first.len()).collect();
