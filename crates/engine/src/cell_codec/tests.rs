@@ -1901,18 +1901,22 @@ fn integer_mode_at(stream: &[u8], members: &[JointMember]) -> usize {
     r.pos
 }
 
+/// A xorshift64* sequence from `seed` (not zero): test values, the same on every run.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
 #[test]
 fn quotients_take_the_shorter_of_rice_and_a_frame() {
     // A counter stepping by 0..99 at random (every step as likely: a frame of 7 bits is
     // shorter than Rice codes), then a gauge mostly still with rare spikes (Rice codes of a
     // bit or two are shorter than a frame as wide as the spikes).
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    };
+    let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
     let mut counter = 0i64;
     let counts: Vec<i64> = (0..24 * 360)
         .map(|_| {
@@ -1968,13 +1972,7 @@ fn quotients_take_the_shorter_of_rice_and_a_frame() {
 /// cell and joint stream, give each integer back, sign extended from its own length.
 #[test]
 fn frame_integers_of_every_length_decode_alike() {
-    let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        rng.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    };
+    let mut next = xorshift(0x2545_F491_4F6C_DD1D);
     for (bits, len) in [(7u32, 1u8), (15, 2), (31, 4), (44, 8)] {
         let spread = 1i64 << bits;
         let values: Vec<i64> = (0..24 * 360)
