@@ -166,18 +166,20 @@ pub fn aggregate_float_pieces(
     if aligned {
         let at =
             |p: usize| -> Vec<&[(i64, f64)]> { series.iter().map(|s| s[p].as_slice()).collect() };
-        let mut out = Vec::with_capacity(series[0].iter().map(Vec::len).sum());
-        let mut shared = true;
+        // Every piece's outcome first: times that differ in a later piece outrank an error
+        // in an earlier one (the series put together answer then).
+        let mut done = Vec::with_capacity(pieces);
         for p in 0..pieces {
-            match aggregate_if_shared(&at(p), agg)? {
-                Some(piece) => out.extend(piece),
-                None => {
-                    shared = false;
-                    break;
-                }
+            match aggregate_if_shared(&at(p), agg) {
+                Ok(None) => break,
+                outcome => done.push(outcome),
             }
         }
-        if shared {
+        if done.len() == pieces {
+            let mut out = Vec::with_capacity(series[0].iter().map(Vec::len).sum());
+            for piece in done {
+                out.extend(piece?.unwrap_or_default());
+            }
             return Ok(out);
         }
     }
