@@ -466,13 +466,11 @@ impl Downsampler {
                         4 => fold_full::<F, V, 4>(&mut self.out, full, start, interval),
                         6 => fold_full::<F, V, 6>(&mut self.out, full, start, interval),
                         12 => fold_full::<F, V, 12>(&mut self.out, full, start, interval),
-                        _ => self
-                            .out
-                            .extend(full.chunks_exact(k).zip(0i64..).map(|(run, j)| {
-                                let (mut acc, mut finite) = (F::START, 0);
-                                F::add_run(&mut acc, &mut finite, run);
-                                (start + j * interval, F::value(acc, finite))
-                            })),
+                        _ => self.out.extend(
+                            full.chunks_exact(k)
+                                .zip(0i64..)
+                                .map(|(run, j)| (start + j * interval, fold_of::<F, V>(run))),
+                        ),
                     }
                     closed += m;
                     opened += m - 1;
@@ -680,11 +678,19 @@ fn fold_full<F: Fold, V: Sample, const K: usize>(
     interval: i64,
 ) {
     let (runs, _) = values.as_chunks::<K>();
-    out.extend(runs.iter().zip(0i64..).map(|(run, j)| {
-        let (mut acc, mut finite) = (F::START, 0);
-        F::add_run(&mut acc, &mut finite, run);
-        (start + j * interval, F::value(acc, finite))
-    }));
+    out.extend(
+        runs.iter()
+            .zip(0i64..)
+            .map(|(run, j)| (start + j * interval, fold_of::<F, V>(run))),
+    );
+}
+
+/// A bucket's value from its points alone: [`Fold::add_run`] from the start.
+#[inline(always)]
+fn fold_of<F: Fold, V: Sample>(run: &[V]) -> f64 {
+    let (mut acc, mut finite) = (F::START, 0);
+    F::add_run(&mut acc, &mut finite, run);
+    F::value(acc, finite)
 }
 
 /// How many buckets from the one starting at `start` (the first of `times` in it) hold
