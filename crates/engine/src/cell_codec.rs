@@ -1,9 +1,11 @@
 //! A compact stored form for compacted data cells, used by the embedded backend. It is an
 //! encoding of the same bytes, not a new format: every read gives back OpenTSDB's exact
 //! qualifier and value, and a cell whose round trip is not exact is stored as it is.
-//! Version 3 (docs/rfcs/0013-value-widths-from-values.md) is written: version 2
-//! (docs/rfcs/0005-cell-codec-v2.md) with its flag runs after a mode byte, and left out where
-//! each point's width is the one its value gives; versions 2 and 1 (RFC 0003) are still read.
+//! Version 4 (docs/rfcs/0014-blob-choices-and-truncated-frames.md) is written, or for rows of
+//! fewer than 64 points version 3 where that is not longer. Version 3
+//! (docs/rfcs/0013-value-widths-from-values.md) is version 2 (docs/rfcs/0005-cell-codec-v2.md)
+//! with its flag runs after a mode byte, and left out where each point's width is the one its
+//! value gives; versions 2 and 1 (RFC 0003) are still read. Version 3's layout:
 //!
 //! ```text
 //! | 0x03 | point count (varint) | has meta (1) | [meta byte] |
@@ -23,8 +25,13 @@
 //! |       its correction (wrapping, truncated to the value's length) |
 //! ```
 //!
-//! Version 1 differs only in its version byte (0x01), in always writing both sections (empty
-//! ones too), in float modes 0x00 (k <= 9) and 0x01 only, and in its point-count limit.
+//! Version 4 is version 3 with a joint stream's choices (RFC 0013): a mode byte before the
+//! offsets (0x00 runs, 0x01 a Rice sequence), and before each sequence's quotients and the
+//! corrections (0x00 a Rice sequence, 0x01 a frame as above, 0x02 a truncated binary frame:
+//! least value, span, then codes of the span's bit length or one less; `truncated`).
+//! Version 1 differs from version 2 only in its version byte (0x01), in always writing both
+//! sections (empty ones too), in float modes 0x00 (k <= 9) and 0x01 only, and in its
+//! point-count limit.
 //! Regular intervals collapse to one delta run, and slowly changing values to a few bits each;
 //! floats a unit or two in the last place off a short decimal cost a few bits of correction.
 
@@ -39,8 +46,14 @@ use crate::num::Sample;
 use hourglass_storage::rice;
 use hourglass_storage::{CellCodec, Error, JointCell, JointForm, JointMember, JointShape, Result};
 
-/// The version encode writes (RFC 0013): version 2 with a flag mode.
-const VERSION: u8 = 3;
+mod truncated;
+
+/// The version encode writes (RFC 0014): version 3 with a joint stream's choices (offsets
+/// as runs or a Rice sequence, each quotient sequence as a Rice sequence, a frame or a
+/// truncated binary frame, corrections as a Rice sequence).
+const VERSION: u8 = 4;
+/// RFC 0013's version (version 2 with a flag mode), still decoded and written where shorter.
+const VERSION_3: u8 = 3;
 /// RFC 0005's version, still decoded.
 const VERSION_2: u8 = 2;
 /// RFC 0003's version, still decoded.
@@ -109,7 +122,7 @@ const BODY_RICE_WIDTHS: u8 = 0x84;
 
 /// Whether a body of `version` has a flag mode before its flags (RFC 0013).
 fn has_flag_mode(version: u8) -> bool {
-    version == VERSION || version == BODY_RICE_WIDTHS
+    matches!(version, VERSION | VERSION_3 | BODY_RICE_WIDTHS)
 }
 
 /// How a body's integer sequences are written.
@@ -123,6 +136,9 @@ enum Packing {
     /// As `Rice`, but the integers' and mantissas' quotients after a mode byte: a Rice
     /// sequence (0x00) or a frame (0x01), whichever is shorter (joint stream 0x04, RFC 0013).
     Chosen,
+    /// As `Chosen`, with a truncated binary frame (0x02) as a third quotient mode (blob
+    /// version 0x04, RFC 0014).
+    ChosenTruncated,
 }
 
 impl Packing {
@@ -130,7 +146,23 @@ impl Packing {
         match body_version {
             BODY_RICE => Packing::Rice,
             BODY_RICE_WIDTHS => Packing::Chosen,
+            VERSION => Packing::ChosenTruncated,
             _ => Packing::Frame,
+        }
+    }
+
+    /// Whether each quotient sequence starts with its mode byte.
+    fn moded(self) -> bool {
+        matches!(self, Packing::Chosen | Packing::ChosenTruncated)
+    }
+
+    /// How a decimal float section's corrections are written: as the quotients are, but a
+    /// Rice sequence without a mode byte in a joint stream of chosen packing (version 0x04
+    /// chose for its quotients only).
+    fn of_corrections(self) -> Packing {
+        match self {
+            Packing::Chosen => Packing::Rice,
+            other => other,
         }
     }
 }
@@ -140,37 +172,62 @@ const QUOTIENTS_RICE: u8 = 0;
 /// A quotient sequence's mode under chosen packing: a frame follows (least value, width,
 /// bits).
 const QUOTIENTS_FRAME: u8 = 1;
+/// A quotient sequence's mode in a version 0x04 blob: a truncated binary frame follows
+/// (least value, span, bits; RFC 0014).
+const QUOTIENTS_TRUNCATED: u8 = 2;
+
+/// How one quotient sequence is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quotients {
+    Rice,
+    Frame,
+    Truncated,
+}
 
 /// A sequence's quotients costed and not yet written, as [`rice::Planned`] is: a Rice
-/// sequence, or under chosen packing a mode byte then the shorter of a Rice sequence and a
-/// frame.
+/// sequence, or under chosen packing a mode byte then the shortest of a Rice sequence, a
+/// frame and (blob version 0x04) a truncated binary frame. Ties go to Rice, then the frame.
 #[derive(Debug)]
 struct PlannedQuotients {
     rice: rice::Planned,
     /// Under chosen packing, whether a mode byte goes first.
     moded: bool,
-    /// The quotients and their frame's length, when the frame is the shorter.
-    frame: Option<(Vec<i64>, usize)>,
+    /// The quotients, the form kept and its length, when that is not Rice.
+    other: Option<(Vec<i64>, Quotients, usize)>,
 }
 
 impl PlannedQuotients {
     fn new(quotients: Vec<i64>, packing: Packing) -> Self {
         let rice = rice::Planned::new(&quotients);
-        let moded = packing == Packing::Chosen;
-        let frame = moded
-            .then(|| frame_len(&quotients))
-            .filter(|len| *len < rice.encoded_len())
-            .map(|len| (quotients, len));
-        Self { rice, moded, frame }
+        let moded = packing.moded();
+        let mut best = (Quotients::Rice, rice.encoded_len());
+        if moded {
+            let frame = frame_len(&quotients);
+            if frame < best.1 {
+                best = (Quotients::Frame, frame);
+            }
+        }
+        if packing == Packing::ChosenTruncated
+            && let Some(len) = truncated::encoded_len(&quotients)
+            && len < best.1
+        {
+            best = (Quotients::Truncated, len);
+        }
+        let other = (best.0 != Quotients::Rice).then_some((quotients, best.0, best.1));
+        Self { rice, moded, other }
     }
 
     fn encoded_len(&self) -> usize {
-        usize::from(self.moded) + self.frame.as_ref().map_or(self.rice.encoded_len(), |f| f.1)
+        usize::from(self.moded) + self.other.as_ref().map_or(self.rice.encoded_len(), |o| o.2)
     }
 
     fn write(&self, out: &mut Vec<u8>) {
-        match &self.frame {
-            Some((quotients, _)) => {
+        match &self.other {
+            Some((quotients, Quotients::Truncated, _)) => {
+                out.push(QUOTIENTS_TRUNCATED);
+                truncated::write(quotients, out);
+            }
+            Some((quotients, _, _)) => {
                 out.push(QUOTIENTS_FRAME);
                 pack_above_floor(quotients, out);
             }
@@ -320,13 +377,18 @@ fn encode_joint_as(cells: &[JointCell<'_>], packing: Packing) -> Option<JointFor
         return None;
     }
     let mut stream = Vec::with_capacity(points.len() * 2 + 16);
+    // Truncated binary frames are a blob's only: a joint stream takes Rice or frames.
+    let packing = match packing {
+        Packing::ChosenTruncated => Packing::Chosen,
+        other => other,
+    };
     match packing {
         Packing::Frame => {
             stream.push(JOINT_VERSION_1);
             encode_runs(&points, &offsets, packing, Widths::Runs, &mut stream);
             encode_values(&points, packing, Widths::Runs, &mut stream);
         }
-        Packing::Rice | Packing::Chosen => {
+        Packing::Rice | Packing::Chosen | Packing::ChosenTruncated => {
             let chosen = packing == Packing::Chosen;
             stream.push(if chosen {
                 JOINT_VERSION
@@ -898,7 +960,9 @@ fn pack_sequence(values: &[i64], packing: Packing, out: &mut Vec<u8>) {
     match packing {
         Packing::Frame => pack_above_floor(&quotients, out),
         Packing::Rice => rice::write(&quotients, out),
-        Packing::Chosen => PlannedQuotients::new(quotients, packing).write(out),
+        Packing::Chosen | Packing::ChosenTruncated => {
+            PlannedQuotients::new(quotients, packing).write(out);
+        }
     }
 }
 
@@ -965,8 +1029,15 @@ fn float_bits(m: i64, k: u32, len: usize) -> u64 {
 
 /// The fewest decimals (at most 9) that write every float exactly as an integer mantissa:
 /// version 1's float mode 0x00.
+#[cfg(test)]
 fn decimal_scale(floats: &[&Point]) -> Option<(u32, Vec<i64>)> {
-    'k: for k in 0..=MAX_DECIMALS_V1 {
+    decimal_scale_from(floats, 0)
+}
+
+/// The fewest decimals, `from` or more (at most 9), that write every float exactly as an
+/// integer mantissa: version 1's float mode 0x00 where no float is exact below `from`.
+fn decimal_scale_from(floats: &[&Point], from: u32) -> Option<(u32, Vec<i64>)> {
+    'k: for k in from..=MAX_DECIMALS_V1 {
         let scale = POW10[k as usize];
         let mut mantissas = Vec::with_capacity(floats.len());
         for p in floats {
@@ -1045,6 +1116,18 @@ fn near_scale(p: &Point) -> Option<u32> {
         round(x).is_some_and(|m| (x - m as f64).abs() <= x.abs() * tolerance)
             && decimal(p, k).is_some_and(|(_, c)| c.unsigned_abs() <= 1)
     };
+    // Most floats of monitoring data have a few decimals: the first scales are tried first,
+    // each by the cheap test alone unless it passes (no division).
+    for k in 0..SHORT_SCALES {
+        let x = v * POW10[k as usize];
+        if x.is_nan() || x.abs() >= NEAR_LIMIT {
+            // Nor does any larger scale fit.
+            return None;
+        }
+        if near(k) {
+            return Some(k);
+        }
+    }
     // The scales tried end before the mantissa reaches 2^47. `|v| × 10^k` grows with `k`
     // (rounding keeps the order), so the scales that fit are a prefix, found by halving.
     let fitting = POW10.partition_point(|scale| {
@@ -1055,11 +1138,14 @@ fn near_scale(p: &Point) -> Option<u32> {
     // A float near a decimal at a scale is near it at every larger one (the same mantissa
     // times ten rebuilds the same float), so one far at the largest is far at all: most
     // full-precision floats are settled by one test instead of one a scale.
-    if !near(last) {
+    if last < SHORT_SCALES || !near(last) {
         return None;
     }
-    (0..=last).find(|k| near(*k))
+    (SHORT_SCALES..=last).find(|k| near(*k))
 }
+
+/// The scales [`near_scale`] tries first, one by one.
+const SHORT_SCALES: u32 = 4;
 
 /// 2^-48 and 2^-19: a few units in the last place of a double or a float, relative.
 const NEAR_F64: f64 = 1.0 / 281_474_976_710_656.0;
@@ -1076,12 +1162,19 @@ fn float_candidates(floats: &[&Point]) -> (usize, u32) {
         .map(|p| p.qualifier.value_len())
         .sum::<usize>();
     let mut candidates = 1u32;
+    // Where every float has a near scale, the greatest: no float is exact below it (an exact
+    // float is within one unit in the last place), so version 1's scale is not either.
+    let mut exact_from = Some(0);
     for p in floats {
-        if let Some(k) = near_scale(p) {
-            candidates |= 1 << k;
+        match near_scale(p) {
+            Some(k) => {
+                candidates |= 1 << k;
+                exact_from = exact_from.map(|from: u32| from.max(k));
+            }
+            None => exact_from = None,
         }
     }
-    if let Some((k, _)) = decimal_scale(floats) {
+    if let Some((k, _)) = decimal_scale_from(floats, exact_from.unwrap_or(0)) {
         candidates |= 1 << k;
     }
     (raw_len, candidates)
@@ -1100,7 +1193,7 @@ fn encode_floats(floats: &[&Point], packing: Packing, out: &mut Vec<u8>) {
         .rev()
         .filter(|k| candidates & (1 << k) != 0);
     match packing {
-        Packing::Rice | Packing::Chosen => {
+        Packing::Rice | Packing::Chosen | Packing::ChosenTruncated => {
             let mut best: Option<PlannedDecimal> = None;
             for k in scales {
                 let best_len = best.as_ref().map_or(raw_len, |b| b.len);
@@ -1157,9 +1250,10 @@ fn decimal_section(
     out.push(k as u8);
     pack_sequence(&mantissas, packing, out);
     if !exact {
-        match packing {
+        match packing.of_corrections() {
             Packing::Frame => pack_above_floor(&corrections, out),
-            Packing::Rice | Packing::Chosen => rice::write(&corrections, out),
+            Packing::Rice => rice::write(&corrections, out),
+            moded => PlannedQuotients::new(corrections, moded).write(out),
         }
     }
     true
@@ -1199,7 +1293,7 @@ struct PlannedDecimal {
     divisor: u64,
     quotients: PlannedQuotients,
     /// `None` when every correction is zero (mode 0x00).
-    corrections: Option<rice::Planned>,
+    corrections: Option<PlannedQuotients>,
     /// The section's bytes.
     len: usize,
 }
@@ -1213,12 +1307,14 @@ impl PlannedDecimal {
         let corrections = corrections
             .iter()
             .any(|c| *c != 0)
-            .then(|| rice::Planned::new(&corrections));
+            .then(|| PlannedQuotients::new(corrections, packing.of_corrections()));
         let len = 2
             + rice::varint_len(zigzag(first))
             + rice::varint_len(divisor)
             + quotients.encoded_len()
-            + corrections.as_ref().map_or(0, rice::Planned::encoded_len);
+            + corrections
+                .as_ref()
+                .map_or(0, PlannedQuotients::encoded_len);
         Some(Self {
             k,
             first,
@@ -1330,7 +1426,7 @@ fn encode_head_with(
         out.push(m);
     }
     let offsets: Vec<i64> = points.iter().map(|p| i64::from(p.offset_ms())).collect();
-    encode_runs(points, &offsets, Packing::Frame, widths, out);
+    encode_runs(points, &offsets, Packing::of(version), widths, out);
 }
 
 /// The resolution, offset and flag runs of `points`, at `offsets` (ms: from the hour in a
@@ -1352,9 +1448,20 @@ fn encode_runs(
     }
     match packing {
         Packing::Frame => offset_runs(offsets, out),
-        Packing::Rice | Packing::Chosen => {
+        Packing::Rice | Packing::Chosen | Packing::ChosenTruncated => {
             let mut as_runs = vec![0u8];
             offset_runs(offsets, &mut as_runs);
+            // A Rice sequence takes at least its first offset, a divisor byte, two bytes of
+            // center and length, and 6 bits a block: regular offsets' few runs are not
+            // worth writing it to see.
+            let blocks = offsets.len().saturating_sub(1).div_ceil(rice::BLOCK);
+            let rice_least = rice::varint_len(offsets.first().copied().unwrap_or(0) as u64)
+                + 3
+                + (6 * blocks).div_ceil(8);
+            if as_runs.len() <= 1 + rice_least {
+                out.extend_from_slice(&as_runs);
+                return encode_flags(points, widths, out);
+            }
             let mut as_rice = vec![1u8];
             offset_rice(offsets, &mut as_rice);
             out.extend_from_slice(if as_rice.len() < as_runs.len() {
@@ -1364,6 +1471,12 @@ fn encode_runs(
             });
         }
     }
+    encode_flags(points, widths, out);
+}
+
+/// The flags of `points` as `widths` says: a flag mode and kind runs, or flag runs (after
+/// mode 0x00 where the version has a flag mode).
+fn encode_flags(points: &[Point], widths: Widths, out: &mut Vec<u8>) {
     match widths {
         Widths::FromValues => {
             let kinds = runs(points.iter().map(is_float));
@@ -1441,11 +1554,29 @@ fn int_values(points: &[Point]) -> Vec<i64> {
         .collect()
 }
 
-/// A version 3 blob: widths from values where the points allow it and that is not longer
-/// (4-byte floats written as doubles may take more bits than as floats).
+/// A version 4 blob; for fewer than [`BOTH_VERSIONS_BELOW`] points, the version 3 one
+/// instead where that is not longer. Version 4 can write every choice version 3 makes, at
+/// the cost of a mode byte for its offsets and for each sequence (at most four): a row of a
+/// few points may not win them back, a longer one loses at most those bytes and is not
+/// worth encoding twice. Either with widths from values where the points allow it and that
+/// is not longer (4-byte floats written as doubles may take more bits than as floats).
 fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
-    with_shorter_widths(points, |widths| encode_blob(points, meta, widths))
+    let chosen = with_shorter_widths(points, |widths| encode_blob(points, meta, VERSION, widths));
+    if points.len() >= BOTH_VERSIONS_BELOW {
+        return chosen;
+    }
+    let framed = with_shorter_widths(points, |widths| {
+        encode_blob(points, meta, VERSION_3, widths)
+    });
+    if framed.len() <= chosen.len() {
+        framed
+    } else {
+        chosen
+    }
 }
+
+/// Rows of fewer points are encoded in versions 4 and 3, the shorter kept.
+const BOTH_VERSIONS_BELOW: usize = 64;
 
 /// What `encode` writes for `points` with the widths a flag mode allows ([`Widths::of`]);
 /// where those are from values and some float is on 4 bytes, with flag runs too, the
@@ -1462,10 +1593,10 @@ fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> 
     bytes
 }
 
-fn encode_blob(points: &[Point], meta: Option<u8>, widths: Widths) -> Vec<u8> {
+fn encode_blob(points: &[Point], meta: Option<u8>, version: u8, widths: Widths) -> Vec<u8> {
     let mut out = Vec::with_capacity(points.len() + 16);
-    encode_head_with(points, meta, VERSION, widths, &mut out);
-    encode_values(points, Packing::Frame, widths, &mut out);
+    encode_head_with(points, meta, version, widths, &mut out);
+    encode_values(points, Packing::of(version), widths, &mut out);
     out
 }
 
@@ -1530,45 +1661,62 @@ impl Reader<'_> {
         if n > 0 {
             out.push(v);
         }
-        let mut push = |q: i64| {
+        self.quotients_each(n.saturating_sub(1), packing, |q| {
             v = v.wrapping_add(q.wrapping_mul(divisor));
             out.push(v);
-        };
-        match self.quotients_packing(packing)? {
-            Packing::Frame => {
+        })?;
+        Ok(out)
+    }
+
+    /// A sequence of `n` values written as quotients are under `packing` (no first value,
+    /// no divisor): a decimal float section's corrections.
+    fn sequence(&mut self, n: usize, packing: Packing) -> Result<Vec<i64>, &'static str> {
+        let mut out = Vec::with_capacity(n);
+        self.quotients_each(n, packing, |q| out.push(q))?;
+        Ok(out)
+    }
+
+    /// Each of `n` quotients written under `packing` given to `f`, in order: after a mode
+    /// byte under chosen packing, a frame (least value, then bit-packed), a Rice sequence or
+    /// a truncated binary frame.
+    fn quotients_each(
+        &mut self,
+        n: usize,
+        packing: Packing,
+        mut f: impl FnMut(i64),
+    ) -> Result<(), &'static str> {
+        match self.quotients(packing)? {
+            Quotients::Frame => {
                 let floor = unzigzag(self.varint()?);
-                for d in self.unpack(n.saturating_sub(1))? {
-                    push((d as i64).wrapping_add(floor));
+                for d in self.unpack(n)? {
+                    f((d as i64).wrapping_add(floor));
                 }
             }
-            _ => self.rice_each(n.saturating_sub(1), |q| {
-                push(q);
+            Quotients::Rice => self.rice_each(n, |q| {
+                f(q);
                 Ok(())
             })?,
+            Quotients::Truncated => {
+                let rest = self.bytes.get(self.pos..).unwrap_or(&[]);
+                self.pos += truncated::read(rest, n, f)?;
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// How a sequence's quotients are written: under chosen packing, its mode byte read.
-    fn quotients_packing(&mut self, packing: Packing) -> Result<Packing, &'static str> {
-        if packing != Packing::Chosen {
-            return Ok(packing);
-        }
-        match self.byte()? {
-            QUOTIENTS_RICE => Ok(Packing::Rice),
-            QUOTIENTS_FRAME => Ok(Packing::Frame),
+    fn quotients(&mut self, packing: Packing) -> Result<Quotients, &'static str> {
+        let mode = match packing {
+            Packing::Frame => return Ok(Quotients::Frame),
+            Packing::Rice => return Ok(Quotients::Rice),
+            Packing::Chosen | Packing::ChosenTruncated => self.byte()?,
+        };
+        match mode {
+            QUOTIENTS_RICE => Ok(Quotients::Rice),
+            QUOTIENTS_FRAME => Ok(Quotients::Frame),
+            QUOTIENTS_TRUNCATED if packing == Packing::ChosenTruncated => Ok(Quotients::Truncated),
             _ => Err("bad sequence mode"),
         }
-    }
-
-    /// A Rice sequence of `n` values: its center, byte length, then its bits.
-    fn rice(&mut self, n: usize) -> Result<Vec<i64>, &'static str> {
-        let mut out = Vec::with_capacity(n);
-        self.rice_each(n, |v| {
-            out.push(v);
-            Ok(())
-        })?;
-        Ok(out)
     }
 
     /// Each of a Rice sequence's `n` values given to `f`, in order.
@@ -1915,7 +2063,10 @@ fn decode_body(
                 let mantissas = r.unpack_deltas(float_count, Packing::of(version))?;
                 add_section(&mut sections, &mut mark, r.pos, |s| &mut s.mantissas);
                 let corrections = if corrected && Packing::of(version) != Packing::Frame {
-                    r.rice(float_count)?.into_iter().map(|c| c as u64).collect()
+                    r.sequence(float_count, Packing::of(version).of_corrections())?
+                        .into_iter()
+                        .map(|c| c as u64)
+                        .collect()
                 } else if corrected {
                     let floor = unzigzag(r.varint()?);
                     r.unpack(float_count)?
@@ -2185,7 +2336,7 @@ impl<'a> Reader<'a> {
         // Version 2 also allows a whole hour of seconds, however regular.
         let limit = match version {
             VERSION_1 => blob.len() * 64,
-            VERSION_2 | VERSION => blob.len() * 64 + 3600,
+            VERSION_2 | VERSION_3 | VERSION => blob.len() * 64 + 3600,
             _ => return Err("unknown version"),
         };
         let n = r.varint()?;
@@ -2221,7 +2372,7 @@ impl<'a> Reader<'a> {
         let at = self.pos;
         let first = unzigzag(self.varint()?);
         let divisor = self.varint()? as i64;
-        if self.quotients_packing(packing)? != Packing::Frame {
+        if self.quotients(packing)? != Quotients::Frame {
             self.pos = at;
             return Ok(Deltas::listed(self.unpack_deltas(n, packing)?));
         }
@@ -2463,7 +2614,10 @@ fn decode_body_columns<V: Sample>(
                 let scale = r.scale(version)?;
                 let mantissas = r.deltas(float_count, Packing::of(version))?;
                 let corrections = if corrected && Packing::of(version) != Packing::Frame {
-                    Some(Corrections::Listed(r.rice(float_count)?.into_iter()))
+                    let packing = Packing::of(version).of_corrections();
+                    Some(Corrections::Listed(
+                        r.sequence(float_count, packing)?.into_iter(),
+                    ))
                 } else if corrected {
                     let floor = unzigzag(r.varint()?);
                     Some(Corrections::Packed(floor as u64, r.packed(float_count)?))

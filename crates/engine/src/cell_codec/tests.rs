@@ -223,7 +223,7 @@ fn blob_with_offsets(version: u8, ms: bool, first: u64, runs: &[(i64, u64)]) -> 
 fn columns_refuse_what_points_refuse() {
     let columns = |b: &[u8]| decode_columns::<Num>(b, 0, &mut Vec::new(), &mut Vec::new());
     let points = |b: &[u8]| decode_points(b, &mut Vec::new());
-    for version in [VERSION_1, VERSION_2, VERSION] {
+    for version in [VERSION_1, VERSION_2, VERSION_3] {
         let ok = blob_with_offsets(version, false, 0, &[(10_000, 359)]);
         let mut times = Vec::new();
         decode_columns::<f64>(&ok, 5_000, &mut times, &mut Vec::new()).unwrap();
@@ -452,13 +452,16 @@ fn special_floats_round_trip() {
         }
         // With widths from values where the points allow them, however long.
         if Widths::of(&pts) == Widths::FromValues {
-            assert_decoders_agree(&encode_blob(&pts, None, Widths::FromValues), &pts);
+            assert_decoders_agree(
+                &encode_blob(&pts, None, VERSION_3, Widths::FromValues),
+                &pts,
+            );
         }
         // Mode 0x02 takes any value at any scale, whatever it costs.
         let floats: Vec<&Point> = pts.iter().collect();
         for k in 0..=MAX_DECIMALS {
             let mut blob = Vec::new();
-            encode_head(&pts, None, VERSION, &mut blob);
+            encode_head(&pts, None, VERSION_3, &mut blob);
             assert!(decimal_section(&floats, k, None, Packing::Frame, &mut blob));
             assert_decoders_agree(&blob, &pts);
         }
@@ -477,7 +480,7 @@ fn sections_left_out() {
     ] {
         let pts = points_of(&points);
         let (q, v) = cell(&points);
-        let blob = encode_blob(&pts, Some(0), Widths::RunsAfterMode);
+        let blob = encode_blob(&pts, Some(0), VERSION_3, Widths::RunsAfterMode);
         assert_eq!(decode_blob(&blob).unwrap(), (q, v));
         let v1 = encode_points_v1(&pts, Some(0));
         // Version 3's flag mode byte is all it adds to version 2.
@@ -486,7 +489,7 @@ fn sections_left_out() {
         assert!(encode_points(&pts, Some(0)).len() <= blob.len());
         // The empty section written anyway is refused in versions 2 and 3.
         let mut head = Vec::new();
-        encode_head(&pts, Some(0), VERSION, &mut head);
+        encode_head(&pts, Some(0), VERSION_3, &mut head);
         let at = if absent_len == 6 {
             blob.len()
         } else {
@@ -558,7 +561,7 @@ fn version_1_blobs_still_decode() {
         b[mode_at] = 2;
         b.extend([0, 0]);
         assert_eq!(refused(&b), blob[0] == VERSION_1, "mode 0x02");
-        if blob[0] == VERSION {
+        if blob[0] == VERSION_3 {
             assert_decoders_agree(&b, &pts);
         }
     }
@@ -589,7 +592,7 @@ fn never_longer_than_version_1() {
     // With flag runs, as long as version 1's but for version 3's flag mode byte; with
     // widths from values, shorter.
     let (runs, v1) = (
-        encode_blob(&pts, Some(0), Widths::RunsAfterMode),
+        encode_blob(&pts, Some(0), VERSION_3, Widths::RunsAfterMode),
         encode_points_v1(&pts, Some(0)),
     );
     assert_eq!(runs.len(), v1.len() + 1, "{runs:02X?}");
@@ -840,23 +843,28 @@ proptest! {
             let mut via_bytes = Vec::new();
             compact::decode_cell(&q, &v, &mut via_bytes).unwrap();
             prop_assert_eq!(direct, via_bytes, "points straight from the blob");
-            prop_assert_eq!(blob[0], VERSION);
+            prop_assert!(blob[0] == VERSION || blob[0] == VERSION_3, "version {}", blob[0]);
             prop_assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q.clone(), v.clone()));
         }
-        // Never longer than version 1 but for version 3's flag mode byte.
+        // Never longer than version 3 by more than version 4's four mode bytes, nor at all
+        // below 64 points; never longer than version 1 but for the flag mode byte and those.
         let pts = points_of(&dedup);
+        let chosen = encode_points(&pts, Some(0));
+        let v3 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION_3, w));
+        let slack = if pts.len() < BOTH_VERSIONS_BELOW { 0 } else { 4 };
+        prop_assert!(chosen.len() <= v3.len() + slack, "{} {}", chosen.len(), v3.len());
+        assert_decoders_agree(&chosen, &pts);
         // Version 2's blob, as written before RFC 0013, still reads as the points.
         assert_decoders_agree(&encode_points_v2(&pts, Some(0)), &pts);
-        prop_assert!(
-            encode_points(&pts, Some(0)).len() <= encode_points_v1(&pts, Some(0)).len() + 1
-        );
+        prop_assert!(chosen.len() <= encode_points_v1(&pts, Some(0)).len() + 1 + slack);
         if let Some(v1) = encode_v1(&q, &v) {
-            // Declined only where the mode byte takes it to the cell's own length.
-            let v3 = DataCellCodec.encode("t", &q, &v);
+            // Declined only where the mode bytes take it to the cell's own length.
+            let encoded = DataCellCodec.encode("t", &q, &v);
             let cell_len = q.len() + v.len();
+            let most = v1.len() + 1 + slack;
             prop_assert!(
-                v3.as_ref().map_or(v1.len() + 1 >= cell_len, |b| b.len() <= v1.len() + 1),
-                "{v3:?} vs {v1:?}"
+                encoded.as_ref().map_or(most >= cell_len, |b| b.len() <= most),
+                "{encoded:?} vs {v1:?}"
             );
         }
     }
@@ -885,7 +893,7 @@ proptest! {
 
     #[test]
     fn decode_never_panics(
-        version in prop_oneof![Just(None), (1u8..=3).prop_map(Some)],
+        version in prop_oneof![Just(None), (1u8..=4).prop_map(Some)],
         bytes in prop::collection::vec(any::<u8>(), 0..120),
     ) {
         let blob: Vec<u8> = version.into_iter().chain(bytes).collect();
@@ -1236,7 +1244,7 @@ fn version_of(packing: Packing) -> u8 {
     match packing {
         Packing::Frame => JOINT_VERSION_1,
         Packing::Rice => JOINT_VERSION_3,
-        Packing::Chosen => JOINT_VERSION,
+        Packing::Chosen | Packing::ChosenTruncated => JOINT_VERSION,
     }
 }
 
@@ -1797,16 +1805,21 @@ proptest! {
         let points = every(10, &values);
         let pts = points_of(&points);
         prop_assert_eq!(Widths::of(&pts), Widths::FromValues);
-        let blob = encode_blob(&pts, Some(0), Widths::FromValues);
+        let blob = encode_blob(&pts, Some(0), VERSION_3, Widths::FromValues);
         let mode = flag_mode_of(&blob);
         prop_assert!((FLAG_MODE_INTEGERS..=FLAG_MODE_KINDS).contains(&mode), "mode {mode}");
         assert_decoders_agree(&blob, &pts);
         prop_assert_eq!(decode_blob(&blob).unwrap(), cell(&points));
         let chosen = encode_points(&pts, Some(0));
         prop_assert!(chosen.len() <= blob.len());
-        if !has_4_byte_float(&pts) {
+        if !has_4_byte_float(&pts) && chosen[0] == VERSION_3 {
             prop_assert_eq!(&chosen, &blob);
         }
+        // Version 4 with widths from values reads back alike.
+        let v4 = encode_blob(&pts, Some(0), VERSION, Widths::FromValues);
+        prop_assert_eq!(flag_mode_of(&v4), mode);
+        assert_decoders_agree(&v4, &pts);
+        prop_assert_eq!(decode_blob(&v4).unwrap(), cell(&points));
         let members = vec![(0, cell(&points)), (3600, cell(&points))];
         let (shapes, stream) = encode_joint(&joint_cells(&members)).unwrap();
         let joint = members_of(&members, &shapes);
@@ -2008,4 +2021,151 @@ fn frame_integers_of_every_length_decode_alike() {
         let want: Vec<f64> = values.iter().map(|v| *v as f64).collect();
         assert_eq!(doubles, want, "{len}-byte integers as doubles");
     }
+}
+
+/// Rows as `hourglass-bench ingest` writes them: 250 points 10 s apart of a float gauge
+/// (`level / 100` and `level % 100` printed as a decimal), an integer gauge and a counter,
+/// each level stepping by -10..10 (the counter by 100 times the step's size).
+fn ingest_rows(seed: u64) -> [(&'static str, Vec<Point>); 3] {
+    let mut next = xorshift(seed);
+    let mut row = |kind: &str| {
+        let mut level = (next() % 1000) as i64;
+        let values: Vec<Value> = (0..250)
+            .map(|_| {
+                let step = (next() % 21) as i64 - 10;
+                level = if kind == "counter" {
+                    level + step.abs() * 100
+                } else {
+                    (level + step).max(0)
+                };
+                if kind == "float" {
+                    let printed = format!("{}.{}", level / 100, level % 100);
+                    float_value(printed.parse::<f64>().unwrap())
+                } else {
+                    Value::Int(level)
+                }
+            })
+            .collect();
+        points_of(&every(10, &values))
+    };
+    [
+        ("float", row("float")),
+        ("int", row("int")),
+        ("counter", row("counter")),
+    ]
+}
+
+/// The quotient mode byte of a version 4 blob's integers or mantissas (after the sequence's
+/// first value and divisor), and where it is.
+fn blob_quotient_mode(blob: &[u8], of_floats: bool) -> (usize, u8) {
+    let s = cell_sections(blob).unwrap();
+    let mut at = s.version + s.runs + s.offsets + s.flags;
+    if of_floats {
+        at += s.integers + s.float_head;
+    }
+    let mut r = Reader {
+        bytes: blob,
+        pos: at,
+    };
+    r.varint().unwrap();
+    r.varint().unwrap();
+    (r.pos, blob[r.pos])
+}
+
+#[test]
+fn version_4_takes_each_sequence_its_shortest_form() {
+    for seed in [1, 2, 3] {
+        for (kind, pts) in ingest_rows(seed) {
+            let blob = encode_points(&pts, Some(0));
+            assert_eq!(blob[0], VERSION, "{kind}");
+            assert_decoders_agree(&blob, &pts);
+            let floats = kind == "float";
+            let (_, mode) = blob_quotient_mode(&blob, floats);
+            // Mantissas stepping by -10..10 and now and then by up to 100: Rice codes; steps
+            // equally likely over a range that is not a power of two: a truncated frame.
+            let want = if floats {
+                QUOTIENTS_RICE
+            } else {
+                QUOTIENTS_TRUNCATED
+            };
+            assert_eq!(mode, want, "{kind}");
+            // The form kept is the shortest of the three.
+            let values = if floats {
+                let doubles: Vec<Point> = pts.iter().map(as_double).collect();
+                let refs: Vec<&Point> = doubles.iter().collect();
+                let (_, candidates) = float_candidates(&refs);
+                let k = (0..=MAX_DECIMALS)
+                    .rev()
+                    .find(|k| candidates & (1 << k) != 0 && *k > 0)
+                    .unwrap();
+                decimal_values(&refs, k, None).unwrap().0
+            } else {
+                int_values(&pts)
+            };
+            let (_, _, quotients) = sequence_parts(&values);
+            let rice_len = rice::Planned::new(&quotients).encoded_len();
+            let truncated_len = truncated::encoded_len(&quotients).unwrap();
+            let lens = [rice_len, frame_len(&quotients), truncated_len];
+            let least = *lens.iter().min().unwrap();
+            assert_eq!(lens[usize::from(want)], least, "{kind}: {lens:?}");
+            // Shorter than version 3, whose frames pay the widest step on every value.
+            let v3 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION_3, w));
+            assert!(blob.len() < v3.len(), "{kind}: {} {}", blob.len(), v3.len());
+            // Cut anywhere, refused by both decoders.
+            for cut in 1..blob.len() {
+                assert!(decode_points(&blob[..cut], &mut Vec::new()).is_err());
+                let columns =
+                    decode_columns::<Num>(&blob[..cut], 0, &mut Vec::new(), &mut Vec::new());
+                assert!(columns.is_err(), "{kind}: cut at {cut}");
+            }
+        }
+    }
+}
+
+#[test]
+fn version_4_modes_are_checked() {
+    let [_, (_, ints), _] = ingest_rows(7);
+    let blob = encode_points(&ints, None);
+    let (at, mode) = blob_quotient_mode(&blob, false);
+    assert_eq!(mode, QUOTIENTS_TRUNCATED);
+    for bad_mode in [3u8, 0x80, 0xFF] {
+        let mut bad = blob.clone();
+        bad[at] = bad_mode;
+        assert!(decode_points(&bad, &mut Vec::new()).is_err());
+        assert!(DataCellCodec.decode("t", &bad).is_err());
+        assert!(decode_columns::<Num>(&bad, 0, &mut Vec::new(), &mut Vec::new()).is_err());
+    }
+    // A span of 2^32 is refused; the span is the varint after the least value.
+    let mut r = Reader {
+        bytes: &blob,
+        pos: at + 1,
+    };
+    r.varint().unwrap();
+    let span_at = r.pos;
+    let mut wide = blob[..span_at].to_vec();
+    put_varint(&mut wide, truncated::SPAN_LIMIT);
+    wide.extend_from_slice(&[0; 200]);
+    assert!(decode_points(&wide, &mut Vec::new()).is_err());
+    assert!(decode_columns::<Num>(&wide, 0, &mut Vec::new(), &mut Vec::new()).is_err());
+    // The same body under a version 3 head: mode bytes are not expected there.
+    let mut v3 = blob.clone();
+    v3[0] = VERSION_3;
+    assert!(decode_points(&v3, &mut Vec::new()).is_err());
+}
+
+#[test]
+fn short_rows_keep_version_3_where_it_is_shorter() {
+    // Ten regular integers: version 4's mode bytes win nothing back.
+    let pts = points_of(&every(60, &[3, 5, 4, 6, 5, 7, 6, 8, 7, 9].map(Value::Int)));
+    let blob = encode_points(&pts, Some(0));
+    assert_eq!(blob[0], VERSION_3);
+    let v4 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION, w));
+    assert!(v4.len() > blob.len());
+    assert_decoders_agree(&v4, &pts);
+    // A long row is version 4 whatever it costs: at most four mode bytes more.
+    let pts = points_of(&every(10, &[Value::Int(3), Value::Int(5)].repeat(40)));
+    let blob = encode_points(&pts, Some(0));
+    assert_eq!(blob[0], VERSION);
+    let v3 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION_3, w));
+    assert!(blob.len() <= v3.len() + 4, "{} {}", blob.len(), v3.len());
 }
