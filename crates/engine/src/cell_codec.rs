@@ -186,7 +186,8 @@ enum Quotients {
 
 /// A sequence's quotients costed and not yet written, as [`rice::Planned`] is: a Rice
 /// sequence, or under chosen packing a mode byte then the shortest of a Rice sequence, a
-/// frame and (blob version 0x04) a truncated binary frame. Ties go to Rice, then the frame.
+/// frame and (blob version 0x04) a truncated binary frame, the last only where it is a
+/// sixteenth shorter than the frame. Ties go to Rice, then the frame.
 #[derive(Debug)]
 struct PlannedQuotients {
     rice: rice::Planned,
@@ -207,9 +208,12 @@ impl PlannedQuotients {
                 best = (Quotients::Frame, frame);
             }
         }
+        // A truncated frame takes twice a frame's time to read: it is worth that only when
+        // it saves a sixteenth of the frame or more.
         if packing == Packing::ChosenTruncated
             && let Some(len) = truncated::encoded_len(&quotients)
             && len < best.1
+            && len * 16 <= frame_len(&quotients) * 15
         {
             best = (Quotients::Truncated, len);
         }

@@ -2108,6 +2108,10 @@ fn version_4_takes_each_sequence_its_shortest_form() {
             let lens = [rice_len, frame_len(&quotients), truncated_len];
             let least = *lens.iter().min().unwrap();
             assert_eq!(lens[usize::from(want)], least, "{kind}: {lens:?}");
+            if want == QUOTIENTS_TRUNCATED {
+                // A sixteenth shorter than the frame at least: worth its slower reading.
+                assert!(truncated_len * 16 <= lens[1] * 15, "{kind}: {lens:?}");
+            }
             // Shorter than version 3, whose frames pay the widest step on every value.
             let v3 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION_3, w));
             assert!(blob.len() < v3.len(), "{kind}: {} {}", blob.len(), v3.len());
@@ -2120,6 +2124,34 @@ fn version_4_takes_each_sequence_its_shortest_form() {
             }
         }
     }
+}
+
+#[test]
+fn truncated_frames_only_where_they_save_a_sixteenth() {
+    // A counter stepping by 0..99 at random: a truncated frame of the 100 steps (6.72 bits a
+    // value) is shorter than a frame of 7 bits, but not by a sixteenth.
+    let mut next = xorshift(11);
+    let mut counter = 0i64;
+    let values: Vec<Value> = (0..360)
+        .map(|_| {
+            counter += (next() % 100) as i64;
+            Value::Int(counter)
+        })
+        .collect();
+    let pts = points_of(&every(10, &values));
+    let blob = encode_points(&pts, Some(0));
+    assert_eq!(blob[0], VERSION);
+    assert_eq!(blob_quotient_mode(&blob, false).1, QUOTIENTS_FRAME);
+    let (_, _, quotients) = sequence_parts(&int_values(&pts));
+    let (frame, truncated) = (
+        frame_len(&quotients),
+        truncated::encoded_len(&quotients).unwrap(),
+    );
+    assert!(
+        truncated < frame && truncated * 16 > frame * 15,
+        "{truncated} {frame}"
+    );
+    assert_decoders_agree(&blob, &pts);
 }
 
 #[test]

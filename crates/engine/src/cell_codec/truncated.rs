@@ -141,30 +141,39 @@ pub(super) fn read(bytes: &[u8], n: usize, mut f: impl FnMut(i64)) -> Result<usi
     if least_bits > data.len() as u64 * 8 {
         return Err("truncated");
     }
-    let low = code.half - 1;
-    let step = code.half - code.short;
-    let mut bit = 0usize;
+    // Codes are taken from a 64-bit buffer refilled a word at a time (zeros past the end,
+    // counted: a frame that needed them is cut short).
+    let (width, short) = (code.width, code.short);
+    let (low, step) = (code.half - 1, code.half - code.short);
+    let (mut acc, mut held, mut pos) = (0u64, 0u32, 0usize);
     for _ in 0..n {
-        let at = bit / 8;
-        let word = match data.get(at..at + 8) {
-            Some(w) => u64::from_le_bytes(w.try_into().unwrap_or_default()),
-            None => data
-                .iter()
-                .skip(at)
-                .rev()
-                .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)),
-        } >> (bit % 8);
-        let x = word & low;
-        let long = x >= code.short;
-        let u = if long {
-            x + ((word >> (code.width - 1)) & 1) * step
-        } else {
-            x
-        };
-        bit += (code.width - 1 + u32::from(long)) as usize;
+        if held < width {
+            let word = match data.get(pos..pos + 8) {
+                Some(w) => u64::from_le_bytes(w.try_into().unwrap_or_default()),
+                None => data
+                    .get(pos..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .rev()
+                    .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)),
+            };
+            // The bytes that fit whole above the bits held (at least 4: a code is at most
+            // 32 bits, so fewer than 32 are held here).
+            acc |= word << held;
+            let bytes = (63 - held) / 8;
+            pos += bytes as usize;
+            held += 8 * bytes;
+        }
+        // Without a branch: which codes are long is as random as the values.
+        let x = acc & low;
+        let long = x >= short;
+        let u = x + ((acc >> (width - 1)) & u64::from(long)) * step;
+        let len = width - 1 + u32::from(long);
+        acc >>= len;
+        held -= len;
         f(least.wrapping_add(u as i64));
     }
-    let taken = bit.div_ceil(8);
+    let taken = (pos * 8 - held as usize).div_ceil(8);
     if taken > data.len() {
         return Err("truncated");
     }
