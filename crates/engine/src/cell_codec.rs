@@ -25,8 +25,11 @@
 //! |       its correction (wrapping, truncated to the value's length) |
 //! ```
 //!
-//! Version 4 is version 3 with a joint stream's choices (RFC 0013): a mode byte before the
-//! offsets (0x00 runs, 0x01 a Rice sequence), and before each sequence's quotients and the
+//! Version 4 is version 3 with a one-byte meta code (0x00 none, 0x01 and 0x02 meta 0x00 and
+//! 0x01, 0x03 the byte follows), a resolution mode (0x00 all seconds, 0x01 all milliseconds,
+//! 0x02 runs follow) and a joint stream's choices (RFC 0013): a mode byte before the
+//! offsets (0x00 runs, 0x01 a Rice sequence, 0x02 the first offset and one step), and before
+//! each sequence's quotients and the
 //! corrections (0x00 a Rice sequence, 0x01 a frame as above, 0x02 a truncated binary frame:
 //! least value, span, then codes of the span's bit length or one less; `truncated`).
 //! Version 1 differs from version 2 only in its version byte (0x01), in always writing both
@@ -175,6 +178,14 @@ const QUOTIENTS_FRAME: u8 = 1;
 /// A quotient sequence's mode in a version 0x04 blob: a truncated binary frame follows
 /// (least value, span, bits; RFC 0014).
 const QUOTIENTS_TRUNCATED: u8 = 2;
+
+/// How a body's offsets are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offsets {
+    Runs,
+    Rice,
+    Regular,
+}
 
 /// How one quotient sequence is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1425,9 +1436,18 @@ fn encode_head_with(
 ) {
     out.push(version);
     put_varint(out, points.len() as u64);
-    out.push(u8::from(meta.is_some()));
-    if let Some(m) = meta {
-        out.push(m);
+    if version == VERSION {
+        // One byte for the usual meta bytes (RFC 0014).
+        match meta {
+            None => out.push(META_NONE),
+            Some(m @ (0 | 1)) => out.push(META_ZERO + m),
+            Some(m) => out.extend_from_slice(&[META_BYTE, m]),
+        }
+    } else {
+        out.push(u8::from(meta.is_some()));
+        if let Some(m) = meta {
+            out.push(m);
+        }
     }
     let offsets: Vec<i64> = points.iter().map(|p| i64::from(p.offset_ms())).collect();
     encode_runs(points, &offsets, Packing::of(version), widths, out);
@@ -1445,38 +1465,84 @@ fn encode_runs(
     out: &mut Vec<u8>,
 ) {
     let resolution = runs(points.iter().map(|p| p.qualifier.is_millis()));
-    put_varint(out, resolution.len() as u64);
-    out.push(u8::from(resolution.first().is_some_and(|r| r.0)));
-    for (_, n) in &resolution {
-        put_varint(out, *n);
-    }
-    match packing {
-        Packing::Frame => offset_runs(offsets, out),
-        Packing::Rice | Packing::Chosen | Packing::ChosenTruncated => {
-            let mut as_runs = vec![0u8];
-            offset_runs(offsets, &mut as_runs);
-            // A Rice sequence takes at least its first offset, a divisor byte, two bytes of
-            // center and length, and 6 bits a block: regular offsets' few runs are not
-            // worth writing it to see.
-            let blocks = offsets.len().saturating_sub(1).div_ceil(rice::BLOCK);
-            let rice_least = rice::varint_len(offsets.first().copied().unwrap_or(0) as u64)
-                + 3
-                + (6 * blocks).div_ceil(8);
-            if as_runs.len() <= 1 + rice_least {
-                out.extend_from_slice(&as_runs);
-                return encode_flags(points, widths, out);
+    // Version 4 (RFC 0014): a mode byte, then runs only where resolutions mix.
+    let moded = packing == Packing::ChosenTruncated;
+    match resolution.as_slice() {
+        [(false, _)] if moded => out.push(RESOLUTION_SECONDS),
+        [(true, _)] if moded => out.push(RESOLUTION_MILLIS),
+        _ => {
+            if moded {
+                out.push(RESOLUTION_RUNS);
             }
-            let mut as_rice = vec![1u8];
-            offset_rice(offsets, &mut as_rice);
-            out.extend_from_slice(if as_rice.len() < as_runs.len() {
-                &as_rice
-            } else {
-                &as_runs
-            });
+            put_varint(out, resolution.len() as u64);
+            out.push(u8::from(resolution.first().is_some_and(|r| r.0)));
+            for (_, n) in &resolution {
+                put_varint(out, *n);
+            }
         }
     }
+    encode_offsets(offsets, packing, out);
     encode_flags(points, widths, out);
 }
+
+/// The offsets: as runs; with Rice packing after a mode byte, as runs (0x00) or a Rice
+/// sequence (0x01), whichever is shorter; in a version 4 blob, where every step is the same
+/// positive one, as the first offset and that step (0x02).
+fn encode_offsets(offsets: &[i64], packing: Packing, out: &mut Vec<u8>) {
+    if packing == Packing::Frame {
+        return offset_runs(offsets, out);
+    }
+    let deltas = runs(offsets.windows(2).map(|w| w[1] - w[0]));
+    if let ([(step, _)], Packing::ChosenTruncated) = (deltas.as_slice(), packing)
+        && *step > 0
+    {
+        out.push(OFFSETS_REGULAR);
+        put_varint(out, offsets[0] as u64);
+        put_varint(out, *step as u64);
+        return;
+    }
+    let mut as_runs = vec![OFFSETS_RUNS];
+    offset_runs(offsets, &mut as_runs);
+    // A Rice sequence takes at least its first offset, a divisor byte, two bytes of center
+    // and length, and 6 bits a block: regular offsets' few runs are not worth writing it to
+    // see.
+    let blocks = offsets.len().saturating_sub(1).div_ceil(rice::BLOCK);
+    let rice_least = rice::varint_len(offsets.first().copied().unwrap_or(0) as u64)
+        + 3
+        + (6 * blocks).div_ceil(8);
+    if as_runs.len() <= 1 + rice_least {
+        out.extend_from_slice(&as_runs);
+        return;
+    }
+    let mut as_rice = vec![OFFSETS_RICE];
+    offset_rice(offsets, &mut as_rice);
+    out.extend_from_slice(if as_rice.len() < as_runs.len() {
+        &as_rice
+    } else {
+        &as_runs
+    });
+}
+
+/// Offset modes of Rice bodies: runs follow.
+const OFFSETS_RUNS: u8 = 0;
+/// A Rice sequence of the steps' changes follows.
+const OFFSETS_RICE: u8 = 1;
+/// Version 4 blobs (RFC 0014): the first offset and the one step between all points follow.
+const OFFSETS_REGULAR: u8 = 2;
+
+/// Version 4 blobs' resolution modes (RFC 0014): every point of seconds resolution.
+const RESOLUTION_SECONDS: u8 = 0;
+/// Every point of milliseconds resolution.
+const RESOLUTION_MILLIS: u8 = 1;
+/// Resolution runs follow, as in version 3.
+const RESOLUTION_RUNS: u8 = 2;
+
+/// Version 4 blobs' meta codes (RFC 0014): no meta byte.
+const META_NONE: u8 = 0;
+/// Meta byte 0x00 (0x02: 0x01).
+const META_ZERO: u8 = 1;
+/// The meta byte follows.
+const META_BYTE: u8 = 3;
 
 /// The flags of `points` as `widths` says: a flag mode and kind runs, or flag runs (after
 /// mode 0x00 where the version has a flag mode).
@@ -1781,16 +1847,43 @@ impl Reader<'_> {
         Ok(Some(out))
     }
 
-    /// A Rice body's offset mode: whether its offsets are a Rice sequence (else runs).
-    fn offset_mode(&mut self, version: u8) -> Result<bool, &'static str> {
-        if Packing::of(version) == Packing::Frame {
-            return Ok(false);
+    /// How a body's offsets are written: runs, or after a Rice body's mode byte a Rice
+    /// sequence or (a version 4 blob) one step.
+    fn offset_mode(&mut self, version: u8) -> Result<Offsets, &'static str> {
+        let packing = Packing::of(version);
+        if packing == Packing::Frame {
+            return Ok(Offsets::Runs);
         }
         match self.byte()? {
-            0 => Ok(false),
-            1 => Ok(true),
+            OFFSETS_RUNS => Ok(Offsets::Runs),
+            OFFSETS_RICE => Ok(Offsets::Rice),
+            OFFSETS_REGULAR if packing == Packing::ChosenTruncated => Ok(Offsets::Regular),
             _ => Err("bad offset mode"),
         }
+    }
+
+    /// A body's resolution: whether its first run is of milliseconds, and the runs'
+    /// lengths (alternating resolutions), adding up to at most `n`. A version 4 blob writes
+    /// one run for all `n` points as a mode byte.
+    fn resolution(&mut self, version: u8, n: usize) -> Result<(bool, Vec<usize>), &'static str> {
+        if version == VERSION {
+            match self.byte()? {
+                RESOLUTION_SECONDS => return Ok((false, vec![n])),
+                RESOLUTION_MILLIS => return Ok((true, vec![n])),
+                RESOLUTION_RUNS => {}
+                _ => return Err("bad resolution mode"),
+            }
+        }
+        let count = self.varint()? as usize;
+        let first_ms = self.byte()? == 1;
+        let mut lengths = Vec::with_capacity(count.min(n));
+        let mut total = 0usize;
+        for _ in 0..count {
+            let len = self.varint()? as usize;
+            total = run_total(total, len, n).ok_or("resolution runs overflow")?;
+            lengths.push(len);
+        }
+        Ok((first_ms, lengths))
     }
 
     fn unpack(&mut self, n: usize) -> Result<Vec<u64>, &'static str> {
@@ -1983,25 +2076,26 @@ fn decode_body(
     mut sections: Option<&mut JointSections>,
 ) -> Result<Body, &'static str> {
     let mut mark = r.pos;
-    let res_runs = r.varint()? as usize;
-    let mut is_ms = r.byte()? == 1;
+    let (mut is_ms, runs) = r.resolution(version, n)?;
     let mut resolution = Vec::with_capacity(n);
-    for _ in 0..res_runs {
-        let len = r.varint()? as usize;
-        if resolution.len() + len > n {
-            return Err("resolution runs overflow");
-        }
+    for len in runs {
         resolution.extend(std::iter::repeat_n(is_ms, len));
         is_ms = !is_ms;
     }
     add_section(&mut sections, &mut mark, r.pos, |s| &mut s.runs);
     let mut offsets = Vec::with_capacity(n);
-    let as_rice = r.offset_mode(version)?;
+    let form = r.offset_mode(version)?;
     let mut at = r.varint()? as i64;
     offsets.push(at);
-    if as_rice {
+    if form == Offsets::Rice {
         for d in r.offset_deltas(n)? {
             at = at.checked_add(d).ok_or("offset overflow")?;
+            offsets.push(at);
+        }
+    } else if form == Offsets::Regular {
+        let step = i64::try_from(r.varint()?).map_err(|_| "offset overflow")?;
+        for _ in 1..n {
+            at = at.checked_add(step).ok_or("offset overflow")?;
             offsets.push(at);
         }
     } else {
@@ -2348,7 +2442,14 @@ impl<'a> Reader<'a> {
             return Err("point count too large");
         }
         let n = n as usize;
-        let meta = if r.byte()? == 1 {
+        let meta = if version == VERSION {
+            match r.byte()? {
+                META_NONE => None,
+                m @ (META_ZERO | 2) => Some(m - META_ZERO),
+                META_BYTE => Some(r.byte()?),
+                _ => return Err("bad meta"),
+            }
+        } else if r.byte()? == 1 {
             Some(r.byte()?)
         } else {
             None
@@ -2418,18 +2519,6 @@ impl<'a> Reader<'a> {
             mask,
             bit: 0,
         })
-    }
-
-    /// Skips `count` varint run lengths, returning where they start and their sum (at most
-    /// `limit`).
-    fn run_lengths(&mut self, count: usize, limit: usize) -> Result<(usize, usize), &'static str> {
-        let at = self.pos;
-        let mut total = 0usize;
-        for _ in 0..count {
-            let len = self.varint()? as usize;
-            total = run_total(total, len, limit).ok_or("runs overflow")?;
-        }
-        Ok((at, total))
     }
 }
 
@@ -2514,11 +2603,11 @@ fn decode_body_columns<V: Sample>(
         return Err("stream lengths differ");
     }
     // Resolution runs (alternating, from the first run's resolution).
-    let res_runs = r.varint()? as usize;
-    let first_ms = r.byte()? == 1;
-    let (res_at, res_total) = r.run_lengths(res_runs, n)?;
-    // Offsets: the first, then runs of equal deltas (or a Rice sequence), written out as times.
-    let as_rice = r.offset_mode(version)?;
+    let (first_ms, res_runs) = r.resolution(version, n)?;
+    let res_total: usize = res_runs.iter().sum();
+    // Offsets: the first, then runs of equal deltas (or a Rice sequence, or one step),
+    // written out as times.
+    let form = r.offset_mode(version)?;
     let first = r.varint()? as i64;
     let start = times.len();
     times.reserve(n);
@@ -2526,7 +2615,14 @@ fn decode_body_columns<V: Sample>(
     let (mut low, mut high, mut at) = (first, first, first);
     let mut whole_seconds = first % 1000 == 0;
     let mut increasing = true;
-    let delta_runs = if as_rice {
+    // One step is a run of it for every point after the first.
+    let regular = if form == Offsets::Regular {
+        let step = i64::try_from(r.varint()?).map_err(|_| "offset overflow")?;
+        Some((step, n - 1))
+    } else {
+        None
+    };
+    let delta_runs = if form == Offsets::Rice {
         for d in r.offset_deltas(n)? {
             at = at.checked_add(d).ok_or("offset overflow")?;
             whole_seconds &= d % 1000 == 0;
@@ -2535,12 +2631,16 @@ fn decode_body_columns<V: Sample>(
             times.push(base_ms.wrapping_add(at));
         }
         0
+    } else if regular.is_some() {
+        1
     } else {
         r.varint()? as usize
     };
     for _ in 0..delta_runs {
-        let d = unzigzag(r.varint()?);
-        let len = r.varint()? as usize;
+        let (d, len) = match regular {
+            Some(run) => run,
+            None => (unzigzag(r.varint()?), r.varint()? as usize),
+        };
         if times.len() - start + len > n {
             return Err("offset runs overflow");
         }
@@ -2592,14 +2692,9 @@ fn decode_body_columns<V: Sample>(
         return Err("stream lengths differ");
     }
     // Seconds-resolution points must fall on whole seconds.
-    if !(whole_seconds || res_runs == 1 && first_ms) {
-        let mut runs = Reader {
-            bytes: blob,
-            pos: res_at,
-        };
+    if !(whole_seconds || res_runs.len() == 1 && first_ms) {
         let (mut i, mut is_ms) = (start, first_ms);
-        for _ in 0..res_runs {
-            let len = runs.varint()? as usize;
+        for len in res_runs {
             if !is_ms && times[i..i + len].iter().any(|t| (t - base_ms) % 1000 != 0) {
                 return Err("second offset not whole");
             }

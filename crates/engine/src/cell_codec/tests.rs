@@ -300,10 +300,18 @@ fn rfc_0005_examples() {
         encode_points_v2(&points_of(&rfc_integer_example()), Some(0)),
         v2
     );
+    let v3 = hex("03 3C 01 00  01 00 3C  00 01 C0 A9 07 3B  01  0A 01 00 00");
+    assert_eq!(encode_v3(&points_of(&rfc_integer_example()), Some(0)), v3);
+    assert_eq!(
+        DataCellCodec.decode("t", &v3).unwrap(),
+        (q.clone(), v.clone())
+    );
+    // Version 4 (RFC 0014): meta code 0x01, seconds for every point, one step of 60,000 ms,
+    // the integers' quotients a frame after their mode byte.
     let blob = DataCellCodec.encode("t", &q, &v).unwrap();
     assert_eq!(
         blob,
-        hex("03 3C 01 00  01 00 3C  00 01 C0 A9 07 3B  01  0A 01 00 00")
+        hex("04 3C 01  00  02 00 E0 D4 03  01  0A 01 01 00 00")
     );
     assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
 
@@ -334,11 +342,17 @@ fn rfc_0005_examples() {
     );
     assert_decoders_agree(&v2, &points_of(&example));
     assert_eq!(encode_points_v2(&points_of(&example), Some(0)), v2);
+    let v3 = hex("03 06 01 00  01 00 06  00 01 C0 CF 24 05  02  02 03 \
+         E8 ED 02 01 DD 01 09  D9 00 EC D4 F2 0D  01 02 59 04");
+    assert_eq!(encode_v3(&points_of(&example), Some(0)), v3);
+    assert_decoders_agree(&v3, &points_of(&example));
+    // Version 4: one step of 300,000 ms, the mantissas' quotients a frame after mode 0x01,
+    // the corrections a Rice sequence after mode 0x00.
     let blob = DataCellCodec.encode("t", &q, &v).unwrap();
     assert_eq!(
         blob,
-        hex("03 06 01 00  01 00 06  00 01 C0 CF 24 05  02  02 03 \
-             E8 ED 02 01 DD 01 09  D9 00 EC D4 F2 0D  01 02 59 04")
+        hex("04 06 01  00  02 00 E0 A7 12  02  02 03 \
+             E8 ED 02 01  01 DD 01 09 D9 00 EC D4 F2 0D  00 00 02 80 11")
     );
     assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q, v));
     assert_decoders_agree(&blob, &points_of(&example));
@@ -545,7 +559,7 @@ fn version_1_blobs_still_decode() {
     };
     for (blob, k_max) in [
         (encode_points_v1(&pts, Some(0)), 9u8),
-        (encode_points(&pts, Some(0)), 18),
+        (encode_v3(&pts, Some(0)), 18),
     ] {
         // The float section is the last 7 bytes: mode 0x00, k = 2, then 150 and 225.
         let mode_at = blob.len() - 7;
@@ -597,9 +611,13 @@ fn never_longer_than_version_1() {
     );
     assert_eq!(runs.len(), v1.len() + 1, "{runs:02X?}");
     assert_decoders_agree(&runs, &pts);
-    let v3 = encode_points(&pts, Some(0));
+    let v3 = encode_v3(&pts, Some(0));
     assert_eq!(v3.len(), v1.len() - 1, "{v3:02X?}");
     assert_decoders_agree(&v3, &pts);
+    // Version 4's head is shorter still (one meta code, one resolution mode, one step).
+    let v4 = encode_points(&pts, Some(0));
+    assert!(v4.len() < v3.len(), "{v4:02X?}");
+    assert_decoders_agree(&v4, &pts);
 }
 
 #[test]
@@ -1758,8 +1776,7 @@ fn cell_sections_split_the_blob() {
     // floats as doubles at scale 1.
     let mut values: Vec<Value> = (5..25).map(Value::Int).collect();
     values.extend([Value::Float(1.5), Value::Double(2.1)]);
-    let (q, v) = cell(&every(60, &values));
-    let blob = DataCellCodec.encode("t", &q, &v).unwrap();
+    let blob = encode_v3(&points_of(&every(60, &values)), Some(0));
     let s = cell_sections(&blob).unwrap();
     assert_eq!((s.version, s.runs, s.flags), (4, 3, 5), "{s:?}");
     assert_eq!((s.integer_points, s.float_points), (20, 2));
@@ -1866,7 +1883,7 @@ fn widths_not_from_values_are_listed() {
 fn flag_modes_are_checked() {
     let values: Vec<Value> = (0..20).map(Value::Int).collect();
     let pts = points_of(&every(10, &values));
-    let blob = encode_points(&pts, None);
+    let blob = encode_v3(&pts, None);
     let s = cell_sections(&blob).unwrap();
     let at = s.version + s.runs + s.offsets;
     assert_eq!(blob[at], FLAG_MODE_INTEGERS);
@@ -2021,6 +2038,11 @@ fn frame_integers_of_every_length_decode_alike() {
         let want: Vec<f64> = values.iter().map(|v| *v as f64).collect();
         assert_eq!(doubles, want, "{len}-byte integers as doubles");
     }
+}
+
+/// The version 3 blob `encode_points` would write without version 4.
+fn encode_v3(pts: &[Point], meta: Option<u8>) -> Vec<u8> {
+    with_shorter_widths(pts, |w| encode_blob(pts, meta, VERSION_3, w))
 }
 
 /// Rows as `hourglass-bench ingest` writes them: 250 points 10 s apart of a float gauge
@@ -2187,8 +2209,13 @@ fn version_4_modes_are_checked() {
 
 #[test]
 fn short_rows_keep_version_3_where_it_is_shorter() {
-    // Ten regular integers: version 4's mode bytes win nothing back.
-    let pts = points_of(&every(60, &[3, 5, 4, 6, 5, 7, 6, 8, 7, 9].map(Value::Int)));
+    // Three integers at irregular offsets, of both resolutions: version 4's mode bytes
+    // (resolution, offsets, quotients) win nothing back.
+    let pts = points_of(&[
+        (false, 0, Value::Int(3)),
+        (true, 1_250, Value::Int(5)),
+        (false, 7_000, Value::Int(4)),
+    ]);
     let blob = encode_points(&pts, Some(0));
     assert_eq!(blob[0], VERSION_3);
     let v4 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION, w));
