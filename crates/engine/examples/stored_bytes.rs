@@ -269,6 +269,8 @@ fn rows_report(
         let t = tallies.entry(metric).or_default();
         t.rows += 1;
         t.key_bytes += row.key.len();
+        // A row of one coded cell is RFC 0015's format 0x04: format, family, timestamp.
+        let one = blobs.len() == 1 && row.cells.len() == 1;
         for c in blobs {
             t.cells += 1;
             t.blob_bytes += c.value.len();
@@ -277,7 +279,11 @@ fn rows_report(
                 + varint_len(c.family.len() as u64)
                 + c.family.len()
                 + varint_len(((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64)
-                + varint_len(c.value.len() as u64);
+                + if one {
+                    0
+                } else {
+                    varint_len(c.value.len() as u64)
+                };
             add(&mut t.sections, &cell_sections(&c.value)?);
         }
     }

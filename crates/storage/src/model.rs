@@ -11,6 +11,13 @@
 //!   coded: | timestamp (zigzag varint) | blob len (varint) | blob |
 //! ```
 //!
+//! or format `0x04` (a codec took the row's only cell), see
+//! docs/rfcs/0015-one-coded-cell-rows.md:
+//!
+//! ```text
+//! | 0x04 | family len (varint) | family | timestamp (zigzag varint) | blob: the rest |
+//! ```
+//!
 //! or format `0x03` (no codec, at least two cells, one family, one qualifier length: the
 //! cells as columns), see docs/rfcs/0011-column-rows.md:
 //!
@@ -29,6 +36,9 @@ const ROW_FORMAT_PLAIN: u8 = 1;
 const ROW_FORMAT_CODED: u8 = 2;
 /// Cells of one family and one qualifier length, stored as columns (RFC 0011).
 const ROW_FORMAT_COLUMNS: u8 = 3;
+/// The row's only cell, stored by a [`CellCodec`]: no count, coded byte or blob length (RFC
+/// 0015).
+const ROW_FORMAT_ONE_CODED: u8 = 4;
 
 /// A compact stored form for some cells (e.g. compacted time series cells), chosen by the
 /// backend's user. It must be lossless: `decode(encode(q, v)) == (q, v)`.
@@ -423,6 +433,17 @@ impl RowData {
         if codec.is_none() && self.is_uniform() {
             return self.encode_columns();
         }
+        if let (Some(codec), [c]) = (codec, self.cells.as_slice())
+            && let Some(blob) = codec.encode(&c.family, &c.qualifier, &c.value)
+        {
+            let mut out = Vec::with_capacity(blob.len() + c.family.len() + 12);
+            out.push(ROW_FORMAT_ONE_CODED);
+            put_varint(&mut out, c.family.len() as u64);
+            out.extend_from_slice(c.family.as_bytes());
+            put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
+            out.extend_from_slice(&blob);
+            return out;
+        }
         let size: usize = self
             .cells
             .iter()
@@ -540,6 +561,33 @@ impl RowData {
                 }
                 return Ok(RowData { cells });
             }
+            ROW_FORMAT_ONE_CODED => {
+                let family = String::from_utf8(r.chunk()?.to_vec())
+                    .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+                let z = r.varint()?;
+                let timestamp = ((z >> 1) as i64) ^ -((z & 1) as i64);
+                let blob = &bytes[r.pos..];
+                let (qualifier, value, form) = if keep_encoded {
+                    (Vec::new(), blob.to_vec(), CellForm::Encoded)
+                } else {
+                    let codec = codec.ok_or_else(|| {
+                        Error::Corrupt(
+                            "cell was stored with a codec this store was not given".into(),
+                        )
+                    })?;
+                    let (q, v) = codec.decode(&family, blob)?;
+                    (q, v, CellForm::Plain)
+                };
+                return Ok(RowData {
+                    cells: vec![Cell {
+                        family,
+                        qualifier,
+                        timestamp,
+                        value,
+                        form,
+                    }],
+                });
+            }
             _ => return Err(Error::Corrupt("unknown row format".into())),
         };
         let n = r.varint()? as usize;
@@ -604,6 +652,15 @@ pub fn lend_cells<'a>(
         ROW_FORMAT_PLAIN => false,
         ROW_FORMAT_CODED => true,
         ROW_FORMAT_COLUMNS => return lend_columns(bytes, read, out),
+        ROW_FORMAT_ONE_CODED => {
+            // Read as far as the decoder reads before asking for the codec.
+            std::str::from_utf8(r.chunk()?)
+                .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
+            r.varint()?;
+            return Err(Error::Corrupt(
+                "cell was stored with a codec this store was not given".into(),
+            ));
+        }
         _ => return Err(Error::Corrupt("unknown row format".into())),
     };
     let n = r.varint()?;
@@ -1449,6 +1506,75 @@ mod tests {
                 "cell was stored with a codec this store was not given".into()
             ))
         );
+    }
+
+    /// A row whose only cell the codec takes (RFC 0015): its bytes, read decoded, in the
+    /// codec's form and refused without the codec; a second cell, or a cell the codec
+    /// declines, keeps format 0x02.
+    #[test]
+    fn one_coded_cell_rows() {
+        let spec = TableSpec {
+            name: "t".into(),
+            families: vec![FamilySpec::new("f", None)],
+        };
+        let mut row = RowData::default();
+        row.apply(
+            &spec,
+            &[Mutation::set_at("f", b"q".to_vec(), 1, vec![7, 8])],
+            0,
+        )
+        .unwrap();
+        let bytes = row.encode(Some(&Tagged));
+        // Format, family, zigzag timestamp 1, blob: three bytes fewer than format 0x02.
+        assert_eq!(bytes, [0x04, 1, b'f', 2, 0xC0, 7, 8]);
+        let two = [0x02, 1, 1, 1, b'f', 2, 3, 0xC0, 7, 8];
+        assert_eq!(RowData::decode(&two, Some(&Tagged)), Ok(row.clone()));
+        assert_eq!(RowData::decode(&bytes, Some(&Tagged)), Ok(row.clone()));
+        let kept = RowData::decode_with(&bytes, Some(&Tagged), true).unwrap();
+        let coded = &kept.cells[0];
+        assert_eq!(
+            (
+                coded.form,
+                coded.qualifier.as_slice(),
+                coded.timestamp,
+                coded.value.as_slice()
+            ),
+            (CellForm::Encoded, &b""[..], 1, &[0xC0, 7, 8][..])
+        );
+        let refused = Err(Error::Corrupt(
+            "cell was stored with a codec this store was not given".into(),
+        ));
+        assert_eq!(RowData::decode(&bytes, None), refused);
+        let mut lent = Vec::new();
+        assert_eq!(
+            lend_cells(&bytes, &ReadOptions::default(), &mut lent),
+            refused.map(|_: RowData| ())
+        );
+        // Cut within the family or the timestamp: refused with and without the codec; an
+        // empty blob is the codec's to refuse.
+        for cut in 1..4 {
+            assert!(RowData::decode(&bytes[..cut], Some(&Tagged)).is_err());
+            assert!(lend_cells(&bytes[..cut], &ReadOptions::default(), &mut lent).is_err());
+        }
+        assert!(RowData::decode(&bytes[..4], Some(&Tagged)).is_err());
+        // Two cells, or one the codec declines: format 0x02.
+        let mut more = row.clone();
+        more.apply(
+            &spec,
+            &[Mutation::set_at("f", b"q".to_vec(), 2, vec![9])],
+            0,
+        )
+        .unwrap();
+        assert_eq!(more.encode(Some(&Tagged))[0], ROW_FORMAT_CODED);
+        let mut declined = RowData::default();
+        declined
+            .apply(
+                &spec,
+                &[Mutation::set_at("f", b"r".to_vec(), 1, vec![9])],
+                0,
+            )
+            .unwrap();
+        assert_eq!(declined.encode(Some(&Tagged))[0], ROW_FORMAT_CODED);
     }
 }
 
