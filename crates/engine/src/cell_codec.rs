@@ -51,9 +51,10 @@ use hourglass_storage::{CellCodec, Error, JointCell, JointForm, JointMember, Joi
 
 mod truncated;
 
-/// The version encode writes (RFC 0014): version 3 with a joint stream's choices (offsets
-/// as runs or a Rice sequence, each quotient sequence as a Rice sequence, a frame or a
-/// truncated binary frame, corrections as a Rice sequence).
+/// The version encode writes (RFC 0014): version 3 with a shorter head (a meta code, a
+/// resolution mode) and a joint stream's choices (offsets as runs, a Rice sequence or one
+/// step; each quotient sequence and the corrections as a Rice sequence, a frame or a
+/// truncated binary frame).
 const VERSION: u8 = 4;
 /// RFC 0013's version (version 2 with a flag mode), still decoded and written where shorter.
 const VERSION_3: u8 = 3;
@@ -213,18 +214,20 @@ impl PlannedQuotients {
         let rice = rice::Planned::new(&quotients);
         let moded = packing.moded();
         let mut best = (Quotients::Rice, rice.encoded_len());
-        if moded {
-            let frame = frame_len(&quotients);
-            if frame < best.1 {
-                best = (Quotients::Frame, frame);
-            }
+        let frame = if moded {
+            frame_len(&quotients)
+        } else {
+            usize::MAX
+        };
+        if frame < best.1 {
+            best = (Quotients::Frame, frame);
         }
         // A truncated frame takes twice a frame's time to read: it is worth that only when
         // it saves a sixteenth of the frame or more.
         if packing == Packing::ChosenTruncated
             && let Some(len) = truncated::encoded_len(&quotients)
             && len < best.1
-            && len * 16 <= frame_len(&quotients) * 15
+            && len.saturating_mul(16) <= frame.saturating_mul(15)
         {
             best = (Quotients::Truncated, len);
         }

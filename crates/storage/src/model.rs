@@ -1340,12 +1340,17 @@ mod tests {
         assert_eq!(count(&[1]), Err(Error::Corrupt("truncated row".into())));
     }
 
-    #[test]
-    fn encoding_round_trips_and_rejects_garbage() {
-        let spec = TableSpec {
+    /// Table `t` of one family `f`, versions unlimited.
+    fn spec_f() -> TableSpec {
+        TableSpec {
             name: "t".into(),
             families: vec![FamilySpec::new("f", None)],
-        };
+        }
+    }
+
+    #[test]
+    fn encoding_round_trips_and_rejects_garbage() {
+        let spec = spec_f();
         let mut row = RowData::default();
         row.apply(
             &spec,
@@ -1465,10 +1470,7 @@ mod tests {
     /// back decoded or in the codec's form, and refusing it without the codec.
     #[test]
     fn coded_rows_have_their_documented_bytes() {
-        let spec = TableSpec {
-            name: "t".into(),
-            families: vec![FamilySpec::new("f", None)],
-        };
+        let spec = spec_f();
         let mut row = RowData::default();
         row.apply(
             &spec,
@@ -1513,10 +1515,7 @@ mod tests {
     /// declines, keeps format 0x02.
     #[test]
     fn one_coded_cell_rows() {
-        let spec = TableSpec {
-            name: "t".into(),
-            families: vec![FamilySpec::new("f", None)],
-        };
+        let spec = spec_f();
         let mut row = RowData::default();
         row.apply(
             &spec,
