@@ -1629,7 +1629,8 @@ fn int_values(points: &[Point]) -> Vec<i64> {
 
 /// A version 4 blob; for fewer than [`BOTH_VERSIONS_BELOW`] points, the version 3 one
 /// instead where that is not longer. Version 4 can write every choice version 3 makes, at
-/// the cost of a mode byte for its offsets and for each sequence (at most four): a row of a
+/// the cost of a mode byte for mixed resolutions, its offsets and each sequence (at most
+/// five, one paid back by the meta code where the meta byte is 0x00 or 0x01): a row of a
 /// few points may not win them back, a longer one loses at most those bytes and is not
 /// worth encoding twice. Either with widths from values where the points allow it and that
 /// is not longer (4-byte floats written as doubles may take more bits than as floats).

@@ -864,8 +864,9 @@ proptest! {
             prop_assert!(blob[0] == VERSION || blob[0] == VERSION_3, "version {}", blob[0]);
             prop_assert_eq!(DataCellCodec.decode("t", &blob).unwrap(), (q.clone(), v.clone()));
         }
-        // Never longer than version 3 by more than version 4's four mode bytes, nor at all
-        // below 64 points; never longer than version 1 but for the flag mode byte and those.
+        // Never longer than version 3 by more than version 4's mode bytes (five, one paid
+        // back by the meta code of meta 0x00), nor at all below 64 points; never longer
+        // than version 1 but for the flag mode byte and those.
         let pts = points_of(&dedup);
         let chosen = encode_points(&pts, Some(0));
         let v3 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION_3, w));
@@ -2221,7 +2222,7 @@ fn short_rows_keep_version_3_where_it_is_shorter() {
     let v4 = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION, w));
     assert!(v4.len() > blob.len());
     assert_decoders_agree(&v4, &pts);
-    // A long row is version 4 whatever it costs: at most four mode bytes more.
+    // A long row is version 4 whatever it costs: at most four bytes more with meta 0x00.
     let pts = points_of(&every(10, &[Value::Int(3), Value::Int(5)].repeat(40)));
     let blob = encode_points(&pts, Some(0));
     assert_eq!(blob[0], VERSION);
