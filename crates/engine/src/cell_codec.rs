@@ -1492,10 +1492,10 @@ fn encode_runs(
 /// sequence (0x01), whichever is shorter; in a version 4 blob, where every step is the same
 /// positive one, as the first offset and that step (0x02).
 fn encode_offsets(offsets: &[i64], packing: Packing, out: &mut Vec<u8>) {
-    if packing == Packing::Frame {
-        return offset_runs(offsets, out);
-    }
     let deltas = runs(offsets.windows(2).map(|w| w[1] - w[0]));
+    if packing == Packing::Frame {
+        return offset_runs(offsets, &deltas, out);
+    }
     if let ([(step, _)], Packing::ChosenTruncated) = (deltas.as_slice(), packing)
         && *step > 0
     {
@@ -1505,7 +1505,7 @@ fn encode_offsets(offsets: &[i64], packing: Packing, out: &mut Vec<u8>) {
         return;
     }
     let mut as_runs = vec![OFFSETS_RUNS];
-    offset_runs(offsets, &mut as_runs);
+    offset_runs(offsets, &deltas, &mut as_runs);
     // A Rice sequence takes at least its first offset, a divisor byte, two bytes of center
     // and length, and 6 bits a block: regular offsets' few runs are not worth writing it to
     // see.
@@ -1587,12 +1587,11 @@ const FLAG_MODE_FLOATS: u8 = 2;
 /// Runs of integers and floats follow, each on the width its value gives.
 const FLAG_MODE_KINDS: u8 = 3;
 
-/// The first offset, then runs of equal deltas.
-fn offset_runs(offsets: &[i64], out: &mut Vec<u8>) {
+/// The first offset, then `deltas`: the runs of equal deltas between the offsets.
+fn offset_runs(offsets: &[i64], deltas: &[(i64, u64)], out: &mut Vec<u8>) {
     put_varint(out, offsets.first().copied().unwrap_or(0) as u64);
-    let deltas = runs(offsets.windows(2).map(|w| w[1] - w[0]));
     put_varint(out, deltas.len() as u64);
-    for (d, n) in &deltas {
+    for (d, n) in deltas {
         put_varint(out, zigzag(*d));
         put_varint(out, *n);
     }

@@ -28,6 +28,7 @@
 //! | before (the first cell's from the first time) | value lengths (n varints) | values |
 //! ```
 
+use crate::rice::{unzigzag, zigzag};
 use crate::{Cell, CellForm, Check, Error, Mutation, ReadOptions, Result, Row, TableSpec};
 
 /// Cells stored as they are.
@@ -423,7 +424,7 @@ impl RowData {
         out.extend_from_slice(family.as_bytes());
         put_varint(out, qualifier.len() as u64);
         out.extend_from_slice(qualifier);
-        put_varint(out, ((timestamp << 1) ^ (timestamp >> 63)) as u64);
+        put_varint(out, zigzag(timestamp));
         put_varint(out, value.len() as u64);
         out.extend_from_slice(value);
     }
@@ -433,15 +434,19 @@ impl RowData {
         if codec.is_none() && self.is_uniform() {
             return self.encode_columns();
         }
-        if let (Some(codec), [c]) = (codec, self.cells.as_slice())
-            && let Some(blob) = codec.encode(&c.family, &c.qualifier, &c.value)
-        {
+        // Each cell's blob, where the codec takes it.
+        let coded: Vec<Option<Vec<u8>>> = self
+            .cells
+            .iter()
+            .map(|c| codec.and_then(|k| k.encode(&c.family, &c.qualifier, &c.value)))
+            .collect();
+        if let ([c], [Some(blob)]) = (self.cells.as_slice(), coded.as_slice()) {
             let mut out = Vec::with_capacity(blob.len() + c.family.len() + 12);
             out.push(ROW_FORMAT_ONE_CODED);
             put_varint(&mut out, c.family.len() as u64);
             out.extend_from_slice(c.family.as_bytes());
-            put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
-            out.extend_from_slice(&blob);
+            put_varint(&mut out, zigzag(c.timestamp));
+            out.extend_from_slice(blob);
             return out;
         }
         let size: usize = self
@@ -456,23 +461,22 @@ impl RowData {
             ROW_FORMAT_PLAIN
         });
         put_varint(&mut out, self.cells.len() as u64);
-        for c in &self.cells {
-            let coded = codec.and_then(|k| k.encode(&c.family, &c.qualifier, &c.value));
+        for (c, coded) in self.cells.iter().zip(&coded) {
             if codec.is_some() {
                 out.push(u8::from(coded.is_some()));
             }
             put_varint(&mut out, c.family.len() as u64);
             out.extend_from_slice(c.family.as_bytes());
-            match &coded {
+            match coded {
                 Some(blob) => {
-                    put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
+                    put_varint(&mut out, zigzag(c.timestamp));
                     put_varint(&mut out, blob.len() as u64);
                     out.extend_from_slice(blob);
                 }
                 None => {
                     put_varint(&mut out, c.qualifier.len() as u64);
                     out.extend_from_slice(&c.qualifier);
-                    put_varint(&mut out, ((c.timestamp << 1) ^ (c.timestamp >> 63)) as u64);
+                    put_varint(&mut out, zigzag(c.timestamp));
                     put_varint(&mut out, c.value.len() as u64);
                     out.extend_from_slice(&c.value);
                 }
@@ -504,7 +508,7 @@ impl RowData {
         let mut values = 0;
         for c in &self.cells {
             let d = c.timestamp.wrapping_sub(before);
-            put_varint(&mut times, ((d << 1) ^ (d >> 63)) as u64);
+            put_varint(&mut times, zigzag(d));
             before = c.timestamp;
             put_varint(&mut lens, c.value.len() as u64);
             values += c.value.len();
@@ -516,7 +520,7 @@ impl RowData {
         put_varint(&mut out, family.len() as u64);
         out.extend_from_slice(family);
         put_varint(&mut out, q_len as u64);
-        put_varint(&mut out, ((first << 1) ^ (first >> 63)) as u64);
+        put_varint(&mut out, zigzag(first));
         put_varint(&mut out, times.len() as u64);
         put_varint(&mut out, lens.len() as u64);
         for c in &self.cells {
@@ -564,29 +568,10 @@ impl RowData {
             ROW_FORMAT_ONE_CODED => {
                 let family = String::from_utf8(r.chunk()?.to_vec())
                     .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
-                let z = r.varint()?;
-                let timestamp = ((z >> 1) as i64) ^ -((z & 1) as i64);
+                let timestamp = unzigzag(r.varint()?);
                 let blob = &bytes[r.pos..];
-                let (qualifier, value, form) = if keep_encoded {
-                    (Vec::new(), blob.to_vec(), CellForm::Encoded)
-                } else {
-                    let codec = codec.ok_or_else(|| {
-                        Error::Corrupt(
-                            "cell was stored with a codec this store was not given".into(),
-                        )
-                    })?;
-                    let (q, v) = codec.decode(&family, blob)?;
-                    (q, v, CellForm::Plain)
-                };
-                return Ok(RowData {
-                    cells: vec![Cell {
-                        family,
-                        qualifier,
-                        timestamp,
-                        value,
-                        form,
-                    }],
-                });
+                let cell = coded_cell(family, timestamp, blob, codec, keep_encoded)?;
+                return Ok(RowData { cells: vec![cell] });
             }
             _ => return Err(Error::Corrupt("unknown row format".into())),
         };
@@ -596,38 +581,20 @@ impl RowData {
             let coded = coded_format && r.byte()? == 1;
             let family = String::from_utf8(r.chunk()?.to_vec())
                 .map_err(|_| Error::Corrupt("family name is not UTF-8".into()))?;
-            let form = if coded && keep_encoded {
-                CellForm::Encoded
-            } else {
-                CellForm::Plain
-            };
-            let (qualifier, timestamp, value) = if coded && keep_encoded {
-                let z = r.varint()?;
-                let blob = r.chunk()?.to_vec();
-                (Vec::new(), ((z >> 1) as i64) ^ -((z & 1) as i64), blob)
-            } else if coded {
-                let z = r.varint()?;
+            if coded {
+                let timestamp = unzigzag(r.varint()?);
                 let blob = r.chunk()?;
-                let codec = codec.ok_or_else(|| {
-                    Error::Corrupt("cell was stored with a codec this store was not given".into())
-                })?;
-                let (q, v) = codec.decode(&family, blob)?;
-                (q, ((z >> 1) as i64) ^ -((z & 1) as i64), v)
-            } else {
-                let qualifier = r.chunk()?.to_vec();
-                let z = r.varint()?;
-                (
-                    qualifier,
-                    ((z >> 1) as i64) ^ -((z & 1) as i64),
-                    r.chunk()?.to_vec(),
-                )
-            };
+                cells.push(coded_cell(family, timestamp, blob, codec, keep_encoded)?);
+                continue;
+            }
+            let qualifier = r.chunk()?.to_vec();
+            let timestamp = unzigzag(r.varint()?);
             cells.push(Cell {
                 family,
                 qualifier,
                 timestamp,
-                value,
-                form,
+                value: r.chunk()?.to_vec(),
+                form: CellForm::Plain,
             });
         }
         if r.pos != bytes.len() {
@@ -635,6 +602,34 @@ impl RowData {
         }
         Ok(RowData { cells })
     }
+}
+
+/// A cell a codec stored as `blob` (row formats 0x02 and 0x04): decoded by `codec`, or with
+/// `keep_encoded` in the codec's form (empty qualifier, the blob as value); refused without
+/// a codec when it must be decoded.
+fn coded_cell(
+    family: String,
+    timestamp: i64,
+    blob: &[u8],
+    codec: Option<&dyn CellCodec>,
+    keep_encoded: bool,
+) -> Result<Cell> {
+    let (qualifier, value, form) = if keep_encoded {
+        (Vec::new(), blob.to_vec(), CellForm::Encoded)
+    } else {
+        let codec = codec.ok_or_else(|| {
+            Error::Corrupt("cell was stored with a codec this store was not given".into())
+        })?;
+        let (q, v) = codec.decode(&family, blob)?;
+        (q, v, CellForm::Plain)
+    };
+    Ok(Cell {
+        family,
+        qualifier,
+        timestamp,
+        value,
+        form,
+    })
 }
 
 /// The cells of a stored row as a reader sees them through `read` (as
@@ -688,7 +683,7 @@ pub fn lend_cells<'a>(
         }
         let qualifier = r.chunk()?;
         let z = r.varint()?;
-        let timestamp = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let timestamp = unzigzag(z);
         let value = r.chunk()?;
         if !read.wants_family(family) || !read.time_range.contains(timestamp) {
             continue;
@@ -905,10 +900,7 @@ impl Layout {
         if bytes.get(r.pos..values_at)? != body || bytes.len() - values_at != values_len {
             return None;
         }
-        Some((
-            ((z >> 1) as i64) ^ -((z & 1) as i64),
-            bytes.get(values_at..)?,
-        ))
+        Some((unzigzag(z), bytes.get(values_at..)?))
     }
 }
 
@@ -1014,7 +1006,7 @@ impl<'a> ColumnCells<'a> {
                 // Checked when lent: one varint a cell.
                 times.varint().unwrap_or_default()
             };
-            let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+            let d = unzigzag(z);
             before = before.wrapping_add(d);
             before
         })
@@ -1097,7 +1089,7 @@ impl<'a> Columns<'a> {
         let family = r.chunk()?;
         let q_len = r.varint()?;
         let z = r.varint()?;
-        let first = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let first = unzigzag(z);
         let times_len = r.varint()?;
         let lens_len = r.varint()?;
         let rest = bytes.len() - r.pos;
@@ -1167,7 +1159,7 @@ impl<'a> Columns<'a> {
         } else {
             self.times.varint()?
         };
-        let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let d = unzigzag(z);
         let timestamp = self.before.wrapping_add(d);
         self.before = timestamp;
         let len = if self.small_lens {

@@ -33,11 +33,14 @@ const MAX_PARAMETER: u32 = 62;
 /// bits a refill leaves buffered.
 const FAST_PARAMETER: u32 = 56 - ESCAPE as u32 - 1;
 
-fn zigzag(v: i64) -> u64 {
+/// `v` mapped so that small magnitudes of either sign stay small: 0, -1, 1, -2, ... to 0, 1,
+/// 2, 3, ...
+pub(crate) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-fn unzigzag(z: u64) -> i64 {
+/// The inverse of [`zigzag`].
+pub(crate) fn unzigzag(z: u64) -> i64 {
     ((z >> 1) as i64) ^ -((z & 1) as i64)
 }
 
