@@ -2364,19 +2364,62 @@ impl Deltas<'_> {
             let from = out.len();
             out.resize(from + fast, V::from_int(0));
             let slots = &mut out[from..];
+            // Narrow values none of which sign extension changes: several from each word
+            // read, by shifts known at compile time.
+            let grouped = width <= GROUPED_WIDTH_MAX
+                && (shift == 0 || fits(v, fast, floor, divisor, bits.mask, len));
+            macro_rules! by_width {
+                ($($w:literal)*) => {
+                    match width {
+                        $($w => Some(unpack.grouped::<V, $w>(slots, bits.bit, v)),)*
+                        _ => None,
+                    }
+                };
+            }
+            let done = if grouped {
+                by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+            } else {
+                None
+            };
             // The usual widths' sign extension by a constant shift (no shift for 8 bytes).
-            (bits.bit, v) = match shift {
+            (bits.bit, v) = done.unwrap_or_else(|| match shift {
                 0 => unpack.ints::<V, 0>(slots, bits.bit, v, shift),
                 32 => unpack.ints::<V, 32>(slots, bits.bit, v, shift),
                 48 => unpack.ints::<V, 48>(slots, bits.bit, v, shift),
                 56 => unpack.ints::<V, 56>(slots, bits.bit, v, shift),
                 _ => unpack.ints::<V, 64>(slots, bits.bit, v, shift),
-            };
+            });
             left -= fast;
         }
         self.value = v;
         out.extend((0..left).map(|_| V::from_int(sign_extend(self.next(), len))));
     }
+}
+
+/// The widest frame [`Unpack::grouped`] reads (three values a word); wider ones are read a
+/// value a word.
+const GROUPED_WIDTH_MAX: usize = 16;
+
+/// Whether the `n` values from `v` on, each the one before plus `(floor + d) * divisor` for
+/// some `d` in `0..=mask`, all lie within the signed range of `len` bytes (so that sign
+/// extension from `len` bytes leaves every one as it is, and none wraps around).
+fn fits(v: i64, n: usize, floor: i64, divisor: i64, mask: u64, len: u32) -> bool {
+    let steps = [
+        i128::from(floor).checked_mul(i128::from(divisor)),
+        (i128::from(floor) + i128::from(mask)).checked_mul(i128::from(divisor)),
+    ];
+    let [Some(a), Some(b)] = steps else {
+        return false;
+    };
+    let n = n as i128;
+    let (Some(down), Some(up)) = (
+        n.checked_mul(a.min(b).min(0)),
+        n.checked_mul(a.max(b).max(0)),
+    ) else {
+        return false;
+    };
+    let half = 1i128 << (8 * len.clamp(1, 8) - 1);
+    i128::from(v) + down >= -half && i128::from(v) + up < half
 }
 
 /// A frame's values read a word each (see [`Deltas::ints_into`]).
@@ -2423,6 +2466,43 @@ impl Unpack<'_> {
             v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
         }
         (bit, v)
+    }
+
+    /// [`Unpack::ints`] for values of `W` bits (as `self.mask` says) none of which sign
+    /// extension changes ([`fits`]): the `57 / W` values that follow a word's first bit
+    /// taken from it by constant shifts, the rest of `slots` (fewer than that) one a word.
+    #[inline(always)]
+    fn grouped<V: Sample, const W: usize>(
+        &self,
+        slots: &mut [V],
+        mut bit: usize,
+        mut v: i64,
+    ) -> (usize, i64) {
+        let Unpack {
+            data,
+            mask,
+            floor,
+            divisor,
+            ..
+        } = *self;
+        // A word read from a value's first byte holds its bit offset (at most 7) and then
+        // this many whole values.
+        let per_word = 57 / W;
+        let mut chunks = slots.chunks_exact_mut(per_word);
+        for chunk in &mut chunks {
+            let at = bit / 8;
+            let word = data
+                .get(at..at + 8)
+                .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+                >> (bit % 8);
+            for (i, slot) in chunk.iter_mut().enumerate() {
+                let d = ((word >> (i * W)) & mask) as i64;
+                *slot = V::from_int(v);
+                v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
+            }
+            bit += per_word * W;
+        }
+        self.ints::<V, 0>(chunks.into_remainder(), bit, v, 0)
     }
 }
 

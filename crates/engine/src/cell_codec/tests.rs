@@ -2278,3 +2278,66 @@ fn mutated_version_4_blobs_decode_alike_or_not_at_all() {
     // Both outcomes are met (a flipped value bit still decodes, a cut mostly does not).
     assert!(accepted > 1_000 && accepted < 19_000, "{accepted}");
 }
+
+/// `values` (each cut to `width` bits) packed from bit `skip` on, as frames are: each value's
+/// bits from the lowest, a byte's bits from its lowest; eight spare bytes after them, as a
+/// frame read word by word may have.
+fn packed_bits(values: &[u64], width: u32, skip: usize) -> Vec<u8> {
+    let mut data = vec![0u8; (skip + values.len() * width as usize).div_ceil(8) + 8];
+    let mut bit = skip;
+    for v in values {
+        for i in 0..width as usize {
+            if v >> i & 1 == 1 {
+                data[(bit + i) / 8] |= 1 << ((bit + i) % 8);
+            }
+        }
+        bit += width as usize;
+    }
+    data
+}
+
+proptest! {
+    /// A frame's integers read in runs (narrow frames several values a word, wide ones a value
+    /// a word, the last values near the end one at a time) are what reading them one by one
+    /// and sign-extending each gives: starts near the top of their byte length's range make
+    /// some runs cross it, where the values wrap.
+    #[test]
+    fn frame_runs_read_as_values_one_by_one(
+        width in 0u32..=20,
+        len_pick in 0usize..4,
+        start in prop_oneof![-1_000i64..1_000, any::<i64>(), 0i64..2_000],
+        near_top in any::<bool>(),
+        floor in -3i64..3,
+        divisor in prop_oneof![Just(1i64), Just(-1i64), 1i64..1_000],
+        raw in proptest::collection::vec(any::<u64>(), 0..300),
+        skip in 0usize..8,
+        cut in 0usize..300,
+    ) {
+        let len = [1u32, 2, 4, 8][len_pick];
+        let top = if len == 8 { i64::MAX } else { (1i64 << (8 * len - 1)) - 1 };
+        let first = if near_top { top.wrapping_sub(start.rem_euclid(2_000)) } else { start };
+        let mask = if width == 0 { 0 } else { (1u64 << width) - 1 };
+        let data = packed_bits(&raw, width, skip);
+        let deltas = || Deltas {
+            value: first,
+            divisor,
+            floor,
+            bits: Unpacker { data: &data, width, mask, bit: skip },
+            listed: None,
+        };
+        let n = raw.len();
+        let cut = cut.min(n);
+        let mut runs = deltas();
+        let mut got: Vec<Num> = Vec::new();
+        runs.ints_into(cut, len, &mut got);
+        runs.ints_into(n - cut, len, &mut got);
+        let mut one_by_one = deltas();
+        let want: Vec<Num> = (0..n).map(|_| Num::Int(sign_extend(one_by_one.next(), len))).collect();
+        prop_assert_eq!(&got, &want);
+        // The same as doubles.
+        let mut doubles: Vec<f64> = Vec::new();
+        deltas().ints_into(n, len, &mut doubles);
+        let want: Vec<f64> = want.iter().map(|v| v.as_f64()).collect();
+        prop_assert_eq!(doubles, want);
+    }
+}
