@@ -357,7 +357,16 @@ mod tests {
         let text: Vec<u8> = (0..200_000u32)
             .flat_map(|i| format!("\"{}\":{},", 1_700_000_000 + i * 10, i % 977).into_bytes())
             .collect();
-        for len in [text.len(), 40, 0, 70_000, INLINE_BYTES, text.len()] {
+        for len in [
+            text.len(),
+            40,
+            0,
+            70_000,
+            INLINE_BYTES,
+            SPLIT_BYTES - 1,
+            SPLIT_BYTES,
+            text.len(),
+        ] {
             let text = &text[..len];
             for coding in [Coding::Gzip, Coding::Deflate] {
                 let packed = compress(coding, text).unwrap();
