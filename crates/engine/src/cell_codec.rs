@@ -2418,8 +2418,14 @@ fn fits(v: i64, n: usize, floor: i64, divisor: i64, mask: u64, len: u32) -> bool
     ) else {
         return false;
     };
+    let (Some(lowest), Some(highest)) = (
+        i128::from(v).checked_add(down),
+        i128::from(v).checked_add(up),
+    ) else {
+        return false;
+    };
     let half = 1i128 << (8 * len.clamp(1, 8) - 1);
-    i128::from(v) + down >= -half && i128::from(v) + up < half
+    lowest >= -half && highest < half
 }
 
 /// A frame's values read a word each (see [`Deltas::ints_into`]).

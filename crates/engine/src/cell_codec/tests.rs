@@ -2279,11 +2279,39 @@ fn mutated_version_4_blobs_decode_alike_or_not_at_all() {
     assert!(accepted > 1_000 && accepted < 19_000, "{accepted}");
 }
 
+/// A corrupt frame's floor and divisor whose steps reach past an `i128` from a negative
+/// start: read one by one, as before, not in groups (the bound once overflowed there).
+#[test]
+fn a_bound_past_i128_reads_values_one_by_one() {
+    assert!(!fits(-1, 4, i64::MIN, 1 << 62, 1, 1));
+    // Ten bytes: the four values read are all within the frame's word-by-word part.
+    let data = packed_bits(&[1, 0, 1, 1], 1, 0, 10);
+    let deltas = || Deltas {
+        value: -1,
+        divisor: 1 << 62,
+        floor: i64::MIN,
+        bits: Unpacker {
+            data: &data,
+            width: 1,
+            mask: 1,
+            bit: 0,
+        },
+        listed: None,
+    };
+    let mut got: Vec<Num> = Vec::new();
+    deltas().ints_into(4, 1, &mut got);
+    let mut one_by_one = deltas();
+    let want: Vec<Num> = (0..4)
+        .map(|_| Num::Int(sign_extend(one_by_one.next(), 1)))
+        .collect();
+    assert_eq!(got, want);
+}
+
 /// `values` (each cut to `width` bits) packed from bit `skip` on, as frames are: each value's
-/// bits from the lowest, a byte's bits from its lowest; eight spare bytes after them, as a
-/// frame read word by word may have.
-fn packed_bits(values: &[u64], width: u32, skip: usize) -> Vec<u8> {
-    let mut data = vec![0u8; (skip + values.len() * width as usize).div_ceil(8) + 8];
+/// bits from the lowest, a byte's bits from its lowest; then `spare` bytes (what follows a
+/// frame in its blob, if anything).
+fn packed_bits(values: &[u64], width: u32, skip: usize, spare: usize) -> Vec<u8> {
+    let mut data = vec![0u8; (skip + values.len() * width as usize).div_ceil(8) + spare];
     let mut bit = skip;
     for v in values {
         for i in 0..width as usize {
@@ -2298,26 +2326,32 @@ fn packed_bits(values: &[u64], width: u32, skip: usize) -> Vec<u8> {
 
 proptest! {
     /// A frame's integers read in runs (narrow frames several values a word, wide ones a value
-    /// a word, the last values near the end one at a time) are what reading them one by one
-    /// and sign-extending each gives: starts near the top of their byte length's range make
-    /// some runs cross it, where the values wrap.
+    /// a word, the last values within eight bytes of the frame's end one at a time) are what
+    /// reading them one by one and sign-extending each gives: starts near the top of their
+    /// byte length's range make some runs cross it, where the values wrap, and any floor and
+    /// divisor (as a corrupt blob may hold) take steps past any bound.
     #[test]
     fn frame_runs_read_as_values_one_by_one(
         width in 0u32..=20,
         len_pick in 0usize..4,
         start in prop_oneof![-1_000i64..1_000, any::<i64>(), 0i64..2_000],
         near_top in any::<bool>(),
-        floor in -3i64..3,
-        divisor in prop_oneof![Just(1i64), Just(-1i64), 1i64..1_000],
+        floor in prop_oneof![4 => -3i64..3, 1 => any::<i64>(), 1 => Just(i64::MIN)],
+        divisor in prop_oneof![
+            4 => prop_oneof![Just(1i64), Just(-1i64), 1i64..1_000],
+            1 => any::<i64>(),
+            1 => (0u32..63).prop_map(|p| 1i64 << p),
+        ],
         raw in proptest::collection::vec(any::<u64>(), 0..300),
         skip in 0usize..8,
+        spare in 0usize..=8,
         cut in 0usize..300,
     ) {
         let len = [1u32, 2, 4, 8][len_pick];
         let top = if len == 8 { i64::MAX } else { (1i64 << (8 * len - 1)) - 1 };
         let first = if near_top { top.wrapping_sub(start.rem_euclid(2_000)) } else { start };
         let mask = if width == 0 { 0 } else { (1u64 << width) - 1 };
-        let data = packed_bits(&raw, width, skip);
+        let data = packed_bits(&raw, width, skip, spare);
         let deltas = || Deltas {
             value: first,
             divisor,

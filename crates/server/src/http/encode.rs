@@ -148,8 +148,12 @@ pub(crate) async fn encoded(coding: Option<Coding>, mut resp: Response) -> Respo
 /// zlib's fastest level 7, half of it on each thread, and waking the second thread costs.
 const SPLIT_BYTES: usize = 128 * 1024;
 
-/// libdeflate's fastest level that compresses (its level 0 stores the text as it is).
-const LEVEL: i32 = 1;
+/// libdeflate's fastest level that compresses (its level 0 stores the text as it is); a
+/// level it refused would fail the build.
+const LEVEL: libdeflater::CompressionLvl = match libdeflater::CompressionLvl::new(1) {
+    Ok(level) => level,
+    Err(_) => panic!("libdeflate has no level 1"),
+};
 
 /// `text` compressed whole in `coding`'s format by this thread's kept compressor, or a long
 /// gzip answer by [`split_gzip`]. A new compressor costs more than a small answer's
@@ -163,11 +167,7 @@ fn compress(coding: Coding, text: &[u8]) -> Result<Vec<u8>, String> {
         return split_gzip(text).map_err(|e| e.to_string());
     }
     KEPT.with_borrow_mut(|kept| {
-        let c = kept.get_or_insert_with(|| {
-            libdeflater::Compressor::new(
-                libdeflater::CompressionLvl::new(LEVEL).unwrap_or_default(),
-            )
-        });
+        let c = kept.get_or_insert_with(|| libdeflater::Compressor::new(LEVEL));
         let mut out = vec![
             0;
             match coding {
