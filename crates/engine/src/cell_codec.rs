@@ -2364,24 +2364,23 @@ impl Deltas<'_> {
             let from = out.len();
             out.resize(from + fast, V::from_int(0));
             let slots = &mut out[from..];
-            // Narrow values none of which sign extension changes: several from each word
-            // read, by shifts known at compile time.
-            let grouped = width <= GROUPED_WIDTH_MAX
-                && (shift == 0 || fits(v, fast, floor, divisor, bits.mask, len));
+            // Narrow values: several from each word read, by shifts known at compile time;
+            // sign-extended only where that could change one.
+            let extend = shift != 0 && !fits(v, fast, floor, divisor, bits.mask, len);
             macro_rules! by_width {
                 ($($w:literal)*) => {
-                    match width {
-                        $($w => Some(unpack.grouped::<V, $w>(slots, bits.bit, v)),)*
+                    match (width, extend) {
+                        $(
+                            ($w, false) => Some(unpack.grouped::<V, $w, false>(slots, bits.bit, v, 0)),
+                            ($w, true) => Some(unpack.grouped::<V, $w, true>(slots, bits.bit, v, shift)),
+                        )*
                         _ => None,
                     }
                 };
             }
-            let done = if grouped {
-                by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
-            } else {
-                None
-            };
-            // The usual widths' sign extension by a constant shift (no shift for 8 bytes).
+            let done = by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+            // Wider values a word each, their sign extension by a constant shift for the
+            // usual lengths (no shift for 8 bytes).
             (bits.bit, v) = done.unwrap_or_else(|| match shift {
                 0 => unpack.ints::<V, 0>(slots, bits.bit, v, shift),
                 32 => unpack.ints::<V, 32>(slots, bits.bit, v, shift),
@@ -2395,10 +2394,6 @@ impl Deltas<'_> {
         out.extend((0..left).map(|_| V::from_int(sign_extend(self.next(), len))));
     }
 }
-
-/// The widest frame [`Unpack::grouped`] reads (three values a word); wider ones are read a
-/// value a word.
-const GROUPED_WIDTH_MAX: usize = 16;
 
 /// Whether the `n` values from `v` on, each the one before plus `(floor + d) * divisor` for
 /// some `d` in `0..=mask`, all lie within the signed range of `len` bytes (so that sign
@@ -2474,15 +2469,17 @@ impl Unpack<'_> {
         (bit, v)
     }
 
-    /// [`Unpack::ints`] for values of `W` bits (as `self.mask` says) none of which sign
-    /// extension changes ([`fits`]): the `57 / W` values that follow a word's first bit
-    /// taken from it by constant shifts, the rest of `slots` (fewer than that) one a word.
+    /// [`Unpack::ints`] for values of `W` bits (as `self.mask` says; up to 16, three a
+    /// word): the `57 / W` values that follow a word's first bit taken from it by constant
+    /// shifts, the rest of `slots` (fewer than that) one a word. Each sign-extended by `shift`
+    /// when `EXTEND`; else none may need it ([`fits`]), and none is.
     #[inline(always)]
-    fn grouped<V: Sample, const W: usize>(
+    fn grouped<V: Sample, const W: usize, const EXTEND: bool>(
         &self,
         slots: &mut [V],
         mut bit: usize,
         mut v: i64,
+        shift: u32,
     ) -> (usize, i64) {
         let Unpack {
             data,
@@ -2503,12 +2500,17 @@ impl Unpack<'_> {
                 >> (bit % 8);
             for (i, slot) in chunk.iter_mut().enumerate() {
                 let d = ((word >> (i * W)) & mask) as i64;
-                *slot = V::from_int(v);
+                *slot = V::from_int(if EXTEND { (v << shift) >> shift } else { v });
                 v = v.wrapping_add(d.wrapping_add(floor).wrapping_mul(divisor));
             }
             bit += per_word * W;
         }
-        self.ints::<V, 0>(chunks.into_remainder(), bit, v, 0)
+        let rest = chunks.into_remainder();
+        if EXTEND {
+            self.ints::<V, 64>(rest, bit, v, shift)
+        } else {
+            self.ints::<V, 0>(rest, bit, v, 0)
+        }
     }
 }
 
