@@ -2423,6 +2423,16 @@ fn fits(v: i64, n: usize, floor: i64, divisor: i64, mask: u64, len: u32) -> bool
     lowest >= -half && highest < half
 }
 
+/// The eight bytes of `data` from bit `bit`'s byte on as a little-endian word, shifted down
+/// to that bit; 0 where fewer than eight bytes are left (callers read only where eight are).
+#[inline(always)]
+fn word_from(data: &[u8], bit: usize) -> u64 {
+    let at = bit / 8;
+    data.get(at..at + 8)
+        .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+        >> (bit % 8)
+}
+
 /// A frame's values read a word each (see [`Deltas::ints_into`]).
 struct Unpack<'a> {
     data: &'a [u8],
@@ -2452,11 +2462,7 @@ impl Unpack<'_> {
             divisor,
         } = *self;
         for slot in slots {
-            let at = bit / 8;
-            let word = data
-                .get(at..at + 8)
-                .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
-            let d = ((word >> (bit % 8)) & mask) as i64;
+            let d = (word_from(data, bit) & mask) as i64;
             bit += width;
             let value = if SHIFT == 64 {
                 (v << shift) >> shift
@@ -2493,11 +2499,7 @@ impl Unpack<'_> {
         let per_word = 57 / W;
         let mut chunks = slots.chunks_exact_mut(per_word);
         for chunk in &mut chunks {
-            let at = bit / 8;
-            let word = data
-                .get(at..at + 8)
-                .map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-                >> (bit % 8);
+            let word = word_from(data, bit);
             for (i, slot) in chunk.iter_mut().enumerate() {
                 let d = ((word >> (i * W)) & mask) as i64;
                 *slot = V::from_int(if EXTEND { (v << shift) >> shift } else { v });
