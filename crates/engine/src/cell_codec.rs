@@ -2433,7 +2433,8 @@ fn word_from(data: &[u8], bit: usize) -> u64 {
         >> (bit % 8)
 }
 
-/// A frame's values read a word each (see [`Deltas::ints_into`]).
+/// A frame's values read from eight-byte words: one a word ([`Unpack::ints`]) or several
+/// ([`Unpack::grouped`]) (see [`Deltas::ints_into`]).
 struct Unpack<'a> {
     data: &'a [u8],
     mask: u64,

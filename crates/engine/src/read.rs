@@ -284,7 +284,7 @@ impl Tsdb {
     ///
     /// With `within`, a member of such a group whose stream summarizes it (with its least
     /// and greatest values when `within` needs them), whose hour lies in `within` and which
-    /// has no buffered points, is handed over as [`RowData::Summary`]; a group whose members
+    /// has no buffered points, is handed over as [`RowData::Summaries`]; a group whose members
     /// in the scan all go so is not decoded.
     ///
     /// With `whole`, the members in the scan of such a group, when none of their hours has

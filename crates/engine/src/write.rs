@@ -1140,7 +1140,7 @@ impl Writer {
 
     /// Writes every buffered point to the data table, compacts rows whose hour is over,
     /// and releases the log entries covered. Returns the number of points flushed.
-    /// The store's upkeep ([`Store::maintain`](hourglass_storage::Store::maintain)) when no
+    /// The store's upkeep ([`Store::maintain`]) when no
     /// flush has run it for [`IDLE_UPKEEP_MS`]: a TSD receiving nothing still groups the
     /// periods that close and merges the runs its writes left (the embedded store's).
     pub(crate) fn idle_upkeep(&self) {

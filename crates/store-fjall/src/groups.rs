@@ -565,7 +565,7 @@ fn next_offset(offset: u64, delta: u64, first: bool) -> Result<u64> {
 }
 
 /// A group value of format 0x03: format 0x02's member fields, each a Rice sequence over the
-/// members that have it (see [`joint_form`]).
+/// members that have it (see [`encode_group`]).
 fn decode_columns(bytes: &[u8]) -> Result<Group<'_>> {
     let mut r = Reader { bytes, pos: 1 };
     let n = usize::try_from(r.varint()?).map_err(|_| corrupt("member count past its bytes"))?;

@@ -73,7 +73,7 @@ fn least_and_span(values: &[i64]) -> (i64, u64) {
     (least, top.wrapping_sub(least) as u64)
 }
 
-/// The bytes [`write`] appends for `values`; `None` when their span is too wide.
+/// The bytes [`write()`] appends for `values`; `None` when their span is too wide.
 pub(super) fn encoded_len(values: &[i64]) -> Option<usize> {
     let (least, span) = least_and_span(values);
     if span >= SPAN_LIMIT {
