@@ -2366,7 +2366,8 @@ impl Deltas<'_> {
             let slots = &mut out[from..];
             // Narrow values: several from each word read, by shifts known at compile time;
             // sign-extended only where that could change one.
-            let extend = shift != 0 && !fits(v, fast, floor, divisor, bits.mask, len);
+            let extend =
+                width <= 16 && shift != 0 && !fits(v, fast, floor, divisor, bits.mask, len);
             macro_rules! by_width {
                 ($($w:literal)*) => {
                     match (width, extend) {

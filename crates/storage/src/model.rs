@@ -434,12 +434,16 @@ impl RowData {
         if codec.is_none() && self.is_uniform() {
             return self.encode_columns();
         }
-        // Each cell's blob, where the codec takes it.
-        let coded: Vec<Option<Vec<u8>>> = self
-            .cells
-            .iter()
-            .map(|c| codec.and_then(|k| k.encode(&c.family, &c.qualifier, &c.value)))
-            .collect();
+        // Each cell's blob, where the codec takes it (none, and nothing allocated, without
+        // a codec).
+        let coded: Vec<Option<Vec<u8>>> = match codec {
+            Some(k) => self
+                .cells
+                .iter()
+                .map(|c| k.encode(&c.family, &c.qualifier, &c.value))
+                .collect(),
+            None => Vec::new(),
+        };
         if let ([c], [Some(blob)]) = (self.cells.as_slice(), coded.as_slice()) {
             let mut out = Vec::with_capacity(blob.len() + c.family.len() + 12);
             out.push(ROW_FORMAT_ONE_CODED);
@@ -461,7 +465,8 @@ impl RowData {
             ROW_FORMAT_PLAIN
         });
         put_varint(&mut out, self.cells.len() as u64);
-        for (c, coded) in self.cells.iter().zip(&coded) {
+        for (i, c) in self.cells.iter().enumerate() {
+            let coded = coded.get(i).and_then(Option::as_ref);
             if codec.is_some() {
                 out.push(u8::from(coded.is_some()));
             }
