@@ -47,6 +47,17 @@ const GROUPED_LINE: &str = "@grouped=";
 const INDEXED_LINE: &str = "@indexed=1";
 /// Bytes of rows one grouping step moves under the write lock.
 const GROUPING_STEP_BYTES: usize = 32 << 20;
+/// A groups keyspace is merged whole once the group values replaced or removed since its
+/// last merge reach 1/`RECLAIM_SHARE` of its files' bytes. A group is rewritten each time
+/// a row of its closed period is (points loaded into past days: a member an hour), and
+/// fjall merges its first level only after several runs, so until then the files of a
+/// small store held every earlier version of its groups (1.5 times the live bytes after
+/// loading a day into closed periods). Merging at an eighth bounds that to about 1.13 times,
+/// at one rewrite of the keyspace per eighth of it superseded.
+const RECLAIM_SHARE: u64 = 8;
+/// A checkpoint (a graceful close) merges groups keyspaces up to this size, so a close
+/// waits a second or two at most; a larger one is merged by the next upkeep after the open.
+const RECLAIM_AT_CHECKPOINT_BYTES: u64 = 1 << 30;
 /// Batches of at least this many rows are written as a new table (bulk ingestion).
 const INGEST_MIN_ROWS: usize = 256;
 
@@ -71,10 +82,19 @@ struct Groups {
     /// The last grouping pass that finished moved every row of periods ending at or
     /// before this into their groups.
     passed_through: Arc<AtomicU64>,
+    /// Bytes of group values replaced or removed since this open or the keyspace's last
+    /// whole merge: what its files may hold besides the live groups ([`RECLAIM_SHARE`]).
+    superseded: Arc<AtomicU64>,
 }
 
-/// Groups read during one call, by group key, as their member rows (`None`: no such group).
-type GroupCache = HashMap<Vec<u8>, Option<BTreeMap<u32, RowData>>, foldhash::fast::RandomState>;
+/// A group read during one call: the length of its stored value and its member rows.
+struct CachedGroup {
+    stored_len: usize,
+    members: BTreeMap<u32, RowData>,
+}
+
+/// Groups read during one call, by group key (`None`: no such group).
+type GroupCache = HashMap<Vec<u8>, Option<CachedGroup>, foldhash::fast::RandomState>;
 
 /// A change to one member of a group: its offset and its new row (`None`: gone).
 type MemberWrite = (u32, Option<RowData>);
@@ -424,13 +444,18 @@ impl FjallStore {
             }
             if !cache.contains_key(&group_key) {
                 let value = get(&groups.rows, &group_key).map_err(|e| io_err("read failed", e))?;
-                let members = value
-                    .map(|v| group_members(Some(&v), table.codec.as_deref()))
+                let group = value
+                    .map(|v| {
+                        group_members(Some(&v), table.codec.as_deref()).map(|members| CachedGroup {
+                            stored_len: v.len(),
+                            members,
+                        })
+                    })
                     .transpose()?;
-                cache.insert(group_key.clone(), members);
+                cache.insert(group_key.clone(), group);
             }
-            if let Some(Some(members)) = cache.get(&group_key)
-                && let Some(member) = members.get(&offset)
+            if let Some(Some(group)) = cache.get(&group_key)
+                && let Some(member) = group.members.get(&offset)
             {
                 row = member.clone();
             }
@@ -727,6 +752,7 @@ fn open_groups(db: &Database, table: &str, grouping: Grouping) -> Result<Groups>
         grouping,
         grouped_through: Arc::new(AtomicU64::new(0)),
         passed_through: Arc::new(AtomicU64::new(0)),
+        superseded: Arc::new(AtomicU64::new(0)),
     })
 }
 
@@ -2080,6 +2106,7 @@ impl FjallStore {
             }
         }
         let mut group_writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut superseded = 0usize;
         for (group_key, changes) in member_writes {
             // Without a codec, members not written stay the row values they are.
             if t.codec.is_none() {
@@ -2087,7 +2114,8 @@ impl FjallStore {
                     .rows
                     .get(&group_key)
                     .map_err(|e| io_err("read failed", e))?;
-                let existed = stored.is_some();
+                let stored_len = stored.as_ref().map(|v| v.len());
+                let existed = stored_len.is_some();
                 let mut members = stored_members(stored.as_deref())?;
                 let mut changed = false;
                 for (offset, row) in changes {
@@ -2102,22 +2130,29 @@ impl FjallStore {
                 if changed {
                     let value = (!members.is_empty()).then(|| encode_rows_group(&members));
                     if value.is_some() || existed {
+                        superseded += stored_len.unwrap_or(0);
                         group_writes.push((group_key, value));
                     }
                 }
                 continue;
             }
             let stored = match cache.remove(&group_key) {
-                Some(members) => members,
+                Some(group) => group,
                 None => groups
                     .rows
                     .get(&group_key)
                     .map_err(|e| io_err("read failed", e))?
-                    .map(|v| group_members(Some(&v), t.codec.as_deref()))
+                    .map(|v| {
+                        group_members(Some(&v), t.codec.as_deref()).map(|members| CachedGroup {
+                            stored_len: v.len(),
+                            members,
+                        })
+                    })
                     .transpose()?,
             };
             let existed = stored.is_some();
-            let mut members = stored.unwrap_or_default();
+            let stored_len = stored.as_ref().map_or(0, |g| g.stored_len);
+            let mut members = stored.map(|g| g.members).unwrap_or_default();
             let mut changed = false;
             for (offset, value) in changes {
                 changed |= match value {
@@ -2132,10 +2167,15 @@ impl FjallStore {
                 let value =
                     (!members.is_empty()).then(|| encode_group(&members, t.codec.as_deref()));
                 if value.is_some() || existed {
+                    superseded += stored_len;
                     group_writes.push((group_key, value));
                 }
             }
         }
+        // Counted before the write: a count too high merges early, one too low never.
+        groups
+            .superseded
+            .fetch_add(superseded as u64, Ordering::AcqRel);
         let ingest = |keyspace: &Keyspace, writes: Vec<(&[u8], Option<Vec<u8>>)>| -> Result<()> {
             let mut writes = writes;
             writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -2352,9 +2392,43 @@ impl FjallStore {
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in &tables {
             relieve_first_level(&t.rows, &t.spec.name)?;
+            // In the background: a merge of a large keyspace would hold up the flush.
+            if let Some(groups) = &t.groups
+                && let Some(counted) = Self::superseded_to_reclaim(groups, u64::MAX)
+            {
+                let (name, groups) = (t.spec.name.clone(), groups.clone());
+                self.in_background(&open, move || {
+                    if let Err(e) = Self::reclaim(&name, &groups, counted) {
+                        tracing::warn!(table = %name, error = %e, "merging groups failed");
+                    }
+                });
+            }
         }
         self.merge_idle_runs(&open, now_ms);
         Ok(())
+    }
+
+    /// Runs `merge` on the store's merge thread unless a merge runs there already (then
+    /// not at all: the next upkeep decides again). The database stays open until it ends.
+    fn in_background(&self, open: &Arc<Open>, merge: impl FnOnce() + Send + 'static) {
+        let mut merging = self.merging.lock();
+        if merging.as_ref().is_some_and(|m| !m.is_finished()) {
+            return;
+        }
+        if let Some(done) = merging.take() {
+            let _ = done.join();
+        }
+        let open = Arc::clone(open);
+        let spawned = std::thread::Builder::new()
+            .name("hourglass-merge".into())
+            .spawn(move || {
+                merge();
+                drop(open);
+            });
+        match spawned {
+            Ok(handle) => *merging = Some(handle),
+            Err(e) => tracing::warn!(error = %e, "cannot start a merge"),
+        }
     }
 
     /// Merges the runs of a table whose first level is merged late (the tag index: many
@@ -2391,26 +2465,11 @@ impl FjallStore {
             if !idle {
                 continue;
             }
-            let mut merging = self.merging.lock();
-            if merging.as_ref().is_some_and(|m| !m.is_finished()) {
-                continue;
-            }
-            if let Some(done) = merging.take() {
-                let _ = done.join();
-            }
-            let open = Arc::clone(open);
-            let spawned = std::thread::Builder::new()
-                .name("hourglass-merge".into())
-                .spawn(move || {
-                    if let Err(e) = t.rows.major_compact() {
-                        tracing::warn!(table = %t.spec.name, error = %e, "merging an idle table's runs failed");
-                    }
-                    drop(open);
-                });
-            match spawned {
-                Ok(handle) => *merging = Some(handle),
-                Err(e) => tracing::warn!(error = %e, "cannot start merging an idle table's runs"),
-            }
+            self.in_background(open, move || {
+                if let Err(e) = t.rows.major_compact() {
+                    tracing::warn!(table = %t.spec.name, error = %e, "merging an idle table's runs failed");
+                }
+            });
         }
     }
 
@@ -2477,6 +2536,11 @@ impl FjallStore {
                     .rows
                     .get(&group_key)
                     .map_err(|e| io_err("read failed", e))?;
+                if let Some(v) = &stored {
+                    groups
+                        .superseded
+                        .fetch_add(v.len() as u64, Ordering::AcqRel);
+                }
                 let codec = t.codec.as_deref();
                 if codec.is_none() {
                     // Row values join the group as they are.
@@ -2507,6 +2571,36 @@ impl FjallStore {
         }
     }
 
+    /// The superseded bytes of `groups` when they reach 1/[`RECLAIM_SHARE`] of its files and
+    /// its files are at most `max_bytes`: then its keyspace is to be merged whole.
+    fn superseded_to_reclaim(groups: &Groups, max_bytes: u64) -> Option<u64> {
+        let superseded = groups.superseded.load(Ordering::Acquire);
+        let files = groups.rows.disk_space();
+        (superseded > 0 && superseded.saturating_mul(RECLAIM_SHARE) >= files && files <= max_bytes)
+            .then_some(superseded)
+    }
+
+    /// Merges `groups`' keyspace whole, its memtable already flushed or not: what was
+    /// counted superseded before the merge is gone.
+    fn reclaim(table: &str, groups: &Groups, counted: u64) -> Result<()> {
+        tracing::info!(
+            table,
+            superseded = counted,
+            "merging groups to drop superseded versions"
+        );
+        groups
+            .rows
+            .major_compact()
+            .map_err(|e| io_err("compaction failed", e))?;
+        // What was counted since may not be gone: kept.
+        let _ = groups
+            .superseded
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(counted))
+            });
+        Ok(())
+    }
+
     fn sync_once(&self) -> Result<()> {
         self.handle()?
             .db
@@ -2527,6 +2621,15 @@ impl FjallStore {
             .chain(std::iter::once(&open.catalog));
         for rows in keyspaces {
             self.flush_memtable(&open, rows)?;
+        }
+        // Flushed above, so the merge reaches every superseded version.
+        for t in &tables {
+            if let Some(groups) = &t.groups
+                && let Some(counted) =
+                    Self::superseded_to_reclaim(groups, RECLAIM_AT_CHECKPOINT_BYTES)
+            {
+                Self::reclaim(&t.spec.name, groups, counted)?;
+            }
         }
         open.db
             .persist(PersistMode::SyncAll)
