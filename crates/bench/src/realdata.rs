@@ -42,18 +42,26 @@ real-data folders make DIR:
 #[derive(Debug, clap::Args)]
 pub(crate) struct RealDataArgs {
     /// Directory of `timestamp,value` CSV files, searched recursively (see --fetch-help).
-    #[arg(long, required_unless_present_any = ["fetch_help", "generated"])]
+    #[arg(long, required_unless_present_any = ["fetch_help", "generated", "walk"])]
     data: Option<PathBuf>,
     /// A generated stream instead of files: dense and sparse series, 10 s to 5 min
     /// intervals, floats with many decimals, counters with resets, gaps, short-lived series.
     #[arg(long, conflicts_with = "data")]
     generated: bool,
+    /// Random walks instead of files: `--series` series (1,000 unless given) of `--points`
+    /// points 10 s apart, each stepping by -2.00 to +2.00 in hundredths, equally likely,
+    /// written with two decimals (information: 1.08 bytes a point).
+    #[arg(long, conflicts_with_all = ["data", "generated"])]
+    walk: bool,
+    /// Points of each random walk.
+    #[arg(long, default_value_t = 2000, requires = "walk")]
+    points: usize,
     /// Seed of the generated stream: the same seed, the same stream.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Series of the generated stream.
-    #[arg(long, default_value_t = 200)]
-    series: usize,
+    /// Series of the generated stream (200 unless given) or of the random walks (1,000).
+    #[arg(long)]
+    series: Option<usize>,
     /// Days of the generated stream.
     #[arg(long, default_value_t = 2)]
     days: u64,
@@ -88,6 +96,11 @@ pub(crate) struct RealDataArgs {
     #[arg(long)]
     tsdb: Option<PathBuf>,
 }
+
+/// Series of the generated stream unless `--series` is given.
+const GENERATED_SERIES: usize = 200;
+/// Series of the random walks unless `--series` is given.
+const WALK_SERIES: usize = 1000;
 
 /// One query in both languages.
 #[derive(Debug, Clone)]
@@ -490,7 +503,11 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if args.information {
-        let (series, drawn) = generated::generate_drawn(args.seed, args.series, args.days);
+        let (series, drawn) = generated::generate_drawn(
+            args.seed,
+            args.series.unwrap_or(GENERATED_SERIES),
+            args.days,
+        );
         println!(
             "generated (seed {}): {} series over {} days, {} points; what the draws carry:\n",
             args.seed,
@@ -515,8 +532,25 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
             );
             series
         }
+        None if args.walk => {
+            let series =
+                generated::random_walks(args.seed, args.series.unwrap_or(WALK_SERIES), args.points);
+            println!(
+                "random walks (seed {}): {} series of {} points, {} points; their information: {:.2} bytes a point",
+                args.seed,
+                series.len(),
+                args.points,
+                series::points(&series),
+                generated::walk_floor_bytes()
+            );
+            series
+        }
         None => {
-            let series = generated::generate(args.seed, args.series, args.days);
+            let series = generated::generate(
+                args.seed,
+                args.series.unwrap_or(GENERATED_SERIES),
+                args.days,
+            );
             println!(
                 "generated (seed {}): {} series over {} days, {} points",
                 args.seed,

@@ -268,6 +268,47 @@ pub(crate) fn generate_drawn(seed: u64, series: usize, days: u64) -> (Vec<Series
     (out, drawn_all)
 }
 
+/// Seconds between a random walk's points.
+const WALK_INTERVAL: u64 = 10;
+/// A random walk's steps: a whole number of hundredths from -200 to 200, equally likely.
+const WALK_STEPS: u64 = 401;
+
+/// `series` random walks of `points` points each, 10 s apart: each starts at a value from 0
+/// to 1,000 and steps by -2.00 to +2.00 (hundredths, equally likely), written with two
+/// decimals; metric `walk.value`, tag `host`. Every value carries log2(401) bits, about
+/// 1.08 bytes a point at the least, times none.
+pub(crate) fn random_walks(seed: u64, series: usize, points: usize) -> Vec<Series> {
+    let mut rng = Rng::seeded(seed);
+    (0..series)
+        .map(|i| {
+            let mut hundredths = rng.below(100_001) as i64;
+            let points = (0..points as u64)
+                .map(|n| {
+                    hundredths += rng.below(WALK_STEPS) as i64 - (WALK_STEPS / 2) as i64;
+                    (START + n * WALK_INTERVAL, two_decimals(hundredths))
+                })
+                .collect();
+            Series {
+                metric: "walk.value".to_string(),
+                tags: vec![("host".to_string(), format!("h{i:04}"))],
+                points,
+            }
+        })
+        .collect()
+}
+
+/// The least bytes a point of [`random_walks`] takes: its step's information.
+pub(crate) fn walk_floor_bytes() -> f64 {
+    (WALK_STEPS as f64).log2() / 8.0
+}
+
+/// `hundredths` / 100 with two decimals (`-0.05`, `12.30`).
+fn two_decimals(hundredths: i64) -> String {
+    let sign = if hundredths < 0 { "-" } else { "" };
+    let abs = hundredths.unsigned_abs();
+    format!("{sign}{}.{:02}", abs / 100, abs % 100)
+}
+
 /// A table of what the stream's draws carry, per metric (one kind each): its points, the bits
 /// a value and a timestamp carry on average, and the bytes a point of the whole stream this
 /// takes at the least.
@@ -317,6 +358,42 @@ pub(crate) fn information_table(drawn: &[Drawn]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_walks_step_by_at_most_two_in_hundredths() {
+        let walks = random_walks(3, 20, 500);
+        assert_eq!(walks.len(), 20);
+        let mut steps = std::collections::BTreeSet::new();
+        for w in &walks {
+            assert_eq!(w.points.len(), 500);
+            assert!(
+                w.points
+                    .windows(2)
+                    .all(|p| p[1].0 == p[0].0 + WALK_INTERVAL)
+            );
+            let cents: Vec<i64> = w
+                .points
+                .iter()
+                .map(|(_, v)| {
+                    let (_, frac) = v.split_once('.').unwrap();
+                    assert_eq!(frac.len(), 2, "{v}");
+                    let x: f64 = v.parse().unwrap();
+                    (x * 100.0).round() as i64
+                })
+                .collect();
+            for c in cents.windows(2) {
+                let step = c[1] - c[0];
+                assert!((-200..=200).contains(&step), "{step}");
+                steps.insert(step);
+            }
+        }
+        // Every step size turns up over 9,980 steps (each about 25 times).
+        assert_eq!(steps.len(), 401);
+        assert_eq!(two_decimals(-5), "-0.05");
+        assert_eq!(two_decimals(1230), "12.30");
+        assert_eq!(two_decimals(0), "0.00");
+        assert_eq!(random_walks(3, 20, 500)[7].points, walks[7].points);
+    }
 
     #[test]
     fn same_seed_same_stream() {
