@@ -237,7 +237,7 @@ pub fn aggregate_owned(
     if points.iter().all(|p| is_int(p.1)) {
         return Ok(points);
     }
-    let sum = is_a_sum(agg);
+    let sum = adds_from_zero(agg);
     // What `alone` gives: an integer before a float becomes a double, infinity fails, a
     // sum's -0.0 is 0.0.
     for i in 0..points.len() {
@@ -258,11 +258,12 @@ pub fn aggregate_owned(
     Ok(points)
 }
 
-/// Sums (from 0.0, as OpenTSDB's): a lone double comes back plus 0.0 (-0.0 as 0.0).
-fn is_a_sum(agg: Aggregator) -> bool {
+/// Sums and the average (adding from 0.0, as OpenTSDB's; the average then divides by one):
+/// a lone double comes back plus 0.0 (-0.0 as 0.0).
+fn adds_from_zero(agg: Aggregator) -> bool {
     matches!(
         agg,
-        Aggregator::Sum | Aggregator::PfSum | Aggregator::ZimSum
+        Aggregator::Sum | Aggregator::PfSum | Aggregator::ZimSum | Aggregator::Avg
     )
 }
 
@@ -276,14 +277,15 @@ fn lone_extreme(agg: Aggregator, v: f64) -> f64 {
     }
 }
 
-/// Aggregators giving a lone value back as it is (a sum's double plus 0.0, see
-/// [`is_a_sum`]; a `min` or `max` of an infinity, see [`lone_extreme`]).
+/// Aggregators giving a lone value back as it is (a sum's or average's double plus 0.0, see
+/// [`adds_from_zero`]; a `min` or `max` of an infinity, see [`lone_extreme`]).
 fn gives_lone_values_back(agg: Aggregator) -> bool {
     matches!(
         agg,
         Aggregator::Sum
             | Aggregator::PfSum
             | Aggregator::ZimSum
+            | Aggregator::Avg
             | Aggregator::Min
             | Aggregator::MimMin
             | Aggregator::Max
@@ -298,7 +300,7 @@ fn gives_lone_values_back(agg: Aggregator) -> bool {
 /// the point and the next are integers, as at any time of several series).
 fn alone(points: &[(i64, Num)], agg: Aggregator) -> Result<Vec<(i64, Num)>> {
     let identity = gives_lone_values_back(agg);
-    let zero = if is_a_sum(agg) { 0.0 } else { -0.0 };
+    let zero = if adds_from_zero(agg) { 0.0 } else { -0.0 };
     let mut out = Vec::with_capacity(points.len());
     for (i, &(x, v)) in points.iter().enumerate() {
         let next_int = points.get(i + 1).is_none_or(|p| is_int(p.1));
