@@ -53,11 +53,15 @@ const GROUPING_STEP_BYTES: usize = 32 << 20;
 /// fjall merges its first level only after several runs, so until then the files of a
 /// small store held every earlier version of its groups (1.5 times the live bytes after
 /// loading a day into closed periods). Merging at an eighth bounds that to about 1.13 times,
-/// at one rewrite of the keyspace per eighth of it superseded.
+/// at one rewrite of the keyspace per eighth of it superseded. The count is of values as
+/// written, the files' bytes compressed, and versions replaced before their memtable was
+/// flushed never reach a file: a count too high merges early, never too late.
 const RECLAIM_SHARE: u64 = 8;
-/// A checkpoint (a graceful close) merges groups keyspaces up to this size, so a close
-/// waits a second or two at most; a larger one is merged by the next upkeep after the open.
-const RECLAIM_AT_CHECKPOINT_BYTES: u64 = 1 << 30;
+/// Groups keyspaces are merged so only up to this size: a merge rewrites the whole keyspace
+/// (needing as much free disk), a close waits for one under way, and in a larger keyspace
+/// the first level fjall has not merged yet is a small share of the files. The count does
+/// not outlive the process: versions left at a close are left to fjall's own merges.
+const RECLAIM_MAX_BYTES: u64 = 1 << 30;
 /// Batches of at least this many rows are written as a new table (bulk ingestion).
 const INGEST_MIN_ROWS: usize = 256;
 
@@ -2392,28 +2396,36 @@ impl FjallStore {
         let tables: Vec<Table> = open.tables.read().values().cloned().collect();
         for t in &tables {
             relieve_first_level(&t.rows, &t.spec.name)?;
-            // In the background: a merge of a large keyspace would hold up the flush.
+            // In the background (a merge would hold up the flush), its memtable flushed
+            // first so the merge reaches every version counted.
             if let Some(groups) = &t.groups
-                && let Some(counted) = Self::superseded_to_reclaim(groups, u64::MAX)
+                && !self.merge_running()
+                && let Some(counted) = Self::superseded_to_reclaim(groups)
             {
+                self.flush_memtable(&open, &groups.rows)?;
                 let (name, groups) = (t.spec.name.clone(), groups.clone());
-                self.in_background(&open, move || {
-                    if let Err(e) = Self::reclaim(&name, &groups, counted) {
-                        tracing::warn!(table = %name, error = %e, "merging groups failed");
-                    }
-                });
+                self.in_background(&open, move || Self::reclaim(&name, &groups, counted));
             }
         }
         self.merge_idle_runs(&open, now_ms);
         Ok(())
     }
 
+    /// Whether a merge runs on the store's merge thread.
+    fn merge_running(&self) -> bool {
+        self.merging
+            .lock()
+            .as_ref()
+            .is_some_and(|m| !m.is_finished())
+    }
+
     /// Runs `merge` on the store's merge thread unless a merge runs there already (then
-    /// not at all: the next upkeep decides again). The database stays open until it ends.
-    fn in_background(&self, open: &Arc<Open>, merge: impl FnOnce() + Send + 'static) {
+    /// not at all: the next upkeep decides again); whether it started. The database stays
+    /// open until it ends.
+    fn in_background(&self, open: &Arc<Open>, merge: impl FnOnce() + Send + 'static) -> bool {
         let mut merging = self.merging.lock();
         if merging.as_ref().is_some_and(|m| !m.is_finished()) {
-            return;
+            return false;
         }
         if let Some(done) = merging.take() {
             let _ = done.join();
@@ -2426,8 +2438,14 @@ impl FjallStore {
                 drop(open);
             });
         match spawned {
-            Ok(handle) => *merging = Some(handle),
-            Err(e) => tracing::warn!(error = %e, "cannot start a merge"),
+            Ok(handle) => {
+                *merging = Some(handle);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start a merge");
+                false
+            }
         }
     }
 
@@ -2455,21 +2473,20 @@ impl FjallStore {
                 if entry.0 != runs {
                     *entry = (runs, now_ms);
                 }
-                let idle = runs >= IDLE_MERGE_RUNS && now_ms - entry.1 >= IDLE_MERGE_AFTER_MS;
-                if idle {
-                    // Not again before the runs change and stay unchanged again.
-                    entry.1 = now_ms;
-                }
-                idle
+                runs >= IDLE_MERGE_RUNS && now_ms - entry.1 >= IDLE_MERGE_AFTER_MS
             };
             if !idle {
                 continue;
             }
-            self.in_background(open, move || {
+            let started = self.in_background(open, move || {
                 if let Err(e) = t.rows.major_compact() {
                     tracing::warn!(table = %t.spec.name, error = %e, "merging an idle table's runs failed");
                 }
             });
+            if started && let Some(entry) = self.idle_runs.lock().get_mut(&name) {
+                // Not again before the runs change and stay unchanged again.
+                entry.1 = now_ms;
+            }
         }
     }
 
@@ -2572,33 +2589,34 @@ impl FjallStore {
     }
 
     /// The superseded bytes of `groups` when they reach 1/[`RECLAIM_SHARE`] of its files and
-    /// its files are at most `max_bytes`: then its keyspace is to be merged whole.
-    fn superseded_to_reclaim(groups: &Groups, max_bytes: u64) -> Option<u64> {
+    /// its files are at most [`RECLAIM_MAX_BYTES`]: then its keyspace is to be merged whole.
+    fn superseded_to_reclaim(groups: &Groups) -> Option<u64> {
         let superseded = groups.superseded.load(Ordering::Acquire);
         let files = groups.rows.disk_space();
-        (superseded > 0 && superseded.saturating_mul(RECLAIM_SHARE) >= files && files <= max_bytes)
+        (superseded > 0
+            && superseded.saturating_mul(RECLAIM_SHARE) >= files
+            && files <= RECLAIM_MAX_BYTES)
             .then_some(superseded)
     }
 
-    /// Merges `groups`' keyspace whole, its memtable already flushed or not: what was
-    /// counted superseded before the merge is gone.
-    fn reclaim(table: &str, groups: &Groups, counted: u64) -> Result<()> {
+    /// Merges `groups`' keyspace whole, its memtable flushed first: what was counted
+    /// superseded before is then gone. Counted off even when the merge fails (logged): its
+    /// versions are left to fjall's own merges rather than tried again at every upkeep.
+    fn reclaim(table: &str, groups: &Groups, counted: u64) {
         tracing::info!(
             table,
             superseded = counted,
             "merging groups to drop superseded versions"
         );
-        groups
-            .rows
-            .major_compact()
-            .map_err(|e| io_err("compaction failed", e))?;
+        if let Err(e) = groups.rows.major_compact() {
+            tracing::warn!(table, error = %e, "merging groups failed; superseded versions left to the store's own merges");
+        }
         // What was counted since may not be gone: kept.
         let _ = groups
             .superseded
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 Some(n.saturating_sub(counted))
             });
-        Ok(())
     }
 
     fn sync_once(&self) -> Result<()> {
@@ -2622,13 +2640,13 @@ impl FjallStore {
         for rows in keyspaces {
             self.flush_memtable(&open, rows)?;
         }
-        // Flushed above, so the merge reaches every superseded version.
+        // Flushed above, so the merge reaches every superseded version; a merge that fails
+        // fails nothing else (the close goes on).
         for t in &tables {
             if let Some(groups) = &t.groups
-                && let Some(counted) =
-                    Self::superseded_to_reclaim(groups, RECLAIM_AT_CHECKPOINT_BYTES)
+                && let Some(counted) = Self::superseded_to_reclaim(groups)
             {
-                Self::reclaim(&t.spec.name, groups, counted)?;
+                Self::reclaim(&t.spec.name, groups, counted);
             }
         }
         open.db

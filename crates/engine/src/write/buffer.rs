@@ -49,6 +49,10 @@ impl Buffer {
             let room = slot.1.len().min(MAX_ROOM);
             let earlier = std::mem::replace(&mut slot.1, Vec::with_capacity(room));
             let earlier_row = ((series as u64) << 32) | u64::from(slot.0);
+            debug_assert!(
+                !self.other.contains_key(&earlier_row),
+                "an earlier hour's row in the map beside the slot's"
+            );
             slot.0 = base;
             self.bytes += room * POINT_BYTES;
             match self.other.entry(earlier_row) {
