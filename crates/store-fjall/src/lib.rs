@@ -2399,8 +2399,8 @@ impl FjallStore {
             // In the background (a merge would hold up the flush), its memtable flushed
             // first so the merge reaches every version counted.
             if let Some(groups) = &t.groups
-                && !self.merge_running()
                 && let Some(counted) = Self::superseded_to_reclaim(groups)
+                && !self.merge_running()
             {
                 self.flush_memtable(&open, &groups.rows)?;
                 let (name, groups) = (t.spec.name.clone(), groups.clone());
@@ -2592,15 +2592,17 @@ impl FjallStore {
     /// its files are at most [`RECLAIM_MAX_BYTES`]: then its keyspace is to be merged whole.
     fn superseded_to_reclaim(groups: &Groups) -> Option<u64> {
         let superseded = groups.superseded.load(Ordering::Acquire);
+        if superseded == 0 {
+            // The common case at every upkeep: no walk over the keyspace's files.
+            return None;
+        }
         let files = groups.rows.disk_space();
-        (superseded > 0
-            && superseded.saturating_mul(RECLAIM_SHARE) >= files
-            && files <= RECLAIM_MAX_BYTES)
+        (superseded.saturating_mul(RECLAIM_SHARE) >= files && files <= RECLAIM_MAX_BYTES)
             .then_some(superseded)
     }
 
-    /// Merges `groups`' keyspace whole, its memtable flushed first: what was counted
-    /// superseded before is then gone. Counted off even when the merge fails (logged): its
+    /// Merges `groups`' keyspace whole (its memtable flushed by the caller, so the merge
+    /// reaches every version counted): what was counted superseded before is then gone. Counted off even when the merge fails (logged): its
     /// versions are left to fjall's own merges rather than tried again at every upkeep.
     fn reclaim(table: &str, groups: &Groups, counted: u64) {
         tracing::info!(
