@@ -53,17 +53,17 @@ pub(crate) struct RealDataArgs {
     /// written with two decimals (information: 1.08 bytes a point).
     #[arg(long, conflicts_with_all = ["data", "generated"])]
     walk: bool,
-    /// Points of each random walk.
-    #[arg(long, default_value_t = 2000, requires = "walk")]
-    points: usize,
+    /// Points of each random walk (2,000 unless given).
+    #[arg(long, conflicts_with_all = ["data", "generated"])]
+    points: Option<usize>,
     /// Seed of the generated stream: the same seed, the same stream.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "data")]
     seed: u64,
     /// Series of the generated stream (200 unless given) or of the random walks (1,000).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "data")]
     series: Option<usize>,
     /// Days of the generated stream.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, conflicts_with_all = ["data", "walk"])]
     days: u64,
     /// Write the generated series as CSV files under this directory (one folder per
     /// metric, the layout `--data` reads), then go on with the run.
@@ -101,6 +101,8 @@ pub(crate) struct RealDataArgs {
 const GENERATED_SERIES: usize = 200;
 /// Series of the random walks unless `--series` is given.
 const WALK_SERIES: usize = 1000;
+/// Points of each random walk unless `--points` is given.
+const WALK_POINTS: usize = 2000;
 
 /// One query in both languages.
 #[derive(Debug, Clone)]
@@ -533,13 +535,14 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
             series
         }
         None if args.walk => {
+            let points = args.points.unwrap_or(WALK_POINTS);
             let series =
-                generated::random_walks(args.seed, args.series.unwrap_or(WALK_SERIES), args.points);
+                generated::random_walks(args.seed, args.series.unwrap_or(WALK_SERIES), points);
             println!(
                 "random walks (seed {}): {} series of {} points, {} points; their information: {:.2} bytes a point",
                 args.seed,
                 series.len(),
-                args.points,
+                points,
                 series::points(&series),
                 generated::walk_floor_bytes()
             );
@@ -644,6 +647,35 @@ pub(crate) fn run(args: &RealDataArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: RealDataArgs,
+    }
+
+    #[test]
+    fn options_of_a_stream_not_loaded_are_refused() {
+        use clap::Parser;
+        let parse = |line: &[&str]| Command::try_parse_from(["realdata"].iter().chain(line));
+        for refused in [
+            &["--data", "d", "--series", "5"][..],
+            &["--data", "d", "--seed", "2"],
+            &["--data", "d", "--days", "3"],
+            &["--walk", "--days", "3"],
+            &["--generated", "--points", "10"],
+            &["--walk", "--generated"],
+        ] {
+            assert!(parse(refused).is_err(), "{refused:?}");
+        }
+        let walk = parse(&["--walk", "--series", "2", "--points", "10", "--seed", "4"]).unwrap();
+        assert_eq!(
+            (walk.args.series, walk.args.points, walk.args.seed),
+            (Some(2), Some(10), 4)
+        );
+        assert!(parse(&["--generated", "--series", "3", "--days", "1"]).is_ok());
+        assert!(parse(&["--data", "d"]).is_ok());
+    }
 
     #[test]
     fn thousands_groups_digits() {
