@@ -1652,12 +1652,22 @@ fn encode_points(points: &[Point], meta: Option<u8>) -> Vec<u8> {
 const BOTH_VERSIONS_BELOW: usize = 64;
 
 /// What `encode` writes for `points` with the widths a flag mode allows ([`Widths::of`]);
-/// where those are from values and some float is on 4 bytes, with flag runs too, the
-/// shorter kept (a 4-byte float as a double may take more bits).
+/// where those are from values and some float is on 4 bytes, with flag runs too, the shorter
+/// kept (a 4-byte float as a double may take more bits): for [`BOTH_VERSIONS_BELOW`] points
+/// or more, only where some 4-byte float is a long decimal as a double
+/// ([`has_long_4_byte_float`]). A float of a few decimals, as collectors write them, is a
+/// decimal as short as a double, and among that many points the flag runs cost more than
+/// writing it on 4 bytes could save (that only in a section of raw bytes): they are not
+/// encoded to see.
 fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> Vec<u8> {
     let widths = Widths::of(points);
     let bytes = encode(widths);
-    if widths == Widths::FromValues && has_4_byte_float(points) {
+    let compare = if points.len() < BOTH_VERSIONS_BELOW {
+        has_4_byte_float(points)
+    } else {
+        has_long_4_byte_float(points)
+    };
+    if widths == Widths::FromValues && compare {
         let listed = encode(Widths::RunsAfterMode);
         if listed.len() < bytes.len() {
             return listed;
@@ -1677,6 +1687,40 @@ fn has_4_byte_float(points: &[Point]) -> bool {
     points
         .iter()
         .any(|p| is_float(p) && p.qualifier.value_len() == 4)
+}
+
+/// The most decimals a 4-byte float's value may need and still count as short for
+/// [`with_shorter_widths`]: its lowest set bit at 2^-4 or above (`912.25`, `0.0625`, every
+/// whole number). A float that came from text of at most four decimals is one.
+const SHORT_FLOAT_DECIMALS: i32 = 4;
+
+/// Some 4-byte float is not exactly a decimal of at most [`SHORT_FLOAT_DECIMALS`] decimals
+/// (a float written with all its digits, such as `0.1f32`'s `0.10000000149011612`), or is not
+/// finite.
+fn has_long_4_byte_float(points: &[Point]) -> bool {
+    points
+        .iter()
+        .any(|p| is_float(p) && p.qualifier.value_len() == 4 && !is_short_decimal(p.bits as u32))
+}
+
+/// Whether the float of `bits` is finite and exactly a decimal of at most
+/// [`SHORT_FLOAT_DECIMALS`] decimals: a finite binary fraction m * 2^e (m odd) has exactly
+/// max(0, -e) decimals.
+fn is_short_decimal(bits: u32) -> bool {
+    let exponent = ((bits >> 23) & 0xFF) as i32;
+    let fraction = bits & 0x7F_FFFF;
+    if exponent == 0xFF {
+        return false;
+    }
+    if exponent == 0 && fraction == 0 {
+        return true;
+    }
+    let (mantissa, scale) = if exponent == 0 {
+        (fraction, -149)
+    } else {
+        (fraction | 0x80_0000, exponent - 150)
+    };
+    scale + mantissa.trailing_zeros() as i32 >= -SHORT_FLOAT_DECIMALS
 }
 
 /// Version 2's integer and float sections, each present only when some point needs it; with

@@ -2375,3 +2375,82 @@ proptest! {
         prop_assert_eq!(doubles, want);
     }
 }
+
+#[test]
+fn short_decimal_floats_are_told_from_long_ones() {
+    for f in [0.0f32, -0.0, 1.0, 912.25, -3.5, 0.0625, 1e30, -16_777_216.0] {
+        assert!(is_short_decimal(f.to_bits()), "{f}");
+    }
+    let tiny = f32::from_bits(1);
+    for f in [
+        0.1f32,
+        0.03125,
+        1.0 / 3.0,
+        912.34,
+        tiny,
+        f32::INFINITY,
+        f32::NAN,
+    ] {
+        assert!(!is_short_decimal(f.to_bits()), "{f}");
+    }
+}
+
+/// Flag runs are encoded to compare only where some 4-byte float is a long decimal as a
+/// double; 4-byte floats of a few decimals (`912.25`) are written with widths from values at
+/// once.
+#[test]
+fn flag_runs_are_tried_only_for_long_4_byte_floats() {
+    let calls = std::cell::Cell::new(0);
+    let encode = |pts: &[Point]| {
+        calls.set(0);
+        let blob = with_shorter_widths(pts, |w| {
+            calls.set(calls.get() + 1);
+            encode_blob(pts, Some(0), VERSION, w)
+        });
+        assert_decoders_agree(&blob, pts);
+        calls.get()
+    };
+    let values: Vec<Value> = (0..BOTH_VERSIONS_BELOW as i64)
+        .map(|i| hourglass_core::value::float_value(912.0 + i as f64 * 0.05))
+        .collect();
+    let short = points_of(&every(10, &values));
+    assert!(has_4_byte_float(&short));
+    assert_eq!(encode(&short), 1);
+    // Fewer points: both, as the float section may be raw bytes (4 a float against 8).
+    assert_eq!(encode(&short[..BOTH_VERSIONS_BELOW - 1]), 2);
+    let mut long = short.clone();
+    long[1] = points_of(&[(false, 10_000, Value::Float(0.1))])[0];
+    assert_eq!(encode(&long), 2);
+}
+
+proptest! {
+    /// Rows of values of up to four decimals each, typed as `put` types them (a 4-byte float
+    /// where the value is exactly one), of [`BOTH_VERSIONS_BELOW`] points or more: widths
+    /// from values are never longer than flag runs, so leaving flag runs untried loses nothing.
+    #[test]
+    fn short_decimals_are_no_longer_without_flag_runs(
+        start in -1_000_000i64..1_000_000,
+        steps in prop::collection::vec((-500i64..500, 0usize..=4), BOTH_VERSIONS_BELOW..300),
+        most in 0usize..=4,
+    ) {
+        let mut m = start;
+        let values: Vec<Value> = steps
+            .iter()
+            .map(|&(step, decimals)| {
+                m += step;
+                hourglass_core::value::float_value(m as f64 / POW10[decimals.min(most)])
+            })
+            .collect();
+        let pts = points_of(&every(10, &values));
+        prop_assume!(Widths::of(&pts) == Widths::FromValues);
+        prop_assert!(!has_long_4_byte_float(&pts));
+        let from_values = encode_blob(&pts, Some(0), VERSION, Widths::FromValues);
+        let listed = encode_blob(&pts, Some(0), VERSION, Widths::RunsAfterMode);
+        prop_assert!(
+            from_values.len() <= listed.len(),
+            "{} > {}",
+            from_values.len(),
+            listed.len()
+        );
+    }
+}
