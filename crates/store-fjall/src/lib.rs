@@ -1073,6 +1073,8 @@ struct GroupedScan {
     /// Iterators built over the groups keyspace, the first included (each a search of every
     /// table's index).
     group_iters: u32,
+    /// Keys read from the groups keyspace.
+    groups_read: u32,
     out: VecDeque<Pending>,
     done: bool,
 }
@@ -1183,6 +1185,7 @@ impl GroupedScan {
                 return Ok(());
             };
             let (key, value) = item?;
+            self.groups_read = self.groups_read.saturating_add(1);
             // A key too short to be a group cannot be one: never written, skipped.
             if self.grouping.window(&key).is_none() {
                 continue;
@@ -1209,8 +1212,10 @@ impl GroupedScan {
                 {
                     // Groups as large as a data block are a block read each: passing even
                     // one costs more than a seek, so the next (most often of the same
-                    // series' neighbours, alike in size) is sought at once.
-                    if blocks_of(&value) > 0 {
+                    // series' neighbours, alike in size) is sought at once. A target past
+                    // the scan's end ends it (a series filter's last series in its last
+                    // period: no group after it can match).
+                    if blocks_of(&value) > 0 || past_end(&self.upper, &target) {
                         self.seek_groups(target);
                     } else {
                         self.group_target = Some((target, 0));
@@ -1828,6 +1833,7 @@ impl FjallStore {
             skip: request.skip.clone(),
             group_target: None,
             group_iters: 1,
+            groups_read: 0,
             out: VecDeque::new(),
             done: false,
             _open: open,
@@ -3566,5 +3572,66 @@ mod tests {
             assert_eq!(got, expected, "series {wanted}");
             assert_eq!(scan.group_iters, 4, "series {wanted}");
         }
+    }
+
+    /// A series filter's scan over groups smaller than a block reads past a few of them
+    /// toward the hint's target, but none once the target is past the scan's end: after the
+    /// series' group of the last period it reads one more, the group the hint refuses.
+    #[test]
+    fn a_series_filter_reads_no_group_toward_a_target_past_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let grouping = Grouping {
+            timestamp_offset: 1,
+            period_secs: 7200,
+            grace_secs: 0,
+        };
+        let spec = TableSpec {
+            name: "t".into(),
+            families: vec![FamilySpec::new("t", Some(1))],
+        };
+        let store = FjallStore::open(dir.path())
+            .unwrap()
+            .with_grouping("t", grouping);
+        store.create_table(&spec).unwrap();
+        let key = |hour: u32, series: u8| {
+            let mut k = vec![1u8];
+            k.extend_from_slice(&(hour * 3600).to_be_bytes());
+            k.push(series);
+            k
+        };
+        let rows: Vec<RowMutation> = (0..4u32)
+            .flat_map(|hour| {
+                (0..12u8).map(move |s| RowMutation {
+                    key: key(hour, s),
+                    mutations: vec![Mutation::set_at("t", vec![0], 1, vec![s; 10])],
+                })
+            })
+            .collect();
+        store.mutate_rows("t", &rows).unwrap();
+        store.maintain(5 * 3_600_000).unwrap();
+        let wanted = 5u8;
+        let hint = SkipHint(Arc::new(move |k: &[u8]| {
+            let hour = u32::from_be_bytes(k.get(1..5)?.try_into().ok()?);
+            match k.get(5) {
+                Some(s) if *s >= wanted => Some(key(hour / 3600 + 1, wanted)),
+                _ => Some(key(hour / 3600, wanted)),
+            }
+        }));
+        // The second period only: its first hour to the end of the data.
+        let request = ScanRequest {
+            key_regex: Some(format!("(?s)^.{{5}}\\x{wanted:02x}$")),
+            skip: Some(hint),
+            series_filter: true,
+            ..ScanRequest::range(key(2, 0)[..5].to_vec(), Some(key(4, 0)[..5].to_vec()))
+        };
+        let (open, t) = store.table_for_read("t").unwrap();
+        let mut scan = FjallStore::grouped_scan(open, &t, &request)
+            .unwrap()
+            .unwrap();
+        let got: Vec<Row> = scan.by_ref().map(|r| r.unwrap()).collect();
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|r| r.key[5] == wanted));
+        // From the hint's target: series 5's group, then series 6's, refused.
+        assert_eq!(scan.groups_read, 2);
     }
 }
