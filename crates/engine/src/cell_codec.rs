@@ -1653,21 +1653,23 @@ const BOTH_VERSIONS_BELOW: usize = 64;
 
 /// What `encode` writes for `points` with the widths a flag mode allows ([`Widths::of`]);
 /// where those are from values and some float is on 4 bytes, with flag runs too, the shorter
-/// kept (a 4-byte float as a double may take more bits): for [`BOTH_VERSIONS_BELOW`] points
-/// or more, only where some 4-byte float is a long decimal as a double
-/// ([`has_long_4_byte_float`]). A float of a few decimals, as collectors write them, is a
-/// decimal as short as a double, and among that many points the flag runs cost more than
-/// writing it on 4 bytes could save (that only in a section of raw bytes): they are not
-/// encoded to see.
+/// kept: a 4-byte float written as a double may take more bits. From [`BOTH_VERSIONS_BELOW`]
+/// points, flag runs are not encoded to see when every 4-byte float is a short decimal
+/// ([`is_short_decimal`], as floats from collectors' text of a few decimals are) and the body
+/// came out at under [`SHORT_BODY_BYTES`] a float: such a float is then as short a decimal as
+/// any double of the body, and the body's floats are a decimal section shorter than raw
+/// 4-byte floats would be (where a body's floats are raw bytes, a float takes 8 bytes as a
+/// double and 4 with flag runs).
 fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> Vec<u8> {
     let widths = Widths::of(points);
     let bytes = encode(widths);
-    let compare = if points.len() < BOTH_VERSIONS_BELOW {
-        has_4_byte_float(points)
-    } else {
-        has_long_4_byte_float(points)
-    };
-    if widths == Widths::FromValues && compare {
+    if widths != Widths::FromValues || !has_4_byte_float(points) {
+        return bytes;
+    }
+    let settled = points.len() >= BOTH_VERSIONS_BELOW
+        && bytes.len() < SHORT_BODY_BYTES * points.iter().filter(|p| is_float(p)).count()
+        && !has_long_4_byte_float(points);
+    if !settled {
         let listed = encode(Widths::RunsAfterMode);
         if listed.len() < bytes.len() {
             return listed;
@@ -1675,6 +1677,10 @@ fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> 
     }
     bytes
 }
+
+/// The bytes a float below which a body with widths from values is taken as it is (see
+/// [`with_shorter_widths`]): raw 4-byte floats take 4.
+const SHORT_BODY_BYTES: usize = 4;
 
 fn encode_blob(points: &[Point], meta: Option<u8>, version: u8, widths: Widths) -> Vec<u8> {
     let mut out = Vec::with_capacity(points.len() + 16);
@@ -1690,26 +1696,27 @@ fn has_4_byte_float(points: &[Point]) -> bool {
 }
 
 /// The most decimals a 4-byte float's value may need and still count as short for
-/// [`with_shorter_widths`]: its lowest set bit at 2^-4 or above (`912.25`, `0.0625`, every
-/// whole number). A float that came from text of at most four decimals is one.
+/// [`with_shorter_widths`]: its lowest set bit at 2^-4 or above (`912.25`, `0.0625`). A float
+/// that came from text of at most four decimals is one.
 const SHORT_FLOAT_DECIMALS: i32 = 4;
 
-/// Some 4-byte float is not exactly a decimal of at most [`SHORT_FLOAT_DECIMALS`] decimals
-/// (a float written with all its digits, such as `0.1f32`'s `0.10000000149011612`), or is not
-/// finite.
+/// Some 4-byte float is not a short decimal ([`is_short_decimal`]): a float written with all
+/// its digits (`0.1f32`'s `0.10000000149011612`), a large or non-finite one.
 fn has_long_4_byte_float(points: &[Point]) -> bool {
     points
         .iter()
         .any(|p| is_float(p) && p.qualifier.value_len() == 4 && !is_short_decimal(p.bits as u32))
 }
 
-/// Whether the float of `bits` is finite and exactly a decimal of at most
-/// [`SHORT_FLOAT_DECIMALS`] decimals: a finite binary fraction m * 2^e (m odd) has exactly
+/// Whether the float of `bits` is under 2^24 in magnitude (where a float still holds every
+/// whole number, and a decimal's mantissa at four places fits in 38 bits) and exactly a decimal
+/// of at most [`SHORT_FLOAT_DECIMALS`] places: a binary fraction m * 2^e (m odd) has exactly
 /// max(0, -e) decimals.
 fn is_short_decimal(bits: u32) -> bool {
     let exponent = ((bits >> 23) & 0xFF) as i32;
     let fraction = bits & 0x7F_FFFF;
-    if exponent == 0xFF {
+    // 2^24 and up (infinities and NaN among them).
+    if exponent >= 127 + 24 {
         return false;
     }
     if exponent == 0 && fraction == 0 {

@@ -2378,79 +2378,142 @@ proptest! {
 
 #[test]
 fn short_decimal_floats_are_told_from_long_ones() {
-    for f in [0.0f32, -0.0, 1.0, 912.25, -3.5, 0.0625, 1e30, -16_777_216.0] {
+    for f in [
+        0.0f32,
+        -0.0,
+        1.0,
+        912.25,
+        -3.5,
+        0.0625,
+        16_777_215.0,
+        -65_535.937_5,
+    ] {
         assert!(is_short_decimal(f.to_bits()), "{f}");
     }
     let tiny = f32::from_bits(1);
-    for f in [
+    let long = [
         0.1f32,
         0.03125,
         1.0 / 3.0,
         912.34,
         tiny,
-        f32::INFINITY,
-        f32::NAN,
-    ] {
+        16_777_216.0,
+        -1e30,
+        9.223372e18,
+    ];
+    for f in long.into_iter().chain([f32::INFINITY, f32::NAN]) {
         assert!(!is_short_decimal(f.to_bits()), "{f}");
     }
 }
 
-/// Flag runs are encoded to compare only where some 4-byte float is a long decimal as a
-/// double; 4-byte floats of a few decimals (`912.25`) are written with widths from values at
-/// once.
-#[test]
-fn flag_runs_are_tried_only_for_long_4_byte_floats() {
+/// How many times [`with_shorter_widths`] encodes `pts` (once, or with flag runs too), after
+/// checking that what it keeps is the shorter of the two and reads back.
+fn encodings(pts: &[Point]) -> usize {
     let calls = std::cell::Cell::new(0);
-    let encode = |pts: &[Point]| {
-        calls.set(0);
-        let blob = with_shorter_widths(pts, |w| {
-            calls.set(calls.get() + 1);
-            encode_blob(pts, Some(0), VERSION, w)
-        });
-        assert_decoders_agree(&blob, pts);
-        calls.get()
-    };
+    let blob = with_shorter_widths(pts, |w| {
+        calls.set(calls.get() + 1);
+        encode_blob(pts, Some(0), VERSION, w)
+    });
+    assert_decoders_agree(&blob, pts);
+    let listed = encode_blob(pts, Some(0), VERSION, Widths::RunsAfterMode);
+    assert!(
+        blob.len() <= listed.len(),
+        "{} > {}",
+        blob.len(),
+        listed.len()
+    );
+    calls.get()
+}
+
+/// Flag runs are encoded to compare only where a 4-byte float is long (many decimals, or
+/// 2^24 and up), where a body is short of rows' points, or where the body came out long:
+/// 4-byte floats of a few decimals (`912.25`) in a body of decimals are written with widths
+/// from values at once.
+#[test]
+fn flag_runs_are_tried_only_where_they_may_be_shorter() {
+    let float = hourglass_core::value::float_value;
     let values: Vec<Value> = (0..BOTH_VERSIONS_BELOW as i64)
-        .map(|i| hourglass_core::value::float_value(912.0 + i as f64 * 0.05))
+        .map(|i| float(912.0 + i as f64 * 0.05))
         .collect();
     let short = points_of(&every(10, &values));
     assert!(has_4_byte_float(&short));
-    assert_eq!(encode(&short), 1);
+    assert_eq!(encodings(&short), 1);
     // Fewer points: both, as the float section may be raw bytes (4 a float against 8).
-    assert_eq!(encode(&short[..BOTH_VERSIONS_BELOW - 1]), 2);
+    assert_eq!(encodings(&short[..BOTH_VERSIONS_BELOW - 1]), 2);
     let mut long = short.clone();
     long[1] = points_of(&[(false, 10_000, Value::Float(0.1))])[0];
-    assert_eq!(encode(&long), 2);
+    assert_eq!(encodings(&long), 2);
+    // Whole floats past 2^24 are raw bytes as doubles: 4 bytes a float shorter with flag runs.
+    let large: Vec<Value> = (1..=BOTH_VERSIONS_BELOW)
+        .map(|i| float(f64::from(i as f32 * 1e20)))
+        .collect();
+    assert!(large.iter().all(|v| matches!(v, Value::Float(_))));
+    assert_eq!(encodings(&points_of(&every(10, &large))), 2);
+    // Short floats, then doubles of many digits: a body of over 4 bytes a float, compared.
+    let mut seed = 7u64;
+    let mixed: Vec<Value> = (0..BOTH_VERSIONS_BELOW)
+        .map(|i| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            float(if i < 32 {
+                i as f64 + 0.5
+            } else {
+                (seed >> 11) as f64 / 3.0e9
+            })
+        })
+        .collect();
+    assert!(mixed[..32].iter().all(|v| matches!(v, Value::Float(_))));
+    assert!(mixed[32..].iter().all(|v| matches!(v, Value::Double(_))));
+    let mixed = points_of(&every(10, &mixed));
+    assert_eq!(encodings(&mixed), 2);
+}
+
+/// A row's values for [`flag_runs_lose_nothing_where_left_untried`]: decimals of up to four
+/// places a random walk apart, exact floats of up to four places near zero or up to 2^24,
+/// whole floats up to 2^72 and decimals of any magnitude, mixed.
+fn typed_values() -> impl Strategy<Value = Vec<Value>> {
+    let value = prop_oneof![
+        4 => (-100_000_000i64..100_000_000, 0usize..=4).prop_map(|(m, k)| m as f64 / POW10[k]),
+        2 => (-(1i64 << 20)..(1i64 << 20)).prop_map(|m| m as f64 / 16.0),
+        1 => (-(1i64 << 24)..(1i64 << 24)).prop_map(|m| m as f64),
+        1 => (1i64..1 << 24, 0i32..48).prop_map(|(m, e)| m as f64 * 2f64.powi(e)),
+        1 => (1i64..100_000, -8i32..=20, 0usize..=4)
+            .prop_map(|(m, e, k)| m as f64 * 10f64.powi(e) / POW10[k]),
+    ];
+    (
+        -1_000_000i64..1_000_000,
+        0usize..=4,
+        prop::collection::vec(
+            (-500i64..500, any::<bool>(), value),
+            BOTH_VERSIONS_BELOW..300,
+        ),
+    )
+        .prop_map(|(start, decimals, steps)| {
+            let mut m = start;
+            steps
+                .into_iter()
+                .map(|(step, walk, other)| {
+                    m += step;
+                    let v = if walk {
+                        m as f64 / POW10[decimals]
+                    } else {
+                        other
+                    };
+                    hourglass_core::value::float_value(v)
+                })
+                .collect()
+        })
 }
 
 proptest! {
-    /// Rows of values of up to four decimals each, typed as `put` types them (a 4-byte float
-    /// where the value is exactly one), of [`BOTH_VERSIONS_BELOW`] points or more: widths
-    /// from values are never longer than flag runs, so leaving flag runs untried loses nothing.
+    /// Values typed as `put` types them (a 4-byte float where the value is exactly one): what
+    /// is kept is never longer than the same points with flag runs, whether they were
+    /// encoded to compare or not.
     #[test]
-    fn short_decimals_are_no_longer_without_flag_runs(
-        start in -1_000_000i64..1_000_000,
-        steps in prop::collection::vec((-500i64..500, 0usize..=4), BOTH_VERSIONS_BELOW..300),
-        most in 0usize..=4,
-    ) {
-        let mut m = start;
-        let values: Vec<Value> = steps
-            .iter()
-            .map(|&(step, decimals)| {
-                m += step;
-                hourglass_core::value::float_value(m as f64 / POW10[decimals.min(most)])
-            })
-            .collect();
+    fn flag_runs_lose_nothing_where_left_untried(values in typed_values()) {
         let pts = points_of(&every(10, &values));
         prop_assume!(Widths::of(&pts) == Widths::FromValues);
-        prop_assert!(!has_long_4_byte_float(&pts));
-        let from_values = encode_blob(&pts, Some(0), VERSION, Widths::FromValues);
+        let kept = with_shorter_widths(&pts, |w| encode_blob(&pts, Some(0), VERSION, w));
         let listed = encode_blob(&pts, Some(0), VERSION, Widths::RunsAfterMode);
-        prop_assert!(
-            from_values.len() <= listed.len(),
-            "{} > {}",
-            from_values.len(),
-            listed.len()
-        );
+        prop_assert!(kept.len() <= listed.len(), "{} > {}", kept.len(), listed.len());
     }
 }
