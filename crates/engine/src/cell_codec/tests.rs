@@ -2386,7 +2386,7 @@ fn short_decimal_floats_are_told_from_long_ones() {
         -3.5,
         0.0625,
         16_777_215.0,
-        -65_535.937_5,
+        0.0625 - 65_536.0,
     ] {
         assert!(is_short_decimal(f.to_bits()), "{f}");
     }
