@@ -3493,15 +3493,16 @@ mod tests {
         );
     }
 
-    /// A series filter's scan builds one iterator over the groups keyspace a period: it
-    /// starts at the hint's target in the first period, goes from each period's group of the
-    /// series straight to its group of the next period, and builds none past the scan's end.
-    /// Groups a block or more in size (two 2,500-byte members), so that none is read past;
-    /// twelve series over four periods of two hours, one hour of each rewritten since the
-    /// grouping pass; the rows are those of the model.
-    #[test]
-    fn a_series_filter_builds_one_group_iterator_a_period() {
-        let dir = tempfile::tempdir().unwrap();
+    /// The key of `series` (one byte of tags) at `hour` in the series-filter tests' table.
+    fn hour_key(hour: u32, series: u8) -> Vec<u8> {
+        let mut k = vec![1u8];
+        k.extend_from_slice(&(hour * 3600).to_be_bytes());
+        k.push(series);
+        k
+    }
+
+    /// A store whose table `t` groups rows by periods of two hours, and that table's spec.
+    fn two_hour_groups(dir: &std::path::Path) -> (FjallStore, TableSpec) {
         let grouping = Grouping {
             timestamp_offset: 1,
             period_secs: 7200,
@@ -3511,26 +3512,78 @@ mod tests {
             name: "t".into(),
             families: vec![FamilySpec::new("t", Some(1))],
         };
-        let store = FjallStore::open(dir.path())
-            .unwrap()
-            .with_grouping("t", grouping);
+        let store = FjallStore::open(dir).unwrap().with_grouping("t", grouping);
         store.create_table(&spec).unwrap();
-        let model = hourglass_storage::memory::MemoryStore::new();
-        model.create_table(&spec).unwrap();
-        let key = |hour: u32, series: u8| {
-            let mut k = vec![1u8];
-            k.extend_from_slice(&(hour * 3600).to_be_bytes());
-            k.push(series);
-            k
-        };
-        let rows: Vec<RowMutation> = (0..8u32)
+        (store, spec)
+    }
+
+    /// Twelve series a row each hour of `hours`, their values `len` bytes.
+    fn twelve_series(hours: u32, len: usize) -> Vec<RowMutation> {
+        (0..hours)
             .flat_map(|hour| {
                 (0..12u8).map(move |s| RowMutation {
-                    key: key(hour, s),
-                    mutations: vec![Mutation::set_at("t", vec![0], 1, vec![s; 2500])],
+                    key: hour_key(hour, s),
+                    mutations: vec![Mutation::set_at("t", vec![0], 1, vec![s; len])],
                 })
             })
+            .collect()
+    }
+
+    /// A series filter's scan for `wanted` from hour `from` to hour `to` (excluded), with a
+    /// hint from a refused key to `wanted`'s row at that hour, or at the next if the refused
+    /// key's series sorts after it.
+    fn series_request(wanted: u8, from: u32, to: u32) -> ScanRequest {
+        let hint = SkipHint(Arc::new(move |k: &[u8]| {
+            let hour = u32::from_be_bytes(k.get(1..5)?.try_into().ok()?);
+            match k.get(5) {
+                Some(s) if *s >= wanted => Some(hour_key(hour / 3600 + 1, wanted)),
+                _ => Some(hour_key(hour / 3600, wanted)),
+            }
+        }));
+        ScanRequest {
+            key_regex: Some(format!("(?s)^.{{5}}\\x{wanted:02x}$")),
+            skip: Some(hint),
+            series_filter: true,
+            ..ScanRequest::range(
+                hour_key(from, 0)[..5].to_vec(),
+                Some(hour_key(to, 0)[..5].to_vec()),
+            )
+        }
+    }
+
+    /// `request`'s rows from the store's grouped scan (returned, spent, for its counts) and
+    /// from the model.
+    fn scan_both(
+        store: &FjallStore,
+        model: &hourglass_storage::memory::MemoryStore,
+        request: &ScanRequest,
+    ) -> (Vec<Row>, Vec<Row>, GroupedScan) {
+        let (open, t) = store.table_for_read("t").unwrap();
+        let mut scan = FjallStore::grouped_scan(open, &t, request)
+            .unwrap()
+            .unwrap();
+        let got: Vec<Row> = scan.by_ref().map(|r| r.unwrap()).collect();
+        let expected: Vec<Row> = model
+            .scan("t", request)
+            .unwrap()
+            .map(|r| r.unwrap())
             .collect();
+        (got, expected, scan)
+    }
+
+    /// A series filter's scan builds one iterator over the groups keyspace a period: it
+    /// starts at the hint's target in the first period, goes from each period's group of the
+    /// series straight to its group of the next period, and builds none past the scan's end.
+    /// Groups a block or more in size (two 2,500-byte members), so that none is read past;
+    /// twelve series over four periods of two hours, one hour of each rewritten since the
+    /// grouping pass; the rows are those of the model.
+    #[test]
+    fn a_series_filter_builds_one_group_iterator_a_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, spec) = two_hour_groups(dir.path());
+        let model = hourglass_storage::memory::MemoryStore::new();
+        model.create_table(&spec).unwrap();
+        let rows = twelve_series(8, 2500);
         store.mutate_rows("t", &rows).unwrap();
         model.mutate_rows("t", &rows).unwrap();
         store.maintain(9 * 3_600_000).unwrap();
@@ -3538,36 +3591,14 @@ mod tests {
         // keyspace, read from the hint's target too).
         let late: Vec<RowMutation> = (0..12u8)
             .map(|s| RowMutation {
-                key: key(1, s),
+                key: hour_key(1, s),
                 mutations: vec![Mutation::set_at("t", vec![0], 2, vec![s ^ 0x80; 10])],
             })
             .collect();
         store.mutate_rows("t", &late).unwrap();
         model.mutate_rows("t", &late).unwrap();
         for wanted in [0u8, 5, 11] {
-            let hint = SkipHint(Arc::new(move |k: &[u8]| {
-                let hour = u32::from_be_bytes(k.get(1..5)?.try_into().ok()?);
-                match k.get(5) {
-                    Some(s) if *s >= wanted => Some(key(hour / 3600 + 1, wanted)),
-                    _ => Some(key(hour / 3600, wanted)),
-                }
-            }));
-            let request = ScanRequest {
-                key_regex: Some(format!("(?s)^.{{5}}\\x{wanted:02x}$")),
-                skip: Some(hint),
-                series_filter: true,
-                ..ScanRequest::range(key(0, 0)[..5].to_vec(), Some(key(8, 0)[..5].to_vec()))
-            };
-            let (open, t) = store.table_for_read("t").unwrap();
-            let mut scan = FjallStore::grouped_scan(open, &t, &request)
-                .unwrap()
-                .unwrap();
-            let got: Vec<Row> = scan.by_ref().map(|r| r.unwrap()).collect();
-            let expected: Vec<Row> = model
-                .scan("t", &request)
-                .unwrap()
-                .map(|r| r.unwrap())
-                .collect();
+            let (got, expected, scan) = scan_both(&store, &model, &series_request(wanted, 0, 8));
             assert_eq!(got.len(), 8, "series {wanted}");
             assert_eq!(got, expected, "series {wanted}");
             assert_eq!(scan.group_iters, 4, "series {wanted}");
@@ -3580,57 +3611,17 @@ mod tests {
     #[test]
     fn a_series_filter_reads_no_group_toward_a_target_past_the_end() {
         let dir = tempfile::tempdir().unwrap();
-        let grouping = Grouping {
-            timestamp_offset: 1,
-            period_secs: 7200,
-            grace_secs: 0,
-        };
-        let spec = TableSpec {
-            name: "t".into(),
-            families: vec![FamilySpec::new("t", Some(1))],
-        };
-        let store = FjallStore::open(dir.path())
-            .unwrap()
-            .with_grouping("t", grouping);
-        store.create_table(&spec).unwrap();
-        let key = |hour: u32, series: u8| {
-            let mut k = vec![1u8];
-            k.extend_from_slice(&(hour * 3600).to_be_bytes());
-            k.push(series);
-            k
-        };
-        let rows: Vec<RowMutation> = (0..4u32)
-            .flat_map(|hour| {
-                (0..12u8).map(move |s| RowMutation {
-                    key: key(hour, s),
-                    mutations: vec![Mutation::set_at("t", vec![0], 1, vec![s; 10])],
-                })
-            })
-            .collect();
+        let (store, spec) = two_hour_groups(dir.path());
+        let model = hourglass_storage::memory::MemoryStore::new();
+        model.create_table(&spec).unwrap();
+        let rows = twelve_series(4, 10);
         store.mutate_rows("t", &rows).unwrap();
+        model.mutate_rows("t", &rows).unwrap();
         store.maintain(5 * 3_600_000).unwrap();
-        let wanted = 5u8;
-        let hint = SkipHint(Arc::new(move |k: &[u8]| {
-            let hour = u32::from_be_bytes(k.get(1..5)?.try_into().ok()?);
-            match k.get(5) {
-                Some(s) if *s >= wanted => Some(key(hour / 3600 + 1, wanted)),
-                _ => Some(key(hour / 3600, wanted)),
-            }
-        }));
         // The second period only: its first hour to the end of the data.
-        let request = ScanRequest {
-            key_regex: Some(format!("(?s)^.{{5}}\\x{wanted:02x}$")),
-            skip: Some(hint),
-            series_filter: true,
-            ..ScanRequest::range(key(2, 0)[..5].to_vec(), Some(key(4, 0)[..5].to_vec()))
-        };
-        let (open, t) = store.table_for_read("t").unwrap();
-        let mut scan = FjallStore::grouped_scan(open, &t, &request)
-            .unwrap()
-            .unwrap();
-        let got: Vec<Row> = scan.by_ref().map(|r| r.unwrap()).collect();
+        let (got, expected, scan) = scan_both(&store, &model, &series_request(5, 2, 4));
         assert_eq!(got.len(), 2);
-        assert!(got.iter().all(|r| r.key[5] == wanted));
+        assert_eq!(got, expected);
         // From the hint's target: series 5's group, then series 6's, refused.
         assert_eq!(scan.groups_read, 2);
     }
