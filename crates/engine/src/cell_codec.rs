@@ -1655,11 +1655,15 @@ const BOTH_VERSIONS_BELOW: usize = 64;
 /// where those are from values and some float is on 4 bytes, with flag runs too, the shorter
 /// kept: a 4-byte float written as a double may take more bits. From [`BOTH_VERSIONS_BELOW`]
 /// points, flag runs are not encoded to see when every 4-byte float is a short decimal
-/// ([`is_short_decimal`], as floats from collectors' text of a few decimals are) and the body
-/// came out at under [`SHORT_BODY_BYTES`] a float: such a float is then as short a decimal as
-/// any double of the body, and the body's floats are a decimal section shorter than raw
-/// 4-byte floats would be (where a body's floats are raw bytes, a float takes 8 bytes as a
-/// double and 4 with flag runs).
+/// ([`is_short_decimal`], as floats from collectors' text of a few decimals are), every float
+/// is under 2^47 in magnitude (so that a scale of four places fits each one's mantissa: a
+/// double too large for any scale above 0 would leave a half on 4 bytes a correction of 2^29
+/// as a double, 1 as a float) and the body came out at under [`SHORT_BODY_BYTES`] a float:
+/// such a float is then as short a decimal as a double, and the body's floats are a decimal
+/// section shorter than raw 4-byte floats would be (where a body's floats are raw bytes, a
+/// float takes 8 bytes as a double and 4 with flag runs). What may be left: a few bits a
+/// value where 4-byte floats need more places than every double beside them and a float's
+/// coarser unit would let a smaller scale fit.
 fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> Vec<u8> {
     let widths = Widths::of(points);
     let bytes = encode(widths);
@@ -1668,7 +1672,10 @@ fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> 
     }
     let settled = points.len() >= BOTH_VERSIONS_BELOW
         && bytes.len() < SHORT_BODY_BYTES * points.iter().filter(|p| is_float(p)).count()
-        && !has_long_4_byte_float(points);
+        && !has_long_4_byte_float(points)
+        && points
+            .iter()
+            .all(|p| !is_float(p) || float_f64(p).abs() < NEAR_LIMIT);
     if !settled {
         let listed = encode(Widths::RunsAfterMode);
         if listed.len() < bytes.len() {

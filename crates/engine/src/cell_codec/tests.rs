@@ -2464,18 +2464,48 @@ fn flag_runs_are_tried_only_where_they_may_be_shorter() {
     assert!(mixed[..32].iter().all(|v| matches!(v, Value::Float(_))));
     assert!(mixed[32..].iter().all(|v| matches!(v, Value::Double(_))));
     let mixed = points_of(&every(10, &mixed));
+    let from_values = encode_blob(&mixed, Some(0), VERSION, Widths::FromValues);
+    assert!(
+        from_values.len() >= 4 * mixed.len(),
+        "{}",
+        from_values.len()
+    );
     assert_eq!(encodings(&mixed), 2);
+    // Halves near 2^22 on 4 bytes beside one double past 2^47: the double leaves only scale
+    // 0, where a half needs a correction of 2^29 as a double (1 as a float); compared.
+    let halves: Vec<Value> = (0..BOTH_VERSIONS_BELOW)
+        .map(|i| {
+            if i + 1 == BOTH_VERSIONS_BELOW {
+                Value::Double((1u64 << 60) as f64 + 256.0)
+            } else {
+                float(4_194_304.0 + i as f64 + if i % 4 == 1 { 0.5 } else { 0.0 })
+            }
+        })
+        .collect();
+    let halves = points_of(&every(10, &halves));
+    assert!(!has_long_4_byte_float(&halves));
+    let from_values = encode_blob(&halves, Some(0), VERSION, Widths::FromValues);
+    assert!(
+        from_values.len() < 4 * halves.len(),
+        "{}",
+        from_values.len()
+    );
+    assert_eq!(encodings(&halves), 2);
 }
 
 /// A row's values for [`flag_runs_lose_nothing_where_left_untried`]: decimals of up to four
 /// places a random walk apart, exact floats of up to four places near zero or up to 2^24,
-/// whole floats up to 2^72 and decimals of any magnitude, mixed.
+/// halves from 2^21 to 2^24, whole floats up to 2^72, doubles past 2^50 and decimals of any
+/// magnitude, mixed.
 fn typed_values() -> impl Strategy<Value = Vec<Value>> {
     let value = prop_oneof![
         4 => (-100_000_000i64..100_000_000, 0usize..=4).prop_map(|(m, k)| m as f64 / POW10[k]),
         2 => (-(1i64 << 20)..(1i64 << 20)).prop_map(|m| m as f64 / 16.0),
         1 => (-(1i64 << 24)..(1i64 << 24)).prop_map(|m| m as f64),
         1 => (1i64..1 << 24, 0i32..48).prop_map(|(m, e)| m as f64 * 2f64.powi(e)),
+        1 => (1i64 << 21..1 << 24, any::<bool>())
+            .prop_map(|(m, half)| m as f64 + if half { 0.5 } else { 0.0 }),
+        1 => (50i32..64).prop_map(|e| 2f64.powi(e) + 256.0),
         1 => (1i64..100_000, -8i32..=20, 0usize..=4)
             .prop_map(|(m, e, k)| m as f64 * 10f64.powi(e) / POW10[k]),
     ];
