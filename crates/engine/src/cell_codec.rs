@@ -1656,7 +1656,7 @@ const BOTH_VERSIONS_BELOW: usize = 64;
 /// kept: a 4-byte float written as a double may take more bits. From [`BOTH_VERSIONS_BELOW`]
 /// points, flag runs are not encoded to see when every 4-byte float is a short decimal
 /// ([`is_short_decimal`], as floats from collectors' text of a few decimals are), every float
-/// is under 2^47 in magnitude (so that a scale of four places fits each one's mantissa: a
+/// is under 2^47 in magnitude ([`settled_floats`]) (so that a scale of four places fits each one's mantissa: a
 /// double too large for any scale above 0 would leave a half on 4 bytes a correction of 2^29
 /// as a double, 1 as a float) and the body came out at under [`SHORT_BODY_BYTES`] a float:
 /// such a float is then as short a decimal as a double, and the body's floats are a decimal
@@ -1671,11 +1671,7 @@ fn with_shorter_widths(points: &[Point], encode: impl Fn(Widths) -> Vec<u8>) -> 
         return bytes;
     }
     let settled = points.len() >= BOTH_VERSIONS_BELOW
-        && bytes.len() < SHORT_BODY_BYTES * points.iter().filter(|p| is_float(p)).count()
-        && !has_long_4_byte_float(points)
-        && points
-            .iter()
-            .all(|p| !is_float(p) || float_f64(p).abs() < NEAR_LIMIT);
+        && settled_floats(points).is_some_and(|floats| bytes.len() < SHORT_BODY_BYTES * floats);
     if !settled {
         let listed = encode(Widths::RunsAfterMode);
         if listed.len() < bytes.len() {
@@ -1707,12 +1703,21 @@ fn has_4_byte_float(points: &[Point]) -> bool {
 /// that came from text of at most four decimals is one.
 const SHORT_FLOAT_DECIMALS: i32 = 4;
 
-/// Some 4-byte float is not a short decimal ([`is_short_decimal`]): a float written with all
-/// its digits (`0.1f32`'s `0.10000000149011612`), a large or non-finite one.
-fn has_long_4_byte_float(points: &[Point]) -> bool {
-    points
-        .iter()
-        .any(|p| is_float(p) && p.qualifier.value_len() == 4 && !is_short_decimal(p.bits as u32))
+/// How many of `points` are floats, when every float is under 2^47 in magnitude and every
+/// 4-byte one a short decimal ([`is_short_decimal`]); `None` when one is not (a float written
+/// with all its digits, such as `0.1f32`'s `0.10000000149011612`, a large or non-finite one).
+fn settled_floats(points: &[Point]) -> Option<usize> {
+    let mut floats = 0;
+    for p in points.iter().filter(|p| is_float(p)) {
+        // NaN and infinities are not under the limit.
+        let small = float_f64(p).abs() < NEAR_LIMIT;
+        let short = p.qualifier.value_len() != 4 || is_short_decimal(p.bits as u32);
+        if !(small && short) {
+            return None;
+        }
+        floats += 1;
+    }
+    Some(floats)
 }
 
 /// Whether the float of `bits` is under 2^24 in magnitude (where a float still holds every

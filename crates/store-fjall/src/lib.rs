@@ -2608,8 +2608,9 @@ impl FjallStore {
     }
 
     /// Merges `groups`' keyspace whole (its memtable flushed by the caller, so the merge
-    /// reaches every version counted): what was counted superseded before is then gone. Counted off even when the merge fails (logged): its
-    /// versions are left to fjall's own merges rather than tried again at every upkeep.
+    /// reaches every version counted): what was counted superseded before is then gone.
+    /// Counted off even when the merge fails (logged): its versions are left to fjall's own
+    /// merges rather than tried again at every upkeep.
     fn reclaim(table: &str, groups: &Groups, counted: u64) {
         tracing::info!(
             table,
